@@ -300,6 +300,14 @@ Servers = dict[str, tuple[subprocess.Popen[str], str]]  # name -> its process an
 SAME_LAYOUT = ["setarch", platform.machine(), "-R"] if shutil.which("setarch") else []
 
 
+def free_port() -> int:
+    """A loopback port free a moment ago, for a command that takes its port as a flag."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
 def serve(build: Callable[[], ASGIApp]) -> None:
     """Serve the app ``build`` returns with uvicorn on an ephemeral loopback port, printed first; until killed."""
     import uvicorn

@@ -9,10 +9,16 @@ another when there are two), the same hash seed and memory layout (as ``bench_uv
 - ``bare httpx proxy``: 40 lines of Starlette-free ASGI, one pooled ``httpx.AsyncClient``, bodies
   streamed both ways, nothing else (no header hygiene, no failure answers);
 - ``fastmcp create_proxy``: fastmcp's proxy server in front of the upstream;
-- ``gateway, no session`` and ``gateway, with session``: ``mcp-sessions gateway``'s app;
+- ``gateway, no session`` and ``gateway, with session``: ``mcp-sessions gateway``'s app, served in process
+  by this script's uvicorn as the other setups are;
 - ``gateway, session and token``: the same, verifying each request's bearer token (RS256, its key from a
   JWKS this script serves on loopback, fetched once at the gateway's start) and ending the request's
-  stream at the token's expiry: what ``--auth-jwks`` adds to every request.
+  stream at the token's expiry: what ``--auth-jwks`` adds to every request;
+- ``mcp-sessions gateway command, ...``: the gateway as users run it, its console script
+  (``mcp-sessions gateway --upstream URL --port PORT --log-level warning``), no session and with one.
+
+Then the command's start: how long from its spawn to its first answer (a ``tools/call`` through it), wall
+clock and the process's CPU, a new process each time.
 
 The proxies all forward to one more upstream process of their own. One client (``httpx``, keep-alive)
 sends 2026-07-28 ``tools/call`` requests one at a time, a request to each setup per round, in a new
@@ -36,14 +42,19 @@ import http.server
 import json
 import os
 import random
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn
 
 import httpx
 import jwt
 from _harness import (
+    NAME_HEADERS,
+    SAME_LAYOUT,
     SECRET,
     PassThrough,
     Servers,
@@ -52,6 +63,7 @@ from _harness import (
     client_headers,
     cpu_seconds,
     finish,
+    free_port,
     load_average,
     new_session,
     pick_cpus,
@@ -75,7 +87,10 @@ SETUPS: dict[str, tuple[str, bool, bool]] = {
     "gateway, no session": ("gateway", True, False),
     "gateway, with session": ("gateway", True, True),
     "gateway, session and token": ("gateway-token", True, True),
+    "mcp-sessions gateway command, no session": ("gateway-command", True, False),
+    "mcp-sessions gateway command, with session": ("gateway-command", True, True),
 }
+COMMAND = "mcp-sessions gateway command, with session"
 ISSUER, AUDIENCE = "https://issuer.bench.example", "https://gateway.bench.example/mcp"
 KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 BASE = "upstream directly"
@@ -131,6 +146,49 @@ def app_of(kind: str, upstream: str, jwks: str) -> Any:
 
     auth = GatewayAuth(jwks_url=jwks, issuer=ISSUER, audience=AUDIENCE) if kind == "gateway-token" else None
     return gateway_app([upstream], config=SessionsConfig(secret=SECRET), auth=auth)
+
+
+def gateway_command(upstream: str, port: int) -> list[str]:
+    """``mcp-sessions gateway`` as a user runs it, the console script of this interpreter's environment. Without
+    the access log (a line per request), as no other setup writes one."""
+    script = str(Path(sys.executable).with_name("mcp-sessions"))
+    return [script, "gateway", "--upstream", upstream, "--port", str(port), "--log-level", "warning"]
+
+
+def become_gateway(upstream: str) -> NoReturn:
+    """A ``--serve gateway-command`` process becomes the command (the same process, for :func:`servers`), its port
+    printed first as :func:`serve` prints it; it answers once it has started (:func:`until_ready` waits)."""
+    port = free_port()
+    print(port, flush=True)
+    command = gateway_command(upstream, port)
+    os.execve(command[0], command, dict(os.environ, MCP_SESSIONS_SECRET=SECRET))
+
+
+def first_answer(upstream: str) -> tuple[float, float]:
+    """The gateway command spawned: the seconds until it has answered its first ``tools/call``, and the CPU seconds
+    its process spent by then. Its port refuses connections until the app has started: asked again each 2 ms."""
+    port = free_port()
+    url, body = f"http://127.0.0.1:{port}/mcp", json.dumps(tools_call()).encode()
+    environ = dict(os.environ, MCP_SESSIONS_SECRET=SECRET, PYTHONHASHSEED="0")
+    began = time.perf_counter()
+    process = subprocess.Popen([*SAME_LAYOUT, *gateway_command(upstream, port)], env=environ)
+    try:
+        with httpx.Client(timeout=60) as client:
+            for _ in range(30_000):  # a minute at most
+                try:
+                    response = client.post(url, content=body, headers=client_headers(body, NAME_HEADERS))
+                except httpx.TransportError:
+                    if process.poll() is not None:
+                        raise RuntimeError(f"the gateway exited ({process.returncode}) before answering") from None
+                    time.sleep(0.002)
+                    continue
+                took = time.perf_counter() - began
+                assert response.status_code == 200, response.content
+                return took, cpu_seconds(process.pid)
+        raise RuntimeError("the gateway did not answer within a minute")
+    finally:
+        process.terminate()
+        process.wait(30)
 
 
 @contextlib.contextmanager
@@ -227,18 +285,48 @@ def summarize(latencies: dict[str, list[float]], cpu: dict[str, float]) -> dict[
     return rows
 
 
-def gateway_verdict(rows: dict[str, dict[str, Any]]) -> dict[str, str]:
-    gateway, bare = rows["gateway, with session"], rows["bare httpx proxy"]
+def gateway_verdict(rows: dict[str, dict[str, Any]], name: str, said: str) -> dict[str, str]:
+    """Whether the setup ``name`` (``said`` on the page) adds at most :data:`GATEWAY_MULTIPLE` what the bare proxy
+    adds."""
+    gateway, bare = rows[name], rows["bare httpx proxy"]
     multiple = gateway["added_p50_us"] / bare["added_p50_us"] if bare["added_p50_us"] > 0 else None
     return verdict(
-        f"The gateway with a session adds ≤ {GATEWAY_MULTIPLE:g}x what a bare httpx proxy adds (p50)",
-        f"gateway with a session {gateway['added_p50_us']:+.0f} µs (p99 {gateway['added_p99_us']:+.0f}), bare httpx "
+        f"{said} adds ≤ {GATEWAY_MULTIPLE:g}x what a bare httpx proxy adds (p50)",
+        f"{name} {gateway['added_p50_us']:+.0f} µs (p99 {gateway['added_p99_us']:+.0f}), bare httpx "
         f"proxy {bare['added_p50_us']:+.0f} µs (p99 {bare['added_p99_us']:+.0f}), fastmcp create_proxy "
-        f"{rows['fastmcp create_proxy']['added_p50_us']:+.0f} µs, over the upstream's own p50 of "
+        f"{rows['fastmcp create_proxy']['added_p50_us']:+.0f} µs, pass-through control "
+        f"{rows['pass-through control']['added_p50_us']:+.0f} µs, over the upstream's own p50 of "
         f"{rows[BASE]['p50_us']:.0f} µs",
         None if multiple is None else multiple <= GATEWAY_MULTIPLE,
         "the bare proxy added nothing measurable" if multiple is None else f"{multiple:.2f}x",
     )
+
+
+def start_section(starts: list[tuple[float, float]]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The gateway command's start to its first answer: its section and its verdict (reported, not judged)."""
+    walls, cpus = sorted(wall * 1e3 for wall, _ in starts), sorted(cpu for _, cpu in starts)
+    text = (
+        "How long `mcp-sessions gateway --upstream URL` takes from its spawn to its first answer (a 2026-07-28 "
+        "`tools/call` forwarded to the upstream; until the app has started its port refuses connections, asked "
+        f"again each 2 ms), a new process each time, {len(starts)} times one after another; and the CPU its process "
+        "spent by then (most of it Python's start and the imports)."
+    )
+    row = [
+        "mcp-sessions gateway command",
+        str(len(starts)),
+        f"{percentile(walls, 0.5):.0f}",
+        f"{walls[0]:.0f}",
+        f"{walls[-1]:.0f}",
+        f"{percentile(cpus, 0.5):.2f}",
+    ]
+    header = ["what", "starts", "p50 ms", "least ms", "most ms", "CPU s (p50)"]
+    judged = verdict(
+        "The gateway command's time from its spawn to its first answer",
+        f"p50 {row[2]} ms wall, {row[5]} CPU-s, over {len(starts)} starts",
+        None,
+        "reported",
+    )
+    return section("The gateway: from its start to its first answer", text, header, [row]), judged
 
 
 def main(args: argparse.Namespace) -> None:
@@ -254,12 +342,15 @@ def main(args: argparse.Namespace) -> None:
         }
         with servers(commands, server_cpus) as started:
             latencies, cpu = asyncio.run(measure(started, args.rounds, args.warmup))
+        starts = [first_answer(upstream) for _ in range(args.starts)]
     rows = summarize(latencies, cpu)
     how = (
         "What `mcp-sessions gateway` adds to a 2026-07-28 `tools/call`, against the upstream directly, a bare httpx "
         "streaming proxy and fastmcp's `create_proxy` (and with a bearer token verified against a JWKS, as "
-        "`--auth-jwks` does), measured by `bench_gateway.py`: each setup its own uvicorn "
-        f"process, one request at a time, the setups alternated request by request for {args.rounds} rounds, the "
+        "`--auth-jwks` does), measured by `bench_gateway.py`: each setup its own process (the in-process rows "
+        "the gateway's app in this script's uvicorn, the command rows `mcp-sessions gateway` as a user starts it, "
+        "`--log-level warning`: no access log, as no other setup logs a request), one request at a time, the "
+        f"setups alternated request by request for {args.rounds} rounds, the "
         "proxies forwarding to an `MCPServer` of their own. \"Added\" is a setup's latency less the upstream's at "
         'the same percentile; "CPU" is the proxy process\'s own (for the upstreams, their whole request).'
     )
@@ -276,23 +367,32 @@ def main(args: argparse.Namespace) -> None:
         ]
         for r in rows.values()
     ]
-    sections = [section("The gateway", how, header, table)]
-    finish("gateway", args.json, args.quick, began, sections, [gateway_verdict(rows)], rows=list(rows.values()))
+    started, start_verdict = start_section(starts)
+    verdicts = [
+        gateway_verdict(rows, "gateway, with session", "The gateway with a session"),
+        gateway_verdict(rows, COMMAND, "The gateway command (`mcp-sessions gateway`) with a session"),
+        start_verdict,
+    ]
+    sections = [section("The gateway", how, header, table), started]
+    finish("gateway", args.json, args.quick, began, sections, verdicts, rows=list(rows.values()), starts=starts)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=400, help="measured requests per setup")
     parser.add_argument("--warmup", type=int, default=30, help="unmeasured rounds first")
+    parser.add_argument("--starts", type=int, default=10, help="how many times the command is started")
     parser.add_argument("--quick", "--smoke", action="store_true", help="a few rounds only")
     parser.add_argument("--json", metavar="OUT", help="also write the results to this JSON file")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--upstream", default="", help=argparse.SUPPRESS)
     parser.add_argument("--jwks", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve:
+    if args.serve == "gateway-command":
+        become_gateway(args.upstream)
+    elif args.serve:
         serve(functools.partial(app_of, args.serve, args.upstream, args.jwks))
     else:
         if args.quick:
-            args.rounds, args.warmup = 5, 2
+            args.rounds, args.warmup, args.starts = 5, 2, 1
         main(args)

@@ -17,8 +17,10 @@ process it should hold is running and has answered ``initialize``: the server to
 at a rate the pool keeps up with, which the run reports; a process start is its ceiling. Two more measures:
 a new conversation (a 2026 ``sessions/create``, a 2025 ``initialize`` and the first call after it), its time
 against a call's; and the most calls a second each sessionless mode sustains, unpaced, ``--clients`` at once.
-Last, each gateway opens ``--conversations`` more (transport sessions), each used once, and the growth of the
-gateway process's own RSS (``VmRSS``, its children excluded) is divided by their number.
+Then each gateway opens ``--conversations`` more (transport sessions), each used once, and the growth of the
+gateway process's own RSS (``VmRSS``, its children excluded) is divided by their number. Last, each gateway's
+start: from its spawn to the first ``tools/call`` a 2025 client has answered through it (its server's process
+started for it), ``--starts`` times, the two gateways alternated.
 
     python benchmarks/bench_stdio.py                  # full run
     python benchmarks/bench_stdio.py --rounds 500     # more rounds, for a surer p50
@@ -48,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _harness import finish, load_average, section, verdict
+from _harness import cpu_seconds, finish, free_port, load_average, section, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 SUPERGATEWAY = ROOT / ".cache/supergateway/node_modules/supergateway/dist/index.js"
@@ -95,13 +97,6 @@ async def fresh(ctx, call_next):  # the benchmark's pacing: a file while this pr
 server.middleware.append(fresh)
 server.run("stdio")
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def rss_kib(pid: int) -> int:
@@ -378,6 +373,42 @@ def gateways(work: Path, command: list[str], limit: int) -> dict[str, tuple[list
     }
 
 
+def first_call(argv: list[str], port: int, environ: dict[str, str], log: Path) -> tuple[float, float]:
+    """``argv`` spawned: the seconds until a 2025 client's first ``tools/call`` through it is answered (``initialize``,
+    then the call), its port asked again each 2 ms until it listens; and the CPU seconds of the gateway's own process
+    by then (its server's process excluded)."""
+    url = f"http://127.0.0.1:{port}/mcp"
+    with log.open("wb") as out, httpx.Client(timeout=60) as http:
+        began = time.perf_counter()
+        child = subprocess.Popen(argv, env={**os.environ, **environ}, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            for _ in range(int(START_TIMEOUT / 0.002)):
+                try:
+                    conversation = Conversation(http, url)
+                except httpx.TransportError:
+                    if child.poll() is not None:
+                        raise RuntimeError(f"{argv[0]} exited: {log.read_text()[-2000:]}") from None
+                    time.sleep(0.002)
+                    continue
+                conversation.call()
+                return time.perf_counter() - began, cpu_seconds(child.pid)
+            raise RuntimeError(f"{argv[0]} did not answer within {START_TIMEOUT:g} s")
+        finally:
+            child.terminate()
+            child.wait(timeout=15)
+
+
+def starts(argv: dict[str, tuple[list[str], int, dict[str, str]]], count: int, work: Path) -> dict[str, list[float]]:
+    """Each gateway's :func:`first_call`, ``count`` times, the two alternated: wall ms and CPU s, by their names."""
+    timed: dict[str, list[float]] = {f"{name} {what}": [] for name in (OURS, THEIRS) for what in ("ms", "cpu")}
+    for _ in range(count):
+        for name, key in random.sample([(OURS, "ours"), (THEIRS, "theirs")], 2):
+            wall, cpu = first_call(*argv[key], work / f"{key}-start.log")
+            timed[f"{name} ms"].append(wall * 1000)
+            timed[f"{name} cpu"].append(cpu)
+    return timed
+
+
 def interleaved(ways: dict[str, Callable[[], float]], rounds: int, settled: list[Settled]) -> dict[str, list[float]]:
     """Each way once a round, in a new shuffled order each round, the machine settled before each request."""
     timings: dict[str, list[float]] = {name: [] for name in ways}
@@ -390,7 +421,7 @@ def interleaved(ways: dict[str, Callable[[], float]], rounds: int, settled: list
     return timings
 
 
-def run(rounds: int, conversations: int, clients: int, seconds: float) -> dict[str, Any]:
+def run(rounds: int, conversations: int, clients: int, seconds: float, count: int) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="bench-stdio-"))
     (work / "server.py").write_text(SERVER)
     command = [sys.executable, str(work / "server.py")]
@@ -439,8 +470,10 @@ def run(rounds: int, conversations: int, clients: int, seconds: float) -> dict[s
             for conversation in [Conversation(http, target) for _ in range(conversations)]:
                 conversation.call()
             memory[name] = (rss_kib(pid) - before) / conversations
+    started = starts(argv, count, work)
     shutil.rmtree(work, ignore_errors=True)
-    return summary(timings, memory, most, paced, rounds=rounds, conversations=conversations)
+    results = summary(timings, memory, most, paced, rounds=rounds, conversations=conversations)
+    return {**results, "starts": started}
 
 
 def summary(
@@ -495,6 +528,15 @@ CEILING_TEXT = (
 )
 
 
+START_TEXT = (
+    "Each gateway started, a new process each time, the two alternated: from its spawn to the first `tools/call`"
+    " a 2025 client has answered through it (its `initialize`, then the call; the gateway's port asked again each"
+    " 2 ms until it listens), which starts the server's process too; and the CPU the gateway's own process spent by"
+    " then (its server's process excluded). Ours with the flags of the first table (`--process-containment none`,"
+    " as supergateway contains nothing)."
+)
+
+
 def tables(results: dict[str, Any], clients: int, seconds: float) -> list[dict[str, Any]]:
     ways = results["ways"]
     rows = []
@@ -530,6 +572,18 @@ def tables(results: dict[str, Any], clients: int, seconds: float) -> list[dict[s
     ]
     header = ["way", "calls", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms", "KiB/conversation"]
     text = f"{TEXT} {results['rounds']} rounds, {results['conversations']} conversations."
+    timed = results["starts"]
+    started = [
+        [
+            name,
+            str(len(timed[f"{name} ms"])),
+            f"{statistics.median(timed[f'{name} ms']):.0f}",
+            f"{min(timed[f'{name} ms']):.0f}",
+            f"{max(timed[f'{name} ms']):.0f}",
+            f"{statistics.median(timed[f'{name} cpu']):.2f}",
+        ]
+        for name in (OURS, THEIRS)
+    ]
     return [
         section("stdio servers", text, header, rows),
         section(
@@ -544,6 +598,12 @@ def tables(results: dict[str, Any], clients: int, seconds: float) -> list[dict[s
             ["way", "calls", "refused", "calls/s"],
             most,
         ),
+        section(
+            "stdio servers: from a start to the first answer",
+            START_TEXT,
+            ["gateway", "starts", "p50 ms", "least ms", "most ms", "CPU s (p50)"],
+            started,
+        ),
     ]
 
 
@@ -552,7 +612,26 @@ def verdicts(results: dict[str, Any]) -> list[dict[str, str]]:
     ours, theirs, per_request, shared = (ways[name]["added_p50_ms"] for name in (OURS, THEIRS, PER_REQUEST, SHARED))
     call, rate = ours, results["per_request_paced_per_s"]
     most = {name: entry["per_second"] for name, entry in results["ceiling"].items()}
+    mine, peer = ways[OURS]["p50_ms"], ways[THEIRS]["p50_ms"]
+    timed = results["starts"]
+    start, peer_start = (statistics.median(timed[f"{name} ms"]) for name in (OURS, THEIRS))
     judged = [
+        verdict(
+            "a 2025 client's `tools/call` through `mcp-sessions gateway --stdio` takes at most 1.3x what it takes"
+            f" through supergateway {SUPERGATEWAY_VERSION} `--stateful` (p50, the same stdio server)",
+            f"the gateway {mine:.2f} ms, supergateway {peer:.2f} ms, the server's own stdio"
+            f" {ways['stdio directly']['p50_ms']:.2f} ms",
+            mine <= 1.3 * peer,
+            f"{mine / peer:.2f}x supergateway's",
+        ),
+        verdict(
+            "`mcp-sessions gateway --stdio`'s time from its spawn to its first answered `tools/call`, beside"
+            " supergateway's",
+            f"the gateway {start:.0f} ms, supergateway {peer_start:.0f} ms (p50 of {len(timed[f'{OURS} ms'])} starts"
+            " each)",
+            None,
+            f"reported: {start / peer_start:.2f}x supergateway's",
+        ),
         verdict(
             "a 2025 client's `tools/call` through `mcp-sessions gateway --stdio` adds at most 1.25x what supergateway"
             f" {SUPERGATEWAY_VERSION} `--stateful` adds (p50, the same stdio server)",
@@ -598,12 +677,16 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=16, help="conversations opened for the memory figure")
     parser.add_argument("--clients", type=int, default=4, help="clients at once for the most calls a second")
     parser.add_argument("--seconds", type=float, default=5.0, help="how long each gateway's most calls a second")
+    parser.add_argument("--starts", type=int, default=10, help="how many times each gateway is started")
     parser.add_argument("--quick", action="store_true", help="a few rounds and conversations: it runs")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
     began = (time.monotonic(), load_average())
-    rounds, conversations, seconds = (2, 2, 1.0) if args.quick else (args.rounds, args.conversations, args.seconds)
-    results = run(rounds, conversations, args.clients, seconds)
+    quick = (2, 2, 1.0, 1)
+    rounds, conversations, seconds, count = (
+        quick if args.quick else (args.rounds, args.conversations, args.seconds, args.starts)
+    )
+    results = run(rounds, conversations, args.clients, seconds, count)
     finish(
         "stdio",
         args.json,

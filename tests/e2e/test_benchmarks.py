@@ -132,15 +132,16 @@ def test_bench_handle_vs_session_reports() -> None:
 
 
 def test_the_benchmark_against_supergateway_runs_and_reports(tmp_path: Path) -> None:
-    """``benchmarks/bench_stdio.py --quick``: it runs both gateways side by side and reports each one's numbers
-    (what they are is the benchmark's to say, not the test's). Moved here from test_gateway_stdio.py (issue 68):
+    """``benchmarks/bench_stdio.py --quick``: it runs both gateways side by side, started by their commands, and
+    reports each one's numbers, its start to a first answer too (what they are is the benchmark's to say, not the
+    test's). Moved here from test_gateway_stdio.py (issue 68):
     a benchmark's smoke run, under this module's timeout, not the suite's 120 s."""
     installed(ROOT / ".cache/supergateway/node_modules/supergateway/dist/index.js", "supergateway")
     node()
     out = tmp_path / "bench.json"
     printed = run("bench_stdio.py", "--quick", "--json", str(out))
     report = json.loads(out.read_text())
-    assert len(report["sections"]) == 3 and len(report["verdicts"]) == 5
+    assert len(report["sections"]) == 4 and len(report["verdicts"]) == 7
     ways = report["ways"]
     assert set(ways) == {
         "stdio directly",
@@ -156,6 +157,8 @@ def test_the_benchmark_against_supergateway_runs_and_reports(tmp_path: Path) -> 
     for name in ("mcp-sessions gateway --stdio, 2025 client", "supergateway 4.0.0 --stateful, 2025 client"):
         assert {"p50_ms", "p99_ms", "added_p50_ms", "added_p99_ms", "rss_kib_per_conversation"} <= set(ways[name])
     assert len(report["ceiling"]) == 3 and report["per_request_paced_per_s"] > 0
+    for name in ("mcp-sessions gateway --stdio, 2025 client", "supergateway 4.0.0 --stateful, 2025 client"):
+        assert len(report["starts"][f"{name} ms"]) == len(report["starts"][f"{name} cpu"]) == 1  # spawned, answered
     assert "mcp-sessions gateway --stdio" in printed
 
 

@@ -30,6 +30,7 @@ from _mcp import create_session, legacy_request, modern_headers, modern_request,
 from _waits import until
 from e2e._gateway import created, gateway_process, legacy_initialize, result_of, run_node
 from e2e._stdio import ENVIRON, SDK_SERVER, SERVER, SERVER_PATH, filesystem, gone, own_children, stdio_gateway, text_of
+from mcp_sessions.profiles import SESSION_META_KEY
 
 pytestmark = pytest.mark.anyio
 
@@ -127,6 +128,22 @@ def test_a_conversation_id_sent_by_another_caller_reaches_another_process(tmp_pa
             for address in ("10.0.0.1", "10.0.0.2", "10.0.0.1")
         ]
     assert counts == ["1", "1", "2"]
+
+
+def test_one_process_for_everyone_is_told_each_callers_conversation_apart(tmp_path: Path) -> None:
+    """``--processes shared``: each request names its conversation in ``_meta``, bound to its caller as a process of
+    its own is. A host's conversation id was named not at all, so a server that keeps a value per conversation kept
+    one for two callers naming one ``vscode.conversationId``."""
+    with (
+        gateway(tmp_path, [sys.executable, "-m", "e2e._hostile_stdio"], processes="shared") as url,
+        httpx.Client() as http,
+    ):
+        seen = [
+            call(http, url, "seen", {}, {"x-conversation": "chat-1", "X-Forwarded-For": address})["content"][0]["text"]
+            for address in ("10.0.0.1", "10.0.0.2", "10.0.0.1")
+        ]
+    named = [json.loads(each)["meta"][SESSION_META_KEY]["sessionId"] for each in seen]
+    assert named[0] == named[2] != named[1]
 
 
 def test_a_caller_at_its_limit_is_refused_and_other_callers_are_not(tmp_path: Path) -> None:
@@ -251,6 +268,28 @@ def test_sigterm_ends_the_processes_of_every_kind_of_conversation() -> None:
         until(lambda: all(gone(pid) for pid in pids), "every process to end")
 
 
+def test_ctrl_c_stops_the_gateway_quietly_and_a_call_in_flight_is_told_why() -> None:
+    """Ctrl-C on a foreground gateway (SIGINT): it stops as uvicorn's own command does, exit status 0 and no traceback
+    (it printed a ``KeyboardInterrupt``'s, 25 lines, after a clean stop); a 2025 client's call in flight, unanswered
+    at ``--shutdown-timeout``, is told the gateway is shutting down (it read "(ended)")."""
+    hostile = f"{sys.executable} -m e2e._hostile_stdio"
+    with (
+        gateway_process([], "--stdio", hostile, "--log-level", "info", environ=SERVER_PATH) as process,
+        httpx.Client(timeout=60) as http,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        assert process.process is not None
+        headers = legacy_initialize(http, process.url())
+        in_flight = pool.submit(call, http, process.url(), "slow", {"tag": "late", "seconds": 600}, headers)
+        until(lambda: b"slow late started" in process.log(), "the call to reach its process")
+        process.process.send_signal(signal.SIGINT)
+        status = process.process.wait(timeout=60)
+        error, said = in_flight.result(timeout=60), process.log().decode()
+
+    assert status == 0 and "Traceback" not in said and "KeyboardInterrupt" not in said, said
+    assert "(the gateway is shutting down)" in error["message"], error
+
+
 def test_a_requests_own_process_is_replaced_and_stopped_once_its_answer_is_sent(tmp_path: Path) -> None:
     """No process starts while a request that names no conversation is being answered (a start takes a core for
     most of a second): the pool is refilled, and the answered process stopped, once the answer is sent."""
@@ -321,15 +360,16 @@ async def test_server_filesystem_fails_no_first_call_of_stock_clients(tmp_path: 
     assert texts == ["known"] * clients
 
 
-@pytest.mark.parametrize("mode", ["legacy", "auto"])
+@pytest.mark.parametrize("mode", ["legacy", "auto", "naming none"])
 async def test_server_filesystem_gets_the_roots_of_a_client_that_declares_them(
     tmp_path: Path, mode: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A conversation's process that asked its roots before its first call (as one started ahead does), answered
     "none" as no call was in progress, is told they changed at the first call of a client that declares them: it asks
     them through that call (a 2025 client on its stream, a 2026-07-28 one in an ``input_required`` round), and its
-    later calls reach that client's directory alone (server-filesystem takes them as they come). The 2026-07-28
-    client names its conversation by a data-layer session: a request that names none has a process for itself."""
+    later calls reach that client's directory alone (server-filesystem takes them as they come). One 2026-07-28
+    client names its conversation by a data-layer session; a stock one names none and reaches its caller's own
+    process (``--sessionless per-caller``), which was never told."""
     given, rooted = tmp_path / "given", tmp_path / "rooted"
     given.mkdir()
     rooted.mkdir()
@@ -340,9 +380,11 @@ async def test_server_filesystem_gets_the_roots_of_a_client_that_declares_them(
     async def allowed(meta: RequestParamsMeta | None) -> str:
         return text_of(await client.call_tool("list_allowed_directories", {}, meta=meta))
 
-    with caplog.at_level(logging.INFO, "mcp_sessions.gateway.stderr"), gateway(tmp_path, filesystem(given)) as url:
-        async with Client(url, mode=mode, list_roots_callback=roots) as client:
-            meta = None if mode == "legacy" else sdk_session_meta(await create_session(client))
+    warm = 1 if mode == "naming none" else 0  # the caller's process: one started ahead, which has asked its roots
+    logged = caplog.at_level(logging.INFO, "mcp_sessions.gateway.stderr")
+    with logged, gateway(tmp_path, filesystem(given), warm=warm) as url:
+        async with Client(url, mode=mode.replace("naming none", "auto"), list_roots_callback=roots) as client:
+            meta = None if mode != "auto" else sdk_session_meta(await create_session(client))
             said = r"process \S+: No valid root directories"
             if mode != "legacy":  # a 2025 transport session's process starts at its first call, which roots reach
                 until(lambda: re.search(said, caplog.text) is not None, f"a log line saying {said!r}")

@@ -19,7 +19,7 @@ import os
 import socket
 from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -34,6 +34,9 @@ EXIT_USAGE = 2
 STARTUP_FAILURE = 3
 """uvicorn's exit status for an app that failed to start in another way (a bug: its traceback is logged)."""
 _SHUTTING_DOWN = unavailable(503, "The gateway is shutting down", b"1", None, "shutting_down")
+STOPPING: Final = "mcp_sessions.gateway.stopping"
+"""The scope key of a callable that says whether the gateway has been asked to stop: a request still unanswered then
+says so (``--stdio``'s, whose stream ends unanswered at ``--shutdown-timeout``, before the app's shutdown)."""
 
 
 def serve(
@@ -99,6 +102,8 @@ def serve(
         return EXIT_USAGE
     try:
         server.run(sockets=sockets)
+    except KeyboardInterrupt:  # Ctrl-C, raised again by uvicorn once it has stopped: ended quietly, as uvicorn's own
+        pass  # command ends (exit status 0)
     except SystemExit:  # uvicorn's, for an app that did not start
         if started.stopped:  # a SIGTERM while it started: stopped, as asked
             return 0
@@ -107,7 +112,7 @@ def serve(
     if started.failure is not None:
         print(f"mcp-sessions gateway: {started.failure}", file=stderr)
         return EXIT_USAGE
-    return 0 if server.started else STARTUP_FAILURE
+    return 0 if server.started or started.stopped else STARTUP_FAILURE
 
 
 def bind(host: str, port: int, flags: str = "--host {host} --port {port}") -> socket.socket:
@@ -170,6 +175,9 @@ class _Started:
         self._starting: anyio.CancelScope | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
+    def stop_asked(self) -> bool:
+        return self._stop_asked
+
     def stop_starting(self) -> None:
         """Called by the signal handler: the start under way, or about to be, is ended (its processes stopped)."""
         self._stop_asked = True
@@ -178,6 +186,7 @@ class _Started:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "lifespan":
+            scope[STOPPING] = self.stop_asked
             try:
                 return await self.app(scope, receive, send)
             except asyncio.CancelledError:  # by uvicorn, at the end of a stop's --shutdown-timeout

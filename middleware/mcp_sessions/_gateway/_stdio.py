@@ -65,6 +65,7 @@ from ._auth import REQUEST, FrontedConversations, GatewayAuth, ProcessEnv
 from ._exchange import TokenExchange
 from ._front import GatewayFront, HostCheck, trusted_proxies
 from ._sandbox import environment
+from ._serving import STOPPING
 from ._status import OperatorStatus, OwnConversations, ProcessMetrics
 from ._stdio_child import START_TIMEOUT, ProcessOptions
 from ._stdio_pool import AFTER_ANSWER
@@ -204,7 +205,7 @@ def stdio_gateway_app(
         raise ValueError("--process-env gives each conversation's process its own values: not with one shared")
     config = SessionsConfig.from_env() if config is None else config
     trusted = trusted_proxies(forwarded_allow_ips)
-    config = _sessions_config(config, processes, replica=bool(trusted))
+    config = _sessions_config(config, replica=bool(trusted))
     # a conversation's listen streams get its child's changes: the bus's
     if config.subscriptions is None:
         config.subscriptions = SessionSubscriptionBus()
@@ -246,16 +247,16 @@ def _check(command: Sequence[str], processes: str, sessionless: str, warm: int, 
         raise ValueError("sessionless is 'per-caller', 'per-request' or 'shared', and warm is 0 or more")
 
 
-def _sessions_config(config: SessionsConfig, processes: str, *, replica: bool) -> SessionsConfig:
+def _sessions_config(config: SessionsConfig, *, replica: bool) -> SessionsConfig:
     """A copy of ``config`` as the sessions in front of stdio processes need it: every conversation named (each
-    gets its process), and on a replica, host conversations from its front alone."""
+    gets its process, or its name in a process of many), and on a replica, host conversations from its front
+    alone."""
     config = copy.copy(config)
-    # every client's conversation, however it names it, gets its process or its name
-    if processes != "shared":
-        config.adopt_transport_sessions = True
-        if config.conversation_data == "off":
-            # bound to the caller here: see Children.conversation_for
-            config.conversation_data = "anonymous"
+    # every client's conversation, however it names it, gets its process or (in a process of many, the shared one
+    # too) its name, bound to its caller: see Children.conversation_for and Children.named
+    config.adopt_transport_sessions = True
+    if config.conversation_data == "off":
+        config.conversation_data = "anonymous"
     if replica:  # host conversations from its front alone
         fronted = FrontedConversations.from_context
         config.sources = tuple(fronted if s == HostConversationSource.from_context else s for s in config.sources)
@@ -380,13 +381,15 @@ class _TransportRequests:
       have;
     - a request in flight as its session ends (its process exited, it idled out, its client's ``DELETE``) gets an
       event stream that ends without its answer, or one left unfinished: it gets ``unanswered``'s error for its
-      transport session (its conversation's end) instead (:class:`_Answered`).
+      transport session (its conversation's end, or the gateway's stop: ``STOPPING``) instead (:class:`_Answered`).
 
     It reads the body whole (the sessions, placed at the SDK's endpoint, read it after this layer), as the sessions
     do: up to ``max_body`` bytes, then 413. A 2026-07-28 request has no transport session (its ``Mcp-Session-Id``,
     if any, is no transport session's)."""
 
-    def __init__(self, app: ASGIApp, unanswered: Callable[[bytes], MCPError], max_body: int) -> None:
+    def __init__(
+        self, app: ASGIApp, unanswered: Callable[[bytes, Callable[[], bool]], MCPError], max_body: int
+    ) -> None:
         self.app, self.unanswered, self.max_body = app, unanswered, max_body
         # (transport session id, its principal as the SDK's transport compares it, request id as the SDK keys it)
         self.in_flight: set[tuple[bytes, tuple[object, ...], str]] = set()
@@ -412,7 +415,8 @@ class _TransportRequests:
             refusal = jsonrpc.invalid_request(request_id, "a request with this id is in progress in this session")
             return await send_json(send, 200, refusal, b"")
         self.in_flight.add(key)
-        answer = _Answered(send, request_id, partial(self.unanswered, transport))
+        stopping = scope.get(STOPPING, bool)  # whether the gateway was asked to stop (by its command's uvicorn)
+        answer = _Answered(send, request_id, partial(self.unanswered, transport, stopping))
         try:
             await self.app(scope, replay, answer)
             await answer.end()

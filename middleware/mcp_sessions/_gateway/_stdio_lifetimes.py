@@ -69,8 +69,9 @@ class Lifetimes:
         why = why or self.ended.get(key, "ended")
         if self.fronted or why in (EndReason.EVICTED, EndReason.SESSION_ENDED):
             return self.not_found()
+        said = "the gateway is shutting down" if why == EndReason.SHUTDOWN else why
         return MCPError(
-            CHILD_EXITED, f"the server process of this conversation has ended ({why}), with its state; start a new one"
+            CHILD_EXITED, f"the server process of this conversation has ended ({said}), with its state; start a new one"
         )
 
     async def ready(self, conversation: Conversation) -> Conversation:

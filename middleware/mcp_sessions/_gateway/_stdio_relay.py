@@ -34,7 +34,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.types import Scope
 
 from .._bounded import BoundedDict
-from .._session import SCOPE_KEY, authenticated_user
+from .._session import authenticated_user
 from .._wire import printable
 from ..profiles import SESSION_META_KEY
 from ..subscriptions import SessionSubscriptionBus
@@ -350,9 +350,9 @@ class Conversation:
         else:
             assert self.child.link is not None
             declared = ctx.session.client_capabilities
-            # not a request's own
-            named = ctx.request is not None and ctx.request.scope.get(SCOPE_KEY) is not None
-            if named and not self.roots_told and declared is not None and declared.roots is not None:
+            # a process that outlives the request and asks its client: not a request's own, nor one of many
+            lasting = self.key.kind != "request" and not self.pooled
+            if lasting and not self.roots_told and declared is not None and declared.roots is not None:
                 # the child got no roots before its client was known: it may ask them now
                 self.roots_told = True
                 await self.child.link.notify("notifications/roots/list_changed", None)

@@ -128,9 +128,10 @@ class Table:
         """The key of the 2025 transport session whose ``Mcp-Session-Id`` is ``raw``: a digest, never the id."""
         return Key("transport-session", self.digests.transport(raw))
 
-    def unanswered(self, raw: bytes) -> MCPError:
-        """The error of a request in flight as the 2025 transport session ``raw`` names ended: its conversation's."""
-        return self.lifetimes.gone(self.transport_key(raw))
+    def unanswered(self, raw: bytes, stopping: Callable[[], bool]) -> MCPError:
+        """The error of a request in flight as the 2025 transport session ``raw`` names ended: its conversation's, or
+        the gateway's shutdown once it has been asked to stop (``stopping``: it leaves no tombstone)."""
+        return self.lifetimes.gone(self.transport_key(raw), EndReason.SHUTDOWN if stopping() else None)
 
     async def conversation_for(self, scope: Scope, method: str, state: object = None) -> Conversation:
         """The conversation a request reaches, the most specific name first: its data-layer session's (one opened in a
