@@ -59,19 +59,28 @@ def gateway(path: Path) -> bool:
 # streams that end with their token: 4,735) and issue 78's parts (the exchange once per key, the table split into
 # its pool, admission and lifetimes, no class over 250 lines, each module within the ceiling: 4,839; 4,829 once
 # the table built its own parts and a verified bearer token was kept). _cli's to 1,300 with issue 77's connect
-# (one session per conversation under a file lock, its refusals; 1,259). Each grew
-# by what its features needed, with room for the next fix, not the next feature.
+# (one session per conversation under a file lock, its refusals; 1,259). Then with issues 85 and 86: _gateway to
+# 5,200 (a world of its own for each process: root's helpers by absolute path with the server's environment in a
+# memfd, the host read-only and bounded tmpfs homes, a seccomp filter against user namespaces, tables proven stale
+# by a lock, names resolved and granted by nftables sets; the sweep's find and pkill loop gone: 4,924 -> 5,167),
+# _cli to 1,500 (connect's own Streamable HTTP relay in place of the mcp SDK's, so that the shim starts in 0.16
+# CPU-seconds, not 0.65: 1,259 -> 1,467) and the core to 8,050 (its names imported on first use, and the
+# conversation id beside the wire's other constants, so that connect imports none of the middleware: 8,012).
+# Each grew by what its features needed, with room for the next fix, not the next feature.
 BUDGETS: dict[str, tuple[Callable[[Path], bool], int]] = {
-    "core": (core, 8_000),
-    "_cli": (cli, 1_300),
-    "_gateway": (gateway, 4_950),
+    "core": (core, 8_050),
+    "_cli": (cli, 1_500),
+    "_gateway": (gateway, 5_200),
 }
 # The suite's: every line of its Python files, conformance/tests/ included (32,337 when it was first counted;
 # 34,617 with issues 65-68's tests through real gateways, authorization servers and hosts; 35,809 with issue
 # 76's, each a hostile process or user against a real gateway as root; 36,018 with issue 77's credentials,
 # startup and uid-readability tests; 36,720 with the rest of issue 77's, each through the real gateway and connect,
-# and issue 78's table through its factory in memory and its stdlib stdio server).
-TESTS_BUDGET = 37_000
+# and issue 78's table through its factory in memory and its stdlib stdio server; 37,406 with issues 85 and 86's,
+# each through the real gateway or shim command as root: a user's PATH, a read-only host and a full disk, a
+# closed stdout, user namespaces, two gateways' tables, a stand-in resolver, the TCP_NODELAY of an accepted
+# connection, a shim across a gateway restart and a rotated token, the shim's imports).
+TESTS_BUDGET = 37_450
 # The density guard: the core's figures when it was set (issue 68; Starlette's are 34.7 and 2.2%).
 MOST_CHARACTERS_PER_LINE = 40.1
 MOST_SHARE_OVER_100 = 6.4  # percent of code lines

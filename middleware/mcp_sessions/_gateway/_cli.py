@@ -75,9 +75,9 @@ def add_arguments(gateway: argparse.ArgumentParser) -> None:
     upstream.add_argument(
         "--stdio",
         metavar="COMMAND",
-        help="a stdio server's command and arguments, split as a shell would and run without one: by default "
-        "a process per caller for a server that speaks 2026-07-28, else per conversation (--processes) "
-        "(pip install 'mcp-sessions[gateway]')",
+        help="a stdio server's command and arguments, split as a shell would and run without "
+        "one: by default a process per caller for a server that speaks 2026-07-28, else per "
+        "conversation (--processes) (pip install 'mcp-sessions[gateway]')",
     )
     add_process_arguments(gateway)
     add_network_arguments(gateway)
