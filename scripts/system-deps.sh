@@ -36,6 +36,11 @@ command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || missing+=(nftables)
 # iproute2's ip: this host's addresses (a trusted front the processes could pose as), and unshare's own loopback
 # under --process-network none. Debian's minimal images leave it out.
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
+# The system's venv: where this checkout's Python lies under a 0700 home (pyenv's, under /root), the tests make the
+# environments that --process-uids processes run from the system's python3, which those uids may run.
+if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c 'import ensurepip' >/dev/null 2>&1; then
+    missing+=(python3-venv)
+fi
 if [ "${#missing[@]}" -gt 0 ]; then
     if ! command -v apt-get >/dev/null 2>&1; then
         echo "${missing[*]} missing and apt-get is not available: install them, then run make test again" >&2

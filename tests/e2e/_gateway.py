@@ -81,6 +81,20 @@ def readable_by_every_uid(path: Path) -> Path:
     return path
 
 
+def python_every_uid_runs() -> str:
+    """This interpreter where a process of any uid can run it, else the system's of its minor version: one under a
+    0700 home (pyenv's, under /root) is no other uid's to run, and ``--process-uids`` processes run their server as
+    their own uid. Skipped (failed under CI) in one line where there is none."""
+    if all(os.stat(up).st_mode & stat.S_IXOTH for up in Path(sys.executable).resolve().parents):
+        return sys.executable
+    system = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    if not os.access(system, os.X_OK):
+        missing(
+            f"{sys.executable} is not the processes' own uids' to run, and there is no {system}: install one they may"
+        )
+    return system
+
+
 def node() -> str:
     binary = shutil.which("node")
     if binary is None:

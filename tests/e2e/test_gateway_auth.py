@@ -13,7 +13,6 @@ import json
 import os
 import re
 import signal
-import stat
 import subprocess
 import sys
 import sysconfig
@@ -68,6 +67,7 @@ from e2e._gateway import (
     installed,
     legacy_initialize,
     node,
+    python_every_uid_runs,
     readable_by_every_uid,
     readable_directory,
     result_of,
@@ -520,12 +520,10 @@ def test_the_team_recipe_runs_as_written(readable_tmp: Path) -> None:
     use = use.replace("npx @modelcontextprotocol/inspector@2.12.0", f"node {inspector}")
     environ = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     environ["PYTHONPATH"] = f"{MAIN / 'middleware'}:{environ.get('PYTHONPATH', '')}"
-    if not all(os.stat(up).st_mode & stat.S_IXOTH for up in Path(sys.executable).resolve().parents):
-        # The processes' uids run their server themselves, and reach no interpreter under a 0700 home (pyenv's, under
-        # /root): `command -v python` finds a virtual environment of Debian's, of this minor version, with this one's
-        # packages.
-        debian = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
-        subprocess.run([debian, "-m", "venv", "--without-pip", tmp_path / "venv"], check=True, timeout=60)
+    if (python := python_every_uid_runs()) != sys.executable:
+        # The processes' uids run their server themselves: `command -v python` finds a virtual environment of one they
+        # can run, with this one's packages.
+        subprocess.run([python, "-m", "venv", "--without-pip", tmp_path / "venv"], check=True, timeout=60)
         [packages] = (tmp_path / "venv/lib").glob("*/site-packages")
         (packages / "this.pth").write_text(str(readable_by_every_uid(Path(sysconfig.get_paths()["purelib"]))) + "\n")
         environ["PATH"] = f"{tmp_path / 'venv/bin'}:{environ['PATH']}"

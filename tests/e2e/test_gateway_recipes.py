@@ -20,14 +20,13 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from _redis import redis_server_binary
-from e2e._gateway import CACHE, MAIN, installed, readable_directory
+from e2e._gateway import CACHE, MAIN, installed, python_every_uid_runs, readable_directory
 
 PAGE = MAIN / "docs" / "gateway.md"
 TEAM = "## One gateway for a team"
@@ -109,7 +108,7 @@ def run_recipe(script: str, tmp_path: Path) -> str:
     clone = tmp_path / "clone"
     shutil.copytree(MAIN, clone, ignore=_SKIPPED)
     (clone / "node_modules").symlink_to(installed(INSPECTOR, "@modelcontextprotocol/inspector"))
-    subprocess.run([sys.executable, "-m", "venv", tmp_path / "venv"], check=True, timeout=WITHIN)
+    subprocess.run([python_every_uid_runs(), "-m", "venv", tmp_path / "venv"], check=True, timeout=WITHIN)
     skipped = {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"}
     environ = {k: v for k, v in os.environ.items() if k not in skipped and not k.startswith("MCP_SESSIONS_")}
     environ["PATH"] = f"{tmp_path / 'venv' / 'bin'}{os.pathsep}{environ['PATH']}"
