@@ -191,14 +191,17 @@ def test_a_gateway_deletes_only_the_tables_of_gateways_that_are_gone_once_their_
     subprocess.run(["nft", "add", "table", "inet", unproven], check=True)
     try:
         with _sealed.hostile() as server:
-            prefix = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")  # its stop: a SIGKILL
+            prefix = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")
             with _sealed.gateway(server, "--process-uids", UIDS, prefix=prefix) as killed:
                 with _sealed.gateway(server, "--process-uids", UIDS) as first:
                     tables = table_of(first), table_of(killed)
                     assert tables[0] != tables[1]
                     assert [table(name).returncode for name in tables] == [0, 0]
                 assert [table(name).returncode for name in tables] == [1, 0]  # the first's stop left the other's
-            assert table(tables[1]).returncode == 0  # killed with its PID namespace: its table is left
+                assert killed.process is not None  # SIGKILLed, the gateway with its PID namespace (unshare ignores
+                os.killpg(killed.process.pid, signal.SIGKILL)  # the SIGTERM the block's end would send it)
+                killed.process.wait(timeout=WITHIN)
+            assert table(tables[1]).returncode == 0  # killed: its table is left
             uid = int(UIDS.split("-")[0]) + 99  # a process of its uids that outlived it (the test's own)
             survivor = subprocess.Popen(
                 ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "600"]
