@@ -63,7 +63,7 @@ from .._wire.protocol import (
 from ..client import HeldSession, SessionError, SessionTransport
 from . import EXIT_OK, UsageError
 from ._credentials import Credentials, add_credential_arguments, credential_headers
-from ._relay import Host, Remote
+from ._relay import Host, Remote, read_bounded
 
 logger = logging.getLogger("mcp_sessions.connect")
 
@@ -389,18 +389,16 @@ class Refusals(httpx2.AsyncBaseTransport):
 async def _described(response: httpx2.Response) -> str:
     """The remote's ``error_description`` of its refusal (RFC 6750's, in its JSON body as the gateway and the
     ``mcp`` SDK send it), escaped, as ``": ..."``; empty when it gives none. At most :data:`MAX_REFUSAL` is read."""
-    body = bytearray()
     try:
-        async for chunk in response.aiter_bytes():
-            body += chunk
-            if len(body) > MAX_REFUSAL:
-                return ""
+        body = await read_bounded(response, MAX_REFUSAL)
     except httpx2.HTTPError:
         return ""
     finally:
         await response.aclose()
+    if body is None:
+        return ""
     try:
-        described = jsonrpc.loads(bytes(body), answer=True).get("error_description")
+        described = jsonrpc.loads(body, answer=True).get("error_description")
     except (ValueError, AttributeError):
         return ""
     if not isinstance(described, str) or not described:

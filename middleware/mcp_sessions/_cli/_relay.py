@@ -197,7 +197,7 @@ class Remote:
                     return
             self._host(jsonrpc.error(request_id, CONNECTION_CLOSED, "the remote's stream ended without an answer"))
             return
-        body = await _read(response) if kind.startswith("application/json") else None
+        body = await read_bounded(response) if kind.startswith("application/json") else None
         if body is not None and self._relay(body, request_id):
             return
         if status == 404:
@@ -238,7 +238,7 @@ class Remote:
             async with self._http.stream("POST", self._url, content=body, headers=self._headers(None)) as response:
                 if response.status_code < 300:
                     self.session_id = response.headers.get(SESSION_ID)
-                await _read(response)
+                await read_bounded(response)
             if self.session_id is not None:
                 await self.post({"jsonrpc": "2.0", "method": "notifications/initialized"}, renew=False)
 
@@ -302,12 +302,12 @@ async def _events(response: httpx2.Response) -> AsyncIterator[str]:
             return
 
 
-async def _read(response: httpx2.Response) -> bytes | None:
-    """``response``'s body, or ``None`` past :data:`MAX_MESSAGE` bytes."""
+async def read_bounded(response: httpx2.Response, limit: int = MAX_MESSAGE) -> bytes | None:
+    """``response``'s body, or ``None`` past ``limit`` bytes (what is past it is not read)."""
     body = bytearray()
     async for chunk in response.aiter_bytes():
         body += chunk
-        if len(body) > MAX_MESSAGE:
+        if len(body) > limit:
             return None
     return bytes(body)
 
