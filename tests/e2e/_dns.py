@@ -15,19 +15,35 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-ADDRESS = "127.0.0.77"
-"""Where the stand-in listens (port 53): an address of loopback no other test uses."""
+from mcp_sessions._gateway._network import local_addresses, resolvers
+
+ADDRESSES = tuple(f"127.0.77.{last}" for last in range(1, 255))
+"""Where a stand-in listens (port 53): the first of these addresses of loopback that no other stand-in has."""
 
 
-def _answer(query: bytes, names: dict[str, str]) -> bytes:
-    (ident,) = struct.unpack("!H", query[:2])
+def host_address() -> str:
+    """This host's first IPv4 address other than loopback's: where a name a stand-in answers points, for an egress
+    process (its own loopback is its namespace's) to find this host."""
+    found = [str(net.network_address) for net in local_addresses() if net.version == 4 and not net.is_loopback]
+    assert found, "this host has no IPv4 address but loopback's: egress has no way out to test"
+    return found[0]
+
+
+def _asked(query: bytes) -> tuple[str, int]:
+    """The name a query asks about, and where its question ends."""
     labels, at = [], 12
     while query[at]:
         labels.append(query[at + 1 : at + 1 + query[at]].decode().lower())
         at += 1 + query[at]
+    return ".".join(labels), at
+
+
+def _answer(query: bytes, names: dict[str, str]) -> bytes:
+    (ident,) = struct.unpack("!H", query[:2])
+    name, at = _asked(query)
     qtype = struct.unpack("!H", query[at + 1 : at + 3])[0]
     question = query[12 : at + 5]
-    address = names.get(".".join(labels))
+    address = names.get(name)
     records = b""
     if address is not None and qtype == 1:  # A
         records = struct.pack("!HHHIH", 0xC00C, 1, 1, 60, 4) + socket.inet_aton(address)
@@ -35,15 +51,36 @@ def _answer(query: bytes, names: dict[str, str]) -> bytes:
     return struct.pack("!HHHHHH", ident, flags, 1, 1 if records else 0, 0, 0) + question + records
 
 
+def _bound(server: socket.socket, address: str) -> bool:
+    """Whether ``server`` could take port 53 of ``address`` (another stand-in's, else)."""
+    try:
+        server.bind((address, 53))
+    except OSError:
+        return False
+    return True
+
+
+def _forwarded(query: bytes, upstream: str) -> bytes:
+    """The host's resolver's answer to ``query`` (nothing if none comes within 10 s)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as asking:
+        asking.settimeout(10)
+        asking.sendto(query, (upstream, 53))
+        with contextlib.suppress(OSError):
+            return asking.recv(4096)
+    return b""
+
+
 @contextlib.contextmanager
-def resolver(names: dict[str, str]) -> Iterator[tuple[str, ...]]:
+def resolver(names: dict[str, str], *, forward: bool = False) -> Iterator[tuple[str, ...]]:
     """The stand-in, answering ``names`` (name: IPv4 address), for as long as the block runs; what to put before the
     gateway's command (``gateway(prefix=...)``) so that it, and pasta, read a ``/etc/resolv.conf`` naming it (a
-    mount namespace of the gateway's own)."""
+    mount namespace of the gateway's own). ``forward``: another name is asked of the host's own resolver (for a
+    recipe that installs from the package index), else it does not exist."""
+    upstream = next((str(each) for each in resolvers() if each.version == 4), None) if forward else None
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as server, tempfile.TemporaryDirectory() as directory:
-        server.bind((ADDRESS, 53))
+        address = next(each for each in ADDRESSES if _bound(server, each))
         resolv = Path(directory, "resolv.conf")
-        resolv.write_text(f"nameserver {ADDRESS}\n")
+        resolv.write_text(f"nameserver {address}\n")
         resolv.chmod(0o644)
 
         stop = threading.Event()
@@ -53,7 +90,10 @@ def resolver(names: dict[str, str]) -> Iterator[tuple[str, ...]]:
                 while not stop.is_set():
                     query, peer = server.recvfrom(512)
                     with contextlib.suppress(IndexError, UnicodeDecodeError, struct.error):
-                        server.sendto(_answer(query, names), peer)
+                        if upstream is not None and _asked(query)[0] not in names:
+                            server.sendto(_forwarded(query, upstream), peer)
+                        else:
+                            server.sendto(_answer(query, names), peer)
 
         thread = threading.Thread(target=serve, daemon=True)
         thread.start()
@@ -63,5 +103,5 @@ def resolver(names: dict[str, str]) -> Iterator[tuple[str, ...]]:
         finally:
             stop.set()
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as waking:  # its wait for a query ends
-                waking.sendto(b"", (ADDRESS, 53))
+                waking.sendto(b"", (address, 53))
             thread.join(timeout=10)

@@ -74,6 +74,13 @@ def stall():
 def resolve(host):
     try: return sorted({found[4][0] for found in socket.getaddrinfo(host, 80, proto=socket.IPPROTO_TCP)})[0]
     except OSError as exc: return f"denied: {exc}"
+def abstract(name):
+    with socket.socket(socket.AF_UNIX) as unix: unix.connect("\0" + name)
+    return "connected"
+def listening():
+    lines = [line.split() for line in open("/proc/net/tcp").readlines()[1:]]
+    return json.dumps(sorted({int(line[1].split(":")[1], 16) for line in lines if line[3] == "0A"}))
+HELD = []
 def deep(path, depth):
     here = os.getcwd()
     os.chdir(path)
@@ -95,8 +102,11 @@ TOOLS = {"daemon": daemon, "deep": deep, "whoami": whoami, "stall": stall, "ptra
          "signal": lambda pid, sig: tried(lambda: os.kill(pid, sig) or "sent"),
          "allocate": lambda mib: str(len(bytearray(mib << 20))),
          "mode": lambda path: tried(lambda: oct(os.stat(path).st_mode & 0o7777)),
-         "connect": lambda port: tried(lambda: socket.create_connection(("127.0.0.1", port), 5).close() or "connected"),
-         "loopback": loopback, "spin": spin, "resolve": resolve,
+         "connect": lambda port, host="127.0.0.1": tried(lambda: socket.create_connection((host, port), 5).close()
+                                                         or "connected"),
+         "loopback": loopback, "spin": spin, "resolve": resolve, "listening": listening,
+         "abstract": lambda address: tried(lambda: abstract(address)),
+         "hold": lambda port: tried(lambda: HELD.append(socket.create_server(("127.0.0.1", port))) or "bound"),
          "big": lambda: "read"}
 for line in sys.stdin:
     message = json.loads(line)

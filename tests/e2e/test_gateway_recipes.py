@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from _redis import redis_server_binary
+from e2e._dns import host_address, resolver
 from e2e._gateway import CACHE, MAIN, installed, python_every_uid_runs, readable_directory
 
 PAGE = MAIN / "docs" / "gateway.md"
@@ -103,8 +105,9 @@ def readable() -> Iterator[Path]:
         yield directory
 
 
-def run_recipe(script: str, tmp_path: Path) -> str:
-    """``script`` by bash in a copy of the repository, a fresh virtual environment first on PATH: its output."""
+def run_recipe(script: str, tmp_path: Path, prefix: tuple[str, ...] = ()) -> str:
+    """``script`` by bash in a copy of the repository, a fresh virtual environment first on PATH, after ``prefix``
+    (a command that runs the next): its output."""
     clone = tmp_path / "clone"
     shutil.copytree(MAIN, clone, ignore=_SKIPPED)
     (clone / "node_modules").symlink_to(installed(INSPECTOR, "@modelcontextprotocol/inspector"))
@@ -114,7 +117,7 @@ def run_recipe(script: str, tmp_path: Path) -> str:
     environ["PATH"] = f"{tmp_path / 'venv' / 'bin'}{os.pathsep}{environ['PATH']}"
     environ["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     recipe = subprocess.Popen(
-        ["bash", "-c", WAITING + script],
+        [*prefix, "bash", "-c", WAITING + script],
         cwd=clone,
         env=environ,
         stdout=subprocess.PIPE,
@@ -133,9 +136,13 @@ def run_recipe(script: str, tmp_path: Path) -> str:
 
 @pytest.mark.timeout(WITHIN + 60)
 def test_the_team_recipe_runs_as_written(readable: Path) -> None:
+    """The team recipe, where ``wiki.internal`` (its granted name) is this host's own address, port 443, by a stand-in
+    resolver that asks the host's own for the package index's names."""
     [claude_mcp_add] = [block for block in sh_blocks(TEAM, "text") if block.startswith("claude mcp add")]
     script = "".join(waited(block) for block in sh_blocks(TEAM)) + CLAUDE + claude_mcp_add
-    output = run_recipe(script, readable)
+    address = host_address()
+    with socket.create_server((address, 443)), resolver({"wiki.internal": address}, forward=True) as prefix:
+        output = run_recipe(script, readable, prefix)
 
     keys = readable / "clone"  # the stand-in's key and the users' tokens: this user's alone
     assert {name: (keys / name).stat().st_mode & 0o777 for name in ("idp-key.pem", "alice.jwt", "bob.jwt")} == {
@@ -148,7 +155,7 @@ def test_the_team_recipe_runs_as_written(readable: Path) -> None:
     assert f'www-authenticate: Bearer resource_metadata="{metadata}"' in output, output  # no token: no error
     assert '"authorization_servers":["http://127.0.0.1:9000/"]' in output, output
     texts = re.findall(r'"text": "([^"]*)"', output)
-    assert texts == ["0001", "0002", "0001"], output  # alice's process has alice's token, bob's his; Claude Code's
+    assert texts == ["0001", "0002", "reached", "0001"], output  # alice's token, bob's; the wiki; Claude Code's
     assert "Session not found" in output, output  # bob's token, alice's session
     expired = 'error="invalid_token", error_description="the token has expired (exp)"'
     assert f"HTTP/1.1 401 Unauthorized\nwww-authenticate: Bearer {expired}" in output, output

@@ -200,7 +200,7 @@ def by_default(server: str, request: pytest.FixtureRequest) -> Iterator[tuple[st
     with readable_directory("mcp-sessions-path-") as directory:  # not in /tmp: the tools run in the namespace too
         environ = {"MCP_SESSIONS_SECRET": SECRET}
         if request.param == "unshare":  # the tools the gateway runs, bubblewrap not among them
-            for tool in ("sh", "unshare", "setpriv", "prlimit", "mount", "mkdir", "ip", "pkill", "find"):
+            for tool in ("sh", "bash", "unshare", "setpriv", "prlimit", "mount", "mkdir", "ip"):
                 Path(directory, tool).symlink_to(shutil.which(tool) or tool)
             environ["PATH"] = str(directory)
         with gateway(server, environ=environ) as process:

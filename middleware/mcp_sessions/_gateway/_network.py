@@ -1,7 +1,10 @@
 """What of the network a stdio server process reaches (``--process-network``), by the kernel's own rules.
 
 ``host``: the host's network, as the gateway has it. ``none``: a network namespace of its own, with no interface
-but its own loopback (``_sandbox``). ``egress``: the world, but not this host (every address of its own: nftables'
+but its own loopback (``_sandbox``). ``egress``: contained, a network namespace of its own too, which pasta connects
+as the process's uid (:class:`Link`), so that nothing of this host's network namespace is in it (abstract Unix
+sockets, ``/proc/net``, loopback ports); what pasta sends on its behalf (or, uncontained, the process itself) reaches
+the world, but not this host (every address of its own: nftables'
 ``fib daddr type local``), its broadcasts, the link (link-local, multicast: the cloud's metadata address, mDNS,
 DHCP), the private, transition and reserved ranges, nor port 53 but the host's own resolvers (:func:`resolvers`:
 names resolve with no flag), unless ``--process-allow-net`` names a network or ``--process-allow-host`` a name
@@ -17,6 +20,7 @@ port number, uids, a checked name), never from what the operator typed.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import ipaddress
 import json
 import logging
@@ -27,12 +31,12 @@ import socket
 import subprocess
 import threading
 from collections.abc import Iterable, Sequence
-from contextlib import suppress
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
-from ._sandbox import locked, running_uids
+import anyio
 
 NETWORKS: Final = ("host", "none", "egress")
 TABLE_PREFIX: Final = "mcp_sessions_"
@@ -71,6 +75,22 @@ HOST_TTL: Final = 600
 made to it goes on meanwhile."""
 REFRESH: Final = 60.0
 """How often (seconds) the granted names are resolved again."""
+GATEWAY: Final = "169.254.1.1"
+"""An ``egress`` process's gateway, as its network namespace sees it (the namespace is ``169.254.1.2/30``): pasta,
+which forwards a DNS query sent there to the host's resolver (the namespace's ``/etc/resolv.conf`` names it:
+:data:`RESOLV`) and a connection there to this host's loopback, where the gateway's rules refuse it but what
+``--process-allow-net`` grants (``127.0.0.1:6379`` is reached at ``169.254.1.1:6379``)."""
+RESOLV: Final = "/run/mcp-sessions/resolv.conf"
+"""Every ``egress`` namespace's ``/etc/resolv.conf`` (its gateway: the host's resolver to it), written at startup."""
+# pasta's options: the namespace's interface made (its address, its gateway, its resolver), and no port forwarded
+# either way (pasta's -t and -u, from the host; -T and -U, from the namespace's loopback to the host's).
+_PASTA: Final = (
+    *("-f", "-q", "--config-net", "-a", "169.254.1.2", "-n", "30", "-g", GATEWAY, "--dns-forward", GATEWAY),
+    *("-t", "none", "-u", "none", "-T", "none", "-U", "none"),
+)
+# What pasta needs, as the process's uid, to join the namespace and make its interface there; it drops them at once.
+_PASTA_CAPS: Final = "+sys_admin,+net_admin"
+TUN: Final = "/dev/net/tun"
 logger = logging.getLogger("mcp_sessions.gateway")
 LOOPBACK: Final = tuple(ipaddress.ip_network(net) for net in ("127.0.0.0/8", "::1/128", "::ffff:127.0.0.0/104"))
 
@@ -430,3 +450,143 @@ def trusts_a_local_peer(trusted: Sequence[str], local: Iterable[IPNetwork]) -> s
 def _overlap(nets: Iterable[IPNetwork], others: Iterable[IPNetwork]) -> bool:
     others = list(others)
     return any(net.version == other.version and net.overlaps(other) for net in nets for other in others)
+
+
+def locked(path: str) -> int | None:
+    """The descriptor of ``path`` (created), locked: the lock is held until it is closed; None if another holds it."""
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        return None
+    return descriptor
+
+
+def running_uids() -> set[int]:
+    """The real uids of the host's processes (``/proc/PID/status``)."""
+    found = set()
+    for status in Path("/proc").glob("[0-9]*/status"):
+        with suppress(OSError, ValueError, IndexError):
+            found.add(int(status.read_text().split("\nUid:\t", 1)[1].split("\t", 1)[0]))
+    return found
+
+
+def above(descriptor: int) -> int:
+    """``descriptor`` moved above 4 (closed where it was): the first helper that starts a process takes 3 and 4 for the
+    server's own (``_sandbox``)."""
+    try:
+        return fcntl.fcntl(descriptor, fcntl.F_DUPFD_CLOEXEC, 5)
+    finally:
+        os.close(descriptor)
+
+
+class Link:
+    """The ``egress`` network of one process: its own namespace, connected to the world by pasta (passt's), run as the
+    process's own uid with what it needs to join the namespace and make its interface there (it drops them as it
+    starts), so that what it sends on the process's behalf is the process's under the gateway's nftables rules
+    (:class:`EgressRules`); no port is forwarded either way. bubblewrap says the namespace is made (``--info-fd``:
+    its first pid), unshare's script says so too (its own process's is the one), and each holds the server back
+    (``--block-fd``, the script's ``read``) until pasta is ready (its pid file, a pipe here). pasta ends with the
+    process (:meth:`close`), or with the gateway (``setpriv --pdeathsig``)."""
+
+    def __init__(self, bwrap: bool, uid: int, gid: int, helpers: tuple[str, str], environ: dict[str, str]) -> None:
+        # helpers: setpriv's and pasta's absolute paths; environ: theirs, root's (the sandbox's)
+        self.bwrap, self.uid, self.gid, self.helpers, self.environ = bwrap, uid, gid, helpers, environ
+        self.info, info = _pipe()
+        block, self.block = _pipe()
+        self.passed = (info, block)  # the process's ends
+        self.pasta: anyio.abc.Process | None = None
+
+    async def connect(self, pid: int) -> None:
+        """pasta started on the namespace of ``pid`` (the process's first, as started), then the server let run."""
+        with ExitStack() as held:
+            try:
+                info, self.info = self.info, -1  # the reading thread's to close: it may outlive a cancel
+                made = await anyio.to_thread.run_sync(_made, info, abandon_on_cancel=True)
+                first = int(made["child-pid"] if self.bwrap else pid)
+                namespace = os.open(f"/proc/{first}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            except (ValueError, KeyError, TypeError, OSError):
+                raise NetworkError("--process-network egress: the process's network namespace was not made") from None
+            held.callback(os.close, namespace)
+            inode = os.fstat(namespace).st_ino
+            if inode != made.get("net-namespace", inode) or inode == os.stat("/proc/self/ns/net").st_ino:
+                raise NetworkError("--process-network egress: /proc is not of the gateway's PID namespace")
+            ready, written = _pipe()
+            errors = above(os.memfd_create("pasta"))
+            held.callback(os.close, ready)
+            held.callback(os.close, errors)
+            try:
+                os.fchown(written, self.uid, self.gid)  # pasta, as the process's uid, opens it by name
+                user = [f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--pdeathsig", "KILL"]
+                caps = [f"--inh-caps=-all,{_PASTA_CAPS}", f"--ambient-caps={_PASTA_CAPS}", "--", self.helpers[1]]
+                netns = ["--netns", f"/proc/self/fd/{namespace}", "--pid", f"/proc/self/fd/{written}"]
+                self.pasta = await anyio.open_process(
+                    [self.helpers[0], *user, *caps, *_PASTA, *netns],
+                    env=self.environ,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=errors,
+                    pass_fds=(namespace, written),
+                )
+            finally:
+                os.close(written)
+            # Its pid, once its interface is made; nothing if it ended (why: its last line).
+            if not await anyio.to_thread.run_sync(os.read, ready, 64, abandon_on_cancel=True):
+                last = (os.pread(errors, 4096, 0).decode(errors="replace").strip().splitlines() or ["no word"])[-1]
+                raise NetworkError(f"--process-network egress: pasta did not connect the process: {last[:200]!r}")
+            with suppress(OSError):  # a process that ended meanwhile: its end says so
+                os.write(self.block, b"go\n")
+
+    async def close(self) -> None:
+        """pasta ended, once the process has, and the descriptors of the link closed (the process's ends are the
+        caller's to close as it starts the process)."""
+        for held in (self.info, self.block):
+            if held >= 0:
+                os.close(held)
+        self.info = self.block = -1
+        if self.pasta is not None:
+            with suppress(ProcessLookupError):
+                self.pasta.kill()
+            await self.pasta.wait()
+            self.pasta = None
+
+
+def linkable() -> None:
+    """Whether pasta, as each process's uid, can make its interface (the tun device, open to every uid as Debian's
+    udev makes it); and the namespaces' :data:`RESOLV` written."""
+    try:
+        if os.stat(TUN).st_mode & 0o006 != 0o006:
+            raise NetworkError(
+                f"--process-network egress: {TUN} is not open to every uid, and pasta opens it as each process's "
+                f"uid: chmod 0666 {TUN} (Debian's udev rule makes it so)"
+            )
+        os.makedirs(os.path.dirname(RESOLV), mode=0o755, exist_ok=True)
+        written = f"{RESOLV}.{os.getpid()}"
+        Path(written).write_text(f"nameserver {GATEWAY}\n")
+        os.chmod(written, 0o644)
+        os.replace(written, RESOLV)
+    except OSError as exc:
+        raise NetworkError(f"--process-network egress: {exc.strerror or exc}") from None
+
+
+def _made(descriptor: int) -> dict[str, Any]:
+    """What the namespace's first helper says as it is made: a JSON object (bubblewrap's ``--info-fd``, written in
+    parts), read until whole, 4 kB at most, then ``descriptor`` closed; ``ValueError`` if it ends before."""
+    said = b""
+    try:
+        while len(said) < 4096 and (chunk := os.read(descriptor, 4096 - len(said))):
+            said += chunk
+            with suppress(ValueError):
+                made = json.loads(said)
+                if isinstance(made, dict):
+                    return made
+    finally:
+        os.close(descriptor)
+    raise ValueError("not made")
+
+
+def _pipe() -> tuple[int, int]:
+    """A pipe, both ends above 4 (:func:`_above`)."""
+    read_end, write_end = os.pipe()
+    return above(read_end), above(write_end)

@@ -8,8 +8,8 @@ A process is started through a chain of them, each doing one thing and then runn
   sees no other process, and every process it started ends with it (the namespace's init ends them all); a mount
   namespace where the host's files are read-only but its own: its home and temporary directories, each a tmpfs
   bounded by ``--process-disk``, gone with the namespace; no view of the control groups (:func:`_namespace`; under
-  ``unshare``, a ``sh`` mounts them as root); with network ``none``, a network namespace of its own, its own
-  loopback only;
+  ``unshare``, a ``sh`` mounts them as root); with network ``none`` or ``egress``, a network namespace of its own
+  (its own loopback; under ``egress`` an interface that pasta connects to the world: :class:`Link`);
 - ``prlimit``: ``RLIMIT_NPROC``, the process-count bound where no control group gives one (a uid's count,
   so with a uid per process only);
 - ``setpriv``: its uid and gid, no supplementary group, no capability, no new privileges;
@@ -25,8 +25,6 @@ of it runs (a killed gateway's end with their namespaces), and tried again later
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import functools
 import logging
 import os
@@ -34,7 +32,6 @@ import pwd
 import re
 import shlex
 import shutil
-import struct
 import subprocess
 import tempfile
 from collections import deque
@@ -47,6 +44,8 @@ from typing import Final, Literal
 import anyio
 
 from ._cgroups import Cgroup, Cgroups, read
+from ._network import RESOLV, Link, NetworkError, above, linkable, locked, running_uids
+from ._seccomp import no_user_namespaces
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -85,12 +84,15 @@ PRIVATE: Final = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")  # noqa: S108
 ``--process-disk`` at most)."""
 CGROUPS: Final = "/sys/fs/cgroup"
 """Hidden from a contained process (an empty tmpfs over it): it would list every conversation's control group."""
-# unshare's mounts, as root in its new namespaces before setpriv runs the command: $1-$3 the paths of mount, mkdir
-# and ip (:func:`tool`); $4 the process's home (or ""), a tmpfs where it is (its parents under a tmpfs 0711, as on the
-# host), $5 its options; $6 "up" for its own loopback (a new network namespace's is down); then MOUNT-POINT OPTIONS
-# pairs, each remounted read-only, until "--"; then DIRECTORY OPTIONS pairs, each a tmpfs, until "--".
+# unshare's mounts, by bash (which closes a descriptor above 9; it runs the next with no environment, where it would add
+# its SHLVL), as root in its new namespaces before setpriv runs the command: $1-$3 the paths of mount, mkdir and ip
+# (:func:`tool`); $4 the process's home (or ""), a tmpfs where it is (its parents under a tmpfs 0711, as on the host),
+# $5 its options; $6 "up" for its own loopback (a new network namespace's is down); under egress, $7 and $8 the
+# descriptors of its Link (where it says the namespace is made, and what holds the server back until pasta is ready) and
+# $9 the namespace's resolv.conf, else three ""; then MOUNT-POINT OPTIONS pairs, each remounted read-only, until "--";
+# then DIRECTORY OPTIONS pairs, each a tmpfs, until "--".
 _UNSHARE_MOUNTS: Final = """\
-mount=$1 mkdir=$2 ip=$3 home=$4 options=$5 lo=$6; shift 6
+mount=$1 mkdir=$2 ip=$3 home=$4 options=$5 lo=$6 info=$7 block=$8 resolv=$9; shift 9
 while [ "$1" != -- ]; do "$mount" --no-canonicalize -o "$2" "$1" || exit 125; shift 2; done; shift
 while [ "$1" != -- ]; do "$mount" -t tmpfs -o "$2" tmpfs "$1" || exit 125; shift 2; done; shift
 if [ -n "$home" ]; then
@@ -99,7 +101,11 @@ if [ -n "$home" ]; then
     unset OLDPWD
 fi
 if [ "$lo" = up ]; then "$ip" link set lo up || exit 125; fi
-exec "$@"
+if [ -n "$info" ]; then
+    "$mount" --bind -o ro "$resolv" /etc/resolv.conf || exit 125
+    eval "echo {} >&$info && exec $info>&- && read -r _ <&$block && exec $block<&-" || exit 125
+fi
+exec -c "$@"
 """
 # The file systems of the kernel's own state, which no process writes a file in: not made read-only by unshare's
 # script (its /proc is its own; devpts makes the terminals it opens).
@@ -116,47 +122,6 @@ HELPER_ENV: Final = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 # The last helper, as the server's user: the server's environment from the file $0 names, then the server, its
 # stdin and stdout back where they belong.
 _LAST: Final = '. "$0" || exit 125; exec "$@" <&3 >&4 3<&- 4>&-'
-
-
-# Each architecture's audit number, and its unshare, clone and clone3 system calls; x86_64's x32 calls (bit 30 set)
-# are refused whole, as no server needs them.
-_CALLS: Final = {
-    0xC000003E: (272, 56, 435),  # x86_64
-    0x40000003: (310, 120, 435),  # i386, on x86_64
-    0xC00000B7: (97, 220, 435),  # aarch64
-    0x40000028: (337, 120, 435),  # arm, on aarch64
-}
-_CLONE_NEWUSER: Final = 0x10000000
-
-
-@functools.cache
-def no_user_namespaces() -> bytes:
-    """A seccomp filter (classic BPF, as bubblewrap's ``--seccomp`` takes it) that refuses a new user namespace:
-    ``unshare`` and ``clone`` with ``CLONE_NEWUSER`` get ``EPERM``, ``clone3`` (whose flags a filter cannot read)
-    ``ENOSYS``, so that the C library falls back to ``clone``; so do x86_64's x32 calls, and every call of an
-    architecture it does not know. Docker's default profile does the same."""
-    load, equal, has, jump, give = 0x20, 0x15, 0x45, 0x05, 0x06
-    allow, refuse, absent = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
-    count = len(_CALLS)
-    code = [(load, 0, 0, 4)]  # the architecture: each one's block follows the dispatch, 11 instructions each
-    for index, arch in enumerate(_CALLS):
-        code += [(equal, 0, 1, arch), (jump, 0, 0, 2 * count + 9 * index - 1)]
-    code.append((give, 0, 0, absent))
-    for arch, (unshare, clone, clone3) in _CALLS.items():
-        code += [
-            (load, 0, 0, 0),  # the call
-            (has, 8, 0, 0x40000000 if arch == 0xC000003E else 0),  # x32's
-            (equal, 3, 0, unshare),
-            (equal, 2, 0, clone),
-            (equal, 5, 0, clone3),
-            (give, 0, 0, allow),
-            (load, 0, 0, 16),  # the low half of its first argument: the flags
-            (has, 1, 0, _CLONE_NEWUSER),
-            (give, 0, 0, allow),
-            (give, 0, 0, refuse),
-            (give, 0, 0, absent),
-        ]
-    return b"".join(struct.pack("=HBBI", *instruction) for instruction in code)
 
 
 @functools.cache
@@ -235,26 +200,6 @@ class Uids:
         self.free.append(uid)
 
 
-def locked(path: str) -> int | None:
-    """The descriptor of ``path`` (created), locked: the lock is held until it is closed; None if another holds it."""
-    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(descriptor)
-        return None
-    return descriptor
-
-
-def running_uids() -> set[int]:
-    """The real uids of the host's processes (``/proc/PID/status``)."""
-    found = set()
-    for status in Path("/proc").glob("[0-9]*/status"):
-        with suppress(OSError, ValueError, IndexError):
-            found.add(int(status.read_text().split("\nUid:\t", 1)[1].split("\t", 1)[0]))
-    return found
-
-
 @dataclass(frozen=True)
 class Sandbox:
     """How every process runs (the ``--process-*`` flags): its containment (``auto`` until :meth:`chosen`), its uid
@@ -322,6 +267,11 @@ class Sandbox:
         if containment == "none":
             return
         self._installed()
+        if self.network == "egress":
+            try:
+                linkable()
+            except NetworkError as exc:
+                raise SandboxError(str(exc)) from None
         with tempfile.TemporaryDirectory() as top:
             cwd = os.path.join(top, "trial")
             os.mkdir(cwd)
@@ -377,7 +327,9 @@ class Sandbox:
         if self.pids is not None:
             helpers.append("prlimit")
         if self.containment == "unshare":
-            helpers += ["setpriv", "mount", "mkdir", "ip"]
+            helpers += ["setpriv", "mount", "mkdir", "ip", "bash"]
+        if self.network == "egress":
+            helpers += ["setpriv", "pasta"]
         return helpers
 
     async def enter(self, process_id: str) -> Place:
@@ -417,6 +369,7 @@ class Place:
     gid: int | None
     cwd: str | None = None
     cgroup: Cgroup | None = None
+    link: Link | None = None
 
     @property
     def workdir(self) -> str | None:
@@ -446,15 +399,29 @@ class Place:
         if sandbox.pids is not None and self.cgroup is None:
             line = [tool("prlimit"), f"--nproc={sandbox.pids}", "--", *line]
         seccomp = _memfd(no_user_namespaces()) if sandbox.containment == "bwrap" else None
-        line = [*_namespace(sandbox, self.cwd, seccomp), *line]
+        if sandbox.network == "egress" and sandbox.containment in ("bwrap", "unshare") and self.uid is not None:
+            gid, helpers = self.uid if self.gid is None else self.gid, (tool("setpriv"), tool("pasta"))
+            self.link = Link(sandbox.containment == "bwrap", self.uid, gid, helpers, HELPER_ENV)
+        line = [*_namespace(sandbox, self.cwd, seccomp, self.link), *line]
         if not line and self.cgroup is None:
             return list(command), dict(environ), ()
         procs = [] if self.cgroup is None else self.cgroup.procs
         line = ["/bin/sh", "-c", _FIRST, "sh", *procs, "--", *line]
         exports = (f"export {name}={shlex.quote(value)}\n" for name, value in environ.items())
         held = _memfd(os.fsencode("".join(exports)))
-        files = (held,) if seccomp is None else (held, seccomp)
+        files = (held, *([] if seccomp is None else [seccomp]), *([] if self.link is None else self.link.passed))
         return [*line, "/bin/sh", "-c", _LAST, f"/dev/fd/{held}", *command], dict(HELPER_ENV), files
+
+    async def connect(self, pid: int) -> None:
+        """Once its process ``pid`` has started: its network connected (:meth:`Link.connect`), where it has a link;
+        ``SandboxError`` if it could not be."""
+        if self.link is not None:
+            try:
+                await self.link.connect(pid)
+            except NetworkError as exc:
+                raise SandboxError(str(exc)) from None
+            except OSError as exc:
+                raise SandboxError(f"--process-network egress: {exc.strerror or exc}") from None
 
     @property
     def environ(self) -> dict[str, str]:
@@ -472,6 +439,8 @@ class Place:
         mount point: what the process wrote went with its tmpfs) and control group removed, its uid given back. What
         was left, if anything."""
         try:
+            if self.link is not None:
+                await self.link.close()
             if self.cgroup is not None and not await anyio.to_thread.run_sync(self.cgroup.killed, END_WITHIN):
                 return f"its control group was not empty within {END_WITHIN:g} s"
             if self.workdir is not None and not await anyio.to_thread.run_sync(_removed, self.workdir):
@@ -508,18 +477,16 @@ def _memfd(data: bytes) -> int:
     """A new file in memory holding ``data``, read from its start, on a descriptor above those the first helper moves
     the server's stdin and stdout to (3 and 4)."""
     made = os.memfd_create("mcp-sessions")
-    try:
-        os.write(made, data)  # a few kB: a file in memory takes them whole
-        os.lseek(made, 0, os.SEEK_SET)
-        return fcntl.fcntl(made, fcntl.F_DUPFD_CLOEXEC, 5)
-    finally:
-        os.close(made)
+    os.write(made, data)  # a few kB: a file in memory takes them whole
+    os.lseek(made, 0, os.SEEK_SET)
+    return above(made)
 
 
-def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None) -> list[str]:
+def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None, link: Link | None = None) -> list[str]:
     """The namespace part of a process's command line (none without a containment): a PID namespace and a ``/proc``
-    of its own; an IPC namespace (no SysV or POSIX message queue object outlives it); with network ``none`` a network
-    namespace (its own loopback only); a mount namespace where the host's files are read-only, each of
+    of its own; an IPC namespace (no SysV or POSIX message queue object outlives it); with network ``none`` or
+    ``egress`` a network namespace (its own loopback; under ``egress`` the interface ``link`` connects, and its
+    resolver, :data:`RESOLV`); a mount namespace where the host's files are read-only, each of
     :data:`PRIVATE` the host has is an empty tmpfs, and so is ``cwd``, its home, each at most ``sandbox.disk`` MiB,
     and :data:`CGROUPS` is hidden. Its first process dies with the gateway, even by SIGKILL (bubblewrap's
     ``--die-with-parent``, ``setpriv --pdeathsig``). Under bubblewrap, ``seccomp`` is the descriptor of
@@ -527,7 +494,7 @@ def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None) ->
     containment = sandbox.containment
     if containment not in ("bwrap", "unshare"):
         return []
-    isolated = sandbox.network == "none"
+    isolated = sandbox.network in ("none", "egress")
     hidden = [path for path in (*PRIVATE, CGROUPS) if os.path.isdir(path) and not os.path.islink(path)]
     home = "" if cwd is None else os.path.abspath(cwd)
     size = f"{sandbox.disk}m"
@@ -538,14 +505,18 @@ def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None) ->
             mounts += [path, f"nosuid,nodev,mode=1777,size={size}" if path in PRIVATE else "nosuid,nodev,mode=755"]
         return [
             *(tool("setpriv"), "--pdeathsig", "KILL", "--", tool("unshare"), "--pid", "--ipc", *network),
-            *("--fork", "--mount-proc", "--kill-child", "--", "/bin/sh", "-c", _UNSHARE_MOUNTS, "sh"),
+            *("--fork", "--mount-proc", "--kill-child", "--", tool("bash"), "-c", _UNSHARE_MOUNTS, "sh"),
             *(tool("mount"), tool("mkdir"), tool("ip"), home, f"nosuid,nodev,mode=1777,size={size}"),
-            *("up" if isolated else "", *_read_only(), "--", *mounts, "--"),
+            *("up" if isolated else "", *(("", "", "") if link is None else (*map(str, link.passed), RESOLV))),
+            *(*_read_only(), "--", *mounts, "--"),
         ]
     network = ["--unshare-net"] if isolated else []
     line = [tool("bwrap"), "--unshare-pid", "--unshare-ipc", *network, "--die-with-parent"]
     line += [] if seccomp is None else ["--seccomp", str(seccomp)]
     line += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    if link is not None:  # bubblewrap says the namespace is made, and holds the server back until pasta is ready
+        info, block = link.passed
+        line += ["--info-fd", str(info), "--block-fd", str(block), "--ro-bind", RESOLV, "/etc/resolv.conf"]
     size = str(sandbox.disk << 20)
     for path in hidden:  # a later mount over an earlier one
         line += ["--perms", "01777", "--size", size, "--tmpfs", path] if path in PRIVATE else ["--tmpfs", path]
