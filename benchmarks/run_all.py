@@ -38,6 +38,7 @@ BENCHMARKS: dict[str, list[str]] = {
     "scale_out": ["bench_scale_out.py"],
     "gateway": ["bench_gateway.py"],
     "stdio": ["bench_stdio.py"],  # the stdio gateway against supergateway
+    "egress": ["bench_egress.py"],  # the stdio gateway's --process-network egress against host (as root)
 }
 EDIT = "edit the scripts, not this page"
 RUN_FILE = "run.json"  # when the whole run started, how long it took, and the load then
@@ -129,10 +130,11 @@ python benchmarks/run_all.py --write docs/performance.md
 ```
 
 Each script also runs on its own and prints its tables and verdicts: `python benchmarks/bench_asgi.py`,
-`bench_uvicorn.py`, `bench_sse.py`, `bench_scale_out.py`, `bench_gateway.py`, `bench_stdio.py` (`--help`
-for their sizes, `--quick` for a few requests, as the tests run them); `--only NAME` runs one and puts its
-parts on the page. `bench_gateway.py` and `bench_stdio.py` start `mcp-sessions gateway` by its command
-(`bench_stdio.py` needs `scripts/system-deps.sh --all` for supergateway). Run on a quiet machine if you can;
+`bench_uvicorn.py`, `bench_sse.py`, `bench_scale_out.py`, `bench_gateway.py`, `bench_stdio.py`,
+`bench_egress.py` (`--help` for their sizes, `--quick` for a few requests, as the tests run them); `--only NAME`
+runs one and puts its parts on the page. `bench_gateway.py`, `bench_stdio.py` and `bench_egress.py` start
+`mcp-sessions gateway` by its command (`bench_stdio.py` needs `scripts/system-deps.sh --all` for supergateway;
+`bench_egress.py` runs as root). Run on a quiet machine if you can;
 on a busy one, the control rows tell how much to trust the rest."""
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from _redis import missing
 from e2e._gateway import installed, node
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,6 +161,20 @@ def test_the_benchmark_against_supergateway_runs_and_reports(tmp_path: Path) -> 
     for name in ("mcp-sessions gateway --stdio, 2025 client", "supergateway 4.0.0 --stateful, 2025 client"):
         assert len(report["starts"][f"{name} ms"]) == len(report["starts"][f"{name} cpu"]) == 1  # spawned, answered
     assert "mcp-sessions gateway --stdio" in printed
+
+
+def test_bench_egress_reports_egress_beside_the_host_network(tmp_path: Path) -> None:
+    """bench_egress.py, quick, as root: a call, a start and a 10 MB download through each network, counted."""
+    if os.geteuid() != 0:
+        missing("bench_egress.py runs as root: a uid per process, namespaces and nftables rules")
+    out = tmp_path / "egress.json"
+    run("bench_egress.py", "--quick", "--json", str(out))
+    seen = json.loads(out.read_text())["seen"]
+    assert {measure: {way: len(times) for way, times in ways.items()} for measure, ways in seen.items()} == {
+        "call": {"host": 20, "egress": 20},
+        "start": {"host": 3, "egress": 3},
+        "download": {"host": 2, "egress": 2},
+    }
 
 
 def test_bench_connect_reports_the_shim_beside_mcp_remote(tmp_path: Path) -> None:

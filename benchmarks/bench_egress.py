@@ -1,0 +1,259 @@
+"""What ``--process-network egress`` costs a stdio server against the host's network, in one run.
+
+Two ``mcp-sessions gateway --stdio`` commands in front of one stdio server (``SERVER`` below, plain JSON-RPC lines
+run by the system's python3), each process run as a uid of its own under bubblewrap: one with
+``--process-network egress`` (a network namespace of its own, connected by pasta, the gateway's nftables rules on
+its uid), one with ``--process-network host``. Alternated request by request, in a new shuffled order each round:
+
+- a ``tools/call`` of ``echo``: what the namespace adds to a call (nothing on the wire: the call is a pipe);
+- a conversation's start: ``initialize`` to its first call's answer (the process started, and its namespace
+  and pasta);
+- a download of 10 MB from an HTTP server on this host's own address (granted by ``--process-allow-net``): the
+  server process's ``urllib`` reads it whole, and says how long that took.
+
+Run as root (the uids, the namespaces and the rules need it), on an idle machine:
+
+    python benchmarks/bench_egress.py                  # full run
+    python benchmarks/bench_egress.py --quick          # a few rounds
+    python benchmarks/bench_egress.py --json out.json  # also write the numbers
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.server
+import itertools
+import json
+import os
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from _harness import finish, load_average, section
+
+SECRET = "bench-egress-secret-bench-egress-secret-0123"
+SIZE = 10 << 20
+IDS = itertools.count(1)  # each request its own: an id is the session's until its request is done with
+SERVER = r"""
+import json, sys, time, urllib.request
+def download(url):
+    start = time.perf_counter()
+    with urllib.request.urlopen(url, timeout=60) as answer:
+        size = len(answer.read())
+    return f"{size} {time.perf_counter() - start}"
+for line in sys.stdin:
+    message = json.loads(line)
+    if "id" not in message:
+        continue
+    params = message.get("params") or {}
+    if message["method"] == "initialize":
+        result = {"protocolVersion": params["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "bench", "version": "1"}}
+    else:
+        arguments = params.get("arguments", {})
+        text = download(arguments["url"]) if params.get("name") == "download" else arguments.get("text", "")
+        result = {"content": [{"type": "text", "text": text}], "isError": False}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}) + "\n")
+    sys.stdout.flush()
+"""
+
+
+def host_address() -> str:
+    """This host's address other than loopback's, as a connection out would leave from it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("192.0.2.1", 9))  # no packet: the kernel's choice of a source address
+        address: str = probe.getsockname()[0]
+    return address
+
+
+@contextmanager
+def serving(address: str) -> Iterator[int]:
+    """An HTTP server of ``SIZE`` bytes on ``address``: its port."""
+    body = bytes(SIZE)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer((address, 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+
+
+@contextmanager
+def gateway(server: Path, uids: str, *options: str) -> Iterator[str]:
+    """The gateway command in front of ``server``, a process per conversation, none started ahead: its URL."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port)]
+    line += ["--stdio", f"/usr/bin/python3 {server}"]
+    line += ["--processes", "per-conversation", "--warm", "0", "--log-level", "info", "--process-uids", uids, *options]
+    environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
+    process = subprocess.Popen(line, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        for startup in process.stderr:  # its startup lines, up to uvicorn's
+            if "Application startup complete" in startup:
+                break
+        else:
+            raise RuntimeError(f"the gateway {options} did not start")
+        said: list[str] = []  # the rest, kept to say why if the run fails
+        threading.Thread(target=lambda: said.extend(process.stderr or ()), daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{port}/mcp"
+        except BaseException:
+            print(f"the gateway {' '.join(options)} said:", *said[-20:], sep="\n", file=sys.stderr)
+            raise
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+
+
+def post(http: httpx.Client, url: str, body: dict[str, Any], session: str | None = None) -> httpx.Response:
+    headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-11-25"}
+    if session is not None:
+        headers["Mcp-Session-Id"] = session
+    return http.post(url, json=body, headers=headers)
+
+
+def started(http: httpx.Client, url: str) -> tuple[str, float]:
+    """A new conversation (a 2025 transport session): its id, and ms from ``initialize`` to its first call's answer
+    (its process started for it, and under egress its namespace and pasta)."""
+    params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}
+    start = time.perf_counter()
+    answer = post(http, url, {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params})
+    session = answer.headers["mcp-session-id"]
+    post(http, url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+    called(http, url, session, "echo", {"text": "first"})
+    return session, (time.perf_counter() - start) * 1000
+
+
+def called(http: httpx.Client, url: str, session: str, name: str, arguments: dict[str, str]) -> tuple[str, float]:
+    """The text of a ``tools/call`` of ``name``, and its ms."""
+    params = {"name": name, "arguments": arguments}
+    body = {"jsonrpc": "2.0", "id": next(IDS), "method": "tools/call", "params": params}
+    start = time.perf_counter()
+    answer = post(http, url, body, session)
+    took = (time.perf_counter() - start) * 1000
+    text = answer.text
+    if text.startswith("event:") or text.startswith("data:"):
+        text = next(line[5:] for line in text.splitlines() if line.startswith("data:"))
+    answer = json.loads(text)
+    assert "result" in answer, answer
+    return answer["result"]["content"][0]["text"], took
+
+
+def run(rounds: int, starts: int, downloads: int) -> dict[str, dict[str, list[float]]]:
+    address = host_address()
+    work = Path(tempfile.mkdtemp(prefix="mcp-sessions-bench-egress-", dir="/var/lib"))
+    try:
+        work.chmod(0o755)
+        server = work / "server.py"
+        server.write_text(SERVER)
+        server.chmod(0o644)
+        with serving(address) as port, httpx.Client(timeout=120) as http:
+            grant = ("--process-allow-net", f"{address}:{port}")
+            with (
+                gateway(server, "61700-61749", "--process-network", "egress", *grant) as egress,
+                gateway(server, "61750-61799", "--process-network", "host") as host,
+            ):
+                urls = {"egress": egress, "host": host}
+                sessions = {name: started(http, url)[0] for name, url in urls.items()}
+                seen: dict[str, dict[str, list[float]]] = {"call": {}, "start": {}, "download": {}}
+                url_of = f"http://{address}:{port}/"
+                for measure, count in (("call", rounds), ("start", starts), ("download", downloads)):
+                    for _ in range(count):
+                        for name in random.sample(list(urls), len(urls)):
+                            if measure == "call":
+                                took = called(http, urls[name], sessions[name], "echo", {"text": "x"})[1]
+                            elif measure == "start":
+                                session, took = started(http, urls[name])
+                                http.delete(urls[name], headers={"Mcp-Session-Id": session})  # its process ended
+                            else:
+                                text = called(http, urls[name], sessions[name], "download", {"url": url_of})[0]
+                                size, seconds = text.split()
+                                assert int(size) == SIZE, text
+                                took = float(seconds) * 1000
+                            seen[measure].setdefault(name, []).append(took)
+                return seen
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=300, help="calls of each gateway")
+    parser.add_argument("--starts", type=int, default=30, help="conversations started on each")
+    parser.add_argument("--downloads", type=int, default=10, help="10 MB downloads through each")
+    parser.add_argument("--quick", action="store_true", help="a few of each")
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("bench_egress runs as root: a uid per process, namespaces and nftables rules")
+    began = (time.monotonic(), load_average())
+    rounds, starts, downloads = (20, 3, 2) if args.quick else (args.rounds, args.starts, args.downloads)
+    seen = run(rounds, starts, downloads)
+    what = {
+        "call": "a tools/call (echo)",
+        "start": "a conversation's start, to its first call's answer",
+        "download": "10 MB from this host's address, read whole",
+    }
+    rows = []
+    for measure, ways in seen.items():
+        host, egress = statistics.median(ways["host"]), statistics.median(ways["egress"])
+        p99 = {name: statistics.quantiles(ways[name], n=100)[98] for name in ways} if len(ways["host"]) > 1 else {}
+        rows.append(
+            [
+                what[measure],
+                len(ways["host"]),
+                f"{host:.2f}",
+                f"{egress:.2f}",
+                f"{egress - host:+.2f}",
+                f"{egress / host:.2f}x",
+                f"{p99.get('host', host):.2f} / {p99.get('egress', egress):.2f}",
+            ]
+        )
+    text = (
+        "What `--process-network egress` costs a stdio server against `--process-network host`, the same server "
+        "(plain JSON-RPC lines, the system's python3) behind two `mcp-sessions gateway --stdio` commands, each "
+        "process a uid of its own under bubblewrap, alternated request by request: under `egress` a process has a "
+        "network namespace of its own, which pasta connects as its uid, the gateway's nftables rules on that uid. "
+        "A call is a pipe, on neither network; a start makes the namespace and starts pasta; the download goes "
+        "through pasta's TCP (10 MB from an HTTP server on this host's own address, granted by "
+        "`--process-allow-net`, read whole by the process's `urllib`: the process's own timing)."
+    )
+    header = ["what", "count", "host p50 ms", "egress p50 ms", "added ms", "egress / host", "p99 ms (host / egress)"]
+    finish(
+        "bench_egress.py",
+        args.json,
+        args.quick,
+        began,
+        [section("stdio servers: what egress costs", text, header, rows)],
+        [],
+        seen=seen,
+    )
+
+
+if __name__ == "__main__":
+    main()
