@@ -113,7 +113,7 @@ async def test_a_callers_requests_that_name_nothing_are_one_conversation_of_hers
 async def test_per_request_each_request_has_a_process_ended_once_answered() -> None:
     async with table(sessionless="per-request") as (children, made):
         first = await children.conversation_for(scope(), "tools/call")
-        children.lifetimes.answered(first)
+        children.answered(first)
         with anyio.fail_after(5):
             await first.child.done.wait()
         second = await children.conversation_for(scope(), "tools/call")

@@ -42,8 +42,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._asgi import send_json
 from .._version import __version__
-from ._stdio_admission import ProcessEvents
-from ._stdio_relay import ProcessView, known_as
+from ._stdio_relay import ProcessEvents, ProcessView, known_as
 from ._stdio_table import Children
 
 STATUS_PATH: Final = "/status"

@@ -213,7 +213,8 @@ def stdio_gateway_app(
     if not idle > 0:
         raise ValueError("process_idle must be a positive number of seconds")
     passed = environment(os.environ if environ is None else environ, pass_env)  # by allow-list
-    children = Children(
+    table = partial(
+        Children,
         command,
         config=config,
         processes=processes,
@@ -227,12 +228,11 @@ def stdio_gateway_app(
         bus=config.subscriptions,
         options=process_options,
         process_env=credentials,
+        fronted=bool(trusted),
+        metrics=partial(ProcessMetrics, meter_provider=config.meter_provider),
     )
-    children.lifetimes.fronted = bool(trusted)
-    children.pool.events = ProcessMetrics(children.pool.kinds, config.meter_provider)
-    check = HostCheck(allowed_hosts, allowed_origins)
-    status = (status_port, status_socket)
-    return _layered(children, config, idle=idle, auth=auth, check=check, trusted=trusted, status=status)
+    check, status = HostCheck(allowed_hosts, allowed_origins), (status_port, status_socket)
+    return _layered(table, config, idle=idle, auth=auth, check=check, trusted=trusted, status=status)
 
 
 def _check(command: Sequence[str], processes: str, sessionless: str, warm: int, *limits: int) -> None:
@@ -264,7 +264,7 @@ def _sessions_config(config: SessionsConfig, *, replica: bool) -> SessionsConfig
 
 
 def _layered(
-    children: Children,
+    table: Callable[..., Children],
     config: SessionsConfig,
     *,
     idle: float,
@@ -274,7 +274,13 @@ def _layered(
     status: tuple[int | None, str | None],
 ) -> GatewayFront:
     """The SDK's app for :class:`StdioServer`, and the layers around it, outermost last: the sessions, the
-    gateway's auth, its Host and Origin check (as in front of an HTTP upstream), its front door."""
+    gateway's auth, its Host and Origin check (as in front of an HTTP upstream), its front door. The table
+    (``table``, given how to end a 2025 transport session) ends one through the sessions, which it sits in."""
+
+    async def end_transport(transport: bytes, user: object) -> None:
+        await _end_transport(sessions, transport, user)
+
+    children = table(end_transport=end_transport)
     server = StdioServer(children)
     # the gateway's own check instead
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
@@ -284,7 +290,6 @@ def _layered(
     config.fronts_upstream = True
     requests = _TransportRequests(app, children.unanswered, config.max_body_size)
     sessions = MCPSessionMiddleware(_Opening(requests, children), config=config)
-    children.lifetimes.end_transport = partial(_end_transport, sessions)
     exchanged = children.process_env.wrap(sessions)  # exchanges, once the user is known
     guarded = sessions if auth is None else auth.wrap(OwnConversations(exchanged, children))
     checked: ASGIApp = _HostChecked(guarded, check)

@@ -467,6 +467,19 @@ class Conversation:
         self.dropped = _report_dropped(self.child.label, self.dropped)  # once it caught up
 
 
+class ProcessEvents:
+    """What the process metrics count (``_status.ProcessMetrics`` counts them); by default, nothing."""
+
+    def started(self) -> None:
+        """A process was started."""
+
+    def ended(self, why: str) -> None:
+        """A process ended, for ``why``."""
+
+    def refused(self, limit: str) -> None:
+        """A conversation was refused a process by ``limit``, the option's name."""
+
+
 @dataclass(frozen=True)
 class ProcessView:
     """One live process, as an operator sees it (:meth:`Pool.views`); its memory is read from ``/proc``."""

@@ -21,6 +21,7 @@ import logging
 import math
 import secrets
 import shlex
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
@@ -48,9 +49,19 @@ from ._auth import REQUEST, ProcessEnv
 from ._front import StartupFailed
 from ._stdio_admission import Admission
 from ._stdio_child import EXIT_DRAIN, Child, ProcessOptions, revisions
-from ._stdio_lifetimes import MAX_ENDED, EndReason, Lifetimes
-from ._stdio_pool import ChildFactory, Pool
-from ._stdio_relay import ANSWER_WITHIN, Caller, Conversation, Key, Process, key_digest, known_as
+from ._stdio_lifetimes import EXPECTED, EndReason, EndTransport, Lifetimes
+from ._stdio_pool import ChildFactory, Pool, after_answer
+from ._stdio_relay import (
+    ANSWER_WITHIN,
+    CHILD_EXITED,
+    Caller,
+    Conversation,
+    Key,
+    Process,
+    ProcessEvents,
+    key_digest,
+    known_as,
+)
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -63,16 +74,17 @@ Processes = Literal["auto", "per-conversation", "shared"]
 ``"per-caller"`` (:meth:`Children.choose`)."""
 Sessionless = Literal["per-caller", "per-request", "shared"]
 """Where the requests that name no conversation go (``--sessionless``)."""
-MAX_CONNECTIONS: Final = 1024
-"""2025 transport sessions open with no process (a connection that has made no call, or whose calls all name
-another conversation, as ``connect``'s): past it, the oldest is ended (its client gets 404, and initializes again);
-past eight times ``--max-processes-per-principal`` of one caller's, her oldest. The ``mcp`` SDK would keep 10,000
-for one address that loops on ``initialize``, and refuse every other client."""
+MAX_ENDED: Final = 100_000
+"""Ended conversations remembered (each answered with the error of its kind, never a new process); oldest first."""
+Metrics = Callable[[Callable[[], Counter[str]]], ProcessEvents]
+"""What counts the table's processes, given how many of each kind live (``_status.ProcessMetrics``)."""
 
 
 class Table:
     """Which process a request reaches: one table of conversations, each keyed by its :class:`Key` with its owner
-    in it, bounded overall and per caller (``admission``), each taken from ``pool`` and ended by ``lifetimes``."""
+    in it, and of what ended conversations leave (their tombstones, the requests kept for their input). Each event
+    (a request, a process's end, an answer) is one synchronous decision here; the I/O it asks for follows it: a
+    process taken from ``pool``, one refused or evicted by ``admission``, its life run by ``lifetimes``."""
 
     def __init__(
         self,
@@ -90,11 +102,17 @@ class Table:
         options: ProcessOptions | None = None,
         process_env: ProcessEnv | None = None,
         factory: ChildFactory = Child,
+        fronted: bool = False,
+        end_transport: EndTransport | None = None,
+        metrics: Metrics = lambda kinds: ProcessEvents(),
     ) -> None:
         self.config, self.bus, self.sessionless = config, bus, sessionless
         self.process_env = ProcessEnv() if process_env is None else process_env
+        self.fronted = fronted  # a replica behind a front (--forwarded-allow-ips): see gone
         # "auto" (Children.choose) becomes one of the others before the first request
         self.mode: Literal["auto", "per-conversation", "per-caller", "shared"] = processes
+        events = metrics(lambda: self.pool.kinds())  # read when the metrics are collected
+        self.lifetimes = Lifetimes(idle=idle, store=config.store, ended=self.process_ended, end_transport=end_transport)
         self.pool = Pool(
             command,
             warm=warm if processes != "shared" else 0,
@@ -103,35 +121,221 @@ class Table:
             options=options,
             process_env=self.process_env,
             bus=bus,
+            serve=self.lifetimes.serve,
+            events=events,
             factory=factory,
         )
-        self.lifetimes = Lifetimes(self.pool, {}, config, idle)
-        self.admission = Admission(max_processes, per_caller, config.create_limit)
-        self.conversations = self.lifetimes.conversations
+        self.admission = Admission(max_processes, per_caller, config.create_limit, events)
+        self.conversations: dict[Key, Conversation] = {}
+        self.ended: BoundedDict[Key, str] = BoundedDict(MAX_ENDED)  # tombstones: why each ended
+        self.retained: dict[str, Conversation] = {}  # a request's child awaiting its retry, by requestState
         self.digests = IdDigests(config.keys)  # the middleware's: a transport session's key is its adopted session's
         self.instance = secrets.token_hex(8)  # this start of the gateway, as a host conversation's data names it
         self.shared: Process | None = None
         self.moved: BoundedDict[str, Key] = BoundedDict(MAX_ENDED)  # a session opened in a transport session: its key
-        # 2025 transport sessions with no process yet, oldest first: their callers, ids and users (MAX_CONNECTIONS)
+        # 2025 transport sessions with no process yet, oldest first: their callers, ids and users
         self.connections: dict[Key, tuple[str, bytes, object]] = {}
-
-    def _transport(self, scope: Scope) -> Key | None:
-        """The key of the 2025 transport session a request's ``Mcp-Session-Id`` names: on the 2025 path only (a
-        2026-07-28 request's header is its session token, or anything its client put there, and names none)."""
-        headers = scope.get("headers", ())
-        raw = header(headers, MCP_SESSION_ID_HEADER)
-        if raw is None or Era.of(header(headers, MCP_PROTOCOL_VERSION_HEADER)) is not Era.LEGACY:
-            return None
-        return self.transport_key(raw)
 
     def transport_key(self, raw: bytes) -> Key:
         """The key of the 2025 transport session whose ``Mcp-Session-Id`` is ``raw``: a digest, never the id."""
         return Key("transport-session", self.digests.transport(raw))
 
-    def unanswered(self, raw: bytes, stopping: Callable[[], bool]) -> MCPError:
-        """The error of a request in flight as the 2025 transport session ``raw`` names ended: its conversation's, or
-        the gateway's shutdown once it has been asked to stop (``stopping``: it leaves no tombstone)."""
-        return self.lifetimes.gone(self.transport_key(raw), EndReason.SHUTDOWN if stopping() else None)
+    def route(
+        self,
+        caller: Caller,
+        session: Session | None,
+        raw: bytes | None,
+        method: str,
+        state: object,
+    ) -> Conversation:
+        """The decision: the conversation a caller's request reaches, named by its ``session``, its 2025 transport
+        session (``raw``) or ``state``, or none; opened (within the limits) where it may be. With
+        ``processes="per-caller"``, the caller's own process, for a request that names no conversation or one of
+        those it serves; a conversation it does not serve, or served before it ended, is refused as in the
+        per-conversation table, never served by another process."""
+        if session is not None and session.source == "data-layer":
+            key = self.moved.get(session.id, Key("data-layer-session", session.id))
+            gone = partial(self.gone, key) if self.mode == "per-caller" and key in self.ended else self.not_found
+            return self._found(self._holder(key, caller), caller, gone)
+        if session is not None and session.source != "transport":  # a host's: its name is no secret, its caller's
+            key = Key("host-conversation", _bound(session.id, caller.id))
+            if (found := self._holder(key, caller)) is None and key not in self.ended:
+                return self.open(key, caller, counted=True)  # its first request spent the operation
+            return self._found(found, caller, partial(self.gone, key))
+        if raw is not None:
+            return self._transported(raw, caller, method=method)
+        if self.mode == "per-caller":
+            return self._own("caller", caller)
+        if self.sessionless == "per-caller":
+            return self._own("sessionless", caller)
+        if state is not None:  # a retry that brings input reaches the request that asked
+            waiting = self.retained.get(state) if isinstance(state, str) else None
+            found = self._found(waiting, caller, _no_state)
+            del self.retained[str(state)]  # still good for its owner until it is taken
+            return found
+        return self.open(Key("request", secrets.token_hex(12)), caller)  # a request's own child
+
+    def _found(self, found: Conversation | None, caller: Caller, missing: Callable[[], MCPError]) -> Conversation:
+        """The one check of who may reach a process, for every kind of name: the conversation ``found`` is the
+        caller's own; another's is refused as a name that names none (no one learns whose it is)."""
+        if found is None:
+            raise missing()
+        if not caller.same_as(found.owner):
+            raise _no_state() if found.key.kind == "request" else self.not_found()
+        return found
+
+    def _transported(
+        self,
+        raw: bytes,
+        caller: Caller,
+        counted: bool = False,
+        method: str = "",
+    ) -> Conversation:
+        """A 2025 transport session's conversation: its process, started by its first request that needs one (its
+        ``initialize`` starts none, nor a list, which the shared process answers as a fresh one would: a client that
+        only lists, or names another conversation in each request, such as ``mcp-sessions connect``'s, costs none),
+        within the limits (a refusal is that request's error)."""
+        transport = self.transport_key(raw)
+        if (found := self._holder(transport, caller)) is None and transport not in self.ended:
+            if method in LISTS:
+                return self.shared_conversation()
+            self.connections.pop(transport, None)  # a process's now: the limits count it
+            return self.open(transport, caller, transport=raw, counted=counted)
+        return self._found(found, caller, partial(self.gone, transport))
+
+    def _holder(self, key: Key, caller: Caller) -> Conversation | None:
+        """The live conversation ``key`` names: its own process's, or (per-caller) its caller's, that serves it."""
+        if self.mode != "per-caller":
+            return self.conversations.get(key)
+        own = self.conversations.get(Key("caller", caller.id))
+        return own if own is not None and key in own.riders else None
+
+    def _own(
+        self,
+        kind: Literal["caller", "sessionless"],
+        caller: Caller,
+        counted: bool = False,
+    ) -> Conversation:
+        """The caller's own process of ``kind``, started (within the limits) if it has none that lives. One that has
+        ended leaves its conversations ended (:meth:`process_ended`), not the caller: her next request is told why
+        once (unless it ended as she would expect: ``EXPECTED``), and the one after gets a new one."""
+        key = Key(kind, caller.id)
+        if (why := self.ended.pop(key, None)) is not None:
+            raise self.gone(key, why)
+        if (own := self.conversations.get(key)) is not None and not own.child.done.is_set():
+            return own
+        if own is not None:
+            for ridden in own.riders:
+                self.ended[ridden] = own.why or EndReason.EXITED
+            del self.conversations[key]
+        return self.open(key, caller, counted=counted)
+
+    def shared_conversation(self) -> Conversation:
+        if self.shared is None or (self.shared.child.done.is_set() and self.shared.child.ready.is_set()):
+            self.shared = self.pool.start(shared=True)  # no one's: a new one is as good
+        assert self.shared.conversation is not None
+        return self.shared.conversation
+
+    def open(
+        self,
+        key: Key,
+        caller: Caller,
+        *,
+        expires_at: float = math.inf,
+        transport: bytes | None = None,
+        counted: bool = False,
+    ) -> Conversation:
+        """A new conversation, ``caller``'s, its child taken from those started ahead or started: within the limits,
+        and spending the caller's create-limit slot (unless its create has, ``counted``); with
+        ``processes="per-caller"``, in the caller's own process, which starts (within the limits) if it has none
+        that lives, and ends it. One whose child has ended is refused with the error of its kind (:meth:`gone`),
+        never given a new child. The caller's idle conversations make room for it only once nothing else refuses
+        it."""
+        if key in self.conversations or key in self.ended:
+            raise self.gone(key)
+        user = (REQUEST.get() or {}).get("user")  # who may end its transport session
+        begun = partial(
+            Conversation, key, owner=caller, bus=self.bus, expires_at=expires_at, transport=transport, user=user
+        )
+        if self.mode == "per-caller" and key.kind != "caller":
+            own = self._own("caller", caller, counted)
+            own.riders[key] = begun(own.child, tasks=own.tasks)
+            return own
+        live = [found for found in self.conversations.values() if not found.child.done.is_set()]
+        evicted = self.admission.admit(live, caller, transport=transport is not None, counted=counted)
+        process = self.pool.take()
+        for conversation in evicted:  # the start is certain now
+            logger.info("%s: ended to make room for a new conversation of %s", conversation.child.label, caller.name)
+            conversation.end(EndReason.EVICTED)  # at once: its next request is refused
+            self.lifetimes.close_soon(conversation, EndReason.EVICTED)
+        conversation = begun(process.child, tasks=process.tasks, credentials=process.credentials)
+        self.conversations[key] = process.take(conversation)
+        if key.kind in _WATCHED:  # from now: its session's end (a DELETE while its process starts too) ends it
+            conversation.unwatch = self.bus.watch(key.id, partial(conversation.end, EndReason.SESSION_ENDED))
+        named = key_digest(key) if key.kind in ("caller", "sessionless") else key.id  # a caller's: her digest
+        logger.info("%s: serves the conversation %s", process.child.label, named)
+        self.pool.fill()
+        return conversation
+
+    def answered(self, conversation: Conversation) -> None:
+        """A request's own child, once it has answered: ended once that answer is sent, or retained for the retry
+        that brings the input it asked for (until that retry, or ``ANSWER_WITHIN``)."""
+        if conversation.key.kind != "request":
+            return  # a conversation's child, or the shared one: it serves the next request too
+        if not conversation.parked:
+            return after_answer(partial(self.lifetimes.close_soon, conversation, EndReason.ANSWERED))
+        for state in conversation.parked:
+            self.retained[state] = conversation
+        self.lifetimes.retain(conversation)
+
+    def process_ended(self, process: Process) -> list[Conversation]:
+        """The decision at a process's end: it leaves the pool; its conversation, and a caller's process's every
+        conversation, are remembered as ended (unless a new one takes its name); the conversations whose sessions
+        end with it (a crash ends its session as any other end) are returned, for the lifetimes to end."""
+        child, conversation = process.child, process.conversation
+        failed = EndReason.FAILED if child.failure is not None else None
+        said = conversation.why if conversation is not None else None
+        self.pool.ended(process, said or failed or child.reason or EndReason.EXITED)
+        if conversation is None or conversation.shared:
+            return []
+        if conversation.unwatch is not None:
+            conversation.unwatch()
+        for state in conversation.parked:
+            self.retained.pop(state, None)
+        if conversation.why == EndReason.SHUTDOWN:
+            return []
+        key = conversation.key
+        if self.conversations.get(key) is conversation:
+            del self.conversations[key]
+        why = conversation.why or failed or EndReason.EXITED
+        if _told(key, why):
+            self.ended[key] = why
+        logger.info("%s: the conversation ended (%s)", child.label, why)
+        riders = list(conversation.riders.values())  # a caller's process: its conversations end
+        for rider in riders:
+            self.ended[rider.key] = why
+        return [conversation, *riders] if conversation.why is None and child.failure is None else riders
+
+    def not_found(self) -> MCPError:
+        return MCPError(self.config.profiles[0].not_found, self.config.profiles[0].not_found_text)
+
+    def gone(self, key: Key, why: str | None = None) -> MCPError:
+        """The error of an ended conversation's kind: "not found" for one these ended with its session (or a
+        front's), else that its process has ended, and why."""
+        why = why or self.ended.get(key, "ended")
+        if self.fronted or why in (EndReason.EVICTED, EndReason.SESSION_ENDED):
+            return self.not_found()
+        said = "the gateway is shutting down" if why == EndReason.SHUTDOWN else why
+        return MCPError(
+            CHILD_EXITED, f"the server process of this conversation has ended ({said}), with its state; start a new one"
+        )
+
+
+class Children(Table):
+    """The table as the gateway runs it, the I/O around its decisions: what a request names and who asks read
+    before the table decides which conversation it reaches, its process awaited after; its shared process started
+    and every process stopped with the gateway, what the server speaks chosen, each request relayed, and the
+    operator's and each user's views."""
 
     async def conversation_for(self, scope: Scope, method: str, state: object = None) -> Conversation:
         """The conversation a request reaches, the most specific name first: its data-layer session's (one opened in a
@@ -143,195 +347,43 @@ class Table:
         process and count against no limit. Whatever names it, the caller must be its owner. A conversation whose
         child ran elsewhere (another replica, or before a restart) or has ended gets no new one: a data-layer
         session's is "not found" here; a host's, which the store the replicas share records as another start's
-        (:data:`_HELD`), has ended."""
+        (:data:`_HELD`), has ended. What the request's names and caller are is read first; which conversation they
+        reach is then one decision (:meth:`route`)."""
         session: Session | None = scope.get(SCOPE_KEY)
-        transport = self._transport(scope)
-        named = session is not None or transport is not None
-        if self.mode == "shared" or (not named and state is None and method in LISTS):
-            return await self.shared_conversation()
-        if self.mode == "per-caller":
-            found = await self._callers(session, transport, scope, method)
-            return await self.lifetimes.ready(found)
-        if not named and state is None and self.sessionless == "shared":
-            return await self.shared_conversation()
+        raw = _transport(scope)
+        nameless = session is None and raw is None and state is None
+        shared = nameless and (method in LISTS or (self.sessionless == "shared" and self.mode != "per-caller"))
+        if self.mode == "shared" or shared:
+            return await self.ready(self.shared_conversation())
         caller = await self.caller(scope)
-        if session is not None and session.source == "data-layer":
-            key = self.moved.get(session.id, Key("data-layer-session", session.id))
-            held = self.conversations.get(key)
-            found = self._found(held, caller, self.lifetimes.not_found)
-        elif session is not None and session.source != "transport":  # a host's: its name is no secret, its caller's
-            found = await self._host(session, caller)
-        elif transport is not None:
-            found = await self._transported(transport, caller, scope, method=method)
-        elif self.sessionless == "per-caller":
-            found = await self._own("sessionless", caller)
-        elif state is not None:  # a retry that brings input reaches the request that asked
-            waiting = self.lifetimes.retained.get(state) if isinstance(state, str) else None
-            found = self._found(waiting, caller, _no_state)
-            del self.lifetimes.retained[str(state)]  # still good for its owner until it is taken
-        else:  # a request's own child
-            found = await self.open(Key("request", secrets.token_hex(12)), caller)
-        return await self.lifetimes.ready(found)
+        if session is not None and session.source not in ("data-layer", "transport"):
+            await self._claim(session, caller)
+        return await self.ready(self.route(caller, session, raw, method, state))
 
-    def _found(self, found: Conversation | None, caller: Caller, missing: Callable[[], MCPError]) -> Conversation:
-        """The one check of who may reach a process, for every kind of name: the conversation ``found`` is the
-        caller's own; another's is refused as a name that names none (no one learns whose it is)."""
-        if found is None:
-            raise missing()
-        if not caller.same_as(found.owner):
-            raise _no_state() if found.key.kind == "request" else self.lifetimes.not_found()
-        return found
-
-    async def _host(self, session: Session, caller: Caller) -> Conversation:
+    async def _claim(self, session: Session, caller: Caller) -> None:
+        """A host conversation this table has not served: claimed for this start in the store the replicas share
+        (:data:`_HELD`), unless another start's claim is there: then it ran elsewhere, and has ended."""
         key = Key("host-conversation", _bound(session.id, caller.id))
-        if (found := self._holder(key, caller)) is None and key not in self.lifetimes.ended:
+        if self._holder(key, caller) is None and key not in self.ended:
             held = await session.data.get(_HELD, self.instance)  # which start runs it: the replicas' store
             if held != self.instance:
-                raise self.lifetimes.gone(key, "it ran on another replica, or before this one restarted")
+                raise self.gone(key, "it ran on another replica, or before this one restarted")
             await session.data.set(_HELD, self.instance)
-            # another first request of it may have opened it meanwhile (a store's read and write take turns)
-            if (found := self._holder(key, caller)) is None:
-                return await self.open(key, caller, counted=True)  # its first request spent the operation
-        return self._found(found, caller, partial(self.lifetimes.gone, key))
-
-    async def _transported(
-        self, transport: Key, caller: Caller, scope: Scope, counted: bool = False, method: str = ""
-    ) -> Conversation:
-        """A 2025 transport session's conversation: its process, started by its first request that needs one (its
-        ``initialize`` starts none, nor a list, which the shared process answers as a fresh one would: a client that
-        only lists, or names another conversation in each request, such as ``mcp-sessions connect``'s, costs none),
-        within the limits (a refusal is that request's error)."""
-        if (found := self._holder(transport, caller)) is None and transport not in self.lifetimes.ended:
-            if method in LISTS:
-                return await self.shared_conversation()
-            self.connections.pop(transport, None)  # a process's now: the limits count it
-            raw = header(scope["headers"], MCP_SESSION_ID_HEADER)
-            return await self.open(transport, caller, transport=raw, counted=counted)
-        return self._found(found, caller, partial(self.lifetimes.gone, transport))
-
-    def _holder(self, key: Key, caller: Caller) -> Conversation | None:
-        """The live conversation ``key`` names: its own process's, or (per-caller) its caller's, that serves it."""
-        if self.mode != "per-caller":
-            return self.conversations.get(key)
-        own = self.conversations.get(Key("caller", caller.id))
-        return own if own is not None and key in own.riders else None
-
-    async def _callers(self, session: Session | None, transport: Key | None, scope: Scope, method: str) -> Conversation:
-        """``processes="per-caller"``: the caller's own process, for a request that names no conversation or one of
-        those it serves (each begun as the per-conversation table begins it, :meth:`open`); a conversation it does
-        not serve, or served before it ended, is refused as in that table, never served by another process."""
-        caller = await self.caller(scope)
-        if session is not None and session.source == "data-layer":
-            key = Key("data-layer-session", session.id)
-            lifetimes = self.lifetimes
-            gone = partial(lifetimes.gone, key) if key in lifetimes.ended else lifetimes.not_found
-            return self._found(self._holder(key, caller), caller, gone)
-        if session is not None and session.source != "transport":
-            return await self._host(session, caller)
-        if transport is not None:
-            return await self._transported(transport, caller, scope, method=method)
-        return await self._own("caller", caller)
-
-    async def _own(self, kind: Literal["caller", "sessionless"], caller: Caller, counted: bool = False) -> Conversation:
-        """The caller's own process of ``kind``, started (within the limits) if it has none that lives. One that has
-        ended leaves its conversations ended (``Lifetimes.serve``), not the caller: her next request is told why once
-        (unless it ended as she would expect: ``EXPECTED``), and the one after gets a new one."""
-        key = Key(kind, caller.id)
-        if (why := self.lifetimes.ended.pop(key, None)) is not None:
-            raise self.lifetimes.gone(key, why)
-        if (own := self.conversations.get(key)) is not None and not own.child.done.is_set():
-            return own
-        if own is not None:
-            for ridden in own.riders:
-                self.lifetimes.ended[ridden] = own.why or EndReason.EXITED
-            del self.conversations[key]
-        return await self.open(key, caller, counted=counted)
-
-    async def _ride(
-        self,
-        key: Key,
-        caller: Caller,
-        *,
-        expires_at: float = math.inf,
-        transport: bytes | None = None,
-        counted: bool = False,
-    ) -> Conversation:
-        """The conversation ``key`` begins in the caller's own process, which starts (within the limits) if it has
-        none, or none that lives; it ends with that process."""
-        own = await self._own("caller", caller, counted)
-        user = (REQUEST.get() or {}).get("user")
-        own.riders[key] = Conversation(
-            key,
-            own.child,
-            owner=caller,
-            tasks=own.tasks,
-            bus=self.bus,
-            expires_at=expires_at,
-            transport=transport,
-            user=user,
-        )
-        return own
 
     async def caller(self, scope: Scope) -> Caller:
         """Who asks: whom the limits count, as the create limit does (the principal, else the client address)."""
         principal = await principal_digest(self.config.principal, scope, self.config.keys.audience)
         return Caller(caller_of(scope, principal), known_as(scope))
 
-    async def shared_conversation(self) -> Conversation:
-        if self.shared is None or (self.shared.child.done.is_set() and self.shared.child.ready.is_set()):
-            self.shared = self.pool.start(shared=True)  # no one's: a new one is as good
-        assert self.shared.conversation is not None
-        return await self.lifetimes.ready(self.shared.conversation)
-
-    async def open(
-        self,
-        key: Key,
-        caller: Caller,
-        *,
-        expires_at: float = math.inf,
-        transport: bytes | None = None,
-        counted: bool = False,
-    ) -> Conversation:
-        """A new conversation, ``caller``'s, its child taken from those started ahead or started: within the limits,
-        and spending the caller's create-limit slot (unless its create has, ``counted``); with
-        ``processes="per-caller"``, in the caller's own process (:meth:`_ride`). One whose child has ended is refused
-        with the error of its kind (``Lifetimes.gone``), never given a new child. The caller's idle conversations make
-        room for it only once nothing else refuses it."""
-        if key in self.conversations or key in self.lifetimes.ended:
-            raise self.lifetimes.gone(key)
-        if self.mode == "per-caller" and key.kind != "caller":
-            return await self._ride(key, caller, expires_at=expires_at, transport=transport, counted=counted)
-        live = [found for found in self.conversations.values() if not found.child.done.is_set()]
-        events, connection = self.pool.events, transport is not None
-        evicted = self.admission.admit(live, caller, events, transport=connection, counted=counted)
-        process = self.pool.take()
-        for conversation in evicted:  # the start is certain now
-            logger.info("%s: ended to make room for a new conversation of %s", conversation.child.label, caller.name)
-            conversation.end(EndReason.EVICTED)  # at once: its next request is refused
-            self.lifetimes.close_soon(conversation, EndReason.EVICTED)
-        conversation = Conversation(
-            key,
-            process.child,
-            owner=caller,
-            tasks=process.tasks,
-            bus=self.bus,
-            credentials=process.credentials,
-            expires_at=expires_at,
-            transport=transport,
-            user=(REQUEST.get() or {}).get("user"),  # who may end its transport session
-        )
-        self.conversations[key] = process.take(conversation)
-        if key.kind in _WATCHED:  # from now: its session's end (a DELETE while its process starts too) ends it
-            conversation.unwatch = self.bus.watch(key.id, partial(conversation.end, EndReason.SESSION_ENDED))
-        named = key_digest(key) if key.kind in ("caller", "sessionless") else key.id  # a caller's: her digest
-        logger.info("%s: serves the conversation %s", process.child.label, named)
-        self.pool.fill()
-        return conversation if transport is not None else await self.lifetimes.ready(conversation)
-
-
-class Children(Table):
-    """The table as the gateway runs it: its shared process started and every process stopped with the gateway,
-    what the server speaks chosen, each request relayed, and the operator's and each user's views."""
+    async def ready(self, conversation: Conversation) -> Conversation:
+        """``conversation`` once its process is ready to serve it; the error of its end if it has ended."""
+        await conversation.child.ready.wait()
+        if conversation.child.failure is not None:
+            raise MCPError(CHILD_EXITED, conversation.child.failure)
+        if conversation.child.done.is_set():
+            raise self.gone(conversation.key, conversation.why or EndReason.EXITED)
+        conversation.last_request = anyio.current_time()
+        return conversation
 
     async def created(self, claims: SessionClaims) -> None:
         """The sessions' ``on_create``: a new conversation's child, started and initialized before its session is
@@ -343,30 +395,31 @@ class Children(Table):
             return
         scope = REQUEST.get() or {}
         caller = Caller(caller_of(scope, claims.extra.get(PRINCIPAL_CLAIM)), known_as(scope))
-        transport = self._transport(scope)
+        raw = _transport(scope)
         try:
-            if transport is not None and self.mode == "per-conversation":  # one conversation, one process
-                found = await self._transported(transport, caller, scope, counted=True)
-                await self.lifetimes.ready(found)
+            if raw is not None and self.mode == "per-conversation":  # one conversation, one process
+                found = await self.ready(self._transported(raw, caller, counted=True))
                 self.moved[claims.session_id] = found.key
                 found.holds_sessions = True
                 return
             key = Key("data-layer-session", claims.session_id)
-            await self.open(key, caller, expires_at=claims.expires_at, counted=True)
+            await self.ready(self.open(key, caller, expires_at=claims.expires_at, counted=True))
         except MCPError as exc:
             retry = 1 if exc.error.code == RATE_LIMITED else None
             raise Refusal(exc.error.code, exc.error.message, reason="process_refused", retry_after=retry) from None
 
+    def unanswered(self, raw: bytes, stopping: Callable[[], bool]) -> MCPError:
+        """The error of a request in flight as the 2025 transport session ``raw`` names ended: its conversation's, or
+        the gateway's shutdown once it has been asked to stop (``stopping``: it leaves no tombstone)."""
+        return self.gone(self.transport_key(raw), EndReason.SHUTDOWN if stopping() else None)
+
     async def connected(self, raw: bytes, scope: Scope) -> None:
         """A 2025 transport session just opened (its ``initialize`` answered), which has no process until a call
-        needs one: the connections beyond :data:`MAX_CONNECTIONS` (overall, and per caller) are ended, oldest first."""
+        needs one: those the admission says are too many (overall, and per caller) are ended, oldest first."""
         caller = await self.caller(scope)
-        opened = self.transport_key(raw)
-        self.connections[opened] = (caller.id, raw, scope.get("user"))
-        mine = [key for key, (owner, _, _) in self.connections.items() if owner == caller.id]
-        over = mine[: max(0, len(mine) - 8 * self.admission.per_caller)]
-        over += list(self.connections)[: max(0, len(self.connections) - MAX_CONNECTIONS)]
-        for key in dict.fromkeys(over):
+        self.connections[self.transport_key(raw)] = (caller.id, raw, scope.get("user"))
+        owners = {key: owner for key, (owner, _, _) in self.connections.items()}
+        for key in self.admission.connections_over(owners, caller.id):
             _, ended, user = self.connections.pop(key)
             if self.lifetimes.end_transport is not None:
                 await self.lifetimes.end_transport(ended, user)
@@ -375,22 +428,19 @@ class Children(Table):
     async def running(self, start_deadline: float | None = None) -> AsyncIterator[types.InitializeResult]:
         """Start the shared child (its ``initialize`` answered by ``start_deadline``, if given: the gateway's start's
         end); at the end, stop every child. Yields the shared child's answer."""
-        async with anyio.create_task_group() as tasks:
-            self.pool.tasks = tasks
+        async with self.pool.running():
             try:
                 self.shared = first = self.pool.start(shared=True, start_deadline=start_deadline)
                 try:
-                    shared = await self.shared_conversation()
+                    shared = await self.ready(self.shared_conversation())
                 except MCPError as exc:
                     raise await self.failed(exc.error.message, first.child) from None
                 assert shared.child.initialized is not None
                 self.pool.fill()
                 yield shared.child.initialized
             finally:
-                self.pool.tasks = None
                 for conversation in self.conversations.values():
                     conversation.why = EndReason.SHUTDOWN
-                tasks.cancel_scope.cancel()  # each stops its process group, shielded (stop_group)
 
     async def choose(self, start_deadline: float | None = None) -> None:
         """``processes="auto"``'s choice (docs/gateway.md, "Process lifetimes"): a process per conversation where
@@ -433,7 +483,7 @@ class Children(Table):
             self.process_env.check(conversation.credentials)
             return await conversation.relay(ctx)
         finally:
-            self.lifetimes.answered(conversation)
+            self.answered(conversation)
 
     async def named(self, scope: Scope, owner: Caller | None) -> str | None:
         """A request's conversation as a process of many sees it: a digest of its session's name and its caller
@@ -457,7 +507,7 @@ class Children(Table):
         """The input schemas of the shared child's tools (its first page), for the SDK's check of a 2026-07-28
         ``tools/call``'s ``Mcp-Param`` headers: without them, the SDK would ask ``tools/list`` of a process at
         every ``tools/call`` (a request's own process too). None if it lists none in time."""
-        shared = await self.shared_conversation()
+        shared = await self.ready(self.shared_conversation())
         assert shared.child.link is not None
         try:
             with anyio.fail_after(ANSWER_WITHIN):
@@ -485,6 +535,22 @@ class Children(Table):
 def _bound(sid: str, caller: str) -> str:
     """A host conversation's key: its id and its caller's digest, so that another caller naming it gets its own."""
     return hashlib.sha256(f"{sid}\0{caller}".encode()).hexdigest()[:32]
+
+
+def _transport(scope: Scope) -> bytes | None:
+    """The ``Mcp-Session-Id`` of a request's 2025 transport session: on the 2025 path only (a 2026-07-28 request's
+    header is its session token, or anything its client put there, and names none)."""
+    headers = scope.get("headers", ())
+    raw = header(headers, MCP_SESSION_ID_HEADER)
+    return raw if Era.of(header(headers, MCP_PROTOCOL_VERSION_HEADER)) is Era.LEGACY else None
+
+
+def _told(key: Key, why: str) -> bool:
+    """Whether an end is told to the next request that names its conversation: every end, but a request's own
+    (never named again) and a caller's own that ended as she would expect (``EXPECTED``)."""
+    if key.kind == "request":
+        return False
+    return key.kind not in ("caller", "sessionless") or why not in EXPECTED
 
 
 def _no_state() -> MCPError:
