@@ -17,8 +17,8 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, Protocol
 
 import anyio
 import anyio.abc
@@ -65,32 +65,29 @@ ProcessOptions = Sandbox
 _ENDED: Final = (anyio.IncompleteRead, anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError)
 
 
-async def revisions(
-    command: Sequence[str],
-    *,
-    environ: Mapping[str, str],
-    max_line: int,
-    options: ProcessOptions | None,
-    start_deadline: float | None = None,
-) -> Child:
-    """A process of its own asked the revisions the server lists in its ``server/discover`` answer, then ended: a
-    connection's first request decides its era, so a child that initializes cannot be asked. The probe's
-    ``revisions`` (none for an error answer: the handshake's only), or its ``failure``: no answer in time, or it
-    ended (a crash at its first request), with its ``last_words``."""
-    probe = Child(
-        command,
-        label="revisions",
-        environ=environ,
-        max_line=max_line,
-        on_request=_no_client,
-        on_notify=_ignored,
-        on_progress=_taken,
-        options=options,
-        discover=True,
-        start_deadline=start_deadline,
-    )
-    await probe.run()
-    return probe
+class ChildProcess(Protocol):
+    """What the gateway reads of a server process, and does with it: a :class:`Child`, or a test's in memory."""
+
+    label: str
+    pid: int | None
+    ready: anyio.Event  # initialized, or failed (then ``failure`` says why)
+    done: anyio.Event  # asked to stop, or ended
+    judged: anyio.Event  # why it ended is known: ``reason``
+    reason: str | None
+    failure: str | None
+    initialized: types.InitializeResult | None
+    revisions: list[str]  # what its server/discover answer lists (a ``discover`` one's)
+    link: JSONRPCDispatcher[Any] | None
+    last_words: str | None
+    stderr_ended: anyio.Event
+
+    async def run(self) -> None: ...
+
+    def stop(self, reason: str = "stopped") -> None: ...
+
+
+ChildFactory = Callable[..., ChildProcess]
+"""What makes every process, the revision probe's too: :class:`Child` (its arguments by name), or a test's."""
 
 
 async def _no_client(dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -17,19 +17,15 @@ from typing import Any, Final
 
 import anyio
 import anyio.abc
-from mcp.shared.dispatcher import DispatchContext
 from mcp.shared.exceptions import MCPError
 
 from ..subscriptions import SessionSubscriptionBus
 from ._auth import REQUEST, ProcessEnv
-from ._stdio_child import Child, ProcessOptions
+from ._stdio_child import Child, ChildFactory, ChildProcess, ProcessOptions, _ignored, _no_client, _taken
 from ._stdio_relay import CHILD_EXITED, Conversation, Key, Process, ProcessEvents, ProcessView
 
 AFTER_ANSWER: Final = "mcp_sessions.gateway.after_answer"
 """In a request's scope, what it leaves to do once its answer is sent (``_stdio._Opening`` does it)."""
-
-ChildFactory = Callable[..., Child]
-"""What makes a process: :class:`Child` (its arguments by name), or what a test gives in its place."""
 
 
 class Pool:
@@ -84,7 +80,7 @@ class Pool:
             environ=environ,
             max_line=self.max_line,
             on_request=started.on_request,
-            on_notify=_unreached,
+            on_notify=_ignored,  # Conversation.on_notification takes every notification first
             on_progress=started.on_notification,
             options=self.options,
             start_deadline=start_deadline,
@@ -95,6 +91,26 @@ class Pool:
         self.tasks.start_soon(self.serve, started)
         self.events.started()
         return started
+
+    async def revisions(self, start_deadline: float | None) -> ChildProcess:
+        """A process of its own asked the revisions the server lists in its ``server/discover`` answer, then ended: a
+        connection's first request decides its era, so a child that initializes cannot be asked. The probe's
+        ``revisions`` (none for an error answer: the handshake's only), or its ``failure``: no answer in time, or it
+        ended (a crash at its first request), with its ``last_words``."""
+        probe = self.factory(
+            self.command,
+            label="revisions",
+            environ=self.environ,
+            max_line=self.max_line,
+            on_request=_no_client,
+            on_notify=_ignored,
+            on_progress=_taken,
+            options=self.options,
+            discover=True,
+            start_deadline=start_deadline,
+        )
+        await probe.run()
+        return probe
 
     def take(self) -> Process:
         """A process for a new conversation: one started ahead, else one started now."""
@@ -134,7 +150,3 @@ def after_answer(action: Callable[[], None]) -> None:
     if (pending := (REQUEST.get() or {}).get(AFTER_ANSWER)) is None:
         return action()
     pending.append(action)
-
-
-async def _unreached(dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> None:
-    """The link's ``on_notify``: ``Conversation.on_notification`` takes every notification first."""

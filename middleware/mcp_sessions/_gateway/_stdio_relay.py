@@ -39,7 +39,7 @@ from .._wire import printable
 from ..profiles import SESSION_META_KEY
 from ..subscriptions import SessionSubscriptionBus
 from ._auth import ProxiedUser
-from ._stdio_child import Child
+from ._stdio_child import ChildProcess
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -270,7 +270,7 @@ class Conversation:
     def __init__(
         self,
         key: Key,
-        child: Child,
+        child: ChildProcess,
         *,
         owner: Caller | None,
         tasks: anyio.abc.TaskGroup,
@@ -503,7 +503,7 @@ class Process:
         self.conversation: Conversation | None = None
         self.taken = anyio.Event()
         self.gone = anyio.Event()  # it has ended and left the pool (Pool.ended)
-        self.child: Child
+        self.child: ChildProcess
 
     def take(self, conversation: Conversation) -> Conversation:
         self.conversation = conversation

@@ -48,9 +48,9 @@ from ..subscriptions import SessionSubscriptionBus
 from ._auth import REQUEST, ProcessEnv
 from ._front import StartupFailed
 from ._stdio_admission import Admission
-from ._stdio_child import EXIT_DRAIN, Child, ProcessOptions, revisions
+from ._stdio_child import EXIT_DRAIN, Child, ChildFactory, ChildProcess, ProcessOptions
 from ._stdio_lifetimes import EXPECTED, EndReason, EndTransport, Lifetimes
-from ._stdio_pool import ChildFactory, Pool, after_answer
+from ._stdio_pool import Pool, after_answer
 from ._stdio_relay import (
     ANSWER_WITHIN,
     CHILD_EXITED,
@@ -454,13 +454,7 @@ class Children(Table):
         if self.process_env.sources or (pool.options is not None and pool.options.uids is not None):
             self.mode = "per-conversation"
             return
-        probe = await revisions(
-            pool.command,
-            environ=pool.environ,
-            max_line=pool.max_line,
-            options=pool.options,
-            start_deadline=start_deadline,
-        )
+        probe = await pool.revisions(start_deadline)
         if probe.failure is not None:
             raise await self.failed(probe.failure, probe)
         if LATEST_MODERN_VERSION in probe.revisions:
@@ -495,7 +489,7 @@ class Children(Table):
         caller = owner or await self.caller(scope)
         return hashlib.sha256(f"{session.source}\0{session.id}\0{caller.id}".encode()).hexdigest()[:32]
 
-    async def failed(self, why: str, child: Child) -> StartupFailed:
+    async def failed(self, why: str, child: ChildProcess) -> StartupFailed:
         """A child's failure to start the gateway (the shared one's, the revision probe's), in one line: why, and
         what it last said on its stderr."""
         with anyio.move_on_after(EXIT_DRAIN):
