@@ -22,6 +22,7 @@ from conftest import SECRET
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway import _stdio_admission
 from mcp_sessions._gateway._auth import REQUEST
+from mcp_sessions._gateway._stdio_child import EndReason
 from mcp_sessions._gateway._stdio_table import Children
 from mcp_sessions._session import SCOPE_KEY
 from mcp_sessions._tokens import SessionClaims
@@ -47,7 +48,8 @@ class MemoryChild:
         self.pid: int | None = None
         self.link: JSONRPCDispatcher[Any] | None = None
         self.failure: str | None = None
-        self.reason: str | None = None
+        self.reason: EndReason | None = None
+        self.said: str | None = None
         self.last_words: str | None = None
         self.stderr_ended = anyio.Event()
 
@@ -57,7 +59,7 @@ class MemoryChild:
         if not self.discover:
             await self.done.wait()
 
-    def stop(self, reason: str = "stopped") -> None:
+    def stop(self, reason: EndReason, said: str | None = None) -> None:
         self.reason = self.reason or reason
         self.done.set()
 
@@ -154,7 +156,7 @@ async def test_her_idle_conversation_makes_room_and_is_then_not_found(monkeypatc
         kept = await children.conversation_for(scope(session=data_layer("s2")), "tools/call")
 
     assert gone.value.error.code == SESSION_NOT_FOUND and kept.key.id == "s2"
-    assert made[1].reason == "evicted"
+    assert made[1].reason is EndReason.EVICTED
 
 
 async def test_another_callers_session_is_not_found() -> None:

@@ -42,7 +42,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._asgi import send_json
 from .._version import __version__
-from ._stdio_relay import ProcessEvents, ProcessView, known_as
+from ._stdio_child import EndReason
+from ._stdio_relay import Owner, ProcessEvents, ProcessView, known_as
 from ._stdio_table import Children
 
 STATUS_PATH: Final = "/status"
@@ -130,14 +131,14 @@ async def status(children: Children) -> dict[str, Any]:
     views = children.pool.views()
     servers = await anyio.to_thread.run_sync(_servers, [view.pid for view in views])
     counted = [view for view in views if view.kind in CONVERSATIONS]
-    users = Counter(view.principal or "" for view in counted)
+    users = Counter(view.principal for view in counted if view.principal is not None)  # each has one
     return {
         "processes": [
             {**_shown(view), "pid": pid, "memory": rss} for view, (pid, rss) in zip(views, servers, strict=True)
         ],
         "users": [
-            {"principal": name, "processes": count, "limit": children.admission.per_caller}
-            for name, count in sorted(users.items())
+            {"principal": owner.name, "processes": count, "limit": children.admission.per_caller}
+            for owner, count in sorted(users.items(), key=lambda item: item[0].name)
         ],
         "total": {"processes": len(counted), "limit": children.admission.max_processes},
     }
@@ -165,7 +166,7 @@ class OwnConversations:
         await send_json(send, 200, {"ended": digest}, b"")
 
 
-def _hers(view: ProcessView, principal: str) -> bool:
+def _hers(view: ProcessView, principal: Owner) -> bool:
     return view.kind in CONVERSATIONS and view.principal == principal
 
 
@@ -175,7 +176,8 @@ def _own(view: ProcessView) -> dict[str, Any]:
 
 
 def _shown(view: ProcessView) -> dict[str, Any]:
-    return {**asdict(view), "age": round(view.age, 1), "idle": round(view.idle, 1)}
+    principal = None if view.principal is None else view.principal.name
+    return {**asdict(view), "principal": principal, "age": round(view.age, 1), "idle": round(view.idle, 1)}
 
 
 def _servers(pids: Sequence[int | None]) -> list[tuple[int | None, int | None]]:
@@ -210,19 +212,6 @@ KINDS: Final = (
     "shared",
     "warm",
 )
-REASONS: Final = {
-    "idle": "idle",
-    "expired": "expired",
-    "evicted": "evicted",
-    "answered": "answered",
-    "shutdown": "shutdown",
-    "its session ended": "session_ended",
-    "its input came too late": "input_late",
-    "failed to start": "failed_to_start",
-    "it did not initialize": "failed_to_start",
-    "ended by its user": "ended_by_user",
-}
-"""Why a process ended, as the ends counter records it; a crash of any kind is ``crash``, anything else ``other``."""
 
 
 class ProcessMetrics(ProcessEvents):
@@ -252,9 +241,8 @@ class ProcessMetrics(ProcessEvents):
     def started(self) -> None:
         self.starts.add(1)
 
-    def ended(self, why: str) -> None:
-        reason = REASONS.get(why, "crash" if why.startswith("crash") else "other")
-        self.ends.add(1, {"mcp_sessions.process.end_reason": reason})
+    def ended(self, why: EndReason) -> None:
+        self.ends.add(1, {"mcp_sessions.process.end_reason": why.label})
 
     def refused(self, limit: str) -> None:
         self.refusals.add(1, {"mcp_sessions.process.limit": limit})

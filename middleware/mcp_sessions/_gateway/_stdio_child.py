@@ -18,6 +18,7 @@ import logging
 import os
 import secrets
 from collections.abc import Callable, Mapping, Sequence
+from enum import Enum
 from typing import Any, Final, Protocol
 
 import anyio
@@ -65,6 +66,36 @@ ProcessOptions = Sandbox
 _ENDED: Final = (anyio.IncompleteRead, anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError)
 
 
+class EndReason(Enum):
+    """Why a process ended: ``label`` names it in the ends metric (``mcp_sessions.process.end_reason``, a fixed
+    vocabulary), ``text`` in the log and in its conversation's error (a crash's or a bound's own words are the
+    child's ``said``)."""
+
+    label: str
+    text: str
+
+    IDLE = "idle", "idle"
+    EXPIRED = "expired", "expired"
+    EVICTED = "evicted", "evicted"
+    ANSWERED = "answered", "answered"
+    SHUTDOWN = "shutdown", "shutdown"
+    SESSION_ENDED = "session_ended", "its session ended"
+    INPUT_LATE = "input_late", "its input came too late"
+    FAILED = "failed_to_start", "failed to start"
+    NOT_INITIALIZED = "failed_to_start", "it did not initialize"
+    BY_USER = "ended_by_user", "ended by its user"
+    CRASH = "crash", "crash"
+    OVER_BOUND = "other", "over a bound"
+    EXITED = "other", "exited"
+    ENDED = "other", "ended"
+    ELSEWHERE = "other", "it ran on another replica, or before this one restarted"
+    ASKED = "other", "asked its revisions"
+    UNANSWERED = "other", "it did not answer server/discover"
+
+    def __init__(self, label: str, text: str) -> None:
+        self.label, self.text = label, text
+
+
 class ChildProcess(Protocol):
     """What the gateway reads of a server process, and does with it: a :class:`Child`, or a test's in memory."""
 
@@ -72,8 +103,9 @@ class ChildProcess(Protocol):
     pid: int | None
     ready: anyio.Event  # initialized, or failed (then ``failure`` says why)
     done: anyio.Event  # asked to stop, or ended
-    judged: anyio.Event  # why it ended is known: ``reason``
-    reason: str | None
+    judged: anyio.Event  # why it ended is known: ``reason``, ``said``
+    reason: EndReason | None
+    said: str | None
     failure: str | None
     initialized: types.InitializeResult | None
     revisions: list[str]  # what its server/discover answer lists (a ``discover`` one's)
@@ -83,7 +115,7 @@ class ChildProcess(Protocol):
 
     async def run(self) -> None: ...
 
-    def stop(self, reason: str = "stopped") -> None: ...
+    def stop(self, reason: EndReason, said: str | None = None) -> None: ...
 
 
 ChildFactory = Callable[..., ChildProcess]
@@ -137,7 +169,8 @@ class Child:
         # Asked to stop, or its stdout ended.
         self.done = anyio.Event()
         # Why it was stopped: the first to stop it says (a bound it reached, once its group is stopped: ``judged``).
-        self.reason: str | None = None
+        self.reason: EndReason | None = None
+        self.said: str | None = None  # the same in words: its own, for a crash or a bound
         self.judged = anyio.Event()
         self.failure: str | None = None
         self.initialized: types.InitializeResult | None = None
@@ -150,9 +183,11 @@ class Child:
         self.stderr_ended = anyio.Event()
         self._asking: anyio.CancelScope | None = None  # its first request, which its end ends
 
-    def stop(self, reason: str = "stopped") -> None:
-        """Ask the child to end (its :meth:`run` stops the process group); ``reason`` goes to the log."""
-        self.reason = self.reason or reason
+    def stop(self, reason: EndReason, said: str | None = None) -> None:
+        """Ask the child to end (its :meth:`run` stops the process group), for ``reason``; ``said``, what goes to the
+        log, where the reason's text does not say which (crash, bound)."""
+        if self.reason is None:
+            self.reason, self.said = reason, said or reason.text
         self.done.set()
         if self._asking is not None:
             self._asking.cancel()
@@ -207,7 +242,7 @@ class Child:
                 "%s: server process %d ended (%s; exit code %s)",
                 self.label,
                 process.pid,
-                self.reason or "shutdown",
+                self.said or "shutdown",
                 self.exit_code,
             )
 
@@ -217,7 +252,8 @@ class Child:
             self.exit_code = await stop_group(process)
             exceeded = await anyio.to_thread.run_sync(place.exceeded)
             # A bound reached is the cause, not the crash it caused.
-            self.reason = exceeded or self.reason
+            if exceeded is not None:
+                self.reason, self.said = EndReason.OVER_BOUND, exceeded
         except Exception:
             # This conversation's alone: the process table's task group, everyone's, must not end with it.
             logger.exception("%s: its process group could not be stopped", self.label)
@@ -250,7 +286,7 @@ class Child:
             await anyio.sleep(BOUNDS_POLL)
             reason = await anyio.to_thread.run_sync(place.exceeded)
         logger.warning("%s: its conversation is %s: it ends", self.label, reason)
-        self.stop(reason)
+        self.stop(EndReason.OVER_BOUND, reason)
 
     async def _initialize(self, link: JSONRPCDispatcher[Any]) -> None:
         params = {
@@ -270,7 +306,7 @@ class Child:
         if self.failure is None:
             await link.notify("notifications/initialized", None)
         else:
-            self.stop("it did not initialize")
+            self.stop(EndReason.NOT_INITIALIZED)
         self.ready.set()
 
     async def _discover(self, link: JSONRPCDispatcher[Any]) -> None:
@@ -292,10 +328,10 @@ class Child:
         except Exception:
             # Its stdout's end (or its stdin's) stopped it, as a crash: not an answer.
             if self.done.is_set():
-                self.failure = f"the server ended at its first request, server/discover ({self.reason})"
+                self.failure = f"the server ended at its first request, server/discover ({self.said})"
             else:  # an error answer, or one that is no DiscoverResult: the handshake's revisions only
                 logger.debug("%s: no server/discover answer", self.label, exc_info=True)
-        self.stop("asked its revisions" if self.failure is None else "it did not answer server/discover")
+        self.stop(EndReason.ASKED if self.failure is None else EndReason.UNANSWERED)
         self.ready.set()
 
     async def _first_answer(
@@ -322,7 +358,7 @@ class Child:
         with anyio.move_on_after(EXIT_DRAIN):
             # Its stdout's end.
             await self.done.wait()
-        self.stop("crash: it exited")
+        self.stop(EndReason.CRASH, "crash: it exited")
 
     async def _log_stderr(self, process: anyio.abc.Process) -> None:
         assert process.stderr is not None
@@ -389,12 +425,12 @@ class Pipe:
             with anyio.CancelScope(shield=True), anyio.move_on_after(WRITE_DEADLINE) as deadline:
                 await self.stdin.send(line)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            self.child.stop("crash: its stdin was closed")
+            self.child.stop(EndReason.CRASH, "crash: its stdin was closed")
             raise anyio.BrokenResourceError from None
         finally:
             self.writing.release()
         if deadline.cancelled_caught:
-            self.child.stop(f"crash: it left its stdin unread for {WRITE_DEADLINE:g} s")
+            self.child.stop(EndReason.CRASH, f"crash: it left its stdin unread for {WRITE_DEADLINE:g} s")
             raise anyio.BrokenResourceError
 
     async def receive(self) -> SessionMessage:
@@ -405,7 +441,7 @@ class Pipe:
                 line = await self.stdout.receive_until(b"\n", max_line)
             except anyio.DelimiterNotFound:
                 logger.error("%s: a stdout line longer than %d bytes; the server is stopped", label, max_line)
-                self.child.stop("crash: a stdout line too long")
+                self.child.stop(EndReason.CRASH, "crash: a stdout line too long")
                 break
             except _ENDED:
                 break
@@ -417,7 +453,7 @@ class Pipe:
             except ValueError:
                 text = printable(line[:200].decode(errors="replace"))
                 logger.warning("%s: stdout: not a JSON-RPC message: %s", label, text)
-        self.child.stop("crash: its stdout ended")
+        self.child.stop(EndReason.CRASH, "crash: its stdout ended")
         raise anyio.EndOfStream
 
     def __aiter__(self) -> Pipe:

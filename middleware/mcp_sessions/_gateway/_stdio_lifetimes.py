@@ -9,38 +9,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from enum import StrEnum
-from typing import Final
 
 import anyio
 
 from ..stores import SessionStore, SessionStoreUnavailable
+from ._stdio_child import EndReason
 from ._stdio_relay import ANSWER_WITHIN, Conversation, Process
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
 EndTransport = Callable[[bytes, object], Awaitable[None]]
 """Ends a 2025 transport session (its id) as its user (who opened it): a ``DELETE`` through the gateway's app."""
-
-
-class EndReason(StrEnum):
-    """Why the gateway ended a conversation (a crash or a bound is the child's own words), as the log says it."""
-
-    IDLE = "idle"
-    EXPIRED = "expired"
-    EVICTED = "evicted"
-    ANSWERED = "answered"
-    SHUTDOWN = "shutdown"
-    SESSION_ENDED = "its session ended"
-    INPUT_LATE = "its input came too late"
-    FAILED = "failed to start"
-    BY_USER = "ended by its user"
-    EXITED = "exited"
-
-
-EXPECTED: Final = (EndReason.IDLE, EndReason.EXPIRED, EndReason.BY_USER)
-"""The ends a caller's own process (``caller``, ``sessionless``) leaves no tombstone for: her next request gets a
-new one. Any other end (a crash, a bound, eviction) is told to her next request once (``Table._own``)."""
 
 
 class Lifetimes:
@@ -70,12 +49,12 @@ class Lifetimes:
         for conversation in left:
             await self._end_session(conversation)
 
-    def close_soon(self, conversation: Conversation, why: str) -> None:
+    def close_soon(self, conversation: Conversation, why: EndReason) -> None:
         conversation.why = conversation.why or why
         if not conversation.tasks.cancel_scope.cancel_called:  # else the gateway stops: it ends them all
             conversation.tasks.start_soon(self.close, conversation, why)
 
-    async def close(self, conversation: Conversation, why: str) -> None:
+    async def close(self, conversation: Conversation, why: EndReason) -> None:
         """End a conversation for ``why``: its session first (so that its next request is refused as its kind's
         are), then its child."""
         conversation.why = conversation.why or why

@@ -21,7 +21,7 @@ from mcp.shared.exceptions import MCPError
 
 from ..subscriptions import SessionSubscriptionBus
 from ._auth import REQUEST, ProcessEnv
-from ._stdio_child import Child, ChildFactory, ChildProcess, ProcessOptions, _ignored, _no_client, _taken
+from ._stdio_child import Child, ChildFactory, ChildProcess, EndReason, ProcessOptions, _ignored, _no_client, _taken
 from ._stdio_relay import CHILD_EXITED, Conversation, Key, Process, ProcessEvents, ProcessView
 
 AFTER_ANSWER: Final = "mcp_sessions.gateway.after_answer"
@@ -126,7 +126,7 @@ class Pool:
 
         after_answer(fill)
 
-    def ended(self, process: Process, why: str) -> None:
+    def ended(self, process: Process, why: EndReason) -> None:
         """``process`` has ended, for ``why``: it is no longer live, nor waiting to be taken."""
         self.live.discard(process)
         if process in self.warm:

@@ -17,7 +17,7 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Final, Literal, NamedTuple
 
@@ -39,7 +39,7 @@ from .._wire import printable
 from ..profiles import SESSION_META_KEY
 from ..subscriptions import SessionSubscriptionBus
 from ._auth import ProxiedUser
-from ._stdio_child import ChildProcess
+from ._stdio_child import ChildProcess, EndReason
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -215,29 +215,18 @@ class Key(NamedTuple):
     id: str
 
 
-class Owner(str):
-    """A caller as the operator reads them: the authenticated principal's name, else the client address, escaped
-    (what prints); and who they are, which is what compares: how they were authenticated (a token of the issuer, a
-    proxy's header, none) and their id. A proxy's "alice" is not the "alice" of a token."""
+@dataclass(frozen=True)
+class Owner:
+    """A caller as the operator reads them, ``name`` (the authenticated principal's name, else the client address,
+    escaped: what prints), and who they are, ``identity``, which alone compares: how they were authenticated (a token
+    of the issuer, a proxy's header, none) and their id. A proxy's "alice" is not the "alice" of a token, and a name
+    alone (a ``str``) is no owner."""
 
+    name: str = field(compare=False)
     identity: tuple[str, ...]
 
-    def __new__(cls, name: str, identity: tuple[str, ...]) -> Owner:
-        owner = super().__new__(cls, printable(name))
-        owner.identity = identity
-        return owner
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Owner) and self.identity == other.identity
-
-    def __ne__(self, other: object) -> bool:
-        return not self == other
-
-    def __hash__(self) -> int:
-        return hash(self.identity)
-
-    def __reduce__(self) -> tuple[type[Owner], tuple[str, tuple[str, ...]]]:  # copied whole (the view's asdict)
-        return Owner, (str(self), self.identity)
+    def __str__(self) -> str:
+        return self.name
 
 
 class Caller(NamedTuple):
@@ -257,10 +246,10 @@ def known_as(scope: Scope) -> Owner:
     user = scope.get("user")
     if user is not None and getattr(user, "is_authenticated", False):
         kind = "proxy" if isinstance(user, ProxiedUser) else "token"
-        return Owner(str(user.display_name), (kind, str(authenticated_user(scope))))
+        return Owner(printable(str(user.display_name)), (kind, str(authenticated_user(scope))))
     client = scope.get("client")
     address = client[0] if client else ""
-    return Owner(address, ("address", address))
+    return Owner(printable(address), ("address", address))
 
 
 class Conversation:
@@ -306,7 +295,7 @@ class Conversation:
         self.last_request = anyio.current_time()
         self.requests = 0  # how many it has served
         # why the gateway ended it (idle, its session ended, shutdown): not a crash
-        self.why: str | None = None
+        self.why: EndReason | None = None
         # a request's own child: how many times it was retained for its client's input
         self.rounds = 0
         self.roots_told = False  # whether its child was told its client's roots changed (see relay)
@@ -323,7 +312,7 @@ class Conversation:
         own in ``_meta``, and the process asks no client and tells none."""
         return self.key.kind in ("shared", "caller")
 
-    def end(self, why: str) -> None:
+    def end(self, why: EndReason) -> None:
         """End the conversation's child, for ``why``."""
         self.why = self.why or why
         self.child.stop(why)
@@ -381,7 +370,7 @@ class Conversation:
             if self.child.done.is_set():
                 with anyio.move_on_after(JUDGED_WITHIN):
                     await self.child.judged.wait()
-                why = self.child.reason or exc.message
+                why = self.child.said or exc.message
                 raise MCPError(CHILD_EXITED, f"the server process of this conversation exited ({why})") from None
             raise
         finally:
@@ -473,7 +462,7 @@ class ProcessEvents:
     def started(self) -> None:
         """A process was started."""
 
-    def ended(self, why: str) -> None:
+    def ended(self, why: EndReason) -> None:
         """A process ended, for ``why``."""
 
     def refused(self, limit: str) -> None:
@@ -485,7 +474,7 @@ class ProcessView:
     """One live process, as an operator sees it (:meth:`Pool.views`); its memory is read from ``/proc``."""
 
     kind: str  # a conversation's Kind ("caller": a caller's own process), or "warm"
-    principal: str | None  # whose it is: the principal's name, else the client address; None for shared or warm
+    principal: Owner | None  # whose it is (the principal's name, else the client address); None for shared or warm
     conversation: str | None  # a short digest of its conversation's key (never a bearer value); None likewise
     pid: int | None
     age: float  # seconds since its process started

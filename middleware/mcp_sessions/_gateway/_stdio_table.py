@@ -48,8 +48,8 @@ from ..subscriptions import SessionSubscriptionBus
 from ._auth import REQUEST, ProcessEnv
 from ._front import StartupFailed
 from ._stdio_admission import Admission
-from ._stdio_child import EXIT_DRAIN, Child, ChildFactory, ChildProcess, ProcessOptions
-from ._stdio_lifetimes import EXPECTED, EndReason, EndTransport, Lifetimes
+from ._stdio_child import EXIT_DRAIN, Child, ChildFactory, ChildProcess, EndReason, ProcessOptions
+from ._stdio_lifetimes import EndTransport, Lifetimes
 from ._stdio_pool import Pool, after_answer
 from ._stdio_relay import (
     ANSWER_WITHIN,
@@ -57,6 +57,7 @@ from ._stdio_relay import (
     Caller,
     Conversation,
     Key,
+    Owner,
     Process,
     ProcessEvents,
     key_digest,
@@ -76,6 +77,9 @@ Sessionless = Literal["per-caller", "per-request", "shared"]
 """Where the requests that name no conversation go (``--sessionless``)."""
 MAX_ENDED: Final = 100_000
 """Ended conversations remembered (each answered with the error of its kind, never a new process); oldest first."""
+EXPECTED: Final = (EndReason.IDLE, EndReason.EXPIRED, EndReason.BY_USER)
+"""The ends a caller's own process (``caller``, ``sessionless``) leaves no tombstone for: her next request gets a
+new one. Any other end (a crash, a bound, eviction) is told to her next request once (``Table._own``)."""
 Metrics = Callable[[Callable[[], Counter[str]]], ProcessEvents]
 """What counts the table's processes, given how many of each kind live (``_status.ProcessMetrics``)."""
 
@@ -127,7 +131,7 @@ class Table:
         )
         self.admission = Admission(max_processes, per_caller, config.create_limit, events)
         self.conversations: dict[Key, Conversation] = {}
-        self.ended: BoundedDict[Key, str] = BoundedDict(MAX_ENDED)  # tombstones: why each ended
+        self.ended: BoundedDict[Key, EndReason] = BoundedDict(MAX_ENDED)  # tombstones: why each ended
         self.retained: dict[str, Conversation] = {}  # a request's child awaiting its retry, by requestState
         self.digests = IdDigests(config.keys)  # the middleware's: a transport session's key is its adopted session's
         self.instance = secrets.token_hex(8)  # this start of the gateway, as a host conversation's data names it
@@ -310,7 +314,7 @@ class Table:
         why = conversation.why or failed or EndReason.EXITED
         if _told(key, why):
             self.ended[key] = why
-        logger.info("%s: the conversation ended (%s)", child.label, why)
+        logger.info("%s: the conversation ended (%s)", child.label, why.text)
         riders = list(conversation.riders.values())  # a caller's process: its conversations end
         for rider in riders:
             self.ended[rider.key] = why
@@ -319,13 +323,13 @@ class Table:
     def not_found(self) -> MCPError:
         return MCPError(self.config.profiles[0].not_found, self.config.profiles[0].not_found_text)
 
-    def gone(self, key: Key, why: str | None = None) -> MCPError:
+    def gone(self, key: Key, why: EndReason | None = None) -> MCPError:
         """The error of an ended conversation's kind: "not found" for one these ended with its session (or a
         front's), else that its process has ended, and why."""
-        why = why or self.ended.get(key, "ended")
+        why = why or self.ended.get(key, EndReason.ENDED)
         if self.fronted or why in (EndReason.EVICTED, EndReason.SESSION_ENDED):
             return self.not_found()
-        said = "the gateway is shutting down" if why == EndReason.SHUTDOWN else why
+        said = "the gateway is shutting down" if why is EndReason.SHUTDOWN else why.text
         return MCPError(
             CHILD_EXITED, f"the server process of this conversation has ended ({said}), with its state; start a new one"
         )
@@ -367,7 +371,7 @@ class Children(Table):
         if self._holder(key, caller) is None and key not in self.ended:
             held = await session.data.get(_HELD, self.instance)  # which start runs it: the replicas' store
             if held != self.instance:
-                raise self.gone(key, "it ran on another replica, or before this one restarted")
+                raise self.gone(key, EndReason.ELSEWHERE)
             await session.data.set(_HELD, self.instance)
 
     async def caller(self, scope: Scope) -> Caller:
@@ -511,7 +515,7 @@ class Children(Table):
         except (TimeoutError, MCPError, ValidationError):  # a process's list the SDK's types do not take: none
             return {}
 
-    async def end(self, conversation: str, principal: str) -> bool:
+    async def end(self, conversation: str, principal: Owner) -> bool:
         """End the conversation whose digest (its view's) is ``conversation``, if it is ``principal``'s: a user's
         own, ended as the gateway ends any (``Lifetimes.close``), and answered once its process has left the pool, so
         that no view lists it after."""
@@ -539,7 +543,7 @@ def _transport(scope: Scope) -> bytes | None:
     return raw if Era.of(header(headers, MCP_PROTOCOL_VERSION_HEADER)) is Era.LEGACY else None
 
 
-def _told(key: Key, why: str) -> bool:
+def _told(key: Key, why: EndReason) -> bool:
     """Whether an end is told to the next request that names its conversation: every end, but a request's own
     (never named again) and a caller's own that ended as she would expect (``EXPECTED``)."""
     if key.kind == "request":
