@@ -97,18 +97,19 @@ class EndReason(Enum):
 
 
 class ChildProcess(Protocol):
-    """What the gateway reads of a server process, and does with it: a :class:`Child`, or a test's in memory."""
+    """What the gateway reads of a server process, and does with it: a :class:`Child` (which says what each member
+    means), or a test's in memory."""
 
     label: str
     pid: int | None
-    ready: anyio.Event  # initialized, or failed (then ``failure`` says why)
-    done: anyio.Event  # asked to stop, or ended
-    judged: anyio.Event  # why it ended is known: ``reason``, ``said``
+    ready: anyio.Event
+    done: anyio.Event
+    judged: anyio.Event
     reason: EndReason | None
     said: str | None
     failure: str | None
     initialized: types.InitializeResult | None
-    revisions: list[str]  # what its server/discover answer lists (a ``discover`` one's)
+    revisions: list[str]
     link: JSONRPCDispatcher[Any] | None
     last_words: str | None
     stderr_ended: anyio.Event

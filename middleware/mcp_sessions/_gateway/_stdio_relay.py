@@ -33,10 +33,13 @@ from mcp_types.methods import INPUT_REQUIRED_METHODS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.types import Scope
 
+from .._asgi import header
 from .._bounded import BoundedDict
-from .._session import authenticated_user
+from .._config import SessionsConfig
+from .._session import SCOPE_KEY, Session, authenticated_user, caller_of, principal_digest
 from .._wire import printable
-from ..profiles import SESSION_META_KEY
+from .._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
+from ..profiles import SESSION_META_KEY, Era
 from ..subscriptions import SessionSubscriptionBus
 from ._auth import ProxiedUser
 from ._stdio_child import ChildProcess, EndReason
@@ -250,6 +253,30 @@ def known_as(scope: Scope) -> Owner:
     client = scope.get("client")
     address = client[0] if client else ""
     return Owner(printable(address), ("address", address))
+
+
+class Asking(NamedTuple):
+    """A request as the process table reads it (:func:`asking`): who asks, and what it names of its conversation."""
+
+    caller: Caller
+    session: Session | None  # what the sessions found it in
+    transport: bytes | None  # :func:`transport_of`
+
+
+async def asking(scope: Scope, config: SessionsConfig) -> Asking:
+    """Who asks (whom the limits count, as the create limit does: the principal, else the client address), and
+    what the request names: its session, its 2025 transport session."""
+    principal = await principal_digest(config.principal, scope, config.keys.audience)
+    caller = Caller(caller_of(scope, principal), known_as(scope))
+    return Asking(caller, scope.get(SCOPE_KEY), transport_of(scope))
+
+
+def transport_of(scope: Scope) -> bytes | None:
+    """The ``Mcp-Session-Id`` of a request's 2025 transport session: on the 2025 path only (a 2026-07-28 request's
+    header is its session token, or anything its client put there, and names none)."""
+    headers = scope.get("headers", ())
+    raw = header(headers, MCP_SESSION_ID_HEADER)
+    return raw if Era.of(header(headers, MCP_PROTOCOL_VERSION_HEADER)) is Era.LEGACY else None
 
 
 class Conversation:

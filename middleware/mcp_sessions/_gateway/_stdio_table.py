@@ -36,14 +36,12 @@ from mcp_types.version import LATEST_MODERN_VERSION
 from pydantic import ValidationError
 from starlette.types import Scope
 
-from .._asgi import header
 from .._bounded import BoundedDict
 from .._config import SessionsConfig
-from .._session import PRINCIPAL_CLAIM, SCOPE_KEY, Session, caller_of, principal_digest
+from .._session import PRINCIPAL_CLAIM, SCOPE_KEY, Session, caller_of
 from .._tokens import IdDigests, SessionClaims
 from .._wire import Refusal
-from .._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, RATE_LIMITED
-from ..profiles import Era
+from .._wire.protocol import RATE_LIMITED
 from ..subscriptions import SessionSubscriptionBus
 from ._auth import REQUEST, ProcessEnv
 from ._front import StartupFailed
@@ -54,14 +52,17 @@ from ._stdio_pool import Pool, after_answer
 from ._stdio_relay import (
     ANSWER_WITHIN,
     CHILD_EXITED,
+    Asking,
     Caller,
     Conversation,
     Key,
     Owner,
     Process,
     ProcessEvents,
+    asking,
     key_digest,
     known_as,
+    transport_of,
 )
 
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -144,19 +145,13 @@ class Table:
         """The key of the 2025 transport session whose ``Mcp-Session-Id`` is ``raw``: a digest, never the id."""
         return Key("transport-session", self.digests.transport(raw))
 
-    def route(
-        self,
-        caller: Caller,
-        session: Session | None,
-        raw: bytes | None,
-        method: str,
-        state: object,
-    ) -> Conversation:
+    def route(self, asked: Asking, method: str, state: object) -> Conversation:
         """The decision: the conversation a caller's request reaches, named by its ``session``, its 2025 transport
         session (``raw``) or ``state``, or none; opened (within the limits) where it may be. With
         ``processes="per-caller"``, the caller's own process, for a request that names no conversation or one of
         those it serves; a conversation it does not serve, or served before it ended, is refused as in the
         per-conversation table, never served by another process."""
+        caller, session, raw = asked
         if session is not None and session.source == "data-layer":
             key = self.moved.get(session.id, Key("data-layer-session", session.id))
             gone = partial(self.gone, key) if self.mode == "per-caller" and key in self.ended else self.not_found
@@ -353,16 +348,14 @@ class Children(Table):
         session's is "not found" here; a host's, which the store the replicas share records as another start's
         (:data:`_HELD`), has ended. What the request's names and caller are is read first; which conversation they
         reach is then one decision (:meth:`route`)."""
-        session: Session | None = scope.get(SCOPE_KEY)
-        raw = _transport(scope)
-        nameless = session is None and raw is None and state is None
-        shared = nameless and (method in LISTS or (self.sessionless == "shared" and self.mode != "per-caller"))
-        if self.mode == "shared" or shared:
+        asked = await asking(scope, self.config)
+        nameless = asked.session is None and asked.transport is None and state is None
+        sessionless = self.sessionless if self.mode != "per-caller" else "per-caller"
+        if self.mode == "shared" or (nameless and (method in LISTS or sessionless == "shared")):
             return await self.ready(self.shared_conversation())
-        caller = await self.caller(scope)
-        if session is not None and session.source not in ("data-layer", "transport"):
-            await self._claim(session, caller)
-        return await self.ready(self.route(caller, session, raw, method, state))
+        if asked.session is not None and asked.session.source not in ("data-layer", "transport"):
+            await self._claim(asked.session, asked.caller)
+        return await self.ready(self.route(asked, method, state))
 
     async def _claim(self, session: Session, caller: Caller) -> None:
         """A host conversation this table has not served: claimed for this start in the store the replicas share
@@ -376,8 +369,7 @@ class Children(Table):
 
     async def caller(self, scope: Scope) -> Caller:
         """Who asks: whom the limits count, as the create limit does (the principal, else the client address)."""
-        principal = await principal_digest(self.config.principal, scope, self.config.keys.audience)
-        return Caller(caller_of(scope, principal), known_as(scope))
+        return (await asking(scope, self.config)).caller
 
     async def ready(self, conversation: Conversation) -> Conversation:
         """``conversation`` once its process is ready to serve it; the error of its end if it has ended."""
@@ -399,7 +391,7 @@ class Children(Table):
             return
         scope = REQUEST.get() or {}
         caller = Caller(caller_of(scope, claims.extra.get(PRINCIPAL_CLAIM)), known_as(scope))
-        raw = _transport(scope)
+        raw = transport_of(scope)
         try:
             if raw is not None and self.mode == "per-conversation":  # one conversation, one process
                 found = await self.ready(self._transported(raw, caller, counted=True))
@@ -533,14 +525,6 @@ class Children(Table):
 def _bound(sid: str, caller: str) -> str:
     """A host conversation's key: its id and its caller's digest, so that another caller naming it gets its own."""
     return hashlib.sha256(f"{sid}\0{caller}".encode()).hexdigest()[:32]
-
-
-def _transport(scope: Scope) -> bytes | None:
-    """The ``Mcp-Session-Id`` of a request's 2025 transport session: on the 2025 path only (a 2026-07-28 request's
-    header is its session token, or anything its client put there, and names none)."""
-    headers = scope.get("headers", ())
-    raw = header(headers, MCP_SESSION_ID_HEADER)
-    return raw if Era.of(header(headers, MCP_PROTOCOL_VERSION_HEADER)) is Era.LEGACY else None
 
 
 def _told(key: Key, why: EndReason) -> bool:
