@@ -71,9 +71,6 @@ class EndReason(Enum):
     vocabulary), ``text`` in the log and in its conversation's error (a crash's or a bound's own words are the
     child's ``said``)."""
 
-    label: str
-    text: str
-
     IDLE = "idle", "idle"
     EXPIRED = "expired", "expired"
     EVICTED = "evicted", "evicted"

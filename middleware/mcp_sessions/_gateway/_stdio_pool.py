@@ -13,6 +13,7 @@ import secrets
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any, Final
 
 import anyio
@@ -48,8 +49,10 @@ class Pool:
         factory: ChildFactory = Child,
     ) -> None:
         self.command, self.warm_count, self.environ = list(command), warm, dict(environ)
-        self.max_line, self.options, self.process_env, self.factory = max_line, options, process_env, factory
+        self.options, self.process_env = options, process_env
         self.bus, self.serve, self.events = bus, serve, events  # serve: each process's life (Lifetimes.serve)
+        # every process, the probe's too: Conversation.on_notification takes every notification first
+        self.make = partial(factory, self.command, max_line=max_line, on_notify=_ignored, options=options)
         self.warm: deque[Process] = deque()  # started and initialized ahead, for new conversations and requests
         self.live: set[Process] = set()
         self.tasks: anyio.abc.TaskGroup | None = None  # while the gateway runs (running)
@@ -74,15 +77,11 @@ class Pool:
         process = None if shared else secrets.token_hex(8)
         environ = {**self.environ, **values, **({} if process is None else {"MCP_SESSION_ID": process})}
         started = Process(self.tasks, self.process_env.digest(values))
-        started.child = self.factory(
-            self.command,
+        started.child = self.make(
             label="shared" if process is None else f"process {process}",
             environ=environ,
-            max_line=self.max_line,
             on_request=started.on_request,
-            on_notify=_ignored,  # Conversation.on_notification takes every notification first
             on_progress=started.on_notification,
-            options=self.options,
             start_deadline=start_deadline,
         )
         if shared:  # no one's conversation: every caller's lists, and with "shared" every request
@@ -97,15 +96,11 @@ class Pool:
         connection's first request decides its era, so a child that initializes cannot be asked. The probe's
         ``revisions`` (none for an error answer: the handshake's only), or its ``failure``: no answer in time, or it
         ended (a crash at its first request), with its ``last_words``."""
-        probe = self.factory(
-            self.command,
+        probe = self.make(
             label="revisions",
             environ=self.environ,
-            max_line=self.max_line,
             on_request=_no_client,
-            on_notify=_ignored,
             on_progress=_taken,
-            options=self.options,
             discover=True,
             start_deadline=start_deadline,
         )

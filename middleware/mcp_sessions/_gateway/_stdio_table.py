@@ -367,10 +367,6 @@ class Children(Table):
                 raise self.gone(key, EndReason.ELSEWHERE)
             await session.data.set(_HELD, self.instance)
 
-    async def caller(self, scope: Scope) -> Caller:
-        """Who asks: whom the limits count, as the create limit does (the principal, else the client address)."""
-        return (await asking(scope, self.config)).caller
-
     async def ready(self, conversation: Conversation) -> Conversation:
         """``conversation`` once its process is ready to serve it; the error of its end if it has ended."""
         await conversation.child.ready.wait()
@@ -412,7 +408,7 @@ class Children(Table):
     async def connected(self, raw: bytes, scope: Scope) -> None:
         """A 2025 transport session just opened (its ``initialize`` answered), which has no process until a call
         needs one: those the admission says are too many (overall, and per caller) are ended, oldest first."""
-        caller = await self.caller(scope)
+        caller = (await asking(scope, self.config)).caller
         self.connections[self.transport_key(raw)] = (caller.id, raw, scope.get("user"))
         owners = {key: owner for key, (owner, _, _) in self.connections.items()}
         for key in self.admission.connections_over(owners, caller.id):
@@ -446,11 +442,11 @@ class Children(Table):
         bound, a crash) ends no other's, and no caller's state reaches another's. One process for everyone is
         ``processes="shared"``, the operator's word alone. A server that answers its first request neither with
         revisions nor with an error, by ``start_deadline`` or before it ends, does not start: ``StartupFailed``."""
-        pool = self.pool
-        if self.process_env.sources or (pool.options is not None and pool.options.uids is not None):
+        options = self.pool.options
+        if self.process_env.sources or (options is not None and options.uids is not None):
             self.mode = "per-conversation"
             return
-        probe = await pool.revisions(start_deadline)
+        probe = await self.pool.revisions(start_deadline)
         if probe.failure is not None:
             raise await self.failed(probe.failure, probe)
         if LATEST_MODERN_VERSION in probe.revisions:
@@ -482,7 +478,7 @@ class Children(Table):
         session: Session | None = scope.get(SCOPE_KEY)
         if session is None:
             return None
-        caller = owner or await self.caller(scope)
+        caller = owner or (await asking(scope, self.config)).caller
         return hashlib.sha256(f"{session.source}\0{session.id}\0{caller.id}".encode()).hexdigest()[:32]
 
     async def failed(self, why: str, child: ChildProcess) -> StartupFailed:
