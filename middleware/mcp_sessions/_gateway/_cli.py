@@ -19,7 +19,7 @@ from ._app import (
     gateway_app,
 )
 from ._network import NetworkError, add_network_arguments
-from ._process_flags import add_process_arguments, process_options
+from ._process_flags import add_process_arguments, process_options, seal_gateway
 from ._serving import EXIT_USAGE, bind, serve
 
 if TYPE_CHECKING:
@@ -263,6 +263,8 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         if exchange is not None:  # its client closed as the app stops, in either mode
             app = exchange.wrap(app)
         bound = bind(args.host, args.port)  # a port in use: before anything starts
+        if args.stdio is not None:
+            seal_gateway(options.containment)
         if egress is not None:  # before any process starts
             egress.install()
     except ModuleNotFoundError as exc:
