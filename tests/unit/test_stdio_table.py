@@ -20,10 +20,10 @@ from mcp_types.version import LATEST_MODERN_VERSION
 
 from conftest import SECRET
 from mcp_sessions import SessionsConfig
-from mcp_sessions._gateway import _stdio_admission
 from mcp_sessions._gateway._auth import REQUEST
-from mcp_sessions._gateway._stdio_child import EndReason
-from mcp_sessions._gateway._stdio_table import Children
+from mcp_sessions._gateway.stdio import _admission
+from mcp_sessions._gateway.stdio._child import EndReason
+from mcp_sessions._gateway.stdio._table import Children
 from mcp_sessions._session import SCOPE_KEY
 from mcp_sessions._tokens import SessionClaims
 from mcp_sessions._wire import Refusal
@@ -147,7 +147,7 @@ async def test_a_caller_at_her_limit_is_refused_and_another_is_not() -> None:
 
 
 async def test_her_idle_conversation_makes_room_and_is_then_not_found(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_stdio_admission, "EVICT_AFTER", 0.0)
+    monkeypatch.setattr(_admission, "EVICT_AFTER", 0.0)
     async with table(per_caller=1) as (children, made):
         await create(children, "s1")
         await create(children, "s2")  # s1, idle, ends for it

@@ -33,7 +33,7 @@ DEFAULT_SHUTDOWN_TIMEOUT: Final = 10.0
 long the gateway cancels what still runs (each upstream request closed) and stops."""
 
 STDIO_SHUTDOWN_TIMEOUT: Final = 4.0
-"""With --stdio: then every child gets its stdin closed, SIGTERM and SIGKILL (``_stdio_child.stop_group``): all
+"""With --stdio: then every child gets its stdin closed, SIGTERM and SIGKILL (``stdio._child.stop_group``): all
 gone within 10 s of the gateway's SIGTERM."""
 
 AUTH_VARIABLES: Final = {
@@ -316,7 +316,7 @@ def _stdio_app(
 ) -> Any:
     """The ``--stdio`` gateway's app (it needs the ``mcp`` SDK): ``command``'s processes as the flags say, run as
     ``options`` says; the allow-lists, the proxies in front and ``auth`` as for an ``--upstream``."""
-    from ._stdio import stdio_gateway_app
+    from .stdio._server import stdio_gateway_app
 
     return stdio_gateway_app(
         command,
@@ -348,7 +348,7 @@ def _egress(args: argparse.Namespace, sandbox: Any, forwarded: str | None) -> An
     from ._network import egress_rules
 
     if args.status_socket is not None:
-        from ._status import private_directory
+        from .stdio._status import private_directory
 
         private_directory(args.status_socket)
     uids = None if sandbox.uids is None else (sandbox.uids.first, sandbox.uids.last)

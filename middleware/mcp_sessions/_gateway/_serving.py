@@ -142,7 +142,7 @@ def _status_sockets(args: argparse.Namespace) -> list[socket.socket]:
         status.append(bind("127.0.0.1", args.status_port, "--status-port {port}"))
         logger.info("mcp-sessions gateway: the processes' status on http://127.0.0.1:%d/status", args.status_port)
     if args.status_socket is not None:
-        from ._status import private_socket  # the mcp SDK's import, as --stdio's
+        from .stdio._status import private_socket  # the mcp SDK's import, as --stdio's
 
         status.append(private_socket(args.status_socket))
         logger.info("mcp-sessions gateway: the processes' status on the Unix socket %s", args.status_socket)

@@ -2,10 +2,10 @@
 
 :class:`Children` holds the shared process and one per conversation (or, ``"per-caller"``, one per caller for all
 of its conversations), each conversation with its owner in it. The parts it is made of each answer one question:
-``_stdio_pool`` makes the processes (through a factory: a real ``Child``, or a test's in memory) and keeps those
-started ahead; ``_stdio_admission`` says whether a new conversation may have one (the limits, eviction);
-``_stdio_lifetimes`` runs each to its end and answers an ended conversation with the error of its kind. What a
-process's messages do for its client is ``_stdio_relay``'s.
+``_pool`` makes the processes (through a factory: a real ``Child``, or a test's in memory) and keeps those
+started ahead; ``_admission`` says whether a new conversation may have one (the limits, eviction);
+``_lifetimes`` runs each to its end and answers an ended conversation with the error of its kind. What a
+process's messages do for its client is ``_relay``'s.
 
 Who may reach a process is decided in one place, :meth:`Children.conversation_for`, which every relayed request
 walks once (:meth:`Children.relay`): the request's name for its conversation becomes a typed :class:`Key` (a 2025
@@ -36,20 +36,20 @@ from mcp_types.version import LATEST_MODERN_VERSION
 from pydantic import ValidationError
 from starlette.types import Scope
 
-from .._bounded import BoundedDict
-from .._config import SessionsConfig
-from .._session import PRINCIPAL_CLAIM, SCOPE_KEY, Session, caller_of
-from .._tokens import IdDigests, SessionClaims
-from .._wire import Refusal
-from .._wire.protocol import RATE_LIMITED
-from ..subscriptions import SessionSubscriptionBus
-from ._auth import REQUEST, ProcessEnv
-from ._front import StartupFailed
-from ._stdio_admission import Admission
-from ._stdio_child import EXIT_DRAIN, Child, ChildFactory, ChildProcess, EndReason, ProcessOptions
-from ._stdio_lifetimes import EndTransport, Lifetimes
-from ._stdio_pool import Pool, after_answer
-from ._stdio_relay import (
+from ..._bounded import BoundedDict
+from ..._config import SessionsConfig
+from ..._session import PRINCIPAL_CLAIM, SCOPE_KEY, Session, caller_of
+from ..._tokens import IdDigests, SessionClaims
+from ..._wire import Refusal
+from ..._wire.protocol import RATE_LIMITED
+from ...subscriptions import SessionSubscriptionBus
+from .._auth import REQUEST, ProcessEnv
+from .._front import StartupFailed
+from ._admission import Admission
+from ._child import EXIT_DRAIN, Child, ChildFactory, ChildProcess, EndReason, ProcessOptions
+from ._lifetimes import EndTransport, Lifetimes
+from ._pool import Pool, after_answer
+from ._relay import (
     ANSWER_WITHIN,
     CHILD_EXITED,
     Asking,

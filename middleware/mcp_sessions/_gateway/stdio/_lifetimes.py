@@ -12,9 +12,9 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from ..stores import SessionStore, SessionStoreUnavailable
-from ._stdio_child import EndReason
-from ._stdio_relay import ANSWER_WITHIN, Conversation, Process
+from ...stores import SessionStore, SessionStoreUnavailable
+from ._child import EndReason
+from ._relay import ANSWER_WITHIN, Conversation, Process
 
 logger = logging.getLogger("mcp_sessions.gateway")
 

@@ -33,10 +33,10 @@ from mcp.shared.message import SessionMessage
 from mcp_types import CONNECTION_CLOSED
 from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 
-from .._version import __version__
-from .._wire import printable
-from .._wire.protocol import RATE_LIMITED
-from ._sandbox import Place, Sandbox, SandboxError, reap_adopted
+from ..._version import __version__
+from ..._wire import printable
+from ..._wire.protocol import RATE_LIMITED
+from .._sandbox import Place, Sandbox, SandboxError, reap_adopted
 
 logger = logging.getLogger("mcp_sessions.gateway")
 

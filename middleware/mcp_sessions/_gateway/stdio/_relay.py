@@ -3,7 +3,7 @@
 A client's request goes to the conversation's process as a :class:`Call`; the process's answer, its progress under
 the client's own token, its other notifications and its requests to the client (a 2025 client is asked on the
 stream of its request, a 2026-07-28 client in an ``input_required`` result it answers in its retry) come back
-through the :class:`Conversation` that holds the process. Which process a request reaches is ``_stdio_table``'s.
+through the :class:`Conversation` that holds the process. Which process a request reaches is ``_table``'s.
 """
 
 from __future__ import annotations
@@ -33,16 +33,16 @@ from mcp_types.methods import INPUT_REQUIRED_METHODS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.types import Scope
 
-from .._asgi import header
-from .._bounded import BoundedDict
-from .._config import SessionsConfig
-from .._session import SCOPE_KEY, Session, authenticated_user, caller_of, principal_digest
-from .._wire import printable
-from .._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
-from ..profiles import SESSION_META_KEY, Era
-from ..subscriptions import SessionSubscriptionBus
-from ._auth import ProxiedUser
-from ._stdio_child import ChildProcess, EndReason
+from ..._asgi import header
+from ..._bounded import BoundedDict
+from ..._config import SessionsConfig
+from ..._session import SCOPE_KEY, Session, authenticated_user, caller_of, principal_digest
+from ..._wire import printable
+from ..._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
+from ...profiles import SESSION_META_KEY, Era
+from ...subscriptions import SessionSubscriptionBus
+from .._auth import ProxiedUser
+from ._child import ChildProcess, EndReason
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -204,7 +204,7 @@ class Call:
 Kind = Literal[
     "transport-session", "data-layer-session", "host-conversation", "sessionless", "request", "caller", "shared"
 ]
-"""What names a conversation, and so who may reach its process (``_stdio_table``): a 2025 client's transport
+"""What names a conversation, and so who may reach its process (``_table``): a 2025 client's transport
 session (its ``Mcp-Session-Id``'s digest), a data-layer session (its id), a host's conversation id (bound to its
 caller), a caller's 2026-07-28 requests that name none (one conversation of hers), a 2026-07-28 request that
 names none (a process of its own); a caller (its own process, which serves all of its conversations, each named
@@ -306,7 +306,7 @@ class Conversation:
         self.credentials = credentials  # the digest of its process's --process-env values
         self.transport = transport  # its 2025 transport session's id, which ends with it
         self.holds_sessions = False  # whether a data-layer session was opened in that transport session
-        self.unwatch: Callable[[], None] | None = None  # stops watching its session's end (_stdio_table.open)
+        self.unwatch: Callable[[], None] | None = None  # stops watching its session's end (_table.open)
         self.bus = bus  # its 2026-07-28 listen streams
         self.tasks = tasks  # where its calls run: a 2026-07-28 call outlives the client's request
         self.calls: list[Call] = []  # in flight, oldest first
@@ -346,7 +346,7 @@ class Conversation:
 
     async def relay(self, ctx: ServerRequestContext[Any, Any], conversation: str | None = None) -> dict[str, Any]:
         """The child's answer to a client's request; the client's own progress token gets the child's progress.
-        ``conversation``: the request's, for a process of many (``_stdio.named``), named as the draft names a
+        ``conversation``: the request's, for a process of many (``_server.named``), named as the draft names a
         session in ``_meta``."""
         params = dict(ctx.params or {})
         given = params.pop("_meta", None) or {}

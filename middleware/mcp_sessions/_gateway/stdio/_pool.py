@@ -3,7 +3,7 @@ ahead for new conversations (``--warm``).
 
 :class:`Pool` makes and keeps them, as httpcore's pool makes its connections through one seam: ``factory`` is
 :class:`Child` (a real process in its place), or a test's process in memory. Which conversation a process serves
-is the table's (``_stdio_table``); how long it lives is ``serve``'s (``Lifetimes.serve``), each process in the
+is the table's (``_table``); how long it lives is ``serve``'s (``Lifetimes.serve``), each process in the
 task group of :meth:`Pool.running`.
 """
 
@@ -20,13 +20,13 @@ import anyio
 import anyio.abc
 from mcp.shared.exceptions import MCPError
 
-from ..subscriptions import SessionSubscriptionBus
-from ._auth import REQUEST, ProcessEnv
-from ._stdio_child import Child, ChildFactory, ChildProcess, EndReason, ProcessOptions, _ignored, _no_client, _taken
-from ._stdio_relay import CHILD_EXITED, Conversation, Key, Process, ProcessEvents, ProcessView
+from ...subscriptions import SessionSubscriptionBus
+from .._auth import REQUEST, ProcessEnv
+from ._child import Child, ChildFactory, ChildProcess, EndReason, ProcessOptions, _ignored, _no_client, _taken
+from ._relay import CHILD_EXITED, Conversation, Key, Process, ProcessEvents, ProcessView
 
 AFTER_ANSWER: Final = "mcp_sessions.gateway.after_answer"
-"""In a request's scope, what it leaves to do once its answer is sent (``_stdio._Opening`` does it)."""
+"""In a request's scope, what it leaves to do once its answer is sent (``_server._Opening`` does it)."""
 
 
 class Pool:

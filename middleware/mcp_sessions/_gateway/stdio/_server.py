@@ -3,8 +3,8 @@
 Where the HTTP gateway has its proxy, this one has an MCP server of the ``mcp`` SDK (a low-level
 ``Server``): the SDK speaks both eras to clients (the 2025-11-25 handshake and transport sessions, the
 2026-07-28 envelope and ``server/discover``), and each of its handlers relays the request to the child that
-holds the request's conversation, as an MCP client (``_stdio_child``), the relay of its messages in
-``_stdio_relay``. The session middleware sits at its
+holds the request's conversation, as an MCP client (``_child``), the relay of its messages in
+``_relay``. The session middleware sits at its
 endpoint, as in any ``MCPServer`` app, and tells each request's conversation (:data:`SCOPE_KEY`).
 
 With ``processes="auto"`` (the default), a server that speaks 2026-07-28 gets a process per caller (its principal,
@@ -17,7 +17,7 @@ The first child, started with the gateway, is the shared one (the lists that nam
 name none with ``sessionless="shared"``, or every request with ``processes="shared"``); clients'
 ``initialize`` and ``server/discover`` are answered from its own ``initialize`` answer, and only the methods it
 advertises are relayed (any other is the SDK's "Method not found"). Every other child is a conversation's (or a
-caller's), in one table (``_stdio_table``), whatever names it: a 2025 transport session (the middleware adopts
+caller's), in one table (``_table``), whatever names it: a 2025 transport session (the middleware adopts
 it; its child is taken by its first request that needs one), a data-layer session (at its ``sessions/create``,
 the sessions' ``on_create``), a host's conversation id (at its first request, bound to its caller), the
 2026-07-28 requests of a caller that name none (``sessionless="per-caller"``, the default: one conversation of
@@ -52,24 +52,24 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.methods import CACHEABLE_METHODS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._asgi import Replay, header, read_body, send_json, sse_event, too_large
-from .._config import SessionsConfig
-from .._middleware import MCPSessionMiddleware
-from .._wire import jsonrpc
-from .._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
-from .._wire.sse import SSERewriter
-from ..profiles import Era
-from ..sources import HostConversationSource
-from ..subscriptions import SessionSubscriptionBus
-from ._auth import REQUEST, FrontedConversations, GatewayAuth, ProcessEnv
-from ._exchange import TokenExchange
-from ._front import GatewayFront, HostCheck, trusted_proxies
-from ._sandbox import environment
-from ._serving import STOPPING
+from ..._asgi import Replay, header, read_body, send_json, sse_event, too_large
+from ..._config import SessionsConfig
+from ..._middleware import MCPSessionMiddleware
+from ..._wire import jsonrpc
+from ..._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
+from ..._wire.sse import SSERewriter
+from ...profiles import Era
+from ...sources import HostConversationSource
+from ...subscriptions import SessionSubscriptionBus
+from .._auth import REQUEST, FrontedConversations, GatewayAuth, ProcessEnv
+from .._exchange import TokenExchange
+from .._front import GatewayFront, HostCheck, trusted_proxies
+from .._sandbox import environment
+from .._serving import STOPPING
+from ._child import START_TIMEOUT, ProcessOptions
+from ._pool import AFTER_ANSWER
 from ._status import OperatorStatus, OwnConversations, ProcessMetrics
-from ._stdio_child import START_TIMEOUT, ProcessOptions
-from ._stdio_pool import AFTER_ANSWER
-from ._stdio_table import Children, Processes, Sessionless
+from ._table import Children, Processes, Sessionless
 
 logger = logging.getLogger("mcp_sessions.gateway")
 

@@ -2,7 +2,7 @@
 have a process now, and which of the caller's idle ones end to make room for it; and which 2025 transport sessions
 with no process end to make room for a new one.
 
-:class:`Admission` answers those questions for ``_stdio_table.Table``: the limits overall
+:class:`Admission` answers those questions for ``_table.Table``: the limits overall
 (``--max-processes``) and per caller (``--max-processes-per-principal``), the create limit
 (``MCP_SESSIONS_CREATE_LIMIT``) and eviction, in that order of refusal, eviction last: a caller's idle
 conversation ends only once nothing else refuses the new one; and :data:`MAX_CONNECTIONS`.
@@ -17,9 +17,9 @@ from typing import Final
 import anyio
 from mcp.shared.exceptions import MCPError
 
-from .._session import RateLimit
-from .._wire.protocol import RATE_LIMITED
-from ._stdio_relay import Caller, Conversation, Key, ProcessEvents
+from ..._session import RateLimit
+from ..._wire.protocol import RATE_LIMITED
+from ._relay import Caller, Conversation, Key, ProcessEvents
 
 EVICT_AFTER: Final = 60.0
 """How long a caller's conversation, at its ``--max-processes-per-principal``, may be idle before a new one of the

@@ -8,7 +8,7 @@ in a directory only the gateway's user may enter (:func:`private_socket`), so th
 for the Docker daemon's socket. It is never on the
 clients' port, so neither a client nor a front that forwards every path reaches it; on the port, a ``Host`` that
 is not a loopback name is refused (a page that rebinds its name to 127.0.0.1 gets 403). ``GET /status``: every live
-process (:class:`~._stdio_table.ProcessView`, its memory read from ``/proc`` on a thread), and each user's
+process (:class:`~._relay.ProcessView`, its memory read from ``/proc`` on a thread), and each user's
 count against the limits.
 
 A user's own view (``GET /mcp/sessions``, on the clients' port, served where the gateway authenticates): her
@@ -40,11 +40,11 @@ from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .._asgi import send_json
-from .._version import __version__
-from ._stdio_child import EndReason
-from ._stdio_relay import Owner, ProcessEvents, ProcessView, known_as
-from ._stdio_table import Children
+from ..._asgi import send_json
+from ..._version import __version__
+from ._child import EndReason
+from ._relay import Owner, ProcessEvents, ProcessView, known_as
+from ._table import Children
 
 STATUS_PATH: Final = "/status"
 USER_PATH: Final = "/mcp/sessions"
