@@ -316,10 +316,10 @@ def _stdio_app(
 ) -> Any:
     """The ``--stdio`` gateway's app (it needs the ``mcp`` SDK): ``command``'s processes as the flags say, run as
     ``options`` says; the allow-lists, the proxies in front and ``auth`` as for an ``--upstream``."""
-    from .stdio._server import stdio_gateway_app
+    from .stdio._server import StdioGateway, stdio_gateway_app
 
-    return stdio_gateway_app(
-        command,
+    gateway = StdioGateway(
+        command=command,
         config=config,
         processes=args.processes,
         process_idle=args.process_idle,
@@ -340,6 +340,7 @@ def _stdio_app(
         status_port=args.status_port,
         status_socket=args.status_socket,
     )
+    return stdio_gateway_app(gateway)
 
 
 def _egress(args: argparse.Namespace, sandbox: Any, forwarded: str | None) -> Any:

@@ -61,6 +61,7 @@ def _process_arguments(gateway: argparse.ArgumentParser) -> None:
     gateway.add_argument(
         "--max-processes-per-principal",
         type=int,
+        default=4,
         metavar="N",
         help="with --stdio: how many of them one caller (its principal, else its client address) may have (default 4)",
     )

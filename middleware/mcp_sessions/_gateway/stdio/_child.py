@@ -168,7 +168,7 @@ class Child:
         self.done = anyio.Event()
         # Why it was stopped: the first to stop it says (a bound it reached, once its group is stopped: ``judged``).
         self.reason: EndReason | None = None
-        self.said: str | None = None  # the same in words: its own, for a crash or a bound
+        self.said: str | None = None  # its own words for it: which crash, which bound
         self.judged = anyio.Event()
         self.failure: str | None = None
         self.initialized: types.InitializeResult | None = None

@@ -131,7 +131,7 @@ async def status(children: Children) -> dict[str, Any]:
     views = children.pool.views()
     servers = await anyio.to_thread.run_sync(_servers, [view.pid for view in views])
     counted = [view for view in views if view.kind in CONVERSATIONS]
-    users = Counter(view.principal for view in counted if view.principal is not None)  # each has one
+    users = Counter(view.principal for view in counted if view.principal is not None)
     return {
         "processes": [
             {**_shown(view), "pid": pid, "memory": rss} for view, (pid, rss) in zip(views, servers, strict=True)

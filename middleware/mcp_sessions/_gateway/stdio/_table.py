@@ -116,7 +116,7 @@ class Table:
         self.fronted = fronted  # a replica behind a front (--forwarded-allow-ips): see gone
         # "auto" (Children.choose) becomes one of the others before the first request
         self.mode: Literal["auto", "per-conversation", "per-caller", "shared"] = processes
-        events = metrics(lambda: self.pool.kinds())  # read when the metrics are collected
+        events = metrics(lambda: self.pool.kinds())
         self.lifetimes = Lifetimes(idle=idle, store=config.store, ended=self.process_ended, end_transport=end_transport)
         self.pool = Pool(
             command,
