@@ -20,7 +20,7 @@ from ._app import (
 )
 from ._network import NetworkError, add_network_arguments
 from ._process_flags import add_process_arguments, process_options, seal_gateway
-from ._serving import EXIT_USAGE, bind, serve
+from ._serving import EXIT_USAGE, bind, private_directory, serve
 
 if TYPE_CHECKING:
     from ._auth import GatewayAuth
@@ -349,8 +349,6 @@ def _egress(args: argparse.Namespace, sandbox: Any, forwarded: str | None) -> An
     from ._network import egress_rules
 
     if args.status_socket is not None:
-        from .stdio._status import private_directory
-
         private_directory(args.status_socket)
     uids = None if sandbox.uids is None else (sandbox.uids.first, sandbox.uids.last)
     trusted = trusted_proxies(forwarded)

@@ -216,8 +216,11 @@ class StdioGateway:
 def stdio_gateway_app(gateway: StdioGateway) -> GatewayFront:
     """Sessions for a stdio MCP server: the ASGI app ``mcp-sessions gateway --stdio`` serves (see the module), as
     ``gateway`` says. Serve it with lifespan on: it starts and stops the children."""
-    exchange = gateway.token_exchange
-    credentials = ProcessEnv(gateway.process_env, exchange=exchange, exchange_scope=gateway.exchange_scope)
+    credentials = ProcessEnv(
+        gateway.process_env,
+        exchange=gateway.token_exchange,
+        exchange_scope=gateway.exchange_scope,
+    )
     if credentials.sources and gateway.processes == "shared":
         raise ValueError("--process-env gives each conversation's process its own values: not with one shared")
     trusted = trusted_proxies(gateway.forwarded_allow_ips)

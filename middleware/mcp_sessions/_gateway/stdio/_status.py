@@ -4,7 +4,7 @@ The operator's view (``--status-port``, off by default) is served on a port of i
 address, as Envoy's admin interface and Kong's Admin API are: who may read it is who may connect to the machine's
 loopback, which the operating system decides, and no token exists to leak, forward or rotate; with
 ``--process-network host``, the gateway's own processes are among them. ``--status-socket PATH``: on a Unix socket,
-in a directory only the gateway's user may enter (:func:`private_socket`), so that the file system decides, as
+in a directory only the gateway's user may enter (``_serving.private_socket``), so that the file system decides, as
 for the Docker daemon's socket. It is never on the
 clients' port, so neither a client nor a front that forwards every path reaches it; on the port, a ``Host`` that
 is not a loopback name is refused (a page that rebinds its name to 127.0.0.1 gets 403). ``GET /status``: every live
@@ -24,10 +24,6 @@ fixed vocabulary) and ``.refusals`` by ``mcp_sessions.process.limit`` (the optio
 
 from __future__ import annotations
 
-import contextlib
-import os
-import socket
-import stat
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
@@ -89,41 +85,6 @@ class OperatorStatus:
         if self.keys is not None:
             answer["keys"] = self.keys()
         await send_json(send, 200, answer, b"")
-
-
-def private_directory(path: str) -> None:
-    """The directory of the socket ``path``, which only the gateway's user may enter: made 0700 if missing,
-    refused (``ValueError``) if another user may enter it."""
-    directory = os.path.dirname(os.path.abspath(path))
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(directory, 0o700)
-    found = os.lstat(directory)
-    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid() or found.st_mode & 0o011:
-        raise ValueError(
-            f"--status-socket: {directory} must be a directory of the gateway's user that no one else may enter "
-            f"(mode 0700): it is mode {found.st_mode & 0o7777:o}, owned by uid {found.st_uid}"
-        )
-
-
-def private_socket(path: str) -> socket.socket:
-    """A Unix socket bound at ``path``, in a :func:`private_directory`; a socket left there by a gateway that was
-    killed is replaced, one another gateway serves is refused (``ValueError``)."""
-    private_directory(path)
-    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    if stat.S_ISSOCK(os.lstat(path).st_mode if os.path.lexists(path) else 0):
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-            if probe.connect_ex(path) == 0:
-                listening.close()
-                raise ValueError(f"--status-socket: another gateway serves {path}")
-        os.unlink(path)
-    try:
-        listening.bind(path)
-        os.chmod(path, 0o600)
-        listening.listen(128)
-    except OSError as exc:
-        listening.close()
-        raise ValueError(f"--status-socket: {path}: {exc.strerror}") from None
-    return listening
 
 
 async def status(children: Children) -> dict[str, Any]:
