@@ -17,7 +17,7 @@ import mcp_types as types
 from conftest import SECRET, serve
 from e2e._gateway import CACHE, MAIN, installed, node
 from mcp_sessions import SessionsConfig
-from mcp_sessions._gateway import stdio_gateway_app
+from mcp_sessions._gateway.stdio._server import StdioGateway, stdio_gateway_app
 
 SERVER = [sys.executable, "-m", "e2e._plain_stdio"]
 SDK_SERVER = [sys.executable, "-m", "e2e._stdio_server"]
@@ -41,7 +41,8 @@ def stdio_gateway(
     options.setdefault("pass_env", ("PYTHONPATH", "STDIO_TEST_FILES"))
     options.setdefault("processes", "per-conversation")  # the tests' server speaks 2026-07-28: not the default's
     options.setdefault("warm", 0)  # the pool's own tests ask for one; the others start only what they use
-    app = stdio_gateway_app(command, config=config or SessionsConfig(secret=SECRET), environ=environ, **options)
+    config = config or SessionsConfig(secret=SECRET)
+    app = stdio_gateway_app(StdioGateway(command=command, config=config, environ=environ, **options))
     with serve(app) as url:
         yield url + "/mcp"
 

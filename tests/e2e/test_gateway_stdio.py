@@ -49,7 +49,7 @@ from e2e._gateway import EVERYTHING, MAIN, gateway_process, gateway_run, install
 from e2e._listen import client as listening
 from e2e._stdio import SDK_SERVER, SERVER, SERVER_PATH, gone, own_children, stdio_gateway, text_of
 from mcp_sessions import SessionsConfig
-from mcp_sessions._gateway import _stdio_relay
+from mcp_sessions._gateway.stdio import _relay
 
 pytestmark = pytest.mark.anyio
 
@@ -376,7 +376,7 @@ async def test_a_retry_that_brings_input_too_late_is_answered_at_once(
 ) -> None:
     """A 2026-07-28 call that waited for the client's input longer than the gateway keeps it is abandoned; the
     retry that comes after gets an error, never a hang."""
-    monkeypatch.setattr(_stdio_relay, "ANSWER_WITHIN", 0.0)  # every wait for the client's input has run out at once
+    monkeypatch.setattr(_relay, "ANSWER_WITHIN", 0.0)  # every wait for the client's input has run out at once
 
     async def elicitation(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         return types.ElicitResult(action="accept", content={"answer": "yes"})

@@ -38,9 +38,9 @@ from e2e._gateway import Process, gateway_process, legacy_initialize, result_of
 from e2e._issuer import ISSUER, jwks, signed
 from e2e._stdio import COUNT, SERVER, SERVER_PATH, stdio_gateway, text_of
 from mcp_sessions import SessionsConfig
-from mcp_sessions._gateway import _stdio_admission
 from mcp_sessions._gateway._auth import GatewayAuth
 from mcp_sessions._gateway._cgroups import Cgroups
+from mcp_sessions._gateway.stdio import _admission
 
 pytestmark = pytest.mark.anyio
 
@@ -198,7 +198,7 @@ def test_a_caller_at_her_limit_keeps_her_idle_conversation_when_the_create_limit
 ) -> None:
     """76.7: at ``--max-processes-per-principal``, her idle conversation was ended to make room, and the new one was
     then refused by ``MCP_SESSIONS_CREATE_LIMIT`` anyway: she lost it for nothing. Every refusal is checked first."""
-    monkeypatch.setattr(_stdio_admission, "EVICT_AFTER", 0.0)  # idle at once: only the order of the checks matters
+    monkeypatch.setattr(_admission, "EVICT_AFTER", 0.0)  # idle at once: only the order of the checks matters
     config = SessionsConfig(secret=SECRET, create_limit=(1, 600))
     with stdio_gateway(SERVER, config, max_processes_per_principal=1) as url, httpx.Client(timeout=WITHIN) as http:
         kept = era_session(http, url, MODERN)  # the create limit's one operation

@@ -158,7 +158,7 @@ def test_a_caller_looping_on_initialize_holds_a_bounded_number_of_connections(tm
 
 
 def test_the_sessionless_argument_is_one_of_three() -> None:
-    from mcp_sessions._gateway._stdio import stdio_gateway_app
+    from mcp_sessions._gateway.stdio._server import StdioGateway
 
     with pytest.raises(ValueError, match="'per-caller', 'per-request' or 'shared'"):
-        stdio_gateway_app([sys.executable], sessionless="per-host")  # type: ignore[arg-type]
+        StdioGateway(command=[sys.executable], sessionless="per-host")  # type: ignore[arg-type]

@@ -29,9 +29,9 @@ from e2e._gateway import created, gateway_process, legacy_initialize, result_of
 from e2e._issuer import ISSUER, jwks, signed
 from e2e._stdio import COUNT, ENVIRON, SDK_SERVER, SERVER, SERVER_PATH, stdio_gateway
 from mcp_sessions import SessionsConfig
-from mcp_sessions._gateway import _stdio_admission
 from mcp_sessions._gateway._auth import GatewayAuth
-from mcp_sessions._gateway._stdio_table import Children
+from mcp_sessions._gateway.stdio import _admission
+from mcp_sessions._gateway.stdio._table import Children
 from mcp_sessions.profiles import SESSION_META_KEY
 from mcp_sessions.subscriptions import SessionSubscriptionBus
 
@@ -215,7 +215,7 @@ def test_a_caller_at_its_limit_gets_its_oldest_idle_conversation_ended_to_make_r
     """66.2: a caller whose only slot held a conversation it lost could not start another until ``--process-idle``.
     Once idle ``EVICT_AFTER`` seconds, it is ended for the new one (logged), and answered "Session not found"
     (``-32043``) if it comes back; within that grace, the new one is refused."""
-    monkeypatch.setattr(_stdio_admission, "EVICT_AFTER", 2.0)
+    monkeypatch.setattr(_admission, "EVICT_AFTER", 2.0)
 
     def create(http: httpx.Client, url: str) -> httpx.Response:
         body = modern_request("sessions/create")

@@ -23,7 +23,7 @@ from mcp_sessions._gateway._auth import JWKS_LIFESPAN, JwtVerifier
 from mcp_sessions._gateway._front import HostCheck, RoutedPaths, trusted_proxies
 from mcp_sessions._gateway._proxy import between_events, client_headers
 from mcp_sessions._gateway._replicas import Replicas
-from mcp_sessions._gateway._stdio import _sessions_config, _TransportRequests
+from mcp_sessions._gateway.stdio._server import _sessions_config, _TransportRequests
 from mcp_sessions._session import RateLimit
 from mcp_sessions._tokens import KeySet
 from mcp_sessions._wire import jsonrpc

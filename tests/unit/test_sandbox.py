@@ -13,7 +13,7 @@ import pytest
 
 from mcp_sessions._gateway import _sandbox
 from mcp_sessions._gateway._sandbox import Place, Sandbox, SandboxError, Uids
-from mcp_sessions._gateway._stdio_child import Child, _ignored, _no_client, _taken
+from mcp_sessions._gateway.stdio._child import Child, _ignored, _no_client, _taken
 
 
 def test_a_uid_a_process_still_runs_in_is_tried_again_later(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,23 +5,25 @@ process a request reaches, admission, eviction, ends and races, in milliseconds 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import anyio
 import anyio.lowlevel
 import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
+from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+from mcp_types.version import LATEST_MODERN_VERSION
 
 from conftest import SECRET
 from mcp_sessions import SessionsConfig
-from mcp_sessions._gateway import _stdio_admission
 from mcp_sessions._gateway._auth import REQUEST
-from mcp_sessions._gateway._stdio_child import Child
-from mcp_sessions._gateway._stdio_table import Children
+from mcp_sessions._gateway.stdio import _admission
+from mcp_sessions._gateway.stdio._child import EndReason
+from mcp_sessions._gateway.stdio._table import Children
 from mcp_sessions._session import SCOPE_KEY
 from mcp_sessions._tokens import SessionClaims
 from mcp_sessions._wire import Refusal
@@ -36,21 +38,28 @@ INITIALIZED = types.InitializeResult.model_validate(
 
 
 class MemoryChild:
-    """A process in memory: ready once ``started`` is set (at once by default), ended by ``stop`` or ``crash``."""
+    """A process in memory: ready once ``started`` is set (at once by default), ended by ``stop`` or ``crash``; asked
+    its revisions (``discover``), it answers ``revisions`` and ends."""
 
-    def __init__(self, command: Sequence[str], *, label: str, environ: Mapping[str, str], **_: Any) -> None:
-        self.label, self.environ, self.pid = label, environ, None
-        self.ready, self.done, self.started = anyio.Event(), anyio.Event(), anyio.Event()
+    def __init__(self, command: Sequence[str], *, label: str, discover: bool = False, **_: Any) -> None:
+        self.label, self.discover, self.revisions = label, discover, list[str]()
+        self.ready, self.done, self.started, self.judged = anyio.Event(), anyio.Event(), anyio.Event(), anyio.Event()
+        self.initialized: types.InitializeResult | None = INITIALIZED
+        self.pid: int | None = None
+        self.link: JSONRPCDispatcher[Any] | None = None
         self.failure: str | None = None
-        self.reason: str | None = None
-        self.initialized, self.link, self.last_words = INITIALIZED, None, None
+        self.reason: EndReason | None = None
+        self.said: str | None = None
+        self.last_words: str | None = None
+        self.stderr_ended = anyio.Event()
 
     async def run(self) -> None:
         await self.started.wait()
         self.ready.set()
-        await self.done.wait()
+        if not self.discover:
+            await self.done.wait()
 
-    def stop(self, reason: str = "stopped") -> None:
+    def stop(self, reason: EndReason, said: str | None = None) -> None:
         self.reason = self.reason or reason
         self.done.set()
 
@@ -59,22 +68,27 @@ class MemoryChild:
 
 
 @asynccontextmanager
-async def table(*, gated: bool = False, **options: Any) -> AsyncIterator[tuple[Children, list[MemoryChild]]]:
-    """A running table whose processes are :class:`MemoryChild` (``gated``: each but the shared one waits for its
-    ``started``), and the processes it made, the shared one first."""
+async def table(
+    *, gated: bool = False, speaks: Sequence[str] = (), **options: Any
+) -> AsyncIterator[tuple[Children, list[MemoryChild]]]:
+    """A running table whose processes are :class:`MemoryChild` (``gated``: each but the first waits for its
+    ``started``; a revision probe is answered ``speaks``), and the processes it made, in order."""
     made: list[MemoryChild] = []
 
-    def factory(command: Sequence[str], **arguments: Any) -> Child:
+    def factory(command: Sequence[str], **arguments: Any) -> MemoryChild:
         child = MemoryChild(command, **arguments)
+        child.revisions = list(speaks)
         if not gated or not made:
             child.started.set()
         made.append(child)
-        return cast("Child", child)  # what the table reads of a Child, in memory
+        return child
 
     settings: dict[str, Any] = {"processes": "per-conversation", "idle": 600.0, "max_processes": 16, "per_caller": 4}
     settings |= {"sessionless": "per-caller", "warm": 0, "environ": {}, **options}
     config = SessionsConfig(secret=SECRET)
     children = Children(["server"], config=config, bus=SessionSubscriptionBus(), factory=factory, **settings)
+    if children.mode == "auto":
+        await children.choose()
     async with children.running():
         yield children, made
 
@@ -113,7 +127,7 @@ async def test_a_callers_requests_that_name_nothing_are_one_conversation_of_hers
 async def test_per_request_each_request_has_a_process_ended_once_answered() -> None:
     async with table(sessionless="per-request") as (children, made):
         first = await children.conversation_for(scope(), "tools/call")
-        children.lifetimes.answered(first)
+        children.answered(first)
         with anyio.fail_after(5):
             await first.child.done.wait()
         second = await children.conversation_for(scope(), "tools/call")
@@ -133,7 +147,7 @@ async def test_a_caller_at_her_limit_is_refused_and_another_is_not() -> None:
 
 
 async def test_her_idle_conversation_makes_room_and_is_then_not_found(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_stdio_admission, "EVICT_AFTER", 0.0)
+    monkeypatch.setattr(_admission, "EVICT_AFTER", 0.0)
     async with table(per_caller=1) as (children, made):
         await create(children, "s1")
         await create(children, "s2")  # s1, idle, ends for it
@@ -142,7 +156,7 @@ async def test_her_idle_conversation_makes_room_and_is_then_not_found(monkeypatc
         kept = await children.conversation_for(scope(session=data_layer("s2")), "tools/call")
 
     assert gone.value.error.code == SESSION_NOT_FOUND and kept.key.id == "s2"
-    assert made[1].reason == "evicted"
+    assert made[1].reason is EndReason.EVICTED
 
 
 async def test_another_callers_session_is_not_found() -> None:
@@ -213,3 +227,13 @@ async def test_concurrent_first_requests_reach_one_process() -> None:
         made[1].started.set()
 
     assert len(reached) == 2 and reached[0] is reached[1] and len(made) == 2
+
+
+@pytest.mark.parametrize(("speaks", "chosen"), [([LATEST_MODERN_VERSION], "caller"), ([], "sessionless")])
+async def test_auto_asks_the_server_through_the_factory_what_it_speaks(speaks: list[str], chosen: str) -> None:
+    """``--processes auto``, the default: a process per caller for a server that speaks 2026-07-28, else a process
+    per conversation; its probe is made by the factory, as every process is."""
+    async with table(processes="auto", speaks=speaks) as (children, made):
+        conversation = await children.conversation_for(scope(), "tools/call")
+
+    assert made[0].label == "revisions" and conversation.key.kind == chosen

@@ -19,7 +19,7 @@ __all__ = ["DESCRIPTION", "add_arguments", "gateway_app", "run"]
 def __getattr__(name: str) -> Any:
     """``stdio_gateway_app``, imported when asked for: it needs the ``mcp`` SDK (``mcp-sessions[gateway]``)."""
     if name == "stdio_gateway_app":
-        from ._stdio import stdio_gateway_app
+        from .stdio._server import stdio_gateway_app
 
         return stdio_gateway_app
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

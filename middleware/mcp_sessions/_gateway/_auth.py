@@ -391,7 +391,7 @@ class GatewayAuth:
 
 class ProxiedUser(AuthenticatedUser):
     """A user the auth proxy named (``--auth-principal-header``): a kind of principal of its own, never the same
-    as a token's of the same name (see ``_stdio_relay.Owner``)."""
+    as a token's of the same name (see ``stdio._relay.Owner``)."""
 
 
 def _refused(exc: jwt.PyJWTError) -> tuple[str, str]:

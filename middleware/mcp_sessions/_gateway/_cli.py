@@ -19,8 +19,8 @@ from ._app import (
     gateway_app,
 )
 from ._network import NetworkError, add_network_arguments
-from ._process_flags import add_process_arguments, process_options
-from ._serving import EXIT_USAGE, bind, serve
+from ._process_flags import add_process_arguments, process_options, seal_gateway
+from ._serving import EXIT_USAGE, bind, private_directory, serve
 
 if TYPE_CHECKING:
     from ._auth import GatewayAuth
@@ -33,7 +33,7 @@ DEFAULT_SHUTDOWN_TIMEOUT: Final = 10.0
 long the gateway cancels what still runs (each upstream request closed) and stops."""
 
 STDIO_SHUTDOWN_TIMEOUT: Final = 4.0
-"""With --stdio: then every child gets its stdin closed, SIGTERM and SIGKILL (``_stdio_child.stop_group``): all
+"""With --stdio: then every child gets its stdin closed, SIGTERM and SIGKILL (``stdio._child.stop_group``): all
 gone within 10 s of the gateway's SIGTERM."""
 
 AUTH_VARIABLES: Final = {
@@ -263,6 +263,8 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         if exchange is not None:  # its client closed as the app stops, in either mode
             app = exchange.wrap(app)
         bound = bind(args.host, args.port)  # a port in use: before anything starts
+        if args.stdio is not None:
+            seal_gateway(options.containment)
         if egress is not None:  # before any process starts
             egress.install()
     except ModuleNotFoundError as exc:
@@ -314,10 +316,10 @@ def _stdio_app(
 ) -> Any:
     """The ``--stdio`` gateway's app (it needs the ``mcp`` SDK): ``command``'s processes as the flags say, run as
     ``options`` says; the allow-lists, the proxies in front and ``auth`` as for an ``--upstream``."""
-    from ._stdio import stdio_gateway_app
+    from .stdio._server import StdioGateway, stdio_gateway_app
 
-    return stdio_gateway_app(
-        command,
+    gateway = StdioGateway(
+        command=command,
         config=config,
         processes=args.processes,
         process_idle=args.process_idle,
@@ -338,6 +340,7 @@ def _stdio_app(
         status_port=args.status_port,
         status_socket=args.status_socket,
     )
+    return stdio_gateway_app(gateway)
 
 
 def _egress(args: argparse.Namespace, sandbox: Any, forwarded: str | None) -> Any:
@@ -346,8 +349,6 @@ def _egress(args: argparse.Namespace, sandbox: Any, forwarded: str | None) -> An
     from ._network import egress_rules
 
     if args.status_socket is not None:
-        from ._status import private_directory
-
         private_directory(args.status_socket)
     uids = None if sandbox.uids is None else (sandbox.uids.first, sandbox.uids.last)
     trusted = trusted_proxies(forwarded)

@@ -61,6 +61,7 @@ def _process_arguments(gateway: argparse.ArgumentParser) -> None:
     gateway.add_argument(
         "--max-processes-per-principal",
         type=int,
+        default=4,
         metavar="N",
         help="with --stdio: how many of them one caller (its principal, else its client address) may have (default 4)",
     )
@@ -159,8 +160,8 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
 
 def process_options(args: argparse.Namespace, command: Sequence[str], auth: GatewayAuth | None) -> Any:
     """How the stdio processes run (``--process-*``), checked, the containment tried once (``auto`` resolved to
-    the one that works here); and the gateway made non-dumpable, and under bubblewrap the reaper of its orphans
-    (as PID 1 under none, it warns)."""
+    the one that works here). Nothing of the gateway's own process changes here: :func:`seal_gateway` does, as the
+    command starts."""
     from ._sandbox import Sandbox, SandboxError, loads_code, private_under
 
     if command and shutil.which(command[0]) is None:
@@ -211,17 +212,22 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: Gate
         )
     if cwd is not None and uids is not None and private_under(os.path.dirname(cwd)) is None:
         _private_parent(cwd)  # the processes' mount points: listable by no one
+    return sandbox
+
+
+def seal_gateway(containment: str) -> None:
+    """The gateway's own process, once its command line is accepted: made non-dumpable, and under bubblewrap
+    (``containment``) the reaper of its processes' orphans; as PID 1 under none, it warns."""
     libc = ctypes.CDLL(None, use_errno=True)
     # The gateway made non-dumpable: no process of its user reads its /proc files (its environment, its memory).
     libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-    if sandbox.containment == "bwrap":  # bubblewrap's orphans come to the gateway, which reaps them at once
+    if containment == "bwrap":  # bubblewrap's orphans come to the gateway, which reaps them at once
         libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    elif sandbox.containment == "none" and os.getpid() == 1:  # unshare leaves nothing
+    elif containment == "none" and os.getpid() == 1:  # unshare leaves nothing
         logging.getLogger("mcp_sessions.gateway").warning(
             "mcp-sessions gateway: PID 1 without an init: what a process leaves running is never "
             "reaped once it ends (a zombie holding a pid): run the container with one (docker run --init)"
         )
-    return sandbox
 
 
 def _seen_contained(command: Sequence[str], cwd: str | None) -> None:

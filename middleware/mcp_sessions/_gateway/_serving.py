@@ -17,6 +17,7 @@ import copy
 import logging
 import os
 import socket
+import stat
 from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any, Final, TextIO
@@ -134,6 +135,41 @@ def bind(host: str, port: int, flags: str = "--host {host} --port {port}") -> so
     return bound
 
 
+def private_directory(path: str) -> None:
+    """The directory of the socket ``path``, which only the gateway's user may enter: made 0700 if missing,
+    refused (``ValueError``) if another user may enter it."""
+    directory = os.path.dirname(os.path.abspath(path))
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(directory, 0o700)
+    found = os.lstat(directory)
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid() or found.st_mode & 0o011:
+        raise ValueError(
+            f"--status-socket: {directory} must be a directory of the gateway's user that no one else may enter "
+            f"(mode 0700): it is mode {found.st_mode & 0o7777:o}, owned by uid {found.st_uid}"
+        )
+
+
+def private_socket(path: str) -> socket.socket:
+    """A Unix socket bound at ``path``, in a :func:`private_directory`; a socket left there by a gateway that was
+    killed is replaced, one another gateway serves is refused (``ValueError``)."""
+    private_directory(path)
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    if stat.S_ISSOCK(os.lstat(path).st_mode if os.path.lexists(path) else 0):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            if probe.connect_ex(path) == 0:
+                listening.close()
+                raise ValueError(f"--status-socket: another gateway serves {path}")
+        os.unlink(path)
+    try:
+        listening.bind(path)
+        os.chmod(path, 0o600)
+        listening.listen(128)
+    except OSError as exc:
+        listening.close()
+        raise ValueError(f"--status-socket: {path}: {exc.strerror}") from None
+    return listening
+
+
 def _status_sockets(args: argparse.Namespace) -> list[socket.socket]:
     """The operator's sockets: its port, on loopback only whatever ``--host`` is, and its Unix socket, in a
     directory of the gateway's user alone; ``ValueError`` saying why one cannot be had."""
@@ -142,8 +178,6 @@ def _status_sockets(args: argparse.Namespace) -> list[socket.socket]:
         status.append(bind("127.0.0.1", args.status_port, "--status-port {port}"))
         logger.info("mcp-sessions gateway: the processes' status on http://127.0.0.1:%d/status", args.status_port)
     if args.status_socket is not None:
-        from ._status import private_socket  # the mcp SDK's import, as --stdio's
-
         status.append(private_socket(args.status_socket))
         logger.info("mcp-sessions gateway: the processes' status on the Unix socket %s", args.status_socket)
     return status

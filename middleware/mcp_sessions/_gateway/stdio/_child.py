@@ -17,8 +17,9 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Mapping, Sequence
+from enum import Enum
+from typing import Any, Final, Protocol
 
 import anyio
 import anyio.abc
@@ -32,10 +33,10 @@ from mcp.shared.message import SessionMessage
 from mcp_types import CONNECTION_CLOSED
 from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 
-from .._version import __version__
-from .._wire import printable
-from .._wire.protocol import RATE_LIMITED
-from ._sandbox import Place, Sandbox, SandboxError, reap_adopted
+from ..._version import __version__
+from ..._wire import printable
+from ..._wire.protocol import RATE_LIMITED
+from .._sandbox import Place, Sandbox, SandboxError, reap_adopted
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -65,32 +66,58 @@ ProcessOptions = Sandbox
 _ENDED: Final = (anyio.IncompleteRead, anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError)
 
 
-async def revisions(
-    command: Sequence[str],
-    *,
-    environ: Mapping[str, str],
-    max_line: int,
-    options: ProcessOptions | None,
-    start_deadline: float | None = None,
-) -> Child:
-    """A process of its own asked the revisions the server lists in its ``server/discover`` answer, then ended: a
-    connection's first request decides its era, so a child that initializes cannot be asked. The probe's
-    ``revisions`` (none for an error answer: the handshake's only), or its ``failure``: no answer in time, or it
-    ended (a crash at its first request), with its ``last_words``."""
-    probe = Child(
-        command,
-        label="revisions",
-        environ=environ,
-        max_line=max_line,
-        on_request=_no_client,
-        on_notify=_ignored,
-        on_progress=_taken,
-        options=options,
-        discover=True,
-        start_deadline=start_deadline,
-    )
-    await probe.run()
-    return probe
+class EndReason(Enum):
+    """Why a process ended: ``label`` names it in the ends metric (``mcp_sessions.process.end_reason``, a fixed
+    vocabulary), ``text`` in the log and in its conversation's error (a crash's or a bound's own words are the
+    child's ``said``)."""
+
+    IDLE = "idle", "idle"
+    EXPIRED = "expired", "expired"
+    EVICTED = "evicted", "evicted"
+    ANSWERED = "answered", "answered"
+    SHUTDOWN = "shutdown", "shutdown"
+    SESSION_ENDED = "session_ended", "its session ended"
+    INPUT_LATE = "input_late", "its input came too late"
+    FAILED = "failed_to_start", "failed to start"
+    NOT_INITIALIZED = "failed_to_start", "it did not initialize"
+    BY_USER = "ended_by_user", "ended by its user"
+    CRASH = "crash", "crash"
+    OVER_BOUND = "other", "over a bound"
+    EXITED = "other", "exited"
+    ENDED = "other", "ended"
+    ELSEWHERE = "other", "it ran on another replica, or before this one restarted"
+    ASKED = "other", "asked its revisions"
+    UNANSWERED = "other", "it did not answer server/discover"
+
+    def __init__(self, label: str, text: str) -> None:
+        self.label, self.text = label, text
+
+
+class ChildProcess(Protocol):
+    """What the gateway reads of a server process, and does with it: a :class:`Child` (which says what each member
+    means), or a test's in memory."""
+
+    label: str
+    pid: int | None
+    ready: anyio.Event
+    done: anyio.Event
+    judged: anyio.Event
+    reason: EndReason | None
+    said: str | None
+    failure: str | None
+    initialized: types.InitializeResult | None
+    revisions: list[str]
+    link: JSONRPCDispatcher[Any] | None
+    last_words: str | None
+    stderr_ended: anyio.Event
+
+    async def run(self) -> None: ...
+
+    def stop(self, reason: EndReason, said: str | None = None) -> None: ...
+
+
+ChildFactory = Callable[..., ChildProcess]
+"""What makes every process, the revision probe's too: :class:`Child` (its arguments by name), or a test's."""
 
 
 async def _no_client(dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -140,7 +167,8 @@ class Child:
         # Asked to stop, or its stdout ended.
         self.done = anyio.Event()
         # Why it was stopped: the first to stop it says (a bound it reached, once its group is stopped: ``judged``).
-        self.reason: str | None = None
+        self.reason: EndReason | None = None
+        self.said: str | None = None  # its own words for it: which crash, which bound
         self.judged = anyio.Event()
         self.failure: str | None = None
         self.initialized: types.InitializeResult | None = None
@@ -153,9 +181,11 @@ class Child:
         self.stderr_ended = anyio.Event()
         self._asking: anyio.CancelScope | None = None  # its first request, which its end ends
 
-    def stop(self, reason: str = "stopped") -> None:
-        """Ask the child to end (its :meth:`run` stops the process group); ``reason`` goes to the log."""
-        self.reason = self.reason or reason
+    def stop(self, reason: EndReason, said: str | None = None) -> None:
+        """Ask the child to end (its :meth:`run` stops the process group), for ``reason``; ``said``, what goes to the
+        log, where the reason's text does not say which (crash, bound)."""
+        if self.reason is None:
+            self.reason, self.said = reason, said or reason.text
         self.done.set()
         if self._asking is not None:
             self._asking.cancel()
@@ -216,7 +246,7 @@ class Child:
                 "%s: server process %d ended (%s; exit code %s)",
                 self.label,
                 process.pid,
-                self.reason or "shutdown",
+                self.said or "shutdown",
                 self.exit_code,
             )
 
@@ -226,7 +256,8 @@ class Child:
             self.exit_code = await stop_group(process)
             exceeded = await anyio.to_thread.run_sync(place.exceeded)
             # A bound reached is the cause, not the crash it caused.
-            self.reason = exceeded or self.reason
+            if exceeded is not None:
+                self.reason, self.said = EndReason.OVER_BOUND, exceeded
         except Exception:
             # This conversation's alone: the process table's task group, everyone's, must not end with it.
             logger.exception("%s: its process group could not be stopped", self.label)
@@ -259,7 +290,7 @@ class Child:
             await anyio.sleep(BOUNDS_POLL)
             reason = await anyio.to_thread.run_sync(place.exceeded)
         logger.warning("%s: its conversation is %s: it ends", self.label, reason)
-        self.stop(reason)
+        self.stop(EndReason.OVER_BOUND, reason)
 
     async def _initialize(self, link: JSONRPCDispatcher[Any]) -> None:
         params = {
@@ -279,7 +310,7 @@ class Child:
         if self.failure is None:
             await link.notify("notifications/initialized", None)
         else:
-            self.stop("it did not initialize")
+            self.stop(EndReason.NOT_INITIALIZED)
         self.ready.set()
 
     async def _discover(self, link: JSONRPCDispatcher[Any]) -> None:
@@ -301,10 +332,10 @@ class Child:
         except Exception:
             # Its stdout's end (or its stdin's) stopped it, as a crash: not an answer.
             if self.done.is_set():
-                self.failure = f"the server ended at its first request, server/discover ({self.reason})"
+                self.failure = f"the server ended at its first request, server/discover ({self.said})"
             else:  # an error answer, or one that is no DiscoverResult: the handshake's revisions only
                 logger.debug("%s: no server/discover answer", self.label, exc_info=True)
-        self.stop("asked its revisions" if self.failure is None else "it did not answer server/discover")
+        self.stop(EndReason.ASKED if self.failure is None else EndReason.UNANSWERED)
         self.ready.set()
 
     async def _first_answer(
@@ -331,7 +362,7 @@ class Child:
         with anyio.move_on_after(EXIT_DRAIN):
             # Its stdout's end.
             await self.done.wait()
-        self.stop("crash: it exited")
+        self.stop(EndReason.CRASH, "crash: it exited")
 
     async def _log_stderr(self, process: anyio.abc.Process) -> None:
         assert process.stderr is not None
@@ -398,12 +429,12 @@ class Pipe:
             with anyio.CancelScope(shield=True), anyio.move_on_after(WRITE_DEADLINE) as deadline:
                 await self.stdin.send(line)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            self.child.stop("crash: its stdin was closed")
+            self.child.stop(EndReason.CRASH, "crash: its stdin was closed")
             raise anyio.BrokenResourceError from None
         finally:
             self.writing.release()
         if deadline.cancelled_caught:
-            self.child.stop(f"crash: it left its stdin unread for {WRITE_DEADLINE:g} s")
+            self.child.stop(EndReason.CRASH, f"crash: it left its stdin unread for {WRITE_DEADLINE:g} s")
             raise anyio.BrokenResourceError
 
     async def receive(self) -> SessionMessage:
@@ -414,7 +445,7 @@ class Pipe:
                 line = await self.stdout.receive_until(b"\n", max_line)
             except anyio.DelimiterNotFound:
                 logger.error("%s: a stdout line longer than %d bytes; the server is stopped", label, max_line)
-                self.child.stop("crash: a stdout line too long")
+                self.child.stop(EndReason.CRASH, "crash: a stdout line too long")
                 break
             except _ENDED:
                 break
@@ -426,7 +457,7 @@ class Pipe:
             except ValueError:
                 text = printable(line[:200].decode(errors="replace"))
                 logger.warning("%s: stdout: not a JSON-RPC message: %s", label, text)
-        self.child.stop("crash: its stdout ended")
+        self.child.stop(EndReason.CRASH, "crash: its stdout ended")
         raise anyio.EndOfStream
 
     def __aiter__(self) -> Pipe:

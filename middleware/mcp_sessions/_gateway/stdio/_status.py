@@ -4,11 +4,11 @@ The operator's view (``--status-port``, off by default) is served on a port of i
 address, as Envoy's admin interface and Kong's Admin API are: who may read it is who may connect to the machine's
 loopback, which the operating system decides, and no token exists to leak, forward or rotate; with
 ``--process-network host``, the gateway's own processes are among them. ``--status-socket PATH``: on a Unix socket,
-in a directory only the gateway's user may enter (:func:`private_socket`), so that the file system decides, as
+in a directory only the gateway's user may enter (``_serving.private_socket``), so that the file system decides, as
 for the Docker daemon's socket. It is never on the
 clients' port, so neither a client nor a front that forwards every path reaches it; on the port, a ``Host`` that
 is not a loopback name is refused (a page that rebinds its name to 127.0.0.1 gets 403). ``GET /status``: every live
-process (:class:`~._stdio_table.ProcessView`, its memory read from ``/proc`` on a thread), and each user's
+process (:class:`~._relay.ProcessView`, its memory read from ``/proc`` on a thread), and each user's
 count against the limits.
 
 A user's own view (``GET /mcp/sessions``, on the clients' port, served where the gateway authenticates): her
@@ -24,10 +24,6 @@ fixed vocabulary) and ``.refusals`` by ``mcp_sessions.process.limit`` (the optio
 
 from __future__ import annotations
 
-import contextlib
-import os
-import socket
-import stat
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
@@ -40,11 +36,11 @@ from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .._asgi import send_json
-from .._version import __version__
-from ._stdio_admission import ProcessEvents
-from ._stdio_relay import ProcessView, known_as
-from ._stdio_table import Children
+from ..._asgi import send_json
+from ..._version import __version__
+from ._child import EndReason
+from ._relay import Owner, ProcessEvents, ProcessView, known_as
+from ._table import Children
 
 STATUS_PATH: Final = "/status"
 USER_PATH: Final = "/mcp/sessions"
@@ -91,54 +87,19 @@ class OperatorStatus:
         await send_json(send, 200, answer, b"")
 
 
-def private_directory(path: str) -> None:
-    """The directory of the socket ``path``, which only the gateway's user may enter: made 0700 if missing,
-    refused (``ValueError``) if another user may enter it."""
-    directory = os.path.dirname(os.path.abspath(path))
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(directory, 0o700)
-    found = os.lstat(directory)
-    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid() or found.st_mode & 0o011:
-        raise ValueError(
-            f"--status-socket: {directory} must be a directory of the gateway's user that no one else may enter "
-            f"(mode 0700): it is mode {found.st_mode & 0o7777:o}, owned by uid {found.st_uid}"
-        )
-
-
-def private_socket(path: str) -> socket.socket:
-    """A Unix socket bound at ``path``, in a :func:`private_directory`; a socket left there by a gateway that was
-    killed is replaced, one another gateway serves is refused (``ValueError``)."""
-    private_directory(path)
-    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    if stat.S_ISSOCK(os.lstat(path).st_mode if os.path.lexists(path) else 0):
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-            if probe.connect_ex(path) == 0:
-                listening.close()
-                raise ValueError(f"--status-socket: another gateway serves {path}")
-        os.unlink(path)
-    try:
-        listening.bind(path)
-        os.chmod(path, 0o600)
-        listening.listen(128)
-    except OSError as exc:
-        listening.close()
-        raise ValueError(f"--status-socket: {path}: {exc.strerror}") from None
-    return listening
-
-
 async def status(children: Children) -> dict[str, Any]:
     """Every live process with its memory, and each user's and everyone's count against the limits."""
     views = children.pool.views()
     servers = await anyio.to_thread.run_sync(_servers, [view.pid for view in views])
     counted = [view for view in views if view.kind in CONVERSATIONS]
-    users = Counter(view.principal or "" for view in counted)
+    users = Counter(view.principal for view in counted if view.principal is not None)
     return {
         "processes": [
             {**_shown(view), "pid": pid, "memory": rss} for view, (pid, rss) in zip(views, servers, strict=True)
         ],
         "users": [
-            {"principal": name, "processes": count, "limit": children.admission.per_caller}
-            for name, count in sorted(users.items())
+            {"principal": owner.name, "processes": count, "limit": children.admission.per_caller}
+            for owner, count in sorted(users.items(), key=lambda item: item[0].name)
         ],
         "total": {"processes": len(counted), "limit": children.admission.max_processes},
     }
@@ -166,7 +127,7 @@ class OwnConversations:
         await send_json(send, 200, {"ended": digest}, b"")
 
 
-def _hers(view: ProcessView, principal: str) -> bool:
+def _hers(view: ProcessView, principal: Owner) -> bool:
     return view.kind in CONVERSATIONS and view.principal == principal
 
 
@@ -176,7 +137,8 @@ def _own(view: ProcessView) -> dict[str, Any]:
 
 
 def _shown(view: ProcessView) -> dict[str, Any]:
-    return {**asdict(view), "age": round(view.age, 1), "idle": round(view.idle, 1)}
+    principal = None if view.principal is None else view.principal.name
+    return {**asdict(view), "principal": principal, "age": round(view.age, 1), "idle": round(view.idle, 1)}
 
 
 def _servers(pids: Sequence[int | None]) -> list[tuple[int | None, int | None]]:
@@ -211,19 +173,6 @@ KINDS: Final = (
     "shared",
     "warm",
 )
-REASONS: Final = {
-    "idle": "idle",
-    "expired": "expired",
-    "evicted": "evicted",
-    "answered": "answered",
-    "shutdown": "shutdown",
-    "its session ended": "session_ended",
-    "its input came too late": "input_late",
-    "failed to start": "failed_to_start",
-    "it did not initialize": "failed_to_start",
-    "ended by its user": "ended_by_user",
-}
-"""Why a process ended, as the ends counter records it; a crash of any kind is ``crash``, anything else ``other``."""
 
 
 class ProcessMetrics(ProcessEvents):
@@ -253,9 +202,8 @@ class ProcessMetrics(ProcessEvents):
     def started(self) -> None:
         self.starts.add(1)
 
-    def ended(self, why: str) -> None:
-        reason = REASONS.get(why, "crash" if why.startswith("crash") else "other")
-        self.ends.add(1, {"mcp_sessions.process.end_reason": reason})
+    def ended(self, why: EndReason) -> None:
+        self.ends.add(1, {"mcp_sessions.process.end_reason": why.label})
 
     def refused(self, limit: str) -> None:
         self.refusals.add(1, {"mcp_sessions.process.limit": limit})

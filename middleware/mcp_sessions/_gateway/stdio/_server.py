@@ -3,8 +3,8 @@
 Where the HTTP gateway has its proxy, this one has an MCP server of the ``mcp`` SDK (a low-level
 ``Server``): the SDK speaks both eras to clients (the 2025-11-25 handshake and transport sessions, the
 2026-07-28 envelope and ``server/discover``), and each of its handlers relays the request to the child that
-holds the request's conversation, as an MCP client (``_stdio_child``), the relay of its messages in
-``_stdio_relay``. The session middleware sits at its
+holds the request's conversation, as an MCP client (``_child``), the relay of its messages in
+``_relay``. The session middleware sits at its
 endpoint, as in any ``MCPServer`` app, and tells each request's conversation (:data:`SCOPE_KEY`).
 
 With ``processes="auto"`` (the default), a server that speaks 2026-07-28 gets a process per caller (its principal,
@@ -17,7 +17,7 @@ The first child, started with the gateway, is the shared one (the lists that nam
 name none with ``sessionless="shared"``, or every request with ``processes="shared"``); clients'
 ``initialize`` and ``server/discover`` are answered from its own ``initialize`` answer, and only the methods it
 advertises are relayed (any other is the SDK's "Method not found"). Every other child is a conversation's (or a
-caller's), in one table (``_stdio_table``), whatever names it: a 2025 transport session (the middleware adopts
+caller's), in one table (``_table``), whatever names it: a 2025 transport session (the middleware adopts
 it; its child is taken by its first request that needs one), a data-layer session (at its ``sessions/create``,
 the sessions' ``on_create``), a host's conversation id (at its first request, bound to its caller), the
 2026-07-28 requests of a caller that name none (``sessionless="per-caller"``, the default: one conversation of
@@ -36,6 +36,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final, cast
 
@@ -52,24 +53,24 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.methods import CACHEABLE_METHODS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._asgi import Replay, header, read_body, send_json, sse_event, too_large
-from .._config import SessionsConfig
-from .._middleware import MCPSessionMiddleware
-from .._wire import jsonrpc
-from .._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
-from .._wire.sse import SSERewriter
-from ..profiles import Era
-from ..sources import HostConversationSource
-from ..subscriptions import SessionSubscriptionBus
-from ._auth import REQUEST, FrontedConversations, GatewayAuth, ProcessEnv
-from ._exchange import TokenExchange
-from ._front import GatewayFront, HostCheck, trusted_proxies
-from ._sandbox import environment
-from ._serving import STOPPING
+from ..._asgi import Replay, header, read_body, send_json, sse_event, too_large
+from ..._config import SessionsConfig
+from ..._middleware import MCPSessionMiddleware
+from ..._wire import jsonrpc
+from ..._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
+from ..._wire.sse import SSERewriter
+from ...profiles import Era
+from ...sources import HostConversationSource
+from ...subscriptions import SessionSubscriptionBus
+from .._auth import REQUEST, FrontedConversations, GatewayAuth, ProcessEnv
+from .._exchange import TokenExchange
+from .._front import GatewayFront, HostCheck, trusted_proxies
+from .._sandbox import environment
+from .._serving import STOPPING
+from ._child import START_TIMEOUT, ProcessOptions
+from ._pool import AFTER_ANSWER
 from ._status import OperatorStatus, OwnConversations, ProcessMetrics
-from ._stdio_child import START_TIMEOUT, ProcessOptions
-from ._stdio_pool import AFTER_ANSWER
-from ._stdio_table import Children, Processes, Sessionless
+from ._table import Children, Processes, Sessionless
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -153,30 +154,10 @@ class StdioServer(Server[Any]):
         return await self.children.relay(ctx)
 
 
-def stdio_gateway_app(
-    command: Sequence[str],
-    *,
-    config: SessionsConfig | None = None,
-    processes: Processes = "auto",
-    process_idle: float | None = None,
-    max_processes: int = DEFAULT_MAX_PROCESSES,
-    max_processes_per_principal: int | None = None,
-    sessionless: Sessionless = "per-caller",
-    warm: int = DEFAULT_WARM,
-    allowed_hosts: Collection[str] | None = None,
-    allowed_origins: Collection[str] | None = None,
-    forwarded_allow_ips: str | Collection[str] | None = None,
-    environ: Mapping[str, str] | None = None,
-    pass_env: Collection[str] = (),
-    process_options: ProcessOptions | None = None,
-    auth: GatewayAuth | None = None,
-    process_env: Collection[str] = (),
-    token_exchange: TokenExchange | None = None,
-    exchange_scope: str | None = None,
-    status_port: int | None = None,
-    status_socket: str | None = None,
-) -> GatewayFront:
-    """Sessions for a stdio MCP server: the ASGI app ``mcp-sessions gateway --stdio`` serves (see the module).
+@dataclass(frozen=True, kw_only=True)
+class StdioGateway:
+    """Everything a stdio gateway is built from (:func:`stdio_gateway_app`), whole: refused as it is made when no
+    gateway could serve with it (a ``ValueError`` that says which value).
 
     ``command`` is the server's program and its arguments (run without a shell). ``processes``: a child per
     conversation, or one ``"shared"`` by all, or (``"auto"``, the default) as ``Children.choose`` says.
@@ -195,56 +176,83 @@ def stdio_gateway_app(
     process. ``NAME=exchange:AUDIENCE`` is the user's token exchanged by ``token_exchange`` for AUDIENCE (and
     ``exchange_scope``). ``auth`` (:class:`GatewayAuth`): who is asking; with it, each user lists and ends her own
     conversations (``_status.OwnConversations``). ``status_port`` (a loopback socket's), ``status_socket`` (a Unix
-    socket's): where the operator's view is served (``_status.OperatorStatus``). The other arguments are
-    :func:`gateway_app`'s. Serve it with lifespan on: it starts and stops the children."""
-    if max_processes_per_principal is None:
-        max_processes_per_principal = DEFAULT_MAX_PROCESSES_PER_CALLER
-    _check(command, processes, sessionless, warm, max_processes, max_processes_per_principal)
-    credentials = ProcessEnv(process_env, exchange=token_exchange, exchange_scope=exchange_scope)
-    if credentials.sources and processes == "shared":
+    socket's): where the operator's view is served (``_status.OperatorStatus``). ``config`` is the sessions' (default:
+    ``SessionsConfig.from_env()``); the other fields are :func:`gateway_app`'s arguments."""
+
+    command: Sequence[str]
+    config: SessionsConfig | None = None
+    processes: Processes = "auto"
+    process_idle: float | None = None
+    max_processes: int = DEFAULT_MAX_PROCESSES
+    max_processes_per_principal: int = DEFAULT_MAX_PROCESSES_PER_CALLER
+    sessionless: Sessionless = "per-caller"
+    warm: int = DEFAULT_WARM
+    allowed_hosts: Collection[str] | None = None
+    allowed_origins: Collection[str] | None = None
+    forwarded_allow_ips: str | Collection[str] | None = None
+    environ: Mapping[str, str] | None = None
+    pass_env: Collection[str] = ()
+    process_options: ProcessOptions | None = None
+    auth: GatewayAuth | None = None
+    process_env: Collection[str] = ()
+    token_exchange: TokenExchange | None = None
+    exchange_scope: str | None = None
+    status_port: int | None = None
+    status_socket: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.command:
+            raise ValueError("--stdio needs a command")
+        if self.processes not in ("auto", "per-conversation", "shared"):
+            raise ValueError("processes is 'auto', 'per-conversation' or 'shared'")
+        if min(self.max_processes, self.max_processes_per_principal) < 1:
+            raise ValueError("max_processes and max_processes_per_principal must be at least 1")
+        if self.sessionless not in ("per-caller", "per-request", "shared") or self.warm < 0:
+            raise ValueError("sessionless is 'per-caller', 'per-request' or 'shared', and warm is 0 or more")
+        if self.process_idle is not None and not self.process_idle > 0:
+            raise ValueError("process_idle must be a positive number of seconds")
+
+
+def stdio_gateway_app(gateway: StdioGateway) -> GatewayFront:
+    """Sessions for a stdio MCP server: the ASGI app ``mcp-sessions gateway --stdio`` serves (see the module), as
+    ``gateway`` says. Serve it with lifespan on: it starts and stops the children."""
+    credentials = ProcessEnv(
+        gateway.process_env,
+        exchange=gateway.token_exchange,
+        exchange_scope=gateway.exchange_scope,
+    )
+    if credentials.sources and gateway.processes == "shared":
         raise ValueError("--process-env gives each conversation's process its own values: not with one shared")
-    config = SessionsConfig.from_env() if config is None else config
-    trusted = trusted_proxies(forwarded_allow_ips)
-    config = _sessions_config(config, replica=bool(trusted))
+    trusted = trusted_proxies(gateway.forwarded_allow_ips)
+    given = SessionsConfig.from_env() if gateway.config is None else gateway.config
+    config = _sessions_config(given, replica=bool(trusted))
     # a conversation's listen streams get its child's changes: the bus's
     if config.subscriptions is None:
         config.subscriptions = SessionSubscriptionBus()
-    idle = process_idle if process_idle is not None else config.idle_ttl or DEFAULT_PROCESS_IDLE
-    if not idle > 0:
-        raise ValueError("process_idle must be a positive number of seconds")
-    passed = environment(os.environ if environ is None else environ, pass_env)  # by allow-list
-    children = Children(
-        command,
+    idle = gateway.process_idle or config.idle_ttl or DEFAULT_PROCESS_IDLE
+    environ = os.environ if gateway.environ is None else gateway.environ
+    passed = environment(environ, gateway.pass_env)  # by allow-list
+    table = partial(
+        Children,
+        gateway.command,
         config=config,
-        processes=processes,
+        processes=gateway.processes,
         idle=idle,
-        max_processes=max_processes,
-        per_caller=max_processes_per_principal,
-        sessionless=sessionless,
+        max_processes=gateway.max_processes,
+        per_caller=gateway.max_processes_per_principal,
+        sessionless=gateway.sessionless,
         # a child started ahead cannot know its user's values
-        warm=0 if credentials.sources else warm,
+        warm=0 if credentials.sources else gateway.warm,
         environ={name: value for name, value in passed.items() if name not in credentials.sources},
         bus=config.subscriptions,
-        options=process_options,
+        options=gateway.process_options,
         process_env=credentials,
+        fronted=bool(trusted),
+        metrics=partial(ProcessMetrics, meter_provider=config.meter_provider),
     )
-    children.lifetimes.fronted = bool(trusted)
-    children.pool.events = ProcessMetrics(children.pool.kinds, config.meter_provider)
-    check = HostCheck(allowed_hosts, allowed_origins)
-    status = (status_port, status_socket)
-    return _layered(children, config, idle=idle, auth=auth, check=check, trusted=trusted, status=status)
-
-
-def _check(command: Sequence[str], processes: str, sessionless: str, warm: int, *limits: int) -> None:
-    """:func:`stdio_gateway_app`'s arguments that no value of which could serve, refused."""
-    if not command:
-        raise ValueError("--stdio needs a command")
-    if processes not in ("auto", "per-conversation", "shared"):
-        raise ValueError("processes is 'auto', 'per-conversation' or 'shared'")
-    if min(limits) < 1:
-        raise ValueError("max_processes and max_processes_per_principal must be at least 1")
-    if sessionless not in ("per-caller", "per-request", "shared") or warm < 0:
-        raise ValueError("sessionless is 'per-caller', 'per-request' or 'shared', and warm is 0 or more")
+    check = HostCheck(gateway.allowed_hosts, gateway.allowed_origins)
+    status = (gateway.status_port, gateway.status_socket)
+    return _layered(table, config, idle=idle, auth=gateway.auth, check=check, trusted=trusted, status=status)
 
 
 def _sessions_config(config: SessionsConfig, *, replica: bool) -> SessionsConfig:
@@ -264,7 +272,7 @@ def _sessions_config(config: SessionsConfig, *, replica: bool) -> SessionsConfig
 
 
 def _layered(
-    children: Children,
+    table: Callable[..., Children],
     config: SessionsConfig,
     *,
     idle: float,
@@ -274,7 +282,13 @@ def _layered(
     status: tuple[int | None, str | None],
 ) -> GatewayFront:
     """The SDK's app for :class:`StdioServer`, and the layers around it, outermost last: the sessions, the
-    gateway's auth, its Host and Origin check (as in front of an HTTP upstream), its front door."""
+    gateway's auth, its Host and Origin check (as in front of an HTTP upstream), its front door. The table
+    (``table``, given how to end a 2025 transport session) ends one through the sessions, which it sits in."""
+
+    async def end_transport(transport: bytes, user: object) -> None:
+        await _end_transport(sessions, transport, user)
+
+    children = table(end_transport=end_transport)
     server = StdioServer(children)
     # the gateway's own check instead
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
@@ -284,7 +298,6 @@ def _layered(
     config.fronts_upstream = True
     requests = _TransportRequests(app, children.unanswered, config.max_body_size)
     sessions = MCPSessionMiddleware(_Opening(requests, children), config=config)
-    children.lifetimes.end_transport = partial(_end_transport, sessions)
     exchanged = children.process_env.wrap(sessions)  # exchanges, once the user is known
     guarded = sessions if auth is None else auth.wrap(OwnConversations(exchanged, children))
     checked: ASGIApp = _HostChecked(guarded, check)
@@ -470,4 +483,4 @@ def _era(scope: Scope) -> Era:
     return Era.of(header(scope["headers"], MCP_PROTOCOL_VERSION_HEADER))
 
 
-__all__ = ["stdio_gateway_app"]
+__all__ = ["StdioGateway", "stdio_gateway_app"]

@@ -3,7 +3,7 @@
 A client's request goes to the conversation's process as a :class:`Call`; the process's answer, its progress under
 the client's own token, its other notifications and its requests to the client (a 2025 client is asked on the
 stream of its request, a 2026-07-28 client in an ``input_required`` result it answers in its retry) come back
-through the :class:`Conversation` that holds the process. Which process a request reaches is ``_stdio_table``'s.
+through the :class:`Conversation` that holds the process. Which process a request reaches is ``_table``'s.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Final, Literal, NamedTuple
 
@@ -33,13 +33,16 @@ from mcp_types.methods import INPUT_REQUIRED_METHODS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.types import Scope
 
-from .._bounded import BoundedDict
-from .._session import authenticated_user
-from .._wire import printable
-from ..profiles import SESSION_META_KEY
-from ..subscriptions import SessionSubscriptionBus
-from ._auth import ProxiedUser
-from ._stdio_child import Child
+from ..._asgi import header
+from ..._bounded import BoundedDict
+from ..._config import SessionsConfig
+from ..._session import SCOPE_KEY, Session, authenticated_user, caller_of, principal_digest
+from ..._wire import printable
+from ..._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
+from ...profiles import SESSION_META_KEY, Era
+from ...subscriptions import SessionSubscriptionBus
+from .._auth import ProxiedUser
+from ._child import ChildProcess, EndReason
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -201,7 +204,7 @@ class Call:
 Kind = Literal[
     "transport-session", "data-layer-session", "host-conversation", "sessionless", "request", "caller", "shared"
 ]
-"""What names a conversation, and so who may reach its process (``_stdio_table``): a 2025 client's transport
+"""What names a conversation, and so who may reach its process (``_table``): a 2025 client's transport
 session (its ``Mcp-Session-Id``'s digest), a data-layer session (its id), a host's conversation id (bound to its
 caller), a caller's 2026-07-28 requests that name none (one conversation of hers), a 2026-07-28 request that
 names none (a process of its own); a caller (its own process, which serves all of its conversations, each named
@@ -215,29 +218,18 @@ class Key(NamedTuple):
     id: str
 
 
-class Owner(str):
-    """A caller as the operator reads them: the authenticated principal's name, else the client address, escaped
-    (what prints); and who they are, which is what compares: how they were authenticated (a token of the issuer, a
-    proxy's header, none) and their id. A proxy's "alice" is not the "alice" of a token."""
+@dataclass(frozen=True)
+class Owner:
+    """A caller as the operator reads them, ``name`` (the authenticated principal's name, else the client address,
+    escaped: what prints), and who they are, ``identity``, which alone compares: how they were authenticated (a token
+    of the issuer, a proxy's header, none) and their id. A proxy's "alice" is not the "alice" of a token, and a name
+    alone (a ``str``) is no owner."""
 
+    name: str = field(compare=False)
     identity: tuple[str, ...]
 
-    def __new__(cls, name: str, identity: tuple[str, ...]) -> Owner:
-        owner = super().__new__(cls, printable(name))
-        owner.identity = identity
-        return owner
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Owner) and self.identity == other.identity
-
-    def __ne__(self, other: object) -> bool:
-        return not self == other
-
-    def __hash__(self) -> int:
-        return hash(self.identity)
-
-    def __reduce__(self) -> tuple[type[Owner], tuple[str, tuple[str, ...]]]:  # copied whole (the view's asdict)
-        return Owner, (str(self), self.identity)
+    def __str__(self) -> str:
+        return self.name
 
 
 class Caller(NamedTuple):
@@ -257,10 +249,34 @@ def known_as(scope: Scope) -> Owner:
     user = scope.get("user")
     if user is not None and getattr(user, "is_authenticated", False):
         kind = "proxy" if isinstance(user, ProxiedUser) else "token"
-        return Owner(str(user.display_name), (kind, str(authenticated_user(scope))))
+        return Owner(printable(str(user.display_name)), (kind, str(authenticated_user(scope))))
     client = scope.get("client")
     address = client[0] if client else ""
-    return Owner(address, ("address", address))
+    return Owner(printable(address), ("address", address))
+
+
+class Asking(NamedTuple):
+    """A request as the process table reads it (:func:`asking`): who asks, and what it names of its conversation."""
+
+    caller: Caller
+    session: Session | None  # what the sessions found it in
+    transport: bytes | None  # :func:`transport_of`
+
+
+async def asking(scope: Scope, config: SessionsConfig) -> Asking:
+    """Who asks (whom the limits count, as the create limit does: the principal, else the client address), and
+    what the request names: its session, its 2025 transport session."""
+    principal = await principal_digest(config.principal, scope, config.keys.audience)
+    caller = Caller(caller_of(scope, principal), known_as(scope))
+    return Asking(caller, scope.get(SCOPE_KEY), transport_of(scope))
+
+
+def transport_of(scope: Scope) -> bytes | None:
+    """The ``Mcp-Session-Id`` of a request's 2025 transport session: on the 2025 path only (a 2026-07-28 request's
+    header is its session token, or anything its client put there, and names none)."""
+    headers = scope.get("headers", ())
+    raw = header(headers, MCP_SESSION_ID_HEADER)
+    return raw if Era.of(header(headers, MCP_PROTOCOL_VERSION_HEADER)) is Era.LEGACY else None
 
 
 class Conversation:
@@ -270,7 +286,7 @@ class Conversation:
     def __init__(
         self,
         key: Key,
-        child: Child,
+        child: ChildProcess,
         *,
         owner: Caller | None,
         tasks: anyio.abc.TaskGroup,
@@ -290,7 +306,7 @@ class Conversation:
         self.credentials = credentials  # the digest of its process's --process-env values
         self.transport = transport  # its 2025 transport session's id, which ends with it
         self.holds_sessions = False  # whether a data-layer session was opened in that transport session
-        self.unwatch: Callable[[], None] | None = None  # stops watching its session's end (_stdio_table.open)
+        self.unwatch: Callable[[], None] | None = None  # stops watching its session's end (_table.open)
         self.bus = bus  # its 2026-07-28 listen streams
         self.tasks = tasks  # where its calls run: a 2026-07-28 call outlives the client's request
         self.calls: list[Call] = []  # in flight, oldest first
@@ -306,7 +322,7 @@ class Conversation:
         self.last_request = anyio.current_time()
         self.requests = 0  # how many it has served
         # why the gateway ended it (idle, its session ended, shutdown): not a crash
-        self.why: str | None = None
+        self.why: EndReason | None = None
         # a request's own child: how many times it was retained for its client's input
         self.rounds = 0
         self.roots_told = False  # whether its child was told its client's roots changed (see relay)
@@ -323,14 +339,14 @@ class Conversation:
         own in ``_meta``, and the process asks no client and tells none."""
         return self.key.kind in ("shared", "caller")
 
-    def end(self, why: str) -> None:
+    def end(self, why: EndReason) -> None:
         """End the conversation's child, for ``why``."""
         self.why = self.why or why
         self.child.stop(why)
 
     async def relay(self, ctx: ServerRequestContext[Any, Any], conversation: str | None = None) -> dict[str, Any]:
         """The child's answer to a client's request; the client's own progress token gets the child's progress.
-        ``conversation``: the request's, for a process of many (``_stdio.named``), named as the draft names a
+        ``conversation``: the request's, for a process of many (``_server.named``), named as the draft names a
         session in ``_meta``."""
         params = dict(ctx.params or {})
         given = params.pop("_meta", None) or {}
@@ -381,7 +397,7 @@ class Conversation:
             if self.child.done.is_set():
                 with anyio.move_on_after(JUDGED_WITHIN):
                     await self.child.judged.wait()
-                why = self.child.reason or exc.message
+                why = self.child.said or exc.message
                 raise MCPError(CHILD_EXITED, f"the server process of this conversation exited ({why})") from None
             raise
         finally:
@@ -467,12 +483,25 @@ class Conversation:
         self.dropped = _report_dropped(self.child.label, self.dropped)  # once it caught up
 
 
+class ProcessEvents:
+    """What the process metrics count (``_status.ProcessMetrics`` counts them); by default, nothing."""
+
+    def started(self) -> None:
+        """A process was started."""
+
+    def ended(self, why: EndReason) -> None:
+        """A process ended, for ``why``."""
+
+    def refused(self, limit: str) -> None:
+        """A conversation was refused a process by ``limit``, the option's name."""
+
+
 @dataclass(frozen=True)
 class ProcessView:
     """One live process, as an operator sees it (:meth:`Pool.views`); its memory is read from ``/proc``."""
 
     kind: str  # a conversation's Kind ("caller": a caller's own process), or "warm"
-    principal: str | None  # whose it is: the principal's name, else the client address; None for shared or warm
+    principal: Owner | None  # whose it is (the principal's name, else the client address); None for shared or warm
     conversation: str | None  # a short digest of its conversation's key (never a bearer value); None likewise
     pid: int | None
     age: float  # seconds since its process started
@@ -490,7 +519,7 @@ class Process:
         self.conversation: Conversation | None = None
         self.taken = anyio.Event()
         self.gone = anyio.Event()  # it has ended and left the pool (Pool.ended)
-        self.child: Child
+        self.child: ChildProcess
 
     def take(self, conversation: Conversation) -> Conversation:
         self.conversation = conversation

@@ -3,33 +3,30 @@ ahead for new conversations (``--warm``).
 
 :class:`Pool` makes and keeps them, as httpcore's pool makes its connections through one seam: ``factory`` is
 :class:`Child` (a real process in its place), or a test's process in memory. Which conversation a process serves
-is the table's (``_stdio_table``); how long it lives is the lifetimes' (``_stdio_lifetimes``), under whose
-:attr:`Pool.serve` each process runs.
+is the table's (``_table``); how long it lives is ``serve``'s (``Lifetimes.serve``), each process in the
+task group of :meth:`Pool.running`.
 """
 
 from __future__ import annotations
 
 import secrets
 from collections import Counter, deque
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any, Final
 
 import anyio
 import anyio.abc
-from mcp.shared.dispatcher import DispatchContext
 from mcp.shared.exceptions import MCPError
 
-from ..subscriptions import SessionSubscriptionBus
-from ._auth import REQUEST, ProcessEnv
-from ._stdio_admission import ProcessEvents
-from ._stdio_child import Child, ProcessOptions
-from ._stdio_relay import CHILD_EXITED, Conversation, Key, Process, ProcessView
+from ...subscriptions import SessionSubscriptionBus
+from .._auth import REQUEST, ProcessEnv
+from ._child import Child, ChildFactory, ChildProcess, EndReason, ProcessOptions, _ignored, _no_client, _taken
+from ._relay import CHILD_EXITED, Conversation, Key, Process, ProcessEvents, ProcessView
 
 AFTER_ANSWER: Final = "mcp_sessions.gateway.after_answer"
-"""In a request's scope, what it leaves to do once its answer is sent (``_stdio._Opening`` does it)."""
-
-ChildFactory = Callable[..., Child]
-"""What makes a process: :class:`Child` (its arguments by name), or what a test gives in its place."""
+"""In a request's scope, what it leaves to do once its answer is sent (``_server._Opening`` does it)."""
 
 
 class Pool:
@@ -47,35 +44,44 @@ class Pool:
         options: ProcessOptions | None,
         process_env: ProcessEnv,
         bus: SessionSubscriptionBus,
+        serve: Callable[[Process], Coroutine[Any, Any, None]],
+        events: ProcessEvents,
         factory: ChildFactory = Child,
     ) -> None:
         self.command, self.warm_count, self.environ = list(command), warm, dict(environ)
-        self.max_line, self.options, self.process_env, self.factory = max_line, options, process_env, factory
-        self.bus = bus  # the shared process's conversation's (its listen streams')
+        self.options, self.process_env = options, process_env
+        self.bus, self.serve, self.events = bus, serve, events  # serve: each process's life (Lifetimes.serve)
+        # every process, the probe's too: Conversation.on_notification takes every notification first
+        self.make = partial(factory, self.command, max_line=max_line, on_notify=_ignored, options=options)
         self.warm: deque[Process] = deque()  # started and initialized ahead, for new conversations and requests
         self.live: set[Process] = set()
-        self.tasks: anyio.abc.TaskGroup | None = None  # while the gateway runs (Children.running)
-        self.serve: Callable[[Process], Coroutine[Any, Any, None]] | None = None  # each process's life: the lifetimes'
-        self.events = ProcessEvents()  # what the metrics count: _status.ProcessMetrics, set by the app
+        self.tasks: anyio.abc.TaskGroup | None = None  # while the gateway runs (running)
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[anyio.abc.TaskGroup]:
+        """The task group every process runs in while the gateway runs; cancelled at its end, which stops them."""
+        async with anyio.create_task_group() as tasks:
+            self.tasks = tasks
+            try:
+                yield tasks
+            finally:
+                self.tasks = None
+                tasks.cancel_scope.cancel()  # each stops its process group, shielded (stop_group)
 
     def start(self, *, shared: bool = False, start_deadline: float | None = None) -> Process:
         """A new process: the shared one, or one a conversation or a request takes (started ahead, or by the
         request that starts its conversation: with ``--process-env``, that user's values)."""
-        if self.tasks is None or self.serve is None:
+        if self.tasks is None:
             raise MCPError(CHILD_EXITED, "the gateway is shutting down")
         values = {} if shared else self.process_env.values()  # none but a request's: none is started ahead then
         process = None if shared else secrets.token_hex(8)
         environ = {**self.environ, **values, **({} if process is None else {"MCP_SESSION_ID": process})}
         started = Process(self.tasks, self.process_env.digest(values))
-        started.child = self.factory(
-            self.command,
+        started.child = self.make(
             label="shared" if process is None else f"process {process}",
             environ=environ,
-            max_line=self.max_line,
             on_request=started.on_request,
-            on_notify=_unreached,
             on_progress=started.on_notification,
-            options=self.options,
             start_deadline=start_deadline,
         )
         if shared:  # no one's conversation: every caller's lists, and with "shared" every request
@@ -84,6 +90,22 @@ class Pool:
         self.tasks.start_soon(self.serve, started)
         self.events.started()
         return started
+
+    async def revisions(self, start_deadline: float | None) -> ChildProcess:
+        """A process of its own asked the revisions the server lists in its ``server/discover`` answer, then ended: a
+        connection's first request decides its era, so a child that initializes cannot be asked. The probe's
+        ``revisions`` (none for an error answer: the handshake's only), or its ``failure``: no answer in time, or it
+        ended (a crash at its first request), with its ``last_words``."""
+        probe = self.make(
+            label="revisions",
+            environ=self.environ,
+            on_request=_no_client,
+            on_progress=_taken,
+            discover=True,
+            start_deadline=start_deadline,
+        )
+        await probe.run()
+        return probe
 
     def take(self) -> Process:
         """A process for a new conversation: one started ahead, else one started now."""
@@ -99,12 +121,13 @@ class Pool:
 
         after_answer(fill)
 
-    def ended(self, process: Process) -> None:
-        """``process`` has ended: it is no longer live, nor waiting to be taken."""
+    def ended(self, process: Process, why: EndReason) -> None:
+        """``process`` has ended, for ``why``: it is no longer live, nor waiting to be taken."""
         self.live.discard(process)
         if process in self.warm:
             self.warm.remove(process)
         process.gone.set()
+        self.events.ended(why)
 
     def views(self) -> list[ProcessView]:
         """Every live process, as the operator sees it: a snapshot, read only."""
@@ -122,7 +145,3 @@ def after_answer(action: Callable[[], None]) -> None:
     if (pending := (REQUEST.get() or {}).get(AFTER_ANSWER)) is None:
         return action()
     pending.append(action)
-
-
-async def _unreached(dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> None:
-    """The link's ``on_notify``: ``Conversation.on_notification`` takes every notification first."""

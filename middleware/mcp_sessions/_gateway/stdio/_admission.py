@@ -1,56 +1,58 @@
 """Admission to the process table of ``mcp-sessions gateway --stdio``: whether a caller's new conversation may
-have a process now, and which of the caller's idle ones end to make room for it.
+have a process now, and which of the caller's idle ones end to make room for it; and which 2025 transport sessions
+with no process end to make room for a new one.
 
-:class:`Admission` answers that one question for ``_stdio_table.Children``: the limits overall
+:class:`Admission` answers those questions for ``_table.Table``: the limits overall
 (``--max-processes``) and per caller (``--max-processes-per-principal``), the create limit
 (``MCP_SESSIONS_CREATE_LIMIT``) and eviction, in that order of refusal, eviction last: a caller's idle
-conversation ends only once nothing else refuses the new one.
+conversation ends only once nothing else refuses the new one; and :data:`MAX_CONNECTIONS`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 import anyio
 from mcp.shared.exceptions import MCPError
 
-from .._session import RateLimit
-from .._wire.protocol import RATE_LIMITED
-from ._stdio_relay import Caller, Conversation
+from ..._session import RateLimit
+from ..._wire.protocol import RATE_LIMITED
+from ._relay import Caller, Conversation, Key, ProcessEvents
 
 EVICT_AFTER: Final = 60.0
 """How long a caller's conversation, at its ``--max-processes-per-principal``, may be idle before a new one of the
 caller's ends it to make room."""
-
-
-class ProcessEvents:
-    """What the process metrics count (``_status.ProcessMetrics`` counts them); by default, nothing."""
-
-    def started(self) -> None:
-        """A process was started."""
-
-    def ended(self, why: str) -> None:
-        """A process ended, for ``why``."""
-
-    def refused(self, limit: str) -> None:
-        """A conversation was refused a process by ``limit``, the option's name."""
+MAX_CONNECTIONS: Final = 1024
+"""2025 transport sessions open with no process (a connection that has made no call, or whose calls all name
+another conversation, as ``connect``'s): past it, the oldest is ended (its client gets 404, and initializes again);
+past eight times ``--max-processes-per-principal`` of one caller's, her oldest. The ``mcp`` SDK would keep 10,000
+for one address that loops on ``initialize``, and refuse every other client."""
 
 
 class Admission:
-    """The limits a new conversation's process is admitted by, and what a refusal says."""
+    """The limits a new conversation's process is admitted by, and what a refusal says (counted by ``events``)."""
 
-    def __init__(self, max_processes: int, per_caller: int, create_limit: RateLimit | None) -> None:
+    def __init__(
+        self, max_processes: int, per_caller: int, create_limit: RateLimit | None, events: ProcessEvents
+    ) -> None:
         self.max_processes, self.per_caller = max_processes, per_caller
-        self.create_limit = create_limit
+        self.create_limit, self.events = create_limit, events
+
+    def connections_over(self, connections: Mapping[Key, str], caller: str) -> list[Key]:
+        """Of the 2025 transport sessions with no process (each with its caller's id, oldest first), those to end
+        now that ``caller`` opened one: hers beyond eight times her limit, then any beyond :data:`MAX_CONNECTIONS`."""
+        mine = [key for key, owner in connections.items() if owner == caller]
+        over = mine[: max(0, len(mine) - 8 * self.per_caller)]
+        over += list(connections)[: max(0, len(connections) - MAX_CONNECTIONS)]
+        return list(dict.fromkeys(over))
 
     def admit(
-        self, live: Sequence[Conversation], caller: Caller, events: ProcessEvents, *, transport: bool, counted: bool
+        self, live: Sequence[Conversation], caller: Caller, *, transport: bool, counted: bool
     ) -> list[Conversation]:
         """Admit ``caller``'s new conversation beside the ``live`` ones: the caller's conversations to end for it
-        (the idle ones, oldest first), or an ``MCPError`` (``-32029``, with when to retry) that names the limit,
-        counted by ``events``.
+        (the idle ones, oldest first), or an ``MCPError`` (``-32029``, with when to retry) that names the limit.
         ``counted``: its create spent its create-limit slot already; ``transport``: it is a 2025 transport session's."""
         mine = [conversation for conversation in live if caller.same_as(conversation.owner)]
         evicted: list[Conversation] = []
@@ -59,14 +61,14 @@ class Admission:
             evicted = spare[: len(mine) - self.per_caller + 1]
         if len(mine) - len(evicted) >= self.per_caller:
             raise _refused(
-                events,
+                self.events,
                 "max_processes_per_principal",
                 f"Too many server processes for this caller: each caller may have at most {self.per_caller} "
                 "conversations' processes at once (--max-processes-per-principal); end one or retry later",
             )
         if len(live) - len(evicted) >= self.max_processes:
             raise _refused(
-                events,
+                self.events,
                 "max_processes",
                 f"Too many server processes: the gateway runs at most {self.max_processes} conversations' "
                 "processes at once (--max-processes); end one (sessions/delete) or retry later",
@@ -74,7 +76,7 @@ class Admission:
         limit = None if counted else self.create_limit
         if limit is not None and (wait := limit.take(caller.id)):
             raise _refused(
-                events,
+                self.events,
                 "create_limit",
                 "Too many server processes started, retry later (MCP_SESSIONS_CREATE_LIMIT)",
                 max(1, math.ceil(wait)),

@@ -1,0 +1,535 @@
+"""The process table of ``mcp-sessions gateway --stdio``: which process a request reaches.
+
+:class:`Children` holds the shared process and one per conversation (or, ``"per-caller"``, one per caller for all
+of its conversations), each conversation with its owner in it. The parts it is made of each answer one question:
+``_pool`` makes the processes (through a factory: a real ``Child``, or a test's in memory) and keeps those
+started ahead; ``_admission`` says whether a new conversation may have one (the limits, eviction);
+``_lifetimes`` runs each to its end and answers an ended conversation with the error of its kind. What a
+process's messages do for its client is ``_relay``'s.
+
+Who may reach a process is decided in one place, :meth:`Children.conversation_for`, which every relayed request
+walks once (:meth:`Children.relay`): the request's name for its conversation becomes a typed :class:`Key` (a 2025
+transport session on the 2025 path only, a data-layer session, a host's conversation, the caller's requests that
+name none, a request's own, the shared one); each conversation is created whole, its owner in it; and the caller
+is checked against that owner, for every kind, before any process is reached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import secrets
+import shlex
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any, Final, Literal
+
+import anyio
+import anyio.abc
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import LATEST_MODERN_VERSION
+from pydantic import ValidationError
+from starlette.types import Scope
+
+from ..._bounded import BoundedDict
+from ..._config import SessionsConfig
+from ..._session import PRINCIPAL_CLAIM, SCOPE_KEY, Session, caller_of
+from ..._tokens import IdDigests, SessionClaims
+from ..._wire import Refusal
+from ..._wire.protocol import RATE_LIMITED
+from ...subscriptions import SessionSubscriptionBus
+from .._auth import REQUEST, ProcessEnv
+from .._front import StartupFailed
+from ._admission import Admission
+from ._child import EXIT_DRAIN, Child, ChildFactory, ChildProcess, EndReason, ProcessOptions
+from ._lifetimes import EndTransport, Lifetimes
+from ._pool import Pool, after_answer
+from ._relay import (
+    ANSWER_WITHIN,
+    CHILD_EXITED,
+    Asking,
+    Caller,
+    Conversation,
+    Key,
+    Owner,
+    Process,
+    ProcessEvents,
+    asking,
+    key_digest,
+    known_as,
+    transport_of,
+)
+
+logger = logging.getLogger("mcp_sessions.gateway")
+
+_HELD: Final = "mcp-sessions.gateway.held-by"  # in a host conversation's data: the start that runs it
+_WATCHED: Final = ("transport-session", "data-layer-session")  # end with their session, anywhere
+LISTS: Final = frozenset({"tools/list", "prompts/list", "resources/list", "resources/templates/list"})
+"""What 2026-07-28 says depends on no conversation (``server/discover`` too, which no process answers)."""
+Processes = Literal["auto", "per-conversation", "shared"]
+"""Whose conversations a process serves (``--processes``): ``"auto"`` becomes ``"per-conversation"`` or
+``"per-caller"`` (:meth:`Children.choose`)."""
+Sessionless = Literal["per-caller", "per-request", "shared"]
+"""Where the requests that name no conversation go (``--sessionless``)."""
+MAX_ENDED: Final = 100_000
+"""Ended conversations remembered (each answered with the error of its kind, never a new process); oldest first."""
+EXPECTED: Final = (EndReason.IDLE, EndReason.EXPIRED, EndReason.BY_USER)
+"""The ends a caller's own process (``caller``, ``sessionless``) leaves no tombstone for: her next request gets a
+new one. Any other end (a crash, a bound, eviction) is told to her next request once (``Table._own``)."""
+Metrics = Callable[[Callable[[], Counter[str]]], ProcessEvents]
+"""What counts the table's processes, given how many of each kind live (``_status.ProcessMetrics``)."""
+
+
+class Table:
+    """Which process a request reaches: one table of conversations, each keyed by its :class:`Key` with its owner
+    in it, and of what ended conversations leave (their tombstones, the requests kept for their input). Each event
+    (a request, a process's end, an answer) is one synchronous decision here; the I/O it asks for follows it: a
+    process taken from ``pool``, one refused or evicted by ``admission``, its life run by ``lifetimes``."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        config: SessionsConfig,
+        processes: Processes,
+        idle: float,
+        max_processes: int,
+        per_caller: int,
+        sessionless: Sessionless,
+        warm: int,
+        environ: Mapping[str, str],
+        bus: SessionSubscriptionBus,
+        options: ProcessOptions | None = None,
+        process_env: ProcessEnv | None = None,
+        factory: ChildFactory = Child,
+        fronted: bool = False,
+        end_transport: EndTransport | None = None,
+        metrics: Metrics = lambda kinds: ProcessEvents(),
+    ) -> None:
+        self.config, self.bus, self.sessionless = config, bus, sessionless
+        self.process_env = ProcessEnv() if process_env is None else process_env
+        self.fronted = fronted  # a replica behind a front (--forwarded-allow-ips): see gone
+        # "auto" (Children.choose) becomes one of the others before the first request
+        self.mode: Literal["auto", "per-conversation", "per-caller", "shared"] = processes
+        events = metrics(lambda: self.pool.kinds())
+        self.lifetimes = Lifetimes(idle=idle, store=config.store, ended=self.process_ended, end_transport=end_transport)
+        self.pool = Pool(
+            command,
+            warm=warm if processes != "shared" else 0,
+            environ=environ,  # the allow-list's (_sandbox.environment)
+            max_line=config.max_response_size,
+            options=options,
+            process_env=self.process_env,
+            bus=bus,
+            serve=self.lifetimes.serve,
+            events=events,
+            factory=factory,
+        )
+        self.admission = Admission(max_processes, per_caller, config.create_limit, events)
+        self.conversations: dict[Key, Conversation] = {}
+        self.ended: BoundedDict[Key, EndReason] = BoundedDict(MAX_ENDED)  # tombstones: why each ended
+        self.retained: dict[str, Conversation] = {}  # a request's child awaiting its retry, by requestState
+        self.digests = IdDigests(config.keys)  # the middleware's: a transport session's key is its adopted session's
+        self.instance = secrets.token_hex(8)  # this start of the gateway, as a host conversation's data names it
+        self.shared: Process | None = None
+        self.moved: BoundedDict[str, Key] = BoundedDict(MAX_ENDED)  # a session opened in a transport session: its key
+        # 2025 transport sessions with no process yet, oldest first: their callers, ids and users
+        self.connections: dict[Key, tuple[str, bytes, object]] = {}
+
+    def transport_key(self, raw: bytes) -> Key:
+        """The key of the 2025 transport session whose ``Mcp-Session-Id`` is ``raw``: a digest, never the id."""
+        return Key("transport-session", self.digests.transport(raw))
+
+    def route(self, asked: Asking, method: str, state: object) -> Conversation:
+        """The decision: the conversation a caller's request reaches, named by its ``session``, its 2025 transport
+        session (``raw``) or ``state``, or none; opened (within the limits) where it may be. With
+        ``processes="per-caller"``, the caller's own process, for a request that names no conversation or one of
+        those it serves; a conversation it does not serve, or served before it ended, is refused as in the
+        per-conversation table, never served by another process."""
+        caller, session, raw = asked
+        if session is not None and session.source == "data-layer":
+            key = self.moved.get(session.id, Key("data-layer-session", session.id))
+            gone = partial(self.gone, key) if self.mode == "per-caller" and key in self.ended else self.not_found
+            return self._found(self._holder(key, caller), caller, gone)
+        if session is not None and session.source != "transport":  # a host's: its name is no secret, its caller's
+            key = Key("host-conversation", _bound(session.id, caller.id))
+            if (found := self._holder(key, caller)) is None and key not in self.ended:
+                return self.open(key, caller, counted=True)  # its first request spent the operation
+            return self._found(found, caller, partial(self.gone, key))
+        if raw is not None:
+            return self._transported(raw, caller, method=method)
+        if self.mode == "per-caller":
+            return self._own("caller", caller)
+        if self.sessionless == "per-caller":
+            return self._own("sessionless", caller)
+        if state is not None:  # a retry that brings input reaches the request that asked
+            waiting = self.retained.get(state) if isinstance(state, str) else None
+            found = self._found(waiting, caller, _no_state)
+            del self.retained[str(state)]  # still good for its owner until it is taken
+            return found
+        return self.open(Key("request", secrets.token_hex(12)), caller)  # a request's own child
+
+    def _found(self, found: Conversation | None, caller: Caller, missing: Callable[[], MCPError]) -> Conversation:
+        """The one check of who may reach a process, for every kind of name: the conversation ``found`` is the
+        caller's own; another's is refused as a name that names none (no one learns whose it is)."""
+        if found is None:
+            raise missing()
+        if not caller.same_as(found.owner):
+            raise _no_state() if found.key.kind == "request" else self.not_found()
+        return found
+
+    def _transported(
+        self,
+        raw: bytes,
+        caller: Caller,
+        counted: bool = False,
+        method: str = "",
+    ) -> Conversation:
+        """A 2025 transport session's conversation: its process, started by its first request that needs one (its
+        ``initialize`` starts none, nor a list, which the shared process answers as a fresh one would: a client that
+        only lists, or names another conversation in each request, such as ``mcp-sessions connect``'s, costs none),
+        within the limits (a refusal is that request's error)."""
+        transport = self.transport_key(raw)
+        if (found := self._holder(transport, caller)) is None and transport not in self.ended:
+            if method in LISTS:
+                return self.shared_conversation()
+            self.connections.pop(transport, None)  # a process's now: the limits count it
+            return self.open(transport, caller, transport=raw, counted=counted)
+        return self._found(found, caller, partial(self.gone, transport))
+
+    def _holder(self, key: Key, caller: Caller) -> Conversation | None:
+        """The live conversation ``key`` names: its own process's, or (per-caller) its caller's, that serves it."""
+        if self.mode != "per-caller":
+            return self.conversations.get(key)
+        own = self.conversations.get(Key("caller", caller.id))
+        return own if own is not None and key in own.riders else None
+
+    def _own(
+        self,
+        kind: Literal["caller", "sessionless"],
+        caller: Caller,
+        counted: bool = False,
+    ) -> Conversation:
+        """The caller's own process of ``kind``, started (within the limits) if it has none that lives. One that has
+        ended leaves its conversations ended (:meth:`process_ended`), not the caller: her next request is told why
+        once (unless it ended as she would expect: ``EXPECTED``), and the one after gets a new one."""
+        key = Key(kind, caller.id)
+        if (why := self.ended.pop(key, None)) is not None:
+            raise self.gone(key, why)
+        if (own := self.conversations.get(key)) is not None and not own.child.done.is_set():
+            return own
+        if own is not None:
+            for ridden in own.riders:
+                self.ended[ridden] = own.why or EndReason.EXITED
+            del self.conversations[key]
+        return self.open(key, caller, counted=counted)
+
+    def shared_conversation(self) -> Conversation:
+        if self.shared is None or (self.shared.child.done.is_set() and self.shared.child.ready.is_set()):
+            self.shared = self.pool.start(shared=True)  # no one's: a new one is as good
+        assert self.shared.conversation is not None
+        return self.shared.conversation
+
+    def open(
+        self,
+        key: Key,
+        caller: Caller,
+        *,
+        expires_at: float = math.inf,
+        transport: bytes | None = None,
+        counted: bool = False,
+    ) -> Conversation:
+        """A new conversation, ``caller``'s, its child taken from those started ahead or started: within the limits,
+        and spending the caller's create-limit slot (unless its create has, ``counted``); with
+        ``processes="per-caller"``, in the caller's own process, which starts (within the limits) if it has none
+        that lives, and ends it. One whose child has ended is refused with the error of its kind (:meth:`gone`),
+        never given a new child. The caller's idle conversations make room for it only once nothing else refuses
+        it."""
+        if key in self.conversations or key in self.ended:
+            raise self.gone(key)
+        user = (REQUEST.get() or {}).get("user")  # who may end its transport session
+        begun = partial(
+            Conversation, key, owner=caller, bus=self.bus, expires_at=expires_at, transport=transport, user=user
+        )
+        if self.mode == "per-caller" and key.kind != "caller":
+            own = self._own("caller", caller, counted)
+            own.riders[key] = begun(own.child, tasks=own.tasks)
+            return own
+        live = [found for found in self.conversations.values() if not found.child.done.is_set()]
+        evicted = self.admission.admit(live, caller, transport=transport is not None, counted=counted)
+        process = self.pool.take()
+        for conversation in evicted:  # the start is certain now
+            logger.info("%s: ended to make room for a new conversation of %s", conversation.child.label, caller.name)
+            conversation.end(EndReason.EVICTED)  # at once: its next request is refused
+            self.lifetimes.close_soon(conversation, EndReason.EVICTED)
+        conversation = begun(process.child, tasks=process.tasks, credentials=process.credentials)
+        self.conversations[key] = process.take(conversation)
+        if key.kind in _WATCHED:  # from now: its session's end (a DELETE while its process starts too) ends it
+            conversation.unwatch = self.bus.watch(key.id, partial(conversation.end, EndReason.SESSION_ENDED))
+        named = key_digest(key) if key.kind in ("caller", "sessionless") else key.id  # a caller's: her digest
+        logger.info("%s: serves the conversation %s", process.child.label, named)
+        self.pool.fill()
+        return conversation
+
+    def answered(self, conversation: Conversation) -> None:
+        """A request's own child, once it has answered: ended once that answer is sent, or retained for the retry
+        that brings the input it asked for (until that retry, or ``ANSWER_WITHIN``)."""
+        if conversation.key.kind != "request":
+            return  # a conversation's child, or the shared one: it serves the next request too
+        if not conversation.parked:
+            return after_answer(partial(self.lifetimes.close_soon, conversation, EndReason.ANSWERED))
+        for state in conversation.parked:
+            self.retained[state] = conversation
+        self.lifetimes.retain(conversation)
+
+    def process_ended(self, process: Process) -> list[Conversation]:
+        """The decision at a process's end: it leaves the pool; its conversation, and a caller's process's every
+        conversation, are remembered as ended (unless a new one takes its name); the conversations whose sessions
+        end with it (a crash ends its session as any other end) are returned, for the lifetimes to end."""
+        child, conversation = process.child, process.conversation
+        failed = EndReason.FAILED if child.failure is not None else None
+        said = conversation.why if conversation is not None else None
+        self.pool.ended(process, said or failed or child.reason or EndReason.EXITED)
+        if conversation is None or conversation.shared:
+            return []
+        if conversation.unwatch is not None:
+            conversation.unwatch()
+        for state in conversation.parked:
+            self.retained.pop(state, None)
+        if conversation.why == EndReason.SHUTDOWN:
+            return []
+        key = conversation.key
+        if self.conversations.get(key) is conversation:
+            del self.conversations[key]
+        why = conversation.why or failed or EndReason.EXITED
+        if _told(key, why):
+            self.ended[key] = why
+        logger.info("%s: the conversation ended (%s)", child.label, why.text)
+        riders = list(conversation.riders.values())  # a caller's process: its conversations end
+        for rider in riders:
+            self.ended[rider.key] = why
+        return [conversation, *riders] if conversation.why is None and child.failure is None else riders
+
+    def not_found(self) -> MCPError:
+        return MCPError(self.config.profiles[0].not_found, self.config.profiles[0].not_found_text)
+
+    def gone(self, key: Key, why: EndReason | None = None) -> MCPError:
+        """The error of an ended conversation's kind: "not found" for one these ended with its session (or a
+        front's), else that its process has ended, and why."""
+        why = why or self.ended.get(key, EndReason.ENDED)
+        if self.fronted or why in (EndReason.EVICTED, EndReason.SESSION_ENDED):
+            return self.not_found()
+        said = "the gateway is shutting down" if why is EndReason.SHUTDOWN else why.text
+        return MCPError(
+            CHILD_EXITED, f"the server process of this conversation has ended ({said}), with its state; start a new one"
+        )
+
+
+class Children(Table):
+    """The table as the gateway runs it, the I/O around its decisions: what a request names and who asks read
+    before the table decides which conversation it reaches, its process awaited after; its shared process started
+    and every process stopped with the gateway, what the server speaks chosen, each request relayed, and the
+    operator's and each user's views."""
+
+    async def conversation_for(self, scope: Scope, method: str, state: object = None) -> Conversation:
+        """The conversation a request reaches, the most specific name first: its data-layer session's (one opened in a
+        2025 transport session is that transport session's, ``Children.created``), its host conversation's (bound to its
+        caller: what a host's request names in ``_meta``, whatever connection it came through), its 2025 transport
+        session's; else, naming none, its caller's own (``sessionless="per-caller"``), a child of the request's own
+        (``"per-request"``: the one that asked, for a retry that brings its input, ``state``, its ``requestState``) or
+        the shared one (``"shared"``), which also answers the lists (:data:`LISTS`) that name nothing: they cost no
+        process and count against no limit. Whatever names it, the caller must be its owner. A conversation whose
+        child ran elsewhere (another replica, or before a restart) or has ended gets no new one: a data-layer
+        session's is "not found" here; a host's, which the store the replicas share records as another start's
+        (:data:`_HELD`), has ended. What the request's names and caller are is read first; which conversation they
+        reach is then one decision (:meth:`route`)."""
+        asked = await asking(scope, self.config)
+        nameless = asked.session is None and asked.transport is None and state is None
+        sessionless = self.sessionless if self.mode != "per-caller" else "per-caller"
+        if self.mode == "shared" or (nameless and (method in LISTS or sessionless == "shared")):
+            return await self.ready(self.shared_conversation())
+        if asked.session is not None and asked.session.source not in ("data-layer", "transport"):
+            await self._claim(asked.session, asked.caller)
+        return await self.ready(self.route(asked, method, state))
+
+    async def _claim(self, session: Session, caller: Caller) -> None:
+        """A host conversation this table has not served: claimed for this start in the store the replicas share
+        (:data:`_HELD`), unless another start's claim is there: then it ran elsewhere, and has ended."""
+        key = Key("host-conversation", _bound(session.id, caller.id))
+        if self._holder(key, caller) is None and key not in self.ended:
+            held = await session.data.get(_HELD, self.instance)  # which start runs it: the replicas' store
+            if held != self.instance:
+                raise self.gone(key, EndReason.ELSEWHERE)
+            await session.data.set(_HELD, self.instance)
+
+    async def ready(self, conversation: Conversation) -> Conversation:
+        """``conversation`` once its process is ready to serve it; the error of its end if it has ended."""
+        await conversation.child.ready.wait()
+        if conversation.child.failure is not None:
+            raise MCPError(CHILD_EXITED, conversation.child.failure)
+        if conversation.child.done.is_set():
+            raise self.gone(conversation.key, conversation.why or EndReason.EXITED)
+        conversation.last_request = anyio.current_time()
+        return conversation
+
+    async def created(self, claims: SessionClaims) -> None:
+        """The sessions' ``on_create``: a new conversation's child, started and initialized before its session is
+        handed out; beyond the limits (or when the child fails to start), the create is refused. A session opened in
+        a 2025 transport session of the same caller is that conversation (one conversation, one process): its child
+        serves it (started now if it has none), as it serves a reconnect that names the session while it lives. Its
+        create spent the caller's create-limit slot already."""
+        if self.mode == "shared":
+            return
+        scope = REQUEST.get() or {}
+        caller = Caller(caller_of(scope, claims.extra.get(PRINCIPAL_CLAIM)), known_as(scope))
+        raw = transport_of(scope)
+        try:
+            if raw is not None and self.mode == "per-conversation":  # one conversation, one process
+                found = await self.ready(self._transported(raw, caller, counted=True))
+                self.moved[claims.session_id] = found.key
+                found.holds_sessions = True
+                return
+            key = Key("data-layer-session", claims.session_id)
+            await self.ready(self.open(key, caller, expires_at=claims.expires_at, counted=True))
+        except MCPError as exc:
+            retry = 1 if exc.error.code == RATE_LIMITED else None
+            raise Refusal(exc.error.code, exc.error.message, reason="process_refused", retry_after=retry) from None
+
+    def unanswered(self, raw: bytes, stopping: Callable[[], bool]) -> MCPError:
+        """The error of a request in flight as the 2025 transport session ``raw`` names ended: its conversation's, or
+        the gateway's shutdown once it has been asked to stop (``stopping``: it leaves no tombstone)."""
+        return self.gone(self.transport_key(raw), EndReason.SHUTDOWN if stopping() else None)
+
+    async def connected(self, raw: bytes, scope: Scope) -> None:
+        """A 2025 transport session just opened (its ``initialize`` answered), which has no process until a call
+        needs one: those the admission says are too many (overall, and per caller) are ended, oldest first."""
+        caller = (await asking(scope, self.config)).caller
+        self.connections[self.transport_key(raw)] = (caller.id, raw, scope.get("user"))
+        owners = {key: owner for key, (owner, _, _) in self.connections.items()}
+        for key in self.admission.connections_over(owners, caller.id):
+            _, ended, user = self.connections.pop(key)
+            if self.lifetimes.end_transport is not None:
+                await self.lifetimes.end_transport(ended, user)
+
+    @asynccontextmanager
+    async def running(self, start_deadline: float | None = None) -> AsyncIterator[types.InitializeResult]:
+        """Start the shared child (its ``initialize`` answered by ``start_deadline``, if given: the gateway's start's
+        end); at the end, stop every child. Yields the shared child's answer."""
+        async with self.pool.running():
+            try:
+                self.shared = first = self.pool.start(shared=True, start_deadline=start_deadline)
+                try:
+                    shared = await self.ready(self.shared_conversation())
+                except MCPError as exc:
+                    raise await self.failed(exc.error.message, first.child) from None
+                assert shared.child.initialized is not None
+                self.pool.fill()
+                yield shared.child.initialized
+            finally:
+                for conversation in self.conversations.values():
+                    conversation.why = EndReason.SHUTDOWN
+
+    async def choose(self, start_deadline: float | None = None) -> None:
+        """``processes="auto"``'s choice (docs/gateway.md, "Process lifetimes"): a process per conversation where
+        something per user goes into it (``--process-env``, a uid each), or the server speaks only 2025-11-25 and
+        keeps a conversation's state in its process; else, for a server that speaks 2026-07-28, a process per
+        caller, which serves all of that caller's conversations (``"per-caller"``): one caller's call that ends it (a
+        bound, a crash) ends no other's, and no caller's state reaches another's. One process for everyone is
+        ``processes="shared"``, the operator's word alone. A server that answers its first request neither with
+        revisions nor with an error, by ``start_deadline`` or before it ends, does not start: ``StartupFailed``."""
+        options = self.pool.options
+        if self.process_env.sources or (options is not None and options.uids is not None):
+            self.mode = "per-conversation"
+            return
+        probe = await self.pool.revisions(start_deadline)
+        if probe.failure is not None:
+            raise await self.failed(probe.failure, probe)
+        if LATEST_MODERN_VERSION in probe.revisions:
+            self.mode = "per-caller"
+            logger.info("the server speaks 2026-07-28: a process per caller, each request naming its conversation")
+        else:
+            self.mode = "per-conversation"
+            logger.info("the server speaks only the 2025-11-25 handshake: --processes per-conversation")
+
+    async def relay(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+        """A client's request, relayed to the process of its conversation (:meth:`conversation_for`), and its answer:
+        the one walk of every relayed request through the table."""
+        scope = {} if ctx.request is None else ctx.request.scope
+        state = (ctx.params or {}).get("requestState")
+        conversation = await self.conversation_for(scope, ctx.method, state)
+        try:
+            if conversation.pooled:  # each request names its conversation
+                return await conversation.relay(ctx, await self.named(scope, conversation.owner))
+            # its process has the --process-env values it started with: this request's?
+            self.process_env.check(conversation.credentials)
+            return await conversation.relay(ctx)
+        finally:
+            self.answered(conversation)
+
+    async def named(self, scope: Scope, owner: Caller | None) -> str | None:
+        """A request's conversation as a process of many sees it: a digest of its session's name and its caller
+        (``owner``, a caller's own process's, found already; else the shared one's request's), the same for each of
+        its requests (never a bearer value); None for a request that names none."""
+        session: Session | None = scope.get(SCOPE_KEY)
+        if session is None:
+            return None
+        caller = owner or (await asking(scope, self.config)).caller
+        return hashlib.sha256(f"{session.source}\0{session.id}\0{caller.id}".encode()).hexdigest()[:32]
+
+    async def failed(self, why: str, child: ChildProcess) -> StartupFailed:
+        """A child's failure to start the gateway (the shared one's, the revision probe's), in one line: why, and
+        what it last said on its stderr."""
+        with anyio.move_on_after(EXIT_DRAIN):
+            await child.stderr_ended.wait()
+        said = "" if child.last_words is None else f"; its last stderr line: {child.last_words}"
+        return StartupFailed(f"{shlex.join(self.pool.command)}: {why}{said}")
+
+    async def tool_schemas(self) -> dict[str, Mapping[str, Any]]:
+        """The input schemas of the shared child's tools (its first page), for the SDK's check of a 2026-07-28
+        ``tools/call``'s ``Mcp-Param`` headers: without them, the SDK would ask ``tools/list`` of a process at
+        every ``tools/call`` (a request's own process too). None if it lists none in time."""
+        shared = await self.ready(self.shared_conversation())
+        assert shared.child.link is not None
+        try:
+            with anyio.fail_after(ANSWER_WITHIN):
+                listed = await shared.child.link.send_raw_request("tools/list", {})
+            tools = types.ListToolsResult.model_validate(listed).tools
+            return {tool.name: tool.input_schema for tool in tools}
+        except (TimeoutError, MCPError, ValidationError):  # a process's list the SDK's types do not take: none
+            return {}
+
+    async def end(self, conversation: str, principal: Owner) -> bool:
+        """End the conversation whose digest (its view's) is ``conversation``, if it is ``principal``'s: a user's
+        own, ended as the gateway ends any (``Lifetimes.close``), and answered once its process has left the pool, so
+        that no view lists it after."""
+        for found in list(self.conversations.values()):
+            owner = found.owner
+            mine = owner is not None and owner.name == principal  # who, not the name (Owner)
+            if mine and key_digest(found.key) == conversation and not found.child.done.is_set():
+                [process] = [process for process in self.pool.live if process.child is found.child]
+                await self.lifetimes.close(found, EndReason.BY_USER)
+                await process.gone.wait()
+                return True
+        return False
+
+
+def _bound(sid: str, caller: str) -> str:
+    """A host conversation's key: its id and its caller's digest, so that another caller naming it gets its own."""
+    return hashlib.sha256(f"{sid}\0{caller}".encode()).hexdigest()[:32]
+
+
+def _told(key: Key, why: EndReason) -> bool:
+    """Whether an end is told to the next request that names its conversation: every end, but a request's own
+    (never named again) and a caller's own that ended as she would expect (``EXPECTED``)."""
+    if key.kind == "request":
+        return False
+    return key.kind not in ("caller", "sessionless") or why not in EXPECTED
+
+
+def _no_state() -> MCPError:
+    return MCPError(types.INVALID_PARAMS, "requestState names no request waiting for input here")
