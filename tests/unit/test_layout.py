@@ -33,9 +33,10 @@ MAX_FUNCTION_LINES = 80
 # _gateway/_stdio_admission, the process table's limits; 85 with _stdio_pool (the processes, made by a factory)
 # and _stdio_lifetimes (their ends): the table split as httpcore's pool is (issue 78, item 1); 86 with _cli/_relay,
 # the stdio-to-Streamable-HTTP relay connect runs without the mcp SDK (issue 86, item 3): connect had no room for it;
-# 87 with _gateway/_seccomp, the user namespaces' filter, out of _sandbox when each egress process got a network
-# namespace of its own (issue 85): _sandbox had no room for it; 88 with _gateway/stdio/__init__.py, the folder that
-# holds --stdio's modules, where seven names began _stdio (issue 87, item 5).
+# 87 with _gateway/_kernel (locks, the host's uids, descriptors, the user namespaces' filter), out of _sandbox and
+# _network when each egress process got a network namespace of its own (issue 85): neither had room for it; 88 with
+# _gateway/stdio/__init__.py, the folder that holds --stdio's modules, where seven names began _stdio (issue 87, item
+# 5).
 MAX_FILES = 88
 MAX_CALL_LINES = 40
 MAX_LOOSE_MODULES = 15

@@ -20,7 +20,6 @@ port number, uids, a checked name), never from what the operator typed.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import ipaddress
 import json
 import logging
@@ -31,12 +30,14 @@ import socket
 import subprocess
 import threading
 from collections.abc import Iterable, Sequence
-from contextlib import ExitStack, suppress
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 import anyio
+
+from ._kernel import above, locked, running_uids
 
 NETWORKS: Final = ("host", "none", "egress")
 TABLE_PREFIX: Final = "mcp_sessions_"
@@ -452,35 +453,6 @@ def _overlap(nets: Iterable[IPNetwork], others: Iterable[IPNetwork]) -> bool:
     return any(net.version == other.version and net.overlaps(other) for net in nets for other in others)
 
 
-def locked(path: str) -> int | None:
-    """The descriptor of ``path`` (created), locked: the lock is held until it is closed; None if another holds it."""
-    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(descriptor)
-        return None
-    return descriptor
-
-
-def running_uids() -> set[int]:
-    """The real uids of the host's processes (``/proc/PID/status``)."""
-    found = set()
-    for status in Path("/proc").glob("[0-9]*/status"):
-        with suppress(OSError, ValueError, IndexError):
-            found.add(int(status.read_text().split("\nUid:\t", 1)[1].split("\t", 1)[0]))
-    return found
-
-
-def above(descriptor: int) -> int:
-    """``descriptor`` moved above 4 (closed where it was): the first helper that starts a process takes 3 and 4 for the
-    server's own (``_sandbox``)."""
-    try:
-        return fcntl.fcntl(descriptor, fcntl.F_DUPFD_CLOEXEC, 5)
-    finally:
-        os.close(descriptor)
-
-
 class Link:
     """The ``egress`` network of one process: its own namespace, connected to the world by pasta (passt's), run as the
     process's own uid with what it needs to join the namespace and make its interface there (it drops them as it
@@ -500,29 +472,42 @@ class Link:
 
     async def connect(self, pid: int) -> None:
         """pasta started on the namespace of ``pid`` (the process's first, as started), then the server let run."""
-        with ExitStack() as held:
-            try:
-                info, self.info = self.info, -1  # the reading thread's to close: it may outlive a cancel
-                made = await anyio.to_thread.run_sync(_made, info, abandon_on_cancel=True)
-                first = int(made["child-pid"] if self.bwrap else pid)
-                namespace = os.open(f"/proc/{first}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-            except (ValueError, KeyError, TypeError, OSError):
-                raise NetworkError("--process-network egress: the process's network namespace was not made") from None
-            held.callback(os.close, namespace)
-            inode = os.fstat(namespace).st_ino
-            if inode != made.get("net-namespace", inode) or inode == os.stat("/proc/self/ns/net").st_ino:
-                raise NetworkError("--process-network egress: /proc is not of the gateway's PID namespace")
-            ready, written = _pipe()
-            errors = above(os.memfd_create("pasta"))
-            held.callback(os.close, ready)
-            held.callback(os.close, errors)
+        namespace = await self._namespace(pid)
+        try:
+            await self._start(namespace)
+        finally:
+            os.close(namespace)
+        with suppress(OSError):  # a process that ended meanwhile: its end says so
+            os.write(self.block, b"go\n")
+
+    async def _namespace(self, pid: int) -> int:
+        """A descriptor of the process's network namespace, once its first helper says it is made."""
+        info, self.info = self.info, -1  # the reading thread's to close: it may outlive a cancel
+        try:
+            made = await anyio.to_thread.run_sync(_made, info, abandon_on_cancel=True)
+            first = int(made["child-pid"] if self.bwrap else pid)
+            namespace = os.open(f"/proc/{first}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        except (ValueError, KeyError, TypeError, OSError):
+            raise NetworkError("--process-network egress: the process's network namespace was not made") from None
+        inode = os.fstat(namespace).st_ino
+        gateways = os.stat("/proc/self/ns/net").st_ino
+        if inode == gateways or inode != made.get("net-namespace", inode):  # a /proc of another PID namespace's
+            os.close(namespace)
+            raise NetworkError("--process-network egress: /proc is not of the gateway's PID namespace")
+        return namespace
+
+    async def _start(self, namespace: int) -> None:
+        """pasta, as the process's uid, on ``namespace``; once it writes its pid, its interface is made."""
+        ready, written = _pipe()
+        errors = above(os.memfd_create("pasta"))
+        try:
             try:
                 os.fchown(written, self.uid, self.gid)  # pasta, as the process's uid, opens it by name
                 user = [f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--pdeathsig", "KILL"]
-                caps = [f"--inh-caps=-all,{_PASTA_CAPS}", f"--ambient-caps={_PASTA_CAPS}", "--", self.helpers[1]]
-                netns = ["--netns", f"/proc/self/fd/{namespace}", "--pid", f"/proc/self/fd/{written}"]
+                caps = [f"--inh-caps=-all,{_PASTA_CAPS}", f"--ambient-caps={_PASTA_CAPS}"]
+                pasta = [self.helpers[1], *_PASTA, "--netns", f"/proc/self/fd/{namespace}"]
                 self.pasta = await anyio.open_process(
-                    [self.helpers[0], *user, *caps, *_PASTA, *netns],
+                    [self.helpers[0], *user, *caps, "--", *pasta, "--pid", f"/proc/self/fd/{written}"],
                     env=self.environ,
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
@@ -531,12 +516,12 @@ class Link:
                 )
             finally:
                 os.close(written)
-            # Its pid, once its interface is made; nothing if it ended (why: its last line).
-            if not await anyio.to_thread.run_sync(os.read, ready, 64, abandon_on_cancel=True):
-                last = (os.pread(errors, 4096, 0).decode(errors="replace").strip().splitlines() or ["no word"])[-1]
-                raise NetworkError(f"--process-network egress: pasta did not connect the process: {last[:200]!r}")
-            with suppress(OSError):  # a process that ended meanwhile: its end says so
-                os.write(self.block, b"go\n")
+            if not await anyio.to_thread.run_sync(os.read, ready, 64, abandon_on_cancel=True):  # it ended
+                said = os.pread(errors, 4096, 0).decode(errors="replace").strip().splitlines() or ["no word"]
+                raise NetworkError(f"--process-network egress: pasta did not connect the process: {said[-1][:200]!r}")
+        finally:
+            os.close(ready)
+            os.close(errors)
 
     async def close(self) -> None:
         """pasta ended, once the process has, and the descriptors of the link closed (the process's ends are the

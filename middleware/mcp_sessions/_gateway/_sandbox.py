@@ -44,8 +44,8 @@ from typing import Final, Literal
 import anyio
 
 from ._cgroups import Cgroup, Cgroups, read
-from ._network import RESOLV, Link, NetworkError, above, linkable, locked, running_uids
-from ._seccomp import no_user_namespaces
+from ._kernel import above, locked, no_user_namespaces, running_uids
+from ._network import RESOLV, Link, NetworkError, linkable
 
 logger = logging.getLogger("mcp_sessions.gateway")
 

@@ -1,11 +1,17 @@
-"""A seccomp filter that refuses a sealed process a new user namespace (bubblewrap's ``--seccomp`` takes it): where its
-uid would be root, with the kernel's attack surface of a root user."""
+"""What the gateway holds and reads of the host's kernel as it seals its processes: a lock on a file (:func:`locked`),
+the uids of the host's processes (:func:`running_uids`), a descriptor above the ones its first helper takes
+(:func:`above`), and a seccomp filter that refuses a sealed process a new user namespace
+(:func:`no_user_namespaces`), where its uid would be root, with the kernel's attack surface of a root user."""
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import functools
+import os
 import struct
+from contextlib import suppress
+from pathlib import Path
 from typing import Final
 
 # Each architecture's audit number, and its unshare, clone and clone3 system calls; x86_64's x32 calls (bit 30 set)
@@ -47,3 +53,32 @@ def no_user_namespaces() -> bytes:
             (give, 0, 0, absent),
         ]
     return b"".join(struct.pack("=HBBI", *instruction) for instruction in code)
+
+
+def locked(path: str) -> int | None:
+    """The descriptor of ``path`` (created), locked: the lock is held until it is closed; None if another holds it."""
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        return None
+    return descriptor
+
+
+def running_uids() -> set[int]:
+    """The real uids of the host's processes (``/proc/PID/status``)."""
+    found = set()
+    for status in Path("/proc").glob("[0-9]*/status"):
+        with suppress(OSError, ValueError, IndexError):
+            found.add(int(status.read_text().split("\nUid:\t", 1)[1].split("\t", 1)[0]))
+    return found
+
+
+def above(descriptor: int) -> int:
+    """``descriptor`` moved above 4 (closed where it was): the first helper that starts a process takes 3 and 4 for the
+    server's own (``_sandbox``)."""
+    try:
+        return fcntl.fcntl(descriptor, fcntl.F_DUPFD_CLOEXEC, 5)
+    finally:
+        os.close(descriptor)
