@@ -268,10 +268,11 @@ def test_a_contained_process_writes_only_its_own_bounded_directories_and_sees_no
             Path(path).unlink(missing_ok=True)
 
 
-@pytest.mark.parametrize("containment", ["bwrap", "none"])
+@pytest.mark.parametrize("containment", ["bwrap", "unshare", "none"])
 def test_a_server_that_closes_its_stdout_is_ended_and_its_call_answered_at_once(server: str, containment: str) -> None:
     """Its stdout closed, a server is ended as a crash and the call in flight gets -32603 at once: under bubblewrap
-    too, whose own two processes held the pipe's write end, so that the call was never answered."""
+    too, whose own two processes held the pipe's write end, and under unshare, whose waiting parent did, so that the
+    call was never answered."""
     needs(*([containment] if containment != "none" else []))
     with gateway(server, "--process-containment", containment) as process:
         mcp = client(process)

@@ -85,14 +85,19 @@ PRIVATE: Final = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")  # noqa: S108
 CGROUPS: Final = "/sys/fs/cgroup"
 """Hidden from a contained process (an empty tmpfs over it): it would list every conversation's control group."""
 # unshare's mounts, by bash (which closes a descriptor above 9; it runs the next with no environment, where it would add
-# its SHLVL), as root in its new namespaces before setpriv runs the command: $1-$3 the paths of mount, mkdir and ip
-# (:func:`tool`); $4 the process's home (or ""), a tmpfs where it is (its parents under a tmpfs 0711, as on the host),
-# $5 its options; $6 "up" for its own loopback (a new network namespace's is down); under egress, $7 and $8 the
-# descriptors of its Link (where it says the namespace is made, and what holds the server back until pasta is ready) and
-# $9 the namespace's resolv.conf, else three ""; then MOUNT-POINT OPTIONS pairs, each remounted read-only, until "--";
-# then DIRECTORY OPTIONS pairs, each a tmpfs, until "--".
+# its SHLVL), as root in its new namespaces before setpriv runs the command. Its first child, in a subshell, is the
+# first process of the new PID namespace: it mounts the namespace's /proc, then does the rest and runs the command; the
+# shell itself, outside the namespace, closes the server's stdin and stdout (3 and 4: the first helper moved them there)
+# and waits, so that no process but the server holds them (a server that closes its stdout ends its pipe). $1-$3 the
+# paths of mount, mkdir and ip (:func:`tool`); $4 the process's home (or ""), a tmpfs where it is (its parents under a
+# tmpfs 0711, as on the host), $5 its options; $6 "up" for its own loopback (a new network namespace's is down); under
+# egress, $7 and $8 the descriptors of its Link (where it says the namespace is made, and what holds the server back
+# until pasta is ready) and $9 the namespace's resolv.conf, else three ""; then MOUNT-POINT OPTIONS pairs, each
+# remounted read-only, until "--"; then DIRECTORY OPTIONS pairs, each a tmpfs, until "--".
 _UNSHARE_MOUNTS: Final = """\
+(
 mount=$1 mkdir=$2 ip=$3 home=$4 options=$5 lo=$6 info=$7 block=$8 resolv=$9; shift 9
+"$mount" -t proc -o nosuid,nodev,noexec proc /proc || exit 125
 while [ "$1" != -- ]; do "$mount" --no-canonicalize -o "$2" "$1" || exit 125; shift 2; done; shift
 while [ "$1" != -- ]; do "$mount" -t tmpfs -o "$2" tmpfs "$1" || exit 125; shift 2; done; shift
 if [ -n "$home" ]; then
@@ -106,6 +111,9 @@ if [ -n "$info" ]; then
     eval "echo {} >&$info && exec $info>&- && read -r _ <&$block && exec $block<&-" || exit 125
 fi
 exec -c "$@"
+) &
+exec 3<&- 4>&-
+wait $!
 """
 # The file systems of the kernel's own state, which no process writes a file in: not made read-only by unshare's
 # script (its /proc is its own; devpts makes the terminals it opens).
@@ -390,12 +398,14 @@ class Place:
         server's own user. Without a helper: the server itself, with ``environ``, and no file."""
         sandbox = self.sandbox
         line: list[str] = []
+        # Under unshare, the first process of its PID namespace ends with the shell that waits for it (its parent).
+        ends = ["--pdeathsig", "KILL"] if sandbox.containment == "unshare" else []
         if self.uid is not None:
             gid = self.gid if self.gid is not None else self.uid
             user = [f"--reuid={self.uid}", f"--regid={gid}"]
-            line = [tool("setpriv"), *user, *_NO_PRIVILEGE, "--"]
+            line = [tool("setpriv"), *user, *_NO_PRIVILEGE, *ends, "--"]
         elif sandbox.contains_root:  # root without a capability: it could remount the host's files writable
-            line = [tool("setpriv"), *_NO_PRIVILEGE, "--"]
+            line = [tool("setpriv"), *_NO_PRIVILEGE, *ends, "--"]
         if sandbox.pids is not None and self.cgroup is None:
             line = [tool("prlimit"), f"--nproc={sandbox.pids}", "--", *line]
         seccomp = _memfd(no_user_namespaces()) if sandbox.containment == "bwrap" else None
@@ -504,8 +514,8 @@ def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None, li
         for path in hidden:
             mounts += [path, f"nosuid,nodev,mode=1777,size={size}" if path in PRIVATE else "nosuid,nodev,mode=755"]
         return [
-            *(tool("setpriv"), "--pdeathsig", "KILL", "--", tool("unshare"), "--pid", "--ipc", *network),
-            *("--fork", "--mount-proc", "--kill-child", "--", tool("bash"), "-c", _UNSHARE_MOUNTS, "sh"),
+            *(tool("setpriv"), "--pdeathsig", "KILL", "--", tool("unshare"), "--pid", "--ipc", "--mount", *network),
+            *("--", tool("bash"), "-c", _UNSHARE_MOUNTS, "sh"),
             *(tool("mount"), tool("mkdir"), tool("ip"), home, f"nosuid,nodev,mode=1777,size={size}"),
             *("up" if isolated else "", *(("", "", "") if link is None else (*map(str, link.passed), RESOLV))),
             *(*_read_only(), "--", *mounts, "--"),
