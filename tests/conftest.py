@@ -18,6 +18,7 @@ from _lifespan import running
 from _mcp import LOCAL
 from _redis import RedisServer, redis_server
 from _redis_topologies import ClusterServers, SentinelGroup, redis_cluster, sentinel_group
+from _uids import reserve
 from mcp_sessions import KeySet, SessionKey
 
 if TYPE_CHECKING:
@@ -218,6 +219,7 @@ def pytest_configure(config: pytest.Config) -> None:
             "(/srv, /opt, a home of mode 0755)",
             returncode=4,
         )
+    reserve()  # this run's --process-uids (tests/_uids.py)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -53,6 +53,7 @@ from _mcp import (
     tool_text,
 )
 from _redis import RedisServer, free_port, listens
+from _uids import uids
 from _waits import WITHIN, until, until_awaited
 from conftest import asgi_client, serve
 from e2e._gateway import (
@@ -507,14 +508,14 @@ def readable_tmp() -> Iterator[Path]:
 
 def test_the_team_recipe_runs_as_written(readable_tmp: Path) -> None:
     """docs/gateway.md's "one gateway for a team", its first two blocks as written but for their ports (8000, 8001,
-    9000), the pip line and npx (the Inspector of .cache); as root, each process a uid of its own (server-memory's
-    block: test_gateway_stdio_containment)."""
+    9000) and uids, the pip line and npx (the Inspector of .cache); as root, each process a uid of its own
+    (server-memory's block: test_gateway_stdio_containment)."""
     tmp_path = readable_tmp
     inspector = installed(Path(INSPECTOR_CLI), "the MCP Inspector").resolve()
     section = (MAIN / "docs/gateway.md").read_text(encoding="utf-8").split("## One gateway for a team")[1]
     start, use, *_ = re.findall(r"```sh\n(.*?)```", section.split("### Past one machine")[0], re.S)
     port, jwks_port, status_port = free_port(), free_port(), free_port()
-    ports = {"8000": port, "9000": jwks_port, "8001": status_port}
+    ports = {"8000": port, "9000": jwks_port, "8001": status_port, "61000-61999": uids(300, 100)}  # this run's
     start, use = (re.sub("|".join(ports), lambda m: str(ports[m[0]]), block) for block in (start, use))
     start = "\n".join(line for line in start.splitlines() if not line.startswith("pip install")) + "\nwait\n"
     use = use.replace("npx @modelcontextprotocol/inspector@2.12.0", f"node {inspector}")

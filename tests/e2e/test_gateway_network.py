@@ -29,6 +29,7 @@ import pytest
 
 from _mcp import legacy_request
 from _redis import free_port, missing
+from _uids import uids
 from _waits import WITHIN
 from conftest import SECRET
 from e2e import _sealed
@@ -45,7 +46,7 @@ from e2e._gateway import (
 )
 from mcp_sessions._gateway._network import resolvers
 
-UIDS = "60100-60199"
+UIDS = uids(0, 100)
 """One gateway at a time: a gateway's rules hold for every process of the uids they name, another's too."""
 HOSTILE = Path(__file__).with_name("_hostile_stdio.py")
 SERVER = f"/usr/bin/python3 {HOSTILE}"
