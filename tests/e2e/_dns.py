@@ -8,6 +8,7 @@ another type (``AAAA``), and ``NXDOMAIN`` for a name it does not know: enough fo
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import struct
 import tempfile
@@ -15,8 +16,9 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-ADDRESS = "127.0.0.77"
-"""Where the stand-in listens (port 53): an address of loopback no other test uses."""
+ADDRESS = "127.{}.{}.{}".format(*os.getpid().to_bytes(3, "big"))
+"""Where the stand-in listens (port 53): an address of loopback of this process's own (its pid's), no other test's
+nor another run's."""
 
 
 def _answer(query: bytes, names: dict[str, str]) -> bytes:
