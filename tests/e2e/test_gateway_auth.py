@@ -67,9 +67,9 @@ from e2e._gateway import (
     gateway_run,
     installed,
     legacy_initialize,
+    linked_tree,
     node,
     python_every_uid_runs,
-    readable_by_every_uid,
     readable_directory,
     result_of,
     upstream_server,
@@ -523,10 +523,10 @@ def test_the_team_recipe_runs_as_written(readable_tmp: Path) -> None:
     environ["PYTHONPATH"] = f"{MAIN / 'middleware'}:{environ.get('PYTHONPATH', '')}"
     if (python := python_every_uid_runs()) != sys.executable:
         # The processes' uids run their server themselves: `command -v python` finds a virtual environment of one they
-        # can run, with this one's packages.
+        # can run, with this one's packages, linked there (this one's may be in a clone under /root, mode 0700).
         subprocess.run([python, "-m", "venv", "--without-pip", tmp_path / "venv"], check=True, timeout=60)
         [packages] = (tmp_path / "venv/lib").glob("*/site-packages")
-        (packages / "this.pth").write_text(str(readable_by_every_uid(Path(sysconfig.get_paths()["purelib"]))) + "\n")
+        linked_tree(sysconfig.get_paths()["purelib"], packages)
         environ["PATH"] = f"{tmp_path / 'venv/bin'}:{environ['PATH']}"
     started_ = subprocess.Popen(["bash", "-c", start], cwd=tmp_path, env=environ, start_new_session=True)
     try:
