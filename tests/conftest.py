@@ -14,6 +14,7 @@ import pytest
 from examples.demo import serve_in_thread
 from starlette.testclient import TestClient
 
+from _census import Census
 from _lifespan import running
 from _mcp import LOCAL
 from _redis import RedisServer, redis_server
@@ -220,6 +221,7 @@ def pytest_configure(config: pytest.Config) -> None:
             returncode=4,
         )
     reserve()  # this run's --process-uids (tests/_uids.py)
+    config.pluginmanager.register(Census(config), "census")  # its table at the end (tests/_census.py)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -39,6 +39,8 @@ from mcp_sessions._cli import main
 
 MAIN = Path(__file__).resolve().parents[2]
 CACHE = MAIN / ".cache"
+# What the tests' own processes import: the checkout's package, the tests' modules, and the run's (its census).
+PYTHONPATH = os.pathsep.join(filter(None, [f"{MAIN}/middleware", f"{MAIN}/tests", os.environ.get("PYTHONPATH")]))
 EVERYTHING = CACHE / "everything/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 TS_SDK = CACHE / "everything/node_modules/@modelcontextprotocol/sdk/dist/esm"
 NODE22 = CACHE / "conformance/node_modules/.bin/node"

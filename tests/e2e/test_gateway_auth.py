@@ -60,6 +60,7 @@ from e2e._gateway import (
     INSPECTOR_CLI,
     JSON_SSE,
     MAIN,
+    PYTHONPATH,
     SECRET,
     Process,
     created,
@@ -87,7 +88,6 @@ pytestmark = pytest.mark.anyio
 OTHER_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 COOLDOWN = 30.0  # the shortest time between two fetches of the JWKS (PyJWT's, and the gateway's)
 SERVER = f"{sys.executable} -m e2e._plain_stdio"
-PYTHONPATH = f"{MAIN / 'middleware'}:{MAIN / 'tests'}"
 INSTRUMENT = Path(sys.executable).parent / "opentelemetry-instrument"
 DISCOVER = modern_request("server/discover")
 # Each user's own, in their process; its processes share the tests' uid (a uid each: test_gateway_stdio_containment).
