@@ -20,7 +20,6 @@ import signal
 import socket
 import stat
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,7 +30,6 @@ from _mcp import legacy_request
 from _redis import free_port, missing
 from _uids import uids
 from _waits import WITHIN
-from conftest import SECRET
 from e2e import _sealed
 from e2e._dns import resolver
 from e2e._gateway import (
@@ -42,7 +40,6 @@ from e2e._gateway import (
     readable_by_every_uid,
     readable_directory,
     result_of,
-    started,
 )
 from mcp_sessions._gateway._network import resolvers
 
@@ -62,27 +59,12 @@ def needs_root_and_nft() -> None:
         missing("nft is not installed (Debian: apt-get install nftables; scripts/system-deps.sh)")
 
 
-@contextlib.contextmanager
-def gateway(*options: str) -> Iterator[Process]:
-    """The gateway command in front of the hostile server, a process per conversation, none started ahead."""
-
+def gateway(*options: str) -> contextlib.AbstractContextManager[Process]:
+    """The gateway command in front of the hostile server, a process per conversation, none started ahead; its own
+    shutdown at the end, which deletes its table."""
     if "--process-uids" in options:  # run by uids of their own, from the checkout
         readable_by_every_uid(HOSTILE)
-
-    def command(port: int) -> tuple[list[str], dict[str, str]]:
-        line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port), "--log-level", "info"]
-        line += ["--stdio", SERVER, "--processes", "per-conversation", "--warm", "0", *options]
-        return line, {"MCP_SESSIONS_SECRET": SECRET}
-
-    process = started("mcp-sessions gateway --stdio", command)
-    try:
-        yield process
-    finally:
-        if process.process is not None:  # its own shutdown, which deletes its table
-            process.process.send_signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.process.wait(timeout=WITHIN)
-        process.stop()
+    return _sealed.gateway(SERVER, "--processes", "per-conversation", *options)
 
 
 @contextlib.contextmanager
