@@ -506,6 +506,7 @@ def readable_tmp() -> Iterator[Path]:
         yield directory
 
 
+@pytest.mark.timeout(300)  # a gateway, the Inspector thrice, mcp-sessions create twice: 70 s beside a make test
 def test_the_team_recipe_runs_as_written(readable_tmp: Path) -> None:
     """docs/gateway.md's "one gateway for a team", its first two blocks as written but for their ports (8000, 8001,
     9000) and uids, the pip line and npx (the Inspector of .cache); as root, each process a uid of its own
@@ -541,7 +542,7 @@ def test_the_team_recipe_runs_as_written(readable_tmp: Path) -> None:
         )
     finally:
         os.killpg(started_.pid, signal.SIGTERM)  # the JWKS server and the gateway, which stops its processes
-        started_.wait(timeout=15)
+        started_.wait(timeout=WITHIN)
     metadata = f"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp"
     assert f'resource_metadata="{metadata}"' in done.stdout, done.stderr[-2000:]
     assert '"text": "0001"' in done.stdout and '"text": "0002"' in done.stdout
