@@ -380,7 +380,7 @@ async def test_a_redis_restart_costs_nothing_once_redis_answers(during_the_outag
             store = RedisStore(server.url, touch_interval=0, timeout=5, connect_timeout=5)
         else:  # a client of the user's own making, as the docs advise: RESP2
             client = aioredis.Redis.from_url(server.url, protocol=2, socket_timeout=5, socket_connect_timeout=5)
-            store = RedisStore(client=client, touch_interval=0)
+            store = RedisStore(client=client, touch_interval=0, timeout=5)  # the store's own bound: 0.5 s
         try:
             for round_ in range(3):  # every client holds a pooled connection now
                 assert await one_round(store) == [round_ + 1] * CLIENTS
