@@ -170,7 +170,7 @@ def test_a_gateway_deletes_only_the_tables_of_gateways_that_are_gone_once_their_
     runs (it still seals it), and goes with the next start once none does; a table whose owner cannot be proven gone
     (no lock file) is left alone. A SIGTERM deletes a gateway's own."""
     needs_root_and_nft()
-    unproven = "mcp_sessions_unproven"  # a table with no lock file: an older gateway's, another program's
+    unproven = f"mcp_sessions_unproven_{os.getpid()}"  # no lock file: an older gateway's, another program's
     subprocess.run(["nft", "add", "table", "inet", unproven], check=True)
     try:
         with _sealed.hostile() as server:
