@@ -29,7 +29,7 @@ import pytest
 from _mcp import legacy_request
 from _redis import free_port, missing
 from _uids import uids
-from _waits import WITHIN
+from _waits import WITHIN, until
 from e2e import _sealed
 from e2e._dns import resolver
 from e2e._gateway import (
@@ -172,7 +172,10 @@ def test_a_gateway_deletes_only_the_tables_of_gateways_that_are_gone_once_their_
     needs_root_and_nft()
     unproven = f"mcp_sessions_unproven_{os.getpid()}"  # no lock file: an older gateway's, another program's
     subprocess.run(["nft", "add", "table", "inet", unproven], check=True)
-    try:
+    uid = int(UIDS.split("-")[0]) + 99  # a process of its uids that outlives the killed gateway (the test's own)
+    survivor = subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "600"])
+    try:  # running before the kill: no gateway of this host, another run's neither, may take the table for gone
+        until(lambda: survivor.pid in _sealed.of_uid(uid), "the survivor to run as its uid")
         with _sealed.hostile() as server:
             prefix = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")
             with _sealed.gateway(server, "--process-uids", UIDS, prefix=prefix) as killed:
@@ -185,21 +188,17 @@ def test_a_gateway_deletes_only_the_tables_of_gateways_that_are_gone_once_their_
                 os.killpg(killed.process.pid, signal.SIGKILL)  # the SIGTERM the block's end would send it)
                 killed.process.wait(timeout=WITHIN)
             assert table(tables[1]).returncode == 0  # killed: its table is left
-            uid = int(UIDS.split("-")[0]) + 99  # a process of its uids that outlived it (the test's own)
-            survivor = subprocess.Popen(
-                ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "600"]
-            )
-            try:
-                with _sealed.gateway(server, "--process-uids", UIDS) as following:
-                    assert table(tables[1]).returncode == 0, "kept while a process of its uids runs"
-                    assert table(table_of(following)).returncode == 0
-            finally:
-                survivor.kill()
-                survivor.wait(timeout=WITHIN)
+            with _sealed.gateway(server, "--process-uids", UIDS) as following:
+                assert table(tables[1]).returncode == 0, "kept while a process of its uids runs"
+                assert table(table_of(following)).returncode == 0
+            survivor.kill()
+            survivor.wait(timeout=WITHIN)
             with _sealed.gateway(server, "--process-uids", UIDS):
                 assert table(tables[1]).returncode != 0, "deleted once none runs"
                 assert table(unproven).returncode == 0, "no lock file: not proven gone"
     finally:
+        survivor.kill()
+        survivor.wait(timeout=WITHIN)
         subprocess.run(["nft", "delete", "table", "inet", unproven], check=False)
 
 
