@@ -11,6 +11,7 @@ traffic there.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import json
 import os
@@ -170,6 +171,10 @@ def test_a_gateway_deletes_only_the_tables_of_gateways_that_are_gone_once_their_
     runs (it still seals it), and goes with the next start once none does; a table whose owner cannot be proven gone
     (no lock file) is left alone. A SIGTERM deletes a gateway's own."""
     needs_root_and_nft()
+    # A gateway in a PID namespace sees none of the host's processes, so takes any killed gateway's table for gone
+    # (_network._stale_tables reads its own /proc): two runs' copies of this test, one at a time.
+    lock = open("/run/mcp-sessions/test-pid-namespace.lock", "w")  # noqa: SIM115 - closed below
+    fcntl.flock(lock, fcntl.LOCK_EX)  # the other run's copy ends within its own timeout
     unproven = f"mcp_sessions_unproven_{os.getpid()}"  # no lock file: an older gateway's, another program's
     subprocess.run(["nft", "add", "table", "inet", unproven], check=True)
     uid = int(UIDS.split("-")[0]) + 99  # a process of its uids that outlives the killed gateway (the test's own)
@@ -200,6 +205,7 @@ def test_a_gateway_deletes_only_the_tables_of_gateways_that_are_gone_once_their_
         survivor.kill()
         survivor.wait(timeout=WITHIN)
         subprocess.run(["nft", "delete", "table", "inet", unproven], check=False)
+        lock.close()
 
 
 def test_names_resolve_with_no_flag_and_a_granted_name_is_reached() -> None:
