@@ -506,7 +506,7 @@ def readable_tmp() -> Iterator[Path]:
         yield directory
 
 
-@pytest.mark.timeout(300)  # a gateway, the Inspector thrice, mcp-sessions create twice: 70 s beside a make test
+@pytest.mark.timeout(600)  # a gateway, the Inspector thrice, create twice: its second block 120 s+ beside two runs
 def test_the_team_recipe_runs_as_written(readable_tmp: Path) -> None:
     """docs/gateway.md's "one gateway for a team", its first two blocks as written but for their ports (8000, 8001,
     9000) and uids, the pip line and npx (the Inspector of .cache); as root, each process a uid of its own
@@ -538,7 +538,7 @@ def test_the_team_recipe_runs_as_written(readable_tmp: Path) -> None:
 
         until(started, "the recipe's gateway listening")
         done = subprocess.run(
-            ["bash", "-c", use], cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=120, check=False
+            ["bash", "-c", use], cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=480, check=False
         )
     finally:
         os.killpg(started_.pid, signal.SIGTERM)  # the JWKS server and the gateway, which stops its processes
