@@ -11,7 +11,7 @@ import hashlib
 import hmac
 import json
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Final, Literal, Protocol, cast
 
 import httpx
@@ -274,7 +274,25 @@ class Poster(Protocol):
     def post(self, url: str, *, json: Any, headers: Mapping[str, str]) -> Any: ...  # an httpx or httpx2 Response
 
 
-class ModernClient:
+class _Client:
+    """What both clients below do the same way, each by its own ``request``: a tool call, and a new session."""
+
+    request: Callable[..., tuple[httpx.Response, dict[str, Any]]]
+
+    def call_tool(
+        self, name: str, arguments: Mapping[str, Any] | None = None, *, session: Any = None, **kwargs: Any
+    ) -> tuple[httpx.Response, dict[str, Any]]:
+        return self.request("tools/call", {"name": name, "arguments": dict(arguments or {})}, session=session, **kwargs)
+
+    def create_session(self, params: Mapping[str, Any] | None = None, **headers: str) -> dict[str, Any]:
+        """A new session's create result (``sessionId``, ``expiresAt``), ``headers`` sent with the request."""
+        response, message = self.request("sessions/create", params, session=None, meta=None, id=1, **headers)
+        assert response.status_code == 200, response.text
+        session: dict[str, Any] = message["result"]["session"]
+        return session
+
+
+class ModernClient(_Client):
     """Sends 2026-07-28 requests to one MCP endpoint: over a real connection, or in process through a TestClient."""
 
     def __init__(self, http: Poster, base_url: str, path: str = MCP_PATH) -> None:
@@ -299,20 +317,8 @@ class ModernClient:
         response = self.post(body, modern_headers(body, **extra_headers))
         return response, answer(response)
 
-    def call_tool(
-        self, name: str, arguments: Mapping[str, Any] | None = None, *, session: Any = None, **kwargs: Any
-    ) -> tuple[httpx.Response, dict[str, Any]]:
-        return self.request("tools/call", {"name": name, "arguments": dict(arguments or {})}, session=session, **kwargs)
 
-    def create_session(self, params: Mapping[str, Any] | None = None, **headers: str) -> dict[str, Any]:
-        """A new session's create result (``sessionId``, ``expiresAt``), ``headers`` sent with the request."""
-        response, message = self.request("sessions/create", params, session=None, meta=None, id=1, **headers)
-        assert response.status_code == 200, response.text
-        session: dict[str, Any] = message["result"]["session"]
-        return session
-
-
-class LegacyClient:
+class LegacyClient(_Client):
     """Speaks the 2025-11-25 handshake wire; keeps the transport's ``mcp-session-id`` in stateful mode."""
 
     def __init__(self, http: Poster, base_url: str, path: str = MCP_PATH, version: str = LEGACY) -> None:
@@ -362,17 +368,6 @@ class LegacyClient:
     ) -> tuple[httpx.Response, dict[str, Any]]:
         response = self.post(legacy_request(method, params, id=id, session=session, meta=meta), **extra_headers)
         return response, answer(response)
-
-    def call_tool(
-        self, name: str, arguments: Mapping[str, Any] | None = None, *, session: Any = None, **kwargs: Any
-    ) -> tuple[httpx.Response, dict[str, Any]]:
-        return self.request("tools/call", {"name": name, "arguments": dict(arguments or {})}, session=session, **kwargs)
-
-    def create_session(self) -> dict[str, Any]:
-        response, message = self.request("sessions/create")
-        assert response.status_code == 200, response.text
-        session: dict[str, Any] = message["result"]["session"]
-        return session
 
 
 class RecordingApp:

@@ -14,10 +14,12 @@ import pytest
 from examples.demo import serve_in_thread
 from starlette.testclient import TestClient
 
+from _census import Census
 from _lifespan import running
 from _mcp import LOCAL
 from _redis import RedisServer, redis_server
 from _redis_topologies import ClusterServers, SentinelGroup, redis_cluster, sentinel_group
+from _uids import reserve
 from mcp_sessions import KeySet, SessionKey
 
 if TYPE_CHECKING:
@@ -218,6 +220,8 @@ def pytest_configure(config: pytest.Config) -> None:
             "(/srv, /opt, a home of mode 0755)",
             returncode=4,
         )
+    reserve()  # this run's --process-uids (tests/_uids.py)
+    config.pluginmanager.register(Census(config), "census")  # its table at the end (tests/_census.py)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -39,6 +39,7 @@ async def test_five_hundred_refused_requests_log_one_line_per_condition_then_a_c
     warning = ThrottledWarning(refusal.logger)
     monkeypatch.setattr(refusal, "unavailable_warning", warning)
     store = RedisStore(url=f"redis://127.0.0.1:{free_port()}/0", timeout=1.0)
+    warning.interval = store._unavailable_warning.interval = 3600  # outlasts the 500 requests on a busy machine too
     app = build_app(json_response=True, stateless=True, environ={"MCP_SESSIONS_SECRET": SECRET}, store=store)
     try:
         async with asgi_client(app) as http:  # the server runs: the middleware asks it before answering

@@ -39,6 +39,8 @@ from mcp_sessions._cli import main
 
 MAIN = Path(__file__).resolve().parents[2]
 CACHE = MAIN / ".cache"
+# What the tests' own processes import: the checkout's package, the tests' modules, and the run's (its census).
+PYTHONPATH = os.pathsep.join(filter(None, [f"{MAIN}/middleware", f"{MAIN}/tests", os.environ.get("PYTHONPATH")]))
 EVERYTHING = CACHE / "everything/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 TS_SDK = CACHE / "everything/node_modules/@modelcontextprotocol/sdk/dist/esm"
 NODE22 = CACHE / "conformance/node_modules/.bin/node"
@@ -82,10 +84,12 @@ def readable_by_every_uid(path: Path) -> Path:
 
 
 def python_every_uid_runs() -> str:
-    """This interpreter where a process of any uid can run it, else the system's of its minor version: one under a
-    0700 home (pyenv's, under /root) is no other uid's to run, and ``--process-uids`` processes run their server as
-    their own uid. Skipped (failed under CI) in one line where there is none."""
-    if all(os.stat(up).st_mode & stat.S_IXOTH for up in Path(sys.executable).resolve().parents):
+    """This interpreter where a process of any uid can run it, by its path and the binary's, else the system's of its
+    minor version: one under a 0700 home (pyenv's, or a virtual environment's in a clone under /root) is no other
+    uid's to run, and ``--process-uids`` processes run their server as their own uid. Skipped (failed under CI) in
+    one line where there is none."""
+    paths = (Path(sys.executable), Path(sys.executable).resolve())
+    if all(os.stat(up).st_mode & stat.S_IXOTH for path in paths for up in path.parents):
         return sys.executable
     system = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
     if not os.access(system, os.X_OK):
@@ -93,6 +97,19 @@ def python_every_uid_runs() -> str:
             f"{sys.executable} is not the processes' own uids' to run, and there is no {system}: install one they may"
         )
     return system
+
+
+def linked_tree(source: str, destination: Path) -> None:
+    """The tree ``source`` at ``destination`` too, its files hard links (copies across file systems): where other uids
+    may read them, though not in ``source`` (a clone under /root, mode 0700)."""
+
+    def link(file: str, to: str) -> None:
+        try:
+            os.link(file, to)
+        except OSError:
+            shutil.copy2(file, to)
+
+    shutil.copytree(source, destination, copy_function=link, dirs_exist_ok=True)
 
 
 def node() -> str:

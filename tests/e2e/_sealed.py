@@ -23,6 +23,7 @@ import httpx
 
 from _mcp import ModernClient, session_meta
 from _redis import missing
+from _uids import uids
 from _waits import WITHIN
 from conftest import SECRET
 from e2e._gateway import Process, readable_directory, started
@@ -126,7 +127,7 @@ for line in sys.stdin:
     send({"jsonrpc": "2.0", "id": message["id"], "result": result})
 """
 OPEN: list[httpx.Client] = []
-UIDS = "61000-61099"
+UIDS = uids(100, 100)
 SECRETS = {"alice": "alice-s-secret-0001", "bob": "bob-s-secret-0002"}
 PRIVATE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")  # a contained process's own
 

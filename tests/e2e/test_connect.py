@@ -36,7 +36,7 @@ from mcp_types import RequestParamsMeta
 
 from _redis import end_process, free_port
 from _waits import WITHIN, until, until_awaited
-from e2e._gateway import MAIN, SECRET, Process
+from e2e._gateway import MAIN, PYTHONPATH, SECRET, Process
 from e2e._issuer import ISSUER, jwks, signed
 from e2e._stdio import COUNT, SDK_SERVER, SERVER, SERVER_PATH, gone, own_children, stdio_gateway, text_of
 from mcp_sessions._cli import main
@@ -46,7 +46,6 @@ pytestmark = pytest.mark.anyio
 
 OTHER_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 AUDIENCE = "https://mcp.example.com/mcp"  # the gateway's public URL, behind its proxy
-PYTHONPATH = f"{MAIN / 'middleware'}:{MAIN / 'tests'}"
 API_KEY = "api-key-0123456789abcdefghijklmnopqrstuvwxyz"
 Mode = Literal["auto", "legacy"]
 

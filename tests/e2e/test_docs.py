@@ -417,7 +417,7 @@ def test_a_lazy_from_env_starts_then_answers_500_everywhere(no_secret: None, tmp
             command, cwd=tmp_path, pass_fds=[sock.fileno()], stderr=subprocess.PIPE, text=True
         ) as server:
             try:
-                with httpx.Client(timeout=10) as http:  # the listening socket queues them until uvicorn accepts
+                with httpx.Client(timeout=WITHIN) as http:  # the socket queues them until uvicorn, started, accepts
                     statuses = [http.get(base + "/session").status_code, http.post(base + "/mcp").status_code]
             finally:
                 server.terminate()

@@ -53,12 +53,14 @@ from _mcp import (
     tool_text,
 )
 from _redis import RedisServer, free_port, listens
+from _uids import uids
 from _waits import WITHIN, until, until_awaited
 from conftest import asgi_client, serve
 from e2e._gateway import (
     INSPECTOR_CLI,
     JSON_SSE,
     MAIN,
+    PYTHONPATH,
     SECRET,
     Process,
     created,
@@ -66,9 +68,9 @@ from e2e._gateway import (
     gateway_run,
     installed,
     legacy_initialize,
+    linked_tree,
     node,
     python_every_uid_runs,
-    readable_by_every_uid,
     readable_directory,
     result_of,
     upstream_server,
@@ -86,7 +88,6 @@ pytestmark = pytest.mark.anyio
 OTHER_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 COOLDOWN = 30.0  # the shortest time between two fetches of the JWKS (PyJWT's, and the gateway's)
 SERVER = f"{sys.executable} -m e2e._plain_stdio"
-PYTHONPATH = f"{MAIN / 'middleware'}:{MAIN / 'tests'}"
 INSTRUMENT = Path(sys.executable).parent / "opentelemetry-instrument"
 DISCOVER = modern_request("server/discover")
 # Each user's own, in their process; its processes share the tests' uid (a uid each: test_gateway_stdio_containment).
@@ -505,16 +506,17 @@ def readable_tmp() -> Iterator[Path]:
         yield directory
 
 
+@pytest.mark.timeout(600)  # a gateway, the Inspector thrice, create twice: its second block 120 s+ beside two runs
 def test_the_team_recipe_runs_as_written(readable_tmp: Path) -> None:
     """docs/gateway.md's "one gateway for a team", its first two blocks as written but for their ports (8000, 8001,
-    9000), the pip line and npx (the Inspector of .cache); as root, each process a uid of its own (server-memory's
-    block: test_gateway_stdio_containment)."""
+    9000) and uids, the pip line and npx (the Inspector of .cache); as root, each process a uid of its own
+    (server-memory's block: test_gateway_stdio_containment)."""
     tmp_path = readable_tmp
     inspector = installed(Path(INSPECTOR_CLI), "the MCP Inspector").resolve()
     section = (MAIN / "docs/gateway.md").read_text(encoding="utf-8").split("## One gateway for a team")[1]
     start, use, *_ = re.findall(r"```sh\n(.*?)```", section.split("### Past one machine")[0], re.S)
     port, jwks_port, status_port = free_port(), free_port(), free_port()
-    ports = {"8000": port, "9000": jwks_port, "8001": status_port}
+    ports = {"8000": port, "9000": jwks_port, "8001": status_port, "61000-61999": uids(300, 100)}  # this run's
     start, use = (re.sub("|".join(ports), lambda m: str(ports[m[0]]), block) for block in (start, use))
     start = "\n".join(line for line in start.splitlines() if not line.startswith("pip install")) + "\nwait\n"
     use = use.replace("npx @modelcontextprotocol/inspector@2.12.0", f"node {inspector}")
@@ -522,10 +524,10 @@ def test_the_team_recipe_runs_as_written(readable_tmp: Path) -> None:
     environ["PYTHONPATH"] = f"{MAIN / 'middleware'}:{environ.get('PYTHONPATH', '')}"
     if (python := python_every_uid_runs()) != sys.executable:
         # The processes' uids run their server themselves: `command -v python` finds a virtual environment of one they
-        # can run, with this one's packages.
+        # can run, with this one's packages, linked there (this one's may be in a clone under /root, mode 0700).
         subprocess.run([python, "-m", "venv", "--without-pip", tmp_path / "venv"], check=True, timeout=60)
         [packages] = (tmp_path / "venv/lib").glob("*/site-packages")
-        (packages / "this.pth").write_text(str(readable_by_every_uid(Path(sysconfig.get_paths()["purelib"]))) + "\n")
+        linked_tree(sysconfig.get_paths()["purelib"], packages)
         environ["PATH"] = f"{tmp_path / 'venv/bin'}:{environ['PATH']}"
     started_ = subprocess.Popen(["bash", "-c", start], cwd=tmp_path, env=environ, start_new_session=True)
     try:
@@ -536,11 +538,11 @@ def test_the_team_recipe_runs_as_written(readable_tmp: Path) -> None:
 
         until(started, "the recipe's gateway listening")
         done = subprocess.run(
-            ["bash", "-c", use], cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=120, check=False
+            ["bash", "-c", use], cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=480, check=False
         )
     finally:
         os.killpg(started_.pid, signal.SIGTERM)  # the JWKS server and the gateway, which stops its processes
-        started_.wait(timeout=15)
+        started_.wait(timeout=WITHIN)
     metadata = f"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp"
     assert f'resource_metadata="{metadata}"' in done.stdout, done.stderr[-2000:]
     assert '"text": "0001"' in done.stdout and '"text": "0002"' in done.stdout

@@ -11,6 +11,7 @@ traffic there.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import json
 import os
@@ -20,7 +21,6 @@ import signal
 import socket
 import stat
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,8 +29,8 @@ import pytest
 
 from _mcp import legacy_request
 from _redis import free_port, missing
-from _waits import WITHIN
-from conftest import SECRET
+from _uids import uids
+from _waits import WITHIN, until
 from e2e import _sealed
 from e2e._dns import host_address, resolver
 from e2e._gateway import (
@@ -41,11 +41,10 @@ from e2e._gateway import (
     readable_by_every_uid,
     readable_directory,
     result_of,
-    started,
 )
 from mcp_sessions._gateway._network import GATEWAY, resolvers
 
-UIDS = "60100-60199"
+UIDS = uids(0, 100)
 """One gateway at a time: a gateway's rules hold for every process of the uids they name, another's too."""
 HOSTILE = Path(__file__).with_name("_hostile_stdio.py")
 SERVER = f"/usr/bin/python3 {HOSTILE}"
@@ -61,27 +60,12 @@ def needs_root_and_nft() -> None:
         missing("nft is not installed (Debian: apt-get install nftables; scripts/system-deps.sh)")
 
 
-@contextlib.contextmanager
-def gateway(*options: str) -> Iterator[Process]:
-    """The gateway command in front of the hostile server, a process per conversation, none started ahead."""
-
+def gateway(*options: str) -> contextlib.AbstractContextManager[Process]:
+    """The gateway command in front of the hostile server, a process per conversation, none started ahead; its own
+    shutdown at the end, which deletes its table."""
     if "--process-uids" in options:  # run by uids of their own, from the checkout
         readable_by_every_uid(HOSTILE)
-
-    def command(port: int) -> tuple[list[str], dict[str, str]]:
-        line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port), "--log-level", "info"]
-        line += ["--stdio", SERVER, "--processes", "per-conversation", "--warm", "0", *options]
-        return line, {"MCP_SESSIONS_SECRET": SECRET}
-
-    process = started("mcp-sessions gateway --stdio", command)
-    try:
-        yield process
-    finally:
-        if process.process is not None:  # its own shutdown, which deletes its table
-            process.process.send_signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.process.wait(timeout=WITHIN)
-        process.stop()
+    return _sealed.gateway(SERVER, "--processes", "per-conversation", *options)
 
 
 @contextlib.contextmanager
@@ -216,9 +200,16 @@ def test_a_gateway_deletes_only_the_tables_of_gateways_that_are_gone_once_their_
     runs (it still seals it), and goes with the next start once none does; a table whose owner cannot be proven gone
     (no lock file) is left alone. A SIGTERM deletes a gateway's own."""
     needs_root_and_nft()
-    unproven = "mcp_sessions_unproven"  # a table with no lock file: an older gateway's, another program's
+    # A gateway in a PID namespace sees none of the host's processes, so takes any killed gateway's table for gone
+    # (_network._stale_tables reads its own /proc): two runs' copies of this test, one at a time.
+    lock = open("/run/mcp-sessions/test-pid-namespace.lock", "w")  # noqa: SIM115 - closed below
+    fcntl.flock(lock, fcntl.LOCK_EX)  # the other run's copy ends within its own timeout
+    unproven = f"mcp_sessions_unproven_{os.getpid()}"  # no lock file: an older gateway's, another program's
     subprocess.run(["nft", "add", "table", "inet", unproven], check=True)
-    try:
+    uid = int(UIDS.split("-")[0]) + 99  # a process of its uids that outlives the killed gateway (the test's own)
+    survivor = subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "600"])
+    try:  # running before the kill: no gateway of this host, another run's neither, may take the table for gone
+        until(lambda: survivor.pid in _sealed.of_uid(uid), "the survivor to run as its uid")
         with _sealed.hostile() as server:
             prefix = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")
             with _sealed.gateway(server, "--process-uids", UIDS, prefix=prefix) as killed:
@@ -231,22 +222,19 @@ def test_a_gateway_deletes_only_the_tables_of_gateways_that_are_gone_once_their_
                 os.killpg(killed.process.pid, signal.SIGKILL)  # the SIGTERM the block's end would send it)
                 killed.process.wait(timeout=WITHIN)
             assert table(tables[1]).returncode == 0  # killed: its table is left
-            uid = int(UIDS.split("-")[0]) + 99  # a process of its uids that outlived it (the test's own)
-            survivor = subprocess.Popen(
-                ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "600"]
-            )
-            try:
-                with _sealed.gateway(server, "--process-uids", UIDS) as following:
-                    assert table(tables[1]).returncode == 0, "kept while a process of its uids runs"
-                    assert table(table_of(following)).returncode == 0
-            finally:
-                survivor.kill()
-                survivor.wait(timeout=WITHIN)
+            with _sealed.gateway(server, "--process-uids", UIDS) as following:
+                assert table(tables[1]).returncode == 0, "kept while a process of its uids runs"
+                assert table(table_of(following)).returncode == 0
+            survivor.kill()
+            survivor.wait(timeout=WITHIN)
             with _sealed.gateway(server, "--process-uids", UIDS):
                 assert table(tables[1]).returncode != 0, "deleted once none runs"
                 assert table(unproven).returncode == 0, "no lock file: not proven gone"
     finally:
+        survivor.kill()
+        survivor.wait(timeout=WITHIN)
         subprocess.run(["nft", "delete", "table", "inet", unproven], check=False)
+        lock.close()
 
 
 def test_names_resolve_with_no_flag_and_a_granted_name_is_reached() -> None:

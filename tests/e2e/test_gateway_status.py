@@ -36,13 +36,11 @@ from _otel import collect, points
 from _redis import free_port
 from _waits import until
 from conftest import SECRET
-from e2e._gateway import MAIN, Process, accepted_option, gateway_process, gateway_run, legacy_initialize
+from e2e._gateway import PYTHONPATH, Process, accepted_option, gateway_process, gateway_run, legacy_initialize
 from e2e._gateway import main_run as command
 from e2e._issuer import ISSUER, jwks, signed
 from e2e._stdio import SERVER, stdio_gateway
 from mcp_sessions import SessionsConfig
-
-PYTHONPATH = f"{MAIN / 'middleware'}:{MAIN / 'tests'}"
 
 
 @pytest.fixture(scope="module")

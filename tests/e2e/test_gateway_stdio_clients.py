@@ -27,7 +27,7 @@ from mcp import Client
 from mcp_types import RequestParamsMeta
 
 from _mcp import create_session, legacy_request, modern_headers, modern_request, sdk_session_meta
-from _waits import until
+from _waits import WITHIN, until
 from e2e._gateway import created, gateway_process, legacy_initialize, result_of, run_node
 from e2e._stdio import ENVIRON, SDK_SERVER, SERVER, SERVER_PATH, filesystem, gone, own_children, stdio_gateway, text_of
 from mcp_sessions.profiles import SESSION_META_KEY
@@ -264,7 +264,7 @@ def test_sigterm_ends_the_processes_of_every_kind_of_conversation() -> None:
         parent = process.process.pid
         pids = until(lambda: now if len(now := own_children(parent=parent)) >= 7 else None, "seven processes")
         process.process.send_signal(signal.SIGTERM)
-        process.process.wait(timeout=15)
+        process.process.wait(timeout=WITHIN)
         until(lambda: all(gone(pid) for pid in pids), "every process to end")
 
 

@@ -30,6 +30,7 @@ import httpx
 import pytest
 
 from _mcp import ModernClient, session_meta
+from _uids import members, uids
 from _waits import WITHIN, until
 from conftest import SECRET
 from e2e._gateway import CACHE, Process, installed, node, readable_by_every_uid, readable_directory, rss_kib
@@ -82,7 +83,7 @@ def test_a_users_process_cannot_reach_anothers(server: str, jwks: str, containme
             alice, bob = client(process, user="alice"), client(process, user="bob")
             hers, his = alice.create_session(), bob.create_session()
             she, he = (json.loads(text(call(mcp, "whoami", session))) for mcp, session in ((alice, hers), (bob, his)))
-            assert she["uid"] != he["uid"] and {she["uid"], he["uid"]} <= set(range(61000, 61100))
+            assert she["uid"] != he["uid"] and {she["uid"], he["uid"]} <= set(members(UIDS))
             assert (she["gid"], set(she["groups"]) - {she["gid"]}) == (she["uid"], set())
             assert she["environ"]["USER_SECRET"] == SECRETS["alice"]
             inherited = {"HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"} & set(os.environ)
@@ -371,12 +372,13 @@ def test_two_gateways_given_one_range_never_share_a_uid_nor_end_each_others_proc
     one gateway's at a time (a lock each), so the end of one's conversation, which kills what is left of its uid,
     ends nothing of the other's (on four test workers, the team recipe's gateway lost its processes to another's)."""
     needs("root")
-    sealed = ("--process-uids", "61100-61103", "--sessionless", "shared")  # each: the shared process and one
+    shared = uids(200, 4)
+    sealed = ("--process-uids", shared, "--sessionless", "shared")  # each: the shared process and one
     with gateway(server, *sealed) as first, gateway(server, *sealed) as second:
         one, two = client(first), client(second)
         mine, theirs = one.create_session(), two.create_session()
         me, they = (json.loads(text(call(mcp, "whoami", session))) for mcp, session in ((one, mine), (two, theirs)))
-        assert me["uid"] != they["uid"] and {me["uid"], they["uid"]} <= set(range(61100, 61104))
+        assert me["uid"] != they["uid"] and {me["uid"], they["uid"]} <= set(members(shared))
         one.request("sessions/delete", session=session_meta(mine))
         until(lambda: of_uid(me["uid"]) == [], "the ended conversation's uid to run nothing")
         assert json.loads(text(call(two, "whoami", theirs)))["pid"] == they["pid"]  # the other's lives on

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from _uids import members, uids
 from _waits import WITHIN, until
 from e2e._gateway import readable_directory
 from e2e._sealed import call, client, gateway, hostile, needs, of_uid, running, text
@@ -32,7 +33,8 @@ def server() -> Iterator[str]:
 def test_nothing_a_uid_wrote_or_started_reaches_its_next_owner_even_after_its_gateway_was_killed(server: str) -> None:
     needs("root", "bwrap")
     marker = f"daemon-{uuid.uuid4().hex}"
-    sealed = ("--process-uids", "61200-61200", "--sessionless", "shared", "--process-containment", "bwrap")
+    [uid] = members(one := uids(210, 1))
+    sealed = ("--process-uids", one, "--sessionless", "shared", "--process-containment", "bwrap")
     with readable_directory("mcp-sessions-shared-") as shared, gateway(server, *sealed) as first:
         shared.chmod(0o1777)  # a directory of the host's any uid may write, as /var/tmp is to an uncontained one
         mcp = client(first)
@@ -46,9 +48,9 @@ def test_nothing_a_uid_wrote_or_started_reaches_its_next_owner_even_after_its_ga
         assert first.process is not None
         first.process.send_signal(signal.SIGKILL)  # the gateway alone: it ends nothing, removes nothing
         first.process.wait(timeout=WITHIN)
-        until(lambda: not of_uid(61200), "its processes to end with their namespace")
+        until(lambda: not of_uid(uid), "its processes to end with their namespace")
         assert not list(shared.iterdir())
     with gateway(server, *sealed) as second:
         mcp = client(second)
-        assert json.loads(text(call(mcp, "whoami")))["uid"] == 61200
+        assert json.loads(text(call(mcp, "whoami")))["uid"] == uid
         assert [text(call(mcp, "read", path=path)) for path in left] == [GONE] * len(left)

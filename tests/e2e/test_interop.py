@@ -51,6 +51,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "interop.md"
 # test_conformance_thirdparty.py checks): the matrix is compared, and regenerated, above it only.
 BY_HAND = "\n<!-- Written by hand from here on, checked by conformance/tests/test_conformance_thirdparty.py. -->\n"
 CELL_TIMEOUT = 60.0  # a hang guard for one cell, never an expectation about speed
+CELLS_AT_ONCE = 12  # the cells run at once: the servers and clients share this process (and its GIL)
 COUNTDOWN = 2
 ALL_PROGRESS = [(float(i + 1), float(COUNTDOWN), f"{COUNTDOWN - i - 1} to go") for i in range(COUNTDOWN)]
 
@@ -405,14 +406,15 @@ async def stock_scenario(cell: Cell, url: str) -> None:
         cell.check("one counter per conversation", observed, [str(SESSION_REQUIRED)] * 3, why)
 
 
-async def run_cell(cell: Cell, url: str) -> None:
+async def run_cell(cell: Cell, url: str, cells_at_once: anyio.CapacityLimiter) -> None:
     if isinstance(cell.client, StockKind):
         scenario = stock_scenario
     else:
         scenario = session_scenario if cell.client.shim else sessionless_scenario
     try:
-        with anyio.fail_after(CELL_TIMEOUT):
-            await scenario(cell, url)
+        async with cells_at_once:  # the guard starts with its turn: the cells waiting for theirs are not its time
+            with anyio.fail_after(CELL_TIMEOUT):
+                await scenario(cell, url)
     except Exception as exc:
         while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:  # say what failed, not where it was
             exc = exc.exceptions[0]
@@ -422,11 +424,12 @@ async def run_cell(cell: Cell, url: str) -> None:
 async def run_matrix(urls: dict[str, str], opted_urls: dict[str, str]) -> dict[tuple[str, str], Cell]:
     cells = {(c.key, s.key): Cell(c, s) for c in CLIENTS for s in SERVERS}
     stock = {(c.key, s.key): Cell(c, s) for c in STOCK_CLIENTS for s in SERVERS}
+    cells_at_once = anyio.CapacityLimiter(CELLS_AT_ONCE)
     async with anyio.create_task_group() as tg:
         for (_, server_key), cell in cells.items():
-            tg.start_soon(run_cell, cell, urls[server_key])
+            tg.start_soon(run_cell, cell, urls[server_key], cells_at_once)
         for (_, server_key), cell in stock.items():
-            tg.start_soon(run_cell, cell, opted_urls[server_key])
+            tg.start_soon(run_cell, cell, opted_urls[server_key], cells_at_once)
     return cells | stock
 
 
