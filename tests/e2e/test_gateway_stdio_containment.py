@@ -522,6 +522,9 @@ def test_a_process_that_stops_reading_costs_a_bounded_memory_and_ends_as_a_crash
         assert text(call(mcp, "read", path="/dev/null")) == ""  # a new shared process
 
 
+EGRESS = ("--process-network", "egress")
+
+
 @pytest.mark.parametrize(
     ("options", "said"),
     [
@@ -574,6 +577,10 @@ def test_a_process_that_stops_reading_costs_a_bounded_memory_and_ends_as_a_crash
             "--process-network none needs bwrap or unshare (--process-containment)",
         ),
         (
+            ("--stdio", "true", "--process-user", "nobody", "--process-containment", "none", *EGRESS),
+            "--process-network egress needs a containment, bwrap or unshare: its own network",
+        ),
+        (
             ("--stdio", "/bin/true", "--process-network", "none"),
             "--process-network none needs bwrap or unshare, and neither works here: bwrap: bwrap is not installed",
         ),
@@ -587,7 +594,7 @@ def test_a_process_that_stops_reading_costs_a_bounded_memory_and_ends_as_a_crash
 )
 def test_a_startup_error_is_one_line_and_exit_status_2(options: tuple[str, ...], said: str) -> None:
     """A typo in --stdio (or a --process-* option) is one line that says it, and exit status 2: no traceback."""
-    if "--process-uids" in options:
+    if "--process-uids" in options or "--process-user" in options:
         needs("root")
     line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", "1", *options]
     environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}

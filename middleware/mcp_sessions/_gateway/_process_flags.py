@@ -210,6 +210,9 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: Gate
             f"--process-uids needs a containment, bwrap or unshare{why}: a uid that shares the host's processes "
             "and directories cannot be cleared reliably before it is given to the next user"
         )
+    if sandbox.network == "egress" and sandbox.containment == "none":  # its network namespace is the host's
+        why = f" ({sandbox.choice})" if sandbox.choice else ""
+        raise ValueError(f"--process-network egress needs a containment, bwrap or unshare{why}: its own network")
     if cwd is not None and uids is not None and private_under(os.path.dirname(cwd)) is None:
         _private_parent(cwd)  # the processes' mount points: listable by no one
     return sandbox
