@@ -288,6 +288,7 @@ class _Client:
         """A new session's create result (``sessionId``, ``expiresAt``), ``headers`` sent with the request."""
         response, message = self.request("sessions/create", params, session=None, meta=None, id=1, **headers)
         assert response.status_code == 200, response.text
+        assert "result" in message, message  # the error, said
         session: dict[str, Any] = message["result"]["session"]
         return session
 

@@ -10,6 +10,7 @@ traffic there.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import fcntl
 import itertools
@@ -108,11 +109,15 @@ def test_a_process_reaches_neither_the_gateway_nor_its_status_nor_a_local_servic
     options = (*PROXY, "--process-uids", UIDS, "--status-port", str(status))
     with listening("0.0.0.0") as service, gateway(*options) as process, httpx.Client(timeout=30) as http:
         bob = legacy_initialize(http, process.url(), {"X-Forwarded-User": "bob"})
-        seen = {
-            f"{what} at {host}": tried(http, process, bob, host, port)
+        targets = {
+            f"{what} at {host}": (host, port)
             for host in ("127.0.0.1", "::1", GATEWAY, host_address())
             for what, port in (("gateway", process.port), ("status", status), ("service", service))
         }
+        # At once (the server answers each call on a thread of its own): a refusal through pasta is a timeout's.
+        with concurrent.futures.ThreadPoolExecutor(len(targets)) as each:
+            tries = {name: each.submit(tried, http, process, bob, *target) for name, target in targets.items()}
+            seen = {name: attempt.result() for name, attempt in tries.items()}
         said = process.output()
     # Its own loopback refuses at once; a connection pasta makes for it is refused by the kernel (its rules), which
     # pasta (of Debian 12) passes on as no answer.
