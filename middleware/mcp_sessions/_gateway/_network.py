@@ -482,9 +482,10 @@ class Link:
 
     async def _namespace(self, pid: int) -> int:
         """A descriptor of the process's network namespace, once its first helper says it is made."""
-        info, self.info = self.info, -1  # the reading thread's to close: it may outlive a cancel
+        info, self.info = self.info, -1  # the reading thread's until it returns: it may outlive a cancel
         try:
             made = await anyio.to_thread.run_sync(_made, info, abandon_on_cancel=True)
+            self.info = info  # kept open until the process ends: bubblewrap may write after the object (a SIGPIPE)
             first = int(made["child-pid"] if self.bwrap else pid)
             namespace = os.open(f"/proc/{first}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         except (ValueError, KeyError, TypeError, OSError):
@@ -557,17 +558,15 @@ def linkable() -> None:
 
 def _made(descriptor: int) -> dict[str, Any]:
     """What the namespace's first helper says as it is made: a JSON object (bubblewrap's ``--info-fd``, written in
-    parts), read until whole, 4 kB at most, then ``descriptor`` closed; ``ValueError`` if it ends before."""
+    parts), read until whole, 4 kB at most; ``ValueError`` if it ends before, ``descriptor`` then closed."""
     said = b""
-    try:
-        while len(said) < 4096 and (chunk := os.read(descriptor, 4096 - len(said))):
-            said += chunk
-            with suppress(ValueError):
-                made = json.loads(said)
-                if isinstance(made, dict):
-                    return made
-    finally:
-        os.close(descriptor)
+    while len(said) < 4096 and (chunk := os.read(descriptor, 4096 - len(said))):
+        said += chunk
+        with suppress(ValueError):
+            made = json.loads(said)
+            if isinstance(made, dict):
+                return made
+    os.close(descriptor)
     raise ValueError("not made")
 
 
