@@ -507,8 +507,9 @@ class Link:
                 user = [f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--pdeathsig", "KILL"]
                 caps = [f"--inh-caps=-all,{_PASTA_CAPS}", f"--ambient-caps={_PASTA_CAPS}"]
                 pasta = [self.helpers[1], *_PASTA, "--netns", f"/proc/self/fd/{namespace}"]
+                pid_file = f"/proc/self/fd/{written}"
                 self.pasta = await anyio.open_process(
-                    [self.helpers[0], *user, *caps, "--", *pasta, "--pid", f"/proc/self/fd/{written}"],
+                    [self.helpers[0], *user, *caps, "--", *pasta, "--pid", pid_file],
                     env=self.environ,
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
@@ -518,8 +519,9 @@ class Link:
             finally:
                 os.close(written)
             if not await anyio.to_thread.run_sync(os.read, ready, 64, abandon_on_cancel=True):  # it ended
-                said = os.pread(errors, 4096, 0).decode(errors="replace").strip().splitlines() or ["no word"]
-                raise NetworkError(f"--process-network egress: pasta did not connect the process: {said[-1][:200]!r}")
+                said = os.pread(errors, 4096, 0).decode(errors="replace").strip()
+                last = said.splitlines()[-1] if said else "no word"
+                raise NetworkError(f"--process-network egress: pasta did not connect the process: {last[:200]!r}")
         finally:
             os.close(ready)
             os.close(errors)
@@ -540,7 +542,8 @@ class Link:
 
 def linkable() -> None:
     """Whether pasta, as each process's uid, can make its interface (the tun device, open to every uid as Debian's
-    udev makes it); and the namespaces' :data:`RESOLV` written."""
+    udev makes it); and the namespaces' :data:`RESOLV` written, unless it already holds what it must: a file replaced
+    while another gateway's bubblewrap binds it fails that process's start."""
     try:
         if os.stat(TUN).st_mode & 0o006 != 0o006:
             raise NetworkError(
@@ -548,8 +551,13 @@ def linkable() -> None:
                 f"uid: chmod 0666 {TUN} (Debian's udev rule makes it so)"
             )
         os.makedirs(os.path.dirname(RESOLV), mode=0o755, exist_ok=True)
+        wanted = f"nameserver {GATEWAY}\n"
+        with suppress(FileNotFoundError):
+            readable = os.stat(RESOLV).st_mode & 0o777 == 0o644
+            if readable and Path(RESOLV).read_text() == wanted:
+                return
         written = f"{RESOLV}.{os.getpid()}"
-        Path(written).write_text(f"nameserver {GATEWAY}\n")
+        Path(written).write_text(wanted)
         os.chmod(written, 0o644)
         os.replace(written, RESOLV)
     except OSError as exc:

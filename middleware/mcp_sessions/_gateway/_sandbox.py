@@ -115,6 +115,8 @@ exec -c "$@"
 exec 3<&- 4>&-
 wait $!
 """
+# A new network namespace's loopback brought up ($0: ip), then the command.
+_LOOPBACK: Final = '"$0" link set lo up || exit 125; exec "$@"'
 # The file systems of the kernel's own state, which no process writes a file in: not made read-only by unshare's
 # script (its /proc is its own; devpts makes the terminals it opens).
 _KERNEL_VIEWS: Final = frozenset(
@@ -336,6 +338,8 @@ class Sandbox:
             helpers.append("prlimit")
         if self.containment == "unshare":
             helpers += ["setpriv", "mount", "mkdir", "ip", "bash"]
+        if self.containment == "bwrap" and self.network != "host":
+            helpers += ["unshare", "ip"]
         if self.network == "egress":
             helpers += ["setpriv", "pasta"]
         return helpers
@@ -520,8 +524,12 @@ def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None, li
             *("up" if isolated else "", *(("", "", "") if link is None else (*map(str, link.passed), RESOLV))),
             *(*_read_only(), "--", *mounts, "--"),
         ]
-    network = ["--unshare-net"] if isolated else []
-    line = [tool("bwrap"), "--unshare-pid", "--unshare-ipc", *network, "--die-with-parent"]
+    # Its network namespace made by unshare, its loopback up by ip (RTM_NEWLINK), then bubblewrap in it: bubblewrap's
+    # own --unshare-net failed a process's start now and then ("loopback: Failed RTM_NEWADDR: No child processes").
+    line = [tool("bwrap"), "--unshare-pid", "--unshare-ipc", "--die-with-parent"]
+    if isolated:
+        loopback = ["/bin/sh", "-c", _LOOPBACK, tool("ip")]
+        line = [tool("unshare"), "--net", "--", *loopback, *line]
     line += [] if seccomp is None else ["--seccomp", str(seccomp)]
     line += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     if link is not None:  # bubblewrap says the namespace is made, and holds the server back until pasta is ready
