@@ -142,7 +142,7 @@ def app_of(kind: str, upstream: str, jwks: str) -> Any:
 
         return create_proxy(upstream).http_app(path="/mcp")
     from mcp_sessions import SessionsConfig, gateway_app
-    from mcp_sessions._gateway._auth import GatewayAuth
+    from mcp_sessions._gateway.auth._users import GatewayAuth
 
     auth = GatewayAuth(jwks_url=jwks, issuer=ISSUER, audience=AUDIENCE) if kind == "gateway-token" else None
     return gateway_app([upstream], config=SessionsConfig(secret=SECRET), auth=auth)

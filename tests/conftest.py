@@ -211,7 +211,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """A clone under /tmp (or /var/tmp, /dev/shm, /run/lock) is refused in one line before any test runs: each of
     the gateway's contained processes has those directories of its own, empty, so the servers the tests run from
     the clone would not be there."""
-    from mcp_sessions._gateway._sandbox import private_under
+    from mcp_sessions._gateway.sealed._sandbox import private_under
 
     if (private := private_under(str(config.rootpath.resolve()))) is not None:
         pytest.exit(

@@ -134,7 +134,7 @@ class SessionsConfig:
     """
 
     fronts_upstream = False
-    """The gateway's (``_gateway/_app.py``): the app is an upstream across the network, which never sees a
+    """The gateway's (``_gateway/http/_app.py``): the app is an upstream across the network, which never sees a
     wire's session member, and whose probe a client that disconnects ends (it holds a connection there)."""
 
     def __init__(
@@ -205,11 +205,14 @@ class SessionsConfig:
         self.max_conversations_per_caller = max_conversations_per_caller
         self.capture_content, self.trace_user = capture_content, trace_user  # spans: _otel/_span.py
 
-    def at_endpoint(self) -> SessionsConfig:
-        """This configuration for the session work placed at an MCP endpoint, in front of its transport app."""
+    def _replace(self, **changes: Any) -> SessionsConfig:
+        """A new configuration with ``changes`` to this one's attributes, as :func:`dataclasses.replace` makes one:
+        what a layer of the middleware or the gateway needs (the work at an endpoint, the sessions in front of a
+        proxy), this one left as it is. An attribute it does not have is a ``TypeError``."""
+        if unknown := [name for name in changes if not hasattr(self, name)]:
+            raise TypeError(f"SessionsConfig has no attribute {', '.join(unknown)}")
         config = copy.copy(self)
-        config.placement = False
-        config.owns_store = False  # the outer middleware sees the lifespan and closes the store
+        vars(config).update(changes)
         return config
 
     @classmethod

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from mcp_sessions._gateway._network import local_addresses, resolvers
+from mcp_sessions._gateway.sealed._network import local_addresses, resolvers
 
 ADDRESSES = tuple(f"127.0.77.{last}" for last in range(1, 255))
 """Where a stand-in listens (port 53): the first of these addresses of loopback that no other stand-in has."""

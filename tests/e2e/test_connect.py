@@ -40,7 +40,7 @@ from e2e._gateway import MAIN, PYTHONPATH, SECRET, Process
 from e2e._issuer import ISSUER, jwks, signed
 from e2e._stdio import COUNT, SDK_SERVER, SERVER, SERVER_PATH, gone, own_children, stdio_gateway, text_of
 from mcp_sessions._cli import main
-from mcp_sessions._gateway._auth import GatewayAuth
+from mcp_sessions._gateway.auth._users import GatewayAuth
 
 pytestmark = pytest.mark.anyio
 

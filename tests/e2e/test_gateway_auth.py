@@ -78,10 +78,10 @@ from e2e._gateway import (
 from e2e._issuer import ISSUER, KEY, KEYS, jwks
 from e2e._stdio import stdio_gateway, text_of
 from mcp_sessions import SessionsConfig, gateway_app
-from mcp_sessions._gateway import _auth
-from mcp_sessions._gateway._auth import GatewayAuth
-from mcp_sessions._gateway._expiry import LIFETIME
-from mcp_sessions._gateway._sandbox import Sandbox
+from mcp_sessions._gateway.auth import _users
+from mcp_sessions._gateway.auth._expiry import LIFETIME
+from mcp_sessions._gateway.auth._users import GatewayAuth
+from mcp_sessions._gateway.sealed._sandbox import Sandbox
 
 pytestmark = pytest.mark.anyio
 
@@ -626,7 +626,7 @@ def test_a_front_and_two_stdio_replicas(instrumented: bool, redis: RedisServer) 
         # one that the front's own ranking (rendezvous, by the replicas' URLs) sends to each replica, so that
         # both serve one on every run; named per run of the test, as the store outlives one.
         from mcp_sessions import KeySet
-        from mcp_sessions._gateway._replicas import Replicas
+        from mcp_sessions._gateway.http._replicas import Replicas
 
         ranking = Replicas(urls, keys=KeySet.from_secret(SECRET), cooldown=0)
         candidates = [f"conversation-{instrumented}-{n}" for n in range(64)]
@@ -703,8 +703,8 @@ async def test_a_token_verified_before_is_held_only_while_it_lives_and_its_key_i
             assert await asked(brief) == "the token has expired (exp)"
             # Stale at once, and fetched again at any time: behind the requests, each going on with the key held,
             # the set is fetched again, and lists another key under the kept token's kid, then another kid.
-            monkeypatch.setattr(_auth, "JWKS_LIFESPAN", 0.0)
-            monkeypatch.setattr(_auth, "JWKS_COOLDOWN", 0.0)
+            monkeypatch.setattr(_users, "JWKS_LIFESPAN", 0.0)
+            monkeypatch.setattr(_users, "JWKS_COOLDOWN", 0.0)
 
             async def refused_once_fetched(why: str) -> None:
                 async def refused() -> bool:

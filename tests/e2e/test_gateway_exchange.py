@@ -42,8 +42,8 @@ from conftest import asgi_client, serve
 from e2e._gateway import MAIN, SECRET, Process, gateway_process, gateway_run, result_of, started, upstream_server
 from e2e._stdio import text_of
 from mcp_sessions import SessionsConfig, gateway_app
-from mcp_sessions._gateway._auth import GatewayAuth
-from mcp_sessions._gateway._exchange import ExchangeRefused, Target, TokenExchange, UpstreamToken
+from mcp_sessions._gateway.auth._exchange import ExchangeRefused, Target, TokenExchange, UpstreamToken
+from mcp_sessions._gateway.auth._users import GatewayAuth
 
 pytestmark = pytest.mark.anyio
 

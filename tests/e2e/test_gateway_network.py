@@ -43,7 +43,7 @@ from e2e._gateway import (
     readable_directory,
     result_of,
 )
-from mcp_sessions._gateway._network import GATEWAY, resolvers
+from mcp_sessions._gateway.sealed._network import GATEWAY, resolvers
 
 UIDS = uids(0, 100)
 """One gateway at a time: a gateway's rules hold for every process of the uids they name, another's too."""

@@ -38,8 +38,8 @@ from e2e._gateway import Process, gateway_process, legacy_initialize, result_of
 from e2e._issuer import ISSUER, jwks, signed
 from e2e._stdio import COUNT, SERVER, SERVER_PATH, stdio_gateway, text_of
 from mcp_sessions import SessionsConfig
-from mcp_sessions._gateway._auth import GatewayAuth
-from mcp_sessions._gateway._cgroups import Cgroups
+from mcp_sessions._gateway.auth._users import GatewayAuth
+from mcp_sessions._gateway.sealed._cgroups import Cgroups
 from mcp_sessions._gateway.stdio import _admission
 
 pytestmark = pytest.mark.anyio

@@ -342,7 +342,7 @@ def with_environ(marker: str) -> list[int]:
 
 def cpu_group(pid: int) -> Path:
     """The control group the gateway made for ``pid`` that bounds its CPU: in v1's cpu hierarchy, else in v2."""
-    from mcp_sessions._gateway._cgroups import own
+    from mcp_sessions._gateway.sealed._cgroups import own
 
     for group in (own("cpu", pid), own("", pid)):
         if group is not None and group.name.startswith("mcp-sessions-"):

@@ -25,7 +25,7 @@ from conftest import SECRET
 from e2e._gateway import CACHE, installed, legacy_initialize, node, result_of
 from e2e._stdio import COUNT, ENVIRON, SERVER, own_children, stdio_gateway
 from mcp_sessions import SessionsConfig
-from mcp_sessions._gateway._sandbox import Sandbox
+from mcp_sessions._gateway.sealed._sandbox import Sandbox
 
 pytestmark = pytest.mark.anyio
 

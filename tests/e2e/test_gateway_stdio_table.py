@@ -29,7 +29,7 @@ from e2e._gateway import created, gateway_process, legacy_initialize, result_of
 from e2e._issuer import ISSUER, jwks, signed
 from e2e._stdio import COUNT, ENVIRON, SDK_SERVER, SERVER, SERVER_PATH, stdio_gateway
 from mcp_sessions import SessionsConfig
-from mcp_sessions._gateway._auth import GatewayAuth
+from mcp_sessions._gateway.auth._users import GatewayAuth
 from mcp_sessions._gateway.stdio import _admission
 from mcp_sessions._gateway.stdio._table import Children
 from mcp_sessions.profiles import SESSION_META_KEY

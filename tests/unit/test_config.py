@@ -60,6 +60,15 @@ def test_options_are_applied() -> None:
     assert (mw.keys.issuer, mw.keys.audience, mw.keys.max_state_size) == ("https://mcp.example", "tenant-a", 512)
 
 
+def test_a_layer_s_configuration_is_a_new_one_and_names_only_what_a_configuration_has() -> None:
+    config = SessionsConfig(secret=SECRET, path="/mcp")
+    inside = config._replace(placement=False, paths=frozenset({"/inner"}))
+    assert (inside.placement, inside.paths, inside.keys) == (False, frozenset({"/inner"}), config.keys)
+    assert (config.placement, config.paths) == (True, frozenset({"/mcp"}))
+    with pytest.raises(TypeError, match="SessionsConfig has no attribute placed, pathz"):
+        config._replace(placed=False, pathz=None)
+
+
 def test_ttl_of_exactly_ten_years_is_accepted() -> None:
     mw = MCPSessionMiddleware(app, secret=SECRET, ttl=TEN_YEARS, idle_ttl=TEN_YEARS)
     assert (mw.config.ttl, mw.config.idle_ttl) == (float(TEN_YEARS), float(TEN_YEARS))

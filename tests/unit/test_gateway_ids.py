@@ -11,7 +11,7 @@ import random
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from mcp_sessions._gateway._replicas import MAX_ID, MAX_UPSTREAM_ID, TransportIds
+from mcp_sessions._gateway.http._replicas import MAX_ID, MAX_UPSTREAM_ID, TransportIds
 from mcp_sessions._tokens import KeySet, SessionKey
 
 SECRET = "gateway-ids-secret-gateway-ids-secret-0123456"

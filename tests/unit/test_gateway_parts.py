@@ -19,14 +19,15 @@ from mcp.shared.exceptions import MCPError
 
 from conftest import SECRET
 from mcp_sessions import MCPSessionMiddleware, SessionsConfig
-from mcp_sessions._gateway._auth import JWKS_LIFESPAN, JwtVerifier
 from mcp_sessions._gateway._front import HostCheck, RoutedPaths, trusted_proxies
-from mcp_sessions._gateway._proxy import between_events, client_headers
-from mcp_sessions._gateway._replicas import Replicas
+from mcp_sessions._gateway.auth._users import JWKS_LIFESPAN, JwtVerifier
+from mcp_sessions._gateway.http._proxy import client_headers
+from mcp_sessions._gateway.http._replicas import Replicas
 from mcp_sessions._gateway.stdio._server import _sessions_config, _TransportRequests
 from mcp_sessions._session import RateLimit
 from mcp_sessions._tokens import KeySet
 from mcp_sessions._wire import jsonrpc
+from mcp_sessions._wire.sse import between_events
 
 URLS = ["http://10.0.0.1:3001/mcp", "http://10.0.0.2:3001/mcp", "http://10.0.0.3:3001/mcp"]
 KEYS = KeySet.from_secret("gateway-parts-secret-gateway-parts-secret-0123")

@@ -24,6 +24,7 @@ PACK = ROOT / "conformance" / "mcp_sessions_conformance"
 NAME = "mcp_sessions"
 MAX_MODULE_LINES = 600  # a guard (issue 52): modules are cut by design, not by this number
 MAX_FUNCTION_LINES = 80
+MAX_CLASS_LINES = 250  # issue 87: a class that spans more holds more than one part
 # A guide the layout earns (issue 68), never a reason to put a function where it does not belong: 71 when
 # _wire/text.py came back out of _wire/__init__.py, where the cap of 70 had pushed printable; 77 with the
 # sealed processes' _sandbox, the token exchange, the operator's _status, the gateway's _serving (out of its
@@ -36,8 +37,10 @@ MAX_FUNCTION_LINES = 80
 # 87 with _gateway/_kernel (locks, the host's uids, descriptors, the user namespaces' filter), out of _sandbox and
 # _network when each egress process got a network namespace of its own (issue 85): neither had room for it; 88 with
 # _gateway/stdio/__init__.py, the folder that holds --stdio's modules, where seven names began _stdio (issue 87, item
-# 5).
-MAX_FILES = 88
+# 5); 92 with the folders that show the rest of _gateway (issue 87, item 2: http/, auth/ and sealed/, an __init__.py
+# each, where the names of fourteen modules in one folder said nothing of what they served) and stdio/_models, the
+# process table's words (issue 87, item 1), which stood in _relay, the module of what a process's messages do.
+MAX_FILES = 92
 MAX_CALL_LINES = 40
 MAX_LOOSE_MODULES = 15
 MAX_ANY_SHARE = 0.05
@@ -146,9 +149,9 @@ def test_modules_and_functions_stay_small(package: Path) -> None:
         if lines > MAX_MODULE_LINES:
             too_long.append(f"{module}: {lines} lines")
         for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 length = (node.end_lineno or node.lineno) - node.lineno + 1
-                if length > MAX_FUNCTION_LINES:
+                if length > (MAX_CLASS_LINES if isinstance(node, ast.ClassDef) else MAX_FUNCTION_LINES):
                     too_long.append(f"{module}.{node.name}: {length} lines")
     assert too_long == []
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from mcp_sessions._gateway import _sandbox
-from mcp_sessions._gateway._sandbox import Place, Sandbox, SandboxError, Uids
+from mcp_sessions._gateway.sealed import _sandbox
+from mcp_sessions._gateway.sealed._sandbox import Place, Sandbox, SandboxError, Uids
 from mcp_sessions._gateway.stdio._child import Child, _ignored, _no_client, _taken
 
 

@@ -20,9 +20,9 @@ from mcp_types.version import LATEST_MODERN_VERSION
 
 from conftest import SECRET
 from mcp_sessions import SessionsConfig
-from mcp_sessions._gateway._auth import REQUEST
+from mcp_sessions._gateway.auth._users import REQUEST
 from mcp_sessions._gateway.stdio import _admission
-from mcp_sessions._gateway.stdio._child import EndReason
+from mcp_sessions._gateway.stdio._models import EndReason
 from mcp_sessions._gateway.stdio._table import Children
 from mcp_sessions._session import SCOPE_KEY
 from mcp_sessions._tokens import SessionClaims

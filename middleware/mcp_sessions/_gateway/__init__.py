@@ -1,17 +1,19 @@
 """The gateway: the session pipeline in front of a streaming reverse proxy to an MCP server anywhere.
 
-``gateway_app`` builds the ASGI app, ``mcp-sessions gateway`` serves it (``_cli``). Its front door (``_front``)
-refuses what may not be forwarded (a target that is not a path, ambiguous framing) and decides whose forwarded
-headers count; the proxy (``_proxy``) forwards every request to the upstream replica that holds its
-conversation (``_replicas``); the upstream decides every answer the pipeline gives itself,
-as the middleware asks the app it wraps (``mcp_sessions._pipeline._probe``). httpx and
-uvicorn, which only the gateway needs, are imported when it is built. See ``docs/gateway.md``.
+``mcp-sessions gateway`` serves it (``_cli``, ``_serving``) in front of an upstream over HTTP (``http/``:
+``gateway_app``, the proxy and its replicas) or a stdio server's processes (``stdio/``, each sealed by ``sealed/``).
+Its front door (``_front``) refuses what may not be forwarded (a target that is not a path, ambiguous framing) and
+decides whose forwarded headers count; who is asking, and what they may carry to a server, is ``auth/``'s. The
+upstream decides every answer the pipeline gives itself, as the middleware asks the app it wraps
+(``mcp_sessions._pipeline._probe``). httpx and uvicorn, which only the gateway needs, are imported when it is built.
+See ``docs/gateway.md``.
 """
 
 from typing import Any
 
-from ._app import gateway_app
-from ._cli import DESCRIPTION, add_arguments, run  # what _cli reads of every command
+# What _cli reads of every command.
+from ._cli import DESCRIPTION, add_arguments, run
+from .http._app import gateway_app
 
 __all__ = ["DESCRIPTION", "add_arguments", "gateway_app", "run"]
 

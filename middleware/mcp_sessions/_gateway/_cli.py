@@ -11,20 +11,20 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from .._config import SessionsConfig
-from ._app import (
+from ._process_flags import add_process_arguments, process_options, seal_gateway
+from ._serving import EXIT_USAGE, bind, private_directory, serve
+from .http._app import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_FAILURE_COOLDOWN,
     DEFAULT_FIRST_BYTE_TIMEOUT,
     DEFAULT_KEEPALIVE,
     gateway_app,
 )
-from ._network import NetworkError, add_network_arguments
-from ._process_flags import add_process_arguments, process_options, seal_gateway
-from ._serving import EXIT_USAGE, bind, private_directory, serve
+from .sealed._network import NetworkError, add_network_arguments
 
 if TYPE_CHECKING:
-    from ._auth import GatewayAuth
-    from ._exchange import TokenExchange, UpstreamToken
+    from .auth._exchange import TokenExchange, UpstreamToken
+    from .auth._users import GatewayAuth
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -274,8 +274,10 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         print(f"mcp-sessions gateway: {exc}", file=stderr)
         return EXIT_USAGE
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per forwarded request, its query string in it
-    logging.getLogger("mcp").setLevel(logging.WARNING)  # with --stdio: the SDK's lines name transport session ids
+    # a line per forwarded request, its query string in it
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    # with --stdio: the SDK's lines name transport session ids
+    logging.getLogger("mcp").setLevel(logging.WARNING)
     # and so do its session manager's warnings and errors (an id sent with another user's credential, a crash): a
     # bearer value in no log line; the gateway logs each conversation's end itself.
     logging.getLogger("mcp.server.streamable_http_manager").setLevel(logging.CRITICAL)
@@ -346,7 +348,7 @@ def _stdio_app(
 def _egress(args: argparse.Namespace, sandbox: Any, forwarded: str | None) -> Any:
     """``_network.egress_rules`` for ``sandbox``'s processes; and the status socket's directory checked."""
     from ._front import trusted_proxies
-    from ._network import egress_rules
+    from .sealed._network import egress_rules
 
     if args.status_socket is not None:
         private_directory(args.status_socket)
@@ -372,7 +374,8 @@ def _auth(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayAuth |
             given["leeway"] = float(given["leeway"])
         except ValueError:
             raise ValueError("--auth-leeway takes a number of seconds") from None
-    from ._auth import GatewayAuth  # the mcp SDK's import: after the usage errors it can be spared
+    # the mcp SDK's import: after the usage errors it can be spared
+    from .auth._users import GatewayAuth
 
     jwks = given.pop("jwks", None)
     return GatewayAuth(jwks_url=jwks, authorization_servers=servers, **given)
@@ -391,7 +394,7 @@ def _upstream_token(
         raise ValueError("--upstream-token is an --upstream's; a --stdio process gets NAME=exchange:AUDIENCE")
     if mode is None and not exchanging:
         return None, None
-    from ._exchange import Target, TokenExchange, UpstreamToken
+    from .auth._exchange import Target, TokenExchange, UpstreamToken
 
     if mode is not None and not exchanging:
         if mode == "passthrough" and auth is not None:
@@ -414,7 +417,8 @@ def _upstream_token(
         issuer=issuer,
         client_auth=_setting(args, environ, "client_auth") or "client_secret_basic",
     )
-    if mode is None:  # for --process-env NAME=exchange:AUDIENCE alone
+    # for --process-env NAME=exchange:AUDIENCE alone
+    if mode is None:
         return None, exchange
     target = Target(
         _setting(args, environ, "audience"), _setting(args, environ, "resource"), _setting(args, environ, "scope")

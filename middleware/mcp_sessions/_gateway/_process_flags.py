@@ -18,10 +18,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from ._sandbox import CONTAINMENTS, DISK
+from .sealed._sandbox import CONTAINMENTS, DISK
 
 if TYPE_CHECKING:
-    from ._auth import GatewayAuth
+    from .auth._users import GatewayAuth
 
 _PR_SET_DUMPABLE: Final = 4
 _PR_SET_CHILD_SUBREAPER: Final = 36
@@ -162,7 +162,7 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: Gate
     """How the stdio processes run (``--process-*``), checked, the containment tried once (``auto`` resolved to
     the one that works here). Nothing of the gateway's own process changes here: :func:`seal_gateway` does, as the
     command starts."""
-    from ._sandbox import Sandbox, SandboxError, loads_code, private_under
+    from .sealed._sandbox import Sandbox, SandboxError, loads_code, private_under
 
     if command and shutil.which(command[0]) is None:
         raise ValueError(f"--stdio: {command[0]}: no such command (or not executable)")
@@ -204,7 +204,8 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: Gate
         raise ValueError(str(exc)) from None
     if sandbox.containment != "none":
         _seen_contained(command, cwd)
-    if uids is not None and sandbox.containment == "none":  # a process that forks and exits in a loop outruns pkill
+    # a process that forks and exits in a loop outruns pkill
+    if uids is not None and sandbox.containment == "none":
         why = f" ({sandbox.choice})" if sandbox.choice else ""
         raise ValueError(
             f"--process-uids needs a containment, bwrap or unshare{why}: a uid that shares the host's processes "
@@ -214,7 +215,8 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: Gate
         why = f" ({sandbox.choice})" if sandbox.choice else ""
         raise ValueError(f"--process-network egress needs a containment, bwrap or unshare{why}: its own network")
     if cwd is not None and uids is not None and private_under(os.path.dirname(cwd)) is None:
-        _private_parent(cwd)  # the processes' mount points: listable by no one
+        # the processes' mount points: listable by no one
+        _private_parent(cwd)
     return sandbox
 
 
@@ -224,7 +226,8 @@ def seal_gateway(containment: str) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     # The gateway made non-dumpable: no process of its user reads its /proc files (its environment, its memory).
     libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-    if containment == "bwrap":  # bubblewrap's orphans come to the gateway, which reaps them at once
+    # bubblewrap's orphans come to the gateway, which reaps them at once
+    if containment == "bwrap":
         libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     elif containment == "none" and os.getpid() == 1:  # unshare leaves nothing
         logging.getLogger("mcp_sessions.gateway").warning(
@@ -238,7 +241,7 @@ def _seen_contained(command: Sequence[str], cwd: str | None) -> None:
     of its own, empty (``/tmp``...), is one line and exit status 2; a working directory of the gateway's there, which
     it would not start in (it starts in ``/``), a warning."""
     from .._wire import printable
-    from ._sandbox import private_under
+    from .sealed._sandbox import private_under
 
     for part in command:
         if os.path.isabs(part) and os.path.exists(part) and (private := private_under(part)) is not None:
@@ -257,7 +260,7 @@ def _seen_contained(command: Sequence[str], cwd: str | None) -> None:
 
 def _run_as(args: argparse.Namespace) -> tuple[Any, int | None, int | None]:
     """As whom the processes run: a uid each from ``--process-uids``, or ``--process-user``'s uid and gid."""
-    from ._sandbox import UID_LOCKS, Uids
+    from .sealed._sandbox import UID_LOCKS, Uids
 
     if (args.process_uids or args.process_user) and os.geteuid() != 0:
         flag = "--process-uids" if args.process_uids else "--process-user"
@@ -286,7 +289,7 @@ def _bounds(args: argparse.Namespace, *, per_uid: bool) -> Any:
     """The control groups that bound each conversation (``--process-memory``, ``--process-pids``,
     ``--process-cpu``); None without bounds, or for ``--process-pids`` alone with a uid per process where the host
     gives none (RLIMIT_NPROC)."""
-    from ._cgroups import CPU_PERIOD, Cgroups
+    from .sealed._cgroups import CPU_PERIOD, Cgroups
 
     for flag, value in (("--process-memory", args.process_memory), ("--process-pids", args.process_pids)):
         if value is not None and value < 1:

@@ -17,6 +17,7 @@ from typing import Final
 
 _EOL: Final = re.compile(rb"\r\n|\r|\n")
 _CR, _LF = 13, 10
+_LINE_ENDS: Final = (b"\n", b"\r")
 
 Transform = Callable[[str], "str | None"]
 
@@ -112,3 +113,17 @@ class SSERewriter:
                 out.extend(b"data: " + data_line + eol for data_line in _EOL.split(new_data.encode()))
                 wrote_data = True
         return b"".join(out) + raw[blank:]
+
+
+def between_events(tail: bytes) -> bool:
+    """Whether a stream that ends with ``tail`` ends between two events: two line ends in a row.
+
+    A CR LF is one line end; a CR at the very end may be the first half of one, and is still a line end.
+    """
+    if tail.endswith(b"\r\n"):
+        rest = tail[:-2]
+    elif tail.endswith(_LINE_ENDS):
+        rest = tail[:-1]
+    else:
+        return False
+    return rest.endswith(_LINE_ENDS)

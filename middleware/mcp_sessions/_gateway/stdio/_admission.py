@@ -19,7 +19,8 @@ from mcp.shared.exceptions import MCPError
 
 from ..._session import RateLimit
 from ..._wire.protocol import RATE_LIMITED
-from ._relay import Caller, Conversation, Key, ProcessEvents
+from ._models import Caller, Key, ProcessEvents
+from ._relay import Conversation
 
 EVICT_AFTER: Final = 60.0
 """How long a caller's conversation, at its ``--max-processes-per-principal``, may be idle before a new one of the

@@ -18,7 +18,6 @@ import logging
 import os
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from enum import Enum
 from typing import Any, Final, Protocol
 
 import anyio
@@ -36,7 +35,8 @@ from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 from ..._version import __version__
 from ..._wire import printable
 from ..._wire.protocol import RATE_LIMITED
-from .._sandbox import Place, Sandbox, SandboxError, reap_adopted
+from ..sealed._sandbox import Place, Sandbox, SandboxError, reap_adopted
+from ._models import EndReason
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -64,33 +64,6 @@ stderr_logger = logging.getLogger("mcp_sessions.gateway.stderr")
 ProcessOptions = Sandbox
 # What ends a stream of the child's: its end, or its closing.
 _ENDED: Final = (anyio.IncompleteRead, anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError)
-
-
-class EndReason(Enum):
-    """Why a process ended: ``label`` names it in the ends metric (``mcp_sessions.process.end_reason``, a fixed
-    vocabulary), ``text`` in the log and in its conversation's error (a crash's or a bound's own words are the
-    child's ``said``)."""
-
-    IDLE = "idle", "idle"
-    EXPIRED = "expired", "expired"
-    EVICTED = "evicted", "evicted"
-    ANSWERED = "answered", "answered"
-    SHUTDOWN = "shutdown", "shutdown"
-    SESSION_ENDED = "session_ended", "its session ended"
-    INPUT_LATE = "input_late", "its input came too late"
-    FAILED = "failed_to_start", "failed to start"
-    NOT_INITIALIZED = "failed_to_start", "it did not initialize"
-    BY_USER = "ended_by_user", "ended by its user"
-    CRASH = "crash", "crash"
-    OVER_BOUND = "other", "over a bound"
-    EXITED = "other", "exited"
-    ENDED = "other", "ended"
-    ELSEWHERE = "other", "it ran on another replica, or before this one restarted"
-    ASKED = "other", "asked its revisions"
-    UNANSWERED = "other", "it did not answer server/discover"
-
-    def __init__(self, label: str, text: str) -> None:
-        self.label, self.text = label, text
 
 
 class ChildProcess(Protocol):
@@ -152,8 +125,7 @@ class Child:
         self.command = list(command)
         self.label = label
         self.max_line = max_line
-        # Only ask its revisions (server/discover), then end.
-        self.discover = discover
+        self.discover = discover  # only ask its revisions (server/discover), then end
         # The end of the gateway's start (anyio's clock) for the children it starts with, the probe and the shared
         # one: START_TIMEOUT for both together, not each. Else START_TIMEOUT from its first request.
         self.start_deadline = start_deadline
@@ -162,18 +134,15 @@ class Child:
         self.on_notify = on_notify
         self.on_progress = on_progress
         self.options = options or ProcessOptions()
-        # Initialized, or failed (then ``failure`` says why).
-        self.ready = anyio.Event()
-        # Asked to stop, or its stdout ended.
-        self.done = anyio.Event()
+        self.ready = anyio.Event()  # initialized, or failed (then ``failure`` says why)
+        self.done = anyio.Event()  # asked to stop, or its stdout ended
         # Why it was stopped: the first to stop it says (a bound it reached, once its group is stopped: ``judged``).
         self.reason: EndReason | None = None
         self.said: str | None = None  # its own words for it: which crash, which bound
         self.judged = anyio.Event()
         self.failure: str | None = None
         self.initialized: types.InitializeResult | None = None
-        # What its server/discover answer lists (with ``discover``).
-        self.revisions: list[str] = []
+        self.revisions: list[str] = []  # what its server/discover answer lists (with ``discover``)
         self.pid: int | None = None
         self.exit_code: int | None = None
         self.link: JSONRPCDispatcher[Any] | None = None

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from ...stores import SessionStore, SessionStoreUnavailable
-from ._child import EndReason
+from ._models import EndReason
 from ._relay import ANSWER_WITHIN, Conversation, Process
 
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -85,7 +85,8 @@ class Lifetimes:
 
     async def _attend(self, process: Process) -> None:
         """Once a conversation takes the child (and it is ready): its idle time and expiry."""
-        await process.taken.wait()  # a child started ahead idles from when it is taken
+        # a child started ahead idles from when it is taken
+        await process.taken.wait()
         conversation = process.conversation
         assert conversation is not None
         if conversation.shared:

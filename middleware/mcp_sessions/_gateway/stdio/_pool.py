@@ -21,9 +21,10 @@ import anyio.abc
 from mcp.shared.exceptions import MCPError
 
 from ...subscriptions import SessionSubscriptionBus
-from .._auth import REQUEST, ProcessEnv
-from ._child import Child, ChildFactory, ChildProcess, EndReason, ProcessOptions, _ignored, _no_client, _taken
-from ._relay import CHILD_EXITED, Conversation, Key, Process, ProcessEvents, ProcessView
+from ..auth._users import REQUEST, ProcessEnv
+from ._child import Child, ChildFactory, ChildProcess, ProcessOptions, _ignored, _no_client, _taken
+from ._models import EndReason, Key, ProcessEvents, ProcessView
+from ._relay import CHILD_EXITED, Conversation, Process
 
 AFTER_ANSWER: Final = "mcp_sessions.gateway.after_answer"
 """In a request's scope, what it leaves to do once its answer is sent (``_server._Opening`` does it)."""

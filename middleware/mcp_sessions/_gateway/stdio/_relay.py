@@ -9,7 +9,6 @@ through the :class:`Conversation` that holds the process. Which process a reques
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import itertools
 import logging
 import math
@@ -17,9 +16,8 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Final, Literal, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import anyio
 import anyio.abc
@@ -31,18 +29,13 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp.shared.subscriptions import event_from_wire
 from mcp_types.methods import INPUT_REQUIRED_METHODS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from starlette.types import Scope
 
-from ..._asgi import header
 from ..._bounded import BoundedDict
-from ..._config import SessionsConfig
-from ..._session import SCOPE_KEY, Session, authenticated_user, caller_of, principal_digest
 from ..._wire import printable
-from ..._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
-from ...profiles import SESSION_META_KEY, Era
+from ...profiles import SESSION_META_KEY
 from ...subscriptions import SessionSubscriptionBus
-from .._auth import ProxiedUser
-from ._child import ChildProcess, EndReason
+from ._child import ChildProcess
+from ._models import Caller, EndReason, Key, ProcessView, key_digest
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -185,7 +178,8 @@ class Call:
             raise self.result or abandoned from None
         asked = {event.key: event.request}
         with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
-            while True:  # more of the child's requests at once: in one result
+            # more of the child's requests at once: in one result
+            while True:
                 match self._next.receive_nowait():
                     case Ask(key, request):
                         asked[key] = request
@@ -199,84 +193,6 @@ class Call:
             await self.ctx.session.send_notification(notification, self.ctx.request_id)
         except Exception:  # the client's stream may be gone: the answer is still awaited
             logger.debug("a notification could not be relayed", exc_info=True)
-
-
-Kind = Literal[
-    "transport-session", "data-layer-session", "host-conversation", "sessionless", "request", "caller", "shared"
-]
-"""What names a conversation, and so who may reach its process (``_table``): a 2025 client's transport
-session (its ``Mcp-Session-Id``'s digest), a data-layer session (its id), a host's conversation id (bound to its
-caller), a caller's 2026-07-28 requests that name none (one conversation of hers), a 2026-07-28 request that
-names none (a process of its own); a caller (its own process, which serves all of its conversations, each named
-in ``_meta``), or nothing (the shared process)."""
-
-
-class Key(NamedTuple):
-    """A conversation's name in the table: its kind, and its id within that kind (never a bearer value)."""
-
-    kind: Kind
-    id: str
-
-
-@dataclass(frozen=True)
-class Owner:
-    """A caller as the operator reads them, ``name`` (the authenticated principal's name, else the client address,
-    escaped: what prints), and who they are, ``identity``, which alone compares: how they were authenticated (a token
-    of the issuer, a proxy's header, none) and their id. A proxy's "alice" is not the "alice" of a token, and a name
-    alone (a ``str``) is no owner."""
-
-    name: str = field(compare=False)
-    identity: tuple[str, ...]
-
-    def __str__(self) -> str:
-        return self.name
-
-
-class Caller(NamedTuple):
-    """Who asks: ``id`` is whom the limits count and a conversation belongs to (the principal's digest, else the
-    client address), ``name`` how the operator knows them (:class:`Owner`)."""
-
-    id: str
-    name: Owner
-
-    def same_as(self, other: Caller | None) -> bool:
-        """Whether ``other`` is this caller: counted as one (``id``), and the same principal (``name``'s identity)."""
-        return other is not None and other.id == self.id and other.name == self.name
-
-
-def known_as(scope: Scope) -> Owner:
-    """The caller as the operator knows them (:class:`Owner`): the authenticated principal, else the address."""
-    user = scope.get("user")
-    if user is not None and getattr(user, "is_authenticated", False):
-        kind = "proxy" if isinstance(user, ProxiedUser) else "token"
-        return Owner(printable(str(user.display_name)), (kind, str(authenticated_user(scope))))
-    client = scope.get("client")
-    address = client[0] if client else ""
-    return Owner(printable(address), ("address", address))
-
-
-class Asking(NamedTuple):
-    """A request as the process table reads it (:func:`asking`): who asks, and what it names of its conversation."""
-
-    caller: Caller
-    session: Session | None  # what the sessions found it in
-    transport: bytes | None  # :func:`transport_of`
-
-
-async def asking(scope: Scope, config: SessionsConfig) -> Asking:
-    """Who asks (whom the limits count, as the create limit does: the principal, else the client address), and
-    what the request names: its session, its 2025 transport session."""
-    principal = await principal_digest(config.principal, scope, config.keys.audience)
-    caller = Caller(caller_of(scope, principal), known_as(scope))
-    return Asking(caller, scope.get(SCOPE_KEY), transport_of(scope))
-
-
-def transport_of(scope: Scope) -> bytes | None:
-    """The ``Mcp-Session-Id`` of a request's 2025 transport session: on the 2025 path only (a 2026-07-28 request's
-    header is its session token, or anything its client put there, and names none)."""
-    headers = scope.get("headers", ())
-    raw = header(headers, MCP_SESSION_ID_HEADER)
-    return raw if Era.of(header(headers, MCP_PROTOCOL_VERSION_HEADER)) is Era.LEGACY else None
 
 
 class Conversation:
@@ -373,7 +289,8 @@ class Conversation:
                 self.roots_told = True
                 await self.child.link.notify("notifications/roots/list_changed", None)
             call = Call(ctx, self.child.label, given.get("progressToken"))
-            if call.progress_token is not None:  # the child reports under a token of the link's
+            # the child reports under a token of the link's
+            if call.progress_token is not None:
                 self.progressing = {key: held for key, held in self.progressing.items() if not held.scope.cancel_called}
                 key = str(next(self._tokens))
                 params["_meta"] = {**params.get("_meta", {}), "progressToken": key}
@@ -469,7 +386,8 @@ class Conversation:
             self.dropped += 1
             return
         self.backlog.append(send)
-        if len(self.backlog) == 1:  # none was waiting, so none is being sent: a task sends them
+        # none was waiting, so none is being sent: a task sends them
+        if len(self.backlog) == 1:
             self.tasks.start_soon(self._send_backlog)
 
     async def _send_backlog(self) -> None:
@@ -481,32 +399,6 @@ class Conversation:
             finally:
                 self.backlog.popleft()
         self.dropped = _report_dropped(self.child.label, self.dropped)  # once it caught up
-
-
-class ProcessEvents:
-    """What the process metrics count (``_status.ProcessMetrics`` counts them); by default, nothing."""
-
-    def started(self) -> None:
-        """A process was started."""
-
-    def ended(self, why: EndReason) -> None:
-        """A process ended, for ``why``."""
-
-    def refused(self, limit: str) -> None:
-        """A conversation was refused a process by ``limit``, the option's name."""
-
-
-@dataclass(frozen=True)
-class ProcessView:
-    """One live process, as an operator sees it (:meth:`Pool.views`); its memory is read from ``/proc``."""
-
-    kind: str  # a conversation's Kind ("caller": a caller's own process), or "warm"
-    principal: Owner | None  # whose it is (the principal's name, else the client address); None for shared or warm
-    conversation: str | None  # a short digest of its conversation's key (never a bearer value); None likewise
-    pid: int | None
-    age: float  # seconds since its process started
-    idle: float  # seconds since its last request
-    requests: int  # requests it has served
 
 
 class Process:
@@ -549,11 +441,6 @@ class Process:
             return ProcessView(conversation.key.kind, None, None, pid, age, idle, served)
         name, digest = conversation.owner.name, key_digest(conversation.key)
         return ProcessView(conversation.key.kind, name, digest, pid, age, idle, served)
-
-
-def key_digest(key: Key) -> str:
-    """A short digest of a conversation's key, for logs and the operator's view: it names, it grants nothing."""
-    return hashlib.sha256(f"{key.kind}\0{key.id}".encode()).hexdigest()[:12]
 
 
 def _childs(result: dict[str, Any]) -> dict[str, Any]:

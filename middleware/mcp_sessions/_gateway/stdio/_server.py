@@ -31,7 +31,6 @@ shutdown; whatever ended it, its conversations are over: their later requests ge
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
@@ -62,11 +61,11 @@ from ..._wire.sse import SSERewriter
 from ...profiles import Era
 from ...sources import HostConversationSource
 from ...subscriptions import SessionSubscriptionBus
-from .._auth import REQUEST, FrontedConversations, GatewayAuth, ProcessEnv
-from .._exchange import TokenExchange
 from .._front import GatewayFront, HostCheck, trusted_proxies
-from .._sandbox import environment
 from .._serving import STOPPING
+from ..auth._exchange import TokenExchange
+from ..auth._users import REQUEST, FrontedConversations, GatewayAuth, ProcessEnv
+from ..sealed._sandbox import environment
 from ._child import START_TIMEOUT, ProcessOptions
 from ._pool import AFTER_ANSWER
 from ._status import OperatorStatus, OwnConversations, ProcessMetrics
@@ -256,19 +255,13 @@ def stdio_gateway_app(gateway: StdioGateway) -> GatewayFront:
 
 
 def _sessions_config(config: SessionsConfig, *, replica: bool) -> SessionsConfig:
-    """A copy of ``config`` as the sessions in front of stdio processes need it: every conversation named (each
-    gets its process, or its name in a process of many), and on a replica, host conversations from its front
-    alone."""
-    config = copy.copy(config)
-    # every client's conversation, however it names it, gets its process or (in a process of many, the shared one
-    # too) its name, bound to its caller: see Children.conversation_for and Children.named
-    config.adopt_transport_sessions = True
-    if config.conversation_data == "off":
-        config.conversation_data = "anonymous"
-    if replica:  # host conversations from its front alone
-        fronted = FrontedConversations.from_context
-        config.sources = tuple(fronted if s == HostConversationSource.from_context else s for s in config.sources)
-    return config
+    """``config`` as the sessions in front of stdio processes need it: every conversation named, however its client
+    names it (each gets its process, or in a process of many, the shared one too, its name, bound to its caller: see
+    Children.conversation_for and Children.named), and on a replica, host conversations from its front alone."""
+    fronted = FrontedConversations.from_context
+    sources = [fronted if replica and s == HostConversationSource.from_context else s for s in config.sources]
+    data = "anonymous" if config.conversation_data == "off" else config.conversation_data
+    return config._replace(adopt_transport_sessions=True, conversation_data=data, sources=tuple(sources))
 
 
 def _layered(
@@ -293,7 +286,8 @@ def _layered(
     # the gateway's own check instead
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     app = server.streamable_http_app(transport_security=security, session_idle_timeout=idle)
-    config.on_create = children.created  # a conversation's child starts at its sessions/create
+    # a conversation's child starts at its sessions/create
+    config.on_create = children.created
     # no wire's session member reaches a child, as none reaches an HTTP upstream
     config.fronts_upstream = True
     requests = _TransportRequests(app, children.unanswered, config.max_body_size)
@@ -413,7 +407,8 @@ class _TransportRequests:
             return await self.app(scope, receive, send)
         length = header(scope["headers"], b"content-length")
         body = await read_body(receive, length, self.max_body)
-        if type(body) is not bytes:  # gone (the client disconnected: nothing to answer), or too large
+        # gone (the client disconnected: nothing to answer), or too large
+        if type(body) is not bytes:
             return None if body is None else await too_large(send, self.max_body)
         parsed = jsonrpc.loads(body)
         request = jsonrpc.is_request_or_notification(parsed)
@@ -428,7 +423,8 @@ class _TransportRequests:
             refusal = jsonrpc.invalid_request(request_id, "a request with this id is in progress in this session")
             return await send_json(send, 200, refusal, b"")
         self.in_flight.add(key)
-        stopping = scope.get(STOPPING, bool)  # whether the gateway was asked to stop (by its command's uvicorn)
+        # whether the gateway was asked to stop (by its command's uvicorn)
+        stopping = scope.get(STOPPING, bool)
         answer = _Answered(send, request_id, partial(self.unanswered, transport, stopping))
         try:
             await self.app(scope, replay, answer)

@@ -38,8 +38,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..._asgi import send_json
 from ..._version import __version__
-from ._child import EndReason
-from ._relay import Owner, ProcessEvents, ProcessView, known_as
+from ._models import EndReason, Owner, ProcessEvents, ProcessView, known_as
 from ._table import Children
 
 STATUS_PATH: Final = "/status"
@@ -148,7 +147,8 @@ def _servers(pids: Sequence[int | None]) -> list[tuple[int | None, int | None]]:
     found: list[tuple[int | None, int | None]] = []
     for pid in pids:
         try:
-            for _ in range(len(WRAPPERS) + 2):  # each wrapper once, bubblewrap twice, at the most
+            # each wrapper once, bubblewrap twice, at the most
+            for _ in range(len(WRAPPERS) + 2):
                 lines = Path(f"/proc/{pid}/status").read_text().splitlines()
                 fields = dict(line.partition(":")[::2] for line in lines)
                 children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
@@ -210,7 +210,8 @@ class ProcessMetrics(ProcessEvents):
 
     def _observe(self, options: CallbackOptions) -> Iterable[Observation]:
         """Each kind's count, every kind named (0 too), so a kind's last process's end shows."""
-        try:  # the reader's thread, beside the event loop's: a table that changes as it is read is read next time
+        # the reader's thread, beside the event loop's: a table that changes as it is read is read next time
+        try:
             counted = self.kinds()
         except RuntimeError:
             return []

@@ -43,27 +43,25 @@ from ..._tokens import IdDigests, SessionClaims
 from ..._wire import Refusal
 from ..._wire.protocol import RATE_LIMITED
 from ...subscriptions import SessionSubscriptionBus
-from .._auth import REQUEST, ProcessEnv
 from .._front import StartupFailed
+from ..auth._users import REQUEST, ProcessEnv
 from ._admission import Admission
-from ._child import EXIT_DRAIN, Child, ChildFactory, ChildProcess, EndReason, ProcessOptions
+from ._child import EXIT_DRAIN, Child, ChildFactory, ChildProcess, ProcessOptions
 from ._lifetimes import EndTransport, Lifetimes
-from ._pool import Pool, after_answer
-from ._relay import (
-    ANSWER_WITHIN,
-    CHILD_EXITED,
+from ._models import (
     Asking,
     Caller,
-    Conversation,
+    EndReason,
     Key,
     Owner,
-    Process,
     ProcessEvents,
     asking,
     key_digest,
     known_as,
     transport_of,
 )
+from ._pool import Pool, after_answer
+from ._relay import ANSWER_WITHIN, CHILD_EXITED, Conversation, Process
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -156,7 +154,8 @@ class Table:
             key = self.moved.get(session.id, Key("data-layer-session", session.id))
             gone = partial(self.gone, key) if self.mode == "per-caller" and key in self.ended else self.not_found
             return self._found(self._holder(key, caller), caller, gone)
-        if session is not None and session.source != "transport":  # a host's: its name is no secret, its caller's
+        # a host's: its name is no secret, its caller's
+        if session is not None and session.source != "transport":
             key = Key("host-conversation", _bound(session.id, caller.id))
             if (found := self._holder(key, caller)) is None and key not in self.ended:
                 return self.open(key, caller, counted=True)  # its first request spent the operation
@@ -167,7 +166,8 @@ class Table:
             return self._own("caller", caller)
         if self.sessionless == "per-caller":
             return self._own("sessionless", caller)
-        if state is not None:  # a retry that brings input reaches the request that asked
+        # a retry that brings input reaches the request that asked
+        if state is not None:
             waiting = self.retained.get(state) if isinstance(state, str) else None
             found = self._found(waiting, caller, _no_state)
             del self.retained[str(state)]  # still good for its owner until it is taken
@@ -252,7 +252,8 @@ class Table:
         it."""
         if key in self.conversations or key in self.ended:
             raise self.gone(key)
-        user = (REQUEST.get() or {}).get("user")  # who may end its transport session
+        # who may end its transport session
+        user = (REQUEST.get() or {}).get("user")
         begun = partial(
             Conversation, key, owner=caller, bus=self.bus, expires_at=expires_at, transport=transport, user=user
         )
@@ -269,7 +270,8 @@ class Table:
             self.lifetimes.close_soon(conversation, EndReason.EVICTED)
         conversation = begun(process.child, tasks=process.tasks, credentials=process.credentials)
         self.conversations[key] = process.take(conversation)
-        if key.kind in _WATCHED:  # from now: its session's end (a DELETE while its process starts too) ends it
+        # from now: its session's end (a DELETE while its process starts too) ends it
+        if key.kind in _WATCHED:
             conversation.unwatch = self.bus.watch(key.id, partial(conversation.end, EndReason.SESSION_ENDED))
         named = key_digest(key) if key.kind in ("caller", "sessionless") else key.id  # a caller's: her digest
         logger.info("%s: serves the conversation %s", process.child.label, named)
@@ -280,7 +282,8 @@ class Table:
         """A request's own child, once it has answered: ended once that answer is sent, or retained for the retry
         that brings the input it asked for (until that retry, or ``ANSWER_WITHIN``)."""
         if conversation.key.kind != "request":
-            return  # a conversation's child, or the shared one: it serves the next request too
+            # a conversation's child, or the shared one: it serves the next request too
+            return
         if not conversation.parked:
             return after_answer(partial(self.lifetimes.close_soon, conversation, EndReason.ANSWERED))
         for state in conversation.parked:
@@ -310,7 +313,8 @@ class Table:
         if _told(key, why):
             self.ended[key] = why
         logger.info("%s: the conversation ended (%s)", child.label, why.text)
-        riders = list(conversation.riders.values())  # a caller's process: its conversations end
+        # a caller's process: its conversations end
+        riders = list(conversation.riders.values())
         for rider in riders:
             self.ended[rider.key] = why
         return [conversation, *riders] if conversation.why is None and child.failure is None else riders
@@ -362,7 +366,8 @@ class Children(Table):
         (:data:`_HELD`), unless another start's claim is there: then it ran elsewhere, and has ended."""
         key = Key("host-conversation", _bound(session.id, caller.id))
         if self._holder(key, caller) is None and key not in self.ended:
-            held = await session.data.get(_HELD, self.instance)  # which start runs it: the replicas' store
+            # which start runs it: the replicas' store
+            held = await session.data.get(_HELD, self.instance)
             if held != self.instance:
                 raise self.gone(key, EndReason.ELSEWHERE)
             await session.data.set(_HELD, self.instance)
@@ -389,7 +394,8 @@ class Children(Table):
         caller = Caller(caller_of(scope, claims.extra.get(PRINCIPAL_CLAIM)), known_as(scope))
         raw = transport_of(scope)
         try:
-            if raw is not None and self.mode == "per-conversation":  # one conversation, one process
+            # one conversation, one process
+            if raw is not None and self.mode == "per-conversation":
                 found = await self.ready(self._transported(raw, caller, counted=True))
                 self.moved[claims.session_id] = found.key
                 found.holds_sessions = True
@@ -463,7 +469,8 @@ class Children(Table):
         state = (ctx.params or {}).get("requestState")
         conversation = await self.conversation_for(scope, ctx.method, state)
         try:
-            if conversation.pooled:  # each request names its conversation
+            # each request names its conversation
+            if conversation.pooled:
                 return await conversation.relay(ctx, await self.named(scope, conversation.owner))
             # its process has the --process-env values it started with: this request's?
             self.process_env.check(conversation.credentials)
@@ -500,7 +507,8 @@ class Children(Table):
                 listed = await shared.child.link.send_raw_request("tools/list", {})
             tools = types.ListToolsResult.model_validate(listed).tools
             return {tool.name: tool.input_schema for tool in tools}
-        except (TimeoutError, MCPError, ValidationError):  # a process's list the SDK's types do not take: none
+        except (TimeoutError, MCPError, ValidationError):
+            # A process's list the SDK's types do not take: none.
             return {}
 
     async def end(self, conversation: str, principal: Owner) -> bool:

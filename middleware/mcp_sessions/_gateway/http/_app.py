@@ -2,26 +2,25 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Final
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Scope
 
-from .._config import SessionsConfig
-from .._middleware import MCPSessionMiddleware
-from .._session import RateLimit, authenticated_user
-from .._wire import jsonrpc
-from ..sources import HostConversationSource, SourceContext
-from ._front import GatewayFront, HostCheck, RoutedPaths, trusted_proxies
+from ..._config import SessionsConfig
+from ..._middleware import MCPSessionMiddleware
+from ..._session import RateLimit, authenticated_user
+from ..._wire import jsonrpc
+from ...sources import HostConversationSource, SourceContext
+from .._front import GatewayFront, HostCheck, RoutedPaths, trusted_proxies
 from ._replicas import Replicas
 
 if TYPE_CHECKING:
-    from .._session import Session
-    from ..sources import CallView, RequestView
-    from ._auth import GatewayAuth
-    from ._exchange import UpstreamToken
+    from ..._session import Session
+    from ...sources import CallView, RequestView
+    from ..auth._exchange import UpstreamToken
+    from ..auth._users import GatewayAuth
 
 DEFAULT_KEEPALIVE: Final = 15.0
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
@@ -73,7 +72,7 @@ def gateway_app(
         if not value > 0:
             raise ValueError(f"{name} must be a positive number of seconds")
     # httpx: the gateway's extra, imported when a gateway is built.
-    from ._exchange import UpstreamToken
+    from ..auth._exchange import UpstreamToken
     from ._proxy import UpstreamProxy
 
     trusted = trusted_proxies(forwarded_allow_ips)
@@ -99,24 +98,22 @@ def gateway_app(
 
 
 def _at_gateway(config: SessionsConfig, replicas: Replicas, auth: GatewayAuth | None) -> SessionsConfig:
-    """The session configuration in front of ``replicas``: a copy of ``config``, changed for a proxy."""
-    at_gateway = copy.copy(config)
-    # The proxy is the transport: no endpoint to look for inside it.
-    at_gateway.placement = False
-    # No session member reaches the upstream; a probe ends with its client.
-    at_gateway.fronts_upstream = True
-    at_gateway.sources = (*config.sources, RoutedConversations)
-    # Nothing signs a user in in front of the proxy.
-    if auth is None and config.principal is authenticated_user:
-        at_gateway.principal = credential_principal
-    # A made-up credential is a principal the upstream may accept.
-    limit = config.create_limit
-    if limit is not None:
-        at_gateway.create_limit = RateLimit(limit.count, limit.seconds, per_address=True)
-    # As upstreams route them.
-    paths = (replicas.path,) if config.paths is None else config.paths
-    at_gateway.paths = RoutedPaths(paths)
-    return at_gateway
+    """The session configuration in front of ``replicas``: ``config``, as a proxy needs it."""
+    principal, limit = config.principal, config.create_limit
+    # Nothing signs a user in in front of the proxy: a made-up credential is a principal the upstream may accept.
+    if auth is None and principal is authenticated_user:
+        principal = credential_principal
+    return config._replace(
+        # The proxy is the transport: no endpoint to look for inside it.
+        placement=False,
+        # No session member reaches the upstream; a probe ends with its client.
+        fronts_upstream=True,
+        sources=(*config.sources, RoutedConversations),
+        principal=principal,
+        create_limit=None if limit is None else RateLimit(limit.count, limit.seconds, per_address=True),
+        # As upstreams route them.
+        paths=RoutedPaths((replicas.path,) if config.paths is None else config.paths),
+    )
 
 
 def credential_principal(scope: Scope) -> str | None:

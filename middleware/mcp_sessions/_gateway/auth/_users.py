@@ -54,17 +54,17 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .._bounded import BoundedDict
-from .._wire import printable
-from ..sources import HostConversationSource
+from ..._bounded import BoundedDict
+from ..._wire import printable
+from ...sources import HostConversationSource
+from .._front import PEER, Peer
+from ..sealed._sandbox import loads_code
 from ._exchange import ExchangeRefused, Target, TokenExchange, subject_token
 from ._expiry import until_expiry
-from ._front import PEER, Peer
-from ._sandbox import loads_code
 
 if TYPE_CHECKING:
-    from .._session import Session
-    from ..sources import CallView, RequestView
+    from ..._session import Session
+    from ...sources import CallView, RequestView
 
 JWKS_TIMEOUT: Final = 5.0
 """The longest wait for the JWKS, per fetch."""

@@ -55,14 +55,15 @@ from opentelemetry.baggage import clear as no_baggage
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import Message, Receive, Scope, Send
 
-from .._pipeline import Rejection, error_answer, unavailable
-from .._session import SCOPE_KEY, Session, current_conversation
-from .._tokens import is_session_token
-from .._wire import jsonrpc
-from .._wire.protocol import INVALID_REQUEST, MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
-from ..profiles import Era
-from ._exchange import ExchangeRefused, UpstreamToken
-from ._front import PEER, HostCheck, Peer, raw_path_of
+from ..._pipeline import Rejection, error_answer, unavailable
+from ..._session import SCOPE_KEY, Session, current_conversation
+from ..._tokens import is_session_token
+from ..._wire import jsonrpc
+from ..._wire.protocol import INVALID_REQUEST, MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
+from ..._wire.sse import between_events
+from ...profiles import Era
+from .._front import PEER, HostCheck, Peer, raw_path_of
+from ..auth._exchange import ExchangeRefused, UpstreamToken
 from ._replicas import Replica, Replicas
 
 try:
@@ -89,7 +90,6 @@ _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 _CONVERSATION_MEMBER: Final = "gen_ai.conversation.id"
 # A baggage value's octets (W3C baggage): anything else, and "%", percent-encoded.
 _BAGGAGE_SAFE: Final = "!#$&'()*+-./:<=>?@[]^_`{|}~"
-_LINE_ENDS: Final = (b"\n", b"\r")
 _MAX_ID_BODY: Final = 64 * 1024
 # The ``mcp`` SDK's answer for a transport session it does not hold (404): the client opens a new one.
 _LOST_SESSION: Final = error_answer(404, INVALID_REQUEST, "Session not found", "transport_session_lost")
@@ -495,20 +495,6 @@ async def _read(chunks: AsyncIterator[bytes], ahead: MemoryObjectSendStream[byte
         except httpx.HTTPError as exc:
             # Kept for the relay to raise: a task group would wrap it in an ExceptionGroup.
             failed.append(exc)
-
-
-def between_events(tail: bytes) -> bool:
-    """Whether a stream that ends with ``tail`` ends between two events: two line ends in a row.
-
-    A CR LF is one line end; a CR at the very end may be the first half of one, and is still a line end.
-    """
-    if tail.endswith(b"\r\n"):
-        rest = tail[:-2]
-    elif tail.endswith(_LINE_ENDS):
-        rest = tail[:-1]
-    else:
-        return False
-    return rest.endswith(_LINE_ENDS)
 
 
 def _request_id(body: Body) -> str | int | None:

@@ -37,9 +37,9 @@ import anyio
 import jwt
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._bounded import BoundedDict
-from .._pipeline import Rejection, error_answer, unavailable
-from .._wire.protocol import INVALID_REQUEST
+from ..._bounded import BoundedDict
+from ..._pipeline import Rejection, error_answer, unavailable
+from ..._wire.protocol import INVALID_REQUEST
 
 try:
     import httpx

@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 from urllib.parse import urlsplit
 
-from .._tokens import KeySet, derived_key
+from ..._tokens import KeySet, derived_key
 
 logger = logging.getLogger("mcp_sessions.gateway")
 

@@ -30,10 +30,10 @@ from typing import Final
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._asgi import header, sse_event
-from .._wire import jsonrpc
-from .._wire.protocol import MCP_METHOD_HEADER
-from ._proxy import between_events
+from ..._asgi import header, sse_event
+from ..._wire import jsonrpc
+from ..._wire.protocol import MCP_METHOD_HEADER
+from ..._wire.sse import between_events
 
 AUTHORIZATION_ENDED: Final = -32028
 """The SEP's ``AuthorizationEnded`` error code (provisional there)."""
