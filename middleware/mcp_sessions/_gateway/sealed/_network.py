@@ -37,7 +37,7 @@ from typing import Any, Final
 
 import anyio
 
-from ._kernel import above, locked, running_uids
+from ._kernel import above, first_words, locked, running_uids
 
 NETWORKS: Final = ("host", "none", "egress")
 TABLE_PREFIX: Final = "mcp_sessions_"
@@ -92,6 +92,7 @@ _PASTA: Final = (
 # What pasta needs, as the process's uid, to join the namespace and make its interface there; it drops them at once.
 _PASTA_CAPS: Final = "+sys_admin,+net_admin"
 TUN: Final = "/dev/net/tun"
+_SAID: Final = 4096  # what of pasta's stderr is kept: its first words, why it did not start
 logger = logging.getLogger("mcp_sessions.gateway")
 LOOPBACK: Final = tuple(ipaddress.ip_network(net) for net in ("127.0.0.0/8", "::1/128", "::ffff:127.0.0.0/104"))
 
@@ -500,7 +501,7 @@ class Link:
     async def _start(self, namespace: int) -> None:
         """pasta, as the process's uid, on ``namespace``; once it writes its pid, its interface is made."""
         ready, written = _pipe()
-        errors = above(os.memfd_create("pasta"))
+        errors = first_words(_SAID)
         try:
             try:
                 os.fchown(written, self.uid, self.gid)  # pasta, as the process's uid, opens it by name
@@ -519,7 +520,7 @@ class Link:
             finally:
                 os.close(written)
             if not await anyio.to_thread.run_sync(os.read, ready, 64, abandon_on_cancel=True):  # it ended
-                said = os.pread(errors, 4096, 0).decode(errors="replace").strip()
+                said = os.pread(errors, _SAID, 0).rstrip(b"\0").decode(errors="replace").strip()
                 last = said.splitlines()[-1] if said else "no word"
                 raise NetworkError(f"--process-network egress: pasta did not connect the process: {last[:200]!r}")
         finally:
@@ -566,14 +567,15 @@ def linkable() -> None:
 
 def _made(descriptor: int) -> dict[str, Any]:
     """What the namespace's first helper says as it is made: a JSON object (bubblewrap's ``--info-fd``, written in
-    parts), read until whole, 4 kB at most; ``ValueError`` if it ends before, ``descriptor`` then closed."""
+    parts), read until whole, 4 kB at most; ``ValueError`` if it ends (or fails) before, ``descriptor`` then closed."""
     said = b""
-    while len(said) < 4096 and (chunk := os.read(descriptor, 4096 - len(said))):
-        said += chunk
-        with suppress(ValueError):
-            made = json.loads(said)
-            if isinstance(made, dict):
-                return made
+    with suppress(OSError):
+        while len(said) < 4096 and (chunk := os.read(descriptor, 4096 - len(said))):
+            said += chunk
+            with suppress(ValueError):
+                made = json.loads(said)
+                if isinstance(made, dict):
+                    return made
     os.close(descriptor)
     raise ValueError("not made")
 
