@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pytest
@@ -32,6 +33,28 @@ def receiver() -> Iterator[tuple[Receiver, str]]:
     receiver = Receiver()
     with serve(receiver.app) as base:
         yield receiver, f"{base}/v1/traces"
+
+
+@pytest.fixture
+def logged() -> Iterator[list[str]]:
+    """The log lines of the gateways in this process (``mcp_sessions.gateway``'s) while the test runs."""
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    handler, logger = Collect(), logging.getLogger("mcp_sessions.gateway")
+    logger.addHandler(handler)
+    level, disabled = logger.level, logger.disabled
+    logger.setLevel(logging.INFO)
+    logger.disabled = False  # a uvicorn started by another test may have disabled the loggers it did not configure
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.disabled = disabled
 
 
 @pytest.fixture(scope="module", params=["json", "sse"])

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import shlex
 import signal
@@ -80,28 +79,6 @@ def sdk_url() -> Iterator[str]:
 @pytest.fixture(params=["auto", "legacy"])
 def mode(request: pytest.FixtureRequest) -> str:
     return str(request.param)
-
-
-@pytest.fixture
-def logged() -> Iterator[list[str]]:
-    """The gateway's log lines while the test runs."""
-    lines: list[str] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            lines.append(record.getMessage())
-
-    handler, logger = Collect(), logging.getLogger("mcp_sessions.gateway")
-    logger.addHandler(handler)
-    level, disabled = logger.level, logger.disabled
-    logger.setLevel(logging.INFO)
-    logger.disabled = False  # a uvicorn started by another test may have disabled the loggers it did not configure
-    try:
-        yield lines
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-        logger.disabled = disabled
 
 
 async def whoami(client: Client, session: dict[str, Any] | None = None) -> dict[str, Any]:
