@@ -275,9 +275,29 @@ class Poster(Protocol):
 
 
 class _Client:
-    """What both clients below do the same way, each by its own ``request``: a tool call, and a new session."""
+    """What both clients below do the same way, each in its own wire (its ``body`` and ``headers_for``): a request
+    to one MCP endpoint, over a real connection or in process through a TestClient; a tool call, and a new session."""
 
-    request: Callable[..., tuple[httpx.Response, dict[str, Any]]]
+    body: Callable[..., dict[str, Any]]
+    headers_for: Callable[..., dict[str, str]]
+
+    def __init__(self, http: Poster, base_url: str, path: str = MCP_PATH) -> None:
+        self.http = cast("httpx.Client", http)  # a TestClient posts alike, answering with httpx2's Response
+        self.url = base_url + path
+
+    def request(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        session: Any = None,
+        meta: Mapping[str, Any] | None = None,
+        id: Any = 1,
+        **extra_headers: str,
+    ) -> tuple[httpx.Response, dict[str, Any]]:
+        body = self.body(method, params, id=id, session=session, meta=meta)
+        response = self.http.post(self.url, json=body, headers=self.headers_for(body, **extra_headers))
+        return response, answer(response)
 
     def call_tool(
         self, name: str, arguments: Mapping[str, Any] | None = None, *, session: Any = None, **kwargs: Any
@@ -294,37 +314,23 @@ class _Client:
 
 
 class ModernClient(_Client):
-    """Sends 2026-07-28 requests to one MCP endpoint: over a real connection, or in process through a TestClient."""
+    """Sends 2026-07-28 requests."""
 
-    def __init__(self, http: Poster, base_url: str, path: str = MCP_PATH) -> None:
-        self.http = cast("httpx.Client", http)  # a TestClient posts alike, answering with httpx2's Response
-        self.url = base_url + path
+    body = staticmethod(modern_request)
+    headers_for = staticmethod(modern_headers)
 
     def post(self, body: Any, headers: Mapping[str, str] | None = None) -> httpx.Response:
         sent = modern_headers(body) if headers is None else dict(headers)
         return self.http.post(self.url, json=body, headers=sent)
 
-    def request(
-        self,
-        method: str,
-        params: Mapping[str, Any] | None = None,
-        *,
-        session: Any = None,
-        meta: Mapping[str, Any] | None = None,
-        id: Any = 1,
-        **extra_headers: str,
-    ) -> tuple[httpx.Response, dict[str, Any]]:
-        body = modern_request(method, params, id=id, session=session, meta=meta)
-        response = self.post(body, modern_headers(body, **extra_headers))
-        return response, answer(response)
-
 
 class LegacyClient(_Client):
     """Speaks the 2025-11-25 handshake wire; keeps the transport's ``mcp-session-id`` in stateful mode."""
 
+    body = staticmethod(legacy_request)
+
     def __init__(self, http: Poster, base_url: str, path: str = MCP_PATH, version: str = LEGACY) -> None:
-        self.http = cast("httpx.Client", http)  # a TestClient posts alike, answering with httpx2's Response
-        self.url = base_url + path
+        super().__init__(http, base_url, path)
         self.version = version
         self.transport_session_id: str | None = None
         self.initialize_result: dict[str, Any] | None = None
@@ -335,6 +341,9 @@ class LegacyClient(_Client):
             headers["Mcp-Session-Id"] = self.transport_session_id
         headers.update({key.replace("_", "-"): value for key, value in extra.items()})
         return headers
+
+    def headers_for(self, body: Any, **extra: str) -> dict[str, str]:
+        return self.headers(**extra)
 
     def initialize(self) -> dict[str, Any]:
         body = legacy_request(
@@ -356,19 +365,6 @@ class LegacyClient(_Client):
 
     def post(self, body: Any, **extra_headers: str) -> httpx.Response:
         return self.http.post(self.url, json=body, headers=self.headers(**extra_headers))
-
-    def request(
-        self,
-        method: str,
-        params: Mapping[str, Any] | None = None,
-        *,
-        session: Any = None,
-        meta: Mapping[str, Any] | None = None,
-        id: Any = 1,
-        **extra_headers: str,
-    ) -> tuple[httpx.Response, dict[str, Any]]:
-        response = self.post(legacy_request(method, params, id=id, session=session, meta=meta), **extra_headers)
-        return response, answer(response)
 
 
 class RecordingApp:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pytest
@@ -32,6 +33,23 @@ def receiver() -> Iterator[tuple[Receiver, str]]:
     receiver = Receiver()
     with serve(receiver.app) as base:
         yield receiver, f"{base}/v1/traces"
+
+
+@pytest.fixture
+def logged(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The log lines of the gateways in this process (``mcp_sessions.gateway``'s) while the test runs."""
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    handler, logger = Collect(), logging.getLogger("mcp_sessions.gateway")
+    monkeypatch.setattr(logger, "disabled", False)  # a uvicorn of another test may have disabled it
+    caplog.set_level(logging.INFO, logger.name)  # its level, as it was, once the test ends
+    logger.addHandler(handler)
+    yield lines  # what follows runs whatever the test's outcome
+    logger.removeHandler(handler)
 
 
 @pytest.fixture(scope="module", params=["json", "sse"])

@@ -38,7 +38,7 @@ from _redis import end_process, free_port
 from _waits import WITHIN, until, until_awaited
 from e2e._gateway import MAIN, PYTHONPATH, SECRET, Process
 from e2e._issuer import ISSUER, jwks, signed
-from e2e._stdio import COUNT, SDK_SERVER, SERVER, SERVER_PATH, gone, own_children, stdio_gateway, text_of
+from e2e._stdio import COUNT, SERVER, SERVER_PATH, gone, own_children, stdio_gateway, text_of
 from mcp_sessions._cli import main
 from mcp_sessions._gateway.auth._users import GatewayAuth
 
@@ -276,7 +276,7 @@ async def test_what_the_remote_asks_and_says_reaches_the_host(tmp_path: Path, mo
             heard.set()
 
     asked: dict[str, Any] = {"sampling_callback": sampling, "elicitation_callback": elicitation}
-    with stdio_gateway(SDK_SERVER) as url:
+    with stdio_gateway() as url:
         host = Host(url, tmp_path)
         async with host.shim(
             f"conv-asks-{mode}", mode, list_roots_callback=roots, logging_callback=logged, **asked

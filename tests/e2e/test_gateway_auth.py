@@ -55,7 +55,7 @@ from _mcp import (
 from _redis import RedisServer, free_port, listens
 from _uids import uids
 from _waits import WITHIN, until, until_awaited
-from conftest import asgi_client, serve
+from conftest import asgi_client, in_process, serve
 from e2e._gateway import (
     INSPECTOR_CLI,
     JSON_SSE,
@@ -406,18 +406,19 @@ def test_the_principal_header_counts_from_a_trusted_proxy_alone() -> None:
 
 
 def test_in_front_of_an_upstream_the_token_is_checked_and_not_forwarded() -> None:
+    """In process, as the command builds it (``--upstream`` and ``--auth-*``), in front of a real upstream."""
     upstream = upstream_server("behind").streamable_http_app(stateless_http=True, json_response=True)
-    with (
-        jwks() as keys,
-        serve(upstream) as base,
-        gateway("--upstream", base + "/mcp", *verifying(keys)) as front,
-    ):
-        body = modern_request("tools/call", {"name": "seen", "arguments": {}})
-        assert httpx.post(front.url(), json=body, headers=modern_headers(body)).status_code == 401
-        bearer = f"Bearer {for_gateway(front)}"
-        answer = httpx.post(front.url(), json=body, headers={**modern_headers(body), "Authorization": bearer})
-        seen = json.loads(result_of(answer, body["id"])["result"]["content"][0]["text"])
-        assert "authorization" not in seen["headers"]  # issued for the gateway: no passthrough (_exchange)
+    audience = "http://127.0.0.1:8000/mcp"  # in_process's own URL
+    with jwks() as keys, serve(upstream) as base:
+        auth = GatewayAuth(jwks_url=keys, issuer=ISSUER, audience=audience)
+        app = gateway_app([base + "/mcp"], config=SessionsConfig(secret=SECRET), auth=auth)
+        with in_process(app) as front:
+            body = modern_request("tools/call", {"name": "seen", "arguments": {}})
+            assert front.post("/mcp", json=body, headers=modern_headers(body)).status_code == 401
+            bearer = f"Bearer {token(aud=audience)}"
+            answer = front.post("/mcp", json=body, headers={**modern_headers(body), "Authorization": bearer})
+    seen = json.loads(result_of(answer, body["id"])["result"]["content"][0]["text"])
+    assert "authorization" not in seen["headers"]  # issued for the gateway: no passthrough (_exchange)
 
 
 async def listened(url: str, bearer: str, *extensions: ClientExtension) -> BaseException | None:

@@ -4,7 +4,8 @@ The upstream is a raw asyncio HTTP/1.1 server (``_hostile.raw_server``), in a th
 answers as a stranger might: a ``Location`` whose path reads as another host, a body without end, a 64 MiB
 JSON answer, an event whose line never ends, a probe answered by an event stream that never carries the
 answer. It says what it saw: each request it got (by its ``X-Tag`` header), and each connection the gateway
-closed under it (a write that failed, or the end of what it reads). The gateway is the real command.
+closed under it (a write that failed, or the end of what it reads). The gateway is the real command where its memory
+or its SIGTERM is the point, else in process (the probe's).
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ import pytest
 
 from _mcp import messages, modern_headers, modern_request, session_meta
 from _waits import WITHIN, until
+from conftest import SECRET, serve
 from e2e._gateway import Process, created, gateway_process, rss_kib
 from e2e._hostile import Request, raw_server
+from mcp_sessions import SessionsConfig, gateway_app
 
 MIB = 1024 * 1024
 MAX_RESPONSE_SIZE = 8 * MIB  # the documented default
@@ -192,9 +195,9 @@ def test_a_location_on_the_upstreams_origin_becomes_a_path_on_the_gateways(
 # -- a client that goes away ------------------------------------------------------------------------------------
 
 
-def raw_request(process: Process, tag: str, method: str, path: str, body: dict[str, Any] | None = None) -> bytes:
+def raw_request(port: int, tag: str, method: str, path: str, body: dict[str, Any] | None = None) -> bytes:
     """The request's bytes, as a client sends them (a raw socket can leave at any moment)."""
-    fields = {"Host": f"127.0.0.1:{process.port}", "X-Tag": tag}
+    fields = {"Host": f"127.0.0.1:{port}", "X-Tag": tag}
     content = b""
     if body is not None:
         content = json.dumps(body).encode()
@@ -229,7 +232,7 @@ def test_a_client_that_goes_away_closes_the_upstream_connection(
     tag = f"gone-{kind}"
     body = None if tool is None else tool_call(tool, session if in_session else None)
     with socket.create_connection(("127.0.0.1", front.port), timeout=WITHIN) as client:
-        client.sendall(raw_request(front, tag, method, path, body))
+        client.sendall(raw_request(front.port, tag, method, path, body))
         until(upstream.opened[tag].is_set, "the upstream's answer")
     until(upstream.closed[tag].is_set, f"the upstream seeing the client go ({kind})")
     print(f"{kind}: the upstream sent {upstream.sent[tag] / MIB:.2f} MiB before the gateway closed its connection")
@@ -281,12 +284,19 @@ def test_an_answer_past_the_bound_is_refused_and_its_upstream_connection_closed(
 # -- the probe --------------------------------------------------------------------------------------------------
 
 
+def silent(upstream: HostileUpstream, probe_timeout: str) -> contextlib.AbstractContextManager[str]:
+    """The gateway in process, on a real uvicorn (its client's socket matters), in front of the upstream whose probe
+    is never answered, with ``MCP_SESSIONS_PROBE_TIMEOUT`` as the command reads it: its base URL."""
+    environ = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_PROBE_TIMEOUT": probe_timeout}
+    return serve(gateway_app([upstream.origin + "/silent/mcp"], config=SessionsConfig.from_env(environ=environ)))
+
+
 def test_a_probe_never_answered_ends_at_its_deadline_and_closes_its_upstream_stream(
     upstream: HostileUpstream, http: httpx.Client
 ) -> None:
-    with gateway_process([upstream.origin + "/silent/mcp"], environ={"MCP_SESSIONS_PROBE_TIMEOUT": "1"}) as process:
+    with silent(upstream, "1") as base:
         body = modern_request("sessions/create", id=3)
-        response = http.post(process.url("/silent/mcp"), json=body, headers={**modern_headers(body), "X-Tag": "late"})
+        response = http.post(base + "/silent/mcp", json=body, headers={**modern_headers(body), "X-Tag": "late"})
         assert response.status_code == 504 and response.headers["retry-after"] == "1"
         error = {"code": -32014, "message": "The server did not answer in time"}
         assert response.json() == {"jsonrpc": "2.0", "id": 3, "error": error}
@@ -294,9 +304,9 @@ def test_a_probe_never_answered_ends_at_its_deadline_and_closes_its_upstream_str
 
 
 def test_a_client_that_leaves_while_the_probe_waits_ends_the_probe(upstream: HostileUpstream) -> None:
-    with gateway_process([upstream.origin + "/silent/mcp"], environ={"MCP_SESSIONS_PROBE_TIMEOUT": "600"}) as process:
-        body = modern_request("sessions/create", id=4)
-        with socket.create_connection(("127.0.0.1", process.port), timeout=WITHIN) as client:
-            client.sendall(raw_request(process, "left", "POST", "/silent/mcp", body))
+    with silent(upstream, "600") as base:
+        body, port = modern_request("sessions/create", id=4), httpx.URL(base).port or 0
+        with socket.create_connection(("127.0.0.1", port), timeout=WITHIN) as client:
+            client.sendall(raw_request(port, "left", "POST", "/silent/mcp", body))
             until(upstream.opened["left"].is_set, "the probe reaching the upstream")
         until(upstream.closed["left"].is_set, "the upstream seeing the probe end with its client")

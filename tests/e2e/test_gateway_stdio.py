@@ -1,15 +1,15 @@
 """``mcp-sessions gateway --stdio``: a stdio server behind the session pipeline, a process per conversation.
 
 The gateway's app (``stdio_gateway_app``) on a real uvicorn in a thread, or the command as its own process where
-signals matter; the server is the tests' own (``_plain_stdio.py``; ``_stdio_server.py``, a real ``MCPServer`` over
-stdio, where it asks its client or reports progress), reached by the ``mcp`` SDK's client in both eras and by raw HTTP.
+signals matter; the server is the tests' own (``_plain_stdio.py``, which asks its client and reports progress as the
+SDK's server does; ``_stdio_server.py``, the SDK's, where what it takes of its client's answers is the point), reached
+by the ``mcp`` SDK's client in both eras and by raw HTTP.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import shlex
 import signal
@@ -71,36 +71,14 @@ def url() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def sdk_url() -> Iterator[str]:
-    """The gateway in front of the ``mcp`` SDK's server: what it asks its client, and its progress."""
-    with gateway(command=SDK_SERVER, max_processes=64) as url:
+    """The gateway in front of the ``mcp`` SDK's server, which checks what its client answers: its URL."""
+    with gateway(command=SDK_SERVER) as url:
         yield url
 
 
 @pytest.fixture(params=["auto", "legacy"])
 def mode(request: pytest.FixtureRequest) -> str:
     return str(request.param)
-
-
-@pytest.fixture
-def logged() -> Iterator[list[str]]:
-    """The gateway's log lines while the test runs."""
-    lines: list[str] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            lines.append(record.getMessage())
-
-    handler, logger = Collect(), logging.getLogger("mcp_sessions.gateway")
-    logger.addHandler(handler)
-    level, disabled = logger.level, logger.disabled
-    logger.setLevel(logging.INFO)
-    logger.disabled = False  # a uvicorn started by another test may have disabled the loggers it did not configure
-    try:
-        yield lines
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-        logger.disabled = disabled
 
 
 async def whoami(client: Client, session: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -305,13 +283,13 @@ async def test_stderr_goes_to_the_log_prefixed_with_the_process_id(url: str, log
 # -- what MCP carries -----------------------------------------------------------------------------
 
 
-async def test_progress_arrives_under_the_clients_own_token(sdk_url: str, mode: str) -> None:
+async def test_progress_arrives_under_the_clients_own_token(url: str, mode: str) -> None:
     reported: list[tuple[float, float | None, str | None]] = []
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         reported.append((progress, total, message))
 
-    async with Client(sdk_url, mode=mode) as client:
+    async with Client(url, mode=mode) as client:
         session = await create_session(client)
         result = await client.call_tool(
             "progress", {"steps": 2}, progress_callback=on_progress, meta=sdk_session_meta(session)
@@ -325,7 +303,8 @@ async def test_sampling_and_elicitation_reach_the_client_and_return_to_the_same_
     sdk_url: str, mode: str
 ) -> None:
     """A 2025 client is asked on the stream of its request; a 2026-07-28 client in an ``input_required`` result,
-    and its retry brings the answer to the same process, whose call goes on."""
+    and its retry brings the answer to the same process, whose call goes on. The ``mcp`` SDK's server, the one most
+    put behind ``--stdio``: it takes the answers it was relayed only in the types and the schema it asked for."""
 
     async def sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
         [message] = params.messages
@@ -347,7 +326,7 @@ async def test_sampling_and_elicitation_reach_the_client_and_return_to_the_same_
     assert text_of(elicited) == "accept: yes to ok?"
 
 
-async def test_the_shared_process_asks_no_client(sdk_url: str, mode: str) -> None:
+async def test_the_shared_process_asks_no_client(url: str, mode: str) -> None:
     """Nothing tells which client's call made the shared process ask (``sessionless="shared"``): no client is asked,
     and the process is told so (another client must never see the question, nor answer it). A client with no
     session is asked by its own process: a 2025 client's transport session's, a 2026-07-28 request's own."""
@@ -357,12 +336,12 @@ async def test_the_shared_process_asks_no_client(sdk_url: str, mode: str) -> Non
         asked.append(params)
         return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="x"), model="m")
 
-    async with Client(sdk_url, mode=mode, sampling_callback=sampling) as client:
+    async with Client(url, mode=mode, sampling_callback=sampling) as client:
         assert text_of(await client.call_tool("sample", {"prompt": "mine"})) == "x"
     if mode == "legacy":
         return
     asked.clear()
-    with gateway(command=SDK_SERVER, sessionless="shared") as shared:
+    with gateway(sessionless="shared") as shared:
         async with Client(shared, mode=mode, sampling_callback=sampling) as client:
             with pytest.raises(MCPError) as refused:
                 await client.call_tool("sample", {"prompt": "private"})  # no session: the shared process
@@ -372,7 +351,7 @@ async def test_the_shared_process_asks_no_client(sdk_url: str, mode: str) -> Non
 
 
 async def test_a_retry_that_brings_input_too_late_is_answered_at_once(
-    sdk_url: str, monkeypatch: pytest.MonkeyPatch
+    url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A 2026-07-28 call that waited for the client's input longer than the gateway keeps it is abandoned; the
     retry that comes after gets an error, never a hang."""
@@ -381,7 +360,7 @@ async def test_a_retry_that_brings_input_too_late_is_answered_at_once(
     async def elicitation(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         return types.ElicitResult(action="accept", content={"answer": "yes"})
 
-    async with Client(sdk_url, mode="auto", elicitation_callback=elicitation) as client:
+    async with Client(url, mode="auto", elicitation_callback=elicitation) as client:
         session = await create_session(client)
         with anyio.fail_after(WITHIN), pytest.raises(MCPError) as late:
             await client.call_tool("elicit", {"question": "ok?"}, meta=sdk_session_meta(session))
@@ -389,21 +368,21 @@ async def test_a_retry_that_brings_input_too_late_is_answered_at_once(
     assert "abandoned" in late.value.message
 
 
-async def test_roots_list_reaches_the_client_in_both_eras(sdk_url: str, mode: str) -> None:
+async def test_roots_list_reaches_the_client_in_both_eras(url: str, mode: str) -> None:
     async def list_roots(context: Any) -> types.ListRootsResult:
         return types.ListRootsResult.model_validate({"roots": [{"uri": "file:///work/a"}, {"uri": "file:///work/b"}]})
 
-    async with Client(sdk_url, mode=mode, list_roots_callback=list_roots) as client:
+    async with Client(url, mode=mode, list_roots_callback=list_roots) as client:
         session = await create_session(client)
         listed = await client.call_tool("roots", {}, meta=sdk_session_meta(session))
-    async with Client(sdk_url, mode=mode) as client:  # it declares no roots: the gateway answers for it, none
+    async with Client(url, mode=mode) as client:  # it declares no roots: the gateway answers for it, none
         unlisted = await client.call_tool("roots", {})
 
     assert text_of(listed) == "file:///work/a file:///work/b"
     assert not unlisted.is_error and [content.text for content in unlisted.content] in ([], [""])  # type: ignore[union-attr]
 
 
-async def test_a_notification_tied_to_no_request_reaches_that_conversations_get_stream_only(sdk_url: str) -> None:
+async def test_a_notification_tied_to_no_request_reaches_that_conversations_get_stream_only(url: str) -> None:
     """Two 2025 clients, each with its conversation: what one conversation's process announces after its request
     was answered reaches the GET stream of that client, and not the other's."""
     heard: dict[str, list[str]] = {"a": [], "b": []}
@@ -416,7 +395,7 @@ async def test_a_notification_tied_to_no_request_reaches_that_conversations_get_
         async def on_log(params: types.LoggingMessageNotificationParams) -> None:
             heard[name].append(str(params.data))
 
-        return Client(sdk_url, mode="legacy", message_handler=on_message, logging_callback=on_log)
+        return Client(url, mode="legacy", message_handler=on_message, logging_callback=on_log)
 
     async with client("a") as first, client("b") as second:
         mine, theirs = await create_session(first), await create_session(second)
@@ -431,10 +410,10 @@ async def test_a_notification_tied_to_no_request_reaches_that_conversations_get_
     assert heard["b"] == []
 
 
-async def test_a_notification_tied_to_no_request_reaches_that_conversations_listen_stream_only(sdk_url: str) -> None:
+async def test_a_notification_tied_to_no_request_reaches_that_conversations_listen_stream_only(url: str) -> None:
     """Two 2026-07-28 conversations, each with a ``subscriptions/listen`` stream, and one without a session: what a
     conversation's process announces after its request was answered reaches that conversation's stream only."""
-    base = sdk_url.removesuffix(MCP_PATH)
+    base = url.removesuffix(MCP_PATH)
     changed = "notifications/tools/list_changed"
     async with listening() as c:
         mine, theirs = await c.create(base), await c.create(base)

@@ -29,7 +29,7 @@ from mcp_types import RequestParamsMeta
 from _mcp import create_session, legacy_request, modern_headers, modern_request, sdk_session_meta
 from _waits import WITHIN, until
 from e2e._gateway import created, gateway_process, legacy_initialize, result_of, run_node
-from e2e._stdio import ENVIRON, SDK_SERVER, SERVER, SERVER_PATH, filesystem, gone, own_children, stdio_gateway, text_of
+from e2e._stdio import ENVIRON, SERVER, SERVER_PATH, filesystem, gone, own_children, stdio_gateway, text_of
 from mcp_sessions.profiles import SESSION_META_KEY
 
 pytestmark = pytest.mark.anyio
@@ -201,23 +201,19 @@ def elicit(
 
 def test_a_request_that_names_nothing_gets_a_process_no_other_request_used(tmp_path: Path) -> None:
     """``sessionless="per-request"``: each such request its own process (taken from those started ahead); one that
-    asks its client (the ``mcp`` SDK's server) is answered ``input_required``, and its retry reaches the same process,
-    once, with the gateway's own ``requestState``: a replayed, forged, or another conversation's state is refused."""
-    with (
-        gateway(tmp_path, sessionless="per-request") as url,
-        gateway(tmp_path, SDK_SERVER, sessionless="per-request") as asking,
-        httpx.Client(timeout=30) as http,
-    ):
+    asks its client is answered ``input_required``, and its retry reaches the same process, once, with the gateway's
+    own ``requestState``: a replayed, forged, or another conversation's state is refused."""
+    with gateway(tmp_path, sessionless="per-request") as url, httpx.Client(timeout=30) as http:
         seen = [json.loads(call(http, url, "whoami", {}, {})["content"][0]["text"]) for _ in range(4)]
         counts = [call(http, url, "count", {}, {})["content"][0]["text"] for _ in range(2)]
-        asked = elicit(http, asking, {})
+        asked = elicit(http, url, {})
         [key] = asked["inputRequests"]
-        host = elicit(http, asking, {"vscode.conversationId": "chat-elicit"})
-        crossed = elicit(http, asking, {"vscode.conversationId": "chat-elicit"}, asked["requestState"], key)
-        forged = elicit(http, asking, {}, "forged-state", key)
-        other_way = elicit(http, asking, {}, host["requestState"], key)
-        answered = elicit(http, asking, {}, asked["requestState"], key)
-        replayed = elicit(http, asking, {}, asked["requestState"], key)
+        host = elicit(http, url, {"vscode.conversationId": "chat-elicit"})
+        crossed = elicit(http, url, {"vscode.conversationId": "chat-elicit"}, asked["requestState"], key)
+        forged = elicit(http, url, {}, "forged-state", key)
+        other_way = elicit(http, url, {}, host["requestState"], key)
+        answered = elicit(http, url, {}, asked["requestState"], key)
+        replayed = elicit(http, url, {}, asked["requestState"], key)
 
     assert len({found["pid"] for found in seen}) == len({found["session"] for found in seen} - {None}) == 4
     assert counts == ["1", "1"]
@@ -228,18 +224,18 @@ def test_a_request_that_names_nothing_gets_a_process_no_other_request_used(tmp_p
 
 
 @pytest.fixture(scope="module")
-def sdk_url() -> Iterator[str]:
-    """The gateway in front of the ``mcp`` SDK's server, which asks its client: its URL, for the module."""
-    with stdio_gateway(SDK_SERVER) as url:
+def asking_url() -> Iterator[str]:
+    """The gateway in front of the tests' server, which asks its client: its URL, for the module."""
+    with stdio_gateway() as url:
         yield url
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_elicitation_reaches_a_stock_client_with_no_session_in_both_eras(sdk_url: str, mode: str) -> None:
+async def test_elicitation_reaches_a_stock_client_with_no_session_in_both_eras(asking_url: str, mode: str) -> None:
     async def elicitation(context: Any, params: Any) -> Any:
         return types.ElicitResult(action="accept", content={"answer": "yes"})
 
-    async with Client(sdk_url, mode=mode, elicitation_callback=elicitation) as client:
+    async with Client(asking_url, mode=mode, elicitation_callback=elicitation) as client:
         assert text_of(await client.call_tool("elicit", {"question": "?"})) == "accept: yes"
 
 

@@ -36,6 +36,8 @@ from conftest import SECRET
 from e2e._gateway import CACHE, Process, installed, node, readable_by_every_uid, readable_directory, rss_kib
 from e2e._issuer import jwks as served_jwks
 from e2e._sealed import PRIVATE, SECRETS, UIDS, call, client, gateway, hostile, needs, of_uid, running, team, text
+from e2e._stdio import stdio_gateway
+from mcp_sessions._gateway.sealed._sandbox import Sandbox
 
 AUTH = (
     "--auth-jwks",
@@ -273,10 +275,11 @@ def test_a_contained_process_writes_only_its_own_bounded_directories_and_sees_no
 def test_a_server_that_closes_its_stdout_is_ended_and_its_call_answered_at_once(server: str, containment: str) -> None:
     """Its stdout closed, a server is ended as a crash and the call in flight gets -32603 at once: under bubblewrap
     too, whose own two processes held the pipe's write end, and under unshare, whose waiting parent did, so that the
-    call was never answered."""
+    call was never answered. The gateway in process: its command is not the point."""
     needs(*([containment] if containment != "none" else []))
-    with gateway(server, "--process-containment", containment) as process:
-        mcp = client(process)
+    contained = Sandbox(containment)  # type: ignore[arg-type]  # one of the three
+    with stdio_gateway(server.split(), process_options=contained) as url, httpx.Client(timeout=30) as http:
+        mcp = ModernClient(http, url, path="")
         answer = call(mcp, "hangup", mcp.create_session())
         assert answer["error"]["code"] == -32603, answer
 

@@ -1,8 +1,8 @@
 """``mcp-sessions gateway --stdio``'s processes live as MCP 2026-07-28 says (docs/gateway.md, "Process lifetimes"):
 a server that speaks 2026-07-28 gets one process for every conversation of a caller, each request naming its own;
-a server that speaks only the 2025-11-25 handshake keeps a process per conversation. Through a real gateway process, its
-defaults, in front of a real server of each era (the ``mcp`` 2.3 SDK's ``MCPServer``, an ``mcp`` 1.x ``FastMCP``); and
-a server that ends when it is asked which it speaks, which does not start.
+a server that speaks only the 2025-11-25 handshake keeps a process per conversation. Through the gateway with its
+defaults, in process, in front of a real server of each era (the ``mcp`` 2.3 SDK's ``MCPServer``, an ``mcp`` 1.x
+``FastMCP``); and a server that ends when it is asked which it speaks, which does not start (the command's exit).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import json
 import re
 import shlex
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +22,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from _mcp import create_session, sdk_session_meta
 from _redis import free_port, missing
-from e2e._gateway import MAIN, SECRET, Process, gateway_run, started
-from e2e._stdio import text_of
+from e2e._gateway import MAIN, gateway_run
+from e2e._stdio import stdio_gateway, text_of
 from e2e._versioned import VENVS
 
 SCRIPT = str(MAIN / "tests" / "e2e" / "_conversation_server.py")
@@ -34,22 +33,11 @@ MCP1 = Path(next(venv for venv in VENVS if "mcp1" in Path(venv).name)) / "bin" /
 pytestmark = pytest.mark.anyio
 
 
-@contextlib.contextmanager
-def gateway(server: list[str], *options: str) -> Iterator[Process]:
-    """``mcp-sessions gateway --stdio SERVER`` with its defaults (no process started ahead, and no containment: the
-    tests tell processes apart by their pids, each pid 2 in a PID namespace of its own), and ``options``."""
-
-    def command(port: int) -> tuple[list[str], dict[str, str]]:
-        line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port)]
-        stdio = ["--stdio", " ".join(server), "--warm", "0", "--log-level", "info", "--process-containment", "none"]
-        stdio += options
-        return [*line, *stdio], {"MCP_SESSIONS_SECRET": SECRET}
-
-    process = started("mcp-sessions gateway", command)
-    try:
-        yield process
-    finally:
-        process.stop()
+def gateway(server: list[str], **options: Any) -> contextlib.AbstractContextManager[str]:
+    """The stdio gateway in front of ``server`` with its defaults (``--processes auto``), no process started ahead,
+    and no containment (the tests tell processes apart by their pids, each pid 2 in a PID namespace of its own), and
+    ``options``: its MCP URL."""
+    return stdio_gateway(server, processes="auto", **options)
 
 
 async def whoami(client: Client, session: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -58,16 +46,15 @@ async def whoami(client: Client, session: dict[str, Any] | None = None) -> dict[
     return seen
 
 
-async def test_a_2026_server_serves_every_conversation_of_a_caller_from_one_process() -> None:
-    with gateway(LATEST) as process:
-        async with Client(process.url()) as client:
+async def test_a_2026_server_serves_every_conversation_of_a_caller_from_one_process(logged: list[str]) -> None:
+    with gateway(LATEST) as url:
+        async with Client(url) as client:
             first, second = await create_session(client), await create_session(client)
             seen = [await whoami(client, first), await whoami(client, second), await whoami(client, first)]
-        async with Client(process.url(), mode="legacy") as one, Client(process.url(), mode="legacy") as other:
+        async with Client(url, mode="legacy") as one, Client(url, mode="legacy") as other:
             hosts = [await whoami(one), await whoami(other), await whoami(one)]
-        logged = process.output()
 
-    assert "the server speaks 2026-07-28: a process per caller" in logged, logged
+    assert any("the server speaks 2026-07-28: a process per caller" in line for line in logged), logged
     assert len({answer["pid"] for answer in seen + hosts}) == 1  # one caller (an address), one process
     for answers in (seen, hosts):  # two data-layer sessions; two 2025 clients' transport sessions
         assert answers[0]["conversation"] == answers[2]["conversation"] != answers[1]["conversation"]
@@ -76,31 +63,30 @@ async def test_a_2026_server_serves_every_conversation_of_a_caller_from_one_proc
     assert not tokens & {answer["conversation"] for answer in seen}  # a digest: no bearer value reaches it
 
 
-async def test_a_2025_server_keeps_a_process_per_conversation() -> None:
+async def test_a_2025_server_keeps_a_process_per_conversation(logged: list[str]) -> None:
     if not MCP1.exists():
         missing(f"{MCP1} is missing: `make {MCP1.parents[1]}/.installed` builds that environment")
-    with gateway([str(MCP1), SCRIPT]) as process:
-        async with Client(process.url()) as client:
+    with gateway([str(MCP1), SCRIPT]) as url:
+        async with Client(url) as client:
             first, second = await create_session(client), await create_session(client)
             seen = [await whoami(client, first), await whoami(client, second), await whoami(client, first)]
-        logged = process.output()
 
-    assert "the server speaks only the 2025-11-25 handshake: --processes per-conversation" in logged, logged
+    handshake = "the server speaks only the 2025-11-25 handshake: --processes per-conversation"
+    assert any(handshake in line for line in logged), logged
     assert seen[0]["pid"] == seen[2]["pid"] != seen[1]["pid"]  # a process per conversation, its own
     assert [answer["conversation"] for answer in seen] == [None] * 3  # its process is its conversation
 
 
-async def test_a_value_per_user_keeps_a_process_per_conversation_whatever_the_server_speaks() -> None:
-    with gateway(LATEST, "--process-env", "TEAM=header:X-Team") as process:
+async def test_a_value_per_user_keeps_a_process_per_conversation_whatever_the_server_speaks(logged: list[str]) -> None:
+    with gateway(LATEST, process_env=["TEAM=header:X-Team"]) as url:
         async with (
             httpx2.AsyncClient(headers={"X-Team": "blue"}, timeout=30) as http,
-            Client(streamable_http_client(process.url(), http_client=http)) as client,
+            Client(streamable_http_client(url, http_client=http)) as client,
         ):
             first, second = await create_session(client), await create_session(client)
             seen = [await whoami(client, first), await whoami(client, second)]
-        logged = process.output()
 
-    assert "the server speaks" not in logged  # nothing asked: a user's value goes into the process
+    assert logged and not any("the server speaks" in line for line in logged)  # a user's value: nothing asked
     assert seen[0]["pid"] != seen[1]["pid"]
 
 

@@ -27,7 +27,7 @@ from _waits import WITHIN, until
 from conftest import SECRET
 from e2e._gateway import created, gateway_process, legacy_initialize, result_of
 from e2e._issuer import ISSUER, jwks, signed
-from e2e._stdio import COUNT, ENVIRON, SDK_SERVER, SERVER, SERVER_PATH, stdio_gateway
+from e2e._stdio import COUNT, ENVIRON, SERVER, SERVER_PATH, stdio_gateway
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway.auth._users import GatewayAuth
 from mcp_sessions._gateway.stdio import _admission
@@ -86,9 +86,9 @@ def test_a_2026_request_with_anothers_transport_session_id_reaches_its_own_proce
 
 def test_a_request_state_is_its_callers_alone() -> None:
     """65.3: bob presenting alice's ``requestState`` answered her elicitation and got her call's result, and her own
-    retry was then refused; now his is refused, and hers still good. The ``mcp`` SDK's server: it asks its client."""
+    retry was then refused; now his is refused, and hers still good."""
     alice, bob = as_user("alice"), as_user("bob")
-    with team(SDK_SERVER) as url, httpx.Client(timeout=WITHIN) as http:
+    with team() as url, httpx.Client(timeout=WITHIN) as http:
         asked = modern_call(http, url, "elicit", alice, arguments={"question": "?"})
         [key] = asked["inputRequests"]
         answer = {key: {"action": "accept", "content": {"answer": "yes"}}}

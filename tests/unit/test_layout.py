@@ -25,21 +25,8 @@ NAME = "mcp_sessions"
 MAX_MODULE_LINES = 600  # a guard (issue 52): modules are cut by design, not by this number
 MAX_FUNCTION_LINES = 80
 MAX_CLASS_LINES = 250  # issue 87: a class that spans more holds more than one part
-# A guide the layout earns (issue 68), never a reason to put a function where it does not belong: 71 when
-# _wire/text.py came back out of _wire/__init__.py, where the cap of 70 had pushed printable; 77 with the
-# sealed processes' _sandbox, the token exchange, the operator's _status, the gateway's _serving (out of its
-# _cli, over 600 lines), and the connect and sessions commands (issues 65 to 67), each a module of its own; 81
-# with _cli/_credentials, the one way every command reads a credential (issue 77), which three commands had each;
-# 83 with _gateway/_expiry, answers that end with their token (issue 77, item 9): _auth had no room for it; and
-# _gateway/_stdio_admission, the process table's limits; 85 with _stdio_pool (the processes, made by a factory)
-# and _stdio_lifetimes (their ends): the table split as httpcore's pool is (issue 78, item 1); 86 with _cli/_relay,
-# the stdio-to-Streamable-HTTP relay connect runs without the mcp SDK (issue 86, item 3): connect had no room for it;
-# 87 with _gateway/_kernel (locks, the host's uids, descriptors, the user namespaces' filter), out of _sandbox and
-# _network when each egress process got a network namespace of its own (issue 85): neither had room for it; 88 with
-# _gateway/stdio/__init__.py, the folder that holds --stdio's modules, where seven names began _stdio (issue 87, item
-# 5); 92 with the folders that show the rest of _gateway (issue 87, item 2: http/, auth/ and sealed/, an __init__.py
-# each, where the names of fourteen modules in one folder said nothing of what they served) and stdio/_models, the
-# process table's words (issue 87, item 1), which stood in _relay, the module of what a process's messages do.
+# A guide the layout earns (issue 68), never a reason to put a function where it does not belong: each raise and
+# its reason are in docs/architecture.md.
 MAX_FILES = 92
 MAX_CALL_LINES = 40
 MAX_LOOSE_MODULES = 15

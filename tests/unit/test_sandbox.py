@@ -83,14 +83,9 @@ async def test_a_taken_uid_is_always_a_place_s(tmp_path: Path, monkeypatch: pyte
 def test_a_helper_s_stderr_keeps_its_first_words_and_no_more() -> None:
     """pasta's stderr (``_network.Link``): a helper that writes on and on is held to its first 4 kB, and goes on."""
     said = first_words(4096)
-    try:
-        script = "for i in $(seq 1000); do echo line $i >&2; done; echo done"
-        ran = subprocess.run(
-            ["sh", "-c", script], stderr=said, capture_output=False, stdout=subprocess.PIPE, check=False
-        )
-        assert ran.stdout == b"done\n"
-        assert os.fstat(said).st_size == 4096
-        kept = os.pread(said, 8192, 0).rstrip(b"\0").decode()
-        assert kept.startswith("line 1\nline 2\n") and len(kept) == 4096 and "line 1000" not in kept
-    finally:
-        os.close(said)
+    script = "for i in $(seq 1000); do echo line $i >&2; done; echo done"
+    ran = subprocess.run(["sh", "-c", script], stderr=said, stdout=subprocess.PIPE, check=False)
+    kept, size = os.pread(said, 8192, 0).rstrip(b"\0").decode(), os.fstat(said).st_size
+    os.close(said)
+    assert (ran.stdout, size, len(kept)) == (b"done\n", 4096, 4096)
+    assert kept.startswith("line 1\nline 2\n") and "line 1000" not in kept
