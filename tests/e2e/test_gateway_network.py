@@ -334,6 +334,18 @@ def test_a_network_that_cannot_hold_is_one_line_and_exit_status_2(options: tuple
     assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said}\n")
 
 
+def test_an_upstream_s_gateway_refuses_the_processes_flags_in_one_line() -> None:
+    said = "--status-socket, --process-network and its grants are for --stdio processes; an --upstream has none"
+    for flag in (
+        "--status-socket=/run/s",
+        "--process-network=none",
+        "--process-allow-net=10.0.0.0/8",
+        "--process-allow-host=a:1",
+    ):
+        done = main_run("gateway", "--upstream", "http://[::1]:1/mcp", flag, environ={"MCP_SESSIONS_SECRET": "s" * 32})
+        assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said}\n"), flag
+
+
 def test_under_host_a_process_reaches_a_local_service() -> None:
     """What the rules take away: the same process, on the host's network, connects to a loopback service."""
     needs_root_and_nft()

@@ -222,13 +222,8 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
             hosts, origins = hosts or [], origins or []
         forwarded = environ.get("FORWARDED_ALLOW_IPS") if args.forwarded_allow_ips is None else args.forwarded_allow_ips
         auth = _auth(args, environ)
-        if args.process_env and args.stdio is None:
-            raise ValueError("--process-env sets a variable in --stdio processes; an --upstream has none")
+        _stdio_only(args)
         upstream_token, exchange = _upstream_token(args, environ, auth)
-        if args.status_port is not None and (args.stdio is None or args.status_port == args.port):
-            raise ValueError("--status-port serves --stdio processes' status, on a port other than --port")
-        if args.stdio is None and (args.status_socket or args.process_network or args.process_allow_net):
-            raise ValueError("--status-socket and --process-network are for --stdio processes; an --upstream has none")
         egress = None
         if args.stdio is not None:
             command = shlex.split(args.stdio)
@@ -359,13 +354,22 @@ def _egress(args: argparse.Namespace, sandbox: Any, forwarded: str | None) -> An
     )
 
 
+def _stdio_only(args: argparse.Namespace) -> None:
+    """What only a ``--stdio`` gateway takes, refused for an ``--upstream``'s, which has no processes."""
+    if args.process_env and args.stdio is None:
+        raise ValueError("--process-env sets a variable in --stdio processes; an --upstream has none")
+    if args.status_port is not None and (args.stdio is None or args.status_port == args.port):
+        raise ValueError("--status-port serves --stdio processes' status, on a port other than --port")
+    network = args.process_network or args.process_allow_net or args.process_allow_host
+    if args.stdio is None and (args.status_socket or network):
+        raise ValueError(
+            "--status-socket, --process-network and its grants are for --stdio processes; an --upstream has none"
+        )
+
+
 def _auth(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayAuth | None:
     """The gateway's authentication from the --auth-* flags, else their variables; ``None`` without any."""
-    given: dict[str, Any] = {
-        name: value
-        for name, variable in AUTH_VARIABLES.items()
-        if (value := getattr(args, f"auth_{name}") or environ.get(variable, "").strip())
-    }
+    given: dict[str, Any] = {name: value for name in AUTH_VARIABLES if (value := _setting(args, environ, name, "auth"))}
     servers = _listed(args.auth_server, environ.get("MCP_SESSIONS_AUTH_SERVERS")) or []
     if not given and not servers:
         return None
@@ -400,7 +404,7 @@ def _upstream_token(
         if mode == "passthrough" and auth is not None:
             logger.warning("mcp-sessions gateway: users' tokens go to the upstream (--upstream-token passthrough)")
         return UpstreamToken(mode), None
-    if auth is None or not (args.auth_jwks or environ.get("MCP_SESSIONS_AUTH_JWKS", "").strip()):
+    if auth is None or auth.verifier is None:
         raise ValueError("the token exchange exchanges the bearer tokens the gateway verifies: give --auth-jwks")
     secret = environ.get("MCP_SESSIONS_EXCHANGE_CLIENT_SECRET", "")
     if (secret_file := _setting(args, environ, "client_secret_file")) is not None:
@@ -409,7 +413,7 @@ def _upstream_token(
                 secret = file.read().strip()
         except OSError as exc:
             raise ValueError(f"--exchange-client-secret-file: {exc.strerror}") from None
-    issuer = _setting(args, environ, "issuer") or args.auth_issuer or environ.get("MCP_SESSIONS_AUTH_ISSUER")
+    issuer = _setting(args, environ, "issuer") or _setting(args, environ, "issuer", "auth")
     exchange = TokenExchange(
         client_id=_setting(args, environ, "client_id") or "",
         client_secret=secret,
@@ -426,9 +430,11 @@ def _upstream_token(
     return UpstreamToken("exchange", exchange, target), exchange
 
 
-def _setting(args: argparse.Namespace, environ: Mapping[str, str], name: str) -> str | None:
-    """``--exchange-NAME``, else its variable (:data:`EXCHANGE_VARIABLES`); ``None`` when neither is given."""
-    return getattr(args, f"exchange_{name}") or environ.get(EXCHANGE_VARIABLES[name], "").strip() or None
+def _setting(args: argparse.Namespace, environ: Mapping[str, str], name: str, group: str = "exchange") -> str | None:
+    """``--GROUP-NAME``, else its variable (:data:`EXCHANGE_VARIABLES`, :data:`AUTH_VARIABLES`); ``None`` when neither
+    is given."""
+    variables = AUTH_VARIABLES if group == "auth" else EXCHANGE_VARIABLES
+    return getattr(args, f"{group}_{name}") or environ.get(variables[name], "").strip() or None
 
 
 def _listed(given: list[str] | None, variable: str | None) -> list[str] | None:

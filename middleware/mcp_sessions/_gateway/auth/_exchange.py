@@ -46,7 +46,7 @@ try:
 except ModuleNotFoundError as exc:
     if exc.name != "httpx":
         raise
-    raise ImportError("the token exchange needs httpx: pip install 'mcp-sessions[gateway]'") from exc
+    raise ImportError("the gateway needs httpx: pip install 'mcp-sessions[gateway]'") from exc
 
 logger = logging.getLogger("mcp_sessions.gateway")
 

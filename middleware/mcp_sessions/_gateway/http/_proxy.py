@@ -49,6 +49,7 @@ from typing import Final
 from urllib.parse import SplitResult, quote, urlsplit, urlunsplit
 
 import anyio
+import httpx
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from opentelemetry import context, propagate, trace
 from opentelemetry.baggage import clear as no_baggage
@@ -65,13 +66,6 @@ from ...profiles import Era
 from .._front import PEER, HostCheck, Peer, raw_path_of
 from ..auth._exchange import ExchangeRefused, UpstreamToken
 from ._replicas import Replica, Replicas
-
-try:
-    import httpx
-except ModuleNotFoundError as exc:
-    if exc.name != "httpx":
-        raise
-    raise ImportError("the gateway needs httpx: pip install 'mcp-sessions[gateway]'") from exc
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -108,11 +102,9 @@ class UpstreamProxy:
         connect_timeout: float,
         first_byte_timeout: float,
         retry_after: int,
-        upstream_token: UpstreamToken | None = None,
+        upstream_token: UpstreamToken,
     ) -> None:
         self._replicas = replicas
-        if upstream_token is None:
-            upstream_token = UpstreamToken("passthrough")
         self._upstream_token = upstream_token
         self._host_check = host_check
         self._keepalive = keepalive

@@ -179,15 +179,9 @@ class Replicas:
         return self._in_service_first(ranked)
 
     def _in_service_first(self, ranked: list[Replica]) -> list[Replica]:
+        """``ranked``, those in service first, each group in its order (``sorted`` is stable)."""
         now = self._clock()
-        in_service = []
-        out = []
-        for replica in ranked:
-            if replica.down_until <= now:
-                in_service.append(replica)
-            else:
-                out.append(replica)
-        return in_service + out
+        return sorted(ranked, key=lambda replica: replica.down_until > now)
 
     def issued(self, replica: Replica, upstream_id: bytes) -> bytes | None:
         """The id the client gets for a transport session ``replica`` issued; ``None`` for one too long to carry."""

@@ -357,17 +357,16 @@ class Child:
             self.stderr_ended.set()
 
 
-class Pipe:
+class Pipe(anyio.abc.UnreliableObjectStream[SessionMessage]):
     """The child's stdin and stdout as its link's two streams: a message is written as a line where the link sends
     it, and the next line is read where the link receives, with no task in between.
 
     One line at a time is written, whole, within ``WRITE_DEADLINE``, or the child is stopped as a crash; the messages
     waiting for their turn (at most ``MAX_WAITING_BYTES``; a request beyond gets ``RATE_LIMITED`` at once) are their
-    senders' own, so a
-    request whose caller left is dropped before it is written. Each stdout line is bounded (``max_line``): a longer
-    one ends the child. A line that is no JSON-RPC message is logged and skipped. At the end of stdout, or when stdin
-    no longer takes a line, the child is stopped, and the link answers each request still waiting with an error at
-    once.
+    senders' own, so a request whose caller left is dropped before it is written. Each stdout line is bounded
+    (``max_line``): a longer one ends the child. A line that is no JSON-RPC message is logged and skipped. At the end
+    of stdout, or when stdin no longer takes a line, the child is stopped, and the link answers each request still
+    waiting with an error at once. anyio's stream class gives it iteration and ``async with``.
     """
 
     def __init__(self, child: Child, process: anyio.abc.Process) -> None:
@@ -429,23 +428,8 @@ class Pipe:
         self.child.stop(EndReason.CRASH, "crash: its stdout ended")
         raise anyio.EndOfStream
 
-    def __aiter__(self) -> Pipe:
-        return self
-
-    async def __anext__(self) -> SessionMessage:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
     async def aclose(self) -> None:
         """Nothing to do: the pipes close with the process (:func:`stop_group`)."""
-
-    async def __aenter__(self) -> Pipe:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        return None
 
 
 async def stop_group(process: anyio.abc.Process) -> int | None:
