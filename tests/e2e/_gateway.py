@@ -72,15 +72,18 @@ def readable_directory(prefix: str) -> Iterator[Path]:
         yield Path(directory)
 
 
-def readable_by_every_uid(path: Path) -> Path:
-    """``path``, a file of the checkout that processes of other uids run (``--process-uids``): skipped (failed under
-    CI) in one line that says what to change when those uids cannot read it, as in a clone under ``/root`` (0700)."""
-    for directory in path.parents:
-        if not directory.stat().st_mode & stat.S_IXOTH:
-            missing(f"{path} is not readable by the processes' own uids: chmod o+x {directory}, or clone elsewhere")
-    if not path.stat().st_mode & stat.S_IROTH:
-        missing(f"{path} is not readable by the processes' own uids: chmod o+r {path}")
-    return path
+@contextlib.contextmanager
+def for_every_uid(path: Path, tree: Path | None = None) -> Iterator[Path]:
+    """``path``, a file of the checkout that processes of other uids run (``--process-uids``), where they can read it:
+    itself, else (in a clone under /root, mode 0700, say) in a copy of ``tree`` (its own directory by default; hard
+    links where they can be) in a directory every user may read."""
+    if all(d.stat().st_mode & stat.S_IXOTH for d in path.parents) and path.stat().st_mode & stat.S_IROTH:
+        yield path
+        return
+    tree = tree or path.parent
+    with readable_directory("mcp-sessions-checkout-") as directory:
+        linked_tree(str(tree), directory / tree.name)
+        yield directory / tree.name / path.relative_to(tree)
 
 
 def python_every_uid_runs() -> str:

@@ -36,10 +36,10 @@ from e2e import _sealed
 from e2e._dns import host_address, resolver
 from e2e._gateway import (
     Process,
+    for_every_uid,
     gateway_run,
     legacy_initialize,
     main_run,
-    readable_by_every_uid,
     readable_directory,
     result_of,
 )
@@ -48,6 +48,7 @@ from mcp_sessions._gateway.sealed._network import GATEWAY, resolvers
 UIDS = uids(0, 100)
 """One gateway at a time: a gateway's rules hold for every process of the uids they name, another's too."""
 HOSTILE = Path(__file__).with_name("_hostile_stdio.py")
+PER_CONVERSATION = ("--processes", "per-conversation")
 SERVER = f"/usr/bin/python3 {HOSTILE}"
 PROXY = ("--auth-principal-header", "X-Forwarded-User", "--forwarded-allow-ips", "127.0.0.1")
 """An auth proxy on this host's loopback, trusted to name the user."""
@@ -61,12 +62,12 @@ def needs_root_and_nft() -> None:
         missing("nft is not installed (Debian: apt-get install nftables; scripts/system-deps.sh)")
 
 
-def gateway(*options: str) -> contextlib.AbstractContextManager[Process]:
-    """The gateway command in front of the hostile server, a process per conversation, none started ahead; its own
-    shutdown at the end, which deletes its table."""
-    if "--process-uids" in options:  # run by uids of their own, from the checkout
-        readable_by_every_uid(HOSTILE)
-    return _sealed.gateway(SERVER, "--processes", "per-conversation", *options)
+@contextlib.contextmanager
+def gateway(*options: str) -> Iterator[Process]:
+    """The gateway command in front of the hostile server (from where its processes' uids can read it), a process
+    per conversation, none started ahead; its own shutdown at the end, which deletes its table."""
+    with for_every_uid(HOSTILE) as path, _sealed.gateway(f"/usr/bin/python3 {path}", *PER_CONVERSATION, *options) as up:
+        yield up
 
 
 @contextlib.contextmanager
@@ -356,15 +357,17 @@ def test_under_host_a_process_reaches_a_local_service() -> None:
         assert "network host" in process.output()
 
 
-def test_a_checkout_other_uids_cannot_read_is_one_line_that_says_what_to_change() -> None:
-    """The tests whose processes run as uids of their own from the checkout (a clone under /root, mode 0700, say)
-    stop in one line that names the directory and the change, not in a server that cannot start (issue 77, item 11)."""
+def test_a_file_other_uids_cannot_read_runs_from_a_copy_they_can() -> None:
+    """The tests whose processes run as uids of their own from the checkout pass in a clone other uids cannot read (a
+    clone under /root, mode 0700, say): such a file runs from a copy where every user may read it (issue 87)."""
+    needs_root_and_nft()
     with readable_directory("mcp-sessions-checkout-") as directory:
-        private = directory / "home"
-        private.mkdir(mode=0o700)
-        (private / "server.py").write_text("")
-        (private / "server.py").chmod(0o644)
-        with pytest.raises((pytest.skip.Exception, pytest.fail.Exception), match=f"chmod o\\+x {private}, or clone"):
-            readable_by_every_uid(private / "server.py")
+        (private := directory / "home").mkdir(mode=0o700)
+        (server := private / "server.py").write_text("print('read')")
+        server.chmod(0o644)
+        with for_every_uid(server) as found:
+            nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", str(found)]
+            assert subprocess.run(nobody, capture_output=True, text=True, check=False).stdout == "read\n"
         private.chmod(0o755)
-        assert readable_by_every_uid(private / "server.py") == private / "server.py"
+        with for_every_uid(server) as found:
+            assert found == server

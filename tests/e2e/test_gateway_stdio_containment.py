@@ -33,7 +33,7 @@ from _mcp import ModernClient, session_meta
 from _uids import members, uids
 from _waits import WITHIN, until
 from conftest import SECRET
-from e2e._gateway import CACHE, Process, installed, node, readable_by_every_uid, readable_directory, rss_kib
+from e2e._gateway import CACHE, Process, for_every_uid, installed, node, readable_directory, rss_kib
 from e2e._issuer import jwks as served_jwks
 from e2e._sealed import PRIVATE, SECRETS, UIDS, call, client, gateway, hostile, needs, of_uid, running, team, text
 from e2e._stdio import stdio_gateway
@@ -659,17 +659,18 @@ def test_server_memory_behind_the_team_recipe_never_shows_alices_graph_to_bob(jw
     it), never another user's graph; with the recipe's MEMORY_FILE_PATH in the process's own HOME, alice's graph is
     hers alone."""
     needs("root")
-    index = readable_by_every_uid(installed(MEMORY, "@modelcontextprotocol/server-memory"))
-    recipe = f'sh -c "MEMORY_FILE_PATH=$HOME/memory.jsonl exec {node()} {index}"'  # $HOME: the process's own
-    for command in (f"{node()} {index}", recipe):
-        with gateway(command, *team(jwks)) as process:
-            alice, bob = client(process, user="alice"), client(process, user="bob")
-            hers, his = alice.create_session(), bob.create_session()
-            created = json.dumps(call(alice, "create_entities", hers, **PLAN))
-            graphs = [json.dumps(call(mcp, "read_graph", session)) for mcp, session in ((alice, hers), (bob, his))]
-            assert "alice-s-plan" not in graphs[1] and "alice-s-plan" not in json.dumps(call(bob, "read_graph"))
-            if command == recipe:
-                assert "alice-s-plan" in graphs[0], (created, graphs[0])
-            else:
-                assert "read-only file system" in created.lower(), created
-                assert not index.with_name("memory.jsonl").exists()
+    memory = installed(MEMORY, "@modelcontextprotocol/server-memory")
+    with for_every_uid(memory, CACHE / "memory") as index:  # its package's tree, where the processes' uids read it
+        recipe = f'sh -c "MEMORY_FILE_PATH=$HOME/memory.jsonl exec {node()} {index}"'  # $HOME: the process's own
+        for command in (f"{node()} {index}", recipe):
+            with gateway(command, *team(jwks)) as process:
+                alice, bob = client(process, user="alice"), client(process, user="bob")
+                hers, his = alice.create_session(), bob.create_session()
+                created = json.dumps(call(alice, "create_entities", hers, **PLAN))
+                graphs = [json.dumps(call(mcp, "read_graph", session)) for mcp, session in ((alice, hers), (bob, his))]
+                assert "alice-s-plan" not in graphs[1] and "alice-s-plan" not in json.dumps(call(bob, "read_graph"))
+                if command == recipe:
+                    assert "alice-s-plan" in graphs[0], (created, graphs[0])
+                else:
+                    assert "read-only file system" in created.lower(), created
+                    assert not index.with_name("memory.jsonl").exists()
