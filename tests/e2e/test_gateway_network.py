@@ -362,8 +362,9 @@ def test_a_file_other_uids_cannot_read_runs_from_a_copy_they_can() -> None:
     clone under /root, mode 0700, say): such a file runs from a copy where every user may read it (issue 87)."""
     needs_root_and_nft()
     with readable_directory("mcp-sessions-checkout-") as directory:
-        (private := directory / "home").mkdir(mode=0o700)
-        (server := private / "server.py").write_text("print('read')")
+        (private := directory / "home").mkdir(mode=0o700)  # above the checkout, as /root is
+        (server := private / "clone" / "server.py").parent.mkdir(mode=0o755)
+        server.write_text("print('read')")
         server.chmod(0o644)
         with for_every_uid(server) as found:
             nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", str(found)]
