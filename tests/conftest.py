@@ -216,8 +216,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if (private := private_under(str(config.rootpath.resolve()))) is not None:
         pytest.exit(
             f"this clone is under {private}, which each of the gateway's contained processes has of its own, "
-            "empty, so the servers the tests run from it are not there: clone it where every user may read it "
-            "(/srv, /opt, a home of mode 0755)",
+            "empty, so the servers the tests run from it are not there: clone it elsewhere (/srv, /opt, a home)",
             returncode=4,
         )
     reserve()  # this run's --process-uids (tests/_uids.py)
