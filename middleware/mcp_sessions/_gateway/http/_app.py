@@ -100,7 +100,7 @@ def gateway_app(
 def _at_gateway(config: SessionsConfig, replicas: Replicas, auth: GatewayAuth | None) -> SessionsConfig:
     """The session configuration in front of ``replicas``: ``config``, as a proxy needs it."""
     principal, limit = config.principal, config.create_limit
-    # Nothing signs a user in in front of the proxy: a made-up credential is a principal the upstream may accept.
+    # Nothing signs a user in in front of the proxy.
     if auth is None and principal is authenticated_user:
         principal = credential_principal
     return config._replace(
@@ -110,6 +110,7 @@ def _at_gateway(config: SessionsConfig, replicas: Replicas, auth: GatewayAuth | 
         fronts_upstream=True,
         sources=(*config.sources, RoutedConversations),
         principal=principal,
+        # A made-up credential is a principal the upstream may accept: the create limit counts addresses.
         create_limit=None if limit is None else RateLimit(limit.count, limit.seconds, per_address=True),
         # As upstreams route them.
         paths=RoutedPaths((replicas.path,) if config.paths is None else config.paths),
