@@ -19,6 +19,7 @@ from typing import Final
 import anyio
 
 from _redis import missing, redis_server
+from _waits import WITHIN
 from mcp_sessions.stores import MemoryStore, RedisStore, SessionStore, SessionStoreUnavailable, SQLiteStore
 
 HOUR: Final = 3600.0
@@ -103,7 +104,7 @@ async def answers(store: SessionStore) -> None:
 def stopped_redis() -> Iterator[RedisStore]:
     """A store on a real redis-server that answered, then stopped: every call is refused at once."""
     with redis_server() as server:
-        anyio.run(answers, RedisStore(server.url))
+        anyio.run(answers, RedisStore(server.url, timeout=WITHIN, connect_timeout=WITHIN))  # a guard, not its time
         server.stop()
         yield RedisStore(server.url)
 
