@@ -118,10 +118,11 @@ class MCPSessionMiddleware(AtEndpoints):
             fronts_upstream=config.fronts_upstream,
         )
         self._paths = config.paths
-        # At the endpoint, the work is placed; the store is this outer middleware's, which sees the lifespan.
-        inside = config._replace(placement=False, owns_store=False)
-        if config.placement and self.place(lambda inner: MCPSessionMiddleware(inner, config=inside)):
-            self._paths = frozenset()  # what reaches this outer middleware is an ordinary route's
+        if config.placement:
+            # At the endpoint, the work is placed; the store is this outer middleware's, which sees the lifespan.
+            inside = config._replace(placement=False, owns_store=False)
+            if self.place(lambda inner: MCPSessionMiddleware(inner, config=inside)):
+                self._paths = frozenset()  # what reaches this outer middleware is an ordinary route's
         self._max_body = config.max_body_size
         self._handles = config.handles
 
