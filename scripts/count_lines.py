@@ -93,8 +93,9 @@ BUDGETS: dict[str, tuple[Callable[[Path], bool], int]] = {
 # 37,762 with issue 87's rest (the tests' plain stdio server asks its client, +66; an upstream's gateway refusing
 # the processes' flags; _replace, the class guard, pasta's bounded stderr), the test clients' one request won back;
 # 37,773 once a file other uids cannot read runs from a copy they can, so that a clone under a 0700 directory runs
-# the four tests it skipped (issue 87, item 3).
-TESTS_BUDGET = 37_780
+# the four tests it skipped (issue 87, item 3); 37,785 once three of those tests were unfolded again (a parametrize
+# back from a loop, an assert a check): they had been folded to fit this budget, which is a guard, not a target.
+TESTS_BUDGET = 37_790
 # The density guard: the core's figures when it was set (issue 68; Starlette's are 34.7 and 2.2%).
 MOST_CHARACTERS_PER_LINE = 40.1
 MOST_SHARE_OVER_100 = 6.4  # percent of code lines
