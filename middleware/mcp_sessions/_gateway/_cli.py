@@ -281,6 +281,8 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     if args.stdio is not None:
         network = f"network {options.network}" if egress is None else egress.said
         logger.info("mcp-sessions gateway: each process: %s, %s", options.said, network)
+        if options.profile:
+            logger.info("mcp-sessions gateway: each process's seccomp profile: %s", options.profile)
     return _served(app, bound, args, stderr, egress)
 
 

@@ -113,6 +113,13 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
         "line says which)",
     )
     gateway.add_argument(
+        "--process-seccomp",
+        metavar="PATH",
+        help="with --stdio and a containment: the seccomp profile of every process, in Docker's JSON (Docker's or "
+        "Podman's, /usr/share/containers/seccomp.json), taken as for a process with no capability (default: "
+        "Docker's default profile, which the gateway ships); a filter that refuses a user namespace is kept beside it",
+    )
+    gateway.add_argument(
         "--process-memory",
         type=int,
         metavar="MIB",
@@ -187,6 +194,7 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: Gate
     if cwd is None and uids is not None:  # a uid of its own, so a HOME of its own
         cwd = os.path.join(tempfile.gettempdir(), "mcp-sessions", "{id}")
     cgroups = _bounds(args, per_uid=uids is not None)
+    seccomp, profile = _seccomp(args)
     sandbox = Sandbox(
         args.process_containment,
         uids=uids,
@@ -197,6 +205,8 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: Gate
         pids=args.process_pids if cgroups is None else None,
         network=args.process_network or ("egress" if uids is not None else "host"),
         disk=args.process_disk,
+        seccomp=seccomp,
+        profile=profile,
     )
     try:
         sandbox = sandbox.chosen()
@@ -211,6 +221,9 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: Gate
             f"--process-uids needs a containment, bwrap or unshare{why}: a uid that shares the host's processes "
             "and directories cannot be cleared reliably before it is given to the next user"
         )
+    if args.process_seccomp is not None and sandbox.containment == "none":
+        why = f" ({sandbox.choice})" if sandbox.choice else ""
+        raise ValueError(f"--process-seccomp needs a containment, bwrap or unshare{why}: the filter is applied in it")
     if sandbox.network == "egress" and sandbox.containment == "none":  # its network namespace is the host's
         why = f" ({sandbox.choice})" if sandbox.choice else ""
         raise ValueError(f"--process-network egress needs a containment, bwrap or unshare{why}: its own network")
@@ -312,6 +325,21 @@ def _bounds(args: argparse.Namespace, *, per_uid: bool) -> Any:
             "hierarchy, writable)"
         )
     return cgroups
+
+
+def _seccomp(args: argparse.Namespace) -> tuple[bytes, str]:
+    """The processes' seccomp profile, compiled, and how the startup line names it: ``--process-seccomp``'s, else
+    Docker's default; none without a containment."""
+    from .._wire import printable
+    from .sealed._seccomp import DOCKER, PROFILE, ProfileError, compiled
+
+    if args.process_containment == "none" and args.process_seccomp is None:
+        return b"", ""
+    given = args.process_seccomp
+    try:
+        return compiled(given or PROFILE), printable(given) if given else DOCKER
+    except ProfileError as exc:
+        raise ValueError(f"--process-seccomp: {exc}" if given else f"the processes' seccomp filter: {exc}") from None
 
 
 def _private_parent(template: str) -> None:

@@ -33,6 +33,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections import deque
 from collections.abc import Collection, Mapping, Sequence
@@ -46,6 +47,7 @@ import anyio
 from ._cgroups import Cgroup, Cgroups, read
 from ._kernel import above, locked, no_user_namespaces, running_uids
 from ._network import RESOLV, Link, NetworkError, linkable
+from ._seccomp import applied
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -229,6 +231,10 @@ class Sandbox:
     choice: str = ""
     # Each of a contained process's own directories at most (MiB).
     disk: int = DISK
+    # The seccomp profile of a contained process, compiled (classic BPF: _seccomp.compiled), and how it is named; every
+    # contained process also has no_user_namespaces' filter, whatever the profile.
+    seccomp: bytes = b""
+    profile: str = ""
 
     @property
     def said(self) -> str:
@@ -285,8 +291,8 @@ class Sandbox:
         with tempfile.TemporaryDirectory() as top:
             cwd = os.path.join(top, "trial")
             os.mkdir(cwd)
-            seccomp = _memfd(no_user_namespaces())
-            trial = [*_namespace(self, cwd, seccomp), "/bin/sh", "-c", "exit 0"]
+            filters = self.filters()
+            trial = [*_namespace(self, cwd, filters), "/bin/sh", "-c", "exit 0"]
             pipe = subprocess.PIPE
             try:
                 done = subprocess.Popen(  # noqa: S603 - our own command line
@@ -297,10 +303,11 @@ class Sandbox:
                     stderr=pipe,
                     text=True,
                     start_new_session=True,
-                    pass_fds=(seccomp,),
+                    pass_fds=filters,
                 )
             finally:
-                os.close(seccomp)
+                for descriptor in filters:
+                    os.close(descriptor)
             stderr = done.communicate()[1]
             reap_adopted(done.pid, wait=True)
         if done.returncode == 0:
@@ -324,6 +331,13 @@ class Sandbox:
                 tool(helper)
         except SandboxError as exc:
             raise SandboxError(f"--process-containment {containment}: {exc}") from None
+
+    def filters(self) -> tuple[int, ...]:
+        """A process's seccomp filters, a new ``memfd`` each, for its helpers to read: none uncontained; contained,
+        :func:`no_user_namespaces`' then the profile's (each call must pass both)."""
+        if self.containment not in ("bwrap", "unshare"):
+            return ()
+        return tuple(_memfd(program) for program in (no_user_namespaces(), self.seccomp) if program)
 
     @property
     def contains_root(self) -> bool:
@@ -398,8 +412,8 @@ class Place:
     ) -> tuple[list[str], dict[str, str], tuple[int, ...]]:
         """How the server ``command`` is started in its place with ``environ`` (in :attr:`workdir`): the command
         line, the environment it starts with, and the descriptor of the file that holds ``environ`` (a ``memfd``
-        the caller passes on, then closes, with bubblewrap's seccomp filter), which only the last helper reads, as the
-        server's own user. Without a helper: the server itself, with ``environ``, and no file."""
+        the caller passes on, then closes, with those of its seccomp filters), which only the last helper reads, as
+        the server's own user. Without a helper: the server itself, with ``environ``, and no file."""
         sandbox = self.sandbox
         line: list[str] = []
         # Under unshare, the first process of its PID namespace ends with the shell that waits for it (its parent).
@@ -412,18 +426,18 @@ class Place:
             line = [tool("setpriv"), *_NO_PRIVILEGE, *ends, "--"]
         if sandbox.pids is not None and self.cgroup is None:
             line = [tool("prlimit"), f"--nproc={sandbox.pids}", "--", *line]
-        seccomp = _memfd(no_user_namespaces()) if sandbox.containment == "bwrap" else None
+        filters = sandbox.filters()
         if sandbox.network == "egress" and sandbox.containment in ("bwrap", "unshare") and self.uid is not None:
             gid, helpers = self.uid if self.gid is None else self.gid, (tool("setpriv"), tool("pasta"))
             self.link = Link(sandbox.containment == "bwrap", self.uid, gid, helpers, HELPER_ENV)
-        line = [*_namespace(sandbox, self.cwd, seccomp, self.link), *line]
+        line = [*_namespace(sandbox, self.cwd, filters, self.link), *line]
         if not line and self.cgroup is None:
             return list(command), dict(environ), ()
         procs = [] if self.cgroup is None else self.cgroup.procs
         line = ["/bin/sh", "-c", _FIRST, "sh", *procs, "--", *line]
         exports = (f"export {name}={shlex.quote(value)}\n" for name, value in environ.items())
         held = _memfd(os.fsencode("".join(exports)))
-        files = (held, *([] if seccomp is None else [seccomp]), *([] if self.link is None else self.link.passed))
+        files = (held, *filters, *([] if self.link is None else self.link.passed))
         return [*line, "/bin/sh", "-c", _LAST, f"/dev/fd/{held}", *command], dict(HELPER_ENV), files
 
     async def connect(self, pid: int) -> None:
@@ -496,15 +510,16 @@ def _memfd(data: bytes) -> int:
     return above(made)
 
 
-def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None, link: Link | None = None) -> list[str]:
+def _namespace(sandbox: Sandbox, cwd: str | None, filters: Sequence[int] = (), link: Link | None = None) -> list[str]:
     """The namespace part of a process's command line (none without a containment): a PID namespace and a ``/proc``
     of its own; an IPC namespace (no SysV or POSIX message queue object outlives it); with network ``none`` or
     ``egress`` a network namespace (its own loopback; under ``egress`` the interface ``link`` connects, and its
     resolver, :data:`RESOLV`); a mount namespace where the host's files are read-only, each of
     :data:`PRIVATE` the host has is an empty tmpfs, and so is ``cwd``, its home, each at most ``sandbox.disk`` MiB,
     and :data:`CGROUPS` is hidden. Its first process dies with the gateway, even by SIGKILL (bubblewrap's
-    ``--die-with-parent``, ``setpriv --pdeathsig``). Under bubblewrap, ``seccomp`` is the descriptor of
-    :func:`no_user_namespaces`' filter: no process in it makes a user namespace."""
+    ``--die-with-parent``, ``setpriv --pdeathsig``). ``filters`` are the descriptors of its seccomp filters
+    (:meth:`Sandbox.filters`), given to bubblewrap, or under ``unshare`` applied once its mounts are made, before the
+    next helper, by the gateway's own interpreter (util-linux's tools apply none)."""
     containment = sandbox.containment
     if containment not in ("bwrap", "unshare"):
         return []
@@ -523,6 +538,7 @@ def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None, li
             *(tool("mount"), tool("mkdir"), tool("ip"), home, f"nosuid,nodev,mode=1777,size={size}"),
             *("up" if isolated else "", *(("", "", "") if link is None else (*map(str, link.passed), RESOLV))),
             *(*_read_only(), "--", *mounts, "--"),
+            *(applied(filters, sys.executable) if filters else []),
         ]
     # Its network namespace made by unshare, its loopback up by ip (RTM_NEWLINK), then bubblewrap in it: bubblewrap's
     # own --unshare-net failed a process's start now and then ("loopback: Failed RTM_NEWADDR: No child processes").
@@ -530,7 +546,8 @@ def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None, li
     if isolated:
         loopback = ["/bin/sh", "-c", _LOOPBACK, tool("ip")]
         line = [tool("unshare"), "--net", "--", *loopback, *line]
-    line += [] if seccomp is None else ["--seccomp", str(seccomp)]
+    for descriptor in filters:
+        line += ["--add-seccomp-fd", str(descriptor)]
     line += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     if link is not None:  # bubblewrap says the namespace is made, and holds the server back until pasta is ready
         info, block = link.passed
