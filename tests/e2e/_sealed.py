@@ -23,14 +23,19 @@ import httpx
 
 from _mcp import ModernClient, session_meta
 from _redis import missing
+from _syscalls import TRY
 from _uids import uids
 from _waits import WITHIN
 from conftest import SECRET
 from e2e._gateway import Process, readable_directory, started
 from e2e._issuer import ISSUER, signed
 
-SERVER = r"""
+SERVER = (
+    r"""
 import ctypes, json, os, signal, socket, sys, time
+"""
+    + TRY
+    + r"""
 def send(message): sys.stdout.write(json.dumps(message) + "\n"); sys.stdout.flush()
 def daemon(marker):
     if os.fork() == 0:
@@ -81,6 +86,17 @@ def abstract(name):
 def listening():
     lines = [line.split() for line in open("/proc/net/tcp").readlines()[1:]]
     return json.dumps(sorted({int(line[1].split(":")[1], 16) for line in lines if line[3] == "0A"}))
+def tun():
+    import fcntl, struct
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(0x10000000 | 0x40000000):  # CLONE_NEWUSER | CLONE_NEWNET: where it would hold CAP_NET_ADMIN
+        return f"denied: {os.strerror(ctypes.get_errno())}"
+    fcntl.ioctl(os.open("/dev/net/tun", os.O_RDWR), 0x400454CA, struct.pack("16sH", b"its-own", 1))  # TUNSETIFF, TUN
+    return "made"
+def key(number, serial):
+    libc = ctypes.CDLL(None, use_errno=True)
+    size = libc.syscall(ctypes.c_long(number), ctypes.c_long(11), ctypes.c_long(serial), None, ctypes.c_long(0))
+    return f"read {size} bytes" if size >= 0 else f"denied: {os.strerror(ctypes.get_errno())}"
 HELD = []
 def deep(path, depth):
     here = os.getcwd()
@@ -108,6 +124,7 @@ TOOLS = {"daemon": daemon, "deep": deep, "whoami": whoami, "stall": stall, "ptra
          "loopback": loopback, "spin": spin, "resolve": resolve, "listening": listening,
          "abstract": lambda address: tried(lambda: abstract(address)),
          "hold": lambda port: tried(lambda: HELD.append(socket.create_server(("127.0.0.1", port))) or "bound"),
+         "syscalls": lambda calls: syscalls(calls), "tun": lambda: tried(tun), "key": key,
          "big": lambda: "read"}
 for line in sys.stdin:
     message = json.loads(line)
@@ -126,6 +143,7 @@ for line in sys.stdin:
         continue
     send({"jsonrpc": "2.0", "id": message["id"], "result": result})
 """
+)
 OPEN: list[httpx.Client] = []
 UIDS = uids(100, 100)
 SECRETS = {"alice": "alice-s-secret-0001", "bob": "bob-s-secret-0002"}

@@ -199,10 +199,12 @@ def _add(library: Any, context: int, rule: Mapping[str, Any], default: int, arch
     action = _action(rule.get("action"), rule.get("errnoRet"))
     if action == default:
         return
-    comparisons = [
-        _Comparison(int(arg["index"]), _OPERATORS[arg["op"]], int(arg["value"]), int(arg.get("valueTwo") or 0))
-        for arg in rule.get("args") or []
-    ]
+    comparisons = []
+    for arg in rule.get("args") or []:
+        if arg.get("op") not in _OPERATORS:
+            raise ProfileError(f"op {arg.get('op')!r} is not one of libseccomp's ({', '.join(_OPERATORS)})")
+        operator, second = _OPERATORS[arg["op"]], int(arg.get("valueTwo") or 0)
+        comparisons.append(_Comparison(int(arg["index"]), operator, int(arg["value"]), second))
     indexes = [comparison.arg for comparison in comparisons]
     groups = [[comparison] for comparison in comparisons] if len(set(indexes)) < len(indexes) else [comparisons]
     for name in rule.get("names") or [rule["name"]]:
