@@ -31,6 +31,8 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 # The stdio gateway's --process-containment bwrap (util-linux's unshare and setpriv are there already).
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+# The contained processes' seccomp filter: libseccomp compiles it (apt and systemd need it: there already on Debian).
+ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2 ' || missing+=(libseccomp2)
 # The stdio gateway's --process-network egress (the default with --process-uids): its rules are nftables'.
 command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || missing+=(nftables)
 # pasta (passt's): each egress process's network namespace, connected to the world as the process's own uid.
