@@ -15,6 +15,7 @@ import pwd
 import shutil
 import tempfile
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -224,6 +225,8 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: Gate
     if args.process_seccomp is not None and sandbox.containment == "none":
         why = f" ({sandbox.choice})" if sandbox.choice else ""
         raise ValueError(f"--process-seccomp needs a containment, bwrap or unshare{why}: the filter is applied in it")
+    if sandbox.containment == "none":  # auto found neither: no filter, and the startup line names none
+        sandbox = replace(sandbox, seccomp=b"", profile="")
     if sandbox.network == "egress" and sandbox.containment == "none":  # its network namespace is the host's
         why = f" ({sandbox.choice})" if sandbox.choice else ""
         raise ValueError(f"--process-network egress needs a containment, bwrap or unshare{why}: its own network")
