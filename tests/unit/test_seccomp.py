@@ -94,6 +94,8 @@ def test_an_operators_profile_is_read_as_for_a_process_with_no_capability(tmp_pa
             '"args": [{"index": 0, "value": 1, "op": "SCMP_CMP_LIKE"}]}]}',
             "syscalls[0]: op 'SCMP_CMP_LIKE' is not one of libseccomp's (SCMP_CMP_NE,",
         ),
+        ('{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": ["read"]}', "syscalls[0]: AttributeError("),
+        ('{"defaultAction": "SCMP_ACT_ALLOW", "archMap": [{}]}', "archMap: KeyError('architecture')"),
     ],
 )
 def test_a_profile_that_cannot_be_compiled_is_said_in_one_line(tmp_path: Path, written: str | None, said: str) -> None:

@@ -106,15 +106,20 @@ def compiled(path: str) -> bytes:
     if not context:
         raise ProfileError(f"{named}: libseccomp could not start a filter")
     try:
-        native = library.seccomp_arch_native()
-        for name in _subarchitectures(profile, library, native):
+        try:
+            others = _subarchitectures(profile, library, library.seccomp_arch_native())
+        except (TypeError, KeyError, AttributeError) as exc:
+            raise ProfileError(f"{named}: archMap: {exc!r}") from None
+        for name in others:
             if library.seccomp_arch_add(context, library.seccomp_arch_resolve_name(name.encode())) not in (0, -17):
                 raise ProfileError(f"{named}: architecture {name} unknown to libseccomp")
         for index, rule in enumerate(profile.get("syscalls") or []):
             try:
                 _add(library, context, rule, default, _go_name())
-            except (ProfileError, TypeError, ValueError, KeyError) as exc:
+            except ProfileError as exc:
                 raise ProfileError(f"{named}: syscalls[{index}]: {exc}") from None
+            except (TypeError, ValueError, KeyError, AttributeError) as exc:
+                raise ProfileError(f"{named}: syscalls[{index}]: {exc!r}") from None
         exported = os.memfd_create("seccomp", os.MFD_CLOEXEC)
         try:
             if (failed := library.seccomp_export_bpf(context, exported)) < 0:
