@@ -13,6 +13,7 @@ import math
 import os
 import pwd
 import shutil
+import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import replace
@@ -336,8 +337,8 @@ def _seccomp(args: argparse.Namespace) -> tuple[bytes, str]:
     from .._wire import printable
     from .sealed._seccomp import DOCKER, PROFILE, ProfileError, compiled
 
-    if args.process_containment == "none" and args.process_seccomp is None:
-        return b"", ""
+    if args.process_seccomp is None and (args.process_containment == "none" or sys.platform != "linux"):
+        return b"", ""  # no containment (auto finds none but on Linux), no filter
     given = args.process_seccomp
     try:
         return compiled(given or PROFILE), printable(given) if given else DOCKER
