@@ -10,6 +10,8 @@ A process is started through a chain of them, each doing one thing and then runn
   bounded by ``--process-disk``, gone with the namespace; no view of the control groups (:func:`_namespace`; under
   ``unshare``, a ``sh`` mounts them as root); with network ``none`` or ``egress``, a network namespace of its own
   (its own loopback; under ``egress`` an interface that pasta connects to the world: :class:`Link`);
+- the seccomp filters (:mod:`._seccomp`): the user-namespace one and the profile's, given to bubblewrap, or under
+  ``unshare`` applied by the gateway's own interpreter once the mounts are made;
 - ``prlimit``: ``RLIMIT_NPROC``, the process-count bound where no control group gives one (a uid's count,
   so with a uid per process only);
 - ``setpriv``: its uid and gid, no supplementary group, no capability, no new privileges;
