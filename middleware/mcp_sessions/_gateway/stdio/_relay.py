@@ -105,14 +105,16 @@ class Call:
             except MCPError as exc:
                 self.result = exc
 
-    def tell(self, notification: types.ServerNotification) -> None:
-        """A notification for the client; dropped, and counted, while ``MAX_QUEUED`` wait, or once the call is over."""
+    def tell(self, notification: types.ServerNotification) -> bool:
+        """A notification for the client, before the answer; dropped, and counted, while ``MAX_QUEUED`` wait. False
+        once the answer is on its way (the child's next line can come before the call leaves the conversation's)."""
         try:
             self._events.send_nowait(notification)
         except anyio.WouldBlock:
             self.dropped += 1
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass  # the call is over
+            return False
+        return True
 
     def end(self) -> None:
         """The call is over for its client: the child's call ends (and is cancelled), what it still sends is dropped."""
@@ -372,10 +374,8 @@ class Conversation:
         if (notification := _notification(method, params)) is None:
             label, text = self.child.label, printable(method[:100])
             logger.warning("%s: dropped a notification that is not MCP's (%s)", label, text)
-        elif self.calls:
-            self.calls[-1].tell(notification)
-        # the standalone stream of the connection the conversation's latest request came through
-        else:
+        # else the standalone stream of the connection the conversation's latest request came through
+        elif not (self.calls and self.calls[-1].tell(notification)):
             self._later(partial(target.session.send_notification, notification))
         return True
 
