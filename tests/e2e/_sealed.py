@@ -109,6 +109,31 @@ TOOLS = {"daemon": daemon, "deep": deep, "whoami": whoami, "stall": stall, "ptra
          "abstract": lambda address: tried(lambda: abstract(address)),
          "hold": lambda port: tried(lambda: HELD.append(socket.create_server(("127.0.0.1", port))) or "bound"),
          "big": lambda: "read"}
+def fds():
+    return json.dumps({fd: os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+                       if os.path.exists(f"/proc/self/fd/{fd}")})
+def ptys():
+    held, failed = [], None
+    while failed is None:
+        try: held.append(os.openpty())
+        except OSError as exc: failed = exc.strerror
+    for pair in held: os.close(pair[0]); os.close(pair[1])
+    return f"{len(held)} opened, then {failed}"
+def unix(path):
+    with socket.socket(socket.AF_UNIX) as unix: unix.connect(path)
+    return "connected"
+def buffered(count):
+    with socket.create_server(("127.0.0.1", 0), backlog=count) as listener:
+        for _ in range(count):
+            sender = socket.create_connection(listener.getsockname(), 5)
+            HELD.extend((sender, listener.accept()[0]))
+            sender.setblocking(False)
+            try:
+                while True: sender.send(bytes(1 << 16))
+            except BlockingIOError: pass
+    return "held"
+TOOLS.update({"fds": fds, "hostname": socket.gethostname, "ptys": ptys, "buffered": buffered,
+              "unix": lambda path: tried(lambda: unix(path))})
 for line in sys.stdin:
     message = json.loads(line)
     if "id" not in message or "method" not in message: continue

@@ -13,9 +13,10 @@ A process is started through a chain of them, each doing one thing and then runn
 - ``prlimit``: ``RLIMIT_NPROC``, the process-count bound where no control group gives one (a uid's count,
   so with a uid per process only);
 - ``setpriv``: its uid and gid, no supplementary group, no capability, no new privileges;
-- a last ``sh``, as the server's own user: the server's environment, read from a file the gateway wrote (a
-  ``memfd``), then the server. Every helper before it is run by the absolute path found at startup (:func:`tool`),
-  with root's fixed environment (:data:`HELPER_ENV`): no variable of a user's reaches a program root runs.
+- a last ``bash``, as the server's own user: the server's environment, read from a file the gateway wrote (a
+  ``memfd``), then the server, that file closed (nothing of the gateway's reaches it). Every helper before it is
+  run by the absolute path found at startup (:func:`tool`), with root's fixed environment (:data:`HELPER_ENV`): no
+  variable of a user's reaches a program root runs.
 
 :class:`Sandbox` is what the flags chose, checked once at startup (:meth:`Sandbox.check`); :class:`Place` is
 one process's: its uid (from :class:`Uids`), its directory, its control group. A contained process writes nothing
@@ -82,6 +83,9 @@ _FIRST: Final = (
 PRIVATE: Final = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")  # noqa: S108
 """The directories every uid may write where a contained process gets its own, empty (a tmpfs each, mode 1777,
 ``--process-disk`` at most)."""
+HOSTNAME: Final = "localhost"
+"""A contained process's hostname, in a UTS namespace of its own (unshare's script writes it too): not the host's,
+and one every resolver knows without asking anyone."""
 CGROUPS: Final = "/sys/fs/cgroup"
 """Hidden from a contained process (an empty tmpfs over it): it would list every conversation's control group."""
 # unshare's mounts, by bash (which closes a descriptor above 9; it runs the next with no environment, where it would add
@@ -98,6 +102,7 @@ _UNSHARE_MOUNTS: Final = """\
 (
 mount=$1 mkdir=$2 ip=$3 home=$4 options=$5 lo=$6 info=$7 block=$8 resolv=$9; shift 9
 "$mount" -t proc -o nosuid,nodev,noexec proc /proc || exit 125
+echo localhost > /proc/sys/kernel/hostname || exit 125
 while [ "$1" != -- ]; do "$mount" --no-canonicalize -o "$2" "$1" || exit 125; shift 2; done; shift
 while [ "$1" != -- ]; do "$mount" -t tmpfs -o "$2" tmpfs "$1" || exit 125; shift 2; done; shift
 if [ -n "$home" ]; then
@@ -129,9 +134,9 @@ _NO_PRIVILEGE: Final = ("--clear-groups", "--no-new-privs", "--inh-caps=-all", "
 HELPER_ENV: Final = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 """The whole environment of the helpers that start a process (``sh``, ``bwrap``, ``unshare``, ``prlimit``,
 ``setpriv``), root's whatever the users' (:meth:`Place.launch`)."""
-# The last helper, as the server's user: the server's environment from the file $0 names, then the server, its
-# stdin and stdout back where they belong.
-_LAST: Final = '. "$0" || exit 125; exec "$@" <&3 >&4 3<&- 4>&-'
+# The last helper, as the server's user: the server's environment from the file on descriptor {held}, then the
+# server, its stdin and stdout back where they belong and that file closed. By bash: dash closes no descriptor above 9.
+_LAST: Final = '. /dev/fd/{held} || exit 125; exec "$@" <&3 >&4 3<&- 4>&- {held}<&-'
 
 
 @functools.cache
@@ -334,6 +339,8 @@ class Sandbox:
     def _helpers(self) -> list[str]:
         """The helpers, besides the containment's own, that start each process."""
         helpers = ["setpriv"] if self.uids is not None or self.user is not None or self.contains_root else []
+        if helpers or self.cgroups is not None or self.containment != "none":
+            helpers.append("bash")  # the last helper (_LAST)
         if self.pids is not None:
             helpers.append("prlimit")
         if self.containment == "unshare":
@@ -424,7 +431,7 @@ class Place:
         exports = (f"export {name}={shlex.quote(value)}\n" for name, value in environ.items())
         held = _memfd(os.fsencode("".join(exports)))
         files = (held, *([] if seccomp is None else [seccomp]), *([] if self.link is None else self.link.passed))
-        return [*line, "/bin/sh", "-c", _LAST, f"/dev/fd/{held}", *command], dict(HELPER_ENV), files
+        return [*line, tool("bash"), "-c", _LAST.format(held=held), "sh", *command], dict(HELPER_ENV), files
 
     async def connect(self, pid: int) -> None:
         """Once its process ``pid`` has started: its network connected (:meth:`Link.connect`), where it has a link;
@@ -498,7 +505,8 @@ def _memfd(data: bytes) -> int:
 
 def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None, link: Link | None = None) -> list[str]:
     """The namespace part of a process's command line (none without a containment): a PID namespace and a ``/proc``
-    of its own; an IPC namespace (no SysV or POSIX message queue object outlives it); with network ``none`` or
+    of its own; an IPC namespace (no SysV or POSIX message queue object outlives it); a UTS namespace (its
+    hostname :data:`HOSTNAME`, not the host's); with network ``none`` or
     ``egress`` a network namespace (its own loopback; under ``egress`` the interface ``link`` connects, and its
     resolver, :data:`RESOLV`); a mount namespace where the host's files are read-only, each of
     :data:`PRIVATE` the host has is an empty tmpfs, and so is ``cwd``, its home, each at most ``sandbox.disk`` MiB,
@@ -518,7 +526,8 @@ def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None, li
         for path in hidden:
             mounts += [path, f"nosuid,nodev,mode=1777,size={size}" if path in PRIVATE else "nosuid,nodev,mode=755"]
         return [
-            *(tool("setpriv"), "--pdeathsig", "KILL", "--", tool("unshare"), "--pid", "--ipc", "--mount", *network),
+            *(tool("setpriv"), "--pdeathsig", "KILL", "--", tool("unshare"), "--pid", "--ipc", "--uts", "--mount"),
+            *network,
             *("--", tool("bash"), "-c", _UNSHARE_MOUNTS, "sh"),
             *(tool("mount"), tool("mkdir"), tool("ip"), home, f"nosuid,nodev,mode=1777,size={size}"),
             *("up" if isolated else "", *(("", "", "") if link is None else (*map(str, link.passed), RESOLV))),
@@ -526,7 +535,8 @@ def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None, li
         ]
     # Its network namespace made by unshare, its loopback up by ip (RTM_NEWLINK), then bubblewrap in it: bubblewrap's
     # own --unshare-net failed a process's start now and then ("loopback: Failed RTM_NEWADDR: No child processes").
-    line = [tool("bwrap"), "--unshare-pid", "--unshare-ipc", "--die-with-parent"]
+    line = [tool("bwrap"), "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", HOSTNAME]
+    line += ["--die-with-parent"]
     if isolated:
         loopback = ["/bin/sh", "-c", _LOOPBACK, tool("ip")]
         line = [tool("unshare"), "--net", "--", *loopback, *line]
