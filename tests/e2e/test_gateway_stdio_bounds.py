@@ -10,7 +10,9 @@ What a test needs of the host it says through :func:`needs`: skipped without it,
 from __future__ import annotations
 
 import json
+import os
 import socket
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -44,3 +46,30 @@ def test_a_process_holds_no_descriptor_of_the_gateways_and_has_a_hostname_of_its
     listing = [fd for fd, target in held.items() if target.endswith("/fd")]
     assert sorted(set(held) - set(listing), key=int) == ["0", "1", "2"], held
     assert hostname == "localhost" != socket.gethostname()
+
+
+@pytest.mark.parametrize("containment", CONTAINMENTS)
+@pytest.mark.parametrize("network", ["host", "egress"])
+def test_a_process_reaches_no_socket_file_of_the_hosts_under_run(server: str, containment: str, network: str) -> None:
+    """A read-only ``/`` does not refuse ``connect()``: a socket file of the host's under ``/run``, mode 0666,
+    answered the process. ``/run`` is an empty tmpfs of its own (its ``/run/lock`` its own too); the host's resolver
+    configuration still reaches it (under egress, its namespace's), and its names resolve."""
+    needs("root", containment)
+    with tempfile.TemporaryDirectory(dir="/run") as directory, socket.socket(socket.AF_UNIX) as listener:
+        path = f"{directory}/open.sock"
+        listener.bind(path)
+        listener.listen()
+        os.chmod(directory, 0o755)
+        os.chmod(path, 0o666)
+        sealed = ("--process-containment", containment, "--process-uids", UIDS, "--process-network", network)
+        with gateway(server, *sealed) as process:
+            mcp = client(process)
+            session = mcp.create_session()
+            reached = text(call(mcp, "unix", session, path=path))
+            listed = text(call(mcp, "listdir", session, path="/run"))
+            resolved = text(call(mcp, "resolve", session, host="localhost"))
+            resolver = text(call(mcp, "read", session, path="/etc/resolv.conf"))
+
+    assert reached == "denied: No such file or directory"
+    assert "lock" in json.loads(listed) and os.path.basename(directory) not in listed
+    assert resolved in ("127.0.0.1", "::1") and not resolver.startswith("denied"), resolver

@@ -46,7 +46,7 @@ import anyio
 
 from ._cgroups import Cgroup, Cgroups, read
 from ._kernel import above, locked, no_user_namespaces, running_uids
-from ._network import RESOLV, Link, NetworkError, linkable
+from ._network import RESOLV, RESOLV_CONF, Link, NetworkError, linkable
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -86,6 +86,9 @@ PRIVATE: Final = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")  # noqa: S108
 HOSTNAME: Final = "localhost"
 """A contained process's hostname, in a UTS namespace of its own (unshare's script writes it too): not the host's,
 and one every resolver knows without asking anyone."""
+RUN: Final = "/run"
+"""Hidden from a contained process (an empty tmpfs over it, but its own :data:`PRIVATE` ``/run/lock``): the host's
+socket files are there (``/var/run`` is a link to it), and a read-only file system refuses no ``connect()``."""
 CGROUPS: Final = "/sys/fs/cgroup"
 """Hidden from a contained process (an empty tmpfs over it): it would list every conversation's control group."""
 # unshare's mounts, by bash (which closes a descriptor above 9; it runs the next with no environment, where it would add
@@ -96,15 +99,22 @@ CGROUPS: Final = "/sys/fs/cgroup"
 # paths of mount, mkdir and ip (:func:`tool`); $4 the process's home (or ""), a tmpfs where it is (its parents under a
 # tmpfs 0711, as on the host), $5 its options; $6 "up" for its own loopback (a new network namespace's is down); under
 # egress, $7 and $8 the descriptors of its Link (where it says the namespace is made, and what holds the server back
-# until pasta is ready) and $9 the namespace's resolv.conf, else three ""; then MOUNT-POINT OPTIONS pairs, each
-# remounted read-only, until "--"; then DIRECTORY OPTIONS pairs, each a tmpfs, until "--".
+# until pasta is ready), else two ""; $9 the resolver configuration it reads (else "") and ${10} where
+# (:func:`_resolver`), opened before /run is hidden and bound there after (by /proc/self/fd: its path is hidden then);
+# then MOUNT-POINT OPTIONS pairs, each remounted read-only, until "--"; then DIRECTORY OPTIONS pairs, each a tmpfs
+# (made where missing: /run/lock in its /run), until "--".
 _UNSHARE_MOUNTS: Final = """\
 (
-mount=$1 mkdir=$2 ip=$3 home=$4 options=$5 lo=$6 info=$7 block=$8 resolv=$9; shift 9
+mount=$1 mkdir=$2 ip=$3 home=$4 options=$5 lo=$6 info=$7 block=$8 resolv=$9 resolv_at=${10}; shift 10
 "$mount" -t proc -o nosuid,nodev,noexec proc /proc || exit 125
+if [ -n "$resolv" ]; then exec {resolver}<"$resolv" || exit 125; fi
 echo localhost > /proc/sys/kernel/hostname || exit 125
 while [ "$1" != -- ]; do "$mount" --no-canonicalize -o "$2" "$1" || exit 125; shift 2; done; shift
-while [ "$1" != -- ]; do "$mount" -t tmpfs -o "$2" tmpfs "$1" || exit 125; shift 2; done; shift
+while [ "$1" != -- ]; do "$mkdir" -p "$1" && "$mount" -t tmpfs -o "$2" tmpfs "$1" || exit 125; shift 2; done; shift
+if [ -n "$resolv" ]; then
+    [ -e "$resolv_at" ] || { "$mkdir" -p "${resolv_at%/*}" && : > "$resolv_at"; } || exit 125
+    "$mount" --no-canonicalize --bind -o ro "/proc/self/fd/$resolver" "$resolv_at" && exec {resolver}<&- || exit 125
+fi
 if [ -n "$home" ]; then
     (umask 066; "$mkdir" -p "$home") && "$mount" --no-canonicalize -t tmpfs -o "$options" tmpfs "$home" || exit 125
     "$mkdir" -m 1777 "$home/tmp" && cd "$home" || exit 125
@@ -112,7 +122,6 @@ if [ -n "$home" ]; then
 fi
 if [ "$lo" = up ]; then "$ip" link set lo up || exit 125; fi
 if [ -n "$info" ]; then
-    "$mount" --bind -o ro "$resolv" /etc/resolv.conf || exit 125
     eval "echo {} >&$info && exec $info>&- && read -r _ <&$block && exec $block<&-" || exit 125
 fi
 exec -c "$@"
@@ -517,7 +526,8 @@ def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None, li
     if containment not in ("bwrap", "unshare"):
         return []
     isolated = sandbox.network in ("none", "egress")
-    hidden = [path for path in (*PRIVATE, CGROUPS) if os.path.isdir(path) and not os.path.islink(path)]
+    hidden = [path for path in (RUN, *PRIVATE, CGROUPS) if os.path.isdir(path) and not os.path.islink(path)]
+    resolv, resolv_at = _resolver(link)
     home = "" if cwd is None else os.path.abspath(cwd)
     size = f"{sandbox.disk}m"
     if containment == "unshare":
@@ -530,7 +540,7 @@ def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None, li
             *network,
             *("--", tool("bash"), "-c", _UNSHARE_MOUNTS, "sh"),
             *(tool("mount"), tool("mkdir"), tool("ip"), home, f"nosuid,nodev,mode=1777,size={size}"),
-            *("up" if isolated else "", *(("", "", "") if link is None else (*map(str, link.passed), RESOLV))),
+            *("up" if isolated else "", *(("", "") if link is None else map(str, link.passed)), resolv, resolv_at),
             *(*_read_only(), "--", *mounts, "--"),
         ]
     # Its network namespace made by unshare, its loopback up by ip (RTM_NEWLINK), then bubblewrap in it: bubblewrap's
@@ -544,10 +554,11 @@ def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None, li
     line += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     if link is not None:  # bubblewrap says the namespace is made, and holds the server back until pasta is ready
         info, block = link.passed
-        line += ["--info-fd", str(info), "--block-fd", str(block), "--ro-bind", RESOLV, "/etc/resolv.conf"]
+        line += ["--info-fd", str(info), "--block-fd", str(block)]
     size = str(sandbox.disk << 20)
     for path in hidden:  # a later mount over an earlier one
         line += ["--perms", "01777", "--size", size, "--tmpfs", path] if path in PRIVATE else ["--tmpfs", path]
+    line += ["--ro-bind", resolv, resolv_at] if resolv else []
     if home:
         # Its parents under a tmpfs as the host has them (bubblewrap would make them 0700, root's), then itself.
         under = private_under(home)
@@ -557,6 +568,18 @@ def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None, li
         line += ["--perms", "01777", "--size", size, "--tmpfs", home]
         line += ["--perms", "01777", "--dir", os.path.join(home, "tmp"), "--chdir", home]
     return [*line, "--"]
+
+
+def _resolver(link: Link | None) -> tuple[str, str]:
+    """The resolver configuration a contained process reads, and where, both ``""`` where the host's stays in place:
+    under egress its namespace's (:data:`RESOLV`); else the host's own where ``/etc/resolv.conf`` links under
+    :data:`RUN`, which the process's hides (systemd-resolved's ``stub-resolv.conf``). Where: that link's target, so
+    that the link leads to it."""
+    target = os.path.realpath(RESOLV_CONF)
+    at = target if target.startswith(f"{RUN}/") else RESOLV_CONF
+    if link is not None:
+        return RESOLV, at
+    return (target, target) if at != RESOLV_CONF else ("", "")
 
 
 def _read_only() -> list[str]:
