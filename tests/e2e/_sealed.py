@@ -117,7 +117,7 @@ def ptys():
     while failed is None:
         try: held.append(os.openpty())
         except OSError as exc: failed = exc.strerror
-    for pair in held: os.close(pair[0]); os.close(pair[1])
+    HELD.extend(held)  # until the process ends
     return f"{len(held)} opened, then {failed}"
 def unix(path):
     with socket.socket(socket.AF_UNIX) as unix: unix.connect(path)

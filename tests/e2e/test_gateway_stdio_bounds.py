@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from e2e._sealed import UIDS, call, client, gateway, hostile, needs, text
+from mcp_sessions._gateway.sealed._sandbox import PTYS
 
 CONTAINMENTS = ["bwrap", "unshare"]
 
@@ -73,3 +74,18 @@ def test_a_process_reaches_no_socket_file_of_the_hosts_under_run(server: str, co
     assert reached == "denied: No such file or directory"
     assert "lock" in json.loads(listed) and os.path.basename(directory) not in listed
     assert resolved in ("127.0.0.1", "::1") and not resolver.startswith("denied"), resolver
+
+
+@pytest.mark.parametrize("containment", CONTAINMENTS)
+def test_a_process_opens_ptys_of_its_own_devpts_up_to_its_bound(server: str, containment: str) -> None:
+    """One process opened 3,071 ptys (the host's pool of ptys for every devpts but its first: ``kernel.pty.max`` less
+    ``kernel.pty.reserve``) and the next user's got ``ENOSPC``: each process's devpts is its own, of at most
+    :data:`PTYS`: a process holding them all leaves another its whole share."""
+    needs("root", containment)
+    sealed = ("--process-containment", containment, "--process-uids", UIDS)
+    with gateway(server, *sealed) as process:
+        alice, bob = client(process), client(process)
+        hers = text(call(alice, "ptys", alice.create_session()))
+        his = text(call(bob, "ptys", bob.create_session()))
+
+    assert hers == his == f"{PTYS} opened, then No space left on device"

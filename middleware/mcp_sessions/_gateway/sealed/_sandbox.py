@@ -131,6 +131,13 @@ wait $!
 """
 # A new network namespace's loopback brought up ($0: ip), then the command.
 _LOOPBACK: Final = '"$0" link set lo up || exit 125; exec "$@"'
+# In a new mount namespace, a devpts of its own over /dev/pts ($0: mount, $1: its options), then the command; under
+# unshare, run by its script (by its PID namespace's first process, which outlives the mount). Opened,
+# the host's /dev/ptmx (a device) makes its ptys in the devpts beside it, and bubblewrap's /dev/ptmx links into it.
+_DEVPTS: Final = '"$0" -t devpts -o "$1" devpts /dev/pts || exit 125; shift; exec "$@"'
+PTYS: Final = 64
+"""The ptys a contained process may hold (its devpts's ``max``): the host's pool for every devpts but its first
+(``kernel.pty.max`` less ``kernel.pty.reserve``, 3,072 by default) holds 48 conversations' worth."""
 # The file systems of the kernel's own state, which no process writes a file in: not made read-only by unshare's
 # script (its /proc is its own; devpts makes the terminals it opens).
 _KERNEL_VIEWS: Final = frozenset(
@@ -144,7 +151,8 @@ HELPER_ENV: Final = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 """The whole environment of the helpers that start a process (``sh``, ``bwrap``, ``unshare``, ``prlimit``,
 ``setpriv``), root's whatever the users' (:meth:`Place.launch`)."""
 # The last helper, as the server's user: the server's environment from the file on descriptor {held}, then the
-# server, its stdin and stdout back where they belong and that file closed. By bash: dash closes no descriptor above 9.
+# server, its stdin and stdout back where they belong and that file closed. By bash: dash closes no descriptor above 9
+# (bash's exec gives the server SHLVL=0, its own).
 _LAST: Final = '. /dev/fd/{held} || exit 125; exec "$@" <&3 >&4 3<&- 4>&- {held}<&-'
 
 
@@ -354,8 +362,8 @@ class Sandbox:
             helpers.append("prlimit")
         if self.containment == "unshare":
             helpers += ["setpriv", "mount", "mkdir", "ip", "bash"]
-        if self.containment == "bwrap" and self.network != "host":
-            helpers += ["unshare", "ip"]
+        if self.containment == "bwrap":
+            helpers += ["unshare", "mount", *(["ip"] if self.network != "host" else [])]
         if self.network == "egress":
             helpers += ["setpriv", "pasta"]
         return helpers
@@ -542,16 +550,17 @@ def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None, li
             *(tool("mount"), tool("mkdir"), tool("ip"), home, f"nosuid,nodev,mode=1777,size={size}"),
             *("up" if isolated else "", *(("", "") if link is None else map(str, link.passed)), resolv, resolv_at),
             *(*_read_only(), "--", *mounts, "--"),
+            *_own_ptys(),  # as the namespace's first process: a process it started would be, and end it
         ]
     # Its network namespace made by unshare, its loopback up by ip (RTM_NEWLINK), then bubblewrap in it: bubblewrap's
     # own --unshare-net failed a process's start now and then ("loopback: Failed RTM_NEWADDR: No child processes").
     line = [tool("bwrap"), "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", HOSTNAME]
     line += ["--die-with-parent"]
     if isolated:
-        loopback = ["/bin/sh", "-c", _LOOPBACK, tool("ip")]
-        line = [tool("unshare"), "--net", "--", *loopback, *line]
+        line = ["/bin/sh", "-c", _LOOPBACK, tool("ip"), *line]
+    line = [tool("unshare"), "--mount", *(["--net"] if isolated else []), "--", *_own_ptys(), *line]
     line += [] if seccomp is None else ["--seccomp", str(seccomp)]
-    line += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    line += ["--ro-bind", "/", "/", "--dev", "/dev", "--dev-bind", "/dev/pts", "/dev/pts", "--proc", "/proc"]
     if link is not None:  # bubblewrap says the namespace is made, and holds the server back until pasta is ready
         info, block = link.passed
         line += ["--info-fd", str(info), "--block-fd", str(block)]
@@ -568,6 +577,12 @@ def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None, li
         line += ["--perms", "01777", "--size", size, "--tmpfs", home]
         line += ["--perms", "01777", "--dir", os.path.join(home, "tmp"), "--chdir", home]
     return [*line, "--"]
+
+
+def _own_ptys() -> list[str]:
+    """The command line's part that mounts a devpts of the process's own (:data:`_DEVPTS`), of at most :data:`PTYS`,
+    with bubblewrap's options."""
+    return ["/bin/sh", "-c", _DEVPTS, tool("mount"), f"newinstance,ptmxmode=0666,mode=620,max={PTYS}"]
 
 
 def _resolver(link: Link | None) -> tuple[str, str]:
