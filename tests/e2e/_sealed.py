@@ -96,7 +96,7 @@ TOOLS = {"daemon": daemon, "deep": deep, "whoami": whoami, "stall": stall, "ptra
          "hangup": lambda: os.close(1) or time.sleep(600),
          "userns": lambda: "made" if ctypes.CDLL(None, use_errno=True).unshare(0x10000000) == 0
                            else f"denied: {os.strerror(ctypes.get_errno())}",
-         "fill": lambda path, mib: tried(lambda: open(path, "wb").write(bytes(mib << 20)) and "filled"),
+         "fill": lambda path, mib: tried(lambda: fill(path, mib)),
          "remount": lambda: tried(lambda: ctypes.CDLL(None, use_errno=True).mount(None, b"/", None, 32, None) == 0
                                   and "remounted" or os.strerror(ctypes.get_errno())),
          "chmod": lambda path, mode: tried(lambda: os.chmod(path, mode) or "changed"),
@@ -112,6 +112,10 @@ TOOLS = {"daemon": daemon, "deep": deep, "whoami": whoami, "stall": stall, "ptra
 def fds():
     return json.dumps({fd: os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
                        if os.path.exists(f"/proc/self/fd/{fd}")})
+def fill(path, mib):
+    with open(path, "wb") as file:
+        for _ in range(mib): file.write(bytes(1 << 20))  # a MiB at a time: its own memory stays small
+    return "filled"
 def ptys():
     held, failed = [], None
     while failed is None:

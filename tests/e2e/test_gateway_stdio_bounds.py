@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from _waits import until
 from e2e._sealed import UIDS, call, client, gateway, hostile, needs, text
+from mcp_sessions._gateway._process_flags import default_memory
 from mcp_sessions._gateway.sealed._sandbox import PTYS
 
 CONTAINMENTS = ["bwrap", "unshare"]
@@ -116,3 +118,26 @@ def tcp_memory() -> int:
             fields = line.split()
             return int(fields[fields.index("mem") + 1]) * os.sysconf("SC_PAGE_SIZE")
     raise AssertionError("no TCP line in /proc/net/sockstat")
+
+
+def test_by_default_a_conversations_directories_count_in_its_memory_bound(server: str) -> None:
+    """With no --process-memory, the five tmpfs directories of one conversation pinned 1.25 GiB of the host's memory.
+    Its default is half the host's memory shared by the processes that may run at once (here ``--max-processes``
+    chosen for some 100 MiB each), said in the startup line; what the process writes in its directories is memory of
+    its control group's: it fills half its bound in ``/tmp``, and another half in ``/dev/shm`` is refused (or ends
+    the conversation), far below the 256 MiB each directory may hold."""
+    needs("root", "bwrap", "cgroup-memory")
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    count = max(host // 2 // (100 << 20) - 1, 1)
+    bound = default_memory(count + 1) >> 20  # the tests' gateway: --warm 0
+    sealed = ("--process-containment", "bwrap", "--process-uids", UIDS, "--max-processes", str(count))
+    with gateway(server, *sealed) as process:
+        assert f"memory {bound} MiB each" in process.output()
+        mcp = client(process)
+        session = mcp.create_session()
+        assert text(call(mcp, "fill", session, path="/tmp/half", mib=bound // 2)) == "filled"
+        refused = call(mcp, "fill", session, path="/dev/shm/half", mib=bound // 2)
+        if "error" in refused:  # the kernel's OOM killer ended it
+            until(lambda: "over its memory bound (--process-memory)" in process.output(), process.output)
+        else:
+            assert text(refused).startswith("denied: "), refused

@@ -94,7 +94,8 @@ class Cgroups:
         # The kernel's switch that leaves socket buffers out of cgroup v2's memory: then nothing bounds them.
         if self.version == 2 and "cgroup.memory=nosocket" in read("/proc/cmdline").split():
             parents += "; socket buffers uncounted: cgroup.memory=nosocket"
-        return f"cgroup v{self.version} ({parents})"
+        memory = "" if self.memory is None else f", memory {self.memory >> 20} MiB each"
+        return f"cgroup v{self.version} ({parents}){memory}"
 
 
 @dataclass

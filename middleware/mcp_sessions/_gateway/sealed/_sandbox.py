@@ -363,7 +363,9 @@ class Sandbox:
         if self.containment == "unshare":
             helpers += ["setpriv", "mount", "mkdir", "ip", "bash"]
         if self.containment == "bwrap":
-            helpers += ["unshare", "mount", *(["ip"] if self.network != "host" else [])]
+            root, isolated = os.geteuid() == 0, self.network != "host"
+            helpers += [*(["unshare"] if root or isolated else []), *(["mount"] if root else [])]
+            helpers += ["ip"] if isolated else []
         if self.network == "egress":
             helpers += ["setpriv", "pasta"]
         return helpers
@@ -556,11 +558,17 @@ def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None, li
     # own --unshare-net failed a process's start now and then ("loopback: Failed RTM_NEWADDR: No child processes").
     line = [tool("bwrap"), "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", HOSTNAME]
     line += ["--die-with-parent"]
+    # A devpts of its own, bound over bubblewrap's, where the gateway is root (unshare --mount needs it): an
+    # unprivileged bubblewrap keeps its --dev's, which has no max.
+    root = os.geteuid() == 0
     if isolated:
         line = ["/bin/sh", "-c", _LOOPBACK, tool("ip"), *line]
-    line = [tool("unshare"), "--mount", *(["--net"] if isolated else []), "--", *_own_ptys(), *line]
+    if isolated or root:
+        namespaces = [*(["--mount"] if root else []), *(["--net"] if isolated else [])]
+        line = [tool("unshare"), *namespaces, "--", *(_own_ptys() if root else []), *line]
     line += [] if seccomp is None else ["--seccomp", str(seccomp)]
-    line += ["--ro-bind", "/", "/", "--dev", "/dev", "--dev-bind", "/dev/pts", "/dev/pts", "--proc", "/proc"]
+    line += ["--ro-bind", "/", "/", "--dev", "/dev", *(["--dev-bind", "/dev/pts", "/dev/pts"] if root else [])]
+    line += ["--proc", "/proc"]
     if link is not None:  # bubblewrap says the namespace is made, and holds the server back until pasta is ready
         info, block = link.passed
         line += ["--info-fd", str(info), "--block-fd", str(block)]
