@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import tempfile
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from mcp_sessions._gateway._process_flags import default_memory
 from mcp_sessions._gateway.sealed._sandbox import PTYS
 
 CONTAINMENTS = ["bwrap", "unshare"]
+STUB = "nameserver 127.0.0.53\noptions edns0\n"  # systemd-resolved's stub-resolv.conf
 
 
 @pytest.fixture(scope="module")
@@ -141,3 +143,30 @@ def test_by_default_a_conversations_directories_count_in_its_memory_bound(server
             until(lambda: "over its memory bound (--process-memory)" in process.output(), process.output)
         else:
             assert text(refused).startswith("denied: "), refused
+
+
+@pytest.mark.parametrize("containment", CONTAINMENTS)
+@pytest.mark.parametrize("network", ["host", "egress"])
+def test_where_etc_resolv_conf_leads_under_run_a_process_still_reads_it(
+    server: str, containment: str, network: str, tmp_path: Path
+) -> None:
+    """systemd-resolved's layout: ``/etc/resolv.conf`` a link to a file under ``/run``, which a process's own
+    ``/run`` hides. The gateway, in a mount namespace of its own where ``/etc`` is a copy with that link, gives its
+    processes the file the link leads to (under egress, their namespace's resolver configuration)."""
+    needs("root", containment)
+    etc = tmp_path / "etc"
+    shutil.copytree("/etc", etc, symlinks=True)
+    with tempfile.TemporaryDirectory(dir="/run") as run:
+        stub = Path(run, "stub-resolv.conf")
+        stub.write_text(STUB)
+        stub.chmod(0o644)
+        os.chmod(run, 0o755)
+        (etc / "resolv.conf").unlink()
+        (etc / "resolv.conf").symlink_to(stub)
+        own_etc = ("unshare", "--mount", "--", "sh", "-c", 'mount --bind "$0" /etc && exec "$@"', str(etc))
+        sealed = ("--process-containment", containment, "--process-uids", UIDS, "--process-network", network)
+        with gateway(server, *sealed, prefix=own_etc) as process:
+            mcp = client(process)
+            read = text(call(mcp, "read", mcp.create_session(), path="/etc/resolv.conf"))
+
+    assert read.startswith("nameserver ") and (read == STUB) == (network == "host"), read
