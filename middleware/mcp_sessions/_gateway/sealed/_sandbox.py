@@ -576,9 +576,8 @@ def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None, li
     for path in hidden:  # a later mount over an earlier one
         line += ["--perms", "01777", "--size", size, "--tmpfs", path] if path in PRIVATE else ["--tmpfs", path]
     if resolv:  # where it leads under /run: its directories as the host has them (bubblewrap makes them 0700)
-        parents = [str(parent) for parent in reversed(Path(resolv_at).parents) if str(parent).startswith(f"{RUN}/")]
-        for parent in parents:
-            line += ["--perms", "0755", "--dir", parent]
+        for directory in map(str, reversed(Path(resolv_at).parents)):
+            line += ["--perms", "0755", "--dir", directory] if directory.startswith(f"{RUN}/") else []
         line += ["--ro-bind", resolv, resolv_at]
     if home:
         # Its parents under a tmpfs as the host has them (bubblewrap would make them 0700, root's), then itself.
