@@ -112,7 +112,7 @@ TOOLS = {"daemon": daemon, "deep": deep, "whoami": whoami, "stall": stall, "ptra
          "hangup": lambda: os.close(1) or time.sleep(600),
          "userns": lambda: "made" if ctypes.CDLL(None, use_errno=True).unshare(0x10000000) == 0
                            else f"denied: {os.strerror(ctypes.get_errno())}",
-         "fill": lambda path, mib: tried(lambda: open(path, "wb").write(bytes(mib << 20)) and "filled"),
+         "fill": lambda path, mib: tried(lambda: fill(path, mib)),
          "remount": lambda: tried(lambda: ctypes.CDLL(None, use_errno=True).mount(None, b"/", None, 32, None) == 0
                                   and "remounted" or os.strerror(ctypes.get_errno())),
          "chmod": lambda path, mode: tried(lambda: os.chmod(path, mode) or "changed"),
@@ -126,6 +126,35 @@ TOOLS = {"daemon": daemon, "deep": deep, "whoami": whoami, "stall": stall, "ptra
          "hold": lambda port: tried(lambda: HELD.append(socket.create_server(("127.0.0.1", port))) or "bound"),
          "syscalls": lambda calls: syscalls(calls), "tun": lambda: tried(tun), "key": key,
          "big": lambda: "read"}
+def fds():
+    return json.dumps({fd: os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+                       if os.path.exists(f"/proc/self/fd/{fd}")})
+def fill(path, mib):
+    with open(path, "wb") as file:
+        for _ in range(mib): file.write(bytes(1 << 20))  # a MiB at a time: its own memory stays small
+    return "filled"
+def ptys():
+    held, failed = [], None
+    while failed is None:
+        try: held.append(os.openpty())
+        except OSError as exc: failed = exc.strerror
+    HELD.extend(held)  # until the process ends
+    return f"{len(held)} opened, then {failed}"
+def unix(path):
+    with socket.socket(socket.AF_UNIX) as unix: unix.connect(path)
+    return "connected"
+def buffered(count):
+    with socket.create_server(("127.0.0.1", 0), backlog=count) as listener:
+        for _ in range(count):
+            sender = socket.create_connection(listener.getsockname(), 5)
+            HELD.extend((sender, listener.accept()[0]))
+            sender.setblocking(False)
+            try:
+                while True: sender.send(bytes(1 << 16))
+            except BlockingIOError: pass
+    return "held"
+TOOLS.update({"fds": fds, "hostname": socket.gethostname, "ptys": ptys, "buffered": buffered,
+              "unix": lambda path: tried(lambda: unix(path))})
 for line in sys.stdin:
     message = json.loads(line)
     if "id" not in message or "method" not in message: continue

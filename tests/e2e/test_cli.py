@@ -20,6 +20,7 @@ from starlette.responses import PlainTextResponse
 
 from mcp_sessions import KeySet, MCPSessionMiddleware, SessionKey
 from mcp_sessions._cli import main
+from mcp_sessions._version import __version__
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "a-test-secret-that-is-long-enough-0123456789"
@@ -150,6 +151,40 @@ def test_keygen_usage_errors(argv: list[str], message: str, monkeypatch: pytest.
     code, out, err = run("keygen", *argv)
     assert (code, out) == (2, "")
     assert message in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["gateway", "--stdi", "x"], "mcp-sessions gateway: unrecognized arguments: --stdi x "),
+        (["gateway", "--stdoi", "x"], "mcp-sessions gateway: unrecognized arguments: --stdoi x "),
+        (["gateway", "--upstream", "http://127.0.0.1:9/mcp", "--bogus"], "mcp-sessions gateway: unrecognized "),
+        (["gateway", "--process-memory"], "mcp-sessions gateway: argument --process-memory: expected one argument "),
+        (["keygen", "--al", "ES256"], "mcp-sessions keygen: unrecognized arguments: --al ES256 "),
+        (["nosuch"], "mcp-sessions: argument COMMAND: invalid choice: 'nosuch' "),
+    ],
+)
+def test_a_usage_error_is_one_line_naming_the_command_and_a_flag_only_by_its_whole_name(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as ended:
+        main(argv, environ={})
+    out, err = capsys.readouterr()
+    assert (ended.value.code, out) == (2, "")
+    assert err.startswith(said)
+    assert err.count("\n") == 1
+    assert err.rstrip().endswith("--help shows them)") or err.rstrip().endswith("--help shows how it is used)")
+
+
+def test_gateway_without_a_server_says_which_flags_name_one() -> None:
+    code, out, err = run("gateway")
+    assert (code, out, err) == (2, "", "mcp-sessions gateway: one of --upstream URL or --stdio COMMAND is required\n")
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as ended:
+        main(["--version"], environ={})
+    assert (ended.value.code, capsys.readouterr().out) == (0, f"mcp-sessions {__version__}\n")
 
 
 # -- inspect --------------------------------------------------------------------------------------------------

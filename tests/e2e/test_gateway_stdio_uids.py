@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +21,7 @@ from _uids import members, uids
 from _waits import WITHIN, until
 from e2e._gateway import readable_directory
 from e2e._sealed import call, client, gateway, hostile, needs, of_uid, running, text
+from mcp_sessions._gateway.sealed._kernel import running_uids
 
 GONE = "denied: No such file or directory"
 
@@ -54,3 +57,22 @@ def test_nothing_a_uid_wrote_or_started_reaches_its_next_owner_even_after_its_ga
         mcp = client(second)
         assert json.loads(text(call(mcp, "whoami")))["uid"] == uid
         assert [text(call(mcp, "read", path=path)) for path in left] == [GONE] * len(left)
+
+
+def test_a_zombie_of_a_uid_is_not_a_process_of_it() -> None:
+    """A killed gateway's pasta is a zombie of its process's uid until whoever adopted it reaps it: a gateway
+    restarted at once (systemd's Restart=) takes that uid, where it exited for "no free uid" (issue 94, item 3)."""
+    needs("root")
+    [uid] = members(uids(211, 1))
+    ended = subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "true"])
+    try:
+        until(lambda: Path(f"/proc/{ended.pid}/status").read_text().split("\nState:\t")[1][0] == "Z", "its end")
+        assert uid not in running_uids()
+    finally:
+        ended.wait(timeout=WITHIN)
+    held = subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "60"])
+    try:
+        assert uid in running_uids()
+    finally:
+        held.kill()
+        held.wait(timeout=WITHIN)

@@ -256,11 +256,11 @@ async def test_a_slow_redis_times_out_and_later_replies_are_not_mixed_up(redis: 
         store = RedisStore(client=client, prefix=unique_prefix(), timeout=0.2)
         await store.set("s1", "a", "A", expires_at=EXP)
         await store.set("s1", "b", "B", expires_at=EXP)
-        sleeper = asyncio.get_running_loop().run_in_executor(None, redis.command, "DEBUG", "SLEEP", "0.6")
-        await asyncio.sleep(0.1)  # let DEBUG SLEEP reach the server first
+        # Every client's commands wait from the moment this answers, for 600 ms: a server slower than the store's
+        # timeout, with no clock of the test's deciding when the wait began.
+        assert redis.command("CLIENT", "PAUSE", "600", "ALL") == b"+OK\r\n"
         with pytest.raises(SessionStoreUnavailable, match=r"did not answer within 0\.2 s"):
             await store.get("s1", "a")
-        assert await sleeper == b"+OK\r\n"
         store.timeout = WITHIN  # it timed out above; here a busy machine's slow answer is no failure
         # The abandoned reply ("A") must not answer the next command on a reused connection.
         assert await store.get("s1", "b") == "B"

@@ -217,3 +217,45 @@ def test_splitting_never_changes_the_output(parts: list[bytes], cuts: list[int])
     points = sorted({min(c, len(data)) for c in cuts})
     chunks = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
     assert run(chunks, transform) == run([data], transform)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    parts=st.lists(_SSE_ALPHABET, max_size=60),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=8),
+)
+def test_whole_events_the_transform_skips_pass_as_they_would_be_read(parts: list[bytes], cuts: list[int]) -> None:
+    """``skips`` lets whole events with no '7' pass unread line by line: the output is what reading them gives, at
+    any split."""
+    data = b"".join(parts)
+
+    def transform(text: str) -> str | None:
+        return f"R{len(text)}" if "7" in text else None
+
+    points = sorted({min(c, len(data)) for c in cuts})
+    chunks = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
+    rewriter = SSERewriter(transform, skips=lambda raw: b"7" not in raw)
+    assert b"".join(rewriter.feed(chunk) for chunk in chunks) + rewriter.flush() == run([data], transform)
+
+
+def test_a_chunk_of_whole_events_the_transform_skips_is_the_chunk_itself() -> None:
+    rewriter = SSERewriter(echo_id_7, skips=lambda raw: b'"id"' not in raw)
+    notification = EVENTS[1][0]
+    assert rewriter.feed(notification) is notification
+    assert rewriter.feed(RESPONSE_IN) == RESPONSE_OUT  # an answer in it: read and rewritten
+    assert rewriter.feed(b"data: a\r\r") == b"data: a\r\r"  # a CR last: read, its LF may follow
+    assert rewriter.feed(b"\n" + notification) == b"\n" + notification
+
+
+@pytest.mark.parametrize(
+    ("chunks", "expected"),
+    [
+        ([b"data: 7\n", b": c\n\n"], b"data: R1\n: c\n\n"),  # the event it ends is held: read
+        ([b"data: 7\r", b"\n\n"], b"data: R1\r\n\n"),  # its LF belongs to a CR of the last chunk
+        ([b"data: 7", b"\n\n"], b"data: R1\n\n"),  # an unfinished line
+        ([b"data: x\n\n", b"data: 7\n\n"], b"data: x\n\ndata: R1\n\n"),
+    ],
+)
+def test_a_chunk_the_transform_skips_that_ends_a_held_event_is_read(chunks: list[bytes], expected: bytes) -> None:
+    rewriter = SSERewriter(lambda text: f"R{len(text)}" if "7" in text else None, skips=lambda raw: b"7" not in raw)
+    assert b"".join(rewriter.feed(chunk) for chunk in chunks) + rewriter.flush() == expected

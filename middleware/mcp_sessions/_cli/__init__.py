@@ -34,7 +34,9 @@ import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from types import ModuleType
-from typing import Final, TextIO
+from typing import Any, Final, NoReturn, TextIO
+
+from .._version import __version__
 
 __all__ = ["main"]
 
@@ -88,9 +90,21 @@ DESCRIPTION: Final = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, but a flag is taken by its whole name only (``--stdi`` is not ``--stdio``), and a usage
+    error is one line that names the command and what was wrong, then exit status 2 (as git's and uvicorn's are)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} ({self.prog} --help shows how it is used)\n")
+
+
 def _parser(command: str | None) -> argparse.ArgumentParser:
     """The command line, with the arguments of ``command`` only: the others are listed, not imported."""
-    parser = argparse.ArgumentParser(prog="mcp-sessions", description=DESCRIPTION)
+    parser = _Parser(prog="mcp-sessions", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"mcp-sessions {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, text in COMMANDS.items():
         # The pack reads its own arguments.
@@ -111,7 +125,7 @@ def _status_parser() -> argparse.ArgumentParser:
     module = _module("sessions")
     description = module.STATUS_DESCRIPTION
     prog = "mcp-sessions gateway status"
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = _Parser(prog=prog, description=description)
     module.add_status_arguments(parser)
     parser.set_defaults(command="status")
     return parser
@@ -145,7 +159,11 @@ def main(
         args = _status_parser().parse_args(argv[2:])
     else:
         command = argv[0] if argv else None
-        args = _parser(command).parse_args(argv)
+        parser = _parser(command)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:  # the command's, which argparse leaves to the top level to refuse
+            name = f"{parser.prog} {args.command}"
+            parser.exit(EXIT_USAGE, f"{name}: unrecognized arguments: {' '.join(unknown)} ({name} --help shows them)\n")
     try:
         if args.command == "keygen":
             return _keygen(args, stdout, stderr)

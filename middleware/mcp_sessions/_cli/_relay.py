@@ -315,8 +315,7 @@ async def read_bounded(response: httpx2.Response, limit: int = MAX_MESSAGE) -> b
 def _drop_echo(result: dict[str, Any], token: str) -> None:
     """Remove from ``result``'s ``_meta`` the echo of the shim's session ``token``: a bearer value the host
     never asked for."""
-    meta = result.get("_meta")
-    if not isinstance(meta, dict):
+    if (meta := jsonrpc.meta(result)) is None:
         return
     echo = meta.get(SESSION_META_KEY)
     if isinstance(echo, dict) and echo.get("sessionId") == token:

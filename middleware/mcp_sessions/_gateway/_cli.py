@@ -68,7 +68,8 @@ DESCRIPTION: Final = (
 def add_arguments(gateway: argparse.ArgumentParser) -> None:
     """The options of ``gateway``, in the order ``--help`` shows them: what it serves, its stdio processes
     (how many, how long; how each runs), how it listens and forwards, who is asking."""
-    upstream = gateway.add_mutually_exclusive_group(required=True)
+    # One of them is required: checked in run, so that a misspelt flag is named first.
+    upstream = gateway.add_mutually_exclusive_group()
     upstream.add_argument(
         "--upstream", action="append", metavar="URL", help="the server's MCP endpoint; repeat per replica"
     )
@@ -210,6 +211,9 @@ def _exchange_arguments(gateway: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
     """Build the gateway from ``args`` and the environment, and serve it until stopped."""
+    if args.upstream is None and args.stdio is None:
+        print("mcp-sessions gateway: one of --upstream URL or --stdio COMMAND is required", file=stderr)
+        return EXIT_USAGE
     try:
         import uvicorn  # noqa: F401 - here, so that without it the command says which extra to install
 

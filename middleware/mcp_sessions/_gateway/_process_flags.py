@@ -110,7 +110,7 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
         help="with --stdio: 'bwrap' (bubblewrap) or 'unshare' (util-linux, as root): each process "
         "in a PID namespace with a /proc of its own, all it started ending with it, the host's files "
         "read-only but its own home, /tmp, /var/tmp, /dev/shm and /run/lock, no view of the control "
-        "groups; 'none': its process "
+        "groups nor of /run, a devpts and a hostname of its own; 'none': its process "
         "group only; 'auto' (default): bwrap where it works, else unshare, else none (the startup "
         "line says which)",
     )
@@ -125,7 +125,9 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
         "--process-memory",
         type=int,
         metavar="MIB",
-        help="with --stdio: a conversation's memory at most (MiB), all its processes together (a control group)",
+        help="with --stdio: a conversation's memory at most (MiB), all its processes together, its directories and "
+        "socket buffers included (a control group); default: half the host's memory shared by --max-processes, "
+        "--warm and the shared process, where the host gives a control group (the startup line says it)",
     )
     gateway.add_argument(
         "--process-pids",
@@ -303,9 +305,9 @@ def _run_as(args: argparse.Namespace) -> tuple[Any, int | None, int | None]:
 
 
 def _bounds(args: argparse.Namespace, *, per_uid: bool) -> Any:
-    """The control groups that bound each conversation (``--process-memory``, ``--process-pids``,
-    ``--process-cpu``); None without bounds, or for ``--process-pids`` alone with a uid per process where the host
-    gives none (RLIMIT_NPROC)."""
+    """The control groups that bound each conversation (``--process-memory``, by default :func:`default_memory`
+    where the host gives the gateway a control group, ``--process-pids``, ``--process-cpu``); None without bounds, or
+    for ``--process-pids`` alone with a uid per process where the host gives none (RLIMIT_NPROC)."""
     from .sealed._cgroups import CPU_PERIOD, Cgroups
 
     for flag, value in (("--process-memory", args.process_memory), ("--process-pids", args.process_pids)):
@@ -316,6 +318,10 @@ def _bounds(args: argparse.Namespace, *, per_uid: bool) -> Any:
     if cpu is not None and not (math.isfinite(cpu) and cpu * CPU_PERIOD >= 1000):
         raise ValueError(f"--process-cpu takes a number of cores, at least {1000 / CPU_PERIOD:g}")
     memory = None if args.process_memory is None else args.process_memory << 20
+    if memory is None:
+        shared = default_memory(max(args.max_processes + args.warm + 1, 1))  # a bad count is said later
+        if (cgroups := Cgroups.found(shared, args.process_pids, cpu)) is not None:
+            return cgroups
     if memory is None and args.process_pids is None and cpu is None:
         return None
     cgroups = Cgroups.found(memory, args.process_pids, cpu)
@@ -344,6 +350,14 @@ def _seccomp(args: argparse.Namespace) -> tuple[bytes, str]:
         return compiled(given or PROFILE), printable(given) if given else DOCKER
     except ProfileError as exc:
         raise ValueError(f"--process-seccomp: {exc}" if given else f"the processes' seccomp filter: {exc}") from None
+
+
+def default_memory(processes: int) -> int:
+    """``--process-memory`` unless given (bytes): half of this host's memory shared by the ``processes`` that may run
+    at once (``--max-processes``, ``--warm`` and the shared one), so that the host keeps the other half whatever they
+    hold: their tmpfs directories and socket buffers are counted in it. A 4 GB host's default flags: 102 MiB each."""
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return host // 2 // processes >> 20 << 20
 
 
 def _private_parent(template: str) -> None:

@@ -56,6 +56,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, Statu
 from opentelemetry.util.types import AttributeValue
 
 from .._tokens import keyed_digest
+from .._wire import jsonrpc
 from .._wire.protocol import KNOWN_METHODS, KNOWN_VERSIONS
 
 if TYPE_CHECKING:
@@ -295,10 +296,10 @@ def parent_and_links(
         header_parent = _extract(
             {k: headers[k.encode()].decode("latin-1") for k in TRACE_KEYS if k.encode() in headers}
         )
-    meta = params.get("_meta") if params is not None else None
+    meta = jsonrpc.meta(params)
     meta_parent = None
-    if isinstance(meta, dict) and "traceparent" in meta:
-        meta_parent = _extract({k: meta[k] for k in TRACE_KEYS if type(meta.get(k)) is str})
+    if meta is not None and "traceparent" in meta:
+        meta_parent = _extract({k: value for k in TRACE_KEYS if type(value := meta.get(k)) is str})
     parent = header_parent or meta_parent
     claim = None if session_claims is None else session_claims.get(TRACEPARENT_CLAIM)
     creation = _span_context(claim) if type(claim) is str else None

@@ -88,17 +88,18 @@ class ResponseRewriter:
                 self._start = message
                 return  # held until its body is complete
             elif content_type.startswith(b"text/event-stream"):
-                self._sse = SSERewriter(self._rewrite_event, max_event=self._limit)
+                self._sse = SSERewriter(self._rewrite_event, max_event=self._limit, skips=_no_answer)
                 message = {**message, "headers": _without_length(message["headers"])}
         elif message["type"] == "http.response.body":
             if (sse := self._sse) is not None:
-                chunk = sse.feed(message.get("body", b""))
+                chunk = sse.feed(body := message.get("body", b""))
                 if sse.overflowed:
                     return await self._refuse(chunk + b"event: message\ndata: " + self._error() + b"\n\n")
                 more = message.get("more_body", False)
                 if not more:
                     chunk += sse.flush()
-                message = {"type": "http.response.body", "body": chunk, "more_body": more}
+                if chunk is not body:  # else the app's message goes as it came
+                    message = {"type": "http.response.body", "body": chunk, "more_body": more}
             elif (start := self._start) is not None:
                 self._body += message.get("body", b"")  # counted as it arrives
                 if len(self._body) > self._limit:
@@ -114,8 +115,6 @@ class ResponseRewriter:
         await self._send(message)  # trailers, pushes, disconnects, an unrewritten body: untouched
 
     def _rewrite_event(self, data: str) -> str | None:
-        if '"id"' not in data and "\\" not in data:  # no id member, even escaped: no answer (a notification)
-            return None
         new = self._rewritten(data)
         return None if new is None else new.decode()
 
@@ -156,6 +155,12 @@ class ResponseRewriter:
             body = last
         await self._send({"type": "http.response.body", "body": body, "more_body": False})
         raise ResponseTooLarge(f"the response passed max_response_size ({self._limit} bytes)")
+
+
+def _no_answer(data: bytes) -> bool:
+    """Whether ``data`` (an event's, or whole events') holds no answer: no ``id`` member, even escaped (a
+    notification; a server's request has one, and is read)."""
+    return b'"id"' not in data and b"\\" not in data
 
 
 def uncoded(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

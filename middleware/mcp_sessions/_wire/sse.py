@@ -18,21 +18,27 @@ from typing import Final
 _EOL: Final = re.compile(rb"\r\n|\r|\n")
 _CR, _LF = 13, 10
 _LINE_ENDS: Final = (b"\n", b"\r")
+# How a chunk that ends between two events ends: a blank line after a line (a LF is a line end of its own, after a CR
+# too); a CR last may be half of a CRLF, and is read line by line.
+_EVENT_ENDS: Final = (b"\n\n", b"\r\n\r\n")
 
 Transform = Callable[[str], "str | None"]
+Skips = Callable[[bytes], bool]
 
 
 class SSERewriter:
     """Feed raw chunks, get back the bytes to send now.
 
     ``transform`` receives each event's data (the ``data:`` lines joined by ``\\n``) and returns new
-    data, or ``None`` to leave the event untouched. An unfinished event longer than ``max_event`` bytes
-    is dropped, and :attr:`overflowed` set: the stream cannot go on, as what follows is the rest of an
-    event never sent.
+    data, or ``None`` to leave the event untouched; ``skips``, if given, says from whole events' bytes that it
+    would leave each of them untouched, so that they pass unread line by line. An unfinished event longer than
+    ``max_event`` bytes is dropped, and :attr:`overflowed` set: the stream cannot go on, as what follows is the
+    rest of an event never sent.
     """
 
-    def __init__(self, transform: Transform, *, max_event: int | None = None) -> None:
+    def __init__(self, transform: Transform, *, max_event: int | None = None, skips: Skips | None = None) -> None:
         self._transform = transform
+        self._skips = skips
         self._max_event = max_event
         self._lines: list[bytes] = []  # the unfinished event's complete lines, each with its line end
         self._size = 0  # their bytes
@@ -44,8 +50,12 @@ class SSERewriter:
     def feed(self, chunk: bytes) -> bytes:
         if self.overflowed:
             return b""  # the rest of an event that was never sent
-        out: list[bytes] = []
         lines, partial = self._lines, self._partial
+        # Whole events, none of which has data the transform would change: as they came, unread line by line.
+        skips = self._skips
+        if skips and not (lines or partial or self._after_cr) and chunk.endswith(_EVENT_ENDS) and skips(chunk):
+            return chunk
+        out: list[bytes] = []
         if self._after_cr and chunk:
             self._after_cr = False
             if chunk[0] == _LF:  # the LF of a CRLF split across chunks: it goes where its CR went
@@ -93,11 +103,14 @@ class SSERewriter:
         """One complete event, rewritten or as it came; ``raw[blank:]`` is the blank line that ends it."""
         if not self._data:
             return raw
+        data = b"\n".join(self._data)
+        if self._skips and self._skips(data):
+            return raw
         try:
-            data = b"\n".join(self._data).decode()
+            text = data.decode()
         except UnicodeDecodeError:
             return raw
-        if (new_data := self._transform(data)) is None:
+        if (new_data := self._transform(text)) is None:
             return raw
         # The data lines replaced by one "data:" line per line of the new data (data spliced into an event
         # that came in several keeps their line breaks; a bare line would be a field of its own), the

@@ -18,6 +18,9 @@ _POLL: Final = 0.05
 
 CPU_PERIOD: Final = 100_000
 """The period (µs) of a conversation's CPU quota: ``--process-cpu N`` is N times it in each."""
+TCP_SHARE: Final = 4
+"""Under cgroup v1, which counts a process's TCP buffers apart from its memory, they get a ``TCP_SHARE``-th of
+``--process-memory`` and the rest is its memory's: what it may pin is within its bound, as under v2."""
 _ids = count()
 
 
@@ -88,7 +91,11 @@ class Cgroups:
     @property
     def said(self) -> str:
         parents = ", ".join(str(parent) for parent in self.parents)
-        return f"cgroup v{self.version} ({parents})"
+        # The kernel's switch that leaves socket buffers out of cgroup v2's memory: then nothing bounds them.
+        if self.version == 2 and "cgroup.memory=nosocket" in read("/proc/cmdline").split():
+            parents += "; socket buffers uncounted: cgroup.memory=nosocket"
+        memory = "" if self.memory is None else f", memory {self.memory >> 20} MiB each"
+        return f"cgroup v{self.version} ({parents}){memory}"
 
 
 @dataclass
@@ -104,8 +111,13 @@ class Cgroup:
         quota = None if cpu is None else round(cpu * CPU_PERIOD)
         files: dict[str, object]
         if self.version == 1:
-            # memsw: memory and swap together. The period first: a quota is checked against it.
-            files = {"memory.limit_in_bytes": memory, "memory.memsw.limit_in_bytes": memory}
+            # memsw: memory and swap together. v1 counts TCP buffers apart (kmem.tcp), and bounds them only when told
+            # to: a part of the bound is theirs, so that the two together are within it (v2 counts them in memory).
+            sockets = None if memory is None else memory // TCP_SHARE
+            rest = None if memory is None or sockets is None else memory - sockets
+            files = {"memory.limit_in_bytes": rest, "memory.memsw.limit_in_bytes": rest}
+            files["memory.kmem.tcp.limit_in_bytes"] = sockets
+            # The period first: a quota is checked against it.
             files |= {"cpu.cfs_period_us": None if quota is None else CPU_PERIOD, "cpu.cfs_quota_us": quota}
         else:
             # Memory that is swapped out is memory too.

@@ -67,11 +67,14 @@ def locked(path: str) -> int | None:
 
 
 def running_uids() -> set[int]:
-    """The real uids of the host's processes (``/proc/PID/status``)."""
+    """The real uids of the host's processes (``/proc/PID/status``) that still run: a zombie (a killed gateway's
+    pasta, say, until whoever adopted it reaps it) holds nothing of its uid's, and counts as none."""
     found = set()
     for status in Path("/proc").glob("[0-9]*/status"):
         with suppress(OSError, ValueError, IndexError):
-            found.add(int(status.read_text().split("\nUid:\t", 1)[1].split("\t", 1)[0]))
+            said = status.read_text()
+            if "\nState:\tZ" not in said:
+                found.add(int(said.split("\nUid:\t", 1)[1].split("\t", 1)[0]))
     return found
 
 

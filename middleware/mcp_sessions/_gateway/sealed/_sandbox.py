@@ -15,9 +15,10 @@ A process is started through a chain of them, each doing one thing and then runn
 - ``prlimit``: ``RLIMIT_NPROC``, the process-count bound where no control group gives one (a uid's count,
   so with a uid per process only);
 - ``setpriv``: its uid and gid, no supplementary group, no capability, no new privileges;
-- a last ``sh``, as the server's own user: the server's environment, read from a file the gateway wrote (a
-  ``memfd``), then the server. Every helper before it is run by the absolute path found at startup (:func:`tool`),
-  with root's fixed environment (:data:`HELPER_ENV`): no variable of a user's reaches a program root runs.
+- a last ``bash``, as the server's own user: the server's environment, read from a file the gateway wrote (a
+  ``memfd``), then the server, that file closed (nothing of the gateway's reaches it). Every helper before it is
+  run by the absolute path found at startup (:func:`tool`), with root's fixed environment (:data:`HELPER_ENV`): no
+  variable of a user's reaches a program root runs.
 
 :class:`Sandbox` is what the flags chose, checked once at startup (:meth:`Sandbox.check`); :class:`Place` is
 one process's: its uid (from :class:`Uids`), its directory, its control group. A contained process writes nothing
@@ -48,7 +49,7 @@ import anyio
 
 from ._cgroups import Cgroup, Cgroups, read
 from ._kernel import above, locked, no_user_namespaces, running_uids
-from ._network import RESOLV, Link, NetworkError, linkable
+from ._network import RESOLV, RESOLV_CONF, Link, NetworkError, linkable
 from ._seccomp import applied
 
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -86,6 +87,12 @@ _FIRST: Final = (
 PRIVATE: Final = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")  # noqa: S108
 """The directories every uid may write where a contained process gets its own, empty (a tmpfs each, mode 1777,
 ``--process-disk`` at most)."""
+HOSTNAME: Final = "localhost"
+"""A contained process's hostname, in a UTS namespace of its own (unshare's script writes it too): not the host's,
+and one every resolver knows without asking anyone."""
+RUN: Final = "/run"
+"""Hidden from a contained process (an empty tmpfs over it, but its own :data:`PRIVATE` ``/run/lock``): the host's
+socket files are there (``/var/run`` is a link to it), and a read-only file system refuses no ``connect()``."""
 CGROUPS: Final = "/sys/fs/cgroup"
 """Hidden from a contained process (an empty tmpfs over it): it would list every conversation's control group."""
 # unshare's mounts, by bash (which closes a descriptor above 9; it runs the next with no environment, where it would add
@@ -96,14 +103,22 @@ CGROUPS: Final = "/sys/fs/cgroup"
 # paths of mount, mkdir and ip (:func:`tool`); $4 the process's home (or ""), a tmpfs where it is (its parents under a
 # tmpfs 0711, as on the host), $5 its options; $6 "up" for its own loopback (a new network namespace's is down); under
 # egress, $7 and $8 the descriptors of its Link (where it says the namespace is made, and what holds the server back
-# until pasta is ready) and $9 the namespace's resolv.conf, else three ""; then MOUNT-POINT OPTIONS pairs, each
-# remounted read-only, until "--"; then DIRECTORY OPTIONS pairs, each a tmpfs, until "--".
+# until pasta is ready), else two ""; $9 the resolver configuration it reads (else "") and ${10} where
+# (:func:`_resolver`), opened before /run is hidden and bound there after (by /proc/self/fd: its path is hidden then);
+# then MOUNT-POINT OPTIONS pairs, each remounted read-only, until "--"; then DIRECTORY OPTIONS pairs, each a tmpfs
+# (made where missing: /run/lock in its /run), until "--".
 _UNSHARE_MOUNTS: Final = """\
 (
-mount=$1 mkdir=$2 ip=$3 home=$4 options=$5 lo=$6 info=$7 block=$8 resolv=$9; shift 9
+mount=$1 mkdir=$2 ip=$3 home=$4 options=$5 lo=$6 info=$7 block=$8 resolv=$9 resolv_at=${10}; shift 10
 "$mount" -t proc -o nosuid,nodev,noexec proc /proc || exit 125
+if [ -n "$resolv" ]; then exec {resolver}<"$resolv" || exit 125; fi
+echo localhost > /proc/sys/kernel/hostname || exit 125
 while [ "$1" != -- ]; do "$mount" --no-canonicalize -o "$2" "$1" || exit 125; shift 2; done; shift
-while [ "$1" != -- ]; do "$mount" -t tmpfs -o "$2" tmpfs "$1" || exit 125; shift 2; done; shift
+while [ "$1" != -- ]; do "$mkdir" -p "$1" && "$mount" -t tmpfs -o "$2" tmpfs "$1" || exit 125; shift 2; done; shift
+if [ -n "$resolv" ]; then
+    [ -e "$resolv_at" ] || { "$mkdir" -p "${resolv_at%/*}" && : > "$resolv_at"; } || exit 125
+    "$mount" --no-canonicalize --bind -o ro "/proc/self/fd/$resolver" "$resolv_at" && exec {resolver}<&- || exit 125
+fi
 if [ -n "$home" ]; then
     (umask 066; "$mkdir" -p "$home") && "$mount" --no-canonicalize -t tmpfs -o "$options" tmpfs "$home" || exit 125
     "$mkdir" -m 1777 "$home/tmp" && cd "$home" || exit 125
@@ -111,7 +126,6 @@ if [ -n "$home" ]; then
 fi
 if [ "$lo" = up ]; then "$ip" link set lo up || exit 125; fi
 if [ -n "$info" ]; then
-    "$mount" --bind -o ro "$resolv" /etc/resolv.conf || exit 125
     eval "echo {} >&$info && exec $info>&- && read -r _ <&$block && exec $block<&-" || exit 125
 fi
 exec -c "$@"
@@ -121,6 +135,13 @@ wait $!
 """
 # A new network namespace's loopback brought up ($0: ip), then the command.
 _LOOPBACK: Final = '"$0" link set lo up || exit 125; exec "$@"'
+# In a new mount namespace, a devpts of its own over /dev/pts ($0: mount, $1: its options), then the command; under
+# unshare, run by its script (by its PID namespace's first process, which outlives the mount). Opened,
+# the host's /dev/ptmx (a device) makes its ptys in the devpts beside it, and bubblewrap's /dev/ptmx links into it.
+_DEVPTS: Final = '"$0" -t devpts -o "$1" devpts /dev/pts || exit 125; shift; exec "$@"'
+PTYS: Final = 64
+"""The ptys a contained process may hold (its devpts's ``max``): the host's pool for every devpts but its first
+(``kernel.pty.max`` less ``kernel.pty.reserve``, 3,072 by default) holds 48 conversations' worth."""
 # The file systems of the kernel's own state, which no process writes a file in: not made read-only by unshare's
 # script (its /proc is its own; devpts makes the terminals it opens).
 _KERNEL_VIEWS: Final = frozenset(
@@ -133,9 +154,10 @@ _NO_PRIVILEGE: Final = ("--clear-groups", "--no-new-privs", "--inh-caps=-all", "
 HELPER_ENV: Final = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 """The whole environment of the helpers that start a process (``sh``, ``bwrap``, ``unshare``, ``prlimit``,
 ``setpriv``), root's whatever the users' (:meth:`Place.launch`)."""
-# The last helper, as the server's user: the server's environment from the file $0 names, then the server, its
-# stdin and stdout back where they belong.
-_LAST: Final = '. "$0" || exit 125; exec "$@" <&3 >&4 3<&- 4>&-'
+# The last helper, as the server's user: the server's environment from the file on descriptor {held}, then the
+# server, its stdin and stdout back where they belong and that file closed. By bash: dash closes no descriptor above 9
+# (bash's exec gives the server SHLVL=0, its own).
+_LAST: Final = '. /dev/fd/{held} || exit 125; exec "$@" <&3 >&4 3<&- 4>&- {held}<&-'
 
 
 @functools.cache
@@ -350,12 +372,16 @@ class Sandbox:
     def _helpers(self) -> list[str]:
         """The helpers, besides the containment's own, that start each process."""
         helpers = ["setpriv"] if self.uids is not None or self.user is not None or self.contains_root else []
+        if helpers or self.cgroups is not None or self.containment != "none":
+            helpers.append("bash")  # the last helper (_LAST)
         if self.pids is not None:
             helpers.append("prlimit")
         if self.containment == "unshare":
             helpers += ["setpriv", "mount", "mkdir", "ip", "bash"]
-        if self.containment == "bwrap" and self.network != "host":
-            helpers += ["unshare", "ip"]
+        if self.containment == "bwrap":
+            root, isolated = os.geteuid() == 0, self.network != "host"
+            helpers += [*(["unshare"] if root or isolated else []), *(["mount"] if root else [])]
+            helpers += ["ip"] if isolated else []
         if self.network == "egress":
             helpers += ["setpriv", "pasta"]
         return helpers
@@ -440,7 +466,7 @@ class Place:
         exports = (f"export {name}={shlex.quote(value)}\n" for name, value in environ.items())
         held = _memfd(os.fsencode("".join(exports)))
         files = (held, *filters, *([] if self.link is None else self.link.passed))
-        return [*line, "/bin/sh", "-c", _LAST, f"/dev/fd/{held}", *command], dict(HELPER_ENV), files
+        return [*line, tool("bash"), "-c", _LAST.format(held=held), "sh", *command], dict(HELPER_ENV), files
 
     async def connect(self, pid: int) -> None:
         """Once its process ``pid`` has started: its network connected (:meth:`Link.connect`), where it has a link;
@@ -514,7 +540,8 @@ def _memfd(data: bytes) -> int:
 
 def _namespace(sandbox: Sandbox, cwd: str | None, filters: Sequence[int] = (), link: Link | None = None) -> list[str]:
     """The namespace part of a process's command line (none without a containment): a PID namespace and a ``/proc``
-    of its own; an IPC namespace (no SysV or POSIX message queue object outlives it); with network ``none`` or
+    of its own; an IPC namespace (no SysV or POSIX message queue object outlives it); a UTS namespace (its
+    hostname :data:`HOSTNAME`, not the host's); with network ``none`` or
     ``egress`` a network namespace (its own loopback; under ``egress`` the interface ``link`` connects, and its
     resolver, :data:`RESOLV`); a mount namespace where the host's files are read-only, each of
     :data:`PRIVATE` the host has is an empty tmpfs, and so is ``cwd``, its home, each at most ``sandbox.disk`` MiB,
@@ -526,7 +553,8 @@ def _namespace(sandbox: Sandbox, cwd: str | None, filters: Sequence[int] = (), l
     if containment not in ("bwrap", "unshare"):
         return []
     isolated = sandbox.network in ("none", "egress")
-    hidden = [path for path in (*PRIVATE, CGROUPS) if os.path.isdir(path) and not os.path.islink(path)]
+    hidden = [path for path in (RUN, *PRIVATE, CGROUPS) if os.path.isdir(path) and not os.path.islink(path)]
+    resolv, resolv_at = _resolver(link)
     home = "" if cwd is None else os.path.abspath(cwd)
     size = f"{sandbox.disk}m"
     if containment == "unshare":
@@ -535,28 +563,41 @@ def _namespace(sandbox: Sandbox, cwd: str | None, filters: Sequence[int] = (), l
         for path in hidden:
             mounts += [path, f"nosuid,nodev,mode=1777,size={size}" if path in PRIVATE else "nosuid,nodev,mode=755"]
         return [
-            *(tool("setpriv"), "--pdeathsig", "KILL", "--", tool("unshare"), "--pid", "--ipc", "--mount", *network),
+            *(tool("setpriv"), "--pdeathsig", "KILL", "--", tool("unshare"), "--pid", "--ipc", "--uts", "--mount"),
+            *network,
             *("--", tool("bash"), "-c", _UNSHARE_MOUNTS, "sh"),
             *(tool("mount"), tool("mkdir"), tool("ip"), home, f"nosuid,nodev,mode=1777,size={size}"),
-            *("up" if isolated else "", *(("", "", "") if link is None else (*map(str, link.passed), RESOLV))),
+            *("up" if isolated else "", *(("", "") if link is None else map(str, link.passed)), resolv, resolv_at),
             *(*_read_only(), "--", *mounts, "--"),
-            *(applied(filters, sys.executable) if filters else []),
+            *_own_ptys(),  # as the namespace's first process: a process it started would be, and end it
+            *(applied(filters, sys.executable) if filters else []),  # after the mounts: the profile refuses them
         ]
     # Its network namespace made by unshare, its loopback up by ip (RTM_NEWLINK), then bubblewrap in it: bubblewrap's
     # own --unshare-net failed a process's start now and then ("loopback: Failed RTM_NEWADDR: No child processes").
-    line = [tool("bwrap"), "--unshare-pid", "--unshare-ipc", "--die-with-parent"]
+    line = [tool("bwrap"), "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", HOSTNAME]
+    line += ["--die-with-parent"]
+    # A devpts of its own, bound over bubblewrap's, where the gateway is root (unshare --mount needs it): an
+    # unprivileged bubblewrap keeps its --dev's, which has no max.
+    root = os.geteuid() == 0
     if isolated:
-        loopback = ["/bin/sh", "-c", _LOOPBACK, tool("ip")]
-        line = [tool("unshare"), "--net", "--", *loopback, *line]
+        line = ["/bin/sh", "-c", _LOOPBACK, tool("ip"), *line]
+    if isolated or root:
+        namespaces = [*(["--mount"] if root else []), *(["--net"] if isolated else [])]
+        line = [tool("unshare"), *namespaces, "--", *(_own_ptys() if root else []), *line]
     for descriptor in filters:
         line += ["--add-seccomp-fd", str(descriptor)]
-    line += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    line += ["--ro-bind", "/", "/", "--dev", "/dev", *(["--dev-bind", "/dev/pts", "/dev/pts"] if root else [])]
+    line += ["--proc", "/proc"]
     if link is not None:  # bubblewrap says the namespace is made, and holds the server back until pasta is ready
         info, block = link.passed
-        line += ["--info-fd", str(info), "--block-fd", str(block), "--ro-bind", RESOLV, "/etc/resolv.conf"]
+        line += ["--info-fd", str(info), "--block-fd", str(block)]
     size = str(sandbox.disk << 20)
     for path in hidden:  # a later mount over an earlier one
         line += ["--perms", "01777", "--size", size, "--tmpfs", path] if path in PRIVATE else ["--tmpfs", path]
+    if resolv:  # where it leads under /run: its directories as the host has them (bubblewrap makes them 0700)
+        for directory in map(str, reversed(Path(resolv_at).parents)):
+            line += ["--perms", "0755", "--dir", directory] if directory.startswith(f"{RUN}/") else []
+        line += ["--ro-bind", resolv, resolv_at]
     if home:
         # Its parents under a tmpfs as the host has them (bubblewrap would make them 0700, root's), then itself.
         under = private_under(home)
@@ -566,6 +607,24 @@ def _namespace(sandbox: Sandbox, cwd: str | None, filters: Sequence[int] = (), l
         line += ["--perms", "01777", "--size", size, "--tmpfs", home]
         line += ["--perms", "01777", "--dir", os.path.join(home, "tmp"), "--chdir", home]
     return [*line, "--"]
+
+
+def _own_ptys() -> list[str]:
+    """The command line's part that mounts a devpts of the process's own (:data:`_DEVPTS`), of at most :data:`PTYS`,
+    with bubblewrap's options."""
+    return ["/bin/sh", "-c", _DEVPTS, tool("mount"), f"newinstance,ptmxmode=0666,mode=620,max={PTYS}"]
+
+
+def _resolver(link: Link | None) -> tuple[str, str]:
+    """The resolver configuration a contained process reads, and where, both ``""`` where the host's stays in place:
+    under egress its namespace's (:data:`RESOLV`); else the host's own where ``/etc/resolv.conf`` links under
+    :data:`RUN`, which the process's hides (systemd-resolved's ``stub-resolv.conf``). Where: that link's target, so
+    that the link leads to it."""
+    target = os.path.realpath(RESOLV_CONF)
+    at = target if target.startswith(f"{RUN}/") else RESOLV_CONF
+    if link is not None:
+        return RESOLV, at
+    return (target, target) if at != RESOLV_CONF else ("", "")
 
 
 def _read_only() -> list[str]:

@@ -31,7 +31,7 @@ from mcp_types.methods import INPUT_REQUIRED_METHODS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..._bounded import BoundedDict
-from ..._wire import printable
+from ..._wire import jsonrpc, printable
 from ...profiles import SESSION_META_KEY
 from ...subscriptions import SessionSubscriptionBus
 from ._child import ChildProcess
@@ -105,14 +105,16 @@ class Call:
             except MCPError as exc:
                 self.result = exc
 
-    def tell(self, notification: types.ServerNotification) -> None:
-        """A notification for the client; dropped, and counted, while ``MAX_QUEUED`` wait, or once the call is over."""
+    def tell(self, notification: types.ServerNotification) -> bool:
+        """A notification for the client, before the answer; dropped, and counted, while ``MAX_QUEUED`` wait. False
+        once the answer is on its way (the child's next line can come before the call leaves the conversation's)."""
         try:
             self._events.send_nowait(notification)
         except anyio.WouldBlock:
             self.dropped += 1
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass  # the call is over
+            return False
+        return True
 
     def end(self) -> None:
         """The call is over for its client: the child's call ends (and is cancelled), what it still sends is dropped."""
@@ -265,7 +267,8 @@ class Conversation:
         ``conversation``: the request's, for a process of many (``_server.named``), named as the draft names a
         session in ``_meta``."""
         params = dict(ctx.params or {})
-        given = params.pop("_meta", None) or {}
+        given = jsonrpc.meta(params) or {}
+        params.pop("_meta", None)
         meta = {key: value for key, value in given.items() if _passed_on(key)}
         if conversation is not None:
             meta[SESSION_META_KEY] = {"sessionId": conversation}
@@ -293,7 +296,7 @@ class Conversation:
             if call.progress_token is not None:
                 self.progressing = {key: held for key, held in self.progressing.items() if not held.scope.cancel_called}
                 key = str(next(self._tokens))
-                params["_meta"] = {**params.get("_meta", {}), "progressToken": key}
+                params["_meta"] = {**(jsonrpc.meta(params) or {}), "progressToken": key}
                 self.progressing[key] = call
             self.tasks.start_soon(call.run, partial(self.child.link.send_raw_request, ctx.method, params))
         self.calls.append(call)
@@ -372,10 +375,8 @@ class Conversation:
         if (notification := _notification(method, params)) is None:
             label, text = self.child.label, printable(method[:100])
             logger.warning("%s: dropped a notification that is not MCP's (%s)", label, text)
-        elif self.calls:
-            self.calls[-1].tell(notification)
-        # the standalone stream of the connection the conversation's latest request came through
-        else:
+        # else the standalone stream of the connection the conversation's latest request came through
+        elif not (self.calls and self.calls[-1].tell(notification)):
             self._later(partial(target.session.send_notification, notification))
         return True
 
@@ -449,7 +450,7 @@ def _childs(result: dict[str, Any]) -> dict[str, Any]:
     session's echo)."""
     for member in _ROUNDS:
         result.pop(member, None)
-    if isinstance(meta := result.get("_meta"), dict):
+    if (meta := jsonrpc.meta(result)) is not None:
         result["_meta"] = {key: value for key, value in meta.items() if _passed_on(key)}
     return result
 

@@ -1,0 +1,172 @@
+"""``mcp-sessions gateway --stdio``'s sealed processes hold nothing of the gateway's or the host's that they were not
+given, and no more of what is shared than their bounds (issue 92, items 5 and 7): no descriptor of the gateway's, a
+hostname of their own, no socket file of the host's under ``/run``, ptys of their own devpts, and socket buffers and
+directories counted in their memory. A real gateway process, run as root, in front of the hostile server of
+``e2e._sealed``.
+
+What a test needs of the host it says through :func:`needs`: skipped without it, failed under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from _waits import until
+from e2e._sealed import UIDS, call, client, gateway, hostile, needs, text
+from mcp_sessions._gateway._process_flags import default_memory
+from mcp_sessions._gateway.sealed._sandbox import PTYS
+
+CONTAINMENTS = ["bwrap", "unshare"]
+STUB = "nameserver 127.0.0.53\noptions edns0\n"  # systemd-resolved's stub-resolv.conf
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    """The hostile server's command (:func:`hostile`)."""
+    with hostile() as command:
+        yield command
+
+
+@pytest.mark.parametrize("containment", CONTAINMENTS)
+def test_a_process_holds_no_descriptor_of_the_gateways_and_has_a_hostname_of_its_own(
+    server: str, containment: str
+) -> None:
+    """The server's open descriptors are its stdin, stdout and stderr (and the one it lists them by): the memfd that
+    held its environment (fd 14) reached it; its hostname is a neutral one of its own UTS namespace, not the host's."""
+    needs("root", containment)
+    sealed = ("--process-containment", containment, "--process-uids", UIDS)
+    with gateway(server, *sealed) as process:
+        mcp = client(process)
+        session = mcp.create_session()
+        held = json.loads(text(call(mcp, "fds", session)))
+        hostname = text(call(mcp, "hostname", session))
+
+    listing = [fd for fd, target in held.items() if target.endswith("/fd")]
+    assert sorted(set(held) - set(listing), key=int) == ["0", "1", "2"], held
+    assert hostname == "localhost" != socket.gethostname()
+
+
+@pytest.mark.parametrize("containment", CONTAINMENTS)
+@pytest.mark.parametrize("network", ["host", "egress"])
+def test_a_process_reaches_no_socket_file_of_the_hosts_under_run(server: str, containment: str, network: str) -> None:
+    """A read-only ``/`` does not refuse ``connect()``: a socket file of the host's under ``/run``, mode 0666,
+    answered the process. ``/run`` is an empty tmpfs of its own (its ``/run/lock`` its own too); the host's resolver
+    configuration still reaches it (under egress, its namespace's), and its names resolve."""
+    needs("root", containment)
+    with tempfile.TemporaryDirectory(dir="/run") as directory, socket.socket(socket.AF_UNIX) as listener:
+        path = f"{directory}/open.sock"
+        listener.bind(path)
+        listener.listen()
+        os.chmod(directory, 0o755)
+        os.chmod(path, 0o666)
+        sealed = ("--process-containment", containment, "--process-uids", UIDS, "--process-network", network)
+        with gateway(server, *sealed) as process:
+            mcp = client(process)
+            session = mcp.create_session()
+            reached = text(call(mcp, "unix", session, path=path))
+            listed = text(call(mcp, "listdir", session, path="/run"))
+            resolved = text(call(mcp, "resolve", session, host="localhost"))
+            resolver = text(call(mcp, "read", session, path="/etc/resolv.conf"))
+
+    assert reached == "denied: No such file or directory"
+    assert "lock" in json.loads(listed) and os.path.basename(directory) not in listed
+    assert resolved in ("127.0.0.1", "::1") and not resolver.startswith("denied"), resolver
+
+
+@pytest.mark.parametrize("containment", CONTAINMENTS)
+def test_a_process_opens_ptys_of_its_own_devpts_up_to_its_bound(server: str, containment: str) -> None:
+    """One process opened 3,071 ptys (the host's pool of ptys for every devpts but its first: ``kernel.pty.max`` less
+    ``kernel.pty.reserve``) and the next user's got ``ENOSPC``: each process's devpts is its own, of at most
+    :data:`PTYS`: a process holding them all leaves another its whole share."""
+    needs("root", containment)
+    sealed = ("--process-containment", containment, "--process-uids", UIDS)
+    with gateway(server, *sealed) as process:
+        alice, bob = client(process), client(process)
+        hers = text(call(alice, "ptys", alice.create_session()))
+        his = text(call(bob, "ptys", bob.create_session()))
+
+    assert hers == his == f"{PTYS} opened, then No space left on device"
+
+
+def test_what_a_process_leaves_unread_in_its_sockets_counts_in_its_memory(server: str) -> None:
+    """A process under ``--process-memory 150`` held 395 MiB of unread data in loopback TCP connections of its own
+    namespace, outside its control group's count (cgroup v1 counts TCP buffers apart, and bounds them only when told
+    to). Its 100 connections, each filled until the kernel refuses more, now hold the host's TCP memory (its
+    ``/proc/net/sockstat``) within its bound; unbounded they held some 380 MiB."""
+    needs("root", "bwrap", "cgroup-memory")
+    sealed = ("--process-containment", "bwrap", "--process-uids", UIDS, "--process-network", "none")
+    with gateway(server, *sealed, "--process-memory", "100") as process:
+        mcp = client(process)
+        session = mcp.create_session()
+        before = tcp_memory()
+        assert text(call(mcp, "buffered", session, count=100)) == "held"
+        held = tcp_memory() - before
+
+    assert held < 100 << 20, f"{held >> 20} MiB"
+
+
+def tcp_memory() -> int:
+    """The host's TCP buffers, every namespace's (bytes): ``/proc/net/sockstat``'s pages."""
+    for line in Path("/proc/net/sockstat").read_text().splitlines():
+        if line.startswith("TCP:"):
+            fields = line.split()
+            return int(fields[fields.index("mem") + 1]) * os.sysconf("SC_PAGE_SIZE")
+    raise AssertionError("no TCP line in /proc/net/sockstat")
+
+
+def test_by_default_a_conversations_directories_count_in_its_memory_bound(server: str) -> None:
+    """With no --process-memory, the five tmpfs directories of one conversation pinned 1.25 GiB of the host's memory.
+    Its default is half the host's memory shared by the processes that may run at once (here ``--max-processes``
+    chosen for some 100 MiB each), said in the startup line; what the process writes in its directories is memory of
+    its control group's: it fills half its bound in ``/tmp``, and another half in ``/dev/shm`` is refused (or ends
+    the conversation), far below the 256 MiB each directory may hold."""
+    needs("root", "bwrap", "cgroup-memory")
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    count = max(host // 2 // (100 << 20) - 1, 1)
+    bound = default_memory(count + 1) >> 20  # the tests' gateway: --warm 0
+    sealed = ("--process-containment", "bwrap", "--process-uids", UIDS, "--max-processes", str(count))
+    with gateway(server, *sealed) as process:
+        assert f"memory {bound} MiB each" in process.output()
+        mcp = client(process)
+        session = mcp.create_session()
+        assert text(call(mcp, "fill", session, path="/tmp/half", mib=bound // 2)) == "filled"
+        refused = call(mcp, "fill", session, path="/dev/shm/half", mib=bound // 2)
+        if "error" in refused:  # the kernel's OOM killer ended it
+            until(lambda: "over its memory bound (--process-memory)" in process.output(), process.output)
+        else:
+            assert text(refused).startswith("denied: "), refused
+
+
+@pytest.mark.parametrize("containment", CONTAINMENTS)
+@pytest.mark.parametrize("network", ["host", "egress"])
+def test_where_etc_resolv_conf_leads_under_run_a_process_still_reads_it(
+    server: str, containment: str, network: str, tmp_path: Path
+) -> None:
+    """systemd-resolved's layout: ``/etc/resolv.conf`` a link to a file under ``/run``, which a process's own
+    ``/run`` hides. The gateway, in a mount namespace of its own where ``/etc`` is a copy with that link, gives its
+    processes the file the link leads to (under egress, their namespace's resolver configuration)."""
+    needs("root", containment)
+    etc = tmp_path / "etc"
+    shutil.copytree("/etc", etc, symlinks=True)
+    with tempfile.TemporaryDirectory(dir="/run") as run:
+        stub = Path(run, "stub-resolv.conf")
+        stub.write_text(STUB)
+        stub.chmod(0o644)
+        os.chmod(run, 0o755)
+        (etc / "resolv.conf").unlink()
+        (etc / "resolv.conf").symlink_to(stub)
+        own_etc = ("unshare", "--mount", "--", "sh", "-c", 'mount --bind "$0" /etc && exec "$@"', str(etc))
+        sealed = ("--process-containment", containment, "--process-uids", UIDS, "--process-network", network)
+        with gateway(server, *sealed, prefix=own_etc) as process:
+            mcp = client(process)
+            read = text(call(mcp, "read", mcp.create_session(), path="/etc/resolv.conf"))
+
+    assert read.startswith("nameserver ") and (read == STUB) == (network == "host"), read
