@@ -30,7 +30,7 @@ from e2e._gateway import Process, readable_directory, started
 from e2e._issuer import ISSUER, signed
 
 SERVER = r"""
-import ctypes, json, os, signal, socket, sys, time
+import ctypes, json, os, signal, socket, subprocess, sys, time
 def send(message): sys.stdout.write(json.dumps(message) + "\n"); sys.stdout.flush()
 def daemon(marker):
     if os.fork() == 0:
@@ -108,6 +108,7 @@ TOOLS = {"daemon": daemon, "deep": deep, "whoami": whoami, "stall": stall, "ptra
          "loopback": loopback, "spin": spin, "resolve": resolve, "listening": listening,
          "abstract": lambda address: tried(lambda: abstract(address)),
          "hold": lambda port: tried(lambda: HELD.append(socket.create_server(("127.0.0.1", port))) or "bound"),
+         "run": lambda argv: json.dumps(vars(subprocess.run(argv, capture_output=True, text=True, check=False))),
          "big": lambda: "read"}
 for line in sys.stdin:
     message = json.loads(line)

@@ -90,10 +90,11 @@ CGROUPS: Final = "/sys/fs/cgroup"
 # shell itself, outside the namespace, closes the server's stdin and stdout (3 and 4: the first helper moved them there)
 # and waits, so that no process but the server holds them (a server that closes its stdout ends its pipe). $1-$3 the
 # paths of mount, mkdir and ip (:func:`tool`); $4 the process's home (or ""), a tmpfs where it is (its parents under a
-# tmpfs 0711, as on the host), $5 its options; $6 "up" for its own loopback (a new network namespace's is down); under
-# egress, $7 and $8 the descriptors of its Link (where it says the namespace is made, and what holds the server back
-# until pasta is ready) and $9 the namespace's resolv.conf, else three ""; then MOUNT-POINT OPTIONS pairs, each
-# remounted read-only, until "--"; then DIRECTORY OPTIONS pairs, each a tmpfs, until "--".
+# tmpfs 0711, as on the host), $5 its options (mode 0700, its uid's and gid's); $6 "up" for its own loopback (a new
+# network namespace's is down); under egress, $7 and $8 the descriptors of its Link (where it says the namespace is
+# made, and what holds the server back until pasta is ready) and $9 the namespace's resolv.conf, else three ""; then
+# MOUNT-POINT OPTIONS pairs, each remounted read-only, until "--"; then DIRECTORY OPTIONS pairs, each a tmpfs, until
+# "--".
 _UNSHARE_MOUNTS: Final = """\
 (
 mount=$1 mkdir=$2 ip=$3 home=$4 options=$5 lo=$6 info=$7 block=$8 resolv=$9; shift 9
@@ -115,6 +116,8 @@ exec -c "$@"
 exec 3<&- 4>&-
 wait $!
 """
+# The process's home made its own under bubblewrap ($0: chown, $1: UID:GID, $2: its home), then the command.
+_CHOWN: Final = '"$0" -- "$1" "$2" || exit 125; shift 2; exec "$@"'
 # A new network namespace's loopback brought up ($0: ip), then the command.
 _LOOPBACK: Final = '"$0" link set lo up || exit 125; exec "$@"'
 # The file systems of the kernel's own state, which no process writes a file in: not made read-only by unshare's
@@ -340,6 +343,8 @@ class Sandbox:
             helpers += ["setpriv", "mount", "mkdir", "ip", "bash"]
         if self.containment == "bwrap" and self.network != "host":
             helpers += ["unshare", "ip"]
+        if self.containment == "bwrap" and self.cwd is not None and (self.uids is not None or self.user is not None):
+            helpers.append("chown")
         if self.network == "egress":
             helpers += ["setpriv", "pasta"]
         return helpers
@@ -416,7 +421,8 @@ class Place:
         if sandbox.network == "egress" and sandbox.containment in ("bwrap", "unshare") and self.uid is not None:
             gid, helpers = self.uid if self.gid is None else self.gid, (tool("setpriv"), tool("pasta"))
             self.link = Link(sandbox.containment == "bwrap", self.uid, gid, helpers, HELPER_ENV)
-        line = [*_namespace(sandbox, self.cwd, seccomp, self.link), *line]
+        owner = None if self.uid is None else (self.uid, self.uid if self.gid is None else self.gid)
+        line = [*_namespace(sandbox, self.cwd, seccomp, self.link, owner), *line]
         if not line and self.cgroup is None:
             return list(command), dict(environ), ()
         procs = [] if self.cgroup is None else self.cgroup.procs
@@ -496,15 +502,22 @@ def _memfd(data: bytes) -> int:
     return above(made)
 
 
-def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None, link: Link | None = None) -> list[str]:
+def _namespace(
+    sandbox: Sandbox,
+    cwd: str | None,
+    seccomp: int | None = None,
+    link: Link | None = None,
+    owner: tuple[int, int] | None = None,
+) -> list[str]:
     """The namespace part of a process's command line (none without a containment): a PID namespace and a ``/proc``
     of its own; an IPC namespace (no SysV or POSIX message queue object outlives it); with network ``none`` or
     ``egress`` a network namespace (its own loopback; under ``egress`` the interface ``link`` connects, and its
     resolver, :data:`RESOLV`); a mount namespace where the host's files are read-only, each of
     :data:`PRIVATE` the host has is an empty tmpfs, and so is ``cwd``, its home, each at most ``sandbox.disk`` MiB,
-    and :data:`CGROUPS` is hidden. Its first process dies with the gateway, even by SIGKILL (bubblewrap's
-    ``--die-with-parent``, ``setpriv --pdeathsig``). Under bubblewrap, ``seccomp`` is the descriptor of
-    :func:`no_user_namespaces`' filter: no process in it makes a user namespace."""
+    and :data:`CGROUPS` is hidden. Its home is ``owner``'s (its uid and gid; else the containment's user's), mode
+    0700: a home of its own, where ``chmod`` and ``git`` work as in any other. Its first process dies with the
+    gateway, even by SIGKILL (bubblewrap's ``--die-with-parent``, ``setpriv --pdeathsig``). Under bubblewrap,
+    ``seccomp`` is the descriptor of :func:`no_user_namespaces`' filter: no process in it makes a user namespace."""
     containment = sandbox.containment
     if containment not in ("bwrap", "unshare"):
         return []
@@ -513,6 +526,7 @@ def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None, li
     home = "" if cwd is None else os.path.abspath(cwd)
     size = f"{sandbox.disk}m"
     if containment == "unshare":
+        uid_gid = "" if owner is None else "uid={},gid={},".format(*owner)
         network = ["--net"] if isolated else []
         mounts = []
         for path in hidden:
@@ -520,7 +534,7 @@ def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None, li
         return [
             *(tool("setpriv"), "--pdeathsig", "KILL", "--", tool("unshare"), "--pid", "--ipc", "--mount", *network),
             *("--", tool("bash"), "-c", _UNSHARE_MOUNTS, "sh"),
-            *(tool("mount"), tool("mkdir"), tool("ip"), home, f"nosuid,nodev,mode=1777,size={size}"),
+            *(tool("mount"), tool("mkdir"), tool("ip"), home, f"nosuid,nodev,mode=0700,{uid_gid}size={size}"),
             *("up" if isolated else "", *(("", "", "") if link is None else (*map(str, link.passed), RESOLV))),
             *(*_read_only(), "--", *mounts, "--"),
         ]
@@ -544,9 +558,12 @@ def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None, li
         for parent in reversed(Path(home).parents):
             if under is not None and str(parent).startswith(f"{under}/"):
                 line += ["--perms", "0711", "--dir", str(parent)]
-        line += ["--perms", "01777", "--size", size, "--tmpfs", home]
+        line += ["--perms", "0700", "--size", size, "--tmpfs", home]
         line += ["--perms", "01777", "--dir", os.path.join(home, "tmp"), "--chdir", home]
-    return [*line, "--"]
+    line.append("--")
+    if home and owner is not None:  # bubblewrap makes it root's: its owner's, by root in the namespace
+        line += ["/bin/sh", "-c", _CHOWN, tool("chown"), "{}:{}".format(*owner), home]
+    return line
 
 
 def _read_only() -> list[str]:
