@@ -37,13 +37,14 @@ import tempfile
 from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from contextlib import suppress
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 import anyio
 
 from ._cgroups import Cgroup, Cgroups, read
+from ._grants import Grant, GrantError, UserDirectories
 from ._kernel import above, locked, no_user_namespaces, running_uids
 from ._network import RESOLV, Link, NetworkError, linkable
 
@@ -94,7 +95,8 @@ CGROUPS: Final = "/sys/fs/cgroup"
 # network namespace's is down); under egress, $7 and $8 the descriptors of its Link (where it says the namespace is
 # made, and what holds the server back until pasta is ready) and $9 the namespace's resolv.conf, else three ""; then
 # MOUNT-POINT OPTIONS pairs, each remounted read-only, until "--"; then DIRECTORY OPTIONS pairs, each a tmpfs, until
-# "--".
+# "--"; then the grants (--process-mount), last, so that a target under one of its own directories is made there:
+# "rw" or "ro", SOURCE, TARGET triples, each bound (an empty tmpfs where SOURCE is ""), until "--".
 _UNSHARE_MOUNTS: Final = """\
 (
 mount=$1 mkdir=$2 ip=$3 home=$4 options=$5 lo=$6 info=$7 block=$8 resolv=$9; shift 9
@@ -106,6 +108,13 @@ if [ -n "$home" ]; then
     "$mkdir" -m 1777 "$home/tmp" && cd "$home" || exit 125
     unset OLDPWD
 fi
+while [ "$1" != -- ]; do
+    "$mkdir" -p "$3" || exit 125
+    if [ -n "$2" ]; then "$mount" --no-canonicalize --bind "$2" "$3" || exit 125
+    else "$mount" -t tmpfs -o mode=0555,size=4k tmpfs "$3" || exit 125; fi
+    "$mount" --no-canonicalize -o "remount,bind,nosuid,nodev,$1" "$3" || exit 125
+    shift 3
+done; shift
 if [ "$lo" = up ]; then "$ip" link set lo up || exit 125; fi
 if [ -n "$info" ]; then
     "$mount" --bind -o ro "$resolv" /etc/resolv.conf || exit 125
@@ -128,7 +137,7 @@ _KERNEL_VIEWS: Final = frozenset(
         *("configfs", "fusectl", "binfmt_misc", "autofs", "nsfs", "efivarfs", "selinuxfs", "rpc_pipefs"),
     }
 )
-_NO_PRIVILEGE: Final = ("--clear-groups", "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all")
+_NO_PRIVILEGE: Final = ("--no-new-privs", "--inh-caps=-all", "--bounding-set=-all")
 HELPER_ENV: Final = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 """The whole environment of the helpers that start a process (``sh``, ``bwrap``, ``unshare``, ``prlimit``,
 ``setpriv``), root's whatever the users' (:meth:`Place.launch`)."""
@@ -145,6 +154,15 @@ def tool(name: str) -> str:
     if found is None:
         raise SandboxError(f"{name} is not installed")
     return os.path.abspath(found)
+
+
+class Mount(NamedTuple):
+    """A grant as one process has it: ``source`` bound at ``target`` (an empty read-only directory where
+    ``source`` is ""), ``writable`` or not."""
+
+    source: str
+    target: str
+    writable: bool
 
 
 class SandboxError(Exception):
@@ -232,6 +250,14 @@ class Sandbox:
     choice: str = ""
     # Each of a contained process's own directories at most (MiB).
     disk: int = DISK
+    # The host's directories granted to each process (--process-mount), and with {user}, where each user's is.
+    grants: tuple[Grant, ...] = ()
+    users: UserDirectories | None = None
+
+    @property
+    def per_user(self) -> bool:
+        """Whether a process has its user's own directory (``{user}``): it is started for her, never ahead."""
+        return any(grant.per_user for grant in self.grants)
 
     @property
     def said(self) -> str:
@@ -289,7 +315,8 @@ class Sandbox:
             cwd = os.path.join(top, "trial")
             os.mkdir(cwd)
             seccomp = _memfd(no_user_namespaces())
-            trial = [*_namespace(self, cwd, seccomp), "/bin/sh", "-c", "exit 0"]
+            mounts = [Mount("" if grant.per_user else grant.source, grant.target, False) for grant in self.grants]
+            trial = [*_namespace(self, cwd, seccomp, mounts=mounts), "/bin/sh", "-c", "exit 0"]
             pipe = subprocess.PIPE
             try:
                 done = subprocess.Popen(  # noqa: S603 - our own command line
@@ -349,10 +376,12 @@ class Sandbox:
             helpers += ["setpriv", "pasta"]
         return helpers
 
-    async def enter(self, process_id: str) -> Place:
-        """A place for a new process: its uid taken, its directory and control group made. Made whole or not at
-        all, even when its request is cancelled meanwhile (each step is bounded): a uid taken is never left
-        held by no one."""
+    async def enter(self, process_id: str, user: Sequence[str] | None = None) -> Place:
+        """A place for a new process: its uid taken, its directory and control group made, and its grants: with
+        ``user`` (who she is: ``stdio._models.Owner``'s identity) her own directory, made on first use; with none
+        (a process no one's, as the shared one), an empty read-only directory there. Made whole or not at all,
+        even when its request is cancelled meanwhile (each step is bounded): a uid taken is never left held by no
+        one."""
         self._installed()
         with anyio.CancelScope(shield=True):
             uid = self.user
@@ -364,15 +393,16 @@ class Sandbox:
                     raise SandboxError(f"no uid could be taken: {exc.strerror or exc}") from None
             place = Place(self, uid, gid)
             try:
+                await anyio.to_thread.run_sync(place.granted, user)
                 if self.cwd is not None:
                     place.cwd = self.cwd.replace("{id}", process_id)
                     if place.workdir is not None:  # a mount point, or uncontained its directory
                         await anyio.to_thread.run_sync(_workdir, place.workdir, place)
                 if self.cgroups is not None:
                     place.cgroup = await anyio.to_thread.run_sync(self.cgroups.create)
-            except OSError as exc:
+            except (OSError, GrantError) as exc:
                 await place.leave()
-                reason = exc.strerror or exc
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
                 raise SandboxError(f"the server process's place could not be made: {reason}") from None
         return place
 
@@ -387,6 +417,18 @@ class Place:
     cwd: str | None = None
     cgroup: Cgroup | None = None
     link: Link | None = None
+    mounts: list[Mount] = field(default_factory=list)
+    groups: list[int] = field(default_factory=list)  # its supplementary groups: its grants'
+
+    def granted(self, user: Sequence[str] | None) -> None:
+        """Its grants' mounts and groups, ``user``'s own directory among them (:meth:`Sandbox.enter`)."""
+        for grant in self.sandbox.grants:
+            source, group = grant.source, grant.group
+            if grant.per_user and self.sandbox.users is not None:
+                source, group = self.sandbox.users.own(user) if user is not None else ("", None)
+            self.mounts.append(Mount(source, grant.target, grant.writable and source != ""))
+            if group is not None and group not in self.groups:
+                self.groups.append(group)
 
     @property
     def workdir(self) -> str | None:
@@ -412,9 +454,10 @@ class Place:
         if self.uid is not None:
             gid = self.gid if self.gid is not None else self.uid
             user = [f"--reuid={self.uid}", f"--regid={gid}"]
-            line = [tool("setpriv"), *user, *_NO_PRIVILEGE, *ends, "--"]
+            groups = f"--groups={','.join(map(str, self.groups))}" if self.groups else "--clear-groups"
+            line = [tool("setpriv"), *user, groups, *_NO_PRIVILEGE, *ends, "--"]
         elif sandbox.contains_root:  # root without a capability: it could remount the host's files writable
-            line = [tool("setpriv"), *_NO_PRIVILEGE, *ends, "--"]
+            line = [tool("setpriv"), "--clear-groups", *_NO_PRIVILEGE, *ends, "--"]
         if sandbox.pids is not None and self.cgroup is None:
             line = [tool("prlimit"), f"--nproc={sandbox.pids}", "--", *line]
         seccomp = _memfd(no_user_namespaces()) if sandbox.containment == "bwrap" else None
@@ -422,12 +465,14 @@ class Place:
             gid, helpers = self.uid if self.gid is None else self.gid, (tool("setpriv"), tool("pasta"))
             self.link = Link(sandbox.containment == "bwrap", self.uid, gid, helpers, HELPER_ENV)
         owner = None if self.uid is None else (self.uid, self.uid if self.gid is None else self.gid)
-        line = [*_namespace(sandbox, self.cwd, seccomp, self.link, owner), *line]
+        line = [*_namespace(sandbox, self.cwd, seccomp, self.link, owner, self.mounts), *line]
         if not line and self.cgroup is None:
             return list(command), dict(environ), ()
         procs = [] if self.cgroup is None else self.cgroup.procs
         line = ["/bin/sh", "-c", _FIRST, "sh", *procs, "--", *line]
-        exports = (f"export {name}={shlex.quote(value)}\n" for name, value in environ.items())
+        exports = [f"export {name}={shlex.quote(value)}\n" for name, value in environ.items()]
+        if any(mount.writable for mount in self.mounts):  # what it writes there, its group's too (a user's, a team's)
+            exports.append("umask 0007\n")
         held = _memfd(os.fsencode("".join(exports)))
         files = (held, *([] if seccomp is None else [seccomp]), *([] if self.link is None else self.link.passed))
         return [*line, "/bin/sh", "-c", _LAST, f"/dev/fd/{held}", *command], dict(HELPER_ENV), files
@@ -508,6 +553,7 @@ def _namespace(
     seccomp: int | None = None,
     link: Link | None = None,
     owner: tuple[int, int] | None = None,
+    mounts: Sequence[Mount] = (),
 ) -> list[str]:
     """The namespace part of a process's command line (none without a containment): a PID namespace and a ``/proc``
     of its own; an IPC namespace (no SysV or POSIX message queue object outlives it); with network ``none`` or
@@ -528,15 +574,17 @@ def _namespace(
     if containment == "unshare":
         uid_gid = "" if owner is None else "uid={},gid={},".format(*owner)
         network = ["--net"] if isolated else []
-        mounts = []
+        tmpfs, binds = [], []
         for path in hidden:
-            mounts += [path, f"nosuid,nodev,mode=1777,size={size}" if path in PRIVATE else "nosuid,nodev,mode=755"]
+            tmpfs += [path, f"nosuid,nodev,mode=1777,size={size}" if path in PRIVATE else "nosuid,nodev,mode=755"]
+        for mount in mounts:
+            binds += ["rw" if mount.writable else "ro", mount.source, mount.target]
         return [
             *(tool("setpriv"), "--pdeathsig", "KILL", "--", tool("unshare"), "--pid", "--ipc", "--mount", *network),
             *("--", tool("bash"), "-c", _UNSHARE_MOUNTS, "sh"),
             *(tool("mount"), tool("mkdir"), tool("ip"), home, f"nosuid,nodev,mode=0700,{uid_gid}size={size}"),
             *("up" if isolated else "", *(("", "", "") if link is None else (*map(str, link.passed), RESOLV))),
-            *(*_read_only(), "--", *mounts, "--"),
+            *(*_read_only(), "--", *tmpfs, "--", *binds, "--"),
         ]
     # Its network namespace made by unshare, its loopback up by ip (RTM_NEWLINK), then bubblewrap in it: bubblewrap's
     # own --unshare-net failed a process's start now and then ("loopback: Failed RTM_NEWADDR: No child processes").
@@ -560,6 +608,11 @@ def _namespace(
                 line += ["--perms", "0711", "--dir", str(parent)]
         line += ["--perms", "0700", "--size", size, "--tmpfs", home]
         line += ["--perms", "01777", "--dir", os.path.join(home, "tmp"), "--chdir", home]
+    for mount in mounts:  # last: a target under one of its own directories is made in it
+        if mount.source:
+            line += ["--bind" if mount.writable else "--ro-bind", mount.source, mount.target]
+        else:
+            line += ["--perms", "0555", "--size", "4096", "--tmpfs", mount.target, "--remount-ro", mount.target]
     line.append("--")
     if home and owner is not None:  # bubblewrap makes it root's: its owner's, by root in the namespace
         line += ["/bin/sh", "-c", _CHOWN, tool("chown"), "{}:{}".format(*owner), home]
