@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import stat
 import time
 from collections.abc import Iterator
@@ -19,13 +20,24 @@ import pytest
 
 from _mcp import ModernClient
 from _uids import uids
-from e2e._gateway import Process, readable_directory
+from conftest import SECRET
+from e2e._gateway import Process, main_run, readable_directory
 from e2e._issuer import ISSUER, signed
 from e2e._issuer import jwks as served_jwks
 from e2e._sealed import OPEN, call, client, gateway, hostile, needs, team, text
 
 UIDS = uids(450, 40)
+TEAM = int(uids(449, 1).partition("-")[0])
 CONTAINMENTS = ["bwrap", "unshare"]
+SECRETLY = {"MCP_SESSIONS_SECRET": SECRET}
+AUTH = (
+    "--auth-jwks",
+    "http://127.0.0.1:1/k",
+    "--auth-issuer",
+    "https://i.example",
+    "--auth-audience",
+    "https://a.example",
+)
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +149,111 @@ def test_a_user_s_directory_is_hers_across_conversations_and_restarts_and_no_one
             again = alice.create_session()
             assert text(call(alice, "listdir", again, path="/tmp/data")) == '["notes"]'
             assert text(call(alice, "read", again, path="/tmp/data/notes")) == "mine"
+
+
+@pytest.mark.parametrize("containment", CONTAINMENTS)
+def test_a_shared_tree_is_read_and_edited_by_each_user_s_processes_and_read_only_unless_granted_rw(
+    server: str, jwks: str, containment: str
+) -> None:
+    """A team's tree (``chgrp team tree; chmod 2770 tree``) granted ``:rw``: alice's process writes a file, bob's
+    reads and edits it and adds his own, hers reads his (its group is the team's, each process has it as a
+    supplementary group, and writes with a umask of 0007); the same tree granted read-only is read, never written
+    (``Read-only file system``); and no process is given root's group by a tree of root's."""
+    needs("root", containment)
+    with readable_directory("mcp-sessions-team-") as team, readable_directory("mcp-sessions-docs-") as docs:
+        os.chown(team, 0, TEAM)
+        team.chmod(0o2770)
+        (docs / "readme").write_text("the host's")
+        docs.chmod(0o2777)  # root's group, setgid: a tree of root's gives no group
+        options = (*verified(jwks), "--process-uids", UIDS, "--process-containment", containment)
+        options += ("--process-mount", f"{team}:/tmp/team:rw", "--process-mount", f"{team}:/tmp/team-ro")
+        options += ("--process-mount", f"{docs}:{docs}")
+        with gateway(server, *options) as process:
+            alice, bob = client(process, user="alice"), client(process, user="bob")
+            hers, his = alice.create_session(), bob.create_session()
+            she = json.loads(text(call(alice, "whoami", hers)))
+            assert set(she["groups"]) - {she["gid"]} == {TEAM}
+            assert text(call(alice, "write", hers, path="/tmp/team/plan")) == "4"
+            assert text(call(bob, "read", his, path="/tmp/team/plan")) == "mine"
+            edited = run(bob, his, "sh", "-c", "echo 'and his' >> /tmp/team/plan && echo his > /tmp/team/his")
+            assert edited["returncode"] == 0, edited
+            assert text(call(alice, "read", hers, path="/tmp/team/plan")) == "mineand his\n"
+            assert text(call(alice, "read", hers, path="/tmp/team/his")) == "his\n"
+            plan = (team / "plan").stat()
+            assert (plan.st_gid, stat.S_IMODE(plan.st_mode)) == (TEAM, 0o660)
+            assert text(call(bob, "read", his, path="/tmp/team-ro/plan")).startswith("mine")
+            assert text(call(bob, "write", his, path="/tmp/team-ro/plan")) == "denied: Read-only file system"
+            assert text(call(bob, "read", his, path=f"{docs}/readme")) == "the host's"
+            assert text(call(bob, "write", his, path=f"{docs}/planted")) == "denied: Read-only file system"
+
+
+REFUSED = [
+    (("--process-mount", "/srv"), "give SOURCE:TARGET, SOURCE:TARGET:ro or SOURCE:TARGET:rw (no ':' in a path)"),
+    (("--process-mount", "{tree}:/tmp/x:rx"), "give SOURCE:TARGET, SOURCE:TARGET:ro or SOURCE:TARGET:rw"),
+    (("--process-mount", "srv:/tmp/x"), "SOURCE and TARGET are absolute paths"),
+    (
+        ("--process-mount", "{tree}:/tmp/a/../b"),
+        "TARGET is a path in the process's namespace, without '{user}' or '..'",
+    ),
+    (("--process-mount", "{users}/{user}:/tmp/{user}"), "without '{user}' or '..'"),
+    (("--process-mount", "{tree}-missing:/tmp/x"), "-missing is not a directory of the host's"),
+    (("--process-mount", "{tree}:/"), "TARGET may not be /, nor under /proc, /dev or /sys"),
+    (("--process-mount", "{tree}:/proc/x"), "TARGET may not be /, nor under /proc, /dev or /sys"),
+    (("--process-mount", "{tree}:/tmp"), "TARGET would hide the processes' homes (/tmp/mcp-sessions): choose another"),
+    (("--process-mount", "{tree}:/run"), "TARGET would hide the process's own /run/lock"),
+    (("--process-mount", "{tree}:/var"), "TARGET would hide the process's own /var/tmp"),
+    (("--process-mount", "{tree}:/etc"), "TARGET would hide the process's own /etc/resolv.conf"),
+    (("--process-mount", "{tree}:/tmp/mcp-sessions/x"), "TARGET would hide the processes' homes (/tmp/mcp-sessions)"),
+    (("--process-mount", "{tree}:/srv/no-such-target"), "/srv/no-such-target is not a directory of the host's"),
+    (("--process-mount", "{tree}:/tmp/a", "--process-mount", "{tree}:/tmp/a/b"), "/tmp/a/b is under another grant's"),
+    (("--process-mount", "{users}/{user}/notes:/tmp/x"), "'{user}' is SOURCE's last part, once: USERS/{user}"),
+    (
+        ("--process-mount", "{tree}/{user}:/tmp/x"),
+        "must be a directory root's alone may write (chown root; chmod 0711)",
+    ),
+    (("--process-mount", "{users}/{user}:/tmp/x", "--process-mount", "{others}/{user}:/tmp/y"), "one USERS/{user}"),
+]
+
+
+@pytest.mark.parametrize(("given", "said"), REFUSED)
+def test_a_grant_the_gateway_cannot_give_is_refused_at_startup_in_one_line(given: tuple[str, ...], said: str) -> None:
+    needs("root", "bwrap")
+    with readable_directory("mcp-sessions-tree-") as tree, users_directory() as users, users_directory() as others:
+        tree.chmod(0o777)
+        flags = [flag.replace("{tree}", str(tree)).replace("{users}", str(users)) for flag in given]
+        flags = [flag.replace("{others}", str(others)) for flag in flags]
+        done = main_run("gateway", "--stdio", "/usr/bin/true", "--process-uids", UIDS, *AUTH, *flags, environ=SECRETLY)
+    assert done.returncode == 2, done
+    assert done.stderr.startswith("mcp-sessions gateway: --process-") and done.stderr.count("\n") == 1, done.stderr
+    assert said in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (("--process-uids", UIDS), "--process-mount USERS/{user} needs the gateway's auth (--auth-*)"),
+        (AUTH, "--process-mount USERS/{user} needs --process-uids"),
+        ((*AUTH, "--process-uids", UIDS, "--sessionless", "shared"), "a process shared by every user is no one's"),
+        ((*AUTH, "--process-uids", UIDS, "--process-user-gids", UIDS), "and --process-uids (each process's own gid)"),
+        ((*AUTH, "--process-uids", UIDS, "--process-user-gids", "0-9"), "--process-user-gids takes FIRST-LAST"),
+        (("--process-containment", "none", "--process-mount", "/srv:/srv"), "--process-mount needs a containment"),
+    ],
+)
+def test_a_user_s_directory_needs_her_name_and_a_uid_each(given: tuple[str, ...], said: str) -> None:
+    """Without the gateway's auth no caller has a name of her own; without a uid each, her processes would share one
+    with other users'; a process shared by every user is no one's; her group meets no other id: each refused at
+    startup, in one line (a process with no user never has a user's directory). And no grant without a mount
+    namespace."""
+    needs("root", "bwrap")
+    with users_directory() as users:
+        flags = ("--process-mount", f"{users}/{{user}}:/tmp/x:rw", *given)
+        if "none" in given:
+            flags = given
+        done = main_run("gateway", "--stdio", "/usr/bin/true", *flags, environ=SECRETLY)
+    assert (done.returncode, said in done.stderr, done.stderr.count("\n")) == (2, True, 1), done.stderr
+
+
+def test_an_upstream_s_gateway_refuses_a_grant() -> None:
+    done = main_run("gateway", "--upstream", "http://[::1]:1/mcp", "--process-mount", "/srv:/srv", environ=SECRETLY)
+    said = "--process-mount grants a directory to --stdio processes; an --upstream has none"
+    assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said}\n")
