@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import stat
 import time
 from collections.abc import Iterator
@@ -19,12 +20,12 @@ import httpx
 import pytest
 
 from _mcp import ModernClient
-from _uids import uids
+from _uids import members, uids
 from conftest import SECRET
 from e2e._gateway import Process, main_run, readable_directory
 from e2e._issuer import ISSUER, signed
 from e2e._issuer import jwks as served_jwks
-from e2e._sealed import OPEN, call, client, gateway, hostile, needs, team, text
+from e2e._sealed import OPEN, call, client, gateway, hostile, needs, running, team, text
 
 UIDS = uids(450, 40)
 TEAM = int(uids(449, 1).partition("-")[0])
@@ -101,6 +102,12 @@ def signed_in(process: Process, principal: str) -> ModernClient:
     )
     OPEN.append(http)
     return ModernClient(http, f"http://127.0.0.1:{process.port}")
+
+
+def servers(command: str) -> list[int]:
+    """The pids of ``command``'s live server processes, each run as one of :data:`UIDS` (not the helpers before
+    them, nor the gateway, whose command lines name it too)."""
+    return [pid for pid in running(command.split()[-1]) if os.stat(f"/proc/{pid}").st_uid in members(UIDS)]
 
 
 def verified(jwks: str) -> tuple[str, ...]:
@@ -257,3 +264,29 @@ def test_an_upstream_s_gateway_refuses_a_grant() -> None:
     done = main_run("gateway", "--upstream", "http://[::1]:1/mcp", "--process-mount", "/srv:/srv", environ=SECRETLY)
     said = "--process-mount grants a directory to --stdio processes; an --upstream has none"
     assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said}\n")
+
+
+def test_a_principal_s_name_never_escapes_nor_takes_another_s_directory(server: str, jwks: str) -> None:
+    """Principals named ``../x``, ``a/b``, ``..``, 2,000 characters long, or with a lone surrogate each get a directory
+    of their own in USERS, a digest's name: nothing is made outside it, and no two share one. The shared process,
+    which is no one's, has an empty read-only directory there."""
+    needs("root", "bwrap")
+    principals = ["../x", "a/b", "..", "x" * 2000, "\udcff", "alice"]
+    with users_directory() as users:
+        options = (*verified(jwks), "--process-uids", UIDS, "--process-containment", "bwrap")
+        options += ("--process-mount", f"{users}/{{user}}:/tmp/data:rw")
+        before = set(users.parent.iterdir())
+        with gateway(server, *options) as process:
+            [shared] = servers(server)
+            assert os.listdir(f"/proc/{shared}/root/tmp/data") == []
+            with pytest.raises(OSError, match="Read-only file system"):
+                Path(f"/proc/{shared}/root/tmp/data/planted").write_text("")
+            for principal in principals:
+                mcp = signed_in(process, principal)
+                session = mcp.create_session()
+                assert text(call(mcp, "write", session, path="/tmp/data/mine")) == "4", principal
+                assert text(call(mcp, "listdir", session, path="/tmp/data")) == '["mine"]', principal
+        made = list(users.iterdir())
+        assert len(made) == len(principals) and all(re.fullmatch(r"[a-z2-7]{52}", path.name) for path in made)
+        assert len({path.stat().st_gid for path in made}) == len(principals)
+        assert set(users.parent.iterdir()) == before
