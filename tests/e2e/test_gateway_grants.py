@@ -22,10 +22,11 @@ import pytest
 from _mcp import ModernClient
 from _uids import members, uids
 from conftest import SECRET
-from e2e._gateway import Process, main_run, readable_directory
+from e2e._gateway import CACHE, Process, for_every_uid, installed, main_run, node, readable_directory
 from e2e._issuer import ISSUER, signed
 from e2e._issuer import jwks as served_jwks
 from e2e._sealed import OPEN, call, client, gateway, hostile, needs, running, team, text
+from e2e._stdio import FILESYSTEM
 
 UIDS = uids(450, 40)
 TEAM = int(uids(449, 1).partition("-")[0])
@@ -290,3 +291,49 @@ def test_a_principal_s_name_never_escapes_nor_takes_another_s_directory(server: 
         assert len(made) == len(principals) and all(re.fullmatch(r"[a-z2-7]{52}", path.name) for path in made)
         assert len({path.stat().st_gid for path in made}) == len(principals)
         assert set(users.parent.iterdir()) == before
+
+
+MEMORY = CACHE / "memory/node_modules/@modelcontextprotocol/server-memory/dist/index.js"
+PLAN = {"entities": [{"name": "alice-s-plan", "entityType": "plan", "observations": ["launch on Friday"]}]}
+
+
+def test_server_filesystem_edits_a_team_s_project_tree_through_the_gateway(jwks: str) -> None:
+    """docs/gateway.md's recipe: @modelcontextprotocol/server-filesystem given the team's project tree (``:rw``, its
+    group the team's): alice's conversation writes a file, bob's edits it, hers reads his edit, and the host has it,
+    the team's."""
+    needs("root", "bwrap")
+    with for_every_uid(FILESYSTEM, CACHE / "filesystem") as index, readable_directory("mcp-sessions-project-") as tree:
+        os.chown(tree, 0, TEAM)
+        tree.chmod(0o2770)
+        options = (*verified(jwks), "--process-uids", UIDS, "--process-mount", f"{tree}:{tree}:rw")
+        with gateway(f"{node()} {index} {tree}", *options) as process:
+            alice, bob = client(process, user="alice"), client(process, user="bob")
+            hers, his = alice.create_session(), bob.create_session()
+            written = call(alice, "write_file", hers, path=f"{tree}/plan.md", content="launch on Friday\n")
+            assert "Successfully wrote" in text(written), written
+            edits = [{"oldText": "Friday", "newText": "Monday"}]
+            assert "Monday" in text(call(bob, "edit_file", his, path=f"{tree}/plan.md", edits=edits))
+            assert text(call(alice, "read_text_file", hers, path=f"{tree}/plan.md")) == "launch on Monday\n"
+        assert (tree / "plan.md").read_text() == "launch on Monday\n"
+        assert (tree / "plan.md").stat().st_gid == TEAM
+
+
+def test_server_memory_keeps_each_user_s_graph_across_conversations_and_restarts(jwks: str) -> None:
+    """docs/gateway.md's recipe: @modelcontextprotocol/server-memory with ``MEMORY_FILE_PATH`` in each user's own
+    directory (``USERS/{user}``): alice's graph is in her next conversation, and after the gateway's restart; bob's
+    graph never has it."""
+    needs("root", "bwrap")
+    memory = installed(MEMORY, "@modelcontextprotocol/server-memory")
+    with for_every_uid(memory, CACHE / "memory") as index, users_directory() as users:
+        command = f"env MEMORY_FILE_PATH=/tmp/mine/memory.jsonl {node()} {index}"
+        options = (*verified(jwks), "--process-uids", UIDS, "--process-mount", f"{users}/{{user}}:/tmp/mine:rw")
+        with gateway(command, *options) as process:
+            alice, bob = client(process, user="alice"), client(process, user="bob")
+            created = call(alice, "create_entities", alice.create_session(), **PLAN)
+            assert "alice-s-plan" in json.dumps(created), created
+            assert "alice-s-plan" in json.dumps(call(alice, "read_graph", alice.create_session()))
+            assert "alice-s-plan" not in json.dumps(call(bob, "read_graph", bob.create_session()))
+        with gateway(command, *options) as process:
+            alice, bob = client(process, user="alice"), client(process, user="bob")
+            assert "alice-s-plan" in json.dumps(call(alice, "read_graph", alice.create_session()))
+            assert "alice-s-plan" not in json.dumps(call(bob, "read_graph", bob.create_session()))
