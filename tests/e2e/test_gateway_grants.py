@@ -129,6 +129,7 @@ def test_a_user_s_directory_is_hers_across_conversations_and_restarts_and_no_one
         options = (*verified(jwks), "--process-uids", UIDS, "--process-containment", containment)
         options += ("--process-mount", f"{users}/{{user}}:/tmp/data:rw")
         with gateway(server, *options) as process:
+            assert "a uid each, bounds none, grants /tmp/data (rw, each user's own), network" in process.output()
             alice, bob = client(process, user="alice"), client(process, user="bob")
             first = alice.create_session()
             she = json.loads(text(call(alice, "whoami", first)))
@@ -177,6 +178,8 @@ def test_a_shared_tree_is_read_and_edited_by_each_user_s_processes_and_read_only
         options += ("--process-mount", f"{team}:/tmp/team:rw", "--process-mount", f"{team}:/tmp/team-ro")
         options += ("--process-mount", f"{docs}:{docs}")
         with gateway(server, *options) as process:
+            said = f"grants /tmp/team (rw, group {TEAM}), /tmp/team-ro (ro, group {TEAM}), {docs} (ro), network"
+            assert said in process.output()
             alice, bob = client(process, user="alice"), client(process, user="bob")
             hers, his = alice.create_session(), bob.create_session()
             she = json.loads(text(call(alice, "whoami", hers)))

@@ -58,6 +58,13 @@ class Grant:
     def per_user(self) -> bool:
         return os.path.basename(self.source) == USER
 
+    @property
+    def said(self) -> str:
+        """What the startup line adds to its target and mode: whose it is, and the group it gives."""
+        if self.per_user:
+            return ", each user's own"
+        return "" if self.group is None else f", group {self.group}"
+
 
 def grant(spec: str, homes: str | None = None, own: Sequence[str] = ()) -> Grant:
     """The grant ``spec`` (``SOURCE:TARGET[:rw]``) says, checked: both absolute; ``SOURCE`` an existing directory,

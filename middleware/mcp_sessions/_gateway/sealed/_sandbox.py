@@ -12,7 +12,8 @@ A process is started through a chain of them, each doing one thing and then runn
   (its own loopback; under ``egress`` an interface that pasta connects to the world: :class:`Link`);
 - ``prlimit``: ``RLIMIT_NPROC``, the process-count bound where no control group gives one (a uid's count,
   so with a uid per process only);
-- ``setpriv``: its uid and gid, no supplementary group, no capability, no new privileges;
+- ``setpriv``: its uid and gid, no supplementary group but its grants' (``_grants``), no capability, no new
+  privileges;
 - a last ``sh``, as the server's own user: the server's environment, read from a file the gateway wrote (a
   ``memfd``), then the server. Every helper before it is run by the absolute path found at startup (:func:`tool`),
   with root's fixed environment (:data:`HELPER_ENV`): no variable of a user's reaches a program root runs.
@@ -273,8 +274,10 @@ class Sandbox:
         elif self.pids:
             bounds = "RLIMIT_NPROC"
         chosen = f" ({self.choice})" if self.choice else ""
+        granted = [f"{grant.target} ({'rw' if grant.writable else 'ro'}{grant.said})" for grant in self.grants]
+        grants = f", grants {', '.join(granted)}" if granted else ""
         # The network: the startup line's next part (_network's rules say theirs).
-        return f"containment {self.containment}{chosen}, {runs_as}, bounds {bounds}"
+        return f"containment {self.containment}{chosen}, {runs_as}, bounds {bounds}{grants}"
 
     def chosen(self) -> Sandbox:
         """This sandbox as it runs here, tried once (:meth:`check`): ``auto`` is bubblewrap where it works, else
