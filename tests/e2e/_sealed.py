@@ -32,7 +32,7 @@ from e2e._issuer import ISSUER, signed
 
 SERVER = (
     r"""
-import ctypes, json, os, signal, socket, sys, time
+import ctypes, json, os, signal, socket, subprocess, sys, time
 """
     + TRY
     + r"""
@@ -125,6 +125,7 @@ TOOLS = {"daemon": daemon, "deep": deep, "whoami": whoami, "stall": stall, "ptra
          "abstract": lambda address: tried(lambda: abstract(address)),
          "hold": lambda port: tried(lambda: HELD.append(socket.create_server(("127.0.0.1", port))) or "bound"),
          "syscalls": lambda calls: syscalls(calls), "tun": lambda: tried(tun), "key": key,
+         "run": lambda argv: json.dumps(vars(subprocess.run(argv, capture_output=True, text=True, check=False))),
          "big": lambda: "read"}
 def fds():
     return json.dumps({fd: os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")

@@ -33,6 +33,7 @@ from e2e._gateway import CACHE, MAIN, installed, python_every_uid_runs, readable
 PAGE = MAIN / "docs" / "gateway.md"
 TEAM = "## One gateway for a team"
 REPLICAS = "### Past one machine: a front and stdio replicas"
+GRANTS = "### Files the team keeps: granted directories"
 INSPECTOR = CACHE / "inspector" / "node_modules"
 # pip, a wheel built from the copy, the gateways' starts and the Inspector: 90 s alone, 260 s on a busy 2-core machine.
 WITHIN = 900
@@ -70,6 +71,14 @@ entry = json.load(open(".mcp.json"))["mcpServers"][name]
 print("claude mcp add:", "as .mcp.json" if [entry["command"], *entry["args"]] == command else "not as .mcp.json")
 ' "$5" "${@:7}"
 }
+"""
+
+NPM = f"""\
+npm() {{  # the test's: `npm install --prefix DIR PACKAGE@VERSION`, from what scripts/system-deps.sh installed
+    [ "$1 $2" = "install --prefix" ] || {{ echo "npm: not install --prefix"; return 1; }}
+    name=${{4#@modelcontextprotocol/server-}}
+    mkdir -p "$3" && cp -r "{CACHE}/${{name%%@*}}/node_modules" "$3/"
+}}
 """
 
 
@@ -181,4 +190,29 @@ def test_the_replicas_recipe_runs_as_written_after_the_team_recipe(readable: Pat
     assert all(one == other for _, one, other in seen), output  # a conversation's calls: one process
     # Three ids: a process per conversation. Per caller (--processes auto), one caller on two replicas: two at most.
     assert len({one for _, one, _ in seen}) == 3, output
+    assert "Traceback" not in output, output
+
+
+@pytest.mark.timeout(WITHIN + 60)
+def test_the_grants_recipe_runs_as_written_after_the_team_recipe(readable: Path) -> None:
+    """The team recipe's first block (its stand-in authorization server, the users' tokens), its gateway stopped,
+    then the grants recipe: server-filesystem on the team's tree, server-memory on each user's own directory."""
+    installed(CACHE / "filesystem" / "node_modules", "@modelcontextprotocol/server-filesystem")
+    installed(CACHE / "memory" / "node_modules", "@modelcontextprotocol/server-memory")
+    [team, *_] = sh_blocks(TEAM)
+    stop_its_gateway = "kill $! && wait $!\n"  # the team's gateway (its last command): these take its port
+    script = waited(team) + stop_its_gateway + NPM + "".join(waited(block) for block in sh_blocks(GRANTS))
+    output = run_recipe(script, readable)
+
+    assert re.search(r'^alice write_file "Successfully wrote to .*/project/plan\.md"$', output, re.M), output
+    assert re.search(r"^bob edit_file .*-launch on Friday.*\+launch on Monday", output, re.M), output
+    assert 'alice read_text_file "launch on Monday\\n"' in output, output
+    assert re.search(r"^60900 660 .*/project/plan\.md$", output, re.M), output
+    graphs = re.findall(r"^(alice|bob) read_graph (.*)$", output, re.M)
+    assert [(user, '"launch"' in graph.replace('\\"', '"')) for user, graph in graphs] == [
+        ("alice", True),
+        ("bob", False),
+        ("alice", True),
+    ], output
+    assert len(re.findall(r"^[a-z2-7]{52}$", output, re.M)) == 2, output  # `ls users`: hers and his, digests
     assert "Traceback" not in output, output

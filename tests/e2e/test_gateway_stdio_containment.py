@@ -235,10 +235,10 @@ def test_a_contained_process_writes_only_its_own_bounded_directories_and_sees_no
     server: str, containment: str
 ) -> None:
     """Under bwrap or unshare, the host's files are read-only to a process (a directory any uid may write, too), and
-    its home and /tmp, /var/tmp, /dev/shm and /run/lock are its own (an empty tmpfs each, mode 1777, --process-disk
-    at most): it reads no file the host, or another conversation, has there, and the host never sees what it writes
-    there (its home, under /tmp, stays an empty mount point); /sys/fs/cgroup is empty (else it lists every
-    conversation's control group)."""
+    its home and /tmp, /var/tmp, /dev/shm and /run/lock are its own (an empty tmpfs each, --process-disk at most; mode
+    1777 but its home, 0700: test_gateway_grants.py): it reads no file the host, or another conversation, has there,
+    and the host never sees what it writes there (its home, under /tmp, stays an empty mount point); /sys/fs/cgroup
+    is empty (else it lists every conversation's control group)."""
     needs("root", containment)
     planted = {path: f"{path}/planted-{uuid.uuid4().hex}" for path in PRIVATE if Path(path).is_dir()}
     left = f"/tmp/left-{uuid.uuid4().hex}"

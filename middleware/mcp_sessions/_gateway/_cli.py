@@ -364,6 +364,8 @@ def _stdio_only(args: argparse.Namespace) -> None:
     """What only a ``--stdio`` gateway takes, refused for an ``--upstream``'s, which has no processes."""
     if args.process_env and args.stdio is None:
         raise ValueError("--process-env sets a variable in --stdio processes; an --upstream has none")
+    if args.process_mount and args.stdio is None:
+        raise ValueError("--process-mount grants a directory to --stdio processes; an --upstream has none")
     if args.status_port is not None and (args.stdio is None or args.status_port == args.port):
         raise ValueError("--status-port serves --stdio processes' status, on a port other than --port")
     network = args.process_network or args.process_allow_net or args.process_allow_host

@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from .sealed._grants import USER_GIDS
 from .sealed._sandbox import CONTAINMENTS, DISK
 
 if TYPE_CHECKING:
@@ -160,6 +161,22 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
         "process); removed when the process ends",
     )
     gateway.add_argument(
+        "--process-mount",
+        action="append",
+        default=[],
+        metavar="SOURCE:TARGET[:rw]",
+        help="with --stdio and a containment: the host's directory SOURCE at TARGET in every process, read-only "
+        "unless ':rw'; SOURCE USERS/{user}: each user's own directory in USERS, made on first use, hers alone "
+        "(with auth and --process-uids); repeat",
+    )
+    gateway.add_argument(
+        "--process-user-gids",
+        default=USER_GIDS,
+        metavar="FIRST-LAST",
+        help=f"with a {{user}} --process-mount: the gids of the users' own directories, one each, which no user "
+        f"or group of the system may have (default {USER_GIDS})",
+    )
+    gateway.add_argument(
         "--pass-env",
         action="append",
         default=[],
@@ -199,6 +216,7 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: Gate
         cwd = os.path.join(tempfile.gettempdir(), "mcp-sessions", "{id}")
     cgroups = _bounds(args, per_uid=uids is not None)
     seccomp, profile = _seccomp(args)
+    grants, users = _grants(args, cwd, uids, auth)
     sandbox = Sandbox(
         args.process_containment,
         uids=uids,
@@ -211,6 +229,8 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: Gate
         disk=args.process_disk,
         seccomp=seccomp,
         profile=profile,
+        grants=grants,
+        users=users,
     )
     try:
         sandbox = sandbox.chosen()
@@ -230,6 +250,9 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: Gate
         raise ValueError(f"--process-seccomp needs a containment, bwrap or unshare{why}: the filter is applied in it")
     if sandbox.containment == "none":  # auto found neither: no filter, and the startup line names none
         sandbox = replace(sandbox, seccomp=b"", profile="")
+    if grants and sandbox.containment == "none":  # the host's files are its own already
+        why = f" ({sandbox.choice})" if sandbox.choice else ""
+        raise ValueError(f"--process-mount needs a containment, bwrap or unshare{why}: a mount namespace of its own")
     if sandbox.network == "egress" and sandbox.containment == "none":  # its network namespace is the host's
         why = f" ({sandbox.choice})" if sandbox.choice else ""
         raise ValueError(f"--process-network egress needs a containment, bwrap or unshare{why}: its own network")
@@ -275,6 +298,28 @@ def _seen_contained(command: Sequence[str], cwd: str | None) -> None:
             "elsewhere)",
             private,
         )
+
+
+def _grants(args: argparse.Namespace, cwd: str | None, uids: Any, auth: GatewayAuth | None) -> tuple[Any, Any]:
+    """The host's directories granted to each process (``--process-mount``), checked, and with ``{user}``, the
+    users' directories (``--process-user-gids``): only for callers the gateway authenticates, a uid each, and a
+    process per conversation of one caller's."""
+    from .sealed._grants import UserDirectories, checked, grant
+    from .sealed._sandbox import PRIVATE
+
+    homes = None if cwd is None else os.path.dirname(cwd)
+    grants = checked([grant(spec, homes, PRIVATE) for spec in args.process_mount])
+    per_user = [one for one in grants if one.per_user]
+    if not per_user:
+        return grants, None
+    if auth is None:
+        raise ValueError("--process-mount USERS/{user} needs the gateway's auth (--auth-*): whose directory, else?")
+    if uids is None:
+        raise ValueError("--process-mount USERS/{user} needs --process-uids: a user's files, no other user's uid")
+    if args.processes == "shared" or args.sessionless == "shared":
+        raise ValueError("--process-mount USERS/{user}: a process shared by every user is no one's: not with shared")
+    process_uids = range(uids.first, uids.last + 1)
+    return grants, UserDirectories(os.path.dirname(per_user[0].source), args.process_user_gids, process_uids)
 
 
 def _run_as(args: argparse.Namespace) -> tuple[Any, int | None, int | None]:

@@ -14,7 +14,8 @@ A process is started through a chain of them, each doing one thing and then runn
   ``unshare`` applied by the gateway's own interpreter once the mounts are made;
 - ``prlimit``: ``RLIMIT_NPROC``, the process-count bound where no control group gives one (a uid's count,
   so with a uid per process only);
-- ``setpriv``: its uid and gid, no supplementary group, no capability, no new privileges;
+- ``setpriv``: its uid and gid, no supplementary group but its grants' (``_grants``), no capability, no new
+  privileges;
 - a last ``bash``, as the server's own user: the server's environment, read from a file the gateway wrote (a
   ``memfd``), then the server, that file closed (nothing of the gateway's reaches it). Every helper before it is
   run by the absolute path found at startup (:func:`tool`), with root's fixed environment (:data:`HELPER_ENV`): no
@@ -41,13 +42,14 @@ import tempfile
 from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from contextlib import suppress
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 import anyio
 
 from ._cgroups import Cgroup, Cgroups, read
+from ._grants import Grant, GrantError, UserDirectories
 from ._kernel import above, locked, no_user_namespaces, running_uids
 from ._network import RESOLV, RESOLV_CONF, Link, NetworkError, linkable
 from ._seccomp import applied
@@ -101,12 +103,14 @@ CGROUPS: Final = "/sys/fs/cgroup"
 # shell itself, outside the namespace, closes the server's stdin and stdout (3 and 4: the first helper moved them there)
 # and waits, so that no process but the server holds them (a server that closes its stdout ends its pipe). $1-$3 the
 # paths of mount, mkdir and ip (:func:`tool`); $4 the process's home (or ""), a tmpfs where it is (its parents under a
-# tmpfs 0711, as on the host), $5 its options; $6 "up" for its own loopback (a new network namespace's is down); under
-# egress, $7 and $8 the descriptors of its Link (where it says the namespace is made, and what holds the server back
-# until pasta is ready), else two ""; $9 the resolver configuration it reads (else "") and ${10} where
-# (:func:`_resolver`), opened before /run is hidden and bound there after (by /proc/self/fd: its path is hidden then);
-# then MOUNT-POINT OPTIONS pairs, each remounted read-only, until "--"; then DIRECTORY OPTIONS pairs, each a tmpfs
-# (made where missing: /run/lock in its /run), until "--".
+# tmpfs 0711, as on the host), $5 its options (mode 0700, its uid's and gid's); $6 "up" for its own loopback (a new
+# network namespace's is down); under egress, $7 and $8 the descriptors of its Link (where it says the namespace is
+# made, and what holds the server back until pasta is ready), else two ""; $9 the resolver configuration it reads
+# (else "") and ${10} where (:func:`_resolver`), opened before /run is hidden and bound there after (by
+# /proc/self/fd: its path is hidden then); then MOUNT-POINT OPTIONS pairs, each remounted read-only, until "--";
+# then DIRECTORY OPTIONS pairs, each a tmpfs (made where missing: /run/lock in its /run), until "--"; then the grants
+# (--process-mount), last, so that a target under one of its own directories is made there: "rw" or "ro", SOURCE,
+# TARGET triples, each bound (an empty tmpfs where SOURCE is ""), until "--".
 _UNSHARE_MOUNTS: Final = """\
 (
 mount=$1 mkdir=$2 ip=$3 home=$4 options=$5 lo=$6 info=$7 block=$8 resolv=$9 resolv_at=${10}; shift 10
@@ -124,6 +128,13 @@ if [ -n "$home" ]; then
     "$mkdir" -m 1777 "$home/tmp" && cd "$home" || exit 125
     unset OLDPWD
 fi
+while [ "$1" != -- ]; do
+    "$mkdir" -p "$3" || exit 125
+    if [ -n "$2" ]; then "$mount" --no-canonicalize --bind "$2" "$3" || exit 125
+    else "$mount" -t tmpfs -o mode=0555,size=4k tmpfs "$3" || exit 125; fi
+    "$mount" --no-canonicalize -o "remount,bind,nosuid,nodev,$1" "$3" || exit 125
+    shift 3
+done; shift
 if [ "$lo" = up ]; then "$ip" link set lo up || exit 125; fi
 if [ -n "$info" ]; then
     eval "echo {} >&$info && exec $info>&- && read -r _ <&$block && exec $block<&-" || exit 125
@@ -133,6 +144,8 @@ exec -c "$@"
 exec 3<&- 4>&-
 wait $!
 """
+# The process's home made its own under bubblewrap ($0: chown, $1: UID:GID, $2: its home), then the command.
+_CHOWN: Final = '"$0" -- "$1" "$2" || exit 125; shift 2; exec "$@"'
 # A new network namespace's loopback brought up ($0: ip), then the command.
 _LOOPBACK: Final = '"$0" link set lo up || exit 125; exec "$@"'
 # In a new mount namespace, a devpts of its own over /dev/pts ($0: mount, $1: its options), then the command; under
@@ -150,7 +163,7 @@ _KERNEL_VIEWS: Final = frozenset(
         *("configfs", "fusectl", "binfmt_misc", "autofs", "nsfs", "efivarfs", "selinuxfs", "rpc_pipefs"),
     }
 )
-_NO_PRIVILEGE: Final = ("--clear-groups", "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all")
+_NO_PRIVILEGE: Final = ("--no-new-privs", "--inh-caps=-all", "--bounding-set=-all")
 HELPER_ENV: Final = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 """The whole environment of the helpers that start a process (``sh``, ``bwrap``, ``unshare``, ``prlimit``,
 ``setpriv``), root's whatever the users' (:meth:`Place.launch`)."""
@@ -168,6 +181,15 @@ def tool(name: str) -> str:
     if found is None:
         raise SandboxError(f"{name} is not installed")
     return os.path.abspath(found)
+
+
+class Mount(NamedTuple):
+    """A grant as one process has it: ``source`` bound at ``target`` (an empty read-only directory where
+    ``source`` is ""), ``writable`` or not."""
+
+    source: str
+    target: str
+    writable: bool
 
 
 class SandboxError(Exception):
@@ -259,6 +281,14 @@ class Sandbox:
     # contained process also has no_user_namespaces' filter, whatever the profile.
     seccomp: bytes = b""
     profile: str = ""
+    # The host's directories granted to each process (--process-mount), and with {user}, where each user's is.
+    grants: tuple[Grant, ...] = ()
+    users: UserDirectories | None = None
+
+    @property
+    def per_user(self) -> bool:
+        """Whether a process has its user's own directory (``{user}``): it is started for her, never ahead."""
+        return any(grant.per_user for grant in self.grants)
 
     @property
     def said(self) -> str:
@@ -274,8 +304,10 @@ class Sandbox:
         elif self.pids:
             bounds = "RLIMIT_NPROC"
         chosen = f" ({self.choice})" if self.choice else ""
+        granted = [f"{grant.target} ({'rw' if grant.writable else 'ro'}{grant.said})" for grant in self.grants]
+        grants = f", grants {', '.join(granted)}" if granted else ""
         # The network: the startup line's next part (_network's rules say theirs).
-        return f"containment {self.containment}{chosen}, {runs_as}, bounds {bounds}"
+        return f"containment {self.containment}{chosen}, {runs_as}, bounds {bounds}{grants}"
 
     def chosen(self) -> Sandbox:
         """This sandbox as it runs here, tried once (:meth:`check`): ``auto`` is bubblewrap where it works, else
@@ -316,7 +348,8 @@ class Sandbox:
             cwd = os.path.join(top, "trial")
             os.mkdir(cwd)
             filters = self.filters()
-            trial = [*_namespace(self, cwd, filters), "/bin/sh", "-c", "exit 0"]
+            mounts = [Mount("" if grant.per_user else grant.source, grant.target, False) for grant in self.grants]
+            trial = [*_namespace(self, cwd, filters, mounts=mounts), "/bin/sh", "-c", "exit 0"]
             pipe = subprocess.PIPE
             try:
                 done = subprocess.Popen(  # noqa: S603 - our own command line
@@ -382,14 +415,18 @@ class Sandbox:
             root, isolated = os.geteuid() == 0, self.network != "host"
             helpers += [*(["unshare"] if root or isolated else []), *(["mount"] if root else [])]
             helpers += ["ip"] if isolated else []
+        if self.containment == "bwrap" and self.cwd is not None and (self.uids is not None or self.user is not None):
+            helpers.append("chown")
         if self.network == "egress":
             helpers += ["setpriv", "pasta"]
         return helpers
 
-    async def enter(self, process_id: str) -> Place:
-        """A place for a new process: its uid taken, its directory and control group made. Made whole or not at
-        all, even when its request is cancelled meanwhile (each step is bounded): a uid taken is never left
-        held by no one."""
+    async def enter(self, process_id: str, user: Sequence[str] | None = None) -> Place:
+        """A place for a new process: its uid taken, its directory and control group made, and its grants: with
+        ``user`` (who she is: ``stdio._models.Owner``'s identity) her own directory, made on first use; with none
+        (a process no one's, as the shared one), an empty read-only directory there. Made whole or not at all,
+        even when its request is cancelled meanwhile (each step is bounded): a uid taken is never left held by no
+        one."""
         self._installed()
         with anyio.CancelScope(shield=True):
             uid = self.user
@@ -401,15 +438,16 @@ class Sandbox:
                     raise SandboxError(f"no uid could be taken: {exc.strerror or exc}") from None
             place = Place(self, uid, gid)
             try:
+                await anyio.to_thread.run_sync(place.granted, user)
                 if self.cwd is not None:
                     place.cwd = self.cwd.replace("{id}", process_id)
                     if place.workdir is not None:  # a mount point, or uncontained its directory
                         await anyio.to_thread.run_sync(_workdir, place.workdir, place)
                 if self.cgroups is not None:
                     place.cgroup = await anyio.to_thread.run_sync(self.cgroups.create)
-            except OSError as exc:
+            except (OSError, GrantError) as exc:
                 await place.leave()
-                reason = exc.strerror or exc
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
                 raise SandboxError(f"the server process's place could not be made: {reason}") from None
         return place
 
@@ -424,6 +462,18 @@ class Place:
     cwd: str | None = None
     cgroup: Cgroup | None = None
     link: Link | None = None
+    mounts: list[Mount] = field(default_factory=list)
+    groups: list[int] = field(default_factory=list)  # its supplementary groups: its grants'
+
+    def granted(self, user: Sequence[str] | None) -> None:
+        """Its grants' mounts and groups, ``user``'s own directory among them (:meth:`Sandbox.enter`)."""
+        for grant in self.sandbox.grants:
+            source, group = grant.source, grant.group
+            if grant.per_user and self.sandbox.users is not None:
+                source, group = self.sandbox.users.own(user) if user is not None else ("", None)
+            self.mounts.append(Mount(source, grant.target, grant.writable and source != ""))
+            if group is not None and group not in self.groups:
+                self.groups.append(group)
 
     @property
     def workdir(self) -> str | None:
@@ -449,21 +499,25 @@ class Place:
         if self.uid is not None:
             gid = self.gid if self.gid is not None else self.uid
             user = [f"--reuid={self.uid}", f"--regid={gid}"]
-            line = [tool("setpriv"), *user, *_NO_PRIVILEGE, *ends, "--"]
+            groups = f"--groups={','.join(map(str, self.groups))}" if self.groups else "--clear-groups"
+            line = [tool("setpriv"), *user, groups, *_NO_PRIVILEGE, *ends, "--"]
         elif sandbox.contains_root:  # root without a capability: it could remount the host's files writable
-            line = [tool("setpriv"), *_NO_PRIVILEGE, *ends, "--"]
+            line = [tool("setpriv"), "--clear-groups", *_NO_PRIVILEGE, *ends, "--"]
         if sandbox.pids is not None and self.cgroup is None:
             line = [tool("prlimit"), f"--nproc={sandbox.pids}", "--", *line]
         filters = sandbox.filters()
         if sandbox.network == "egress" and sandbox.containment in ("bwrap", "unshare") and self.uid is not None:
             gid, helpers = self.uid if self.gid is None else self.gid, (tool("setpriv"), tool("pasta"))
             self.link = Link(sandbox.containment == "bwrap", self.uid, gid, helpers, HELPER_ENV)
-        line = [*_namespace(sandbox, self.cwd, filters, self.link), *line]
+        owner = None if self.uid is None else (self.uid, self.uid if self.gid is None else self.gid)
+        line = [*_namespace(sandbox, self.cwd, filters, self.link, owner, self.mounts), *line]
         if not line and self.cgroup is None:
             return list(command), dict(environ), ()
         procs = [] if self.cgroup is None else self.cgroup.procs
         line = ["/bin/sh", "-c", _FIRST, "sh", *procs, "--", *line]
-        exports = (f"export {name}={shlex.quote(value)}\n" for name, value in environ.items())
+        exports = [f"export {name}={shlex.quote(value)}\n" for name, value in environ.items()]
+        if any(mount.writable for mount in self.mounts):  # what it writes there, its group's too (a user's, a team's)
+            exports.append("umask 0007\n")
         held = _memfd(os.fsencode("".join(exports)))
         files = (held, *filters, *([] if self.link is None else self.link.passed))
         return [*line, tool("bash"), "-c", _LAST.format(held=held), "sh", *command], dict(HELPER_ENV), files
@@ -538,14 +592,23 @@ def _memfd(data: bytes) -> int:
     return above(made)
 
 
-def _namespace(sandbox: Sandbox, cwd: str | None, filters: Sequence[int] = (), link: Link | None = None) -> list[str]:
+def _namespace(
+    sandbox: Sandbox,
+    cwd: str | None,
+    filters: Sequence[int] = (),
+    link: Link | None = None,
+    owner: tuple[int, int] | None = None,
+    mounts: Sequence[Mount] = (),
+) -> list[str]:
     """The namespace part of a process's command line (none without a containment): a PID namespace and a ``/proc``
     of its own; an IPC namespace (no SysV or POSIX message queue object outlives it); a UTS namespace (its
     hostname :data:`HOSTNAME`, not the host's); with network ``none`` or
     ``egress`` a network namespace (its own loopback; under ``egress`` the interface ``link`` connects, and its
     resolver, :data:`RESOLV`); a mount namespace where the host's files are read-only, each of
     :data:`PRIVATE` the host has is an empty tmpfs, and so is ``cwd``, its home, each at most ``sandbox.disk`` MiB,
-    and :data:`CGROUPS` is hidden. Its first process dies with the gateway, even by SIGKILL (bubblewrap's
+    and :data:`CGROUPS` is hidden. Its home is ``owner``'s (its uid and gid; else the containment's user's), mode
+    0700: a home of its own, where ``chmod`` and ``git`` work as in any other; ``mounts`` are its grants
+    (``--process-mount``), bound last. Its first process dies with the gateway, even by SIGKILL (bubblewrap's
     ``--die-with-parent``, ``setpriv --pdeathsig``). ``filters`` are the descriptors of its seccomp filters
     (:meth:`Sandbox.filters`), given to bubblewrap, or under ``unshare`` applied once its mounts are made, before the
     next helper, by the gateway's own interpreter (util-linux's tools apply none)."""
@@ -558,17 +621,20 @@ def _namespace(sandbox: Sandbox, cwd: str | None, filters: Sequence[int] = (), l
     home = "" if cwd is None else os.path.abspath(cwd)
     size = f"{sandbox.disk}m"
     if containment == "unshare":
+        uid_gid = "" if owner is None else "uid={},gid={},".format(*owner)
         network = ["--net"] if isolated else []
-        mounts = []
+        tmpfs, binds = [], []
         for path in hidden:
-            mounts += [path, f"nosuid,nodev,mode=1777,size={size}" if path in PRIVATE else "nosuid,nodev,mode=755"]
+            tmpfs += [path, f"nosuid,nodev,mode=1777,size={size}" if path in PRIVATE else "nosuid,nodev,mode=755"]
+        for mount in mounts:
+            binds += ["rw" if mount.writable else "ro", mount.source, mount.target]
         return [
             *(tool("setpriv"), "--pdeathsig", "KILL", "--", tool("unshare"), "--pid", "--ipc", "--uts", "--mount"),
             *network,
             *("--", tool("bash"), "-c", _UNSHARE_MOUNTS, "sh"),
-            *(tool("mount"), tool("mkdir"), tool("ip"), home, f"nosuid,nodev,mode=1777,size={size}"),
+            *(tool("mount"), tool("mkdir"), tool("ip"), home, f"nosuid,nodev,mode=0700,{uid_gid}size={size}"),
             *("up" if isolated else "", *(("", "") if link is None else map(str, link.passed)), resolv, resolv_at),
-            *(*_read_only(), "--", *mounts, "--"),
+            *(*_read_only(), "--", *tmpfs, "--", *binds, "--"),
             *_own_ptys(),  # as the namespace's first process: a process it started would be, and end it
             *(applied(filters, sys.executable) if filters else []),  # after the mounts: the profile refuses them
         ]
@@ -604,9 +670,17 @@ def _namespace(sandbox: Sandbox, cwd: str | None, filters: Sequence[int] = (), l
         for parent in reversed(Path(home).parents):
             if under is not None and str(parent).startswith(f"{under}/"):
                 line += ["--perms", "0711", "--dir", str(parent)]
-        line += ["--perms", "01777", "--size", size, "--tmpfs", home]
+        line += ["--perms", "0700", "--size", size, "--tmpfs", home]
         line += ["--perms", "01777", "--dir", os.path.join(home, "tmp"), "--chdir", home]
-    return [*line, "--"]
+    for mount in mounts:  # last: a target under one of its own directories is made in it
+        if mount.source:
+            line += ["--bind" if mount.writable else "--ro-bind", mount.source, mount.target]
+        else:
+            line += ["--perms", "0555", "--size", "4096", "--tmpfs", mount.target, "--remount-ro", mount.target]
+    line.append("--")
+    if home and owner is not None:  # bubblewrap makes it root's: its owner's, by root in the namespace
+        line += ["/bin/sh", "-c", _CHOWN, tool("chown"), "{}:{}".format(*owner), home]
+    return line
 
 
 def _own_ptys() -> list[str]:

@@ -121,8 +121,10 @@ class Child:
         options: ProcessOptions | None = None,
         discover: bool = False,
         start_deadline: float | None = None,
+        user: Sequence[str] | None = None,
     ) -> None:
         self.command = list(command)
+        self.user = user  # who she is, whose own directory it is given (Sandbox.enter); None: no one's
         self.label = label
         self.max_line = max_line
         self.discover = discover  # only ask its revisions (server/discover), then end
@@ -165,7 +167,7 @@ class Child:
         # The conversation's id, else a shared process's (one at a time).
         process_id = self.environ.get("MCP_SESSION_ID") or f"shared-{secrets.token_hex(4)}"
         try:
-            place = await self.options.enter(process_id)
+            place = await self.options.enter(process_id, self.user)
         except SandboxError as exc:
             return self._failed(str(exc))
         line, environ, files = place.launch(self.command, {**self.environ, **place.environ})

@@ -23,7 +23,7 @@ from mcp.shared.exceptions import MCPError
 from ...subscriptions import SessionSubscriptionBus
 from ..auth._users import REQUEST, ProcessEnv
 from ._child import Child, ChildFactory, ChildProcess, ProcessOptions, _ignored, _no_client, _taken
-from ._models import EndReason, Key, ProcessEvents, ProcessView
+from ._models import EndReason, Key, Owner, ProcessEvents, ProcessView
 from ._relay import CHILD_EXITED, Conversation, Process
 
 AFTER_ANSWER: Final = "mcp_sessions.gateway.after_answer"
@@ -69,9 +69,12 @@ class Pool:
                 self.tasks = None
                 tasks.cancel_scope.cancel()  # each stops its process group, shielded (stop_group)
 
-    def start(self, *, shared: bool = False, start_deadline: float | None = None) -> Process:
+    def start(
+        self, *, shared: bool = False, start_deadline: float | None = None, owner: Owner | None = None
+    ) -> Process:
         """A new process: the shared one, or one a conversation or a request takes (started ahead, or by the
-        request that starts its conversation: with ``--process-env``, that user's values)."""
+        request that starts its conversation: with ``--process-env``, that user's values; ``owner``'s, whose
+        directory it is given, if she was authenticated)."""
         if self.tasks is None:
             raise MCPError(CHILD_EXITED, "the gateway is shutting down")
         values = {} if shared else self.process_env.values()  # none but a request's: none is started ahead then
@@ -84,6 +87,7 @@ class Pool:
             on_request=started.on_request,
             on_progress=started.on_notification,
             start_deadline=start_deadline,
+            user=None if owner is None or owner.identity[0] == "address" else owner.identity,
         )
         if shared:  # no one's conversation: every caller's lists, and with "shared" every request
             started.take(Conversation(Key("shared", ""), started.child, owner=None, tasks=self.tasks, bus=self.bus))
@@ -108,9 +112,9 @@ class Pool:
         await probe.run()
         return probe
 
-    def take(self) -> Process:
-        """A process for a new conversation: one started ahead, else one started now."""
-        return self.warm.popleft() if self.warm else self.start()
+    def take(self, owner: Owner | None = None) -> Process:
+        """A process for a new conversation, ``owner``'s: one started ahead, else one started now, hers."""
+        return self.warm.popleft() if self.warm else self.start(owner=owner)
 
     def fill(self) -> None:
         """Start processes ahead, up to ``warm``, once the answer of the request being served is sent (a process

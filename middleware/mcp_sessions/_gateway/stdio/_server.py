@@ -240,8 +240,8 @@ def stdio_gateway_app(gateway: StdioGateway) -> GatewayFront:
         max_processes=gateway.max_processes,
         per_caller=gateway.max_processes_per_principal,
         sessionless=gateway.sessionless,
-        # a child started ahead cannot know its user's values
-        warm=0 if credentials.sources else gateway.warm,
+        # a child started ahead cannot know its user's values, nor her directory
+        warm=0 if credentials.sources or getattr(gateway.process_options, "per_user", False) else gateway.warm,
         environ={name: value for name, value in passed.items() if name not in credentials.sources},
         bus=config.subscriptions,
         options=gateway.process_options,

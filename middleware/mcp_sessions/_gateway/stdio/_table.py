@@ -263,7 +263,7 @@ class Table:
             return own
         live = [found for found in self.conversations.values() if not found.child.done.is_set()]
         evicted = self.admission.admit(live, caller, transport=transport is not None, counted=counted)
-        process = self.pool.take()
+        process = self.pool.take(caller.name)
         for conversation in evicted:  # the start is certain now
             logger.info("%s: ended to make room for a new conversation of %s", conversation.child.label, caller.name)
             conversation.end(EndReason.EVICTED)  # at once: its next request is refused
