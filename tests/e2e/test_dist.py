@@ -69,12 +69,15 @@ def test_the_built_wheel_installs_and_runs_in_a_fresh_venv(tmp_path: Path) -> No
         "mcp_sessions/stores/_redis.py",
         "mcp_sessions/client/_httpx2.py",
         "mcp_sessions/telemetry.py",
+        "mcp_sessions/_gateway/sealed/seccomp.json",  # Docker's profile, and the notice of its license
         f"mcp_sessions-{VERSION}.dist-info/licenses/LICENSE",
+        f"mcp_sessions-{VERSION}.dist-info/licenses/NOTICE",
     ):
         assert expected in in_wheel, f"{expected} is missing from the wheel"
     assert not [name for name in in_wheel if name.startswith(("tests/", "examples/", "docs/", "middleware/"))]
     assert f"Version: {VERSION}\n" in metadata
     assert "Provides-Extra: redis\n" in metadata
+    assert "License-Expression: MIT AND Apache-2.0\n" in metadata
     assert "mcp-sessions = mcp_sessions._cli:main" in entry_points
 
     # A venv without pip of its own (seeding one costs seconds): this pip installs into it and checks it.
