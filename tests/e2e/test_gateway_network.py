@@ -13,8 +13,10 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import fcntl
+import ipaddress
 import itertools
 import json
+import logging
 import os
 import re
 import shutil
@@ -30,10 +32,10 @@ import pytest
 
 from _mcp import legacy_request
 from _redis import free_port, missing
-from _uids import uids
+from _uids import members, uids
 from _waits import WITHIN, until
 from e2e import _sealed
-from e2e._dns import host_address, resolver
+from e2e._dns import elsewhere, host_address, resolver
 from e2e._gateway import (
     Process,
     for_every_uid,
@@ -43,7 +45,7 @@ from e2e._gateway import (
     readable_directory,
     result_of,
 )
-from mcp_sessions._gateway.sealed._network import GATEWAY, resolvers
+from mcp_sessions._gateway.sealed._network import GATEWAY, egress_rules, resolvers
 
 UIDS = uids(0, 100)
 """One gateway at a time: a gateway's rules hold for every process of the uids they name, another's too."""
@@ -186,6 +188,8 @@ def test_a_process_reaches_the_ports_granted_and_the_kernel_lists_what_it_refuse
         f"{who} {dns} reject",
         f"{who} fib daddr type local reject",
         f"{who} fib daddr type broadcast reject",
+        f"{who} ip daddr {{ 100.100.100.200, 168.63.129.16, 169.254.169.254, 169.254.170.2 }} reject",
+        f"{who} ip6 daddr fd00:ec2::254 reject",
         f"{who} ip daddr {{ 169.254.0.0/16, 224.0.0.0/4, 255.255.255.255 }} reject",
         f"{who} ip6 daddr {{ fe80::/10, ff00::/8 }} reject",
         f"{who} ip daddr {{ 0.0.0.0/8, 10.0.0.0/8, 100.64.0.0/10, 172.16.0.0/12, 192.168.0.0/16 }} reject",
@@ -246,12 +250,12 @@ def test_a_gateway_deletes_only_the_tables_of_gateways_that_are_gone_once_their_
 def test_names_resolve_with_no_flag_and_a_granted_name_is_reached() -> None:
     """Under egress a process resolves names through the host's resolver with no flag (a stand-in on loopback,
     the gateway run where /etc/resolv.conf names it), and ``--process-allow-host NAME:PORT`` grants that port at
-    the addresses the gateway resolves NAME to (here this host's loopback), no other port there."""
+    the addresses the gateway resolves NAME to (here an address of the world's, in a namespace of the test's own,
+    which egress reaches anyway: what a name grants beyond the world's is by number alone, as the next test shows)."""
     needs_root_and_nft()
-    address = host_address()
     with contextlib.ExitStack() as stack:
-        granted, other = stack.enter_context(listening(address)), stack.enter_context(listening(address))
-        prefix = stack.enter_context(resolver({"service.test": address}))
+        world, (granted,) = stack.enter_context(elsewhere())
+        prefix = stack.enter_context(resolver({"service.test": world}))
         server = stack.enter_context(_sealed.hostile())
         options = ("--process-uids", UIDS, "--process-allow-host", f"service.test:{granted}")
         process = stack.enter_context(_sealed.gateway(server, *options, prefix=prefix))
@@ -261,14 +265,80 @@ def test_names_resolve_with_no_flag_and_a_granted_name_is_reached() -> None:
             "resolved": _sealed.text(_sealed.call(mcp, "resolve", session, host="service.test")),
             "unknown": _sealed.text(_sealed.call(mcp, "resolve", session, host="nowhere.test")),
             "granted": _sealed.text(_sealed.call(mcp, "connect", session, host="service.test", port=granted)),
-            "another port": _sealed.text(_sealed.call(mcp, "connect", session, host="service.test", port=other)),
         }
         listing = table(table_of(process)).stdout
-    assert seen["resolved"] == address
+    assert seen["resolved"] == world
     assert seen["unknown"].startswith("denied: ")  # the stand-in's NXDOMAIN
     assert seen["granted"] == "connected"
-    assert seen["another port"].startswith("denied: "), seen
-    assert f"{address} . {granted} timeout 10m" in listing  # the name's address, in its set for 600 s
+    assert f"{world} . {granted} timeout 10m" in listing  # the name's address, in its set for 600 s
+
+
+REBINDING = {
+    "metadata.test": ("169.254.169.254", "the clouds' metadata and platform services"),
+    "wireserver.test": ("168.63.129.16", "the clouds' metadata and platform services"),
+    "loopback.test": ("127.0.0.1", "this host's own"),
+    "mapped.test": ("::ffff:127.0.0.1", "this host's own"),
+    "loopback6.test": ("::1", "this host's own"),
+    "private.test": ("10.1.2.3", "private ranges"),
+    "nat64.test": ("64:ff9b::a9fe:a9fe", "transition ranges (NAT64, 6to4, Teredo, site-local)"),
+    "reserved.test": ("240.0.0.1", "reserved and documentation ranges"),
+}
+"""Rebinding answers: a name of the world's that resolves to what a process may not reach by its number."""
+
+
+def test_a_name_never_grants_what_its_number_would_not() -> None:
+    """A granted name whose answer is the metadata address, Azure's WireServer, this host's loopback (as IPv4, as
+    ``::1``, IPv4-mapped), this host's own address, a private, transition or reserved address is not granted: its set
+    holds none of them, the log says each once with why, and a process that connects to this host's address by such a
+    name (a listener there) is refused; unless ``--process-allow-net`` grants that address and port by its number."""
+    needs_root_and_nft()
+    address = host_address()
+    with contextlib.ExitStack() as stack:
+        refused, allowed = stack.enter_context(listening(address)), stack.enter_context(listening(address))
+        names = {name: answer for name, (answer, _) in REBINDING.items()}
+        prefix = stack.enter_context(resolver({**names, "own.test": address, "allowed.test": address}))
+        server = stack.enter_context(_sealed.hostile())
+        granted = [
+            *(f"--process-allow-host={name}:{refused}" for name in [*REBINDING, "own.test"]),
+            *("--process-allow-host", f"allowed.test:{allowed}", "--process-allow-net", f"{address}:{allowed}"),
+        ]
+        process = stack.enter_context(_sealed.gateway(server, "--process-uids", UIDS, *granted, prefix=prefix))
+        mcp = _sealed.client(process)
+        session = mcp.create_session()
+        seen = {
+            "own": _sealed.text(_sealed.call(mcp, "connect", session, host="own.test", port=refused)),
+            "allowed": _sealed.text(_sealed.call(mcp, "connect", session, host="allowed.test", port=allowed)),
+        }
+        listing = table(table_of(process)).stdout
+        said = process.output()
+    assert seen["own"].startswith("denied: "), seen
+    assert seen["allowed"] == "connected", seen
+    assert "elements" not in listing, listing  # both sets empty
+    for name, (answer, why) in [*REBINDING.items(), ("own.test", (address, "this host's own"))]:
+        line = f"--process-allow-host {name}: its answer {ipaddress.ip_address(answer)} is not granted ({why})"
+        assert said.count(line) == 1, (line, said)
+    assert "allowed.test: its answer" not in said
+
+
+def test_a_refused_answer_is_said_once_not_at_every_refresh(caplog: pytest.LogCaptureFixture) -> None:
+    """The gateway's table, in process, for a name this host resolves itself (``localhost``: its loopback, from
+    /etc/hosts): resolved again and again, its answers are said once each, and never granted."""
+    needs_root_and_nft()
+    rules = egress_rules("egress", members(UIDS)[0], (), (), 1, ("localhost:443",))
+    assert rules is not None
+    caplog.set_level(logging.WARNING, "mcp_sessions.gateway")
+    rules.install()
+    try:
+        rules.refresh()
+        rules.refresh()
+        listing = table(rules.table).stdout
+    finally:
+        rules.remove()
+    said = [record.getMessage() for record in caplog.records]
+    line = "--process-allow-host localhost: its answer 127.0.0.1 is not granted (this host's own): --process-allow-net"
+    assert any(each.startswith(line) for each in said), said
+    assert len(said) == len(set(said)), said  # each answer (::1 too, where /etc/hosts has it) once
+    assert "elements" not in listing, listing
 
 
 def test_the_status_socket_serves_the_status_and_gateway_status_reads_it(tmp_path: Path) -> None:
@@ -318,6 +388,10 @@ def test_the_status_socket_serves_the_status_and_gateway_status_reads_it(tmp_pat
             "'10.0.0.0/33' does not appear to be an IPv4 or IPv6 network",
         ),
         (
+            ("--process-allow-host", "wiki.internal"),
+            "--process-allow-host wiki.internal: a name is granted for one port: give it (wiki.internal:443, say)",
+        ),
+        (
             ("--process-allow-net", "127.0.0.1:70000"),
             "--process-allow-net: '127.0.0.1:70000': a port is a number from 1 to 65535",
         ),
@@ -326,7 +400,15 @@ def test_the_status_socket_serves_the_status_and_gateway_status_reads_it(tmp_pat
             "--process-allow-net 127.0.0.0/8: the gateway's own port, from 127.0.0.1, which it trusts",
         ),
     ],
-    ids=["egress-without-uids", "host-behind-a-local-proxy", "host-trusting-all", "cidr", "port", "own-port"],
+    ids=[
+        "egress-without-uids",
+        "host-behind-a-local-proxy",
+        "host-trusting-all",
+        "cidr",
+        "name-without-port",
+        "port",
+        "own-port",
+    ],
 )
 def test_a_network_that_cannot_hold_is_one_line_and_exit_status_2(options: tuple[str, ...], said: str) -> None:
     if "--process-uids" in options:

@@ -7,8 +7,9 @@ sockets, ``/proc/net``, loopback ports); what pasta sends on its behalf reaches 
 address of its own: nftables' ``fib daddr type local``), its broadcasts, the link (link-local, multicast: the cloud's
 metadata address, mDNS, DHCP), the private, transition and reserved ranges, nor port 53 but the host's own resolvers
 (:func:`resolvers`: names resolve with no flag), unless ``--process-allow-net`` names a network or
-``--process-allow-host`` a name (resolved by the gateway, its addresses kept current in sets whose elements time out, as
-dnsmasq's ``--nftset`` keeps them): rules on the processes' uids (``meta skuid``). The rules are a table of the
+``--process-allow-host`` a name and its port (resolved by the gateway, its addresses kept current in sets whose elements
+time out, as dnsmasq's ``--nftset`` keeps them; an answer the rules would refuse by its number is not granted by its
+name: :func:`refused_answer`): rules on the processes' uids (``meta skuid``). The rules are a table of the
 gateway's own, ``inet mcp_sessions_<random>``, made in one ``nft -f -`` transaction as it starts and deleted as it
 stops; while it lives the gateway holds a lock (``flock``) on a file named for it under :data:`TABLE_LOCKS`, so that
 another gateway deletes a table only on proof its owner is gone (it can take that lock) and once no process of its uids
@@ -43,6 +44,12 @@ TABLE_PREFIX: Final = "mcp_sessions_"
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 REFUSED: Final = {
+    # Azure's WireServer is a public address; the others are in the ranges below too, named first for who reads the
+    # rules and the log (AWS's and Azure's IMDS, ECS's task metadata, Alibaba's, AWS's over IPv6).
+    "the clouds' metadata and platform services": (
+        *("168.63.129.16/32", "169.254.169.254/32", "169.254.170.2/32", "100.100.100.200/32"),
+        "fd00:ec2::254/128",
+    ),
     "link-local, multicast and broadcast (the cloud's metadata address, mDNS, DHCP)": (
         "169.254.0.0/16",
         "224.0.0.0/4",
@@ -67,6 +74,13 @@ REFUSED: Final = {
     ),
 }
 """What an ``egress`` process may not reach besides this host, by why."""
+ANSWERS_REFUSED: Final = {
+    "loopback or unspecified": ("127.0.0.0/8", "::1/128", "::/128"),
+    "an IPv4-mapped address (IPv4 by another name)": ("::ffff:0:0/96",),
+    **REFUSED,
+}
+"""What a granted name's answer may not be (:meth:`EgressRules.refresh`), by why: what :data:`REFUSED` and this host's
+own addresses are, and the forms that reach them by another name."""
 TABLE_LOCKS: Final = "/run/mcp-sessions/tables"
 """Where each gateway holds a lock on a file named for its table, for its whole life, its uids in it."""
 RESOLV_CONF: Final = "/etc/resolv.conf"
@@ -118,9 +132,10 @@ def add_network_arguments(gateway: argparse.ArgumentParser) -> None:
         "--process-allow-host",
         action="append",
         default=[],
-        metavar="NAME[:PORT]",
-        help="with --process-network egress: a host name (and a port, tcp and udp) the processes reach all the "
-        "same, at the addresses the gateway resolves it to, kept current; repeat",
+        metavar="NAME:PORT",
+        help="with --process-network egress: a host name and a port (tcp and udp) the processes reach all the "
+        "same, at the addresses the gateway resolves it to, kept current, but for an address a number would not "
+        "reach (this host's, a private or link-local one...) unless --process-allow-net grants it; repeat",
     )
 
 
@@ -162,8 +177,7 @@ def egress_rules(
         if front is not None and each.reaches(local, port):
             raise ValueError(f"--process-allow-net {given}: the gateway's own port, from {front}, which it trusts")
     first, last = uids if isinstance(uids, tuple) else (uids, uids)
-    guarded = tuple(local) if front is not None else ()
-    return EgressRules(first, last, tuple(allowed), resolvers(), granted, guarded, port)
+    return EgressRules(first, last, tuple(allowed), resolvers(), granted)
 
 
 class NetworkError(Exception):
@@ -205,6 +219,10 @@ class Allowed:
         port = "" if self.port is None else f" meta l4proto {{ tcp, udp }} th dport {self.port}"
         return f'{who} {family} daddr {self.network}{port} accept comment "--process-allow-net"'
 
+    def grants(self, address: IPAddress, port: int) -> bool:
+        """Whether it lets a process reach ``address`` on ``port``."""
+        return address in self.network and self.port in (None, port)
+
     def reaches(self, addresses: Iterable[IPNetwork], port: int) -> bool:
         """Whether it lets a process reach ``port`` on one of ``addresses``."""
         return (self.port is None or self.port == port) and _overlap([self.network], addresses)
@@ -212,20 +230,22 @@ class Allowed:
 
 @dataclass(frozen=True)
 class AllowedHost:
-    """One ``--process-allow-host NAME[:PORT]``: a host name, and a port (tcp and udp) or every port and protocol."""
+    """One ``--process-allow-host NAME:PORT``: a host name, and the one port (tcp and udp) it is granted for."""
 
     name: str
-    port: int | None = None
+    port: int
 
     @classmethod
     def parsed(cls, given: str) -> AllowedHost:
-        """``api.github.com``, ``db.internal:5432``; ``ValueError``, in one line, else."""
+        """``api.github.com:443``, ``db.internal:5432``; ``ValueError``, in one line, else."""
         text, colon, port = given.strip().partition(":")
         labels = text.lower().removesuffix(".").split(".")
         if len(text) > 253 or not all(_label(label) for label in labels):
-            raise ValueError(f"--process-allow-host takes NAME[:PORT] (api.github.com, db.internal:5432): {given!r}")
+            raise ValueError(f"--process-allow-host takes NAME:PORT (api.github.com:443, db.internal:5432): {given!r}")
         if not colon:
-            return cls(".".join(labels))
+            raise ValueError(
+                f"--process-allow-host {given}: a name is granted for one port: give it ({given}:443, say)"
+            )
         if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
             raise ValueError(f"--process-allow-host: {given!r}: a port is a number from 1 to 65535")
         return cls(".".join(labels), int(port))
@@ -238,9 +258,16 @@ class AllowedHost:
             return set()
         return {ipaddress.ip_address(str(info[4][0]).partition("%")[0]) for info in found}
 
-    def set_of(self, address: IPAddress) -> str:
-        """The name of the set that grants ``address`` for it."""
-        return f"{'hosts' if self.port is None else 'hostports'}{address.version}"
+
+def refused_answer(address: IPAddress, local: Iterable[IPNetwork]) -> str | None:
+    """Why a name's answer ``address`` is not granted (one of :data:`ANSWERS_REFUSED`, or this host's own: one of
+    ``local``), or None: a name never opens what its number would not."""
+    if _overlap([ipaddress.ip_network(address)], local):
+        return "this host's own"
+    for why, refused in ANSWERS_REFUSED.items():
+        if any(address in ipaddress.ip_network(net) for net in refused):
+            return why
+    return None
 
 
 def _label(label: str) -> bool:
@@ -259,25 +286,22 @@ class EgressRules:
     allowed: tuple[Allowed, ...] = ()
     resolvers: tuple[IPAddress, ...] = ()
     hosts: tuple[AllowedHost, ...] = ()
-    # This host's addresses where a front on them is trusted, and the gateway's port: never granted by a name.
-    guarded: tuple[IPNetwork, ...] = ()
-    port: int = 0
     table: str = field(default_factory=lambda: f"{TABLE_PREFIX}{secrets.token_hex(6)}")
     locks: str = TABLE_LOCKS
     lock: int | None = None
     stopped: threading.Event = field(default_factory=threading.Event)
     unresolved: set[str] = field(default_factory=set)
+    refused: set[tuple[str, IPAddress]] = field(default_factory=set)  # each name's answers said to be refused
+    local: list[IPNetwork] = field(default_factory=lambda: list(LOOPBACK))  # this host's addresses, as last read
 
     def text(self) -> str:
         """The table, as ``nft -f`` reads it."""
         who = f"meta skuid {self.first}" if self.first == self.last else f"meta skuid {self.first}-{self.last}"
         rules = [allowed.rule(who) for allowed in self.allowed]
         sets = []
-        if self.hosts:  # each name's addresses, kept current by refresh
+        if self.hosts:  # each name's addresses and port, kept current by refresh
             for version, family, kind in ((4, "ip", "ipv4_addr"), (6, "ip6", "ipv6_addr")):
-                sets.append(f"set hosts{version} {{ type {kind}; flags timeout; }}")
                 sets.append(f"set hostports{version} {{ type {kind} . inet_service; flags timeout; }}")
-                rules.append(f'{who} {family} daddr @hosts{version} accept comment "--process-allow-host"')
                 rules.append(
                     f"{who} meta l4proto {{ tcp, udp }} {family} daddr . th dport @hostports{version} accept "
                     'comment "--process-allow-host"'
@@ -330,8 +354,12 @@ class EgressRules:
 
     def refresh(self) -> None:
         """Each granted name resolved again, its addresses (re)added to its set for :data:`HOST_TTL` seconds, in one
-        transaction; a name that resolves to nothing is said once, until it resolves again."""
+        transaction; a name that resolves to nothing is said once, until it resolves again. An answer a process could
+        not reach by its number (:func:`refused_answer`: a rebinding answer, say) is not added, and said once, unless
+        ``--process-allow-net`` grants it (its rule does, before the sets)."""
         elements = []
+        with suppress(ValueError):  # ip is missing or said nothing readable: the addresses read last
+            self.local = local_addresses()
         for host in self.hosts:
             found = host.addresses()
             if not found and host.name not in self.unresolved:
@@ -341,13 +369,21 @@ class EgressRules:
                 self.unresolved.add(host.name)
             elif found:
                 self.unresolved.discard(host.name)
-            for address in found:
-                if host.port in (None, self.port) and _overlap([ipaddress.ip_network(address)], self.guarded):
-                    continue  # the gateway's own port, from an address its trusted front has
-                element = str(address) if host.port is None else f"{address} . {host.port}"
-                elements.append(
-                    f"add element inet {self.table} {host.set_of(address)} {{ {element} timeout {HOST_TTL}s }}"
-                )
+            for address in sorted(found, key=lambda each: (each.version, each)):
+                if (why := refused_answer(address, self.local)) is not None:
+                    granted = any(each.grants(address, host.port) for each in self.allowed)
+                    if not granted and (host.name, address) not in self.refused:
+                        logger.warning(
+                            "--process-allow-host %s: its answer %s is not granted (%s): --process-allow-net grants "
+                            "it by number",
+                            host.name,
+                            address,
+                            why,
+                        )
+                        self.refused.add((host.name, address))
+                    continue
+                element = f"{address} . {host.port} timeout {HOST_TTL}s"
+                elements.append(f"add element inet {self.table} hostports{address.version} {{ {element} }}")
         if elements and (done := _nft(["-f", "-"], "\n".join(elements) + "\n")).returncode != 0:
             logger.warning("--process-allow-host: nft refused the names' addresses: %s", done.stderr.strip()[:200])
 
