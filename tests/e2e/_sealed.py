@@ -82,6 +82,15 @@ def listening():
     lines = [line.split() for line in open("/proc/net/tcp").readlines()[1:]]
     return json.dumps(sorted({int(line[1].split(":")[1], 16) for line in lines if line[3] == "0A"}))
 HELD = []
+UDP = {}
+def udp(port):
+    UDP[port] = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    UDP[port].bind(("0.0.0.0", port))
+    UDP[port].setblocking(False)
+    return "bound"
+def received(port):
+    try: return UDP[port].recv(100).decode()
+    except BlockingIOError: return "nothing"
 def deep(path, depth):
     here = os.getcwd()
     os.chdir(path)
@@ -108,6 +117,8 @@ TOOLS = {"daemon": daemon, "deep": deep, "whoami": whoami, "stall": stall, "ptra
          "loopback": loopback, "spin": spin, "resolve": resolve, "listening": listening,
          "abstract": lambda address: tried(lambda: abstract(address)),
          "hold": lambda port: tried(lambda: HELD.append(socket.create_server(("127.0.0.1", port))) or "bound"),
+         "udp": lambda port: tried(lambda: udp(port)), "received": received,
+         "send": lambda port, host, to: tried(lambda: UDP[port].sendto(b"out", (host, to)) and "sent"),
          "big": lambda: "read"}
 for line in sys.stdin:
     message = json.loads(line)

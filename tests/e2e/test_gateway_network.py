@@ -157,6 +157,65 @@ def test_an_egress_process_has_a_network_namespace_of_its_own() -> None:
     assert seen["held"] == "bound"
 
 
+def pasta_of(uid: int) -> int:
+    """The pid of the pasta that forwards for the process of ``uid``."""
+    found = [pid for pid in _sealed.of_uid(uid) if b"--config-net" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def in_its_namespace(uid: int) -> int:
+    """The pid of a process of ``uid``'s in a network namespace other than the host's: the server's, or a helper's."""
+    host = os.readlink("/proc/self/ns/net")
+    return next(pid for pid in _sealed.of_uid(uid) if os.readlink(f"/proc/{pid}/ns/net") != host)
+
+
+def status_of(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return {name: value.strip() for name, _, value in (line.partition(":") for line in lines)}
+
+
+@pytest.mark.parametrize("containment", ["bwrap", "unshare"])
+def test_pasta_holds_no_capability_of_the_hosts_is_counted_with_the_process_and_forwards_no_port(
+    containment: str,
+) -> None:
+    """After a call, the pasta of an egress process holds no capability of the host's (its capabilities are in a user
+    namespace of its own, which maps no uid and owns nothing but the process's network namespace), runs in the
+    conversation's control group, and binds on the host neither a TCP nor a UDP port the process bound; a datagram
+    to the host's ``127.0.0.1:PORT`` never reaches the process, even on the UDP port pasta binds for it once it sends
+    from it (the namespace's own rules drop it, and count it)."""
+    needs_root_and_nft()
+    _sealed.needs(containment, "cgroup-memory")
+    tcp, udp = free_port(), free_port()
+    options = ("--process-uids", UIDS, "--process-memory", "256", "--process-containment", containment)
+    with _sealed.hostile() as server, _sealed.gateway(server, *options) as process:
+        mcp = _sealed.client(process)
+        session = mcp.create_session()
+        uid = json.loads(_sealed.text(_sealed.call(mcp, "whoami", session)))["uid"]
+        bound = [
+            _sealed.text(_sealed.call(mcp, tool, session, port=port)) for tool, port in (("hold", tcp), ("udp", udp))
+        ]
+        pasta = pasta_of(uid)
+        status, server_pid = status_of(pasta), in_its_namespace(uid)
+        with socket.create_server(("127.0.0.1", tcp)), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+            taken.bind(("127.0.0.1", udp))  # the host's own: the process's ports are its namespace's alone
+        sent = _sealed.text(_sealed.call(mcp, "send", session, port=udp, host=GATEWAY, to=9))
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as intruder:
+            intruder.sendto(b"in", ("127.0.0.1", udp))
+        rules = ["nsenter", f"--net=/proc/{server_pid}/ns/net", "nft", "list", "table", "inet", "mcp_sessions"]
+        dropped = re.compile(r"counter packets [1-9]\d* bytes \d+ drop")
+        until(lambda: dropped.search(subprocess.run(rules, capture_output=True, text=True).stdout), "the drop")
+        received = _sealed.text(_sealed.call(mcp, "received", session, port=udp))
+        user_namespace, uid_map = os.readlink(f"/proc/{pasta}/ns/user"), Path(f"/proc/{pasta}/uid_map").read_text()
+        cgroups = [Path(f"/proc/{pid}/cgroup").read_text() for pid in (pasta, server_pid, os.getpid())]
+    assert bound == ["bound", "bound"]
+    assert sent.startswith("denied: ") or sent == "sent", sent  # refused by the host's rules: this host's port 9
+    assert received == "nothing"
+    assert (status["CapInh"], status["CapAmb"]) == ("0000000000000000", "0000000000000000"), status
+    assert user_namespace != os.readlink("/proc/self/ns/user") and uid_map == "", (user_namespace, uid_map)
+    assert cgroups[0] == cgroups[1] != cgroups[2], cgroups
+
+
 def test_a_process_reaches_the_ports_granted_and_the_kernel_lists_what_it_refuses() -> None:
     """``--process-allow-net 127.0.0.1:PORT`` (and ``[::1]:PORT``): that port of this host's loopback connects, at
     the namespace's gateway; no other port there, and not its own loopback's. ``nft list table`` shows the exceptions

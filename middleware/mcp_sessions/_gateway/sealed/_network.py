@@ -29,11 +29,11 @@ import shutil
 import socket
 import subprocess
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import anyio
 
@@ -96,14 +96,43 @@ which forwards a DNS query sent there to the host's resolver (the namespace's ``
 ``--process-allow-net`` grants (``127.0.0.1:6379`` is reached at ``169.254.1.1:6379``)."""
 RESOLV: Final = "/run/mcp-sessions/resolv.conf"
 """Every ``egress`` namespace's ``/etc/resolv.conf`` (its gateway: the host's resolver to it), written at startup."""
-# pasta's options: the namespace's interface made (its address, its gateway, its resolver), and no port forwarded
-# either way (pasta's -t and -u, from the host; -T and -U, from the namespace's loopback to the host's).
+NO_ROUTE: Final = (
+    "this host has no default route, which pasta connects an egress process through: each process starts with its own "
+    "loopback alone (as under --process-network none) until the host has one"
+)
+"""What the startup line adds where :func:`routed` is false: said once, where pasta would fail every process's start."""
+GATEWAY6: Final = "fd6d:6373::1"
+"""An ``egress`` process's IPv6 gateway (the namespace is ``fd6d:6373::2/64``, a unique local network of the gateway's
+own): pasta, which forwards a connection there to this host's ``::1``."""
+# pasta's options: the namespace's interface made (its addresses, IPv4 and IPv6, and its gateways: the gateway's fixed
+# ones, never the host's, which pasta copies by default; its resolver), and no port forwarded either way (pasta's -t
+# and -u, from the host; -T and -U, from the namespace's loopback to the host's).
 _PASTA: Final = (
     *("-f", "-q", "--config-net", "-a", "169.254.1.2", "-n", "30", "-g", GATEWAY, "--dns-forward", GATEWAY),
+    *("-a", "fd6d:6373::2", "-g", GATEWAY6),
     *("-t", "none", "-u", "none", "-T", "none", "-U", "none"),
 )
-# What pasta needs, as the process's uid, to join the namespace and make its interface there; it drops them at once.
-_PASTA_CAPS: Final = "+sys_admin,+net_admin"
+# What pasta needs, as the process's uid, to join the process's user namespace (Link); it holds none of the host's
+# once there, before it reads a packet.
+_PASTA_CAPS: Final = "+sys_admin"
+# The namespaces' holder: it says they are made, then waits for its stdin to end (the gateway's close, or its end).
+_HOLD: Final = "echo made; read -r _"
+# The process's network namespace's own rules, which the gateway makes there (nft, as root: the process has no
+# capability there): what pasta delivers that is not a reply to what the process sent is dropped, a datagram to the
+# host's port that pasta binds for a process's UDP (its design: the port the process sent from) among them.
+_INBOUND: Final = """\
+table inet mcp_sessions {
+  chain input {
+    type filter hook input priority 0; policy accept;
+    iif lo accept
+    ct state established,related accept
+    meta l4proto ipv6-icmp accept
+    counter drop comment "not a reply to the process"
+  }
+}
+"""
+CGROUPS_FIRST: Final = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+"""A helper's first step: its own pid into each control group named, until ``--``; then the command that follows."""
 TUN: Final = "/dev/net/tun"
 _SAID: Final = 4096  # what of pasta's stderr is kept: its first words, why it did not start
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -490,67 +519,83 @@ def _overlap(nets: Iterable[IPNetwork], others: Iterable[IPNetwork]) -> bool:
 
 
 class Link:
-    """The ``egress`` network of one process: its own namespace, connected to the world by pasta (passt's), run as the
-    process's own uid with what it needs to join the namespace and make its interface there (it drops them as it
-    starts), so that what it sends on the process's behalf is the process's under the gateway's nftables rules
-    (:class:`EgressRules`); no port is forwarded either way. bubblewrap says the namespace is made (``--info-fd``:
-    its first pid), unshare's script says so too (its own process's is the one), and each holds the server back
-    (``--block-fd``, the script's ``read``) until pasta is ready (its pid file, a pipe here). pasta ends with the
-    process (:meth:`close`), or with the gateway (``setpriv --pdeathsig``)."""
+    """The ``egress`` network of one process: a network namespace of its own, made by util-linux's ``unshare`` (as root)
+    in a user namespace of its own that maps no uid, and connected to the world by pasta (passt's), run as the
+    process's uid in the conversation's control groups (its CPU, memory and pids counted with the process's). pasta
+    keeps ``CAP_SYS_ADMIN`` while it forwards, to enter the network namespace (passt's ``isolation.c``): it is given
+    that capability to join the user namespace as it starts (``--userns``), and then holds it, and every other, in
+    that namespace alone, over nothing but the process's network namespace; none of the host's. What it sends on the
+    process's behalf is the process's uid's, under the gateway's nftables rules (:class:`EgressRules`); no port is
+    forwarded either way, and the namespace's addresses are the gateway's fixed ones, not the host's. The namespaces
+    are held by a shell of their own (:attr:`holder`) until :meth:`close`; pasta ends then too, or with the gateway
+    (``setpriv --pdeathsig``, and the holder's stdin)."""
 
-    def __init__(self, bwrap: bool, uid: int, gid: int, helpers: tuple[str, str], environ: dict[str, str]) -> None:
-        # helpers: setpriv's and pasta's absolute paths; environ: theirs, root's (the sandbox's)
-        self.bwrap, self.uid, self.gid, self.helpers, self.environ = bwrap, uid, gid, helpers, environ
-        self.info, info = _pipe()
-        block, self.block = _pipe()
-        self.passed = (info, block)  # the process's ends
+    def __init__(self, uid: int, gid: int, helpers: Mapping[str, str], procs: Sequence[str]) -> None:
+        # helpers: the absolute paths of unshare, nsenter, nft, setpriv and pasta; procs: the control groups' files
+        # pasta's pid goes in
+        self.uid, self.gid, self.helpers, self.procs = uid, gid, helpers, procs
+        self.holder: anyio.abc.Process | None = None
         self.pasta: anyio.abc.Process | None = None
 
-    async def connect(self, pid: int) -> None:
-        """pasta started on the namespace of ``pid`` (the process's first, as started), then the server let run."""
-        namespace = await self._namespace(pid)
+    @property
+    def namespace(self) -> str:
+        """The process's network namespace, as the root helper that starts it enters it (``nsenter --net``)."""
+        assert self.holder is not None
+        return f"/proc/{self.holder.pid}/ns/net"
+
+    async def open(self, environ: Mapping[str, str]) -> None:
+        """The namespaces made and pasta ready on them; ``NetworkError`` if they could not be (``environ``: root's, the
+        helpers'). Closed (:meth:`close`) either way."""
+        namespaces: list[int] = []
         try:
-            await self._start(namespace)
+            try:
+                self.holder = holder = await anyio.open_process(
+                    [self.helpers["unshare"], "--user", "--net", "--", "/bin/sh", "-c", _HOLD],
+                    env=environ,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                )
+                assert holder.stdout is not None
+                await holder.stdout.receive()  # "made": they are
+                for kind in ("user", "net"):  # its child still: its pid is not another's
+                    namespaces.append(os.open(f"/proc/{holder.pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC))
+            except (OSError, anyio.EndOfStream):
+                raise NetworkError("--process-network egress: the process's network namespace was not made") from None
+            nft = [self.helpers["nsenter"], f"--net={self.namespace}", "--", self.helpers["nft"], "-f", "-"]
+            done = await anyio.run_process(nft, input=_INBOUND.encode(), env=environ, check=False)
+            if done.returncode != 0:
+                said = (done.stderr.decode(errors="replace").strip().splitlines() or ["no word"])[0]
+                raise NetworkError(f"--process-network egress: nft refused the namespace's rules: {said[:200]}")
+            await self._start(namespaces[0], namespaces[1], environ)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.close()
+            raise
         finally:
-            os.close(namespace)
-        with suppress(OSError):  # a process that ended meanwhile: its end says so
-            os.write(self.block, b"go\n")
+            for namespace in namespaces:
+                os.close(namespace)
 
-    async def _namespace(self, pid: int) -> int:
-        """A descriptor of the process's network namespace, once its first helper says it is made."""
-        info, self.info = self.info, -1  # the reading thread's until it returns: it may outlive a cancel
-        try:
-            made = await anyio.to_thread.run_sync(_made, info, abandon_on_cancel=True)
-            self.info = info  # kept open until the process ends: bubblewrap may write after the object (a SIGPIPE)
-            first = int(made["child-pid"] if self.bwrap else pid)
-            namespace = os.open(f"/proc/{first}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        except (ValueError, KeyError, TypeError, OSError):
-            raise NetworkError("--process-network egress: the process's network namespace was not made") from None
-        inode = os.fstat(namespace).st_ino
-        gateways = os.stat("/proc/self/ns/net").st_ino
-        if inode == gateways or inode != made.get("net-namespace", inode):  # a /proc of another PID namespace's
-            os.close(namespace)
-            raise NetworkError("--process-network egress: /proc is not of the gateway's PID namespace")
-        return namespace
-
-    async def _start(self, namespace: int) -> None:
-        """pasta, as the process's uid, on ``namespace``; once it writes its pid, its interface is made."""
+    async def _start(self, user: int, net: int, environ: Mapping[str, str]) -> None:
+        """pasta, as the process's uid, in its control groups, on the namespaces ``user`` and ``net``; once it writes
+        its pid, its interface is made."""
         ready, written = _pipe()
         errors = first_words(_SAID)
         try:
             try:
                 os.fchown(written, self.uid, self.gid)  # pasta, as the process's uid, opens it by name
-                user = [f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--pdeathsig", "KILL"]
+                user_ids = [f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--pdeathsig", "KILL"]
                 caps = [f"--inh-caps=-all,{_PASTA_CAPS}", f"--ambient-caps={_PASTA_CAPS}"]
-                pasta = [self.helpers[1], *_PASTA, "--netns", f"/proc/self/fd/{namespace}"]
-                pid_file = f"/proc/self/fd/{written}"
+                namespaces = ["--userns", f"/proc/self/fd/{user}", "--netns", f"/proc/self/fd/{net}"]
+                pasta = [self.helpers["pasta"], *_PASTA, *namespaces, "--pid", f"/proc/self/fd/{written}"]
+                setpriv = [self.helpers["setpriv"], *user_ids, *caps, "--"]
                 self.pasta = await anyio.open_process(
-                    [self.helpers[0], *user, *caps, "--", *pasta, "--pid", pid_file],
-                    env=self.environ,
+                    ["/bin/sh", "-c", CGROUPS_FIRST, "sh", *self.procs, "--", *setpriv, *pasta],
+                    env=environ,
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
                     stderr=errors,
-                    pass_fds=(namespace, written),
+                    pass_fds=(user, net, written),
                 )
             finally:
                 os.close(written)
@@ -563,17 +608,18 @@ class Link:
             os.close(errors)
 
     async def close(self) -> None:
-        """pasta ended, once the process has, and the descriptors of the link closed (the process's ends are the
-        caller's to close as it starts the process)."""
-        for held in (self.info, self.block):
-            if held >= 0:
-                os.close(held)
-        self.info = self.block = -1
+        """pasta ended, then the namespaces' holder (once the process has ended: they go with it)."""
         if self.pasta is not None:
             with suppress(ProcessLookupError):
                 self.pasta.kill()
             await self.pasta.wait()
             self.pasta = None
+        if self.holder is not None:
+            with suppress(ProcessLookupError):
+                self.holder.kill()
+            await self.holder.wait()
+            await self.holder.aclose()
+            self.holder = None
 
 
 def linkable() -> None:
@@ -600,19 +646,20 @@ def linkable() -> None:
         raise NetworkError(f"--process-network egress: {exc.strerror or exc}") from None
 
 
-def _made(descriptor: int) -> dict[str, Any]:
-    """What the namespace's first helper says as it is made: a JSON object (bubblewrap's ``--info-fd``, written in
-    parts), read until whole, 4 kB at most; ``ValueError`` if it ends (or fails) before, ``descriptor`` then closed."""
-    said = b""
+def routed() -> bool:
+    """Whether this host has a default route, IPv4 or IPv6 (the kernel's main routing tables, as ``/proc/net`` lists
+    them): pasta connects a process through it (:data:`NO_ROUTE`)."""
     with suppress(OSError):
-        while len(said) < 4096 and (chunk := os.read(descriptor, 4096 - len(said))):
-            said += chunk
-            with suppress(ValueError):
-                made = json.loads(said)
-                if isinstance(made, dict):
-                    return made
-    os.close(descriptor)
-    raise ValueError("not made")
+        for line in Path("/proc/net/route").read_text().splitlines()[1:]:
+            fields = line.split()
+            if len(fields) > 7 and fields[1] == fields[7] == "00000000":  # destination and mask 0
+                return True
+        for line in Path("/proc/net/ipv6_route").read_text().splitlines():
+            fields = line.split()
+            # destination ::/0, not the unreachable route the kernel keeps on lo
+            if len(fields) == 10 and fields[0] == "0" * 32 and fields[1] == "00" and fields[9] != "lo":
+                return True
+    return False
 
 
 def _pipe() -> tuple[int, int]:

@@ -45,7 +45,7 @@ import anyio
 
 from ._cgroups import Cgroup, Cgroups, read
 from ._kernel import above, locked, no_user_namespaces, running_uids
-from ._network import RESOLV, Link, NetworkError, linkable
+from ._network import CGROUPS_FIRST, RESOLV, Link, NetworkError, linkable, routed
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -75,10 +75,7 @@ UID_LOCKS: Final = "/run/mcp-sessions/uids"
 gateways of one host never give out one uid at once, nor end each other's processes by it, whatever their ranges."""
 # The first helper: the server's stdin and stdout moved to descriptors 3 and 4, which bubblewrap's own processes close
 # (they hold 0 to 2), so that a server that closes its stdout ends its pipe; then into each control group named.
-_FIRST: Final = (
-    'exec 3<&0 4>&1 </dev/null >/dev/null; while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; '
-    'shift; exec "$@"'
-)
+_FIRST: Final = f"exec 3<&0 4>&1 </dev/null >/dev/null; {CGROUPS_FIRST}"
 PRIVATE: Final = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")  # noqa: S108
 """The directories every uid may write where a contained process gets its own, empty (a tmpfs each, mode 1777,
 ``--process-disk`` at most)."""
@@ -90,13 +87,12 @@ CGROUPS: Final = "/sys/fs/cgroup"
 # shell itself, outside the namespace, closes the server's stdin and stdout (3 and 4: the first helper moved them there)
 # and waits, so that no process but the server holds them (a server that closes its stdout ends its pipe). $1-$3 the
 # paths of mount, mkdir and ip (:func:`tool`); $4 the process's home (or ""), a tmpfs where it is (its parents under a
-# tmpfs 0711, as on the host), $5 its options; $6 "up" for its own loopback (a new network namespace's is down); under
-# egress, $7 and $8 the descriptors of its Link (where it says the namespace is made, and what holds the server back
-# until pasta is ready) and $9 the namespace's resolv.conf, else three ""; then MOUNT-POINT OPTIONS pairs, each
-# remounted read-only, until "--"; then DIRECTORY OPTIONS pairs, each a tmpfs, until "--".
+# tmpfs 0711, as on the host), $5 its options; $6 "up" for its own loopback (a new network namespace's is down); $7
+# under egress the namespace's resolv.conf, else ""; then MOUNT-POINT OPTIONS pairs, each remounted read-only, until
+# "--"; then DIRECTORY OPTIONS pairs, each a tmpfs, until "--".
 _UNSHARE_MOUNTS: Final = """\
 (
-mount=$1 mkdir=$2 ip=$3 home=$4 options=$5 lo=$6 info=$7 block=$8 resolv=$9; shift 9
+mount=$1 mkdir=$2 ip=$3 home=$4 options=$5 lo=$6 resolv=$7; shift 7
 "$mount" -t proc -o nosuid,nodev,noexec proc /proc || exit 125
 while [ "$1" != -- ]; do "$mount" --no-canonicalize -o "$2" "$1" || exit 125; shift 2; done; shift
 while [ "$1" != -- ]; do "$mount" -t tmpfs -o "$2" tmpfs "$1" || exit 125; shift 2; done; shift
@@ -106,10 +102,7 @@ if [ -n "$home" ]; then
     unset OLDPWD
 fi
 if [ "$lo" = up ]; then "$ip" link set lo up || exit 125; fi
-if [ -n "$info" ]; then
-    "$mount" --bind -o ro "$resolv" /etc/resolv.conf || exit 125
-    eval "echo {} >&$info && exec $info>&- && read -r _ <&$block && exec $block<&-" || exit 125
-fi
+if [ -n "$resolv" ]; then "$mount" --bind -o ro "$resolv" /etc/resolv.conf || exit 125; fi
 exec -c "$@"
 ) &
 exec 3<&- 4>&-
@@ -341,7 +334,7 @@ class Sandbox:
         if self.containment == "bwrap" and self.network != "host":
             helpers += ["unshare", "ip"]
         if self.network == "egress":
-            helpers += ["setpriv", "pasta"]
+            helpers += ["unshare", "nsenter", "nft", "setpriv", "pasta"]
         return helpers
 
     async def enter(self, process_id: str) -> Place:
@@ -365,8 +358,12 @@ class Sandbox:
                         await anyio.to_thread.run_sync(_workdir, place.workdir, place)
                 if self.cgroups is not None:
                     place.cgroup = await anyio.to_thread.run_sync(self.cgroups.create)
-            except OSError as exc:
+                if self.network == "egress" and self.containment in ("bwrap", "unshare") and uid is not None:
+                    await place.linked()
+            except (OSError, NetworkError) as exc:
                 await place.leave()
+                if isinstance(exc, NetworkError):
+                    raise SandboxError(str(exc)) from None
                 reason = exc.strerror or exc
                 raise SandboxError(f"the server process's place could not be made: {reason}") from None
         return place
@@ -382,6 +379,15 @@ class Place:
     cwd: str | None = None
     cgroup: Cgroup | None = None
     link: Link | None = None
+
+    async def linked(self) -> None:
+        """Its ``egress`` network made (:class:`Link`), unless this host has no default route (``NO_ROUTE``): then
+        it has its own loopback alone."""
+        if self.uid is not None and routed():
+            procs = [] if self.cgroup is None else self.cgroup.procs
+            helpers = {name: tool(name) for name in ("unshare", "nsenter", "nft", "setpriv", "pasta")}
+            self.link = Link(self.uid, self.uid if self.gid is None else self.gid, helpers, procs)
+            await self.link.open(HELPER_ENV)
 
     @property
     def workdir(self) -> str | None:
@@ -413,9 +419,6 @@ class Place:
         if sandbox.pids is not None and self.cgroup is None:
             line = [tool("prlimit"), f"--nproc={sandbox.pids}", "--", *line]
         seccomp = _memfd(no_user_namespaces()) if sandbox.containment == "bwrap" else None
-        if sandbox.network == "egress" and sandbox.containment in ("bwrap", "unshare") and self.uid is not None:
-            gid, helpers = self.uid if self.gid is None else self.gid, (tool("setpriv"), tool("pasta"))
-            self.link = Link(sandbox.containment == "bwrap", self.uid, gid, helpers, HELPER_ENV)
         line = [*_namespace(sandbox, self.cwd, seccomp, self.link), *line]
         if not line and self.cgroup is None:
             return list(command), dict(environ), ()
@@ -423,19 +426,8 @@ class Place:
         line = ["/bin/sh", "-c", _FIRST, "sh", *procs, "--", *line]
         exports = (f"export {name}={shlex.quote(value)}\n" for name, value in environ.items())
         held = _memfd(os.fsencode("".join(exports)))
-        files = (held, *([] if seccomp is None else [seccomp]), *([] if self.link is None else self.link.passed))
+        files = (held, *([] if seccomp is None else [seccomp]))
         return [*line, "/bin/sh", "-c", _LAST, f"/dev/fd/{held}", *command], dict(HELPER_ENV), files
-
-    async def connect(self, pid: int) -> None:
-        """Once its process ``pid`` has started: its network connected (:meth:`Link.connect`), where it has a link;
-        ``SandboxError`` if it could not be."""
-        if self.link is not None:
-            try:
-                await self.link.connect(pid)
-            except NetworkError as exc:
-                raise SandboxError(str(exc)) from None
-            except OSError as exc:
-                raise SandboxError(f"--process-network egress: {exc.strerror or exc}") from None
 
     @property
     def environ(self) -> dict[str, str]:
@@ -512,16 +504,19 @@ def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None, li
     hidden = [path for path in (*PRIVATE, CGROUPS) if os.path.isdir(path) and not os.path.islink(path)]
     home = "" if cwd is None else os.path.abspath(cwd)
     size = f"{sandbox.disk}m"
+    # Under egress, the network namespace its Link made, entered; else, with network none, a new one.
+    entered = [] if link is None else [tool("nsenter"), f"--net={link.namespace}", "--"]
     if containment == "unshare":
-        network = ["--net"] if isolated else []
+        network = ["--net"] if isolated and link is None else []
         mounts = []
         for path in hidden:
             mounts += [path, f"nosuid,nodev,mode=1777,size={size}" if path in PRIVATE else "nosuid,nodev,mode=755"]
         return [
-            *(tool("setpriv"), "--pdeathsig", "KILL", "--", tool("unshare"), "--pid", "--ipc", "--mount", *network),
+            *(tool("setpriv"), "--pdeathsig", "KILL", "--", *entered, tool("unshare"), "--pid", "--ipc", "--mount"),
+            *network,
             *("--", tool("bash"), "-c", _UNSHARE_MOUNTS, "sh"),
             *(tool("mount"), tool("mkdir"), tool("ip"), home, f"nosuid,nodev,mode=1777,size={size}"),
-            *("up" if isolated else "", *(("", "", "") if link is None else (*map(str, link.passed), RESOLV))),
+            *("up" if isolated else "", "" if link is None else RESOLV),
             *(*_read_only(), "--", *mounts, "--"),
         ]
     # Its network namespace made by unshare, its loopback up by ip (RTM_NEWLINK), then bubblewrap in it: bubblewrap's
@@ -529,12 +524,11 @@ def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None, li
     line = [tool("bwrap"), "--unshare-pid", "--unshare-ipc", "--die-with-parent"]
     if isolated:
         loopback = ["/bin/sh", "-c", _LOOPBACK, tool("ip")]
-        line = [tool("unshare"), "--net", "--", *loopback, *line]
+        line = [*(entered or [tool("unshare"), "--net", "--"]), *loopback, *line]
     line += [] if seccomp is None else ["--seccomp", str(seccomp)]
     line += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    if link is not None:  # bubblewrap says the namespace is made, and holds the server back until pasta is ready
-        info, block = link.passed
-        line += ["--info-fd", str(info), "--block-fd", str(block), "--ro-bind", RESOLV, "/etc/resolv.conf"]
+    if link is not None:
+        line += ["--ro-bind", RESOLV, "/etc/resolv.conf"]
     size = str(sandbox.disk << 20)
     for path in hidden:  # a later mount over an earlier one
         line += ["--perms", "01777", "--size", size, "--tmpfs", path] if path in PRIVATE else ["--tmpfs", path]
