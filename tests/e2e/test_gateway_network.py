@@ -24,6 +24,7 @@ import signal
 import socket
 import stat
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from _mcp import legacy_request
 from _redis import free_port, missing
 from _uids import members, uids
 from _waits import WITHIN, until
+from conftest import SECRET
 from e2e import _sealed
 from e2e._dns import elsewhere, host_address, resolver
 from e2e._gateway import (
@@ -45,7 +47,7 @@ from e2e._gateway import (
     readable_directory,
     result_of,
 )
-from mcp_sessions._gateway.sealed._network import GATEWAY, egress_rules, resolvers
+from mcp_sessions._gateway.sealed._network import GATEWAY, NO_ROUTE, egress_rules, resolvers
 
 UIDS = uids(0, 100)
 """One gateway at a time: a gateway's rules hold for every process of the uids they name, another's too."""
@@ -181,9 +183,10 @@ def test_pasta_holds_no_capability_of_the_hosts_is_counted_with_the_process_and_
 ) -> None:
     """After a call, the pasta of an egress process holds no capability of the host's (its capabilities are in a user
     namespace of its own, which maps no uid and owns nothing but the process's network namespace), runs in the
-    conversation's control group, and binds on the host neither a TCP nor a UDP port the process bound; a datagram
-    to the host's ``127.0.0.1:PORT`` never reaches the process, even on the UDP port pasta binds for it once it sends
-    from it (the namespace's own rules drop it, and count it)."""
+    conversation's control group, gives it the gateway's fixed addresses (not the host's), and binds on the host
+    neither a TCP nor a UDP port the process bound; a datagram to the host's ``127.0.0.1:PORT`` never reaches the
+    process, even on the UDP port pasta binds for it once it sends from it (the namespace's own rules drop it, and
+    count it)."""
     needs_root_and_nft()
     _sealed.needs(containment, "cgroup-memory")
     tcp, udp = free_port(), free_port()
@@ -208,12 +211,50 @@ def test_pasta_holds_no_capability_of_the_hosts_is_counted_with_the_process_and_
         received = _sealed.text(_sealed.call(mcp, "received", session, port=udp))
         user_namespace, uid_map = os.readlink(f"/proc/{pasta}/ns/user"), Path(f"/proc/{pasta}/uid_map").read_text()
         cgroups = [Path(f"/proc/{pid}/cgroup").read_text() for pid in (pasta, server_pid, os.getpid())]
+        shown = ["nsenter", f"--net=/proc/{server_pid}/ns/net", "ip", "-j", "address", "show", "scope", "global"]
+        listed = json.loads(subprocess.check_output(shown))
+        addresses = {each["local"] for link in listed for each in link.get("addr_info", []) if "local" in each}
     assert bound == ["bound", "bound"]
     assert sent.startswith("denied: ") or sent == "sent", sent  # refused by the host's rules: this host's port 9
     assert received == "nothing"
     assert (status["CapInh"], status["CapAmb"]) == ("0000000000000000", "0000000000000000"), status
     assert user_namespace != os.readlink("/proc/self/ns/user") and uid_map == "", (user_namespace, uid_map)
     assert cgroups[0] == cgroups[1] != cgroups[2], cgroups
+    assert addresses == {"169.254.1.2", "fd6d:6373::2"}, addresses  # the gateway's, not the host's
+
+
+def test_a_host_without_a_default_route_is_said_once_at_startup() -> None:
+    """A gateway on a host with no default route (a network namespace of the test's own: its loopback alone) says so
+    once, after its startup line, and starts; pasta, which would fail every egress process's start there, is not
+    started: such a process has its own loopback alone (:func:`routed` is false there, as it is true here)."""
+    needs_root_and_nft()
+    alone = ("unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh")
+    asked = "from mcp_sessions._gateway.sealed._network import routed; print(routed())"
+    seen = [
+        subprocess.run([*prefix, sys.executable, "-c", asked], capture_output=True, text=True).stdout
+        for prefix in ((), alone)
+    ]
+    command = [*alone, sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(free_port()), "--stdio", SERVER]
+    environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
+    gateway = subprocess.Popen(
+        [*command, "--process-uids", UIDS, "--log-level", "info"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=environ,
+    )
+    said = []
+    try:
+        assert gateway.stdout is not None
+        for line in gateway.stdout:  # to the line after the startup line (the test's timeout bounds it)
+            said.append(line)
+            if len(said) > 1 and "each process:" in said[-2]:
+                break
+    finally:
+        gateway.terminate()
+        gateway.communicate(timeout=WITHIN)
+    assert seen == ["True\n", "False\n"]
+    assert said[-1] == f"WARNING: mcp-sessions gateway: {NO_ROUTE}\n", said
 
 
 def test_a_process_reaches_the_ports_granted_and_the_kernel_lists_what_it_refuses() -> None:
