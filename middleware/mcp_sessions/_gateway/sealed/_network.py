@@ -101,6 +101,8 @@ NO_ROUTE: Final = (
     "loopback alone (as under --process-network none) until the host has one"
 )
 """What the startup line adds where :func:`routed` is false: said once, where pasta would fail every process's start."""
+LINK_WITHIN: Final = 30.0
+"""How long (seconds) a process's network namespace and its pasta have to be ready (about 20 ms on an idle host)."""
 GATEWAY6: Final = "fd6d:6373::1"
 """An ``egress`` process's IPv6 gateway (the namespace is ``fd6d:6373::2/64``, a unique local network of the gateway's
 own): pasta, which forwards a connection there to this host's ``::1``."""
@@ -544,8 +546,15 @@ class Link:
         return f"/proc/{self.holder.pid}/ns/net"
 
     async def open(self, environ: Mapping[str, str]) -> None:
-        """The namespaces made and pasta ready on them; ``NetworkError`` if they could not be (``environ``: root's, the
-        helpers'). Closed (:meth:`close`) either way."""
+        """The namespaces made and pasta ready on them, within :data:`LINK_WITHIN` seconds; ``NetworkError`` if they
+        could not be, then closed (:meth:`close`). ``environ``: root's, the helpers'."""
+        try:
+            with anyio.fail_after(LINK_WITHIN):
+                await self._open(environ)
+        except TimeoutError:
+            raise NetworkError(f"--process-network egress: pasta was not ready within {LINK_WITHIN:g} s") from None
+
+    async def _open(self, environ: Mapping[str, str]) -> None:
         namespaces: list[int] = []
         try:
             try:
@@ -562,12 +571,21 @@ class Link:
                     namespaces.append(os.open(f"/proc/{holder.pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC))
             except (OSError, anyio.EndOfStream):
                 raise NetworkError("--process-network egress: the process's network namespace was not made") from None
+            # The namespace's rules, made while pasta starts: the server runs once both are done.
             nft = [self.helpers["nsenter"], f"--net={self.namespace}", "--", self.helpers["nft"], "-f", "-"]
-            done = await anyio.run_process(nft, input=_INBOUND.encode(), env=environ, check=False)
-            if done.returncode != 0:
-                said = (done.stderr.decode(errors="replace").strip().splitlines() or ["no word"])[0]
-                raise NetworkError(f"--process-network egress: nft refused the namespace's rules: {said[:200]}")
-            await self._start(namespaces[0], namespaces[1], environ)
+            pipe, said = subprocess.PIPE, b""
+            async with await anyio.open_process(
+                nft, env=environ, stdin=pipe, stdout=subprocess.DEVNULL, stderr=pipe
+            ) as rules:
+                assert rules.stdin is not None and rules.stderr is not None
+                await rules.stdin.send(_INBOUND.encode())
+                await rules.stdin.aclose()
+                await self._start(namespaces[0], namespaces[1], environ)
+                with suppress(anyio.EndOfStream):
+                    said = await rules.stderr.receive(4096) if await rules.wait() else b""
+            if rules.returncode != 0:
+                first = (said.decode(errors="replace").strip().splitlines() or ["no word"])[0]
+                raise NetworkError(f"--process-network egress: nft refused the namespace's rules: {first[:200]}")
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self.close()

@@ -519,8 +519,9 @@ def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None, li
             *("up" if isolated else "", "" if link is None else RESOLV),
             *(*_read_only(), "--", *mounts, "--"),
         ]
-    # Its network namespace made by unshare, its loopback up by ip (RTM_NEWLINK), then bubblewrap in it: bubblewrap's
-    # own --unshare-net failed a process's start now and then ("loopback: Failed RTM_NEWADDR: No child processes").
+    # Its network namespace made by unshare (under egress, its Link's, entered by nsenter), its loopback up by ip
+    # (RTM_NEWLINK), then bubblewrap in it: bubblewrap's own --unshare-net failed a process's start now and then
+    # ("loopback: Failed RTM_NEWADDR: No child processes").
     line = [tool("bwrap"), "--unshare-pid", "--unshare-ipc", "--die-with-parent"]
     if isolated:
         loopback = ["/bin/sh", "-c", _LOOPBACK, tool("ip")]
