@@ -266,8 +266,12 @@ def main() -> None:
     if before:
         header += ["egress before p50 ms", "egress / before"]
         text += (
-            f" `egress before` is the same gateway run from another checkout ({args.against}: the code this one's "
-            "egress replaces), alternated with the other two."
+            " `egress before` is the same gateway run from another checkout (the code this one's egress replaces), "
+            "alternated with the other two, under the same load: read its ratio. Against issue 92's `before` "
+            "(commit `aadd38c`), a start pays for a shell that holds the process's user and network namespaces "
+            "(`unshare --user --net`) and `nft` making the namespace's own rules while pasta starts, then "
+            "`nsenter` in place of `unshare --net`; the server no longer waits on bubblewrap's descriptors. "
+            "Why pasta stays rather than the kernel's forwarding (a veth pair per process): docs/security.md."
         )
     header.append(f"p99 ms ({' / '.join(names)})")
     finish(
