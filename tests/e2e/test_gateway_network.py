@@ -257,6 +257,36 @@ def test_a_host_without_a_default_route_is_said_once_at_startup() -> None:
     assert said[-1] == f"WARNING: mcp-sessions gateway: {NO_ROUTE}\n", said
 
 
+def test_a_host_that_refuses_a_user_namespace_is_said_at_startup_in_one_line() -> None:
+    """Each egress process's network is made in a user namespace of its own: a host that allows none (a user
+    namespace of the test's own whose ``user.max_user_namespaces`` is 0, where the gateway is root) fails the
+    gateway's start in one line that says what to do, not every process's start."""
+    needs_root_and_nft()
+    _sealed.needs("bwrap")
+    none_allowed = 'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"'
+    line = [
+        "unshare",
+        "--user",
+        "--map-root-user",
+        "sh",
+        "-c",
+        none_allowed,
+        "sh",
+        sys.executable,
+        "-m",
+        "mcp_sessions",
+    ]
+    line += ["gateway", "--port", str(free_port()), "--stdio", SERVER, "--process-uids", UIDS]
+    environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
+    done = subprocess.run([*line, "--process-containment", "bwrap"], capture_output=True, text=True, env=environ)
+    said = (
+        "--process-network egress: each process's network is made in a user namespace of its own, which this host "
+        "refuses (unshare: unshare failed: No space left on device): allow one (sysctl user.max_user_namespaces), "
+        "or --process-network none"
+    )
+    assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said}\n")
+
+
 def test_a_process_reaches_the_ports_granted_and_the_kernel_lists_what_it_refuses() -> None:
     """``--process-allow-net 127.0.0.1:PORT`` (and ``[::1]:PORT``): that port of this host's loopback connects, at
     the namespace's gateway; no other port there, and not its own loopback's. ``nft list table`` shows the exceptions

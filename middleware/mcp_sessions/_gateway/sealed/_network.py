@@ -640,10 +640,18 @@ class Link:
             self.holder = None
 
 
-def linkable() -> None:
-    """Whether pasta, as each process's uid, can make its interface (the tun device, open to every uid as Debian's
-    udev makes it); and the namespaces' :data:`RESOLV` written, unless it already holds what it must: a file replaced
-    while another gateway's bubblewrap binds it fails that process's start."""
+def linkable(unshare: str) -> None:
+    """Whether this host lets root make a process's user and network namespaces (``unshare``: util-linux's, by its
+    absolute path) and pasta, as each process's uid, make its interface there (the tun device, open to every uid as
+    Debian's udev makes it); and the namespaces' :data:`RESOLV` written, unless it already holds what it must: a file
+    replaced while another gateway's bubblewrap binds it fails that process's start."""
+    made = subprocess.run([unshare, "--user", "--net", "--", "/bin/true"], capture_output=True, text=True, check=False)  # noqa: S603
+    if made.returncode != 0:
+        said = (made.stderr.strip().splitlines() or [f"exit status {made.returncode}"])[-1]
+        raise NetworkError(
+            f"--process-network egress: each process's network is made in a user namespace of its own, which this "
+            f"host refuses ({said[:200]}): allow one (sysctl user.max_user_namespaces), or --process-network none"
+        )
     try:
         if os.stat(TUN).st_mode & 0o006 != 0o006:
             raise NetworkError(

@@ -272,7 +272,7 @@ class Sandbox:
         self._installed()
         if self.network == "egress":
             try:
-                linkable()
+                linkable(tool("unshare"))
             except NetworkError as exc:
                 raise SandboxError(str(exc)) from None
         with tempfile.TemporaryDirectory() as top:
