@@ -11,16 +11,22 @@ its uid), one with ``--process-network host``. Alternated request by request, in
 - a download of 10 MB from an HTTP server on this host's own address (granted by ``--process-allow-net``): the
   server process's ``urllib`` reads it whole, and says how long that took.
 
+With ``--against DIR`` (another checkout of this repository, an earlier commit's: ``git worktree add DIR COMMIT``),
+a third gateway runs that checkout's code under ``egress``, alternated with the other two: what a change to the
+egress network costs against what it replaces, in one run.
+
 Run as root (the uids, the namespaces and the rules need it), on an idle machine:
 
     python benchmarks/bench_egress.py                  # full run
     python benchmarks/bench_egress.py --quick          # a few rounds
     python benchmarks/bench_egress.py --json out.json  # also write the numbers
+    python benchmarks/bench_egress.py --against ../before  # also that checkout's egress
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.server
 import itertools
 import json
@@ -101,8 +107,9 @@ def serving(address: str) -> Iterator[int]:
 
 
 @contextmanager
-def gateway(server: Path, uids: str, *options: str) -> Iterator[str]:
-    """The gateway command in front of ``server``, a process per conversation, none started ahead: its URL."""
+def gateway(server: Path, uids: str, *options: str, code: str | None = None) -> Iterator[str]:
+    """The gateway command in front of ``server``, a process per conversation, none started ahead (``code``: the
+    checkout whose package it runs, else this one's): its URL."""
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
@@ -110,6 +117,8 @@ def gateway(server: Path, uids: str, *options: str) -> Iterator[str]:
     line += ["--stdio", f"/usr/bin/python3 {server}"]
     line += ["--processes", "per-conversation", "--warm", "0", "--log-level", "info", "--process-uids", uids, *options]
     environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
+    if code is not None:
+        environ["PYTHONPATH"] = str(Path(code, "middleware").resolve())
     process = subprocess.Popen(line, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         assert process.stderr is not None
@@ -164,7 +173,7 @@ def called(http: httpx.Client, url: str, session: str, name: str, arguments: dic
     return answer["result"]["content"][0]["text"], took
 
 
-def run(rounds: int, starts: int, downloads: int) -> dict[str, dict[str, list[float]]]:
+def run(rounds: int, starts: int, downloads: int, against: str | None) -> dict[str, dict[str, list[float]]]:
     address = host_address()
     work = Path(tempfile.mkdtemp(prefix="mcp-sessions-bench-egress-", dir="/var/lib"))
     try:
@@ -176,11 +185,16 @@ def run(rounds: int, starts: int, downloads: int) -> dict[str, dict[str, list[fl
             grant = ("--process-allow-net", f"{address}:{port}")
             # Uids of its own: a gateway's egress rules hold for its whole --process-uids range, so another's processes
             # in it too (docs/gateway.md's recipe takes 61000-61999, the tests 62000-64999).
-            with (
-                gateway(server, "60700-60749", "--process-network", "egress", *grant) as egress,
-                gateway(server, "60750-60799", "--process-network", "host") as host,
-            ):
-                urls = {"egress": egress, "host": host}
+            with contextlib.ExitStack() as gateways:
+                urls = {
+                    "egress": gateways.enter_context(
+                        gateway(server, "60700-60729", "--process-network", "egress", *grant)
+                    ),
+                    "host": gateways.enter_context(gateway(server, "60730-60759", "--process-network", "host")),
+                }
+                if against is not None:
+                    before = gateway(server, "60760-60799", "--process-network", "egress", *grant, code=against)
+                    urls["egress before"] = gateways.enter_context(before)
                 sessions = {name: started(http, url)[0] for name, url in urls.items()}
                 seen: dict[str, dict[str, list[float]]] = {"call": {}, "start": {}, "download": {}}
                 url_of = f"http://{address}:{port}/"
@@ -210,32 +224,35 @@ def main() -> None:
     parser.add_argument("--downloads", type=int, default=10, help="10 MB downloads through each")
     parser.add_argument("--quick", action="store_true", help="a few of each")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--against", metavar="DIR", help="also DIR's egress: a checkout of an earlier commit")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench_egress runs as root: a uid per process, namespaces and nftables rules")
     began = (time.monotonic(), load_average())
     rounds, starts, downloads = (20, 3, 2) if args.quick else (args.rounds, args.starts, args.downloads)
-    seen = run(rounds, starts, downloads)
+    seen = run(rounds, starts, downloads, args.against)
     what = {
         "call": "a tools/call (echo)",
         "start": "a conversation's start, to its first call's answer",
         "download": "10 MB from this host's address, read whole",
     }
     rows = []
-    for measure, ways in seen.items():
-        host, egress = statistics.median(ways["host"]), statistics.median(ways["egress"])
-        p99 = {name: statistics.quantiles(ways[name], n=100)[98] for name in ways} if len(ways["host"]) > 1 else {}
-        rows.append(
-            [
-                what[measure],
-                len(ways["host"]),
-                f"{host:.2f}",
-                f"{egress:.2f}",
-                f"{egress - host:+.2f}",
-                f"{egress / host:.2f}x",
-                f"{p99.get('host', host):.2f} / {p99.get('egress', egress):.2f}",
-            ]
-        )
+    before = args.against is not None
+    names = ["host", "egress", *(["egress before"] if before else [])]
+    for measure, found in seen.items():
+        ways = {name: found[name] for name in names}
+        p50 = {name: statistics.median(times) for name, times in ways.items()}
+        p99 = {
+            name: statistics.quantiles(times, n=100)[98] if len(times) > 1 else p50[name]
+            for name, times in ways.items()
+        }
+        host, egress = p50["host"], p50["egress"]
+        row = [what[measure], len(ways["host"]), f"{host:.2f}", f"{egress:.2f}", f"{egress - host:+.2f}"]
+        row.append(f"{egress / host:.2f}x")
+        if before:
+            row += [f"{p50['egress before']:.2f}", f"{egress / p50['egress before']:.2f}x"]
+        row.append(" / ".join(f"{p99[name]:.2f}" for name in ways))
+        rows.append(row)
     text = (
         "What `--process-network egress` costs a stdio server against `--process-network host`, the same server "
         "(plain JSON-RPC lines, the system's python3) behind two `mcp-sessions gateway --stdio` commands, each "
@@ -245,7 +262,18 @@ def main() -> None:
         "through pasta's TCP (10 MB from an HTTP server on this host's own address, granted by "
         "`--process-allow-net`, read whole by the process's `urllib`: the process's own timing)."
     )
-    header = ["what", "count", "host p50 ms", "egress p50 ms", "added ms", "egress / host", "p99 ms (host / egress)"]
+    header = ["what", "count", "host p50 ms", "egress p50 ms", "added ms", "egress / host"]
+    if before:
+        header += ["egress before p50 ms", "egress / before"]
+        text += (
+            " `egress before` is the same gateway run from another checkout (the code this one's egress replaces), "
+            "alternated with the other two, under the same load: read its ratio. Against issue 92's `before` "
+            "(commit `aadd38c`), a start pays for a shell that holds the process's user and network namespaces "
+            "(`unshare --user --net`) and `nft` making the namespace's own rules while pasta starts, then "
+            "`nsenter` in place of `unshare --net`; the server no longer waits on bubblewrap's descriptors. "
+            "Why pasta stays rather than the kernel's forwarding (a veth pair per process): docs/security.md."
+        )
+    header.append(f"p99 ms ({' / '.join(names)})")
     finish(
         "bench_egress.py",
         args.json,

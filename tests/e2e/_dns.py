@@ -1,15 +1,21 @@
 """A stand-in resolver on this host's loopback, and the gateway run where ``/etc/resolv.conf`` names it: the
 names a test's processes resolve never leave the host (:func:`resolver`).
 
-It answers a UDP query for a name it knows with that name's IPv4 address (an ``A`` record), with no record for
-another type (``AAAA``), and ``NXDOMAIN`` for a name it does not know: enough for glibc's ``getaddrinfo``.
+It answers a UDP query for a name it knows with that name's address (an ``A`` record for an IPv4 one, ``AAAA`` for an
+IPv6 one: a rebinding answer as well as any), with no record for the other type, and ``NXDOMAIN`` for a name it does
+not know: enough for glibc's ``getaddrinfo``. :func:`elsewhere` is an address of the world's, held by a network
+namespace of the test's own: what a granted name may reach.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
+import os
 import socket
 import struct
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -29,6 +35,59 @@ def host_address() -> str:
     return found[0]
 
 
+@contextlib.contextmanager
+def elsewhere(count: int = 1, address: str = "", port: int = 0) -> Iterator[tuple[str, list[int]]]:
+    """An address of the world's (``11.77.0.0/16``: no range the gateway refuses; or ``address``) that only a network
+    namespace of the test's own holds, joined to this host's by a veth pair (``ip netns``) and a route of this host's
+    to it alone, so that nothing sent there leaves the host; ``count`` TCP listeners there (on ``port``, or each on a
+    port of its own), for as long as the block runs: the address and their ports."""
+    ours = next(_NAMESPACES)
+    name, device = f"mcp-sessions-test-{os.getpid()}-{ours}", f"mst{os.getpid()}-{ours}"[-15:]
+    address = address or f"11.77.{os.getpid() % 250}.{ours % 250 + 2}"  # a run's own (a sibling run holds another)
+    inside = ["ip", "-n", name]
+    steps = [
+        ["ip", "netns", "add", name],
+        ["ip", "link", "add", device, "type", "veth", "peer", "name", "eth0", "netns", name],
+        ["ip", "link", "set", device, "up"],
+        ["ip", "route", "add", f"{address}/32", "dev", device],
+        [*inside, "address", "add", f"{address}/32", "dev", "eth0"],
+        [*inside, "link", "set", "eth0", "up"],
+        [*inside, "route", "add", "default", "dev", "eth0"],
+    ]
+    listener = None
+    try:
+        for step in steps:
+            subprocess.run(step, check=True, capture_output=True, text=True)
+        serve = f"{_SERVE}\nserve({address!r}, {count}, {port})"
+        listener = subprocess.Popen(
+            ["ip", "netns", "exec", name, sys.executable, "-c", serve], stdout=subprocess.PIPE, text=True
+        )
+        assert listener.stdout is not None
+        yield address, [int(port) for port in listener.stdout.readline().split()]
+    finally:
+        if listener is not None:
+            listener.kill()
+            listener.communicate()
+        subprocess.run(["ip", "link", "delete", device], check=False, capture_output=True)
+        subprocess.run(["ip", "netns", "delete", name], check=False, capture_output=True)
+
+
+_NAMESPACES = itertools.count(1)
+# The listeners in the namespace: their ports on stdout, then each connection accepted and closed.
+_SERVE = """
+import selectors, socket
+def serve(address, count, port):
+    servers = [socket.create_server((address, port)) for _ in range(count)]
+    print(*[server.getsockname()[1] for server in servers], flush=True)
+    chosen = selectors.DefaultSelector()
+    for server in servers:
+        chosen.register(server, selectors.EVENT_READ)
+    while True:
+        for key, _ in chosen.select():
+            key.fileobj.accept()[0].close()
+"""
+
+
 def _asked(query: bytes) -> tuple[str, int]:
     """The name a query asks about, and where its question ends."""
     labels, at = [], 12
@@ -45,8 +104,10 @@ def _answer(query: bytes, names: dict[str, str]) -> bytes:
     question = query[12 : at + 5]
     address = names.get(name)
     records = b""
-    if address is not None and qtype == 1:  # A
-        records = struct.pack("!HHHIH", 0xC00C, 1, 1, 60, 4) + socket.inet_aton(address)
+    family, kind = (socket.AF_INET6, 28) if address is not None and ":" in address else (socket.AF_INET, 1)
+    if address is not None and qtype == kind:  # A or AAAA
+        packed = socket.inet_pton(family, address)
+        records = struct.pack("!HHHIH", 0xC00C, kind, 1, 60, len(packed)) + packed
     flags = 0x8180 if address is not None else 0x8183  # a response, recursion available; NXDOMAIN when unknown
     return struct.pack("!HHHHHH", ident, flags, 1, 1 if records else 0, 0, 0) + question + records
 

@@ -98,6 +98,15 @@ def key(number, serial):
     size = libc.syscall(ctypes.c_long(number), ctypes.c_long(11), ctypes.c_long(serial), None, ctypes.c_long(0))
     return f"read {size} bytes" if size >= 0 else f"denied: {os.strerror(ctypes.get_errno())}"
 HELD = []
+UDP = {}
+def udp(port):
+    UDP[port] = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    UDP[port].bind(("0.0.0.0", port))
+    UDP[port].setblocking(False)
+    return "bound"
+def received(port):
+    try: return UDP[port].recv(100).decode()
+    except BlockingIOError: return "nothing"
 def deep(path, depth):
     here = os.getcwd()
     os.chdir(path)
@@ -126,6 +135,8 @@ TOOLS = {"daemon": daemon, "deep": deep, "whoami": whoami, "stall": stall, "ptra
          "hold": lambda port: tried(lambda: HELD.append(socket.create_server(("127.0.0.1", port))) or "bound"),
          "syscalls": lambda calls: syscalls(calls), "tun": lambda: tried(tun), "key": key,
          "run": lambda argv: json.dumps(vars(subprocess.run(argv, capture_output=True, text=True, check=False))),
+         "udp": lambda port: tried(lambda: udp(port)), "received": received,
+         "send": lambda port, host, to: tried(lambda: UDP[port].sendto(b"out", (host, to)) and "sent"),
          "big": lambda: "read"}
 def fds():
     return json.dumps({fd: os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")

@@ -13,8 +13,10 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import fcntl
+import ipaddress
 import itertools
 import json
+import logging
 import os
 import re
 import shutil
@@ -22,6 +24,7 @@ import signal
 import socket
 import stat
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,10 +33,11 @@ import pytest
 
 from _mcp import legacy_request
 from _redis import free_port, missing
-from _uids import uids
+from _uids import members, uids
 from _waits import WITHIN, until
+from conftest import SECRET
 from e2e import _sealed
-from e2e._dns import host_address, resolver
+from e2e._dns import elsewhere, host_address, resolver
 from e2e._gateway import (
     Process,
     for_every_uid,
@@ -43,7 +47,7 @@ from e2e._gateway import (
     readable_directory,
     result_of,
 )
-from mcp_sessions._gateway.sealed._network import GATEWAY, resolvers
+from mcp_sessions._gateway.sealed._network import GATEWAY, NO_ROUTE, egress_rules, resolvers
 
 UIDS = uids(0, 100)
 """One gateway at a time: a gateway's rules hold for every process of the uids they name, another's too."""
@@ -156,6 +160,134 @@ def test_an_egress_process_has_a_network_namespace_of_its_own() -> None:
     assert seen["held"] == "bound"
 
 
+def pasta_of(uid: int) -> int:
+    """The pid of the pasta that forwards for the process of ``uid``."""
+    found = [pid for pid in _sealed.of_uid(uid) if b"--config-net" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def in_its_namespace(uid: int) -> int:
+    """The pid of a process of ``uid``'s in a network namespace other than the host's: the server's, or a helper's."""
+    host = os.readlink("/proc/self/ns/net")
+    return next(pid for pid in _sealed.of_uid(uid) if os.readlink(f"/proc/{pid}/ns/net") != host)
+
+
+def status_of(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return {name: value.strip() for name, _, value in (line.partition(":") for line in lines)}
+
+
+@pytest.mark.parametrize("containment", ["bwrap", "unshare"])
+def test_pasta_holds_no_capability_of_the_hosts_is_counted_with_the_process_and_forwards_no_port(
+    containment: str,
+) -> None:
+    """After a call, the pasta of an egress process holds no capability of the host's (its capabilities are in a user
+    namespace of its own, which maps no uid and owns nothing but the process's network namespace), runs in the
+    conversation's control group, gives it the gateway's fixed addresses (not the host's), and binds on the host
+    neither a TCP nor a UDP port the process bound; a datagram to the host's ``127.0.0.1:PORT`` never reaches the
+    process, even on the UDP port pasta binds for it once it sends from it (the namespace's own rules drop it, and
+    count it)."""
+    needs_root_and_nft()
+    _sealed.needs(containment, "cgroup-memory")
+    tcp, udp = free_port(), free_port()
+    options = ("--process-uids", UIDS, "--process-memory", "256", "--process-containment", containment)
+    with _sealed.hostile() as server, _sealed.gateway(server, *options) as process:
+        mcp = _sealed.client(process)
+        session = mcp.create_session()
+        uid = json.loads(_sealed.text(_sealed.call(mcp, "whoami", session)))["uid"]
+        bound = [
+            _sealed.text(_sealed.call(mcp, tool, session, port=port)) for tool, port in (("hold", tcp), ("udp", udp))
+        ]
+        pasta = pasta_of(uid)
+        status, server_pid = status_of(pasta), in_its_namespace(uid)
+        with socket.create_server(("127.0.0.1", tcp)), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+            taken.bind(("127.0.0.1", udp))  # the host's own: the process's ports are its namespace's alone
+        sent = _sealed.text(_sealed.call(mcp, "send", session, port=udp, host=GATEWAY, to=9))
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as intruder:
+            intruder.sendto(b"in", ("127.0.0.1", udp))
+        rules = ["nsenter", f"--net=/proc/{server_pid}/ns/net", "nft", "list", "table", "inet", "mcp_sessions"]
+        dropped = re.compile(r"counter packets [1-9]\d* bytes \d+ drop")
+        until(lambda: dropped.search(subprocess.run(rules, capture_output=True, text=True).stdout), "the drop")
+        received = _sealed.text(_sealed.call(mcp, "received", session, port=udp))
+        user_namespace, uid_map = os.readlink(f"/proc/{pasta}/ns/user"), Path(f"/proc/{pasta}/uid_map").read_text()
+        cgroups = [Path(f"/proc/{pid}/cgroup").read_text() for pid in (pasta, server_pid, os.getpid())]
+        shown = ["nsenter", f"--net=/proc/{server_pid}/ns/net", "ip", "-j", "address", "show", "scope", "global"]
+        listed = json.loads(subprocess.check_output(shown))
+        addresses = {each["local"] for link in listed for each in link.get("addr_info", []) if "local" in each}
+    assert bound == ["bound", "bound"]
+    assert sent.startswith("denied: ") or sent == "sent", sent  # refused by the host's rules: this host's port 9
+    assert received == "nothing"
+    assert (status["CapInh"], status["CapAmb"]) == ("0000000000000000", "0000000000000000"), status
+    assert user_namespace != os.readlink("/proc/self/ns/user") and uid_map == "", (user_namespace, uid_map)
+    assert cgroups[0] == cgroups[1] != cgroups[2], cgroups
+    assert addresses == {"169.254.1.2", "fd6d:6373::2"}, addresses  # the gateway's, not the host's
+
+
+def test_a_host_without_a_default_route_is_said_once_at_startup() -> None:
+    """A gateway on a host with no default route (a network namespace of the test's own: its loopback alone) says so
+    once, after its startup line, and starts; pasta, which would fail every egress process's start there, is not
+    started: such a process has its own loopback alone (:func:`routed` is false there, as it is true here)."""
+    needs_root_and_nft()
+    alone = ("unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh")
+    asked = "from mcp_sessions._gateway.sealed._network import routed; print(routed())"
+    seen = [
+        subprocess.run([*prefix, sys.executable, "-c", asked], capture_output=True, text=True).stdout
+        for prefix in ((), alone)
+    ]
+    command = [*alone, sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(free_port()), "--stdio", SERVER]
+    environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
+    gateway = subprocess.Popen(
+        [*command, "--process-uids", UIDS, "--log-level", "info"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=environ,
+    )
+    said = []
+    try:
+        assert gateway.stdout is not None
+        for line in gateway.stdout:  # to the line after the startup line (the test's timeout bounds it)
+            said.append(line)
+            if len(said) > 1 and "each process:" in said[-2]:
+                break
+    finally:
+        gateway.terminate()
+        gateway.communicate(timeout=WITHIN)
+    assert seen == ["True\n", "False\n"]
+    assert said[-1] == f"WARNING: mcp-sessions gateway: {NO_ROUTE}\n", said
+
+
+def test_a_host_that_refuses_a_user_namespace_is_said_at_startup_in_one_line() -> None:
+    """Each egress process's network is made in a user namespace of its own: a host that allows none (a user
+    namespace of the test's own whose ``user.max_user_namespaces`` is 0, where the gateway is root) fails the
+    gateway's start in one line that says what to do, not every process's start."""
+    needs_root_and_nft()
+    _sealed.needs("bwrap")
+    none_allowed = 'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"'
+    line = [
+        "unshare",
+        "--user",
+        "--map-root-user",
+        "sh",
+        "-c",
+        none_allowed,
+        "sh",
+        sys.executable,
+        "-m",
+        "mcp_sessions",
+    ]
+    line += ["gateway", "--port", str(free_port()), "--stdio", SERVER, "--process-uids", UIDS]
+    environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
+    done = subprocess.run([*line, "--process-containment", "bwrap"], capture_output=True, text=True, env=environ)
+    said = (
+        "--process-network egress: each process's network is made in a user namespace of its own, which this host "
+        "refuses (unshare: unshare failed: No space left on device): allow one (sysctl user.max_user_namespaces), "
+        "or --process-network none"
+    )
+    assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said}\n")
+
+
 def test_a_process_reaches_the_ports_granted_and_the_kernel_lists_what_it_refuses() -> None:
     """``--process-allow-net 127.0.0.1:PORT`` (and ``[::1]:PORT``): that port of this host's loopback connects, at
     the namespace's gateway; no other port there, and not its own loopback's. ``nft list table`` shows the exceptions
@@ -187,6 +319,8 @@ def test_a_process_reaches_the_ports_granted_and_the_kernel_lists_what_it_refuse
         f"{who} {dns} reject",
         f"{who} fib daddr type local reject",
         f"{who} fib daddr type broadcast reject",
+        f"{who} ip daddr {{ 100.100.100.200, 168.63.129.16, 169.254.169.254, 169.254.170.2 }} reject",
+        f"{who} ip6 daddr fd00:ec2::254 reject",
         f"{who} ip daddr {{ 169.254.0.0/16, 224.0.0.0/4, 255.255.255.255 }} reject",
         f"{who} ip6 daddr {{ fe80::/10, ff00::/8 }} reject",
         f"{who} ip daddr {{ 0.0.0.0/8, 10.0.0.0/8, 100.64.0.0/10, 172.16.0.0/12, 192.168.0.0/16 }} reject",
@@ -247,12 +381,12 @@ def test_a_gateway_deletes_only_the_tables_of_gateways_that_are_gone_once_their_
 def test_names_resolve_with_no_flag_and_a_granted_name_is_reached() -> None:
     """Under egress a process resolves names through the host's resolver with no flag (a stand-in on loopback,
     the gateway run where /etc/resolv.conf names it), and ``--process-allow-host NAME:PORT`` grants that port at
-    the addresses the gateway resolves NAME to (here this host's loopback), no other port there."""
+    the addresses the gateway resolves NAME to (here an address of the world's, in a namespace of the test's own,
+    which egress reaches anyway: what a name grants beyond the world's is by number alone, as the next test shows)."""
     needs_root_and_nft()
-    address = host_address()
     with contextlib.ExitStack() as stack:
-        granted, other = stack.enter_context(listening(address)), stack.enter_context(listening(address))
-        prefix = stack.enter_context(resolver({"service.test": address}))
+        world, (granted,) = stack.enter_context(elsewhere())
+        prefix = stack.enter_context(resolver({"service.test": world}))
         server = stack.enter_context(_sealed.hostile())
         options = ("--process-uids", UIDS, "--process-allow-host", f"service.test:{granted}")
         process = stack.enter_context(_sealed.gateway(server, *options, prefix=prefix))
@@ -262,14 +396,80 @@ def test_names_resolve_with_no_flag_and_a_granted_name_is_reached() -> None:
             "resolved": _sealed.text(_sealed.call(mcp, "resolve", session, host="service.test")),
             "unknown": _sealed.text(_sealed.call(mcp, "resolve", session, host="nowhere.test")),
             "granted": _sealed.text(_sealed.call(mcp, "connect", session, host="service.test", port=granted)),
-            "another port": _sealed.text(_sealed.call(mcp, "connect", session, host="service.test", port=other)),
         }
         listing = table(table_of(process)).stdout
-    assert seen["resolved"] == address
+    assert seen["resolved"] == world
     assert seen["unknown"].startswith("denied: ")  # the stand-in's NXDOMAIN
     assert seen["granted"] == "connected"
-    assert seen["another port"].startswith("denied: "), seen
-    assert f"{address} . {granted} timeout 10m" in listing  # the name's address, in its set for 600 s
+    assert f"{world} . {granted} timeout 10m" in listing  # the name's address, in its set for 600 s
+
+
+REBINDING = {
+    "metadata.test": ("169.254.169.254", "the clouds' metadata and platform services"),
+    "wireserver.test": ("168.63.129.16", "the clouds' metadata and platform services"),
+    "loopback.test": ("127.0.0.1", "this host's own"),
+    "mapped.test": ("::ffff:127.0.0.1", "this host's own"),
+    "loopback6.test": ("::1", "this host's own"),
+    "private.test": ("10.1.2.3", "private ranges"),
+    "nat64.test": ("64:ff9b::a9fe:a9fe", "transition ranges (NAT64, 6to4, Teredo, site-local)"),
+    "reserved.test": ("240.0.0.1", "reserved and documentation ranges"),
+}
+"""Rebinding answers: a name of the world's that resolves to what a process may not reach by its number."""
+
+
+def test_a_name_never_grants_what_its_number_would_not() -> None:
+    """A granted name whose answer is the metadata address, Azure's WireServer, this host's loopback (as IPv4, as
+    ``::1``, IPv4-mapped), this host's own address, a private, transition or reserved address is not granted: its set
+    holds none of them, the log says each once with why, and a process that connects to this host's address by such a
+    name (a listener there) is refused; unless ``--process-allow-net`` grants that address and port by its number."""
+    needs_root_and_nft()
+    address = host_address()
+    with contextlib.ExitStack() as stack:
+        refused, allowed = stack.enter_context(listening(address)), stack.enter_context(listening(address))
+        names = {name: answer for name, (answer, _) in REBINDING.items()}
+        prefix = stack.enter_context(resolver({**names, "own.test": address, "allowed.test": address}))
+        server = stack.enter_context(_sealed.hostile())
+        granted = [
+            *(f"--process-allow-host={name}:{refused}" for name in [*REBINDING, "own.test"]),
+            *("--process-allow-host", f"allowed.test:{allowed}", "--process-allow-net", f"{address}:{allowed}"),
+        ]
+        process = stack.enter_context(_sealed.gateway(server, "--process-uids", UIDS, *granted, prefix=prefix))
+        mcp = _sealed.client(process)
+        session = mcp.create_session()
+        seen = {
+            "own": _sealed.text(_sealed.call(mcp, "connect", session, host="own.test", port=refused)),
+            "allowed": _sealed.text(_sealed.call(mcp, "connect", session, host="allowed.test", port=allowed)),
+        }
+        listing = table(table_of(process)).stdout
+        said = process.output()
+    assert seen["own"].startswith("denied: "), seen
+    assert seen["allowed"] == "connected", seen
+    assert "elements" not in listing, listing  # both sets empty
+    for name, (answer, why) in [*REBINDING.items(), ("own.test", (address, "this host's own"))]:
+        line = f"--process-allow-host {name}: its answer {ipaddress.ip_address(answer)} is not granted ({why})"
+        assert said.count(line) == 1, (line, said)
+    assert "allowed.test: its answer" not in said
+
+
+def test_a_refused_answer_is_said_once_not_at_every_refresh(caplog: pytest.LogCaptureFixture) -> None:
+    """The gateway's table, in process, for a name this host resolves itself (``localhost``: its loopback, from
+    /etc/hosts): resolved again and again, its answers are said once each, and never granted."""
+    needs_root_and_nft()
+    rules = egress_rules("egress", members(UIDS)[0], (), (), 1, ("localhost:443",))
+    assert rules is not None
+    caplog.set_level(logging.WARNING, "mcp_sessions.gateway")
+    rules.install()
+    try:
+        rules.refresh()
+        rules.refresh()
+        listing = table(rules.table).stdout
+    finally:
+        rules.remove()
+    said = [record.getMessage() for record in caplog.records]
+    line = "--process-allow-host localhost: its answer 127.0.0.1 is not granted (this host's own): --process-allow-net"
+    assert any(each.startswith(line) for each in said), said
+    assert len(said) == len(set(said)), said  # each answer (::1 too, where /etc/hosts has it) once
+    assert "elements" not in listing, listing
 
 
 def test_the_status_socket_serves_the_status_and_gateway_status_reads_it(tmp_path: Path) -> None:
@@ -319,6 +519,10 @@ def test_the_status_socket_serves_the_status_and_gateway_status_reads_it(tmp_pat
             "'10.0.0.0/33' does not appear to be an IPv4 or IPv6 network",
         ),
         (
+            ("--process-allow-host", "wiki.internal"),
+            "--process-allow-host wiki.internal: a name is granted for one port: give it (wiki.internal:443, say)",
+        ),
+        (
             ("--process-allow-net", "127.0.0.1:70000"),
             "--process-allow-net: '127.0.0.1:70000': a port is a number from 1 to 65535",
         ),
@@ -327,7 +531,15 @@ def test_the_status_socket_serves_the_status_and_gateway_status_reads_it(tmp_pat
             "--process-allow-net 127.0.0.0/8: the gateway's own port, from 127.0.0.1, which it trusts",
         ),
     ],
-    ids=["egress-without-uids", "host-behind-a-local-proxy", "host-trusting-all", "cidr", "port", "own-port"],
+    ids=[
+        "egress-without-uids",
+        "host-behind-a-local-proxy",
+        "host-trusting-all",
+        "cidr",
+        "name-without-port",
+        "port",
+        "own-port",
+    ],
 )
 def test_a_network_that_cannot_hold_is_one_line_and_exit_status_2(options: tuple[str, ...], said: str) -> None:
     if "--process-uids" in options:

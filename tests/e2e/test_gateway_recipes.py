@@ -19,7 +19,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from _redis import redis_server_binary
-from e2e._dns import host_address, resolver
+from e2e._dns import elsewhere, resolver
 from e2e._gateway import CACHE, MAIN, installed, python_every_uid_runs, readable_directory
 
 PAGE = MAIN / "docs" / "gateway.md"
@@ -80,6 +79,9 @@ npm() {{  # the test's: `npm install --prefix DIR PACKAGE@VERSION`, from what sc
     mkdir -p "$3" && cp -r "{CACHE}/${{name%%@*}}/node_modules" "$3/"
 }}
 """
+
+WIKI = "10.20.30.40"
+"""The team recipe's wiki (``--process-allow-net 10.20.30.40:443``)."""
 
 
 def sh_blocks(heading: str, language: str = "sh") -> list[str]:
@@ -145,12 +147,11 @@ def run_recipe(script: str, tmp_path: Path, prefix: tuple[str, ...] = ()) -> str
 
 @pytest.mark.timeout(WITHIN + 60)
 def test_the_team_recipe_runs_as_written(readable: Path) -> None:
-    """The team recipe, where ``wiki.internal`` (its granted name) is this host's own address, port 443, by a stand-in
-    resolver that asks the host's own for the package index's names."""
+    """The team recipe, where ``wiki.internal`` is ``10.20.30.40``, port 443 (a network namespace of the test's own
+    holds it), by a stand-in resolver that asks the host's own for the package index's names."""
     [claude_mcp_add] = [block for block in sh_blocks(TEAM, "text") if block.startswith("claude mcp add")]
     script = "".join(waited(block) for block in sh_blocks(TEAM)) + CLAUDE + claude_mcp_add
-    address = host_address()
-    with socket.create_server((address, 443)), resolver({"wiki.internal": address}, forward=True) as prefix:
+    with elsewhere(address=WIKI, port=443), resolver({"wiki.internal": WIKI}, forward=True) as prefix:
         output = run_recipe(script, readable, prefix)
 
     keys = readable / "clone"  # the stand-in's key and the users' tokens: this user's alone

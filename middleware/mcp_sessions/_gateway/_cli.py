@@ -20,7 +20,7 @@ from .http._app import (
     DEFAULT_KEEPALIVE,
     gateway_app,
 )
-from .sealed._network import NetworkError, add_network_arguments
+from .sealed._network import NO_ROUTE, NetworkError, add_network_arguments, routed
 
 if TYPE_CHECKING:
     from .auth._exchange import TokenExchange, UpstreamToken
@@ -285,6 +285,8 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     if args.stdio is not None:
         network = f"network {options.network}" if egress is None else egress.said
         logger.info("mcp-sessions gateway: each process: %s, %s", options.said, network)
+        if egress is not None and options.containment in ("bwrap", "unshare") and not routed():
+            logger.warning("mcp-sessions gateway: %s", NO_ROUTE)
         if options.profile:
             logger.info("mcp-sessions gateway: each process's seccomp profile: %s", options.profile)
     return _served(app, bound, args, stderr, egress)

@@ -7,8 +7,9 @@ sockets, ``/proc/net``, loopback ports); what pasta sends on its behalf reaches 
 address of its own: nftables' ``fib daddr type local``), its broadcasts, the link (link-local, multicast: the cloud's
 metadata address, mDNS, DHCP), the private, transition and reserved ranges, nor port 53 but the host's own resolvers
 (:func:`resolvers`: names resolve with no flag), unless ``--process-allow-net`` names a network or
-``--process-allow-host`` a name (resolved by the gateway, its addresses kept current in sets whose elements time out, as
-dnsmasq's ``--nftset`` keeps them): rules on the processes' uids (``meta skuid``). The rules are a table of the
+``--process-allow-host`` a name and its port (resolved by the gateway, its addresses kept current in sets whose elements
+time out, as dnsmasq's ``--nftset`` keeps them; an answer the rules would refuse by its number is not granted by its
+name: :func:`refused_answer`): rules on the processes' uids (``meta skuid``). The rules are a table of the
 gateway's own, ``inet mcp_sessions_<random>``, made in one ``nft -f -`` transaction as it starts and deleted as it
 stops; while it lives the gateway holds a lock (``flock``) on a file named for it under :data:`TABLE_LOCKS`, so that
 another gateway deletes a table only on proof its owner is gone (it can take that lock) and once no process of its uids
@@ -28,11 +29,11 @@ import shutil
 import socket
 import subprocess
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import anyio
 
@@ -43,6 +44,12 @@ TABLE_PREFIX: Final = "mcp_sessions_"
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 REFUSED: Final = {
+    # Azure's WireServer is a public address; the others are in the ranges below too, named first for who reads the
+    # rules and the log (AWS's and Azure's IMDS, ECS's task metadata, Alibaba's, AWS's over IPv6).
+    "the clouds' metadata and platform services": (
+        *("168.63.129.16/32", "169.254.169.254/32", "169.254.170.2/32", "100.100.100.200/32"),
+        "fd00:ec2::254/128",
+    ),
     "link-local, multicast and broadcast (the cloud's metadata address, mDNS, DHCP)": (
         "169.254.0.0/16",
         "224.0.0.0/4",
@@ -67,6 +74,13 @@ REFUSED: Final = {
     ),
 }
 """What an ``egress`` process may not reach besides this host, by why."""
+ANSWERS_REFUSED: Final = {
+    "loopback or unspecified": ("127.0.0.0/8", "::1/128", "::/128"),
+    "an IPv4-mapped address (IPv4 by another name)": ("::ffff:0:0/96",),
+    **REFUSED,
+}
+"""What a granted name's answer may not be (:meth:`EgressRules.refresh`), by why: what :data:`REFUSED` and this host's
+own addresses are, and the forms that reach them by another name."""
 TABLE_LOCKS: Final = "/run/mcp-sessions/tables"
 """Where each gateway holds a lock on a file named for its table, for its whole life, its uids in it."""
 RESOLV_CONF: Final = "/etc/resolv.conf"
@@ -82,14 +96,45 @@ which forwards a DNS query sent there to the host's resolver (the namespace's ``
 ``--process-allow-net`` grants (``127.0.0.1:6379`` is reached at ``169.254.1.1:6379``)."""
 RESOLV: Final = "/run/mcp-sessions/resolv.conf"
 """Every ``egress`` namespace's ``/etc/resolv.conf`` (its gateway: the host's resolver to it), written at startup."""
-# pasta's options: the namespace's interface made (its address, its gateway, its resolver), and no port forwarded
-# either way (pasta's -t and -u, from the host; -T and -U, from the namespace's loopback to the host's).
+NO_ROUTE: Final = (
+    "this host has no default route, which pasta connects an egress process through: each process starts with its own "
+    "loopback alone (as under --process-network none) until the host has one"
+)
+"""What the startup line adds where :func:`routed` is false: said once, where pasta would fail every process's start."""
+LINK_WITHIN: Final = 30.0
+"""How long (seconds) a process's network namespace and its pasta have to be ready (about 20 ms on an idle host)."""
+GATEWAY6: Final = "fd6d:6373::1"
+"""An ``egress`` process's IPv6 gateway (the namespace is ``fd6d:6373::2/64``, a unique local network of the gateway's
+own): pasta, which forwards a connection there to this host's ``::1``."""
+# pasta's options: the namespace's interface made (its addresses, IPv4 and IPv6, and its gateways: the gateway's fixed
+# ones, never the host's, which pasta copies by default; its resolver), and no port forwarded either way (pasta's -t
+# and -u, from the host; -T and -U, from the namespace's loopback to the host's).
 _PASTA: Final = (
     *("-f", "-q", "--config-net", "-a", "169.254.1.2", "-n", "30", "-g", GATEWAY, "--dns-forward", GATEWAY),
+    *("-a", "fd6d:6373::2", "-g", GATEWAY6),
     *("-t", "none", "-u", "none", "-T", "none", "-U", "none"),
 )
-# What pasta needs, as the process's uid, to join the namespace and make its interface there; it drops them at once.
-_PASTA_CAPS: Final = "+sys_admin,+net_admin"
+# What pasta needs, as the process's uid, to join the process's user namespace (Link); it holds none of the host's
+# once there, before it reads a packet.
+_PASTA_CAPS: Final = "+sys_admin"
+# The namespaces' holder: it says they are made, then waits for its stdin to end (the gateway's close, or its end).
+_HOLD: Final = "echo made; read -r _"
+# The process's network namespace's own rules, which the gateway makes there (nft, as root: the process has no
+# capability there): what pasta delivers that is not a reply to what the process sent is dropped, a datagram to the
+# host's port that pasta binds for a process's UDP (its design: the port the process sent from) among them.
+_INBOUND: Final = """\
+table inet mcp_sessions {
+  chain input {
+    type filter hook input priority 0; policy accept;
+    iif lo accept
+    ct state established,related accept
+    meta l4proto ipv6-icmp accept
+    counter drop comment "not a reply to the process"
+  }
+}
+"""
+CGROUPS_FIRST: Final = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+"""A helper's first step: its own pid into each control group named, until ``--``; then the command that follows."""
 TUN: Final = "/dev/net/tun"
 _SAID: Final = 4096  # what of pasta's stderr is kept: its first words, why it did not start
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -118,9 +163,10 @@ def add_network_arguments(gateway: argparse.ArgumentParser) -> None:
         "--process-allow-host",
         action="append",
         default=[],
-        metavar="NAME[:PORT]",
-        help="with --process-network egress: a host name (and a port, tcp and udp) the processes reach all the "
-        "same, at the addresses the gateway resolves it to, kept current; repeat",
+        metavar="NAME:PORT",
+        help="with --process-network egress: a host name and a port (tcp and udp) the processes reach all the "
+        "same, at the addresses the gateway resolves it to, kept current, but for an address a number would not "
+        "reach (this host's, a private or link-local one...) unless --process-allow-net grants it; repeat",
     )
 
 
@@ -162,8 +208,7 @@ def egress_rules(
         if front is not None and each.reaches(local, port):
             raise ValueError(f"--process-allow-net {given}: the gateway's own port, from {front}, which it trusts")
     first, last = uids if isinstance(uids, tuple) else (uids, uids)
-    guarded = tuple(local) if front is not None else ()
-    return EgressRules(first, last, tuple(allowed), resolvers(), granted, guarded, port)
+    return EgressRules(first, last, tuple(allowed), resolvers(), granted)
 
 
 class NetworkError(Exception):
@@ -205,6 +250,10 @@ class Allowed:
         port = "" if self.port is None else f" meta l4proto {{ tcp, udp }} th dport {self.port}"
         return f'{who} {family} daddr {self.network}{port} accept comment "--process-allow-net"'
 
+    def grants(self, address: IPAddress, port: int) -> bool:
+        """Whether it lets a process reach ``address`` on ``port``."""
+        return address in self.network and self.port in (None, port)
+
     def reaches(self, addresses: Iterable[IPNetwork], port: int) -> bool:
         """Whether it lets a process reach ``port`` on one of ``addresses``."""
         return (self.port is None or self.port == port) and _overlap([self.network], addresses)
@@ -212,20 +261,22 @@ class Allowed:
 
 @dataclass(frozen=True)
 class AllowedHost:
-    """One ``--process-allow-host NAME[:PORT]``: a host name, and a port (tcp and udp) or every port and protocol."""
+    """One ``--process-allow-host NAME:PORT``: a host name, and the one port (tcp and udp) it is granted for."""
 
     name: str
-    port: int | None = None
+    port: int
 
     @classmethod
     def parsed(cls, given: str) -> AllowedHost:
-        """``api.github.com``, ``db.internal:5432``; ``ValueError``, in one line, else."""
+        """``api.github.com:443``, ``db.internal:5432``; ``ValueError``, in one line, else."""
         text, colon, port = given.strip().partition(":")
         labels = text.lower().removesuffix(".").split(".")
         if len(text) > 253 or not all(_label(label) for label in labels):
-            raise ValueError(f"--process-allow-host takes NAME[:PORT] (api.github.com, db.internal:5432): {given!r}")
+            raise ValueError(f"--process-allow-host takes NAME:PORT (api.github.com:443, db.internal:5432): {given!r}")
         if not colon:
-            return cls(".".join(labels))
+            raise ValueError(
+                f"--process-allow-host {given}: a name is granted for one port: give it ({given}:443, say)"
+            )
         if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
             raise ValueError(f"--process-allow-host: {given!r}: a port is a number from 1 to 65535")
         return cls(".".join(labels), int(port))
@@ -238,9 +289,16 @@ class AllowedHost:
             return set()
         return {ipaddress.ip_address(str(info[4][0]).partition("%")[0]) for info in found}
 
-    def set_of(self, address: IPAddress) -> str:
-        """The name of the set that grants ``address`` for it."""
-        return f"{'hosts' if self.port is None else 'hostports'}{address.version}"
+
+def refused_answer(address: IPAddress, local: Iterable[IPNetwork]) -> str | None:
+    """Why a name's answer ``address`` is not granted (one of :data:`ANSWERS_REFUSED`, or this host's own: one of
+    ``local``), or None: a name never opens what its number would not."""
+    if _overlap([ipaddress.ip_network(address)], local):
+        return "this host's own"
+    for why, refused in ANSWERS_REFUSED.items():
+        if any(address in ipaddress.ip_network(net) for net in refused):
+            return why
+    return None
 
 
 def _label(label: str) -> bool:
@@ -259,25 +317,22 @@ class EgressRules:
     allowed: tuple[Allowed, ...] = ()
     resolvers: tuple[IPAddress, ...] = ()
     hosts: tuple[AllowedHost, ...] = ()
-    # This host's addresses where a front on them is trusted, and the gateway's port: never granted by a name.
-    guarded: tuple[IPNetwork, ...] = ()
-    port: int = 0
     table: str = field(default_factory=lambda: f"{TABLE_PREFIX}{secrets.token_hex(6)}")
     locks: str = TABLE_LOCKS
     lock: int | None = None
     stopped: threading.Event = field(default_factory=threading.Event)
     unresolved: set[str] = field(default_factory=set)
+    refused: set[tuple[str, IPAddress]] = field(default_factory=set)  # each name's answers said to be refused
+    local: list[IPNetwork] = field(default_factory=lambda: list(LOOPBACK))  # this host's addresses, as last read
 
     def text(self) -> str:
         """The table, as ``nft -f`` reads it."""
         who = f"meta skuid {self.first}" if self.first == self.last else f"meta skuid {self.first}-{self.last}"
         rules = [allowed.rule(who) for allowed in self.allowed]
         sets = []
-        if self.hosts:  # each name's addresses, kept current by refresh
+        if self.hosts:  # each name's addresses and port, kept current by refresh
             for version, family, kind in ((4, "ip", "ipv4_addr"), (6, "ip6", "ipv6_addr")):
-                sets.append(f"set hosts{version} {{ type {kind}; flags timeout; }}")
                 sets.append(f"set hostports{version} {{ type {kind} . inet_service; flags timeout; }}")
-                rules.append(f'{who} {family} daddr @hosts{version} accept comment "--process-allow-host"')
                 rules.append(
                     f"{who} meta l4proto {{ tcp, udp }} {family} daddr . th dport @hostports{version} accept "
                     'comment "--process-allow-host"'
@@ -330,8 +385,12 @@ class EgressRules:
 
     def refresh(self) -> None:
         """Each granted name resolved again, its addresses (re)added to its set for :data:`HOST_TTL` seconds, in one
-        transaction; a name that resolves to nothing is said once, until it resolves again."""
+        transaction; a name that resolves to nothing is said once, until it resolves again. An answer a process could
+        not reach by its number (:func:`refused_answer`: a rebinding answer, say) is not added, and said once, unless
+        ``--process-allow-net`` grants it (its rule does, before the sets)."""
         elements = []
+        with suppress(ValueError):  # ip is missing or said nothing readable: the addresses read last
+            self.local = local_addresses()
         for host in self.hosts:
             found = host.addresses()
             if not found and host.name not in self.unresolved:
@@ -341,13 +400,21 @@ class EgressRules:
                 self.unresolved.add(host.name)
             elif found:
                 self.unresolved.discard(host.name)
-            for address in found:
-                if host.port in (None, self.port) and _overlap([ipaddress.ip_network(address)], self.guarded):
-                    continue  # the gateway's own port, from an address its trusted front has
-                element = str(address) if host.port is None else f"{address} . {host.port}"
-                elements.append(
-                    f"add element inet {self.table} {host.set_of(address)} {{ {element} timeout {HOST_TTL}s }}"
-                )
+            for address in sorted(found, key=lambda each: (each.version, each)):
+                if (why := refused_answer(address, self.local)) is not None:
+                    granted = any(each.grants(address, host.port) for each in self.allowed)
+                    if not granted and (host.name, address) not in self.refused:
+                        logger.warning(
+                            "--process-allow-host %s: its answer %s is not granted (%s): --process-allow-net grants "
+                            "it by number",
+                            host.name,
+                            address,
+                            why,
+                        )
+                        self.refused.add((host.name, address))
+                    continue
+                element = f"{address} . {host.port} timeout {HOST_TTL}s"
+                elements.append(f"add element inet {self.table} hostports{address.version} {{ {element} }}")
         if elements and (done := _nft(["-f", "-"], "\n".join(elements) + "\n")).returncode != 0:
             logger.warning("--process-allow-host: nft refused the names' addresses: %s", done.stderr.strip()[:200])
 
@@ -454,67 +521,99 @@ def _overlap(nets: Iterable[IPNetwork], others: Iterable[IPNetwork]) -> bool:
 
 
 class Link:
-    """The ``egress`` network of one process: its own namespace, connected to the world by pasta (passt's), run as the
-    process's own uid with what it needs to join the namespace and make its interface there (it drops them as it
-    starts), so that what it sends on the process's behalf is the process's under the gateway's nftables rules
-    (:class:`EgressRules`); no port is forwarded either way. bubblewrap says the namespace is made (``--info-fd``:
-    its first pid), unshare's script says so too (its own process's is the one), and each holds the server back
-    (``--block-fd``, the script's ``read``) until pasta is ready (its pid file, a pipe here). pasta ends with the
-    process (:meth:`close`), or with the gateway (``setpriv --pdeathsig``)."""
+    """The ``egress`` network of one process: a network namespace of its own, made by util-linux's ``unshare`` (as root)
+    in a user namespace of its own that maps no uid, and connected to the world by pasta (passt's), run as the
+    process's uid in the conversation's control groups (its CPU, memory and pids counted with the process's). pasta
+    keeps ``CAP_SYS_ADMIN`` while it forwards, to enter the network namespace (passt's ``isolation.c``): it is given
+    that capability to join the user namespace as it starts (``--userns``), and then holds it, and every other, in
+    that namespace alone, over nothing but the process's network namespace; none of the host's. What it sends on the
+    process's behalf is the process's uid's, under the gateway's nftables rules (:class:`EgressRules`); no port is
+    forwarded either way, and the namespace's addresses are the gateway's fixed ones, not the host's. The namespaces
+    are held by a shell of their own (:attr:`holder`) until :meth:`close`; pasta ends then too, or with the gateway
+    (``setpriv --pdeathsig``, and the holder's stdin)."""
 
-    def __init__(self, bwrap: bool, uid: int, gid: int, helpers: tuple[str, str], environ: dict[str, str]) -> None:
-        # helpers: setpriv's and pasta's absolute paths; environ: theirs, root's (the sandbox's)
-        self.bwrap, self.uid, self.gid, self.helpers, self.environ = bwrap, uid, gid, helpers, environ
-        self.info, info = _pipe()
-        block, self.block = _pipe()
-        self.passed = (info, block)  # the process's ends
+    def __init__(self, uid: int, gid: int, helpers: Mapping[str, str], procs: Sequence[str]) -> None:
+        # helpers: the absolute paths of unshare, nsenter, nft, setpriv and pasta; procs: the control groups' files
+        # pasta's pid goes in
+        self.uid, self.gid, self.helpers, self.procs = uid, gid, helpers, procs
+        self.holder: anyio.abc.Process | None = None
         self.pasta: anyio.abc.Process | None = None
 
-    async def connect(self, pid: int) -> None:
-        """pasta started on the namespace of ``pid`` (the process's first, as started), then the server let run."""
-        namespace = await self._namespace(pid)
+    @property
+    def namespace(self) -> str:
+        """The process's network namespace, as the root helper that starts it enters it (``nsenter --net``)."""
+        assert self.holder is not None
+        return f"/proc/{self.holder.pid}/ns/net"
+
+    async def open(self, environ: Mapping[str, str]) -> None:
+        """The namespaces made and pasta ready on them, within :data:`LINK_WITHIN` seconds; ``NetworkError`` if they
+        could not be, then closed (:meth:`close`). ``environ``: root's, the helpers'."""
         try:
-            await self._start(namespace)
+            with anyio.fail_after(LINK_WITHIN):
+                await self._open(environ)
+        except TimeoutError:
+            raise NetworkError(f"--process-network egress: pasta was not ready within {LINK_WITHIN:g} s") from None
+
+    async def _open(self, environ: Mapping[str, str]) -> None:
+        namespaces: list[int] = []
+        try:
+            try:
+                self.holder = holder = await anyio.open_process(
+                    [self.helpers["unshare"], "--user", "--net", "--", "/bin/sh", "-c", _HOLD],
+                    env=environ,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                )
+                assert holder.stdout is not None
+                await holder.stdout.receive()  # "made": they are
+                for kind in ("user", "net"):  # its child still: its pid is not another's
+                    namespaces.append(os.open(f"/proc/{holder.pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC))
+            except (OSError, anyio.EndOfStream):
+                raise NetworkError("--process-network egress: the process's network namespace was not made") from None
+            # The namespace's rules, made while pasta starts: the server runs once both are done.
+            nft = [self.helpers["nsenter"], f"--net={self.namespace}", "--", self.helpers["nft"], "-f", "-"]
+            pipe, said = subprocess.PIPE, b""
+            async with await anyio.open_process(
+                nft, env=environ, stdin=pipe, stdout=subprocess.DEVNULL, stderr=pipe
+            ) as rules:
+                assert rules.stdin is not None and rules.stderr is not None
+                await rules.stdin.send(_INBOUND.encode())
+                await rules.stdin.aclose()
+                await self._start(namespaces[0], namespaces[1], environ)
+                with suppress(anyio.EndOfStream):
+                    said = await rules.stderr.receive(4096) if await rules.wait() else b""
+            if rules.returncode != 0:
+                first = (said.decode(errors="replace").strip().splitlines() or ["no word"])[0]
+                raise NetworkError(f"--process-network egress: nft refused the namespace's rules: {first[:200]}")
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.close()
+            raise
         finally:
-            os.close(namespace)
-        with suppress(OSError):  # a process that ended meanwhile: its end says so
-            os.write(self.block, b"go\n")
+            for namespace in namespaces:
+                os.close(namespace)
 
-    async def _namespace(self, pid: int) -> int:
-        """A descriptor of the process's network namespace, once its first helper says it is made."""
-        info, self.info = self.info, -1  # the reading thread's until it returns: it may outlive a cancel
-        try:
-            made = await anyio.to_thread.run_sync(_made, info, abandon_on_cancel=True)
-            self.info = info  # kept open until the process ends: bubblewrap may write after the object (a SIGPIPE)
-            first = int(made["child-pid"] if self.bwrap else pid)
-            namespace = os.open(f"/proc/{first}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        except (ValueError, KeyError, TypeError, OSError):
-            raise NetworkError("--process-network egress: the process's network namespace was not made") from None
-        inode = os.fstat(namespace).st_ino
-        gateways = os.stat("/proc/self/ns/net").st_ino
-        if inode == gateways or inode != made.get("net-namespace", inode):  # a /proc of another PID namespace's
-            os.close(namespace)
-            raise NetworkError("--process-network egress: /proc is not of the gateway's PID namespace")
-        return namespace
-
-    async def _start(self, namespace: int) -> None:
-        """pasta, as the process's uid, on ``namespace``; once it writes its pid, its interface is made."""
+    async def _start(self, user: int, net: int, environ: Mapping[str, str]) -> None:
+        """pasta, as the process's uid, in its control groups, on the namespaces ``user`` and ``net``; once it writes
+        its pid, its interface is made."""
         ready, written = _pipe()
         errors = first_words(_SAID)
         try:
             try:
                 os.fchown(written, self.uid, self.gid)  # pasta, as the process's uid, opens it by name
-                user = [f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--pdeathsig", "KILL"]
+                user_ids = [f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--pdeathsig", "KILL"]
                 caps = [f"--inh-caps=-all,{_PASTA_CAPS}", f"--ambient-caps={_PASTA_CAPS}"]
-                pasta = [self.helpers[1], *_PASTA, "--netns", f"/proc/self/fd/{namespace}"]
-                pid_file = f"/proc/self/fd/{written}"
+                namespaces = ["--userns", f"/proc/self/fd/{user}", "--netns", f"/proc/self/fd/{net}"]
+                pasta = [self.helpers["pasta"], *_PASTA, *namespaces, "--pid", f"/proc/self/fd/{written}"]
+                setpriv = [self.helpers["setpriv"], *user_ids, *caps, "--"]
                 self.pasta = await anyio.open_process(
-                    [self.helpers[0], *user, *caps, "--", *pasta, "--pid", pid_file],
-                    env=self.environ,
+                    ["/bin/sh", "-c", CGROUPS_FIRST, "sh", *self.procs, "--", *setpriv, *pasta],
+                    env=environ,
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
                     stderr=errors,
-                    pass_fds=(namespace, written),
+                    pass_fds=(user, net, written),
                 )
             finally:
                 os.close(written)
@@ -527,23 +626,32 @@ class Link:
             os.close(errors)
 
     async def close(self) -> None:
-        """pasta ended, once the process has, and the descriptors of the link closed (the process's ends are the
-        caller's to close as it starts the process)."""
-        for held in (self.info, self.block):
-            if held >= 0:
-                os.close(held)
-        self.info = self.block = -1
+        """pasta ended, then the namespaces' holder (once the process has ended: they go with it)."""
         if self.pasta is not None:
             with suppress(ProcessLookupError):
                 self.pasta.kill()
             await self.pasta.wait()
             self.pasta = None
+        if self.holder is not None:
+            with suppress(ProcessLookupError):
+                self.holder.kill()
+            await self.holder.wait()
+            await self.holder.aclose()
+            self.holder = None
 
 
-def linkable() -> None:
-    """Whether pasta, as each process's uid, can make its interface (the tun device, open to every uid as Debian's
-    udev makes it); and the namespaces' :data:`RESOLV` written, unless it already holds what it must: a file replaced
-    while another gateway's bubblewrap binds it fails that process's start."""
+def linkable(unshare: str) -> None:
+    """Whether this host lets root make a process's user and network namespaces (``unshare``: util-linux's, by its
+    absolute path) and pasta, as each process's uid, make its interface there (the tun device, open to every uid as
+    Debian's udev makes it); and the namespaces' :data:`RESOLV` written, unless it already holds what it must: a file
+    replaced while another gateway's bubblewrap binds it fails that process's start."""
+    made = subprocess.run([unshare, "--user", "--net", "--", "/bin/true"], capture_output=True, text=True, check=False)  # noqa: S603
+    if made.returncode != 0:
+        said = (made.stderr.strip().splitlines() or [f"exit status {made.returncode}"])[-1]
+        raise NetworkError(
+            f"--process-network egress: each process's network is made in a user namespace of its own, which this "
+            f"host refuses ({said[:200]}): allow one (sysctl user.max_user_namespaces), or --process-network none"
+        )
     try:
         if os.stat(TUN).st_mode & 0o006 != 0o006:
             raise NetworkError(
@@ -564,19 +672,20 @@ def linkable() -> None:
         raise NetworkError(f"--process-network egress: {exc.strerror or exc}") from None
 
 
-def _made(descriptor: int) -> dict[str, Any]:
-    """What the namespace's first helper says as it is made: a JSON object (bubblewrap's ``--info-fd``, written in
-    parts), read until whole, 4 kB at most; ``ValueError`` if it ends (or fails) before, ``descriptor`` then closed."""
-    said = b""
+def routed() -> bool:
+    """Whether this host has a default route, IPv4 or IPv6 (the kernel's main routing tables, as ``/proc/net`` lists
+    them): pasta connects a process through it (:data:`NO_ROUTE`)."""
     with suppress(OSError):
-        while len(said) < 4096 and (chunk := os.read(descriptor, 4096 - len(said))):
-            said += chunk
-            with suppress(ValueError):
-                made = json.loads(said)
-                if isinstance(made, dict):
-                    return made
-    os.close(descriptor)
-    raise ValueError("not made")
+        for line in Path("/proc/net/route").read_text().splitlines()[1:]:
+            fields = line.split()
+            if len(fields) > 7 and fields[1] == fields[7] == "00000000":  # destination and mask 0
+                return True
+        for line in Path("/proc/net/ipv6_route").read_text().splitlines():
+            fields = line.split()
+            # destination ::/0, not the unreachable route the kernel keeps on lo
+            if len(fields) == 10 and fields[0] == "0" * 32 and fields[1] == "00" and fields[9] != "lo":
+                return True
+    return False
 
 
 def _pipe() -> tuple[int, int]:

@@ -51,7 +51,7 @@ import anyio
 from ._cgroups import Cgroup, Cgroups, read
 from ._grants import Grant, GrantError, UserDirectories
 from ._kernel import above, locked, no_user_namespaces, running_uids
-from ._network import RESOLV, RESOLV_CONF, Link, NetworkError, linkable
+from ._network import CGROUPS_FIRST, RESOLV, RESOLV_CONF, Link, NetworkError, linkable, routed
 from ._seccomp import applied
 
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -82,10 +82,7 @@ UID_LOCKS: Final = "/run/mcp-sessions/uids"
 gateways of one host never give out one uid at once, nor end each other's processes by it, whatever their ranges."""
 # The first helper: the server's stdin and stdout moved to descriptors 3 and 4, which bubblewrap's own processes close
 # (they hold 0 to 2), so that a server that closes its stdout ends its pipe; then into each control group named.
-_FIRST: Final = (
-    'exec 3<&0 4>&1 </dev/null >/dev/null; while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; '
-    'shift; exec "$@"'
-)
+_FIRST: Final = f"exec 3<&0 4>&1 </dev/null >/dev/null; {CGROUPS_FIRST}"
 PRIVATE: Final = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")  # noqa: S108
 """The directories every uid may write where a contained process gets its own, empty (a tmpfs each, mode 1777,
 ``--process-disk`` at most)."""
@@ -104,16 +101,15 @@ CGROUPS: Final = "/sys/fs/cgroup"
 # and waits, so that no process but the server holds them (a server that closes its stdout ends its pipe). $1-$3 the
 # paths of mount, mkdir and ip (:func:`tool`); $4 the process's home (or ""), a tmpfs where it is (its parents under a
 # tmpfs 0711, as on the host), $5 its options (mode 0700, its uid's and gid's); $6 "up" for its own loopback (a new
-# network namespace's is down); under egress, $7 and $8 the descriptors of its Link (where it says the namespace is
-# made, and what holds the server back until pasta is ready), else two ""; $9 the resolver configuration it reads
-# (else "") and ${10} where (:func:`_resolver`), opened before /run is hidden and bound there after (by
-# /proc/self/fd: its path is hidden then); then MOUNT-POINT OPTIONS pairs, each remounted read-only, until "--";
-# then DIRECTORY OPTIONS pairs, each a tmpfs (made where missing: /run/lock in its /run), until "--"; then the grants
-# (--process-mount), last, so that a target under one of its own directories is made there: "rw" or "ro", SOURCE,
-# TARGET triples, each bound (an empty tmpfs where SOURCE is ""), until "--".
+# network namespace's is down); $7 the resolver configuration it reads (else "") and $8 where (:func:`_resolver`),
+# opened before /run is hidden and bound there after (by /proc/self/fd: its path is hidden then); then MOUNT-POINT
+# OPTIONS pairs, each remounted read-only, until "--"; then DIRECTORY OPTIONS pairs, each a tmpfs (made where
+# missing: /run/lock in its /run), until "--"; then the grants (--process-mount), last, so that a target under one of
+# its own directories is made there: "rw" or "ro", SOURCE, TARGET triples, each bound (an empty tmpfs where SOURCE is
+# ""), until "--".
 _UNSHARE_MOUNTS: Final = """\
 (
-mount=$1 mkdir=$2 ip=$3 home=$4 options=$5 lo=$6 info=$7 block=$8 resolv=$9 resolv_at=${10}; shift 10
+mount=$1 mkdir=$2 ip=$3 home=$4 options=$5 lo=$6 resolv=$7 resolv_at=$8; shift 8
 "$mount" -t proc -o nosuid,nodev,noexec proc /proc || exit 125
 if [ -n "$resolv" ]; then exec {resolver}<"$resolv" || exit 125; fi
 echo localhost > /proc/sys/kernel/hostname || exit 125
@@ -136,9 +132,6 @@ while [ "$1" != -- ]; do
     shift 3
 done; shift
 if [ "$lo" = up ]; then "$ip" link set lo up || exit 125; fi
-if [ -n "$info" ]; then
-    eval "echo {} >&$info && exec $info>&- && read -r _ <&$block && exec $block<&-" || exit 125
-fi
 exec -c "$@"
 ) &
 exec 3<&- 4>&-
@@ -341,7 +334,7 @@ class Sandbox:
         self._installed()
         if self.network == "egress":
             try:
-                linkable()
+                linkable(tool("unshare"))
             except NetworkError as exc:
                 raise SandboxError(str(exc)) from None
         with tempfile.TemporaryDirectory() as top:
@@ -418,7 +411,7 @@ class Sandbox:
         if self.containment == "bwrap" and self.cwd is not None and (self.uids is not None or self.user is not None):
             helpers.append("chown")
         if self.network == "egress":
-            helpers += ["setpriv", "pasta"]
+            helpers += ["unshare", "nsenter", "nft", "setpriv", "pasta"]
         return helpers
 
     async def enter(self, process_id: str, user: Sequence[str] | None = None) -> Place:
@@ -445,8 +438,12 @@ class Sandbox:
                         await anyio.to_thread.run_sync(_workdir, place.workdir, place)
                 if self.cgroups is not None:
                     place.cgroup = await anyio.to_thread.run_sync(self.cgroups.create)
-            except (OSError, GrantError) as exc:
+                if self.network == "egress" and self.containment in ("bwrap", "unshare") and uid is not None:
+                    await place.linked()
+            except (OSError, GrantError, NetworkError) as exc:
                 await place.leave()
+                if isinstance(exc, NetworkError):
+                    raise SandboxError(str(exc)) from None
                 reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
                 raise SandboxError(f"the server process's place could not be made: {reason}") from None
         return place
@@ -474,6 +471,15 @@ class Place:
             self.mounts.append(Mount(source, grant.target, grant.writable and source != ""))
             if group is not None and group not in self.groups:
                 self.groups.append(group)
+
+    async def linked(self) -> None:
+        """Its ``egress`` network made (:class:`Link`), unless this host has no default route (``NO_ROUTE``): then
+        it has its own loopback alone."""
+        if self.uid is not None and routed():
+            procs = [] if self.cgroup is None else self.cgroup.procs
+            helpers = {name: tool(name) for name in ("unshare", "nsenter", "nft", "setpriv", "pasta")}
+            self.link = Link(self.uid, self.uid if self.gid is None else self.gid, helpers, procs)
+            await self.link.open(HELPER_ENV)
 
     @property
     def workdir(self) -> str | None:
@@ -506,9 +512,6 @@ class Place:
         if sandbox.pids is not None and self.cgroup is None:
             line = [tool("prlimit"), f"--nproc={sandbox.pids}", "--", *line]
         filters = sandbox.filters()
-        if sandbox.network == "egress" and sandbox.containment in ("bwrap", "unshare") and self.uid is not None:
-            gid, helpers = self.uid if self.gid is None else self.gid, (tool("setpriv"), tool("pasta"))
-            self.link = Link(sandbox.containment == "bwrap", self.uid, gid, helpers, HELPER_ENV)
         owner = None if self.uid is None else (self.uid, self.uid if self.gid is None else self.gid)
         line = [*_namespace(sandbox, self.cwd, filters, self.link, owner, self.mounts), *line]
         if not line and self.cgroup is None:
@@ -519,19 +522,8 @@ class Place:
         if any(mount.writable for mount in self.mounts):  # what it writes there, its group's too (a user's, a team's)
             exports.append("umask 0007\n")
         held = _memfd(os.fsencode("".join(exports)))
-        files = (held, *filters, *([] if self.link is None else self.link.passed))
+        files = (held, *filters)
         return [*line, tool("bash"), "-c", _LAST.format(held=held), "sh", *command], dict(HELPER_ENV), files
-
-    async def connect(self, pid: int) -> None:
-        """Once its process ``pid`` has started: its network connected (:meth:`Link.connect`), where it has a link;
-        ``SandboxError`` if it could not be."""
-        if self.link is not None:
-            try:
-                await self.link.connect(pid)
-            except NetworkError as exc:
-                raise SandboxError(str(exc)) from None
-            except OSError as exc:
-                raise SandboxError(f"--process-network egress: {exc.strerror or exc}") from None
 
     @property
     def environ(self) -> dict[str, str]:
@@ -620,26 +612,30 @@ def _namespace(
     resolv, resolv_at = _resolver(link)
     home = "" if cwd is None else os.path.abspath(cwd)
     size = f"{sandbox.disk}m"
+    # Under egress, the network namespace its Link made, entered; else, with network none, a new one.
+    entered = [] if link is None else [tool("nsenter"), f"--net={link.namespace}", "--"]
     if containment == "unshare":
         uid_gid = "" if owner is None else "uid={},gid={},".format(*owner)
-        network = ["--net"] if isolated else []
+        network = ["--net"] if isolated and link is None else []
         tmpfs, binds = [], []
         for path in hidden:
             tmpfs += [path, f"nosuid,nodev,mode=1777,size={size}" if path in PRIVATE else "nosuid,nodev,mode=755"]
         for mount in mounts:
             binds += ["rw" if mount.writable else "ro", mount.source, mount.target]
         return [
-            *(tool("setpriv"), "--pdeathsig", "KILL", "--", tool("unshare"), "--pid", "--ipc", "--uts", "--mount"),
+            *(tool("setpriv"), "--pdeathsig", "KILL", "--", *entered, tool("unshare"), "--pid", "--ipc", "--uts"),
+            "--mount",
             *network,
             *("--", tool("bash"), "-c", _UNSHARE_MOUNTS, "sh"),
             *(tool("mount"), tool("mkdir"), tool("ip"), home, f"nosuid,nodev,mode=0700,{uid_gid}size={size}"),
-            *("up" if isolated else "", *(("", "") if link is None else map(str, link.passed)), resolv, resolv_at),
+            *("up" if isolated else "", resolv, resolv_at),
             *(*_read_only(), "--", *tmpfs, "--", *binds, "--"),
             *_own_ptys(),  # as the namespace's first process: a process it started would be, and end it
             *(applied(filters, sys.executable) if filters else []),  # after the mounts: the profile refuses them
         ]
-    # Its network namespace made by unshare, its loopback up by ip (RTM_NEWLINK), then bubblewrap in it: bubblewrap's
-    # own --unshare-net failed a process's start now and then ("loopback: Failed RTM_NEWADDR: No child processes").
+    # Its network namespace made by unshare (under egress, its Link's, entered by nsenter), its loopback up by ip
+    # (RTM_NEWLINK), then bubblewrap in it: bubblewrap's own --unshare-net failed a process's start now and then
+    # ("loopback: Failed RTM_NEWADDR: No child processes").
     line = [tool("bwrap"), "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--hostname", HOSTNAME]
     line += ["--die-with-parent"]
     # A devpts of its own, bound over bubblewrap's, where the gateway is root (unshare --mount needs it): an
@@ -648,15 +644,12 @@ def _namespace(
     if isolated:
         line = ["/bin/sh", "-c", _LOOPBACK, tool("ip"), *line]
     if isolated or root:
-        namespaces = [*(["--mount"] if root else []), *(["--net"] if isolated else [])]
-        line = [tool("unshare"), *namespaces, "--", *(_own_ptys() if root else []), *line]
+        namespaces = [*(["--mount"] if root else []), *(["--net"] if isolated and link is None else [])]
+        line = [*entered, tool("unshare"), *namespaces, "--", *(_own_ptys() if root else []), *line]
     for descriptor in filters:
         line += ["--add-seccomp-fd", str(descriptor)]
     line += ["--ro-bind", "/", "/", "--dev", "/dev", *(["--dev-bind", "/dev/pts", "/dev/pts"] if root else [])]
     line += ["--proc", "/proc"]
-    if link is not None:  # bubblewrap says the namespace is made, and holds the server back until pasta is ready
-        info, block = link.passed
-        line += ["--info-fd", str(info), "--block-fd", str(block)]
     size = str(sandbox.disk << 20)
     for path in hidden:  # a later mount over an earlier one
         line += ["--perms", "01777", "--size", size, "--tmpfs", path] if path in PRIVATE else ["--tmpfs", path]

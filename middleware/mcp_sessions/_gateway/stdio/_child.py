@@ -183,12 +183,6 @@ class Child:
         finally:
             for file in files:
                 os.close(file)
-        try:  # its network, before the server runs
-            await place.connect(process.pid)
-        except SandboxError as exc:
-            with anyio.CancelScope(shield=True):
-                await self._stopped(process, place)
-            return self._failed(str(exc))
         self.pid = process.pid
         pipe = Pipe(self, process)
         self.link = link = JSONRPCDispatcher(pipe, pipe)
