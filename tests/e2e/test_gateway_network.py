@@ -185,9 +185,9 @@ def test_pasta_holds_no_capability_of_the_hosts_is_counted_with_the_process_and_
     """After a call, the pasta of an egress process holds no capability of the host's (its capabilities are in a user
     namespace of its own, which maps no uid and owns nothing but the process's network namespace), runs in the
     conversation's control group, gives it the gateway's fixed addresses (not the host's), and binds on the host
-    neither a TCP nor a UDP port the process bound; a datagram to the host's ``127.0.0.1:PORT`` never reaches the
-    process, even on the UDP port pasta binds for it once it sends from it (the namespace's own rules drop it, and
-    count it)."""
+    neither a TCP nor a UDP port the process bound, nor the port it sends a datagram from (the namespace sends it from
+    an ephemeral port at random, which pasta binds); a datagram to that port of the host's never reaches the process
+    (the namespace's own rules drop it, and count it)."""
     needs_root_and_nft()
     _sealed.needs(containment, "cgroup-memory")
     tcp, udp = free_port(), free_port()
@@ -204,8 +204,12 @@ def test_pasta_holds_no_capability_of_the_hosts_is_counted_with_the_process_and_
         with socket.create_server(("127.0.0.1", tcp)), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
             taken.bind(("127.0.0.1", udp))  # the host's own: the process's ports are its namespace's alone
         sent = _sealed.text(_sealed.call(mcp, "send", session, port=udp, host=GATEWAY, to=9))
+        pastas = udp_ports_of(uid)  # what pasta bound on the host for that flow: an ephemeral port, at random
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as after:
+            after.bind(("127.0.0.1", udp))  # still the host's: never the port the process chose
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as intruder:
-            intruder.sendto(b"in", ("127.0.0.1", udp))
+            for port in pastas:
+                intruder.sendto(b"in", ("127.0.0.1", port))
         rules = ["nsenter", f"--net=/proc/{server_pid}/ns/net", "nft", "list", "table", "inet", "mcp_sessions"]
         dropped = re.compile(r"counter packets [1-9]\d* bytes \d+ drop")
         until(lambda: dropped.search(subprocess.run(rules, capture_output=True, text=True).stdout), "the drop")
@@ -217,11 +221,18 @@ def test_pasta_holds_no_capability_of_the_hosts_is_counted_with_the_process_and_
         addresses = {each["local"] for link in listed for each in link.get("addr_info", []) if "local" in each}
     assert bound == ["bound", "bound"]
     assert sent.startswith("denied: ") or sent == "sent", sent  # refused by the host's rules: this host's port 9
+    assert pastas and udp not in pastas, (udp, pastas)
     assert received == "nothing"
     assert (status["CapInh"], status["CapAmb"]) == ("0000000000000000", "0000000000000000"), status
     assert user_namespace != os.readlink("/proc/self/ns/user") and uid_map == "", (user_namespace, uid_map)
     assert cgroups[0] == cgroups[1] != cgroups[2], cgroups
     assert addresses == {"169.254.1.2", "fd6d:6373::2"}, addresses  # the gateway's, not the host's
+
+
+def udp_ports_of(uid: int) -> list[int]:
+    """The UDP ports the host's sockets of ``uid`` are bound to (``/proc/net/udp``: pasta's, as the process's uid)."""
+    rows = [line.split() for line in Path("/proc/net/udp").read_text().splitlines()[1:]]
+    return [int(row[1].rpartition(":")[2], 16) for row in rows if int(row[7]) == uid]
 
 
 def test_a_host_without_a_default_route_is_said_once_at_startup() -> None:

@@ -20,6 +20,7 @@ port number, uids, a checked name), never from what the operator typed.
 from __future__ import annotations
 
 import argparse
+import functools
 import ipaddress
 import json
 import logging
@@ -120,19 +121,33 @@ _PASTA_CAPS: Final = "+sys_admin"
 # The namespaces' holder: it says they are made, then waits for its stdin to end (the gateway's close, or its end).
 _HOLD: Final = "echo made; read -r _"
 # The process's network namespace's own rules, which the gateway makes there (nft, as root: the process has no
-# capability there): what pasta delivers that is not a reply to what the process sent is dropped, a datagram to the
-# host's port that pasta binds for a process's UDP (its design: the port the process sent from) among them.
-_INBOUND: Final = """\
-table inet mcp_sessions {
-  chain input {
+# capability there): what pasta delivers that is not a reply to what the process sent is dropped; and what it sends by
+# UDP leaves from a port of the host's ephemeral range at random ({ports}), as a client of the host's would, so that
+# the port pasta binds on the host for it (passt keeps a datagram's source port) is never one the process chose.
+_NAMESPACE_RULES: Final = """\
+table inet mcp_sessions {{
+  chain input {{
     type filter hook input priority 0; policy accept;
     iif lo accept
     ct state established,related accept
     meta l4proto ipv6-icmp accept
     counter drop comment "not a reply to the process"
-  }
-}
+  }}
+  chain postrouting {{
+    type nat hook postrouting priority srcnat; policy accept;
+    oif != lo meta l4proto udp snat ip to 169.254.1.2:{ports} random
+    oif != lo meta l4proto udp snat ip6 to [fd6d:6373::2]:{ports} random
+  }}
+}}
 """
+EPHEMERAL: Final = "/proc/sys/net/ipv4/ip_local_port_range"
+
+
+@functools.cache
+def namespace_rules() -> str:
+    """:data:`_NAMESPACE_RULES`, with the host's ephemeral port range (its kernel's own choice for a client)."""
+    first, last = (int(port) for port in Path(EPHEMERAL).read_text().split())
+    return _NAMESPACE_RULES.format(ports=f"{first}-{last}")
 CGROUPS_FIRST: Final = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
 """A helper's first step: its own pid into each control group named, until ``--``; then the command that follows."""
 TUN: Final = "/dev/net/tun"
@@ -578,7 +593,7 @@ class Link:
                 nft, env=environ, stdin=pipe, stdout=subprocess.DEVNULL, stderr=pipe
             ) as rules:
                 assert rules.stdin is not None and rules.stderr is not None
-                await rules.stdin.send(_INBOUND.encode())
+                await rules.stdin.send(namespace_rules().encode())
                 await rules.stdin.aclose()
                 await self._start(namespaces[0], namespaces[1], environ)
                 with suppress(anyio.EndOfStream):
