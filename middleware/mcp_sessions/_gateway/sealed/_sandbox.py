@@ -334,7 +334,7 @@ class Sandbox:
         if self.containment == "bwrap" and self.network != "host":
             helpers += ["unshare", "ip"]
         if self.network == "egress":
-            helpers += ["unshare", "nsenter", "nft", "setpriv", "pasta"]
+            helpers += ["unshare", "nsenter", "nft", "setpriv", "pasta", "bash"]
         return helpers
 
     async def enter(self, process_id: str) -> Place:
@@ -385,7 +385,7 @@ class Place:
         it has its own loopback alone."""
         if self.uid is not None and routed():
             procs = [] if self.cgroup is None else self.cgroup.procs
-            helpers = {name: tool(name) for name in ("unshare", "nsenter", "nft", "setpriv", "pasta")}
+            helpers = {name: tool(name) for name in ("unshare", "nsenter", "nft", "setpriv", "pasta", "bash")}
             self.link = Link(self.uid, self.uid if self.gid is None else self.gid, helpers, procs)
             await self.link.open(HELPER_ENV)
 
