@@ -150,6 +150,13 @@ def namespace_rules() -> str:
     return _NAMESPACE_RULES.format(ports=f"{first}-{last}")
 CGROUPS_FIRST: Final = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
 """A helper's first step: its own pid into each control group named, until ``--``; then the command that follows."""
+# pasta's keeper, as root, by bash (a descriptor above 9): into the control groups ($2... until --), then pasta in the
+# background, the keeper's copy of pasta's pid file ($1, a descriptor) closed; once its stdin ends (the gateway's
+# close, or its end: pasta's parent-death signal is cleared as it joins its user namespace), pasta killed.
+_KEEP: Final = (
+    'written=$1; shift; while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; '
+    '"$@" & eval "exec $written>&-"; read -r _; kill -KILL $! 2>/dev/null; wait'
+)
 TUN: Final = "/dev/net/tun"
 _SAID: Final = 4096  # what of pasta's stderr is kept: its first words, why it did not start
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -545,11 +552,11 @@ class Link:
     process's behalf is the process's uid's, under the gateway's nftables rules (:class:`EgressRules`); no port is
     forwarded either way, and the namespace's addresses are the gateway's fixed ones, not the host's. The namespaces
     are held by a shell of their own (:attr:`holder`) until :meth:`close`; pasta ends then too, or with the gateway
-    (``setpriv --pdeathsig``, and the holder's stdin)."""
+    (a keeper of pasta's, as root, kills it once its stdin ends; the holder ends so too)."""
 
     def __init__(self, uid: int, gid: int, helpers: Mapping[str, str], procs: Sequence[str]) -> None:
-        # helpers: the absolute paths of unshare, nsenter, nft, setpriv and pasta; procs: the control groups' files
-        # pasta's pid goes in
+        # helpers: the absolute paths of unshare, nsenter, nft, setpriv, pasta and bash; procs: the control groups'
+        # files pasta's pid goes in
         self.uid, self.gid, self.helpers, self.procs = uid, gid, helpers, procs
         self.holder: anyio.abc.Process | None = None
         self.pasta: anyio.abc.Process | None = None
@@ -617,15 +624,15 @@ class Link:
         try:
             try:
                 os.fchown(written, self.uid, self.gid)  # pasta, as the process's uid, opens it by name
-                user_ids = [f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--pdeathsig", "KILL"]
+                user_ids = [f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups"]
                 caps = [f"--inh-caps=-all,{_PASTA_CAPS}", f"--ambient-caps={_PASTA_CAPS}"]
                 namespaces = ["--userns", f"/proc/self/fd/{user}", "--netns", f"/proc/self/fd/{net}"]
                 pasta = [self.helpers["pasta"], *_PASTA, *namespaces, "--pid", f"/proc/self/fd/{written}"]
                 setpriv = [self.helpers["setpriv"], *user_ids, *caps, "--"]
                 self.pasta = await anyio.open_process(
-                    ["/bin/sh", "-c", CGROUPS_FIRST, "sh", *self.procs, "--", *setpriv, *pasta],
+                    [self.helpers["bash"], "-c", _KEEP, "sh", str(written), *self.procs, "--", *setpriv, *pasta],
                     env=environ,
-                    stdin=subprocess.DEVNULL,
+                    stdin=subprocess.PIPE,
                     stdout=subprocess.DEVNULL,
                     stderr=errors,
                     pass_fds=(user, net, written),
@@ -642,10 +649,8 @@ class Link:
 
     async def close(self) -> None:
         """pasta ended, then the namespaces' holder (once the process has ended: they go with it)."""
-        if self.pasta is not None:
-            with suppress(ProcessLookupError):
-                self.pasta.kill()
-            await self.pasta.wait()
+        if self.pasta is not None:  # its keeper kills it as its stdin ends
+            await self.pasta.aclose()
             self.pasta = None
         if self.holder is not None:
             with suppress(ProcessLookupError):

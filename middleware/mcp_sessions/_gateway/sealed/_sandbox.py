@@ -411,7 +411,7 @@ class Sandbox:
         if self.containment == "bwrap" and self.cwd is not None and (self.uids is not None or self.user is not None):
             helpers.append("chown")
         if self.network == "egress":
-            helpers += ["unshare", "nsenter", "nft", "setpriv", "pasta"]
+            helpers += ["unshare", "nsenter", "nft", "setpriv", "pasta", "bash"]
         return helpers
 
     async def enter(self, process_id: str, user: Sequence[str] | None = None) -> Place:
@@ -477,7 +477,7 @@ class Place:
         it has its own loopback alone."""
         if self.uid is not None and routed():
             procs = [] if self.cgroup is None else self.cgroup.procs
-            helpers = {name: tool(name) for name in ("unshare", "nsenter", "nft", "setpriv", "pasta")}
+            helpers = {name: tool(name) for name in ("unshare", "nsenter", "nft", "setpriv", "pasta", "bash")}
             self.link = Link(self.uid, self.uid if self.gid is None else self.gid, helpers, procs)
             await self.link.open(HELPER_ENV)
 
