@@ -41,9 +41,10 @@ from ..._config import SessionsConfig
 from ..._session import PRINCIPAL_CLAIM, SCOPE_KEY, Session, caller_of
 from ..._tokens import IdDigests, SessionClaims
 from ..._wire import Refusal
-from ..._wire.protocol import RATE_LIMITED
+from ..._wire.protocol import RATE_LIMITED, UPSTREAM_UNAVAILABLE
 from ...subscriptions import SessionSubscriptionBus
 from .._front import StartupFailed
+from .._serving import DRAINING, RESTARTING
 from ..auth._users import REQUEST, ProcessEnv
 from ._admission import Admission
 from ._child import EXIT_DRAIN, Child, ChildFactory, ChildProcess, ProcessOptions
@@ -252,8 +253,12 @@ class Table:
         it."""
         if key in self.conversations or key in self.ended:
             raise self.gone(key)
+        scope = REQUEST.get() or {}
+        # a client of a transport session opened before the drain holds it: its first call is served
+        if scope.get(DRAINING, bool)() and key.kind != "transport-session":
+            raise restarting()
         # who may end its transport session
-        user = (REQUEST.get() or {}).get("user")
+        user = scope.get("user")
         begun = partial(
             Conversation, key, owner=caller, bus=self.bus, expires_at=expires_at, transport=transport, user=user
         )
@@ -326,12 +331,12 @@ class Table:
         """The error of an ended conversation's kind: "not found" for one these ended with its session (or a
         front's), else that its process has ended, and why."""
         why = why or self.ended.get(key, EndReason.ENDED)
+        if why is EndReason.SHUTDOWN:
+            return restarting()
         if self.fronted or why in (EndReason.EVICTED, EndReason.SESSION_ENDED):
             return self.not_found()
-        said = "the gateway is shutting down" if why is EndReason.SHUTDOWN else why.text
-        return MCPError(
-            CHILD_EXITED, f"the server process of this conversation has ended ({said}), with its state; start a new one"
-        )
+        said = f"the server process of this conversation has ended ({why.text}), with its state; start a new one"
+        return MCPError(CHILD_EXITED, said)
 
 
 class Children(Table):
@@ -537,6 +542,11 @@ def _told(key: Key, why: EndReason) -> bool:
     if key.kind == "request":
         return False
     return key.kind not in ("caller", "sessionless") or why not in EXPECTED
+
+
+def restarting() -> MCPError:
+    """A conversation the gateway's stop refuses or cuts: ``-32014``, which a client may send again."""
+    return MCPError(UPSTREAM_UNAVAILABLE, RESTARTING)
 
 
 def _no_state() -> MCPError:
