@@ -23,8 +23,9 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
 from _mcp import legacy_request, modern_headers, modern_request
+from _redis import free_port
 from _waits import WITHIN, until, until_awaited
-from e2e._gateway import INITIALIZE, JSON_SSE, PYTHONPATH, Process, gateway_process
+from e2e._gateway import INITIALIZE, JSON_SSE, PYTHONPATH, SECRET, Process, gateway_process
 from e2e._issuer import ISSUER, jwks
 from e2e._stdio import SERVER_PATH, text_of
 
@@ -42,8 +43,20 @@ def holding_gateway(files: Path, *flags: str) -> Iterator[Process]:
         yield gateway
 
 
+def gateway_on(port: int, files: Path) -> Process:
+    """The gateway of :func:`holding_gateway` on ``port``, as a restart starts it again on its port."""
+    environ = {"MCP_SESSIONS_SECRET": SECRET, **SERVER_PATH, "STDIO_TEST_FILES": str(files)}
+    server = ("--stdio", f"{sys.executable} -m e2e._plain_stdio", "--pass-env", "PYTHONPATH")
+    flags = ["--pass-env", "STDIO_TEST_FILES", "--processes", "per-conversation", "--warm", "0"]
+    flags += ["--process-containment", "none", "--log-level", "info", "--shutdown-timeout", "120"]
+    command = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port), *server, *flags]
+    return Process("gateway", command, environ, port)
+
+
 @contextlib.asynccontextmanager
-async def client_of(kind: str, url: str, state: Path) -> AsyncIterator[Client]:
+async def client_of(
+    kind: str, url: str, state: Path, conversation: str = "conversation-drained"
+) -> AsyncIterator[Client]:
     """A client of ``kind``: the SDK's, in 2026-07-28 or its legacy mode, or ``connect`` started as Claude Code
     starts it (its conversation in the environment), the SDK's legacy client its host."""
     if kind != "connect":
@@ -51,7 +64,7 @@ async def client_of(kind: str, url: str, state: Path) -> AsyncIterator[Client]:
             yield client
         return
     environ = {"PYTHONPATH": PYTHONPATH, "XDG_STATE_HOME": str(state), "CLAUDECODE": "1"}
-    environ["CLAUDE_CODE_SESSION_ID"] = "conversation-drained"
+    environ["CLAUDE_CODE_SESSION_ID"] = conversation
     shim = StdioServerParameters(command=sys.executable, args=["-m", "mcp_sessions", "connect", url], env=environ)
     async with Client(stdio_client(shim), mode="legacy") as client:
         yield client
@@ -131,7 +144,8 @@ async def test_a_second_ctrl_c_ends_the_drain_at_once_quietly(tmp_path: Path) ->
             process.send_signal(signal.SIGINT)
             await until_awaited(lambda: b"draining" in gateway.log(), "the drain to begin")
             process.send_signal(signal.SIGINT)
-            status = process.wait(WITHIN)  # the call's 120 s not waited for
+            await until_awaited(lambda: process.poll() is not None, "the gateway to stop")  # not the call's 120 s
+            status = process.returncode
         said = gateway.log().decode()
     assert status == 0 and "Traceback" not in said and "ERROR" not in said, said
     assert [error.error.code for error in cut] == [RESTARTING], cut
@@ -156,3 +170,50 @@ def test_a_gateway_with_nothing_in_flight_stops_at_once_on_sigterm(tmp_path: Pat
         until(lambda: b"startup complete" in gateway.log(), "the gateway to start")
         gateway.process.send_signal(signal.SIGTERM)
         assert gateway.process.wait(WITHIN) == -signal.SIGTERM
+
+
+async def test_a_restart_within_connects_bound_costs_a_new_conversation_nothing(tmp_path: Path) -> None:
+    """A Claude Code conversation that starts while the gateway drains: its ``initialize`` is answered 503 (the
+    draining gateway's), then its connection refused (none listens until the next gateway does); ``connect`` sends
+    it again until the restarted gateway answers, within its bound, and the host sees no error. A conversation of
+    before the restart is told once (``-32043``) that its session ended with its process, then goes on."""
+    port, url = free_port(), ""
+    first = gateway_on(port, tmp_path)
+    answers: list[str] = []
+    try:
+        url = first.url()
+        async with (
+            client_of("connect", url, tmp_path / "old", "conversation-before") as before,
+            client_of("2025-11-25", url, tmp_path) as holding,
+            anyio.create_task_group() as tasks,
+        ):
+            assert text_of(await before.call_tool("count", {})) == "1"
+
+            async def held() -> None:
+                answers.append(text_of(await holding.call_tool("hold", {})))
+
+            async def started_while_draining() -> None:
+                async with client_of("connect", url, tmp_path / "new", "conversation-new") as new:
+                    answers.append(text_of(await new.call_tool("count", {})))
+
+            tasks.start_soon(held)
+            await until_awaited(lambda: (tmp_path / "held").exists(), "the call to reach its process")
+            assert first.process is not None
+            first.process.send_signal(signal.SIGTERM)
+            await until_awaited(lambda: b"draining" in first.log(), "the drain to begin")
+            tasks.start_soon(started_while_draining)
+            await until_awaited(lambda: b'"POST /mcp HTTP/1.1" 503' in first.log(), "the new conversation refused")
+            (tmp_path / "go").touch()
+            stopped = first.process
+            await until_awaited(lambda: stopped.poll() is not None, "the drained gateway to stop")
+            assert stopped.returncode == -signal.SIGTERM
+            first.stop()
+            first = await anyio.to_thread.run_sync(gateway_on, port, tmp_path)
+            await until_awaited(lambda: len(answers) == 2, "the new conversation's call")
+            with pytest.raises(MCPError) as lost:
+                await before.call_tool("count", {})
+            assert lost.value.error.code == -32043
+            assert text_of(await before.call_tool("count", {})) == "1"
+    finally:
+        first.stop()
+    assert answers == ["held", "1"]
