@@ -33,7 +33,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._asgi import header
 from .._pipeline import unavailable
-from .._wire.protocol import MCP_METHOD_HEADER, MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
+from .._wire import jsonrpc
+from .._wire.protocol import (
+    MCP_METHOD_HEADER,
+    MCP_PROTOCOL_VERSION_HEADER,
+    MCP_SESSION_ID_HEADER,
+    UPSTREAM_UNAVAILABLE,
+)
 from ..profiles import Era
 from ._front import QueryDropped, StartupFailed
 
@@ -323,7 +329,7 @@ class _Started:
         scope[STOPPING], scope[DRAINING] = self.drained, self.stop_asked
         call = scope["method"] != "GET" and header(headers, MCP_METHOD_HEADER) != _LISTEN
         self.calls += call
-        responding = _Responding(send)
+        responding = _Responding(send, draining=self._stop_asked)
         try:
             return await self.app(scope, receive, responding)
         except asyncio.CancelledError:  # by the drain's end, or uvicorn's
@@ -346,17 +352,35 @@ class _Started:
 
 
 class _Responding:
-    """A request's ``send``, which notes whether its answer has started and ended."""
+    """A request's ``send``, which notes whether its answer has started and ended; for a request that came while
+    the gateway drains (``draining``), a JSON answer that is ``-32014`` (a conversation the app would not open)
+    goes as 503 with ``Retry-After``, as the front's own refusal does, so that a client retries it elsewhere."""
 
-    def __init__(self, send: Send) -> None:
-        self._send = send
+    def __init__(self, send: Send, *, draining: bool) -> None:
+        self._send, self._draining = send, draining
+        self._held: Message | None = None  # the start of a JSON answer, until its body says what it is
         self.started = self.ended = False
 
     async def __call__(self, message: Message) -> None:
+        if self._held is not None:
+            held, self._held = self._held, None
+            body = message.get("body", b"") if message["type"] == "http.response.body" else b""
+            whole = not message.get("more_body", False)
+            refused = whole and jsonrpc.error_code(jsonrpc.loads(body, answer=True)) == UPSTREAM_UNAVAILABLE
+            extra = [(b"retry-after", RETRY_AFTER)] if refused else []
+            await self._send({**held, "status": 503, "headers": [*held["headers"], *extra]} if refused else held)
+            self.started = True
+        elif self._draining and message["type"] == "http.response.start" and _json_ok(message):
+            self._held = message
+            return
         await self._send(message)
         self.started = self.started or message["type"] == "http.response.start"
         body = message["type"] == "http.response.body"
         self.ended = self.ended or (body and not message.get("more_body", False))
+
+
+def _json_ok(start: Message) -> bool:
+    return start["status"] == 200 and header(start.get("headers", ()), b"content-type") == b"application/json"
 
 
 def _opens(scope: Scope) -> bool:
