@@ -5,7 +5,9 @@ conversation: it starts as a shim does, importing no MCP SDK. It relays each mes
 stdin and stdout (a JSON-RPC message a line) and the remote's Streamable HTTP endpoint (a POST each, answered
 in JSON or an event stream; in the 2025 era, the transport session's ``Mcp-Session-Id`` and its GET stream),
 in the era the host speaks, as the SDK's own client sends it (``_relay``). A remote that restarts is connected to again:
-a transport session it no longer knows (404) is opened anew with the host's own ``initialize``. What it adds
+a request it refuses while it drains (503 with ``Retry-After``), or cannot take between two starts (a connection
+refused once it was reached), is sent again for :data:`RESTART_WITHIN`, and a transport session it no longer knows
+(404) is opened anew with the host's own ``initialize``. What it adds
 is the host's conversation, which many hosts give only to their stdio servers, in their environment
 (``CLAUDE_CODE_SESSION_ID``, ``OMNIGENT_SESSION_ID``, or a name ``--conversation-env`` gives):
 
