@@ -93,7 +93,8 @@ async def test_sigterm_drains_a_call_in_flight_to_its_answer(kind: str, tmp_path
     """Issue 94, item 1: a 2025 client's call (and Claude Code's, through ``connect``) was cut at SIGTERM at once
     with ``-32603 ... (the gateway is shutting down)``. Now each kind of client's call in flight gets its answer,
     however long it takes within ``--shutdown-timeout``; meanwhile the gateway says it is not ready, refuses what
-    would open a conversation with a retryable answer, and stops as SIGTERM says once the call is answered."""
+    would open a conversation (or a stream, which would hold the stop) with a retryable answer, and stops as SIGTERM
+    says once the call is answered."""
     answers: list[str] = []
     with holding_gateway(tmp_path, "--shutdown-timeout", "120") as gateway:
         base, process = gateway.url(""), gateway.process
@@ -115,6 +116,10 @@ async def test_sigterm_drains_a_call_in_flight_to_its_answer(kind: str, tmp_path
                     refused = await http.post(gateway.url(), json=body, headers=headers)
                     assert (refused.status_code, refused.headers["retry-after"]) == (503, "1"), refused.text
                     assert refused.json()["error"]["code"] == RESTARTING
+                stream = await http.get(
+                    gateway.url(), headers={"Accept": "text/event-stream"}
+                )  # it would hold the stop
+                assert (stream.status_code, stream.headers["retry-after"]) == (503, "1"), stream.text
                 assert process.poll() is None  # still listening, still serving the call
                 (tmp_path / "go").touch()
         assert process.wait(WITHIN) == -signal.SIGTERM

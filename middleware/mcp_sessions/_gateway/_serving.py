@@ -7,11 +7,13 @@ is one line and exit status 2, and a SIGTERM while the app starts (its first ser
 that start: uvicorn hears signals only once the app has started.
 
 A stop of a started gateway (SIGTERM, the first Ctrl-C) drains it first, as Envoy and Kubernetes drain a
-replica: it keeps listening, ``GET /readyz`` answers 503, a request that would open a conversation gets 503 with
-``Retry-After`` (``-32014``: a retry reaches the next gateway), and every call in flight (a request other than a
-``GET`` stream or a ``subscriptions/listen``) may end, for ``--shutdown-timeout`` at most; only then does uvicorn
-stop. What still runs then (streams, a call past the bound) is ended, a call told ``-32014`` (503 where its answer
-has not started), never uvicorn's 500. A second Ctrl-C (or SIGTERM) ends the drain at once.
+replica: it keeps listening, ``GET /readyz`` answers 503, a request that would open a conversation, or a stream
+(which would hold the stop), gets 503 with ``Retry-After`` (``-32014``: a retry reaches the next gateway), every
+answer closes its connection (none is left idle for a client to reuse as the listener closes), and every call in
+flight (a request other than a ``GET`` stream or a ``subscriptions/listen``) may end, for ``--shutdown-timeout`` at
+most. Then the streams are ended and uvicorn stops: it closes the listener and waits for a call that came meanwhile
+for what is left of the bound. A call past the bound is told ``-32014`` (503 where its answer has not started), never
+uvicorn's 500. A second Ctrl-C (or SIGTERM) ends the drain at once, its calls told so.
 """
 
 from __future__ import annotations
@@ -215,8 +217,9 @@ def _log_config(uvicorns: dict[str, Any], started: _Started) -> dict[str, Any]:
     config = copy.deepcopy(uvicorns)
     config.setdefault("filters", {})["query_dropped"] = {"()": QueryDropped}
     config["filters"]["said_once"] = {"()": lambda: started.said_once}
+    config["filters"]["planned"] = {"()": lambda: started.planned}
     config["loggers"]["uvicorn.access"]["filters"] = ["query_dropped"]
-    config["loggers"]["uvicorn.error"]["filters"] = ["said_once"]
+    config["loggers"]["uvicorn.error"]["filters"] = ["said_once", "planned"]
     return config
 
 
@@ -234,8 +237,8 @@ class _Started:
         self._stop_asked = False
         self._starting: anyio.CancelScope | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.calls = 0  # in flight: every request but a stream that waits for events
-        self._drained = False
+        self.calls: set[asyncio.Task[Any]] = set()  # in flight: every request but a stream that waits for events
+        self._drained = self._hurried = False
         self._drain_ends = asyncio.Event()  # set once no call is in flight, or by a second signal
         self._draining: asyncio.Task[None] | None = None
 
@@ -250,6 +253,7 @@ class _Started:
         which stops ``server`` once no call is in flight or ``timeout`` has passed; the next ends it at once."""
         assert self._loop is not None
         if self._stop_asked:
+            self._hurried = True
             self._loop.call_soon_threadsafe(self._drain_ends.set)
             return
         self._stop_asked = True
@@ -259,7 +263,7 @@ class _Started:
         logger.info(
             "mcp-sessions gateway: draining: /readyz answers 503, a new conversation is refused (503, Retry-After); "
             "%d call(s) in flight may end for %g s",
-            self.calls,
+            len(self.calls),
             timeout,
         )
         if not self.calls:
@@ -267,15 +271,24 @@ class _Started:
         self._draining = asyncio.get_running_loop().create_task(self._drain(server, timeout))
 
     async def _drain(self, server: Any, within: float) -> None:
-        """Wait for the calls in flight (at most ``within`` seconds), then end what still runs and let uvicorn stop."""
-        with contextlib.suppress(TimeoutError):
+        """Wait for the calls in flight (at most ``within`` seconds), then end the streams, and let uvicorn stop: it
+        closes the listener, and waits for a call that came meanwhile for what is left of ``within``. Past it, or at
+        a second signal, the calls are ended too."""
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + within
+        try:
             await asyncio.wait_for(self._drain_ends.wait(), within)
+        except TimeoutError:
+            self._hurried = True
         self._drained = True
-        left = [task for task in server.server_state.tasks if not task.done()]
-        if self.calls:
-            logger.info("mcp-sessions gateway: %d call(s) still in flight are told the gateway restarts", self.calls)
-        for task in left:  # streams, and calls past the bound: each ends as the module says
-            task.cancel()
+        if self._hurried and self.calls:
+            logger.info(
+                "mcp-sessions gateway: %d call(s) still in flight are told the gateway restarts", len(self.calls)
+            )
+        for task in server.server_state.tasks:  # each ends as the module says
+            if self._hurried or task not in self.calls:
+                task.cancel()
+        server.config.timeout_graceful_shutdown = max(ends - loop.time(), 0.1)
         server.should_exit = True
 
     def stop_starting(self) -> None:
@@ -324,12 +337,15 @@ class _Started:
         if scope["method"] == "GET" and scope["path"] in _PROBES:
             ready = scope["path"] == "/healthz" or not self._stop_asked
             return await _probe_answer(send, ready)
-        if self._stop_asked and _opens(scope):
+        call = scope["method"] != "GET" and header(headers, MCP_METHOD_HEADER) != _LISTEN
+        # a stream would hold the stop: its client opens it again at the next gateway
+        if self._stop_asked and (_opens(scope) or not call):
             return await _SHUTTING_DOWN.send(send)
         scope[STOPPING], scope[DRAINING] = self.drained, self.stop_asked
-        call = scope["method"] != "GET" and header(headers, MCP_METHOD_HEADER) != _LISTEN
-        self.calls += call
-        responding = _Responding(send, draining=self._stop_asked)
+        task = asyncio.current_task()
+        if call and task is not None:
+            self.calls.add(task)
+        responding = _Responding(send, draining=self._stop_asked, stopping=self.stop_asked)
         try:
             return await self.app(scope, receive, responding)
         except asyncio.CancelledError:  # by the drain's end, or uvicorn's
@@ -341,9 +357,17 @@ class _Started:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             return None
         finally:
-            self.calls -= call
+            if task is not None:
+                self.calls.discard(task)
             if self._stop_asked and not self.calls:
                 self._drain_ends.set()
+
+    def planned(self, record: logging.LogRecord) -> bool:
+        """A logging filter: uvicorn's cancellations at the end of a stop the gateway drained for are INFO, as
+        planned (its "Cancel N running task(s), timeout graceful shutdown exceeded" is an ERROR)."""
+        if self._stop_asked and record.levelno == logging.ERROR and record.getMessage().startswith("Cancel "):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
 
     def said_once(self, record: logging.LogRecord) -> bool:
         """A logging filter: uvicorn's "Application startup failed" dropped when the gateway says why itself."""
@@ -356,27 +380,32 @@ class _Responding:
     the gateway drains (``draining``), a JSON answer that is ``-32014`` (a conversation the app would not open)
     goes as 503 with ``Retry-After``, as the front's own refusal does, so that a client retries it elsewhere."""
 
-    def __init__(self, send: Send, *, draining: bool) -> None:
-        self._send, self._draining = send, draining
+    def __init__(self, send: Send, *, draining: bool, stopping: Callable[[], bool]) -> None:
+        self._send, self._draining, self._stopping = send, draining, stopping
         self._held: Message | None = None  # the start of a JSON answer, until its body says what it is
         self.started = self.ended = False
 
     async def __call__(self, message: Message) -> None:
         if self._held is not None:
-            held, self._held = self._held, None
+            start, self._held = self._held, None
             body = message.get("body", b"") if message["type"] == "http.response.body" else b""
-            whole = not message.get("more_body", False)
-            refused = whole and jsonrpc.error_code(jsonrpc.loads(body, answer=True)) == UPSTREAM_UNAVAILABLE
-            extra = [(b"retry-after", RETRY_AFTER)] if refused else []
-            await self._send({**held, "status": 503, "headers": [*held["headers"], *extra]} if refused else held)
-            self.started = True
-        elif self._draining and message["type"] == "http.response.start" and _json_ok(message):
-            self._held = message
-            return
+            answer = jsonrpc.loads(body, answer=True) if not message.get("more_body", False) else None
+            if jsonrpc.error_code(answer) == UPSTREAM_UNAVAILABLE:
+                start = {**start, "status": 503, "headers": [*start["headers"], (b"retry-after", RETRY_AFTER)]}
+            await self._start(start)
+        elif message["type"] == "http.response.start":
+            if self._draining and _json_ok(message):
+                self._held = message
+                return None
+            return await self._start(message)
         await self._send(message)
-        self.started = self.started or message["type"] == "http.response.start"
-        body = message["type"] == "http.response.body"
-        self.ended = self.ended or (body and not message.get("more_body", False))
+        self.ended = self.ended or (message["type"] == "http.response.body" and not message.get("more_body", False))
+
+    async def _start(self, start: Message) -> None:
+        if self._stopping():  # no request after it on this connection: the next one finds the next gateway
+            start = {**start, "headers": [*start.get("headers", ()), (b"connection", b"close")]}
+        await self._send(start)
+        self.started = True
 
 
 def _json_ok(start: Message) -> bool:
