@@ -117,5 +117,36 @@ def test_a_replica_that_fails_is_taken_out_and_its_conversations_told_so(http: h
             assert replica_of(http, a, {"vscode.conversationId": f"after-{number}"}) in ("r1", "r2")
 
 
+class Draining:
+    """A replica whose gateway drains: every request refused for now, 503 with ``Retry-After`` and ``-32014``."""
+
+    def __init__(self) -> None:
+        self.refused = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        self.refused += 1
+        body = b'{"jsonrpc": "2.0", "id": null, "error": {"code": -32014, "message": "The gateway is restarting"}}'
+        headers = [(b"content-type", b"application/json"), (b"retry-after", b"1")]
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def test_a_replica_that_drains_sends_its_new_conversations_to_the_next(http: httpx.Client) -> None:
+    """Issue 94, item 2: a replica that drains (its gateway stopping) refuses a new conversation with 503 and
+    ``Retry-After``; the front sends that request to the next replica, as one it could not connect to, and the
+    client never sees the refusal. Each conversation is drawn anew until one ranked the draining replica first."""
+    draining = Draining()
+    with serve(draining) as refusing, serve(upstream_server("r1").streamable_http_app()) as serving:
+        urls = [refusing + "/mcp", serving + "/mcp"]
+        with serve(gateway_app(urls, config=SessionsConfig(secret=SECRET, store=MemoryStore()))) as front:
+            for number in range(60):  # as above: 60 miss it in 10^18 runs
+                assert replica_of(http, front + "/mcp", {"vscode.conversationId": f"drained-{number}"}) == "r1"
+                if draining.refused:
+                    break
+    assert draining.refused == 1
+
+
 def test_the_modern_era_is_what_these_tests_speak() -> None:
     assert MODERN == "2026-07-28"

@@ -530,7 +530,10 @@ def test_a_call_unanswered_when_the_shutdown_timeout_ends_gets_503_and_32014(tmp
         process.process.wait(timeout=WITHIN)
         output = process.output()
     assert answer.status_code == 503 and answer.headers["retry-after"] == "1", output
-    error = {"code": -32014, "message": "The gateway is shutting down"}
+    error = {
+        "code": -32014,
+        "message": "The gateway is restarting: send the request again, and the next one answers it",
+    }
     assert answer.json() == {"jsonrpc": "2.0", "id": None, "error": error}
     assert "Traceback" not in output and "Exception in ASGI application" not in output, output
 

@@ -32,7 +32,7 @@ from _mcp import (
     session_meta,
 )
 from _redis import free_port, missing
-from _waits import WITHIN, until_awaited
+from _waits import WITHIN
 from conftest import SECRET
 from e2e._gateway import Process, gateway_process, legacy_initialize, result_of
 from e2e._issuer import ISSUER, jwks, signed
@@ -77,21 +77,12 @@ async def count(client: Client, session: dict[str, Any]) -> str:
 
 
 async def ended(client: Client, session: dict[str, Any]) -> object:
-    """What ``session``'s call gets once its process ended and its session is revoked: ``-32043``; meanwhile, its
-    process's end (``-32603``, "has ended"); a result, were a new process to serve it."""
-    seen: list[object] = []
-
-    async def answered() -> bool:
-        try:
-            seen.append(await count(client, session))
-        except MCPError as exc:
-            if exc.code == CHILD_EXITED and "conversation has ended (exited)" in exc.message:
-                return False  # its session is being revoked
-            seen.append(exc.code)
-        return True
-
-    await until_awaited(answered, "the ended conversation's answer")
-    return seen[-1]
+    """What ``session``'s next call gets once its process ended: ``-32043``, at once (issue 94, item 5: until its
+    session's revocation landed, ``-32603`` "has ended"); a result, were a new process to serve it."""
+    try:
+        return await count(client, session)
+    except MCPError as exc:
+        return exc.code
 
 
 @pytest.mark.parametrize(
@@ -105,7 +96,8 @@ async def test_each_caller_gets_a_process_of_her_own_and_its_end_ends_her_conver
     """76.4: ``--processes auto`` gave every caller of a 2026-07-28 server one shared process, so bob counted on from
     alice's count, and her call that ended it (a crash; 400 MiB past a bound of 200) was answered by a fresh process
     as if nothing had happened. Now each caller has a process of her own, counted once; its end ends her
-    conversations ("Session not found"), not his; the lists the SDK's client sends, naming none, cost no process."""
+    conversations ("Session not found", told once: her next session is served at once), not his; the lists the SDK's
+    client sends, naming none, cost no process."""
     if bound and Cgroups.found(1 << 30, None) is None:
         missing("this test needs a memory control group the gateway may create (v2 delegated, or v1 as root)")
     with verifying("--processes", "auto", *bound) as gateway:
@@ -119,6 +111,8 @@ async def test_each_caller_gets_a_process_of_her_own_and_its_end_ends_her_conver
             with pytest.raises(MCPError) as ended_by:
                 await alice.call_tool(*ending, meta=sdk_session_meta(hers))
             after = await ended(alice, hers)
+            # told once: her next conversation is served at once (it was told "has ended ..., start a new one")
+            renewed = await count(alice, await create_session(alice))
             his_after = await count(bob, his)
         logged = gateway.log().decode()
 
@@ -130,8 +124,9 @@ async def test_each_caller_gets_a_process_of_her_own_and_its_end_ends_her_conver
     said = "exited (over its memory bound (--process-memory))" if bound else "exited (crash: "
     assert said in ended_by.value.message, ended_by.value.message
     assert after == SESSION_NOT_FOUND, after  # never a new process's "1"
+    assert renewed == "1"
     assert his_after == "2"
-    assert logged.count("serves the conversation") == 2, logged  # alice's process, bob's: no list took one
+    assert logged.count("serves the conversation") == 3, logged  # alice's, bob's, hers after: no list took one
     assert "the server speaks 2026-07-28: a process per caller" in logged, logged
     assert not bound or "over its memory bound (--process-memory)" in logged, logged
 

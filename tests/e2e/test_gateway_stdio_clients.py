@@ -267,7 +267,8 @@ def test_sigterm_ends_the_processes_of_every_kind_of_conversation() -> None:
 def test_ctrl_c_stops_the_gateway_quietly_and_a_call_in_flight_is_told_why() -> None:
     """Ctrl-C on a foreground gateway (SIGINT): it stops as uvicorn's own command does, exit status 0 and no traceback
     (it printed a ``KeyboardInterrupt``'s, 25 lines, after a clean stop); a 2025 client's call in flight, unanswered
-    at ``--shutdown-timeout``, is told the gateway is shutting down (it read "(ended)")."""
+    at ``--shutdown-timeout``, is told the gateway restarts (``-32014``: it read "(ended)", then ``-32603`` "the
+    gateway is shutting down"), and the drain's end says what it cut as INFO, never uvicorn's ERROR."""
     hostile = f"{sys.executable} -m e2e._hostile_stdio"
     with (
         gateway_process([], "--stdio", hostile, "--log-level", "info", environ=SERVER_PATH) as process,
@@ -283,7 +284,8 @@ def test_ctrl_c_stops_the_gateway_quietly_and_a_call_in_flight_is_told_why() -> 
         error, said = in_flight.result(timeout=60), process.log().decode()
 
     assert status == 0 and "Traceback" not in said and "KeyboardInterrupt" not in said, said
-    assert "(the gateway is shutting down)" in error["message"], error
+    assert "ERROR" not in said and "1 call(s) still in flight" in said, said
+    assert error["code"] == -32014 and "The gateway is restarting" in error["message"], error
 
 
 def test_a_requests_own_process_is_replaced_and_stopped_once_its_answer_is_sent(tmp_path: Path) -> None:

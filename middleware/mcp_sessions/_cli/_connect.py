@@ -5,7 +5,9 @@ conversation: it starts as a shim does, importing no MCP SDK. It relays each mes
 stdin and stdout (a JSON-RPC message a line) and the remote's Streamable HTTP endpoint (a POST each, answered
 in JSON or an event stream; in the 2025 era, the transport session's ``Mcp-Session-Id`` and its GET stream),
 in the era the host speaks, as the SDK's own client sends it (``_relay``). A remote that restarts is connected to again:
-a transport session it no longer knows (404) is opened anew with the host's own ``initialize``. What it adds
+a request it refuses while it drains (503 with ``Retry-After``), or cannot take between two starts (a connection
+refused once it was reached), is sent again for :data:`RESTART_WITHIN`, and a transport session it no longer knows
+(404) is opened anew with the host's own ``initialize``. What it adds
 is the host's conversation, which many hosts give only to their stdio servers, in their environment
 (``CLAUDE_CODE_SESSION_ID``, ``OMNIGENT_SESSION_ID``, or a name ``--conversation-env`` gives):
 
@@ -76,6 +78,12 @@ every process it starts, so a ``CLAUDE_CODE_SESSION_ID`` left exported in a shel
 MAX_REFUSAL: Final = 64 << 10
 """The most of a refusal's body read for its ``error_description``."""
 REFUSED_STATUSES: Final = (401, 403)
+RESTART_WITHIN: Final = 30.0
+"""How long a request is sent again while the remote restarts: answered 503 with ``Retry-After`` (a gateway that
+drains), or refused a connection once this shim has reached it (none listens between two gateways). A rolling
+restart shorter than that costs the host nothing."""
+RECONNECT_EVERY: Final = 0.5
+"""The pause between two connections refused while the remote restarts."""
 TIMEOUT: Final = httpx2.Timeout(30.0, read=300.0)
 """The SDK's own client's: 30 s to connect and send, 5 minutes between two bytes of an answer (an event stream)."""
 _BUILT_IN: Final = " and ".join(BUILT_IN_CONVERSATION_ENV)
@@ -340,6 +348,7 @@ class Refusals(httpx2.AsyncBaseTransport):
         self._where = printable(url)
         self._credentials = credentials
         self._said: set[int] = set()
+        self._reached = False  # a connection refused after this is the remote restarting
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         request.headers.update(self._credentials.current)
@@ -363,11 +372,29 @@ class Refusals(httpx2.AsyncBaseTransport):
         return self._refused(request, status, INTERNAL_ERROR, said)
 
     async def _sent(self, request: httpx2.Request) -> httpx2.Response:
-        try:
-            return await self._inner.handle_async_request(request)
-        except httpx2.TransportError as exc:
-            said = f"could not reach {self._where}: {type(exc).__name__}"
-            return self._refused(request, 502, UPSTREAM_UNAVAILABLE, said)
+        """The remote's response, the request sent again while the remote restarts, for :data:`RESTART_WITHIN`."""
+        restarted_by = anyio.current_time() + RESTART_WITHIN
+        while True:
+            try:
+                response = await self._inner.handle_async_request(request)
+            except httpx2.ConnectError as exc:
+                if not self._reached or anyio.current_time() + RECONNECT_EVERY > restarted_by:
+                    return self._unreachable(request, exc)
+                await anyio.sleep(RECONNECT_EVERY)
+                continue
+            except httpx2.TransportError as exc:
+                return self._unreachable(request, exc)
+            self._reached = True
+            wait = _retry_after(response)
+            if wait is None or anyio.current_time() + wait > restarted_by:
+                return response
+            await response.aclose()
+            logger.info("the remote restarts (HTTP 503): the request is sent again in %g s", wait)
+            await anyio.sleep(wait)
+
+    def _unreachable(self, request: httpx2.Request, exc: httpx2.TransportError) -> httpx2.Response:
+        said = f"could not reach {self._where}: {type(exc).__name__}"
+        return self._refused(request, 502, UPSTREAM_UNAVAILABLE, said)
 
     def _refused(self, request: httpx2.Request, status: int, code: int, said: str) -> httpx2.Response:
         """The error, under the id of the request it answers (the shim's own ``sessions/create`` waits for it)."""
@@ -384,6 +411,12 @@ class Refusals(httpx2.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+def _retry_after(response: httpx2.Response) -> float | None:
+    """The seconds a 503's ``Retry-After`` (a number of them) asks a client to wait; ``None`` for any other answer."""
+    said = response.headers.get("retry-after", "")
+    return float(said) if response.status_code == 503 and said.isdigit() else None
 
 
 async def _described(response: httpx2.Response) -> str:

@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("mcp_sessions.gateway")
 
 DEFAULT_SHUTDOWN_TIMEOUT: Final = 10.0
-"""On SIGTERM, uvicorn waits for every open response: an event stream never ends by itself, so after this
-long the gateway cancels what still runs (each upstream request closed) and stops."""
+"""On SIGTERM, the gateway drains (``_serving``): it waits for the calls in flight for this long at most, then
+cancels what still runs (each upstream request closed) and stops."""
 
 STDIO_SHUTDOWN_TIMEOUT: Final = 4.0
 """With --stdio: then every child gets its stdin closed, SIGTERM and SIGKILL (``stdio._child.stop_group``): all
@@ -124,7 +124,8 @@ def _serving_arguments(gateway: argparse.ArgumentParser) -> None:
         "--shutdown-timeout",
         type=float,
         metavar="SECONDS",
-        help="on SIGTERM, how long answers still streaming may go on (default "
+        help="on SIGTERM or Ctrl-C, how long the gateway drains: it says 503 on /readyz and to "
+        "new conversations, and waits for the calls in flight (default "
         f"{DEFAULT_SHUTDOWN_TIMEOUT:g}; {STDIO_SHUTDOWN_TIMEOUT:g} with --stdio, whose processes "
         "then have 5 s to end)",
     )

@@ -4,8 +4,16 @@
 runs uvicorn on it (and the operator's status port, ``--status-port``, on a loopback socket of its own, and its Unix
 socket, ``--status-socket``); ``_Started`` stands between uvicorn and the app's lifespan, so that a failure to start
 is one line and exit status 2, and a SIGTERM while the app starts (its first server process not answering yet) ends
-that start: uvicorn hears signals only once the app has started. A request still unanswered when a stop's
-``--shutdown-timeout`` ends gets 503 and ``-32014`` from it, not uvicorn's 500.
+that start: uvicorn hears signals only once the app has started.
+
+A stop of a started gateway (SIGTERM, the first Ctrl-C) drains it first, as Envoy and Kubernetes drain a
+replica: it keeps listening, ``GET /readyz`` answers 503, a request that would open a conversation, or a stream
+(which would hold the stop), gets 503 with ``Retry-After`` (``-32014``: a retry reaches the next gateway), every
+answer closes its connection (none is left idle for a client to reuse as the listener closes), and every call in
+flight (a request other than a ``GET`` stream or a ``subscriptions/listen``) may end, for ``--shutdown-timeout`` at
+most. Then the streams are ended and uvicorn stops: it closes the listener and waits for a call that came meanwhile
+for what is left of the bound. A call past the bound is told ``-32014`` (503 where its answer has not started), never
+uvicorn's 500. A second Ctrl-C (or SIGTERM) ends the drain at once, its calls told so.
 """
 
 from __future__ import annotations
@@ -25,7 +33,16 @@ from typing import Any, Final, TextIO
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .._asgi import header
 from .._pipeline import unavailable
+from .._wire import jsonrpc
+from .._wire.protocol import (
+    MCP_METHOD_HEADER,
+    MCP_PROTOCOL_VERSION_HEADER,
+    MCP_SESSION_ID_HEADER,
+    UPSTREAM_UNAVAILABLE,
+)
+from ..profiles import Era
 from ._front import QueryDropped, StartupFailed
 
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -34,10 +51,18 @@ EXIT_USAGE = 2
 """A usage or startup error the gateway says in one line: a flag, its port in use, a server that does not start."""
 STARTUP_FAILURE = 3
 """uvicorn's exit status for an app that failed to start in another way (a bug: its traceback is logged)."""
-_SHUTTING_DOWN = unavailable(503, "The gateway is shutting down", b"1", None, "shutting_down")
+RESTARTING: Final = "The gateway is restarting: send the request again, and the next one answers it"
+"""What a request refused by a drain, or cut by the stop that ends it, is told (with ``-32014``)."""
+RETRY_AFTER: Final = b"1"
+_SHUTTING_DOWN = unavailable(503, RESTARTING, RETRY_AFTER, None, "shutting_down")
 STOPPING: Final = "mcp_sessions.gateway.stopping"
-"""The scope key of a callable that says whether the gateway has been asked to stop: a request still unanswered then
-says so (``--stdio``'s, whose stream ends unanswered at ``--shutdown-timeout``, before the app's shutdown)."""
+"""The scope key of a callable that says whether the gateway's drain has ended (it stops): a request still unanswered
+then says so (``--stdio``'s, whose stream ends unanswered, before the app's shutdown)."""
+DRAINING: Final = "mcp_sessions.gateway.draining"
+"""The scope key of a callable that says whether the gateway drains (it has been asked to stop): it opens no
+conversation then (``--stdio``'s table refuses one with ``-32014``)."""
+_PROBES: Final = {"/healthz", "/readyz"}
+_LISTEN: Final = b"subscriptions/listen"
 
 
 def serve(
@@ -77,8 +102,11 @@ def serve(
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            super().handle_exit(sig, frame)
-            started.stop_starting()  # a first process that never answers keeps no one waiting
+            if not self.started:  # uvicorn's own stop; a first process that never answers keeps no one waiting
+                super().handle_exit(sig, frame)
+                return started.stop_starting()
+            self._captured_signals.append(sig)  # raised again once stopped, as uvicorn does
+            started.drain(self, shutdown_timeout)
 
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
@@ -189,8 +217,9 @@ def _log_config(uvicorns: dict[str, Any], started: _Started) -> dict[str, Any]:
     config = copy.deepcopy(uvicorns)
     config.setdefault("filters", {})["query_dropped"] = {"()": QueryDropped}
     config["filters"]["said_once"] = {"()": lambda: started.said_once}
+    config["filters"]["planned"] = {"()": lambda: started.planned}
     config["loggers"]["uvicorn.access"]["filters"] = ["query_dropped"]
-    config["loggers"]["uvicorn.error"]["filters"] = ["said_once"]
+    config["loggers"]["uvicorn.error"]["filters"] = ["said_once", "planned"]
     return config
 
 
@@ -208,9 +237,59 @@ class _Started:
         self._stop_asked = False
         self._starting: anyio.CancelScope | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.calls: set[asyncio.Task[Any]] = set()  # in flight: every request but a stream that waits for events
+        self._drained = self._hurried = False
+        self._drain_ends = asyncio.Event()  # set once no call is in flight, or by a second signal
+        self._draining: asyncio.Task[None] | None = None
 
     def stop_asked(self) -> bool:
         return self._stop_asked
+
+    def drained(self) -> bool:
+        return self._drained
+
+    def drain(self, server: Any, timeout: float) -> None:
+        """Called by the signal handler of a started gateway: the first signal begins the drain (see the module),
+        which stops ``server`` once no call is in flight or ``timeout`` has passed; the next ends it at once."""
+        assert self._loop is not None
+        if self._stop_asked:
+            self._hurried = True
+            self._loop.call_soon_threadsafe(self._drain_ends.set)
+            return
+        self._stop_asked = True
+        self._loop.call_soon_threadsafe(self._begin_drain, server, timeout)
+
+    def _begin_drain(self, server: Any, timeout: float) -> None:
+        logger.info(
+            "mcp-sessions gateway: draining: /readyz answers 503, a new conversation is refused (503, Retry-After); "
+            "%d call(s) in flight may end for %g s",
+            len(self.calls),
+            timeout,
+        )
+        if not self.calls:
+            self._drain_ends.set()
+        self._draining = asyncio.get_running_loop().create_task(self._drain(server, timeout))
+
+    async def _drain(self, server: Any, within: float) -> None:
+        """Wait for the calls in flight (at most ``within`` seconds), then end the streams, and let uvicorn stop: it
+        closes the listener, and waits for a call that came meanwhile for what is left of ``within``. Past it, or at
+        a second signal, the calls are ended too."""
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + within
+        try:
+            await asyncio.wait_for(self._drain_ends.wait(), within)
+        except TimeoutError:
+            self._hurried = True
+        self._drained = True
+        if self._hurried and self.calls:
+            logger.info(
+                "mcp-sessions gateway: %d call(s) still in flight are told the gateway restarts", len(self.calls)
+            )
+        for task in server.server_state.tasks:  # each ends as the module says
+            if self._hurried or task not in self.calls:
+                task.cancel()
+        server.config.timeout_graceful_shutdown = max(ends - loop.time(), 0.1)
+        server.should_exit = True
 
     def stop_starting(self) -> None:
         """Called by the signal handler: the start under way, or about to be, is ended (its processes stopped)."""
@@ -219,17 +298,10 @@ class _Started:
             self._loop.call_soon_threadsafe(self._starting.cancel)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            return await self._request(scope, receive, send)
         if scope["type"] != "lifespan":
-            scope[STOPPING] = self.stop_asked
-            try:
-                return await self.app(scope, receive, send)
-            except asyncio.CancelledError:  # by uvicorn, at the end of a stop's --shutdown-timeout
-                if not self._stop_asked or scope["type"] != "http":
-                    raise
-                # uvicorn (h11, as serve runs it) refuses a second answer: one that has started is cut, as documented.
-                with contextlib.suppress(RuntimeError):
-                    return await _SHUTTING_DOWN.send(send)
-                raise
+            return await self.app(scope, receive, send)
         held: list[Message] = []
 
         async def sending(message: Message) -> None:
@@ -259,10 +331,103 @@ class _Started:
         if self.stopped and not held:  # uvicorn waits for the start's end
             await send({"type": "lifespan.startup.failed", "message": ""})
 
+    async def _request(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A request: the probes answered, a new conversation refused while draining, a call counted in flight."""
+        headers = scope["headers"]
+        if scope["method"] == "GET" and scope["path"] in _PROBES:
+            ready = scope["path"] == "/healthz" or not self._stop_asked
+            return await _probe_answer(send, ready)
+        call = scope["method"] != "GET" and header(headers, MCP_METHOD_HEADER) != _LISTEN
+        # a stream would hold the stop: its client opens it again at the next gateway
+        if self._stop_asked and (_opens(scope) or not call):
+            return await _SHUTTING_DOWN.send(send)
+        scope[STOPPING], scope[DRAINING] = self.drained, self.stop_asked
+        task = asyncio.current_task()
+        if call and task is not None:
+            self.calls.add(task)
+        responding = _Responding(send, draining=self._stop_asked, stopping=self.stop_asked)
+        try:
+            return await self.app(scope, receive, responding)
+        except asyncio.CancelledError:  # by the drain's end, or uvicorn's
+            if not self._stop_asked:
+                raise
+            if not responding.started:
+                return await _SHUTTING_DOWN.send(send)
+            if not responding.ended:  # a stream: ended where it is, not left for uvicorn to call an error
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return None
+        finally:
+            if task is not None:
+                self.calls.discard(task)
+            if self._stop_asked and not self.calls:
+                self._drain_ends.set()
+
+    def planned(self, record: logging.LogRecord) -> bool:
+        """A logging filter: uvicorn's cancellations at the end of a stop the gateway drained for are INFO, as
+        planned (its "Cancel N running task(s), timeout graceful shutdown exceeded" is an ERROR)."""
+        if self._stop_asked and record.levelno == logging.ERROR and record.getMessage().startswith("Cancel "):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
     def said_once(self, record: logging.LogRecord) -> bool:
         """A logging filter: uvicorn's "Application startup failed" dropped when the gateway says why itself."""
         said = self.failure is not None or self.stopped
         return not said or not record.getMessage().startswith("Application startup failed")
+
+
+class _Responding:
+    """A request's ``send``, which notes whether its answer has started and ended; for a request that came while
+    the gateway drains (``draining``), a JSON answer that is ``-32014`` (a conversation the app would not open)
+    goes as 503 with ``Retry-After``, as the front's own refusal does, so that a client retries it elsewhere."""
+
+    def __init__(self, send: Send, *, draining: bool, stopping: Callable[[], bool]) -> None:
+        self._send, self._draining, self._stopping = send, draining, stopping
+        self._held: Message | None = None  # the start of a JSON answer, until its body says what it is
+        self.started = self.ended = False
+
+    async def __call__(self, message: Message) -> None:
+        if self._held is not None:
+            start, self._held = self._held, None
+            body = message.get("body", b"") if message["type"] == "http.response.body" else b""
+            answer = jsonrpc.loads(body, answer=True) if not message.get("more_body", False) else None
+            if jsonrpc.error_code(answer) == UPSTREAM_UNAVAILABLE:
+                start = {**start, "status": 503, "headers": [*start["headers"], (b"retry-after", RETRY_AFTER)]}
+            await self._start(start)
+        elif message["type"] == "http.response.start":
+            if self._draining and _json_ok(message):
+                self._held = message
+                return None
+            return await self._start(message)
+        await self._send(message)
+        self.ended = self.ended or (message["type"] == "http.response.body" and not message.get("more_body", False))
+
+    async def _start(self, start: Message) -> None:
+        if self._stopping():  # no request after it on this connection: the next one finds the next gateway
+            start = {**start, "headers": [*start.get("headers", ()), (b"connection", b"close")]}
+        await self._send(start)
+        self.started = True
+
+
+def _json_ok(start: Message) -> bool:
+    return start["status"] == 200 and header(start.get("headers", ()), b"content-type") == b"application/json"
+
+
+def _opens(scope: Scope) -> bool:
+    """Whether a request would open a conversation, as its headers say: a 2025 ``initialize`` (a POST of no
+    transport session) or a 2026-07-28 ``sessions/create``. ``--stdio``'s table refuses the others (``DRAINING``)."""
+    headers = scope["headers"]
+    if scope["method"] != "POST" or header(headers, MCP_SESSION_ID_HEADER) is not None:
+        return False
+    legacy = Era.of(header(headers, MCP_PROTOCOL_VERSION_HEADER)) is Era.LEGACY
+    return legacy or header(headers, MCP_METHOD_HEADER) == b"sessions/create"
+
+
+async def _probe_answer(send: Send, ready: bool) -> None:
+    """``/healthz`` and ``/readyz``'s answer: 200 ``ok``, or 503 ``draining``; nothing more."""
+    body = b"ok\n" if ready else b"draining\n"
+    headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 200 if ready else 503, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _startup_failure(exc: BaseException) -> BaseException | None:

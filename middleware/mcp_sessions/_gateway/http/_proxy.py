@@ -5,7 +5,8 @@ goes with another's (an httpx client keeps the cookies every answer sets, and se
 request that has none of its own: one user's upstream session in another's), and nothing is added to the
 client's headers (httpx's own ``User-Agent``, ``Accept-Encoding``). The request body goes as it arrives (a
 body the session pipeline read whole goes in one piece, and may be sent again to another replica when the
-first could not be connected to); the response goes back chunk by chunk, each ``send`` awaited before the
+first could not be connected to, or refused it for now, 503 with ``Retry-After``, as a gateway that drains refuses a
+new conversation); the response goes back chunk by chunk, each ``send`` awaited before the
 next read (the backpressure). The connect and the wait for the response's first byte are bounded; an event
 stream is not. Whatever the answer, a client that disconnects once its body is sent ends it: the upstream
 request is cancelled and its connection closed (:func:`while_connected`), so the upstream sees the client
@@ -231,7 +232,10 @@ class UpstreamProxy:
                 # An issued token it no longer takes: exchanged anew.
                 if response.status_code == 401:
                     self._upstream_token.refused(scope)
-                return response, replica
+                if not _draining(response) or not isinstance(content, bytes) or replica is candidates[-1]:
+                    return response, replica
+                # A replica that drains (a gateway stopping) did nothing with it: the next one gets it.
+                await response.aclose()
             replica.in_flight -= 1
             # Still 503: the next replica gets the request.
             if status != 503:
@@ -285,6 +289,12 @@ class UpstreamProxy:
         if conversation is None:
             return self._replicas.least_loaded(), None
         return self._replicas.for_conversation(conversation), None
+
+
+def _draining(response: httpx.Response) -> bool:
+    """Whether a replica refused a request it did not serve, for now: 503 with ``Retry-After`` (a gateway that drains
+    answers so a request that would open a conversation, which another replica may take)."""
+    return response.status_code == 503 and "retry-after" in response.headers
 
 
 def upstream_headers(

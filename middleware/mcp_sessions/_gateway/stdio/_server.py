@@ -428,6 +428,11 @@ class _TransportRequests:
         answer = _Answered(send, request_id, partial(self.unanswered, transport, stopping))
         try:
             await self.app(scope, replay, answer)
+        except anyio.get_cancelled_exc_class():
+            if stopping():  # cut by the gateway's stop: told so
+                await answer.end()
+            raise
+        else:
             await answer.end()
         finally:
             self.in_flight.discard(key)

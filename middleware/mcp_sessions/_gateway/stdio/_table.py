@@ -41,9 +41,10 @@ from ..._config import SessionsConfig
 from ..._session import PRINCIPAL_CLAIM, SCOPE_KEY, Session, caller_of
 from ..._tokens import IdDigests, SessionClaims
 from ..._wire import Refusal
-from ..._wire.protocol import RATE_LIMITED
+from ..._wire.protocol import RATE_LIMITED, UPSTREAM_UNAVAILABLE
 from ...subscriptions import SessionSubscriptionBus
 from .._front import StartupFailed
+from .._serving import DRAINING, RESTARTING
 from ..auth._users import REQUEST, ProcessEnv
 from ._admission import Admission
 from ._child import EXIT_DRAIN, Child, ChildFactory, ChildProcess, ProcessOptions
@@ -151,9 +152,10 @@ class Table:
         per-conversation table, never served by another process."""
         caller, session, raw = asked
         if session is not None and session.source == "data-layer":
+            # ended: "not found" at once, as the session's revocation (under way) will say; the call that ended its
+            # process was told why
             key = self.moved.get(session.id, Key("data-layer-session", session.id))
-            gone = partial(self.gone, key) if self.mode == "per-caller" and key in self.ended else self.not_found
-            return self._found(self._holder(key, caller), caller, gone)
+            return self._found(self._holder(key, caller), caller, self.not_found)
         # a host's: its name is no secret, its caller's
         if session is not None and session.source != "transport":
             key = Key("host-conversation", _bound(session.id, caller.id))
@@ -214,12 +216,16 @@ class Table:
         kind: Literal["caller", "sessionless"],
         caller: Caller,
         counted: bool = False,
+        *,
+        told: bool = True,
     ) -> Conversation:
         """The caller's own process of ``kind``, started (within the limits) if it has none that lives. One that has
-        ended leaves its conversations ended (:meth:`process_ended`), not the caller: her next request is told why
-        once (unless it ended as she would expect: ``EXPECTED``), and the one after gets a new one."""
+        ended leaves its conversations ended (:meth:`process_ended`), not the caller: her next request that names
+        none is told why once (unless it ended as she would expect: ``EXPECTED``), and the one after gets a new one;
+        a request that opens a conversation of its own (not ``told``: its session's end was told already, as
+        ``-32043``) gets a new one at once."""
         key = Key(kind, caller.id)
-        if (why := self.ended.pop(key, None)) is not None:
+        if (why := self.ended.pop(key, None)) is not None and told:
             raise self.gone(key, why)
         if (own := self.conversations.get(key)) is not None and not own.child.done.is_set():
             return own
@@ -252,13 +258,17 @@ class Table:
         it."""
         if key in self.conversations or key in self.ended:
             raise self.gone(key)
+        scope = REQUEST.get() or {}
+        # a client of a transport session opened before the drain holds it: its first call is served
+        if scope.get(DRAINING, bool)() and key.kind != "transport-session":
+            raise restarting()
         # who may end its transport session
-        user = (REQUEST.get() or {}).get("user")
+        user = scope.get("user")
         begun = partial(
             Conversation, key, owner=caller, bus=self.bus, expires_at=expires_at, transport=transport, user=user
         )
         if self.mode == "per-caller" and key.kind != "caller":
-            own = self._own("caller", caller, counted)
+            own = self._own("caller", caller, counted, told=False)
             own.riders[key] = begun(own.child, tasks=own.tasks)
             return own
         live = [found for found in self.conversations.values() if not found.child.done.is_set()]
@@ -326,11 +336,14 @@ class Table:
         """The error of an ended conversation's kind: "not found" for one these ended with its session (or a
         front's), else that its process has ended, and why."""
         why = why or self.ended.get(key, EndReason.ENDED)
+        if why is EndReason.SHUTDOWN:
+            return restarting()
         if self.fronted or why in (EndReason.EVICTED, EndReason.SESSION_ENDED):
             return self.not_found()
-        said = "the gateway is shutting down" if why is EndReason.SHUTDOWN else why.text
+        # a caller's own: the gateway starts the next one itself
+        then = "the next request starts a new one" if key.kind in ("caller", "sessionless") else "start a new one"
         return MCPError(
-            CHILD_EXITED, f"the server process of this conversation has ended ({said}), with its state; start a new one"
+            CHILD_EXITED, f"the server process of this conversation has ended ({why.text}), with its state; {then}"
         )
 
 
@@ -537,6 +550,11 @@ def _told(key: Key, why: EndReason) -> bool:
     if key.kind == "request":
         return False
     return key.kind not in ("caller", "sessionless") or why not in EXPECTED
+
+
+def restarting() -> MCPError:
+    """A conversation the gateway's stop refuses or cuts: ``-32014``, which a client may send again."""
+    return MCPError(UPSTREAM_UNAVAILABLE, RESTARTING)
 
 
 def _no_state() -> MCPError:

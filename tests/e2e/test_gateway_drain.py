@@ -1,0 +1,221 @@
+"""``mcp-sessions gateway --stdio`` stopped as an orchestrator stops it: SIGTERM (or Ctrl-C) drains it first.
+
+The gateway as its own process, the tests' stdio server's ``hold`` tool holding a call in flight until the test
+says ``go``: a call in flight from a 2026-07-28 client, a 2025-11-25 client (the SDK's legacy mode) and ``connect``
+as Claude Code starts it ends with its answer; meanwhile ``/readyz`` says 503, ``/healthz`` 200, and a request that
+would open a conversation gets 503 with ``Retry-After`` (``-32014``); then the gateway stops, as the signal says.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
+
+from _mcp import legacy_request, modern_headers, modern_request
+from _redis import free_port
+from _waits import WITHIN, until, until_awaited
+from e2e._gateway import INITIALIZE, JSON_SSE, PYTHONPATH, SECRET, Process, gateway_process
+from e2e._issuer import ISSUER, jwks
+from e2e._stdio import SERVER_PATH, text_of
+
+pytestmark = pytest.mark.anyio
+
+RESTARTING = -32014
+
+
+@contextlib.contextmanager
+def holding_gateway(files: Path, *flags: str) -> Iterator[Process]:
+    """The gateway in front of the tests' server, its files (``held``, ``go``) in ``files``, logging what it does."""
+    environ = {**SERVER_PATH, "STDIO_TEST_FILES": str(files)}
+    server = f"{sys.executable} -m e2e._plain_stdio"
+    with gateway_process([], "--stdio", server, "--log-level", "info", *flags, environ=environ) as gateway:
+        yield gateway
+
+
+def gateway_on(port: int, files: Path) -> Process:
+    """The gateway of :func:`holding_gateway` on ``port``, as a restart starts it again on its port."""
+    environ = {"MCP_SESSIONS_SECRET": SECRET, **SERVER_PATH, "STDIO_TEST_FILES": str(files)}
+    server = ("--stdio", f"{sys.executable} -m e2e._plain_stdio", "--pass-env", "PYTHONPATH")
+    flags = ["--pass-env", "STDIO_TEST_FILES", "--processes", "per-conversation", "--warm", "0"]
+    flags += ["--process-containment", "none", "--log-level", "info", "--shutdown-timeout", "120"]
+    command = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port), *server, *flags]
+    return Process("gateway", command, environ, port)
+
+
+@contextlib.asynccontextmanager
+async def client_of(
+    kind: str, url: str, state: Path, conversation: str = "conversation-drained"
+) -> AsyncIterator[Client]:
+    """A client of ``kind``: the SDK's, in 2026-07-28 or its legacy mode, or ``connect`` started as Claude Code
+    starts it (its conversation in the environment), the SDK's legacy client its host."""
+    if kind != "connect":
+        async with Client(url, mode="auto" if kind == "2026-07-28" else "legacy") as client:
+            yield client
+        return
+    environ = {"PYTHONPATH": PYTHONPATH, "XDG_STATE_HOME": str(state), "CLAUDECODE": "1"}
+    environ["CLAUDE_CODE_SESSION_ID"] = conversation
+    shim = StdioServerParameters(command=sys.executable, args=["-m", "mcp_sessions", "connect", url], env=environ)
+    async with Client(stdio_client(shim), mode="legacy") as client:
+        yield client
+
+
+def opening(kind: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """A request that opens a conversation, and its headers: a 2025 ``initialize``, a 2026-07-28 ``sessions/create``,
+    or a 2026-07-28 call naming a host conversation the gateway has not served."""
+    if kind == "initialize":
+        return legacy_request("initialize", INITIALIZE, id=0), JSON_SSE
+    if kind == "sessions/create":
+        body = modern_request("sessions/create", {})
+    else:
+        meta = {"vscode.conversationId": "opened-while-draining"}
+        body = modern_request("tools/call", {"name": "count", "arguments": {}}, meta=meta)
+    return body, modern_headers(body)
+
+
+async def probe(http: httpx.AsyncClient, url: str) -> tuple[int, int]:
+    ready, healthy = await http.get(url + "/readyz"), await http.get(url + "/healthz")
+    return ready.status_code, healthy.status_code
+
+
+@pytest.mark.parametrize("kind", ["2026-07-28", "2025-11-25", "connect"])
+async def test_sigterm_drains_a_call_in_flight_to_its_answer(kind: str, tmp_path: Path) -> None:
+    """Issue 94, item 1: a 2025 client's call (and Claude Code's, through ``connect``) was cut at SIGTERM at once
+    with ``-32603 ... (the gateway is shutting down)``. Now each kind of client's call in flight gets its answer,
+    however long it takes within ``--shutdown-timeout``; meanwhile the gateway says it is not ready, refuses what
+    would open a conversation (or a stream, which would hold the stop) with a retryable answer, and stops as SIGTERM
+    says once the call is answered."""
+    answers: list[str] = []
+    with holding_gateway(tmp_path, "--shutdown-timeout", "120") as gateway:
+        base, process = gateway.url(""), gateway.process
+        assert process is not None
+        async with httpx.AsyncClient(timeout=30) as http, client_of(kind, gateway.url(), tmp_path) as client:
+            assert await probe(http, base) == (200, 200)
+
+            async def held() -> None:
+                answers.append(text_of(await client.call_tool("hold", {})))
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(held)
+                await until_awaited(lambda: (tmp_path / "held").exists(), "the call to reach its process")
+                process.send_signal(signal.SIGTERM)
+                await until_awaited(lambda: b"draining" in gateway.log(), "the drain to begin")
+                assert await probe(http, base) == (503, 200)
+                for opens in ("initialize", "sessions/create", "host conversation"):
+                    body, headers = opening(opens)
+                    refused = await http.post(gateway.url(), json=body, headers=headers)
+                    assert (refused.status_code, refused.headers["retry-after"]) == (503, "1"), refused.text
+                    assert refused.json()["error"]["code"] == RESTARTING
+                stream = await http.get(
+                    gateway.url(), headers={"Accept": "text/event-stream"}
+                )  # it would hold the stop
+                assert (stream.status_code, stream.headers["retry-after"]) == (503, "1"), stream.text
+                assert process.poll() is None  # still listening, still serving the call
+                (tmp_path / "go").touch()
+        assert process.wait(WITHIN) == -signal.SIGTERM
+    assert answers == ["held"]
+
+
+async def test_a_second_ctrl_c_ends_the_drain_at_once_quietly(tmp_path: Path) -> None:
+    """Issue 94, item 6 (Why, 5): the first Ctrl-C drains; a second, as uvicorn's own line invites, ends the drain
+    at once: the call in flight is told the gateway restarts (``-32014``), and the gateway ends with 0 and no
+    traceback (it printed the lifespan's ``CancelledError``), every cancellation of a planned stop said as INFO."""
+    with holding_gateway(tmp_path, "--shutdown-timeout", "120") as gateway:
+        process = gateway.process
+        assert process is not None
+        async with Client(gateway.url(), mode="legacy") as client, anyio.create_task_group() as tasks:
+            cut: list[MCPError] = []
+
+            async def held() -> None:
+                with pytest.raises(MCPError) as told:
+                    await client.call_tool("hold", {})
+                cut.append(told.value)
+
+            tasks.start_soon(held)
+            await until_awaited(lambda: (tmp_path / "held").exists(), "the call to reach its process")
+            process.send_signal(signal.SIGINT)
+            await until_awaited(lambda: b"draining" in gateway.log(), "the drain to begin")
+            process.send_signal(signal.SIGINT)
+            await until_awaited(lambda: process.poll() is not None, "the gateway to stop")  # not the call's 120 s
+            status = process.returncode
+        said = gateway.log().decode()
+    assert status == 0 and "Traceback" not in said and "ERROR" not in said, said
+    assert [error.error.code for error in cut] == [RESTARTING], cut
+
+
+def test_the_probes_answer_without_credentials_and_say_nothing_more(tmp_path: Path) -> None:
+    """``/readyz`` and ``/healthz`` on the gateway's own port, which asks every other request for a bearer token:
+    200 and ``ok`` alone, for an orchestrator that holds none."""
+    with jwks() as keys:
+        auth = ("--auth-jwks", keys, "--auth-issuer", ISSUER, "--auth-audience", "https://mcp.example.com/mcp")
+        with holding_gateway(tmp_path, *auth) as gateway, httpx.Client(timeout=30) as http:
+            assert http.post(gateway.url(), json=legacy_request("ping", {})).status_code == 401
+            for path in ("/readyz", "/healthz"):
+                answer = http.get(gateway.url(path))
+                assert (answer.status_code, answer.text) == (200, "ok\n")
+
+
+def test_a_gateway_with_nothing_in_flight_stops_at_once_on_sigterm(tmp_path: Path) -> None:
+    """No call in flight: the drain has nothing to wait for, and the gateway stops as it did (its ``-15``)."""
+    with holding_gateway(tmp_path, "--shutdown-timeout", "120") as gateway:
+        assert gateway.process is not None
+        until(lambda: b"startup complete" in gateway.log(), "the gateway to start")
+        gateway.process.send_signal(signal.SIGTERM)
+        assert gateway.process.wait(WITHIN) == -signal.SIGTERM
+
+
+async def test_a_restart_within_connects_bound_costs_a_new_conversation_nothing(tmp_path: Path) -> None:
+    """A Claude Code conversation that starts while the gateway drains: its ``initialize`` is answered 503 (the
+    draining gateway's), then its connection refused (none listens until the next gateway does); ``connect`` sends
+    it again until the restarted gateway answers, within its bound, and the host sees no error. A conversation of
+    before the restart is told once (``-32043``) that its session ended with its process, then goes on."""
+    port, url = free_port(), ""
+    first = gateway_on(port, tmp_path)
+    answers: list[str] = []
+    try:
+        url = first.url()
+        async with (
+            client_of("connect", url, tmp_path / "old", "conversation-before") as before,
+            client_of("2025-11-25", url, tmp_path) as holding,
+            anyio.create_task_group() as tasks,
+        ):
+            assert text_of(await before.call_tool("count", {})) == "1"
+
+            async def held() -> None:
+                answers.append(text_of(await holding.call_tool("hold", {})))
+
+            async def started_while_draining() -> None:
+                async with client_of("connect", url, tmp_path / "new", "conversation-new") as new:
+                    answers.append(text_of(await new.call_tool("count", {})))
+
+            tasks.start_soon(held)
+            await until_awaited(lambda: (tmp_path / "held").exists(), "the call to reach its process")
+            assert first.process is not None
+            first.process.send_signal(signal.SIGTERM)
+            await until_awaited(lambda: b"draining" in first.log(), "the drain to begin")
+            tasks.start_soon(started_while_draining)
+            await until_awaited(lambda: b'"POST /mcp HTTP/1.1" 503' in first.log(), "the new conversation refused")
+            (tmp_path / "go").touch()
+            stopped = first.process
+            await until_awaited(lambda: stopped.poll() is not None, "the drained gateway to stop")
+            assert stopped.returncode == -signal.SIGTERM
+            first.stop()
+            first = await anyio.to_thread.run_sync(gateway_on, port, tmp_path)
+            await until_awaited(lambda: len(answers) == 2, "the new conversation's call")
+            with pytest.raises(MCPError) as lost:
+                await before.call_tool("count", {})
+            assert lost.value.error.code == -32043
+            assert text_of(await before.call_tool("count", {})) == "1"
+    finally:
+        first.stop()
+    assert answers == ["held", "1"]
