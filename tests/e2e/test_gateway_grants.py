@@ -277,10 +277,11 @@ def test_a_principal_s_name_never_escapes_nor_takes_another_s_directory(server: 
     which is no one's, has an empty read-only directory there."""
     needs("root", "bwrap")
     principals = ["../x", "a/b", "..", "x" * 2000, "\udcff", "alice"]
-    with users_directory() as users:
+    with readable_directory("mcp-sessions-grants-") as above:  # USERS's parent, which no other test writes in
+        users = above / "users"
+        users.mkdir(mode=0o711)
         options = (*verified(jwks), "--process-uids", UIDS, "--process-containment", "bwrap")
         options += ("--process-mount", f"{users}/{{user}}:/tmp/data:rw")
-        before = set(users.parent.iterdir())
         with gateway(server, *options) as process:
             [shared] = servers(server)
             assert os.listdir(f"/proc/{shared}/root/tmp/data") == []
@@ -294,7 +295,7 @@ def test_a_principal_s_name_never_escapes_nor_takes_another_s_directory(server: 
         made = list(users.iterdir())
         assert len(made) == len(principals) and all(re.fullmatch(r"[a-z2-7]{52}", path.name) for path in made)
         assert len({path.stat().st_gid for path in made}) == len(principals)
-        assert set(users.parent.iterdir()) == before
+        assert list(above.iterdir()) == [users]
 
 
 MEMORY = CACHE / "memory/node_modules/@modelcontextprotocol/server-memory/dist/index.js"

@@ -155,7 +155,10 @@ class Table:
             # ended: "not found" at once, as the session's revocation (under way) will say; the call that ended its
             # process was told why
             key = self.moved.get(session.id, Key("data-layer-session", session.id))
-            return self._found(self._holder(key, caller), caller, self.not_found)
+            found = self._holder(key, caller)
+            if found is not None and found.child.done.is_set():  # its end not yet handled: ended all the same
+                found = None
+            return self._found(found, caller, self.not_found)
         # a host's: its name is no secret, its caller's
         if session is not None and session.source != "transport":
             key = Key("host-conversation", _bound(session.id, caller.id))
