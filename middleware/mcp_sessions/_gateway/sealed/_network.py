@@ -148,6 +148,8 @@ def namespace_rules() -> str:
     """:data:`_NAMESPACE_RULES`, with the host's ephemeral port range (its kernel's own choice for a client)."""
     first, last = (int(port) for port in Path(EPHEMERAL).read_text().split())
     return _NAMESPACE_RULES.format(ports=f"{first}-{last}")
+
+
 CGROUPS_FIRST: Final = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
 """A helper's first step: its own pid into each control group named, until ``--``; then the command that follows."""
 # pasta's keeper, as root, by bash (a descriptor above 9): into the control groups ($2... until --), then pasta in the
