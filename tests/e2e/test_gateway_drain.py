@@ -99,11 +99,20 @@ async def test_sigterm_drains_a_call_in_flight_to_its_answer(kind: str, tmp_path
     with holding_gateway(tmp_path, "--shutdown-timeout", "120") as gateway:
         base, process = gateway.url(""), gateway.process
         assert process is not None
-        async with httpx.AsyncClient(timeout=30) as http, client_of(kind, gateway.url(), tmp_path) as client:
+        # The 2026-07-28 call by hand: the SDK's client, in its auto mode, may send again once the call is answered,
+        # and find the gateway stopped, as it is meant to be by then.
+        modern = kind == "2026-07-28"
+        opened = contextlib.nullcontext() if modern else client_of(kind, gateway.url(), tmp_path)
+        async with httpx.AsyncClient(timeout=30) as http, httpx.AsyncClient(timeout=120) as caller, opened as client:
             assert await probe(http, base) == (200, 200)
 
             async def held() -> None:
-                answers.append(text_of(await client.call_tool("hold", {})))
+                if client is not None:
+                    answers.append(text_of(await client.call_tool("hold", {})))
+                    return
+                body = modern_request("tools/call", {"name": "hold", "arguments": {}})
+                answered = (await caller.post(gateway.url(), json=body, headers=modern_headers(body))).json()
+                answers.append(answered["result"]["content"][0]["text"])
 
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(held)
