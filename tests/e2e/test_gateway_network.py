@@ -204,7 +204,8 @@ def test_pasta_holds_no_capability_of_the_hosts_is_counted_with_the_process_and_
         with socket.create_server(("127.0.0.1", tcp)), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
             taken.bind(("127.0.0.1", udp))  # the host's own: the process's ports are its namespace's alone
         sent = _sealed.text(_sealed.call(mcp, "send", session, port=udp, host=GATEWAY, to=9))
-        pastas = udp_ports_of(uid)  # what pasta bound on the host for that flow: an ephemeral port, at random
+        # what pasta bound on the host for that flow, once it has read the datagram: an ephemeral port, at random
+        pastas = until(lambda: udp_ports_of(uid), "pasta's port for the flow")
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as after:
             after.bind(("127.0.0.1", udp))  # still the host's: never the port the process chose
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as intruder:
