@@ -50,7 +50,7 @@ from e2e._gateway import (
 from mcp_sessions._gateway.sealed._network import GATEWAY, NO_ROUTE, egress_rules, resolvers
 
 UIDS = uids(0, 100)
-"""One gateway at a time: a gateway's rules hold for every process of the uids they name, another's too."""
+"""The gateways of this file's tests: a gateway's rules hold for the uids its processes hold, none else's."""
 HOSTILE = Path(__file__).with_name("_hostile_stdio.py")
 PER_CONVERSATION = ("--processes", "per-conversation")
 SERVER = f"/usr/bin/python3 {HOSTILE}"
@@ -318,7 +318,7 @@ def test_a_process_reaches_the_ports_granted_and_the_kernel_lists_what_it_refuse
             }
     assert (seen["granted"], seen["its own loopback"]) == ("connected", "refused: Connection refused")
     assert seen["another port"].startswith("refused: "), seen  # the kernel's refusal: no answer, through pasta
-    who, dns = f"meta skuid {UIDS}", "meta l4proto { tcp, udp } th dport 53"
+    who, dns = "meta skuid @uids", "meta l4proto { tcp, udp } th dport 53"
     dns_rules = []
     for family, version in (("ip", 4), ("ip6", 6)):
         if found := [str(each) for each in resolvers() if each.version == version]:
@@ -345,6 +345,53 @@ def test_a_process_reaches_the_ports_granted_and_the_kernel_lists_what_it_refuse
     assert len(rules) == len(expected), listing
     for rule, start in zip(rules, expected, strict=True):
         assert rule.startswith(start), listing  # the kernel's words, then its reject's kind and the comment
+
+
+def held(name: str) -> list[int]:
+    """The uids in the set ``uids`` of the table ``name``: those its rules hold for."""
+    listed = ["nft", "-j", "list", "set", "inet", name, "uids"]
+    done = subprocess.run(listed, capture_output=True, text=True, check=True)
+    found = [entry["set"] for entry in json.loads(done.stdout)["nftables"] if "set" in entry]
+    return sorted(found[0].get("elem", []))
+
+
+def test_gateways_with_overlapping_uid_ranges_each_grant_their_own_processes_alone() -> None:
+    """Two gateways of one host, given overlapping ``--process-uids`` ranges and each granting a port of its own: a
+    process of each, both on uids of the overlap, reaches its own gateway's grant and not the other's (each table's
+    rules hold for the uids its gateway holds, never for its whole range); a uid given back leaves its set."""
+    needs_root_and_nft()
+    first = members(UIDS)[0]
+    with listening() as port_a, listening() as port_b, httpx.Client(timeout=30) as http:
+        grant_a = ("--process-uids", f"{first}-{first + 3}", "--process-allow-net", f"127.0.0.1:{port_a}")
+        grant_b = ("--process-uids", f"{first + 1}-{first + 5}", "--process-allow-net", f"127.0.0.1:{port_b}")
+        with gateway(*grant_a) as a, gateway(*grant_b) as b:
+            tables = table_of(a), table_of(b)
+            shared = [held(name) for name in tables]  # each gateway's shared process, started with it
+            on_a = legacy_initialize(http, a.url())
+            assert tried(http, a, on_a, GATEWAY, port_a) == "connected"  # its process runs, on a uid of a's
+            on_b = legacy_initialize(http, b.url())
+            targets = {
+                "a's to a's grant": (a, on_a, port_a),
+                "b's to b's grant": (b, on_b, port_b),
+                "a's to b's grant": (a, on_a, port_b),
+                "b's to a's grant": (b, on_b, port_a),
+            }
+            # At once (the server answers each call on a thread of its own): a refusal through pasta is a timeout's.
+            with concurrent.futures.ThreadPoolExecutor(len(targets)) as each:
+                tries = {
+                    name: each.submit(tried, http, up, session, GATEWAY, port)
+                    for name, (up, session, port) in targets.items()
+                }
+                seen = {name: attempt.result() for name, attempt in tries.items()}
+            sets = [held(name) for name in tables]
+            assert http.delete(a.url(), headers=on_a).status_code in (200, 204)
+            until(lambda: held(tables[0]) == shared[0], "a's uid out of its set once its process ended")
+            assert held(tables[1]) == sets[1]
+    # the conversations' processes on first + 2 and first + 3: each in the other's range too
+    assert (shared, sets) == ([[first], [first + 1]], [[first, first + 2], [first + 1, first + 3]])
+    assert (seen["a's to a's grant"], seen["b's to b's grant"]) == ("connected", "connected"), seen
+    assert seen["a's to b's grant"].startswith("refused: "), seen  # the kernel's refusal, through pasta
+    assert seen["b's to a's grant"].startswith("refused: "), seen
 
 
 def test_a_gateway_deletes_only_the_tables_of_gateways_that_are_gone_once_their_uids_run_nothing() -> None:
@@ -456,7 +503,7 @@ def test_a_name_never_grants_what_its_number_would_not() -> None:
         said = process.output()
     assert seen["own"].startswith("denied: "), seen
     assert seen["allowed"] == "connected", seen
-    assert "elements" not in listing, listing  # both sets empty
+    assert re.search(r"set hostports\d \{[^}]*elements", listing) is None, listing  # both sets empty
     for name, (answer, why) in [*REBINDING.items(), ("own.test", (address, "this host's own"))]:
         line = f"--process-allow-host {name}: its answer {ipaddress.ip_address(answer)} is not granted ({why})"
         assert said.count(line) == 1, (line, said)
@@ -481,7 +528,7 @@ def test_a_refused_answer_is_said_once_not_at_every_refresh(caplog: pytest.LogCa
     line = "--process-allow-host localhost: its answer 127.0.0.1 is not granted (this host's own): --process-allow-net"
     assert any(each.startswith(line) for each in said), said
     assert len(said) == len(set(said)), said  # each answer (::1 too, where /etc/hosts has it) once
-    assert "elements" not in listing, listing
+    assert re.search(r"set hostports\d \{[^}]*elements", listing) is None, listing  # its sets hold no address
 
 
 def test_the_status_socket_serves_the_status_and_gateway_status_reads_it(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import logging
 import shlex
 import socket
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from .._config import SessionsConfig
@@ -234,6 +235,7 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
             command = shlex.split(args.stdio)
             options = process_options(args, command, auth)
             egress = _egress(args, options, forwarded)
+            options = replace(options, egress=egress)  # each process's uid put under its rules as it is taken
             app: Any = _stdio_app(
                 args,
                 command,

@@ -1,7 +1,8 @@
 """What the gateway holds and reads of the host's kernel as it seals its processes: a lock on a file (:func:`locked`),
 the uids of the host's processes (:func:`running_uids`), a descriptor above the ones its first helper takes
 (:func:`above`), and a seccomp filter that refuses a sealed process a new user namespace
-(:func:`no_user_namespaces`), where its uid would be root, with the kernel's attack surface of a root user."""
+(:func:`no_user_namespaces`), where its uid would be root, with the kernel's attack surface of a root user; and
+where each program root runs is (:func:`tool`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import errno
 import fcntl
 import functools
 import os
+import shutil
 import struct
 from contextlib import suppress
 from pathlib import Path
@@ -23,6 +25,20 @@ _CALLS: Final = {
     0x40000028: (337, 120, 435),  # arm, on aarch64
 }
 _CLONE_NEWUSER: Final = 0x10000000
+
+
+class SandboxError(Exception):
+    """A containment the operator asked for that this host cannot give: the message says which, and why."""
+
+
+@functools.cache
+def tool(name: str) -> str:
+    """The absolute path of the helper ``name``, found on the gateway's ``PATH`` the first time it is asked for (at
+    startup: ``Sandbox.check``), and kept: a user's ``PATH`` never chooses what root runs."""
+    found = shutil.which(name)
+    if found is None:
+        raise SandboxError(f"{name} is not installed")
+    return os.path.abspath(found)
 
 
 @functools.cache

@@ -38,7 +38,7 @@ from typing import Final
 
 import anyio
 
-from ._kernel import above, first_words, locked, running_uids
+from ._kernel import above, first_words, locked, running_uids, tool
 
 NETWORKS: Final = ("host", "none", "egress")
 TABLE_PREFIX: Final = "mcp_sessions_"
@@ -232,7 +232,8 @@ def egress_rules(
         if front is not None and each.reaches(local, port):
             raise ValueError(f"--process-allow-net {given}: the gateway's own port, from {front}, which it trusts")
     first, last = uids if isinstance(uids, tuple) else (uids, uids)
-    return EgressRules(first, last, tuple(allowed), resolvers(), granted)
+    held = () if isinstance(uids, tuple) else (uids,)  # --process-uids' are held as they are taken
+    return EgressRules(first, last, tuple(allowed), held, resolvers(), granted)
 
 
 class NetworkError(Exception):
@@ -333,12 +334,13 @@ def _label(label: str) -> bool:
 
 @dataclass
 class EgressRules:
-    """The ``egress`` table of one gateway: for uids ``first`` to ``last``, ``allowed`` first, then the host's
-    ``resolvers`` on port 53; its name random, so that no other gateway's can be it."""
+    """The ``egress`` table of one gateway: for the uids of ``first`` to ``last`` it holds (:meth:`hold`), ``allowed``
+    first, then the host's ``resolvers`` on port 53; its name random, so that no other gateway's can be it."""
 
     first: int
     last: int
     allowed: tuple[Allowed, ...] = ()
+    held: tuple[int, ...] = ()  # the uids under the rules from the start (--process-user's)
     resolvers: tuple[IPAddress, ...] = ()
     hosts: tuple[AllowedHost, ...] = ()
     table: str = field(default_factory=lambda: f"{TABLE_PREFIX}{secrets.token_hex(6)}")
@@ -350,10 +352,16 @@ class EgressRules:
     local: list[IPNetwork] = field(default_factory=lambda: list(LOOPBACK))  # this host's addresses, as last read
 
     def text(self) -> str:
-        """The table, as ``nft -f`` reads it."""
-        who = f"meta skuid {self.first}" if self.first == self.last else f"meta skuid {self.first}-{self.last}"
+        """The table, as ``nft -f`` reads it: its rules hold for the uids in its set ``uids``, this gateway's own (the
+        ``--process-user``'s from the start; each of ``--process-uids`` while a process of this gateway's holds it:
+        :meth:`hold`), never the whole range, which another gateway's may overlap."""
+        who = "meta skuid @uids"
+        held = f" elements = {{ {', '.join(map(str, self.held))} }};" if self.held else ""
+        sets = [f"set uids {{ type uid;{held} }}"]
+        # What a process may reach, first; then what it may not (the kernel's first verdict holds). A rule that sends a
+        # process's connections through a proxy of the gateway's (issue 95's credentials) goes first of all, and its
+        # refusal of their hosts' direct connections before the grants below.
         rules = [allowed.rule(who) for allowed in self.allowed]
-        sets = []
         if self.hosts:  # each name's addresses and port, kept current by refresh
             for version, family, kind in ((4, "ip", "ipv4_addr"), (6, "ip6", "ipv6_addr")):
                 sets.append(f"set hostports{version} {{ type {kind} . inet_service; flags timeout; }}")
@@ -387,7 +395,7 @@ class EgressRules:
     def install(self) -> None:
         """This gateway's table made, its lock held; then the tables of gateways that are gone deleted, each once
         no process of its uids runs (until then, its rules hold for the processes a killed gateway left)."""
-        if shutil.which("nft") is None:
+        if shutil.which("nft") is None:  # found once (tool), where _nft runs it
             raise NetworkError("--process-network egress: nft is not installed (Debian: apt-get install nftables)")
         os.makedirs(self.locks, mode=0o700, exist_ok=True)
         self.lock = locked(os.path.join(self.locks, self.table))
@@ -441,6 +449,21 @@ class EgressRules:
                 elements.append(f"add element inet {self.table} hostports{address.version} {{ {element} }}")
         if elements and (done := _nft(["-f", "-"], "\n".join(elements) + "\n")).returncode != 0:
             logger.warning("--process-allow-host: nft refused the names' addresses: %s", done.stderr.strip()[:200])
+
+    def hold(self, uid: int) -> None:
+        """``uid`` under the rules (added to the set ``uids``), before a process of it starts: one ``nft`` call.
+        ``NetworkError`` if nft refuses: no process starts that the rules would not hold."""
+        done = _nft(["add", "element", "inet", self.table, "uids", f"{{ {uid} }}"])
+        if done.returncode != 0:
+            said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[0]
+            raise NetworkError(f"--process-network egress: nft did not put uid {uid} under the rules: {said[:200]}")
+
+    def let_go(self, uid: int) -> None:
+        """``uid`` out of the set, as it is given back, so that another gateway's process may have it with its own
+        rules alone: one ``nft`` call, once no process of it runs (what a process left, ending, is still held by the
+        rules: its uid stays in the set, the others' grants refused to it, until this gateway lets it go again)."""
+        if uid not in running_uids():
+            _nft(["delete", "element", "inet", self.table, "uids", f"{{ {uid} }}"])
 
     def _keep_current(self) -> None:
         while not self.stopped.wait(REFRESH):
@@ -505,16 +528,17 @@ def resolvers(path: str = RESOLV_CONF) -> tuple[IPAddress, ...]:
 
 
 def _nft(arguments: Sequence[str], given: str | None = None) -> subprocess.CompletedProcess[str]:
-    # nft, found on PATH, with arguments of our own.
-    line = ["nft", *arguments]
+    # nft (tool), with arguments of our own.
+    line = [tool("nft"), *arguments]
     return subprocess.run(line, input=given, capture_output=True, text=True, check=False, timeout=30)  # noqa: S603
 
 
 def local_addresses() -> list[IPNetwork]:
     """This host's own addresses, and its loopback networks: where its processes may connect from."""
-    if shutil.which("ip") is None:
+    if shutil.which("ip") is None:  # found once (tool), and run by that path
         raise ValueError("this host's addresses are read with ip (iproute2), which is not installed")
-    done = subprocess.run(["ip", "-j", "address", "show"], capture_output=True, text=True, check=False, timeout=30)  # noqa: S607
+    line = [tool("ip"), "-j", "address", "show"]
+    done = subprocess.run(line, capture_output=True, text=True, check=False, timeout=30)  # noqa: S603
     found: list[IPNetwork] = list(LOOPBACK)
     try:
         interfaces = json.loads(done.stdout or "[]")

@@ -29,13 +29,11 @@ of it runs (a killed gateway's end with their namespaces), and tried again later
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import pwd
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -50,8 +48,9 @@ import anyio
 
 from ._cgroups import Cgroup, Cgroups, read
 from ._grants import Grant, GrantError, UserDirectories
-from ._kernel import above, locked, no_user_namespaces, running_uids
-from ._network import CGROUPS_FIRST, RESOLV, RESOLV_CONF, Link, NetworkError, linkable, routed
+from ._kernel import SandboxError as SandboxError
+from ._kernel import above, locked, no_user_namespaces, running_uids, tool
+from ._network import CGROUPS_FIRST, RESOLV, RESOLV_CONF, EgressRules, Link, NetworkError, linkable, routed
 from ._seccomp import applied
 
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -166,16 +165,6 @@ HELPER_ENV: Final = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 _LAST: Final = '. /dev/fd/{held} || exit 125; exec "$@" <&3 >&4 3<&- 4>&- {held}<&-'
 
 
-@functools.cache
-def tool(name: str) -> str:
-    """The absolute path of the helper ``name``, found on the gateway's ``PATH`` the first time it is asked for (at
-    startup: :meth:`Sandbox.check`), and kept: a user's ``PATH`` never chooses what root runs."""
-    found = shutil.which(name)
-    if found is None:
-        raise SandboxError(f"{name} is not installed")
-    return os.path.abspath(found)
-
-
 class Mount(NamedTuple):
     """A grant as one process has it: ``source`` bound at ``target`` (an empty read-only directory where
     ``source`` is ""), ``writable`` or not."""
@@ -183,10 +172,6 @@ class Mount(NamedTuple):
     source: str
     target: str
     writable: bool
-
-
-class SandboxError(Exception):
-    """A containment the operator asked for that this host cannot give: the message says which, and why."""
 
 
 def environment(environ: Mapping[str, str], passed: Collection[str] = ()) -> dict[str, str]:
@@ -277,6 +262,8 @@ class Sandbox:
     # The host's directories granted to each process (--process-mount), and with {user}, where each user's is.
     grants: tuple[Grant, ...] = ()
     users: UserDirectories | None = None
+    # Under egress, the gateway's rules (_network): each uid taken is put under them, and let go as it is given back.
+    egress: EgressRules | None = None
 
     @property
     def per_user(self) -> bool:
@@ -410,6 +397,8 @@ class Sandbox:
             helpers += ["ip"] if isolated else []
         if self.containment == "bwrap" and self.cwd is not None and (self.uids is not None or self.user is not None):
             helpers.append("chown")
+        if self.cwd is not None:  # its directory removed (_removed)
+            helpers.append("rm")
         if self.network == "egress":
             helpers += ["unshare", "nsenter", "nft", "setpriv", "pasta", "bash"]
         return helpers
@@ -431,6 +420,8 @@ class Sandbox:
                     raise SandboxError(f"no uid could be taken: {exc.strerror or exc}") from None
             place = Place(self, uid, gid)
             try:
+                if self.egress is not None and self.uids is not None and uid is not None:
+                    await anyio.to_thread.run_sync(self.egress.hold, uid)
                 await anyio.to_thread.run_sync(place.granted, user)
                 if self.cwd is not None:
                     place.cwd = self.cwd.replace("{id}", process_id)
@@ -552,6 +543,8 @@ class Place:
             if self.cgroup is not None:
                 await anyio.to_thread.run_sync(self.cgroup.remove)
             if self.sandbox.uids is not None and self.uid is not None:
+                if self.sandbox.egress is not None:
+                    await anyio.to_thread.run_sync(self.sandbox.egress.let_go, self.uid)
                 self.sandbox.uids.give_back(self.uid)
 
 
@@ -725,7 +718,7 @@ def _workdir(path: str, place: Place) -> str:
 def _removed(path: str) -> bool:
     """Whether ``path`` is gone once removed by ``rm``, as root: whoever's files are in it, at any depth (no
     recursion of Python's, which a deep tree ended), following no link a process planted."""
-    remove = ["rm", "-rf", "--one-file-system", "--", path]
+    remove = [tool("rm"), "-rf", "--one-file-system", "--", path]
     with suppress(OSError, subprocess.TimeoutExpired):
         # Our own command line.
         subprocess.run(remove, capture_output=True, check=False, timeout=END_WITHIN)  # noqa: S603
