@@ -165,6 +165,75 @@ logger = logging.getLogger("mcp_sessions.gateway")
 LOOPBACK: Final = tuple(ipaddress.ip_network(net) for net in ("127.0.0.0/8", "::1/128", "::ffff:127.0.0.0/104"))
 
 
+# A new network namespace's loopback brought up ($0: ip), then the command (bubblewrap, which runs in it).
+_LOOPBACK: Final = '"$0" link set lo up || exit 125; exec "$@"'
+
+
+@dataclass(frozen=True)
+class ProcessNetwork:
+    """One contained process's network, as the command line that starts it makes it (``_sandbox``'s namespace puts
+    each part in its place): under ``host`` nothing; under ``none`` a network namespace of its own, made by the
+    containment's ``unshare`` (:meth:`unshared`); under ``egress`` the one its :class:`Link` made, entered
+    (:meth:`entered`), and its resolver (:data:`RESOLV`); under both, its loopback up (:meth:`loopback`). What
+    ``_sandbox`` hides of ``/run`` is ``hidden``: a host resolver configuration linked there (systemd-resolved's) is
+    bound where the link leads (:meth:`resolver`). Every program is found by :func:`tool`."""
+
+    kind: str
+    link: Link | None = None
+    hidden: str = "/run"
+
+    @property
+    def isolated(self) -> bool:
+        """Whether it has a network namespace of its own."""
+        return self.kind in ("none", "egress")
+
+    def helpers(self) -> list[str]:
+        """The programs that make it (:func:`tool` finds each at startup)."""
+        helpers = ["unshare", "ip"] if self.isolated else []
+        return [*helpers, "nsenter", "nft", "setpriv", "pasta", "bash"] if self.kind == "egress" else helpers
+
+    def entered(self) -> list[str]:
+        """The command line's first part under ``egress``: into the network namespace its :class:`Link` made."""
+        return [] if self.link is None else [tool("nsenter"), f"--net={self.link.namespace}", "--"]
+
+    def unshared(self) -> list[str]:
+        """``unshare``'s option for a network namespace of its own, where no :class:`Link` made one."""
+        return ["--net"] if self.isolated and self.link is None else []
+
+    def loopback(self) -> list[str]:
+        """Before bubblewrap, in its network namespace: its loopback up (:data:`_LOOPBACK`)."""
+        return ["/bin/sh", "-c", _LOOPBACK, tool("ip")] if self.isolated else []
+
+    def unshare_mounts(self) -> list[str]:
+        """Its part of ``unshare``'s mounts (``_sandbox._UNSHARE_MOUNTS``), named: its loopback up, its resolver."""
+        resolver, at = self.resolver()
+        return [
+            *(["--loopback", tool("ip")] if self.isolated else []),
+            *(["--resolver", resolver, at] if resolver else []),
+        ]
+
+    def bound(self) -> list[str]:
+        """Its part of bubblewrap's mounts, after ``hidden``'s tmpfs: its resolver, where it leads under ``hidden``
+        made as the host has it (bubblewrap makes a directory 0700)."""
+        resolver, at = self.resolver()
+        if not resolver:
+            return []
+        line = []
+        for directory in map(str, reversed(Path(at).parents)):
+            line += ["--perms", "0755", "--dir", directory] if directory.startswith(f"{self.hidden}/") else []
+        return [*line, "--ro-bind", resolver, at]
+
+    def resolver(self) -> tuple[str, str]:
+        """The resolver configuration it reads, and where, both ``""`` where the host's stays in place: under egress its
+        namespace's (:data:`RESOLV`); else the host's own where ``/etc/resolv.conf`` links under ``hidden``
+        (systemd-resolved's ``stub-resolv.conf``). Where: that link's target, so that the link leads to it."""
+        target = os.path.realpath(RESOLV_CONF)
+        at = target if target.startswith(f"{self.hidden}/") else RESOLV_CONF
+        if self.link is not None:
+            return RESOLV, at
+        return (target, target) if at != RESOLV_CONF else ("", "")
+
+
 def add_network_arguments(gateway: argparse.ArgumentParser) -> None:
     """``gateway``'s ``--process-network`` and ``--process-allow-net`` (:func:`egress_rules` checks them)."""
     gateway.add_argument(
@@ -580,10 +649,9 @@ class Link:
     are held by a shell of their own (:attr:`holder`) until :meth:`close`; pasta ends then too, or with the gateway
     (a keeper of pasta's, as root, kills it once its stdin ends; the holder ends so too)."""
 
-    def __init__(self, uid: int, gid: int, helpers: Mapping[str, str], procs: Sequence[str]) -> None:
-        # helpers: the absolute paths of unshare, nsenter, nft, setpriv, pasta and bash; procs: the control groups'
-        # files pasta's pid goes in
-        self.uid, self.gid, self.helpers, self.procs = uid, gid, helpers, procs
+    def __init__(self, uid: int, gid: int, procs: Sequence[str]) -> None:
+        # procs: the control groups' files pasta's pid goes in
+        self.uid, self.gid, self.procs = uid, gid, procs
         self.holder: anyio.abc.Process | None = None
         self.pasta: anyio.abc.Process | None = None
 
@@ -607,7 +675,7 @@ class Link:
         try:
             try:
                 self.holder = holder = await anyio.open_process(
-                    [self.helpers["unshare"], "--user", "--net", "--", "/bin/sh", "-c", _HOLD],
+                    [tool("unshare"), "--user", "--net", "--", "/bin/sh", "-c", _HOLD],
                     env=environ,
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
@@ -620,7 +688,7 @@ class Link:
             except (OSError, anyio.EndOfStream):
                 raise NetworkError("--process-network egress: the process's network namespace was not made") from None
             # The namespace's rules, made while pasta starts: the server runs once both are done.
-            nft = [self.helpers["nsenter"], f"--net={self.namespace}", "--", self.helpers["nft"], "-f", "-"]
+            nft = [tool("nsenter"), f"--net={self.namespace}", "--", tool("nft"), "-f", "-"]
             pipe, said = subprocess.PIPE, b""
             async with await anyio.open_process(
                 nft, env=environ, stdin=pipe, stdout=subprocess.DEVNULL, stderr=pipe
@@ -653,10 +721,10 @@ class Link:
                 user_ids = [f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups"]
                 caps = [f"--inh-caps=-all,{_PASTA_CAPS}", f"--ambient-caps={_PASTA_CAPS}"]
                 namespaces = ["--userns", f"/proc/self/fd/{user}", "--netns", f"/proc/self/fd/{net}"]
-                pasta = [self.helpers["pasta"], *_PASTA, *namespaces, "--pid", f"/proc/self/fd/{written}"]
-                setpriv = [self.helpers["setpriv"], *user_ids, *caps, "--"]
+                pasta = [tool("pasta"), *_PASTA, *namespaces, "--pid", f"/proc/self/fd/{written}"]
+                setpriv = [tool("setpriv"), *user_ids, *caps, "--"]
                 self.pasta = await anyio.open_process(
-                    [self.helpers["bash"], "-c", _KEEP, "sh", str(written), *self.procs, "--", *setpriv, *pasta],
+                    [tool("bash"), "-c", _KEEP, "sh", str(written), *self.procs, "--", *setpriv, *pasta],
                     env=environ,
                     stdin=subprocess.PIPE,
                     stdout=subprocess.DEVNULL,

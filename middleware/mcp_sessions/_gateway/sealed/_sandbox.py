@@ -50,7 +50,7 @@ from ._cgroups import Cgroup, Cgroups, read
 from ._grants import Grant, GrantError, UserDirectories
 from ._kernel import SandboxError as SandboxError
 from ._kernel import above, locked, no_user_namespaces, running_uids, tool
-from ._network import CGROUPS_FIRST, RESOLV, RESOLV_CONF, EgressRules, Link, NetworkError, linkable, routed
+from ._network import CGROUPS_FIRST, EgressRules, Link, NetworkError, ProcessNetwork, linkable, routed
 from ._seccomp import applied
 
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -97,40 +97,58 @@ CGROUPS: Final = "/sys/fs/cgroup"
 # its SHLVL), as root in its new namespaces before setpriv runs the command. Its first child, in a subshell, is the
 # first process of the new PID namespace: it mounts the namespace's /proc, then does the rest and runs the command; the
 # shell itself, outside the namespace, closes the server's stdin and stdout (3 and 4: the first helper moved them there)
-# and waits, so that no process but the server holds them (a server that closes its stdout ends its pipe). $1-$3 the
-# paths of mount, mkdir and ip (:func:`tool`); $4 the process's home (or ""), a tmpfs where it is (its parents under a
-# tmpfs 0711, as on the host), $5 its options (mode 0700, its uid's and gid's); $6 "up" for its own loopback (a new
-# network namespace's is down); $7 the resolver configuration it reads (else "") and $8 where (:func:`_resolver`),
-# opened before /run is hidden and bound there after (by /proc/self/fd: its path is hidden then); then MOUNT-POINT
-# OPTIONS pairs, each remounted read-only, until "--"; then DIRECTORY OPTIONS pairs, each a tmpfs (made where
-# missing: /run/lock in its /run), until "--"; then the grants (--process-mount), last, so that a target under one of
-# its own directories is made there: "rw" or "ro", SOURCE, TARGET triples, each bound (an empty tmpfs where SOURCE is
-# ""), until "--".
+# and waits, so that no process but the server holds them (a server that closes its stdout ends its pipe). What it
+# does is named as bubblewrap's options name it, in any order, until "--" and the command (the paths by tool()):
+# --mount-program PATH and --mkdir-program PATH; --read-only MOUNT-POINT OPTIONS, each remounted read-only;
+# --tmpfs DIRECTORY OPTIONS, each a tmpfs (made where missing: /run/lock in its /run); --home DIRECTORY OPTIONS, a
+# tmpfs (its parents under a tmpfs 0711, as on the host), its working directory; --bind ro|rw SOURCE TARGET, a grant
+# (--process-mount), bound last, so that a target under one of its own directories is made there (an empty tmpfs
+# where SOURCE is ""); and its network's (_network.ProcessNetwork): --loopback IP-PATH, its own loopback up (a new
+# network namespace's is down), and --resolver FILE WHERE, the resolver configuration it reads, opened before /run is
+# hidden and bound there after (by /proc/self/fd: its path is hidden then). Named, the network's part is added by
+# the one module that decides it, and no value's meaning hangs on its place among nine.
 _UNSHARE_MOUNTS: Final = """\
 (
-mount=$1 mkdir=$2 ip=$3 home=$4 options=$5 lo=$6 resolv=$7 resolv_at=$8; shift 8
+read_only=() tmpfs=() binds=() home="" ip="" resolver=""
+while [ "$1" != -- ]; do
+    case $1 in
+        --mount-program) mount=$2; shift 2 || exit 125 ;;
+        --mkdir-program) mkdir=$2; shift 2 || exit 125 ;;
+        --read-only) read_only+=("$2" "$3"); shift 3 || exit 125 ;;
+        --tmpfs) tmpfs+=("$2" "$3"); shift 3 || exit 125 ;;
+        --home) home=$2 home_options=$3; shift 3 || exit 125 ;;
+        --bind) binds+=("$2" "$3" "$4"); shift 4 || exit 125 ;;
+        --loopback) ip=$2; shift 2 || exit 125 ;;
+        --resolver) resolver=$2 resolver_at=$3; shift 3 || exit 125 ;;
+        *) echo "unshare's mounts: $1 is not an option of theirs" >&2; exit 125 ;;
+    esac
+done; shift
 "$mount" -t proc -o nosuid,nodev,noexec proc /proc || exit 125
-if [ -n "$resolv" ]; then exec {resolver}<"$resolv" || exit 125; fi
+if [ -n "$resolver" ]; then exec {held}<"$resolver" || exit 125; fi
 echo localhost > /proc/sys/kernel/hostname || exit 125
-while [ "$1" != -- ]; do "$mount" --no-canonicalize -o "$2" "$1" || exit 125; shift 2; done; shift
-while [ "$1" != -- ]; do "$mkdir" -p "$1" && "$mount" -t tmpfs -o "$2" tmpfs "$1" || exit 125; shift 2; done; shift
-if [ -n "$resolv" ]; then
-    [ -e "$resolv_at" ] || { "$mkdir" -p "${resolv_at%/*}" && : > "$resolv_at"; } || exit 125
-    "$mount" --no-canonicalize --bind -o ro "/proc/self/fd/$resolver" "$resolv_at" && exec {resolver}<&- || exit 125
+for ((i = 0; i < ${#read_only[@]}; i += 2)); do
+    "$mount" --no-canonicalize -o "${read_only[i + 1]}" "${read_only[i]}" || exit 125
+done
+for ((i = 0; i < ${#tmpfs[@]}; i += 2)); do
+    "$mkdir" -p "${tmpfs[i]}" && "$mount" -t tmpfs -o "${tmpfs[i + 1]}" tmpfs "${tmpfs[i]}" || exit 125
+done
+if [ -n "$resolver" ]; then
+    [ -e "$resolver_at" ] || { "$mkdir" -p "${resolver_at%/*}" && : > "$resolver_at"; } || exit 125
+    "$mount" --no-canonicalize --bind -o ro "/proc/self/fd/$held" "$resolver_at" && exec {held}<&- || exit 125
 fi
 if [ -n "$home" ]; then
-    (umask 066; "$mkdir" -p "$home") && "$mount" --no-canonicalize -t tmpfs -o "$options" tmpfs "$home" || exit 125
+    (umask 066; "$mkdir" -p "$home") && "$mount" --no-canonicalize -t tmpfs -o "$home_options" tmpfs "$home" || exit 125
     "$mkdir" -m 1777 "$home/tmp" && cd "$home" || exit 125
     unset OLDPWD
 fi
-while [ "$1" != -- ]; do
-    "$mkdir" -p "$3" || exit 125
-    if [ -n "$2" ]; then "$mount" --no-canonicalize --bind "$2" "$3" || exit 125
-    else "$mount" -t tmpfs -o mode=0555,size=4k tmpfs "$3" || exit 125; fi
-    "$mount" --no-canonicalize -o "remount,bind,nosuid,nodev,$1" "$3" || exit 125
-    shift 3
-done; shift
-if [ "$lo" = up ]; then "$ip" link set lo up || exit 125; fi
+for ((i = 0; i < ${#binds[@]}; i += 3)); do
+    mode=${binds[i]} source=${binds[i + 1]} target=${binds[i + 2]}
+    "$mkdir" -p "$target" || exit 125
+    if [ -n "$source" ]; then "$mount" --no-canonicalize --bind "$source" "$target" || exit 125
+    else "$mount" -t tmpfs -o mode=0555,size=4k tmpfs "$target" || exit 125; fi
+    "$mount" --no-canonicalize -o "remount,bind,nosuid,nodev,$mode" "$target" || exit 125
+done
+if [ -n "$ip" ]; then "$ip" link set lo up || exit 125; fi
 exec -c "$@"
 ) &
 exec 3<&- 4>&-
@@ -138,8 +156,6 @@ wait $!
 """
 # The process's home made its own under bubblewrap ($0: chown, $1: UID:GID, $2: its home), then the command.
 _CHOWN: Final = '"$0" -- "$1" "$2" || exit 125; shift 2; exec "$@"'
-# A new network namespace's loopback brought up ($0: ip), then the command.
-_LOOPBACK: Final = '"$0" link set lo up || exit 125; exec "$@"'
 # In a new mount namespace, a devpts of its own over /dev/pts ($0: mount, $1: its options), then the command; under
 # unshare, run by its script (by its PID namespace's first process, which outlives the mount). Opened,
 # the host's /dev/ptmx (a device) makes its ptys in the devpts beside it, and bubblewrap's /dev/ptmx links into it.
@@ -390,18 +406,14 @@ class Sandbox:
         if self.pids is not None:
             helpers.append("prlimit")
         if self.containment == "unshare":
-            helpers += ["setpriv", "mount", "mkdir", "ip", "bash"]
-        if self.containment == "bwrap":
-            root, isolated = os.geteuid() == 0, self.network != "host"
-            helpers += [*(["unshare"] if root or isolated else []), *(["mount"] if root else [])]
-            helpers += ["ip"] if isolated else []
+            helpers += ["setpriv", "mount", "mkdir", "bash"]
+        if self.containment == "bwrap" and os.geteuid() == 0:  # its devpts (_own_ptys)
+            helpers += ["unshare", "mount"]
         if self.containment == "bwrap" and self.cwd is not None and (self.uids is not None or self.user is not None):
             helpers.append("chown")
         if self.cwd is not None:  # its directory removed (_removed)
             helpers.append("rm")
-        if self.network == "egress":
-            helpers += ["unshare", "nsenter", "nft", "setpriv", "pasta", "bash"]
-        return helpers
+        return [*helpers, *ProcessNetwork(self.network).helpers()]
 
     async def enter(self, process_id: str, user: Sequence[str] | None = None) -> Place:
         """A place for a new process: its uid taken, its directory and control group made, and its grants: with
@@ -468,8 +480,7 @@ class Place:
         it has its own loopback alone."""
         if self.uid is not None and routed():
             procs = [] if self.cgroup is None else self.cgroup.procs
-            helpers = {name: tool(name) for name in ("unshare", "nsenter", "nft", "setpriv", "pasta", "bash")}
-            self.link = Link(self.uid, self.uid if self.gid is None else self.gid, helpers, procs)
+            self.link = Link(self.uid, self.uid if self.gid is None else self.gid, procs)
             await self.link.open(HELPER_ENV)
 
     @property
@@ -600,29 +611,26 @@ def _namespace(
     containment = sandbox.containment
     if containment not in ("bwrap", "unshare"):
         return []
-    isolated = sandbox.network in ("none", "egress")
+    network = ProcessNetwork(sandbox.network, link, RUN)
     hidden = [path for path in (RUN, *PRIVATE, CGROUPS) if os.path.isdir(path) and not os.path.islink(path)]
-    resolv, resolv_at = _resolver(link)
     home = "" if cwd is None else os.path.abspath(cwd)
     size = f"{sandbox.disk}m"
-    # Under egress, the network namespace its Link made, entered; else, with network none, a new one.
-    entered = [] if link is None else [tool("nsenter"), f"--net={link.namespace}", "--"]
     if containment == "unshare":
         uid_gid = "" if owner is None else "uid={},gid={},".format(*owner)
-        network = ["--net"] if isolated and link is None else []
-        tmpfs, binds = [], []
+        mounts_named = ["--mount-program", tool("mount"), "--mkdir-program", tool("mkdir")]
+        for point, options in _read_only():
+            mounts_named += ["--read-only", point, options]
         for path in hidden:
-            tmpfs += [path, f"nosuid,nodev,mode=1777,size={size}" if path in PRIVATE else "nosuid,nodev,mode=755"]
+            options = f"nosuid,nodev,mode=1777,size={size}" if path in PRIVATE else "nosuid,nodev,mode=755"
+            mounts_named += ["--tmpfs", path, options]
+        if home:
+            mounts_named += ["--home", home, f"nosuid,nodev,mode=0700,{uid_gid}size={size}"]
         for mount in mounts:
-            binds += ["rw" if mount.writable else "ro", mount.source, mount.target]
+            mounts_named += ["--bind", "rw" if mount.writable else "ro", mount.source, mount.target]
         return [
-            *(tool("setpriv"), "--pdeathsig", "KILL", "--", *entered, tool("unshare"), "--pid", "--ipc", "--uts"),
-            "--mount",
-            *network,
-            *("--", tool("bash"), "-c", _UNSHARE_MOUNTS, "sh"),
-            *(tool("mount"), tool("mkdir"), tool("ip"), home, f"nosuid,nodev,mode=0700,{uid_gid}size={size}"),
-            *("up" if isolated else "", resolv, resolv_at),
-            *(*_read_only(), "--", *tmpfs, "--", *binds, "--"),
+            *(tool("setpriv"), "--pdeathsig", "KILL", "--", *network.entered(), tool("unshare")),
+            *("--pid", "--ipc", "--uts", "--mount", *network.unshared()),
+            *("--", tool("bash"), "-c", _UNSHARE_MOUNTS, "sh", *mounts_named, *network.unshare_mounts(), "--"),
             *_own_ptys(),  # as the namespace's first process: a process it started would be, and end it
             *(applied(filters, sys.executable) if filters else []),  # after the mounts: the profile refuses them
         ]
@@ -634,11 +642,10 @@ def _namespace(
     # A devpts of its own, bound over bubblewrap's, where the gateway is root (unshare --mount needs it): an
     # unprivileged bubblewrap keeps its --dev's, which has no max.
     root = os.geteuid() == 0
-    if isolated:
-        line = ["/bin/sh", "-c", _LOOPBACK, tool("ip"), *line]
-    if isolated or root:
-        namespaces = [*(["--mount"] if root else []), *(["--net"] if isolated and link is None else [])]
-        line = [*entered, tool("unshare"), *namespaces, "--", *(_own_ptys() if root else []), *line]
+    line = [*network.loopback(), *line]
+    if network.isolated or root:
+        namespaces = [*(["--mount"] if root else []), *network.unshared()]
+        line = [*network.entered(), tool("unshare"), *namespaces, "--", *(_own_ptys() if root else []), *line]
     for descriptor in filters:
         line += ["--add-seccomp-fd", str(descriptor)]
     line += ["--ro-bind", "/", "/", "--dev", "/dev", *(["--dev-bind", "/dev/pts", "/dev/pts"] if root else [])]
@@ -646,10 +653,7 @@ def _namespace(
     size = str(sandbox.disk << 20)
     for path in hidden:  # a later mount over an earlier one
         line += ["--perms", "01777", "--size", size, "--tmpfs", path] if path in PRIVATE else ["--tmpfs", path]
-    if resolv:  # where it leads under /run: its directories as the host has them (bubblewrap makes them 0700)
-        for directory in map(str, reversed(Path(resolv_at).parents)):
-            line += ["--perms", "0755", "--dir", directory] if directory.startswith(f"{RUN}/") else []
-        line += ["--ro-bind", resolv, resolv_at]
+    line += network.bound()
     if home:
         # Its parents under a tmpfs as the host has them (bubblewrap would make them 0700, root's), then itself.
         under = private_under(home)
@@ -675,19 +679,7 @@ def _own_ptys() -> list[str]:
     return ["/bin/sh", "-c", _DEVPTS, tool("mount"), f"newinstance,ptmxmode=0666,mode=620,max={PTYS}"]
 
 
-def _resolver(link: Link | None) -> tuple[str, str]:
-    """The resolver configuration a contained process reads, and where, both ``""`` where the host's stays in place:
-    under egress its namespace's (:data:`RESOLV`); else the host's own where ``/etc/resolv.conf`` links under
-    :data:`RUN`, which the process's hides (systemd-resolved's ``stub-resolv.conf``). Where: that link's target, so
-    that the link leads to it."""
-    target = os.path.realpath(RESOLV_CONF)
-    at = target if target.startswith(f"{RUN}/") else RESOLV_CONF
-    if link is not None:
-        return RESOLV, at
-    return (target, target) if at != RESOLV_CONF else ("", "")
-
-
-def _read_only() -> list[str]:
+def _read_only() -> list[tuple[str, str]]:
     """Each mount point of the host's that a process could write, with the options that make it read-only in a
     mount namespace of its own as its other options are (``mount -o remount,bind,ro``): what bubblewrap's
     ``--ro-bind / /`` does, for unshare's script."""
@@ -700,7 +692,7 @@ def _read_only() -> list[str]:
             # mountinfo writes a space, tab, newline or backslash in octal.
             point = re.sub(r"\\([0-7]{3})", lambda octal: chr(int(octal[1], 8)), point)
             kept = [flag for flag in flags if flag in ("nosuid", "nodev", "noexec")]
-            pairs += [point, ",".join(["remount", "bind", "ro", *kept])]
+            pairs.append((point, ",".join(["remount", "bind", "ro", *kept])))
     return pairs
 
 
