@@ -152,13 +152,24 @@ def namespace_rules() -> str:
 
 CGROUPS_FIRST: Final = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
 """A helper's first step: its own pid into each control group named, until ``--``; then the command that follows."""
-# pasta's keeper, as root, by bash (a descriptor above 9): into the control groups ($2... until --), then pasta in the
-# background, the keeper's copy of pasta's pid file ($1, a descriptor) closed; once its stdin ends (the gateway's
-# close, or its end: pasta's parent-death signal is cleared as it joins its user namespace), pasta killed.
-_KEEP: Final = (
-    'written=$1; shift; while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; '
-    '"$@" & eval "exec $written>&-"; read -r _; kill -KILL $! 2>/dev/null; wait'
-)
+# pasta's keeper, as root, by bash (a descriptor above 9): into each control group named (--cgroup FILE), then pasta
+# (after "--") in the background, the keeper's copy of pasta's pid file (--close DESCRIPTOR) closed; once its stdin
+# ends (the gateway's close, or its end: pasta's parent-death signal is cleared as it joins its user namespace), pasta
+# killed.
+_KEEP: Final = """\
+while [ "$1" != -- ]; do
+    case $1 in
+        --close) written=$2 ;;
+        --cgroup) echo $$ > "$2" || exit 125 ;;
+        *) echo "pasta's keeper: $1 is not an option of its" >&2; exit 125 ;;
+    esac
+    shift 2 || exit 125
+done; shift
+"$@" & eval "exec $written>&-"
+read -r _
+kill -KILL $! 2>/dev/null
+wait
+"""
 TUN: Final = "/dev/net/tun"
 _SAID: Final = 4096  # what of pasta's stderr is kept: its first words, why it did not start
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -723,8 +734,9 @@ class Link:
                 namespaces = ["--userns", f"/proc/self/fd/{user}", "--netns", f"/proc/self/fd/{net}"]
                 pasta = [tool("pasta"), *_PASTA, *namespaces, "--pid", f"/proc/self/fd/{written}"]
                 setpriv = [tool("setpriv"), *user_ids, *caps, "--"]
+                cgroups = [named for procs in self.procs for named in ("--cgroup", procs)]
                 self.pasta = await anyio.open_process(
-                    [tool("bash"), "-c", _KEEP, "sh", str(written), *self.procs, "--", *setpriv, *pasta],
+                    [tool("bash"), "-c", _KEEP, "sh", "--close", str(written), *cgroups, "--", *setpriv, *pasta],
                     env=environ,
                     stdin=subprocess.PIPE,
                     stdout=subprocess.DEVNULL,
