@@ -34,13 +34,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal, get_args
 
 import anyio
 
 from ._kernel import above, first_words, locked, running_uids, tool
 
-NETWORKS: Final = ("host", "none", "egress")
+Network = Literal["host", "none", "egress"]
+NETWORKS: Final = get_args(Network)
 TABLE_PREFIX: Final = "mcp_sessions_"
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -189,7 +190,7 @@ class ProcessNetwork:
     ``_sandbox`` hides of ``/run`` is ``hidden``: a host resolver configuration linked there (systemd-resolved's) is
     bound where the link leads (:meth:`resolver`). Every program is found by :func:`tool`."""
 
-    kind: str
+    kind: Network
     link: Link | None = None
     hidden: str = "/run"
 

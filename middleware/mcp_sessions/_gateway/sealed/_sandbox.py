@@ -50,14 +50,13 @@ from ._cgroups import Cgroup, Cgroups, read
 from ._grants import Grant, GrantError, UserDirectories
 from ._kernel import SandboxError as SandboxError
 from ._kernel import above, locked, no_user_namespaces, running_uids, tool
-from ._network import CGROUPS_FIRST, EgressRules, Link, NetworkError, ProcessNetwork, linkable, routed
+from ._network import CGROUPS_FIRST, EgressRules, Link, Network, NetworkError, ProcessNetwork, linkable, routed
 from ._seccomp import applied
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
 CONTAINMENTS: Final = ("auto", "bwrap", "unshare", "none")
 Containment = Literal["auto", "bwrap", "unshare", "none"]
-Network = Literal["host", "none", "egress"]
 INHERITED: Final = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 """The gateway's variables every process gets: the ``mcp`` SDK's ``DEFAULT_INHERITED_ENV_VARS`` (POSIX)."""
 LOADER: Final = frozenset(
