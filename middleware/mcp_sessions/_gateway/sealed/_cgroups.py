@@ -6,6 +6,7 @@ only reads; the gateway's first process readies them."""
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import time
 from contextlib import suppress
@@ -22,6 +23,9 @@ TCP_SHARE: Final = 4
 """Under cgroup v1, which counts a process's TCP buffers apart from its memory, they get a ``TCP_SHARE``-th of
 ``--process-memory`` and the rest is its memory's: what it may pin is within its bound, as under v2."""
 _ids = count()
+_RUN: Final = secrets.token_hex(4)
+"""This gateway's in its groups' names, beside its pid: two gateways that are each the first process of a PID
+namespace of their own (two containers) share the pid 1, and would make the same group."""
 
 
 @dataclass
@@ -58,7 +62,7 @@ class Cgroups:
         the gateway's first process, the revision probe, starts with it."""
         if not self.ready:
             self._ready()
-        name = f"mcp-sessions-{os.getpid()}-{next(_ids)}"
+        name = f"mcp-sessions-{os.getpid()}-{_RUN}-{next(_ids)}"
         cgroup = Cgroup(self.version, tuple(parent / name for parent in self.parents))
         try:
             for directory in cgroup.dirs:
@@ -81,7 +85,7 @@ class Cgroups:
                         stale.rmdir()
         if self.version == 2:
             group = self.parents[0]
-            leaf = group / f"mcp-sessions-{os.getpid()}-gateway"
+            leaf = group / f"mcp-sessions-{os.getpid()}-{_RUN}-gateway"
             leaf.mkdir(exist_ok=True)
             (leaf / "cgroup.procs").write_text(str(os.getpid()))
             enabled = [f"+{name}" for name in _controllers(self.memory, self.pids, self.cpu)]
