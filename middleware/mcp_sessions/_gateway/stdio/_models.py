@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Literal, NamedTuple
+from typing import Final, Literal, NamedTuple
 
 from starlette.types import Scope
 
@@ -105,8 +105,8 @@ def key_digest(key: Key) -> str:
 
 class EndReason(Enum):
     """Why a process ended: ``label`` names it in the ends metric (``mcp_sessions.process.end_reason``, a fixed
-    vocabulary), ``text`` in the log and in its conversation's error (a crash's or a bound's own words are the
-    child's ``said``)."""
+    vocabulary) and the status, ``text`` in the log and in its conversation's error (a crash's or a bound's own
+    words are its :class:`End`'s ``detail``, which begin with the same word)."""
 
     IDLE = "idle", "idle"
     EXPIRED = "expired", "expired"
@@ -128,6 +128,29 @@ class EndReason(Enum):
 
     def __init__(self, label: str, text: str) -> None:
         self.label, self.text = label, text
+
+
+STARTS_FAILED: Final = frozenset({EndReason.FAILED, EndReason.NOT_INITIALIZED, EndReason.UNANSWERED})
+"""The ends of a process that never served: what it said is why it failed to start."""
+UNASKED: Final = frozenset({EndReason.CRASH, EndReason.OVER_BOUND, EndReason.EXITED})
+"""The ends no one asked for: the sessions its conversations served end with it (a crash as any other end)."""
+
+
+class End(NamedTuple):
+    """How a process ended, set once where it ends (``Child.stop``; a crash's cause, once its group is stopped,
+    in its place) and told in the same words everywhere: ``reason.label`` in the ends metric and the status,
+    :meth:`__str__` in the log and the client's error."""
+
+    reason: EndReason
+    detail: str = ""  # its own words, where the reason's text does not say which (which crash, which bound)
+
+    def __str__(self) -> str:
+        return self.detail or self.reason.text
+
+    @property
+    def failure(self) -> str | None:
+        """Why it failed to start, if it never served (:data:`STARTS_FAILED`)."""
+        return str(self) if self.reason in STARTS_FAILED else None
 
 
 class ProcessEvents:

@@ -51,7 +51,9 @@ from ._child import EXIT_DRAIN, Child, ChildFactory, ChildProcess, ProcessOption
 from ._lifetimes import EndTransport, Lifetimes
 from ._models import (
     Asking,
+    UNASKED,
     Caller,
+    End,
     EndReason,
     Key,
     Owner,
@@ -131,7 +133,7 @@ class Table:
         )
         self.admission = Admission(max_processes, per_caller, config.create_limit, events)
         self.conversations: dict[Key, Conversation] = {}
-        self.ended: BoundedDict[Key, EndReason] = BoundedDict(MAX_ENDED)  # tombstones: why each ended
+        self.ended: BoundedDict[Key, End] = BoundedDict(MAX_ENDED)  # tombstones: how each ended
         self.retained: dict[str, Conversation] = {}  # a request's child awaiting its retry, by requestState
         self.digests = IdDigests(config.keys)  # the middleware's: a transport session's key is its adopted session's
         self.instance = secrets.token_hex(8)  # this start of the gateway, as a host conversation's data names it
@@ -228,13 +230,13 @@ class Table:
         a request that opens a conversation of its own (not ``told``: its session's end was told already, as
         ``-32043``) gets a new one at once."""
         key = Key(kind, caller.id)
-        if (why := self.ended.pop(key, None)) is not None and told:
-            raise self.gone(key, why)
+        if (end := self.ended.pop(key, None)) is not None and told:
+            raise self.gone(key, end)
         if (own := self.conversations.get(key)) is not None and not own.child.done.is_set():
             return own
         if own is not None:
             for ridden in own.riders:
-                self.ended[ridden] = own.why or EndReason.EXITED
+                self.ended[ridden] = own.child.end or End(EndReason.EXITED)
             del self.conversations[key]
         return self.open(key, caller, counted=counted)
 
@@ -308,45 +310,43 @@ class Table:
         conversation, are remembered as ended (unless a new one takes its name); the conversations whose sessions
         end with it (a crash ends its session as any other end) are returned, for the lifetimes to end."""
         child, conversation = process.child, process.conversation
-        failed = EndReason.FAILED if child.failure is not None else None
-        said = conversation.why if conversation is not None else None
-        self.pool.ended(process, said or failed or child.reason or EndReason.EXITED)
+        end = child.end or End(EndReason.EXITED)  # its child's, set once where it ended
+        self.pool.ended(process, end.reason)
         if conversation is None or conversation.shared:
             return []
         if conversation.unwatch is not None:
             conversation.unwatch()
         for state in conversation.parked:
             self.retained.pop(state, None)
-        if conversation.why == EndReason.SHUTDOWN:
+        if end.reason is EndReason.SHUTDOWN:
             return []
         key = conversation.key
         if self.conversations.get(key) is conversation:
             del self.conversations[key]
-        why = conversation.why or failed or EndReason.EXITED
-        if _told(key, why):
-            self.ended[key] = why
-        logger.info("%s: the conversation ended (%s)", child.label, why.text)
+        if _told(key, end.reason):
+            self.ended[key] = end
+        logger.info("%s: the conversation ended (%s)", child.label, end)
         # a caller's process: its conversations end
         riders = list(conversation.riders.values())
         for rider in riders:
-            self.ended[rider.key] = why
-        return [conversation, *riders] if conversation.why is None and child.failure is None else riders
+            self.ended[rider.key] = end
+        return [conversation, *riders] if end.reason in UNASKED else riders
 
     def not_found(self) -> MCPError:
         return MCPError(self.config.profiles[0].not_found, self.config.profiles[0].not_found_text)
 
-    def gone(self, key: Key, why: EndReason | None = None) -> MCPError:
+    def gone(self, key: Key, end: End | None = None) -> MCPError:
         """The error of an ended conversation's kind: "not found" for one these ended with its session (or a
-        front's), else that its process has ended, and why."""
-        why = why or self.ended.get(key, EndReason.ENDED)
-        if why is EndReason.SHUTDOWN:
+        front's), else that its process has ended, and how (its :class:`End`'s words)."""
+        end = end or self.ended.get(key, End(EndReason.ENDED))
+        if end.reason is EndReason.SHUTDOWN:
             return restarting()
-        if self.fronted or why in (EndReason.EVICTED, EndReason.SESSION_ENDED):
+        if self.fronted or end.reason in (EndReason.EVICTED, EndReason.SESSION_ENDED):
             return self.not_found()
         # a caller's own: the gateway starts the next one itself
         then = "the next request starts a new one" if key.kind in ("caller", "sessionless") else "start a new one"
         return MCPError(
-            CHILD_EXITED, f"the server process of this conversation has ended ({why.text}), with its state; {then}"
+            CHILD_EXITED, f"the server process of this conversation has ended ({end}), with its state; {then}"
         )
 
 
@@ -385,7 +385,7 @@ class Children(Table):
             # which start runs it: the replicas' store
             held = await session.data.get(_HELD, self.instance)
             if held != self.instance:
-                raise self.gone(key, EndReason.ELSEWHERE)
+                raise self.gone(key, End(EndReason.ELSEWHERE))
             await session.data.set(_HELD, self.instance)
 
     async def ready(self, conversation: Conversation) -> Conversation:
@@ -394,7 +394,7 @@ class Children(Table):
         if conversation.child.failure is not None:
             raise MCPError(CHILD_EXITED, conversation.child.failure)
         if conversation.child.done.is_set():
-            raise self.gone(conversation.key, conversation.why or EndReason.EXITED)
+            raise self.gone(conversation.key, conversation.child.end or End(EndReason.EXITED))
         conversation.last_request = anyio.current_time()
         return conversation
 
@@ -425,7 +425,7 @@ class Children(Table):
     def unanswered(self, raw: bytes, stopping: Callable[[], bool]) -> MCPError:
         """The error of a request in flight as the 2025 transport session ``raw`` names ended: its conversation's, or
         the gateway's shutdown once it has been asked to stop (``stopping``: it leaves no tombstone)."""
-        return self.gone(self.transport_key(raw), EndReason.SHUTDOWN if stopping() else None)
+        return self.gone(self.transport_key(raw), End(EndReason.SHUTDOWN) if stopping() else None)
 
     async def connected(self, raw: bytes, scope: Scope) -> None:
         """A 2025 transport session just opened (its ``initialize`` answered), which has no process until a call
@@ -454,7 +454,7 @@ class Children(Table):
                 yield shared.child.initialized
             finally:
                 for conversation in self.conversations.values():
-                    conversation.why = EndReason.SHUTDOWN
+                    conversation.end(EndReason.SHUTDOWN)
 
     async def choose(self, start_deadline: float | None = None) -> None:
         """``processes="auto"``'s choice (docs/gateway.md, "Process lifetimes"): a process per conversation where
