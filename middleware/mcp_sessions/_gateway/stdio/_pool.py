@@ -56,6 +56,7 @@ class Pool:
         self.make = partial(factory, self.command, max_line=max_line, on_notify=_ignored, options=options)
         self.warm: deque[Process] = deque()  # started and initialized ahead, for new conversations and requests
         self.live: set[Process] = set()
+        self.ends: Counter[str] = Counter()  # the processes ended, by their end's label: what the status shows
         self.tasks: anyio.abc.TaskGroup | None = None  # while the gateway runs (running)
 
     @asynccontextmanager
@@ -132,6 +133,7 @@ class Pool:
         if process in self.warm:
             self.warm.remove(process)
         process.gone.set()
+        self.ends[why.label] += 1
         self.events.ended(why)
 
     def views(self) -> list[ProcessView]:

@@ -50,8 +50,8 @@ from ._admission import Admission
 from ._child import EXIT_DRAIN, Child, ChildFactory, ChildProcess, ProcessOptions
 from ._lifetimes import EndTransport, Lifetimes
 from ._models import (
-    Asking,
     UNASKED,
+    Asking,
     Caller,
     End,
     EndReason,
