@@ -6,8 +6,10 @@ conversation (:class:`Key`), who asks (:class:`Caller`, :class:`Owner`, :class:`
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import partial
 from typing import Final, Literal, NamedTuple
 
 from starlette.types import Scope
@@ -18,7 +20,8 @@ from ..._session import SCOPE_KEY, Session, authenticated_user, caller_of, princ
 from ..._wire import printable
 from ..._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
 from ...profiles import Era
-from ..auth._users import ProxiedUser
+from .._serving import DRAINING
+from ..auth._users import Credentials, ProcessEnv, ProxiedUser
 
 Kind = Literal[
     "transport-session", "data-layer-session", "host-conversation", "sessionless", "request", "caller", "shared"
@@ -75,19 +78,30 @@ def known_as(scope: Scope) -> Owner:
 
 
 class Asking(NamedTuple):
-    """A request as the process table reads it (:func:`asking`): who asks, and what it names of its conversation."""
+    """A request as the process table's decisions read it, every input of theirs (:func:`asking`): who asks, what it
+    names of its conversation, and what a process it starts is given."""
 
     caller: Caller
     session: Session | None  # what the sessions found it in
     transport: bytes | None  # :func:`transport_of`
+    user: object = None  # the authenticated user (``scope["user"]``): who may end its 2025 transport session
+    draining: bool = False  # the gateway drains: no new conversation but a 2025 transport session's first call
+    credentials: Callable[[], Credentials] = partial(ProcessEnv().of, None)  # --process-env's, if a process starts
 
 
-async def asking(scope: Scope, config: SessionsConfig) -> Asking:
+async def asking(scope: Scope, config: SessionsConfig, process_env: ProcessEnv) -> Asking:
     """Who asks (whom the limits count, as the create limit does: the principal, else the client address), and
     what the request names: its session, its 2025 transport session."""
     principal = await principal_digest(config.principal, scope, config.keys.audience)
     caller = Caller(caller_of(scope, principal), known_as(scope))
-    return Asking(caller, scope.get(SCOPE_KEY), transport_of(scope))
+    return asked_by(scope, caller, scope.get(SCOPE_KEY), process_env)
+
+
+def asked_by(scope: Scope, caller: Caller, session: Session | None, process_env: ProcessEnv) -> Asking:
+    """What the table's decisions read of the request ``scope`` of ``caller``, in ``session``, read here once."""
+    draining = scope.get(DRAINING, bool)()
+    credentials = partial(process_env.of, scope)
+    return Asking(caller, session, transport_of(scope), scope.get("user"), draining, credentials)
 
 
 def transport_of(scope: Scope) -> bytes | None:

@@ -44,7 +44,7 @@ from ..._wire import Refusal
 from ..._wire.protocol import RATE_LIMITED, UPSTREAM_UNAVAILABLE
 from ...subscriptions import SessionSubscriptionBus
 from .._front import StartupFailed
-from .._serving import DRAINING, RESTARTING
+from .._serving import RESTARTING
 from ..auth._users import REQUEST, ProcessEnv
 from ._admission import Admission
 from ._child import EXIT_DRAIN, Child, ChildFactory, ChildProcess, ProcessOptions
@@ -58,10 +58,10 @@ from ._models import (
     Key,
     Owner,
     ProcessEvents,
+    asked_by,
     asking,
     key_digest,
     known_as,
-    transport_of,
 )
 from ._pool import Pool, after_answer
 from ._relay import ANSWER_WITHIN, CHILD_EXITED, Conversation, Process
@@ -152,7 +152,7 @@ class Table:
         ``processes="per-caller"``, the caller's own process, for a request that names no conversation or one of
         those it serves; a conversation it does not serve, or served before it ended, is refused as in the
         per-conversation table, never served by another process."""
-        caller, session, raw = asked
+        caller, session, raw = asked.caller, asked.session, asked.transport
         if session is not None and session.source == "data-layer":
             # ended: "not found" at once, as the session's revocation (under way) will say; the call that ended its
             # process was told why
@@ -165,21 +165,21 @@ class Table:
         if session is not None and session.source != "transport":
             key = Key("host-conversation", _bound(session.id, caller.id))
             if (found := self._holder(key, caller)) is None and key not in self.ended:
-                return self.open(key, caller, counted=True)  # its first request spent the operation
+                return self.open(key, asked, counted=True)  # its first request spent the operation
             return self._found(found, caller, partial(self.gone, key))
         if raw is not None:
-            return self._transported(raw, caller, method=method)
+            return self._transported(raw, asked, method=method)
         if self.mode == "per-caller":
-            return self._own("caller", caller)
+            return self._own("caller", asked)
         if self.sessionless == "per-caller":
-            return self._own("sessionless", caller)
+            return self._own("sessionless", asked)
         # a retry that brings input reaches the request that asked
         if state is not None:
             waiting = self.retained.get(state) if isinstance(state, str) else None
             found = self._found(waiting, caller, _no_state)
             del self.retained[str(state)]  # still good for its owner until it is taken
             return found
-        return self.open(Key("request", secrets.token_hex(12)), caller)  # a request's own child
+        return self.open(Key("request", secrets.token_hex(12)), asked)  # a request's own child
 
     def _found(self, found: Conversation | None, caller: Caller, missing: Callable[[], MCPError]) -> Conversation:
         """The one check of who may reach a process, for every kind of name: the conversation ``found`` is the
@@ -190,24 +190,18 @@ class Table:
             raise _no_state() if found.key.kind == "request" else self.not_found()
         return found
 
-    def _transported(
-        self,
-        raw: bytes,
-        caller: Caller,
-        counted: bool = False,
-        method: str = "",
-    ) -> Conversation:
+    def _transported(self, raw: bytes, asked: Asking, counted: bool = False, method: str = "") -> Conversation:
         """A 2025 transport session's conversation: its process, started by its first request that needs one (its
         ``initialize`` starts none, nor a list, which the shared process answers as a fresh one would: a client that
         only lists, or names another conversation in each request, such as ``mcp-sessions connect``'s, costs none),
         within the limits (a refusal is that request's error)."""
         transport = self.transport_key(raw)
-        if (found := self._holder(transport, caller)) is None and transport not in self.ended:
+        if (found := self._holder(transport, asked.caller)) is None and transport not in self.ended:
             if method in LISTS:
                 return self.shared_conversation()
             self.connections.pop(transport, None)  # a process's now: the limits count it
-            return self.open(transport, caller, transport=raw, counted=counted)
-        return self._found(found, caller, partial(self.gone, transport))
+            return self.open(transport, asked, transport=raw, counted=counted)
+        return self._found(found, asked.caller, partial(self.gone, transport))
 
     def _holder(self, key: Key, caller: Caller) -> Conversation | None:
         """The live conversation ``key`` names: its own process's, or (per-caller) its caller's, that serves it."""
@@ -217,19 +211,14 @@ class Table:
         return own if own is not None and key in own.riders else None
 
     def _own(
-        self,
-        kind: Literal["caller", "sessionless"],
-        caller: Caller,
-        counted: bool = False,
-        *,
-        told: bool = True,
+        self, kind: Literal["caller", "sessionless"], asked: Asking, counted: bool = False, *, told: bool = True
     ) -> Conversation:
         """The caller's own process of ``kind``, started (within the limits) if it has none that lives. One that has
         ended leaves its conversations ended (:meth:`process_ended`), not the caller: her next request that names
         none is told why once (unless it ended as she would expect: ``EXPECTED``), and the one after gets a new one;
         a request that opens a conversation of its own (not ``told``: its session's end was told already, as
         ``-32043``) gets a new one at once."""
-        key = Key(kind, caller.id)
+        key = Key(kind, asked.caller.id)
         if (end := self.ended.pop(key, None)) is not None and told:
             raise self.gone(key, end)
         if (own := self.conversations.get(key)) is not None and not own.child.done.is_set():
@@ -238,7 +227,7 @@ class Table:
             for ridden in own.riders:
                 self.ended[ridden] = own.child.end or End(EndReason.EXITED)
             del self.conversations[key]
-        return self.open(key, caller, counted=counted)
+        return self.open(key, asked, counted=counted)
 
     def shared_conversation(self) -> Conversation:
         if self.shared is None or (self.shared.child.done.is_set() and self.shared.child.ready.is_set()):
@@ -249,7 +238,7 @@ class Table:
     def open(
         self,
         key: Key,
-        caller: Caller,
+        asked: Asking,
         *,
         expires_at: float = math.inf,
         transport: bytes | None = None,
@@ -263,22 +252,20 @@ class Table:
         it."""
         if key in self.conversations or key in self.ended:
             raise self.gone(key)
-        scope = REQUEST.get() or {}
         # a client of a transport session opened before the drain holds it: its first call is served
-        if scope.get(DRAINING, bool)() and key.kind != "transport-session":
+        if asked.draining and key.kind != "transport-session":
             raise restarting()
-        # who may end its transport session
-        user = scope.get("user")
+        caller = asked.caller
         begun = partial(
-            Conversation, key, owner=caller, bus=self.bus, expires_at=expires_at, transport=transport, user=user
+            Conversation, key, owner=caller, bus=self.bus, expires_at=expires_at, transport=transport, user=asked.user
         )
         if self.mode == "per-caller" and key.kind != "caller":
-            own = self._own("caller", caller, counted, told=False)
+            own = self._own("caller", asked, counted, told=False)
             own.riders[key] = begun(own.child, tasks=own.tasks)
             return own
         live = [found for found in self.conversations.values() if not found.child.done.is_set()]
         evicted = self.admission.admit(live, caller, transport=transport is not None, counted=counted)
-        process = self.pool.take(caller.name)
+        process = self.pool.take(caller.name, asked.credentials)
         for conversation in evicted:  # the start is certain now
             logger.info("%s: ended to make room for a new conversation of %s", conversation.child.label, caller.name)
             conversation.end(EndReason.EVICTED)  # at once: its next request is refused
@@ -368,7 +355,7 @@ class Children(Table):
         session's is "not found" here; a host's, which the store the replicas share records as another start's
         (:data:`_HELD`), has ended. What the request's names and caller are is read first; which conversation they
         reach is then one decision (:meth:`route`)."""
-        asked = await asking(scope, self.config)
+        asked = await asking(scope, self.config, self.process_env)
         nameless = asked.session is None and asked.transport is None and state is None
         sessionless = self.sessionless if self.mode != "per-caller" else "per-caller"
         if self.mode == "shared" or (nameless and (method in LISTS or sessionless == "shared")):
@@ -406,18 +393,19 @@ class Children(Table):
         create spent the caller's create-limit slot already."""
         if self.mode == "shared":
             return
-        scope = REQUEST.get() or {}
+        scope = REQUEST.get() or {}  # the sessions call it with no request in hand
         caller = Caller(caller_of(scope, claims.extra.get(PRINCIPAL_CLAIM)), known_as(scope))
-        raw = transport_of(scope)
+        asked = asked_by(scope, caller, None, self.process_env)
+        raw = asked.transport
         try:
             # one conversation, one process
             if raw is not None and self.mode == "per-conversation":
-                found = await self.ready(self._transported(raw, caller, counted=True))
+                found = await self.ready(self._transported(raw, asked, counted=True))
                 self.moved[claims.session_id] = found.key
                 found.holds_sessions = True
                 return
             key = Key("data-layer-session", claims.session_id)
-            await self.ready(self.open(key, caller, expires_at=claims.expires_at, counted=True))
+            await self.ready(self.open(key, asked, expires_at=claims.expires_at, counted=True))
         except MCPError as exc:
             retry = 1 if exc.error.code == RATE_LIMITED else None
             raise Refusal(exc.error.code, exc.error.message, reason="process_refused", retry_after=retry) from None
@@ -430,7 +418,7 @@ class Children(Table):
     async def connected(self, raw: bytes, scope: Scope) -> None:
         """A 2025 transport session just opened (its ``initialize`` answered), which has no process until a call
         needs one: those the admission says are too many (overall, and per caller) are ended, oldest first."""
-        caller = (await asking(scope, self.config)).caller
+        caller = (await asking(scope, self.config, self.process_env)).caller
         self.connections[self.transport_key(raw)] = (caller.id, raw, scope.get("user"))
         owners = {key: owner for key, (owner, _, _) in self.connections.items()}
         for key in self.admission.connections_over(owners, caller.id):
@@ -489,7 +477,7 @@ class Children(Table):
             if conversation.pooled:
                 return await conversation.relay(ctx, await self.named(scope, conversation.owner))
             # its process has the --process-env values it started with: this request's?
-            self.process_env.check(conversation.credentials)
+            self.process_env.check(conversation.credentials, scope)
             return await conversation.relay(ctx)
         finally:
             self.answered(conversation)
@@ -501,7 +489,7 @@ class Children(Table):
         session: Session | None = scope.get(SCOPE_KEY)
         if session is None:
             return None
-        caller = owner or (await asking(scope, self.config)).caller
+        caller = owner or (await asking(scope, self.config, self.process_env)).caller
         return hashlib.sha256(f"{session.source}\0{session.id}\0{caller.id}".encode()).hexdigest()[:32]
 
     async def failed(self, why: str, child: ChildProcess) -> StartupFailed:
