@@ -81,16 +81,21 @@ MAX_ENDED: Final = 100_000
 """Ended conversations remembered (each answered with the error of its kind, never a new process); oldest first."""
 EXPECTED: Final = (EndReason.IDLE, EndReason.EXPIRED, EndReason.BY_USER)
 """The ends a caller's own process (``caller``, ``sessionless``) leaves no tombstone for: her next request gets a
-new one. Any other end (a crash, a bound, eviction) is told to her next request once (``Table._own``)."""
+new one. Any other end (a crash, a bound, eviction) is told to her next request once (``Children._own``)."""
 Metrics = Callable[[Callable[[], Counter[str]]], ProcessEvents]
 """What counts the table's processes, given how many of each kind live (``_status.ProcessMetrics``)."""
 
 
-class Table:
+class Children:
     """Which process a request reaches: one table of conversations, each keyed by its :class:`Key` with its owner
-    in it, and of what ended conversations leave (their tombstones, the requests kept for their input). Each event
-    (a request, a process's end, an answer) is one synchronous decision here; the I/O it asks for follows it: a
-    process taken from ``pool``, one refused or evicted by ``admission``, its life run by ``lifetimes``."""
+    in it, and of what ended conversations leave (their tombstones, the requests kept for their input), the one
+    owner of them all. Each event (a request, a process's end, an answer) is one synchronous decision here, from
+    what it is handed (:class:`Asking`: :meth:`route`, :meth:`open`, :meth:`process_ended`); the I/O it asks for
+    follows it: a process taken from ``pool``, one refused or evicted by ``admission``, its life run by
+    ``lifetimes``. Around the decisions, the async methods as the gateway runs it: what a request names and who
+    asks read before the table decides (:meth:`conversation_for`), its process awaited after (:meth:`ready`); its
+    shared process started and every process stopped with the gateway, what the server speaks chosen, each
+    request relayed, and the operator's and each user's views."""
 
     def __init__(
         self,
@@ -335,13 +340,6 @@ class Table:
         return MCPError(
             CHILD_EXITED, f"the server process of this conversation has ended ({end}), with its state; {then}"
         )
-
-
-class Children(Table):
-    """The table as the gateway runs it, the I/O around its decisions: what a request names and who asks read
-    before the table decides which conversation it reaches, its process awaited after; its shared process started
-    and every process stopped with the gateway, what the server speaks chosen, each request relayed, and the
-    operator's and each user's views."""
 
     async def conversation_for(self, scope: Scope, method: str, state: object = None) -> Conversation:
         """The conversation a request reaches, the most specific name first: its data-layer session's (one opened in a
