@@ -21,8 +21,8 @@ from conftest import SECRET
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway.auth._users import REQUEST
 from mcp_sessions._gateway.stdio import _admission
-from mcp_sessions._gateway.stdio._models import Asking, Caller, End, EndReason, Key, Owner
-from mcp_sessions._gateway.stdio._table import Children, _bound
+from mcp_sessions._gateway.stdio._models import Asking, Caller, End, EndReason, Owner
+from mcp_sessions._gateway.stdio._table import Children
 from mcp_sessions._session import SCOPE_KEY
 from mcp_sessions._tokens import SessionClaims
 from mcp_sessions._wire import Refusal
@@ -126,24 +126,22 @@ async def create(children: Children, session_id: str, address: str = "10.0.0.1")
 
 def test_route_decides_from_what_it_is_given_with_no_task_group() -> None:
     """The table's decision is synchronous and reads no context: the caller, the drain, the request's names are
-    its arguments; an ended conversation is told its end's own words; a drain opens no new conversation; another
-    caller's name names none. None of these starts a process, so no task group runs."""
+    its arguments; a retry names no request waiting; a drain opens no new conversation; another caller's name
+    names none. None of these starts a process, so no task group runs."""
     config = SessionsConfig(secret=SECRET)
     settings: dict[str, Any] = {"processes": "per-conversation", "idle": 600.0, "max_processes": 16, "per_caller": 4}
-    settings |= {"sessionless": "per-caller", "warm": 0, "environ": {}}
+    settings |= {"sessionless": "per-request", "warm": 0, "environ": {}}
     children = Children(["server"], config=config, bus=SessionSubscriptionBus(), factory=MemoryChild, **settings)
     alice = Caller("10.0.0.1", Owner("10.0.0.1", ("address", "10.0.0.1")))
-    host = SimpleNamespace(source="host", id="chat-1")
-    children.ended[Key("host-conversation", _bound("chat-1", alice.id))] = End(EndReason.CRASH, "crash: it exited")
 
-    with pytest.raises(MCPError) as told:
-        children.route(Asking(alice, host, None), "tools/call", None)  # type: ignore[arg-type]
+    with pytest.raises(MCPError) as no_state:
+        children.route(Asking(alice, None, None), "tools/call", "a-state-no-one-was-given")
     with pytest.raises(MCPError) as draining:
         children.route(Asking(alice, None, None, draining=True), "tools/call", None)
     with pytest.raises(MCPError) as not_hers:
         children.route(Asking(alice, data_layer("bob's"), None), "tools/call", None)  # type: ignore[arg-type]
 
-    assert "has ended (crash: it exited)" in told.value.error.message
+    assert no_state.value.error.code == types.INVALID_PARAMS
     assert draining.value.error.message.startswith("The gateway is restarting")
     assert not_hers.value.error.code == SESSION_NOT_FOUND
     assert not children.pool.live  # no process was started
@@ -239,8 +237,7 @@ async def test_a_sessions_end_while_its_process_starts_ends_it() -> None:
         tasks.start_soon(first_call)
         with anyio.fail_after(5):
             await made.second.wait()
-        [key] = children.conversations
-        await children.bus.end_session(key.id)  # its DELETE, as the sessions publish it
+        await children.bus.end_session(children.transport_key(b"t1").id)  # its DELETE, as the sessions publish it
         made[1].started.set()
 
     [answer] = reached

@@ -137,15 +137,15 @@ class Children:
             factory=factory,
         )
         self.admission = Admission(max_processes, per_caller, config.create_limit, events)
-        self.conversations: dict[Key, Conversation] = {}
-        self.ended: BoundedDict[Key, End] = BoundedDict(MAX_ENDED)  # tombstones: how each ended
-        self.retained: dict[str, Conversation] = {}  # a request's child awaiting its retry, by requestState
+        self._conversations: dict[Key, Conversation] = {}
+        self._ended: BoundedDict[Key, End] = BoundedDict(MAX_ENDED)  # tombstones: how each ended
+        self._retained: dict[str, Conversation] = {}  # a request's child awaiting its retry, by requestState
         self.digests = IdDigests(config.keys)  # the middleware's: a transport session's key is its adopted session's
         self.instance = secrets.token_hex(8)  # this start of the gateway, as a host conversation's data names it
-        self.shared: Process | None = None
-        self.moved: BoundedDict[str, Key] = BoundedDict(MAX_ENDED)  # a session opened in a transport session: its key
+        self._shared: Process | None = None
+        self._moved: BoundedDict[str, Key] = BoundedDict(MAX_ENDED)  # a session opened in a transport session: its key
         # 2025 transport sessions with no process yet, oldest first: their callers, ids and users
-        self.connections: dict[Key, tuple[str, bytes, object]] = {}
+        self._connections: dict[Key, tuple[str, bytes, object]] = {}
 
     def transport_key(self, raw: bytes) -> Key:
         """The key of the 2025 transport session whose ``Mcp-Session-Id`` is ``raw``: a digest, never the id."""
@@ -161,7 +161,7 @@ class Children:
         if session is not None and session.source == "data-layer":
             # ended: "not found" at once, as the session's revocation (under way) will say; the call that ended its
             # process was told why
-            key = self.moved.get(session.id, Key("data-layer-session", session.id))
+            key = self._moved.get(session.id, Key("data-layer-session", session.id))
             found = self._holder(key, caller)
             if found is not None and found.child.done.is_set():  # its end not yet handled: ended all the same
                 found = None
@@ -169,7 +169,7 @@ class Children:
         # a host's: its name is no secret, its caller's
         if session is not None and session.source != "transport":
             key = Key("host-conversation", _bound(session.id, caller.id))
-            if (found := self._holder(key, caller)) is None and key not in self.ended:
+            if (found := self._holder(key, caller)) is None and key not in self._ended:
                 return self.open(key, asked, counted=True)  # its first request spent the operation
             return self._found(found, caller, partial(self.gone, key))
         if raw is not None:
@@ -180,9 +180,9 @@ class Children:
             return self._own("sessionless", asked)
         # a retry that brings input reaches the request that asked
         if state is not None:
-            waiting = self.retained.get(state) if isinstance(state, str) else None
+            waiting = self._retained.get(state) if isinstance(state, str) else None
             found = self._found(waiting, caller, _no_state)
-            del self.retained[str(state)]  # still good for its owner until it is taken
+            del self._retained[str(state)]  # still good for its owner until it is taken
             return found
         return self.open(Key("request", secrets.token_hex(12)), asked)  # a request's own child
 
@@ -201,18 +201,18 @@ class Children:
         only lists, or names another conversation in each request, such as ``mcp-sessions connect``'s, costs none),
         within the limits (a refusal is that request's error)."""
         transport = self.transport_key(raw)
-        if (found := self._holder(transport, asked.caller)) is None and transport not in self.ended:
+        if (found := self._holder(transport, asked.caller)) is None and transport not in self._ended:
             if method in LISTS:
                 return self.shared_conversation()
-            self.connections.pop(transport, None)  # a process's now: the limits count it
+            self._connections.pop(transport, None)  # a process's now: the limits count it
             return self.open(transport, asked, transport=raw, counted=counted)
         return self._found(found, asked.caller, partial(self.gone, transport))
 
     def _holder(self, key: Key, caller: Caller) -> Conversation | None:
         """The live conversation ``key`` names: its own process's, or (per-caller) its caller's, that serves it."""
         if self.mode != "per-caller":
-            return self.conversations.get(key)
-        own = self.conversations.get(Key("caller", caller.id))
+            return self._conversations.get(key)
+        own = self._conversations.get(Key("caller", caller.id))
         return own if own is not None and key in own.riders else None
 
     def _own(
@@ -224,21 +224,21 @@ class Children:
         a request that opens a conversation of its own (not ``told``: its session's end was told already, as
         ``-32043``) gets a new one at once."""
         key = Key(kind, asked.caller.id)
-        if (end := self.ended.pop(key, None)) is not None and told:
+        if (end := self._ended.pop(key, None)) is not None and told:
             raise self.gone(key, end)
-        if (own := self.conversations.get(key)) is not None and not own.child.done.is_set():
+        if (own := self._conversations.get(key)) is not None and not own.child.done.is_set():
             return own
         if own is not None:
             for ridden in own.riders:
-                self.ended[ridden] = own.child.end or End(EndReason.EXITED)
-            del self.conversations[key]
+                self._ended[ridden] = own.child.end or End(EndReason.EXITED)
+            del self._conversations[key]
         return self.open(key, asked, counted=counted)
 
     def shared_conversation(self) -> Conversation:
-        if self.shared is None or (self.shared.child.done.is_set() and self.shared.child.ready.is_set()):
-            self.shared = self.pool.start(shared=True)  # no one's: a new one is as good
-        assert self.shared.conversation is not None
-        return self.shared.conversation
+        if self._shared is None or (self._shared.child.done.is_set() and self._shared.child.ready.is_set()):
+            self._shared = self.pool.start(shared=True)  # no one's: a new one is as good
+        assert self._shared.conversation is not None
+        return self._shared.conversation
 
     def open(
         self,
@@ -255,7 +255,7 @@ class Children:
         that lives, and ends it. One whose child has ended is refused with the error of its kind (:meth:`gone`),
         never given a new child. The caller's idle conversations make room for it only once nothing else refuses
         it."""
-        if key in self.conversations or key in self.ended:
+        if key in self._conversations or key in self._ended:
             raise self.gone(key)
         # a client of a transport session opened before the drain holds it: its first call is served
         if asked.draining and key.kind != "transport-session":
@@ -268,7 +268,7 @@ class Children:
             own = self._own("caller", asked, counted, told=False)
             own.riders[key] = begun(own.child, tasks=own.tasks)
             return own
-        live = [found for found in self.conversations.values() if not found.child.done.is_set()]
+        live = [found for found in self._conversations.values() if not found.child.done.is_set()]
         evicted = self.admission.admit(live, caller, transport=transport is not None, counted=counted)
         process = self.pool.take(caller.name, asked.credentials)
         for conversation in evicted:  # the start is certain now
@@ -276,7 +276,7 @@ class Children:
             conversation.end(EndReason.EVICTED)  # at once: its next request is refused
             self.lifetimes.close_soon(conversation, EndReason.EVICTED)
         conversation = begun(process.child, tasks=process.tasks, credentials=process.credentials)
-        self.conversations[key] = process.take(conversation)
+        self._conversations[key] = process.take(conversation)
         # from now: its session's end (a DELETE while its process starts too) ends it
         if key.kind in _WATCHED:
             conversation.unwatch = self.bus.watch(key.id, partial(conversation.end, EndReason.SESSION_ENDED))
@@ -294,7 +294,7 @@ class Children:
         if not conversation.parked:
             return after_answer(partial(self.lifetimes.close_soon, conversation, EndReason.ANSWERED))
         for state in conversation.parked:
-            self.retained[state] = conversation
+            self._retained[state] = conversation
         self.lifetimes.retain(conversation)
 
     def process_ended(self, process: Process) -> list[Conversation]:
@@ -309,19 +309,19 @@ class Children:
         if conversation.unwatch is not None:
             conversation.unwatch()
         for state in conversation.parked:
-            self.retained.pop(state, None)
+            self._retained.pop(state, None)
         if end.reason is EndReason.SHUTDOWN:
             return []
         key = conversation.key
-        if self.conversations.get(key) is conversation:
-            del self.conversations[key]
+        if self._conversations.get(key) is conversation:
+            del self._conversations[key]
         if _told(key, end.reason):
-            self.ended[key] = end
+            self._ended[key] = end
         logger.info("%s: the conversation ended (%s)", child.label, end)
         # a caller's process: its conversations end
         riders = list(conversation.riders.values())
         for rider in riders:
-            self.ended[rider.key] = end
+            self._ended[rider.key] = end
         return [conversation, *riders] if end.reason in UNASKED else riders
 
     def not_found(self) -> MCPError:
@@ -330,7 +330,7 @@ class Children:
     def gone(self, key: Key, end: End | None = None) -> MCPError:
         """The error of an ended conversation's kind: "not found" for one these ended with its session (or a
         front's), else that its process has ended, and how (its :class:`End`'s words)."""
-        end = end or self.ended.get(key, End(EndReason.ENDED))
+        end = end or self._ended.get(key, End(EndReason.ENDED))
         if end.reason is EndReason.SHUTDOWN:
             return restarting()
         if self.fronted or end.reason in (EndReason.EVICTED, EndReason.SESSION_ENDED):
@@ -366,7 +366,7 @@ class Children:
         """A host conversation this table has not served: claimed for this start in the store the replicas share
         (:data:`_HELD`), unless another start's claim is there: then it ran elsewhere, and has ended."""
         key = Key("host-conversation", _bound(session.id, caller.id))
-        if self._holder(key, caller) is None and key not in self.ended:
+        if self._holder(key, caller) is None and key not in self._ended:
             # which start runs it: the replicas' store
             held = await session.data.get(_HELD, self.instance)
             if held != self.instance:
@@ -399,7 +399,7 @@ class Children:
             # one conversation, one process
             if raw is not None and self.mode == "per-conversation":
                 found = await self.ready(self._transported(raw, asked, counted=True))
-                self.moved[claims.session_id] = found.key
+                self._moved[claims.session_id] = found.key
                 found.holds_sessions = True
                 return
             key = Key("data-layer-session", claims.session_id)
@@ -417,10 +417,10 @@ class Children:
         """A 2025 transport session just opened (its ``initialize`` answered), which has no process until a call
         needs one: those the admission says are too many (overall, and per caller) are ended, oldest first."""
         caller = (await asking(scope, self.config, self.process_env)).caller
-        self.connections[self.transport_key(raw)] = (caller.id, raw, scope.get("user"))
-        owners = {key: owner for key, (owner, _, _) in self.connections.items()}
+        self._connections[self.transport_key(raw)] = (caller.id, raw, scope.get("user"))
+        owners = {key: owner for key, (owner, _, _) in self._connections.items()}
         for key in self.admission.connections_over(owners, caller.id):
-            _, ended, user = self.connections.pop(key)
+            _, ended, user = self._connections.pop(key)
             if self.lifetimes.end_transport is not None:
                 await self.lifetimes.end_transport(ended, user)
 
@@ -430,7 +430,7 @@ class Children:
         end); at the end, stop every child. Yields the shared child's answer."""
         async with self.pool.running():
             try:
-                self.shared = first = self.pool.start(shared=True, start_deadline=start_deadline)
+                self._shared = first = self.pool.start(shared=True, start_deadline=start_deadline)
                 try:
                     shared = await self.ready(self.shared_conversation())
                 except MCPError as exc:
@@ -439,7 +439,7 @@ class Children:
                 self.pool.fill()
                 yield shared.child.initialized
             finally:
-                for conversation in self.conversations.values():
+                for conversation in self._conversations.values():
                     conversation.end(EndReason.SHUTDOWN)
 
     async def choose(self, start_deadline: float | None = None) -> None:
@@ -517,7 +517,7 @@ class Children:
         """End the conversation whose digest (its view's) is ``conversation``, if it is ``principal``'s: a user's
         own, ended as the gateway ends any (``Lifetimes.close``), and answered once its process has left the pool, so
         that no view lists it after."""
-        for found in list(self.conversations.values()):
+        for found in list(self._conversations.values()):
             owner = found.owner
             mine = owner is not None and owner.name == principal  # who, not the name (Owner)
             if mine and key_digest(found.key) == conversation and not found.child.done.is_set():
