@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
 
 import anyio
@@ -90,8 +90,25 @@ class ChildProcess(Protocol):
     def stop(self, reason: EndReason, detail: str = "") -> None: ...
 
 
-ChildFactory = Callable[..., ChildProcess]
-"""What makes every process, the revision probe's too: :class:`Child` (its arguments by name), or a test's."""
+class ChildFactory(Protocol):
+    """What makes every process, the revision probe's too: :class:`Child` (which says what each argument means), or
+    a test's."""
+
+    def __call__(
+        self,
+        command: Sequence[str],
+        *,
+        label: str,
+        environ: Mapping[str, str],
+        max_line: int,
+        on_request: OnRequest,
+        on_notify: OnNotify,
+        on_progress: OnNotifyIntercept,
+        options: ProcessOptions | None = None,
+        discover: bool = False,
+        start_deadline: float | None = None,
+        user: Sequence[str] | None = None,
+    ) -> ChildProcess: ...
 
 
 async def _no_client(dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
