@@ -35,12 +35,13 @@ from _mcp import (
 from _otel import collect, points
 from _redis import free_port
 from _waits import until
-from conftest import SECRET
+from conftest import SECRET, in_process
 from e2e._gateway import PYTHONPATH, Process, accepted_option, gateway_process, gateway_run, legacy_initialize
 from e2e._gateway import main_run as command
 from e2e._issuer import ISSUER, jwks, signed
-from e2e._stdio import SERVER, stdio_gateway
+from e2e._stdio import ENVIRON, SERVER, stdio_gateway
 from mcp_sessions import SessionsConfig
+from mcp_sessions._gateway.stdio._server import StdioGateway, stdio_gateway_app
 
 
 @pytest.fixture(scope="module")
@@ -225,6 +226,43 @@ def test_the_process_metrics_are_recorded() -> None:
     [refusal] = points(running["mcp_sessions.gateway.process.refusals"])
     limit = {"mcp_sessions.process.limit": "max_processes_per_principal"}
     assert (dict(refusal.attributes or {}), refusal.value) == (limit, 1)
+
+
+def test_a_crash_is_one_word_in_the_metric_the_status_the_log_and_the_clients_error(logged: list[str]) -> None:
+    """Issue 93, item 2: a crash was counted ``crash`` in the metric but told ``exited`` to the client. Its end is set
+    once, where its process ends, and each of the four reads that one."""
+    reader = InMemoryMetricReader()
+    config = SessionsConfig(secret=SECRET, meter_provider=MeterProvider(metric_readers=[reader]))
+    gateway = StdioGateway(  # pass_env: the tests' server imports the tests' modules
+        pass_env=["PYTHONPATH"],
+        command=SERVER,
+        config=config,
+        processes="per-conversation",
+        warm=0,
+        environ=ENVIRON,
+        status_port=8001,
+    )
+    with in_process(stdio_gateway_app(gateway)) as http:  # the status on its port, 8001, in process too
+        url = "/mcp"
+        host = {"vscode.conversationId": "chat-crash"}
+        crash = modern_request("tools/call", {"name": "crash", "arguments": {}}, meta=host)
+        in_flight = answer(http.post(url, json=crash, headers=modern_headers(crash)))["error"]
+
+        def ended() -> dict[str, int]:
+            found = points(collect(reader).get("mcp_sessions.gateway.process.ends"))
+            return {point.attributes["mcp_sessions.process.end_reason"]: point.value for point in found}
+
+        until(lambda: ended() == {"crash": 1}, lambda: str(ended()))
+        again = modern_request("tools/call", {"name": "count", "arguments": {}}, meta=host)
+        later = answer(http.post(url, json=again, headers=modern_headers(again)))["error"]
+        status = http.get("http://127.0.0.1:8001/status").json()
+
+    assert "exited (crash: " in in_flight["message"], in_flight
+    assert "has ended (crash: " in later["message"], later
+    assert status["ended"] == {"crash": 1}, status
+    [process] = [line for line in logged if line.startswith("process ") and ": server process " in line]
+    assert "ended (crash: " in process, process
+    assert [line for line in logged if "the conversation ended (crash: " in line], logged
 
 
 def test_a_server_that_dies_at_startup_is_one_line_naming_its_last_stderr_line_and_exit_status_2() -> None:

@@ -263,7 +263,7 @@ async def wait_for_error(client: Client, session: dict[str, Any]) -> None:
             except MCPError as exc:
                 if exc.code == SESSION_NOT_FOUND:
                     raise
-                assert "has ended (exited)" in exc.message
+                assert "has ended (crash: " in exc.message
             await anyio.sleep(0.05)
 
 

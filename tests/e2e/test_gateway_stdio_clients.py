@@ -182,7 +182,7 @@ def test_a_crashed_conversation_is_refused_never_moved(tmp_path: Path) -> None:
         until(lambda: ping(http, url, transport) == 404, "the transport session to end")
         again = call(http, url, "count", {}, legacy_initialize(http, url))
 
-    assert later["code"] == -32603 and "conversation has ended (exited)" in later["message"]
+    assert later["code"] == -32603 and "conversation has ended (crash: " in later["message"]
     assert again["content"][0]["text"] == "1"
 
 

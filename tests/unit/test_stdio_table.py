@@ -11,7 +11,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import anyio
-import anyio.lowlevel
 import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
@@ -22,7 +21,7 @@ from conftest import SECRET
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway.auth._users import REQUEST
 from mcp_sessions._gateway.stdio import _admission
-from mcp_sessions._gateway.stdio._models import EndReason
+from mcp_sessions._gateway.stdio._models import Asking, Caller, End, EndReason, Owner
 from mcp_sessions._gateway.stdio._table import Children
 from mcp_sessions._session import SCOPE_KEY
 from mcp_sessions._tokens import SessionClaims
@@ -47,9 +46,7 @@ class MemoryChild:
         self.initialized: types.InitializeResult | None = INITIALIZED
         self.pid: int | None = None
         self.link: JSONRPCDispatcher[Any] | None = None
-        self.failure: str | None = None
-        self.reason: EndReason | None = None
-        self.said: str | None = None
+        self.end: End | None = None
         self.last_words: str | None = None
         self.stderr_ended = anyio.Event()
 
@@ -59,21 +56,33 @@ class MemoryChild:
         if not self.discover:
             await self.done.wait()
 
-    def stop(self, reason: EndReason, said: str | None = None) -> None:
-        self.reason = self.reason or reason
+    @property
+    def failure(self) -> str | None:
+        return None if self.end is None else self.end.failure
+
+    def stop(self, reason: EndReason, detail: str = "") -> None:
+        self.end = self.end or End(reason, detail)
         self.done.set()
 
     def crash(self) -> None:
-        self.done.set()
+        self.stop(EndReason.CRASH, "crash: it exited")
+
+
+class Made(list[MemoryChild]):
+    """The processes a table made, in order; ``second`` is set as the second one is made."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.second = anyio.Event()
 
 
 @asynccontextmanager
 async def table(
     *, gated: bool = False, speaks: Sequence[str] = (), **options: Any
-) -> AsyncIterator[tuple[Children, list[MemoryChild]]]:
+) -> AsyncIterator[tuple[Children, Made]]:
     """A running table whose processes are :class:`MemoryChild` (``gated``: each but the first waits for its
     ``started``; a revision probe is answered ``speaks``), and the processes it made, in order."""
-    made: list[MemoryChild] = []
+    made = Made()
 
     def factory(command: Sequence[str], **arguments: Any) -> MemoryChild:
         child = MemoryChild(command, **arguments)
@@ -81,6 +90,8 @@ async def table(
         if not gated or not made:
             child.started.set()
         made.append(child)
+        if len(made) == 2:
+            made.second.set()
         return child
 
     settings: dict[str, Any] = {"processes": "per-conversation", "idle": 600.0, "max_processes": 16, "per_caller": 4}
@@ -111,6 +122,29 @@ async def create(children: Children, session_id: str, address: str = "10.0.0.1")
         await children.created(SessionClaims(session_id=session_id, issued_at=now, expires_at=now + 600, extra={}))
     finally:
         REQUEST.reset(token)
+
+
+def test_route_decides_from_what_it_is_given_with_no_task_group() -> None:
+    """The table's decision is synchronous and reads no context: the caller, the drain, the request's names are
+    its arguments; a retry names no request waiting; a drain opens no new conversation; another caller's name
+    names none. None of these starts a process, so no task group runs."""
+    config = SessionsConfig(secret=SECRET)
+    settings: dict[str, Any] = {"processes": "per-conversation", "idle": 600.0, "max_processes": 16, "per_caller": 4}
+    settings |= {"sessionless": "per-request", "warm": 0, "environ": {}}
+    children = Children(["server"], config=config, bus=SessionSubscriptionBus(), factory=MemoryChild, **settings)
+    alice = Caller("10.0.0.1", Owner("10.0.0.1", ("address", "10.0.0.1")))
+
+    with pytest.raises(MCPError) as no_state:
+        children.route(Asking(alice, None, None), "tools/call", "a-state-no-one-was-given")
+    with pytest.raises(MCPError) as draining:
+        children.route(Asking(alice, None, None, draining=True), "tools/call", None)
+    with pytest.raises(MCPError) as not_hers:
+        children.route(Asking(alice, data_layer("bob's"), None), "tools/call", None)  # type: ignore[arg-type]
+
+    assert no_state.value.error.code == types.INVALID_PARAMS
+    assert draining.value.error.message.startswith("The gateway is restarting")
+    assert not_hers.value.error.code == SESSION_NOT_FOUND
+    assert not children.pool.live  # no process was started
 
 
 async def test_a_callers_requests_that_name_nothing_are_one_conversation_of_hers() -> None:
@@ -156,7 +190,7 @@ async def test_her_idle_conversation_makes_room_and_is_then_not_found(monkeypatc
         kept = await children.conversation_for(scope(session=data_layer("s2")), "tools/call")
 
     assert gone.value.error.code == SESSION_NOT_FOUND and kept.key.id == "s2"
-    assert made[1].reason is EndReason.EVICTED
+    assert made[1].end == End(EndReason.EVICTED)
 
 
 async def test_another_callers_session_is_not_found() -> None:
@@ -175,10 +209,10 @@ async def test_a_crashed_conversation_stays_ended_and_a_callers_own_is_told_once
         transport = await children.conversation_for(scope(transport=b"t1"), "tools/call")
         sessionless = await children.conversation_for(scope(), "tools/call")
         for conversation in (transport, sessionless):
+            [process] = [process for process in children.pool.live if process.conversation is conversation]
             conversation.child.crash()  # type: ignore[attr-defined]
             with anyio.fail_after(5):
-                while conversation.key in children.conversations:
-                    await anyio.lowlevel.checkpoint()
+                await process.gone.wait()  # its end handled: it has left the pool, and the table
         with pytest.raises(MCPError) as ended:
             await children.conversation_for(scope(transport=b"t1"), "tools/call")
         with pytest.raises(MCPError) as told:
@@ -186,7 +220,7 @@ async def test_a_crashed_conversation_stays_ended_and_a_callers_own_is_told_once
         again = await children.conversation_for(scope(), "tools/call")
 
     for refused in (ended, told):
-        assert "conversation has ended (exited)" in refused.value.error.message
+        assert "conversation has ended (crash: it exited)" in refused.value.error.message
     assert again is not sessionless and len(made) == 4
 
 
@@ -202,10 +236,8 @@ async def test_a_sessions_end_while_its_process_starts_ends_it() -> None:
 
         tasks.start_soon(first_call)
         with anyio.fail_after(5):
-            while len(made) < 2:
-                await anyio.lowlevel.checkpoint()
-        [key] = children.conversations
-        await children.bus.end_session(key.id)  # its DELETE, as the sessions publish it
+            await made.second.wait()
+        await children.bus.end_session(children.transport_key(b"t1").id)  # its DELETE, as the sessions publish it
         made[1].started.set()
 
     [answer] = reached
@@ -222,8 +254,7 @@ async def test_concurrent_first_requests_reach_one_process() -> None:
         tasks.start_soon(call)
         tasks.start_soon(call)
         with anyio.fail_after(5):
-            while len(made) < 2:
-                await anyio.lowlevel.checkpoint()
+            await made.second.wait()
         made[1].started.set()
 
     assert len(reached) == 2 and reached[0] is reached[1] and len(made) == 2

@@ -136,6 +136,8 @@ def _status(url: str, as_json: bool, stdout: TextIO, path: str | None = None) ->
         limit = cell(user.get("limit"))
         said = f"{running} of {limit} (--max-processes-per-principal)"
         stdout.write(f"  {principal}: {said}\n")
+    if isinstance(ended := answer.get("ended"), dict) and ended:
+        stdout.write("ended: " + ", ".join(f"{cell(count)} {cell(why)}" for why, count in sorted(ended.items())) + "\n")
     if isinstance(keys := answer.get("keys"), dict):
         error = keys.get("error")
         state = "fetched" if error is None else f"failing: {cell(error)}"

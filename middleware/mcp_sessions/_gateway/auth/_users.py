@@ -18,8 +18,9 @@ gets ``NAME`` from the request that starts the conversation, a claim of its veri
 token its verified token is exchanged for, for an audience (``exchange:AUDIENCE``, ``_exchange``: done by
 :meth:`ProcessEnv.wrap` as each request arrives, cached per user). The conversation keeps a digest of the
 values, never the values (of an exchanged token, its user's issuer and principal: the token itself changes as
-it is renewed), and a later request of it whose values differ is refused. The request is found through
-:data:`REQUEST`, which :meth:`ProcessEnv.wrap` sets for each request.
+it is renewed), and a later request of it whose values differ is refused. The process table is handed each
+request's (:meth:`ProcessEnv.of`); :data:`REQUEST`, which :meth:`ProcessEnv.wrap` sets for each request, is for
+what the sessions call with no request in hand (their ``on_create``).
 
 **Which peer names a conversation** (:class:`FrontedConversations`): a stdio gateway behind a front (``gateway
 --upstream``) takes a host's conversation id only from the peers ``--forwarded-allow-ips`` trusts.
@@ -37,7 +38,7 @@ import time
 from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 import anyio.abc
 import anyio.to_thread
@@ -80,7 +81,8 @@ and that the key that verified it is still the set's."""
 DEFAULT_LEEWAY: Final = 60.0
 """The clock skew allowed between the authorization server and the gateway, for ``exp``, ``nbf`` and ``iat``."""
 REQUEST: ContextVar[Scope | None] = ContextVar("mcp_sessions.gateway.request", default=None)
-"""The request whose conversation may start a process: set by :meth:`ProcessEnv.wrap`, and by the stdio relay."""
+"""The request being served, for what is called with none in hand (the sessions' ``on_create``, what is left to
+do once its answer is sent): set by :meth:`ProcessEnv.wrap`, and by the stdio relay."""
 # In a request's scope: its exchange: values, by name.
 _EXCHANGED: Final = "mcp_sessions.gateway.exchanged"
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -444,6 +446,14 @@ class _Guarded:
         await until_expiry(self.app, scope, receive, send, expires, self._auth.expired)
 
 
+class Credentials(NamedTuple):
+    """What a request gives the process it starts (``--process-env``): its ``values``, and their ``digest``, which its
+    conversation keeps to compare its later requests' with (:meth:`ProcessEnv.check`)."""
+
+    values: dict[str, str]
+    digest: bytes
+
+
 class ProcessEnv:
     """``NAME=claim:CLAIM``, ``NAME=header:HEADER-NAME`` and ``NAME=exchange:AUDIENCE``: what a conversation's
     process gets of its request; ``exchange`` and ``exchange_scope`` exchange its token for an audience."""
@@ -508,20 +518,24 @@ class ProcessEnv:
             exchanged[name] = await self._exchange.token(subject, target)
         return exchanged
 
-    def values(self) -> dict[str, str]:
-        """The values for a process the current request starts; a missing one is an error that names its source."""
-        scope = REQUEST.get()
+    def of(self, scope: Scope | None) -> Credentials:
+        """What the request ``scope`` gives a process it starts; a missing value is an error that names its source."""
         values = {}
         for name, (kind, key) in self.sources.items():
             value = None if scope is None else _value(scope, kind, key, name)
             if value is None:
                 raise _missing(name, kind, key)
             values[name] = value
-        return values
+        return Credentials(values, self._digest(values, scope))
 
-    def check(self, digest: bytes) -> None:
-        """Refuse the current request when its values are not those its conversation's process started with."""
-        if self.sources and self.digest(self.values()) != digest:
+    @property
+    def nobody(self) -> Credentials:
+        """What a process no request starts gets (the shared one, those started ahead): none of the values."""
+        return Credentials({}, self._digest({}, None))
+
+    def check(self, digest: bytes, scope: Scope) -> None:
+        """Refuse the request ``scope`` when its values are not those its conversation's process started with."""
+        if self.sources and self.of(scope).digest != digest:
             names = ", ".join(key for _, key in self.sources.values())
             raise MCPError(
                 types.INVALID_REQUEST,
@@ -529,11 +543,10 @@ class ProcessEnv:
                 "send the same, or start a new session for others",
             )
 
-    def digest(self, values: dict[str, str]) -> bytes:
+    def _digest(self, values: dict[str, str], scope: Scope | None) -> bytes:
         """What a conversation keeps of its process's values: enough to compare, nothing to read back; an
         exchanged token counts as its user (issuer and principal), who stays the same as it is renewed."""
-        scope = REQUEST.get() or {}
-        user = scope.get("user")
+        user = (scope or {}).get("user")
         token = user.access_token if isinstance(user, AuthenticatedUser) else None
         who = ""
         if token is not None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
 
 import anyio
@@ -36,7 +36,7 @@ from ..._version import __version__
 from ..._wire import printable
 from ..._wire.protocol import RATE_LIMITED
 from ..sealed._sandbox import Place, Sandbox, SandboxError, reap_adopted
-from ._models import EndReason
+from ._models import End, EndReason
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -75,22 +75,40 @@ class ChildProcess(Protocol):
     ready: anyio.Event
     done: anyio.Event
     judged: anyio.Event
-    reason: EndReason | None
-    said: str | None
-    failure: str | None
+    end: End | None
     initialized: types.InitializeResult | None
     revisions: list[str]
     link: JSONRPCDispatcher[Any] | None
     last_words: str | None
     stderr_ended: anyio.Event
 
+    @property
+    def failure(self) -> str | None: ...
+
     async def run(self) -> None: ...
 
-    def stop(self, reason: EndReason, said: str | None = None) -> None: ...
+    def stop(self, reason: EndReason, detail: str = "") -> None: ...
 
 
-ChildFactory = Callable[..., ChildProcess]
-"""What makes every process, the revision probe's too: :class:`Child` (its arguments by name), or a test's."""
+class ChildFactory(Protocol):
+    """What makes every process, the revision probe's too: :class:`Child` (which says what each argument means), or
+    a test's."""
+
+    def __call__(
+        self,
+        command: Sequence[str],
+        *,
+        label: str,
+        environ: Mapping[str, str],
+        max_line: int,
+        on_request: OnRequest,
+        on_notify: OnNotify,
+        on_progress: OnNotifyIntercept,
+        options: ProcessOptions | None = None,
+        discover: bool = False,
+        start_deadline: float | None = None,
+        user: Sequence[str] | None = None,
+    ) -> ChildProcess: ...
 
 
 async def _no_client(dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -138,11 +156,10 @@ class Child:
         self.options = options or ProcessOptions()
         self.ready = anyio.Event()  # initialized, or failed (then ``failure`` says why)
         self.done = anyio.Event()  # asked to stop, or its stdout ended
-        # Why it was stopped: the first to stop it says (a bound it reached, once its group is stopped: ``judged``).
-        self.reason: EndReason | None = None
-        self.said: str | None = None  # its own words for it: which crash, which bound
+        # How it ended, set here alone: by the first to stop it, or by the cause of its crash (a bound it reached,
+        # its start failing), final once its group is stopped (``judged``).
+        self.end: End | None = None
         self.judged = anyio.Event()
-        self.failure: str | None = None
         self.initialized: types.InitializeResult | None = None
         self.revisions: list[str] = []  # what its server/discover answer lists (with ``discover``)
         self.pid: int | None = None
@@ -152,11 +169,11 @@ class Child:
         self.stderr_ended = anyio.Event()
         self._asking: anyio.CancelScope | None = None  # its first request, which its end ends
 
-    def stop(self, reason: EndReason, said: str | None = None) -> None:
-        """Ask the child to end (its :meth:`run` stops the process group), for ``reason``; ``said``, what goes to the
-        log, where the reason's text does not say which (crash, bound)."""
-        if self.reason is None:
-            self.reason, self.said = reason, said or reason.text
+    def stop(self, reason: EndReason, detail: str = "") -> None:
+        """Ask the child to end (its :meth:`run` stops the process group), for ``reason``: its :class:`End`, unless
+        another stopped it first; ``detail``, where the reason's text does not say which (crash, bound)."""
+        if self.end is None:
+            self.end = End(reason, detail)
         self.done.set()
         if self._asking is not None:
             self._asking.cancel()
@@ -205,14 +222,11 @@ class Child:
         finally:
             with anyio.CancelScope(shield=True):
                 await self._stopped(process, place)
+            self.end = self.end or End(EndReason.SHUTDOWN)  # cancelled: the gateway stops
             self.done.set()
             self.ready.set()
             logger.info(
-                "%s: server process %d ended (%s; exit code %s)",
-                self.label,
-                process.pid,
-                self.said or "shutdown",
-                self.exit_code,
+                "%s: server process %d ended (%s; exit code %s)", self.label, process.pid, self.end, self.exit_code
             )
 
     async def _stopped(self, process: anyio.abc.Process, place: Place) -> None:
@@ -220,9 +234,8 @@ class Child:
         try:
             self.exit_code = await stop_group(process)
             exceeded = await anyio.to_thread.run_sync(place.exceeded)
-            # A bound reached is the cause, not the crash it caused.
             if exceeded is not None:
-                self.reason, self.said = EndReason.OVER_BOUND, exceeded
+                self._caused(End(EndReason.OVER_BOUND, exceeded))
         except Exception:
             # This conversation's alone: the process table's task group, everyone's, must not end with it.
             logger.exception("%s: its process group could not be stopped", self.label)
@@ -241,11 +254,20 @@ class Child:
         if left is not None:
             logger.warning("%s: %s; it is cleared again before its uid is given out", self.label, left)
 
+    @property
+    def failure(self) -> str | None:
+        """Why it failed to start, if it never served."""
+        return None if self.end is None else self.end.failure
+
+    def _caused(self, end: End) -> None:
+        """``end`` in place of the crash it caused, or of none: a bound reached, a start that failed is the cause."""
+        if self.end is None or self.end.reason is EndReason.CRASH:
+            self.end = end
+
     def _failed(self, failure: str) -> None:
-        self.failure = failure
+        self.stop(EndReason.FAILED, failure)
         self.judged.set()
         self.ready.set()
-        self.done.set()
 
     async def _watch_bounds(self, place: Place) -> None:
         """End the child once its control group reached a bound (a fork refused, a process killed for memory)."""
@@ -264,18 +286,20 @@ class Child:
             "clientInfo": {"name": "mcp-sessions-gateway", "version": __version__},
         }
         seconds, within = self._first_answer_within()
+        failure = None
         try:
             answer = await self._first_answer(link, seconds, "initialize", params)
             self.initialized = types.InitializeResult.model_validate(answer, by_name=False)
         except TimeoutError:
-            self.failure = f"the server did not answer initialize {within}"
+            failure = f"the server did not answer initialize {within}"
         except Exception as exc:
             # An error answer, a closed stdout, an answer that is no InitializeResult.
-            self.failure = f"the server failed to initialize: {printable(str(exc))[:200]}"
-        if self.failure is None:
+            failure = f"the server failed to initialize: {printable(str(exc))[:200]}"
+        if failure is None:
             await link.notify("notifications/initialized", None)
         else:
-            self.stop(EndReason.NOT_INITIALIZED)
+            self._caused(End(EndReason.NOT_INITIALIZED, failure))
+            self.stop(EndReason.NOT_INITIALIZED, failure)
         self.ready.set()
 
     async def _discover(self, link: JSONRPCDispatcher[Any]) -> None:
@@ -288,19 +312,22 @@ class Child:
             types.CLIENT_CAPABILITIES_META_KEY: {},
         }
         seconds, within = self._first_answer_within()
+        failure = None
         try:
             answer = await self._first_answer(link, seconds, "server/discover", {"_meta": meta})
             discovered = types.DiscoverResult.model_validate(answer, by_name=False)
             self.revisions = discovered.supported_versions
         except TimeoutError:
-            self.failure = f"the server did not answer server/discover, its first request, {within}"
+            failure = f"the server did not answer server/discover, its first request, {within}"
         except Exception:
             # Its stdout's end (or its stdin's) stopped it, as a crash: not an answer.
             if self.done.is_set():
-                self.failure = f"the server ended at its first request, server/discover ({self.said})"
+                failure = f"the server ended at its first request, server/discover ({self.end})"
             else:  # an error answer, or one that is no DiscoverResult: the handshake's revisions only
                 logger.debug("%s: no server/discover answer", self.label, exc_info=True)
-        self.stop(EndReason.ASKED if self.failure is None else EndReason.UNANSWERED)
+        if failure is not None:
+            self._caused(End(EndReason.UNANSWERED, failure))
+        self.stop(EndReason.ASKED if failure is None else EndReason.UNANSWERED, failure or "")
         self.ready.set()
 
     async def _first_answer(

@@ -2,7 +2,7 @@
 
 :class:`Lifetimes` runs each process to its end: its session's end (on any replica), its idle time, its session's
 expiry, its user, eviction or shutdown end it, and a crash as any other end. What its end leaves (the tombstones of
-its conversations) is the table's to decide (``Table.process_ended``); the sessions it names are ended here.
+its conversations) is the table's to decide (``Children.process_ended``); the sessions it names are ended here.
 """
 
 from __future__ import annotations
@@ -50,16 +50,16 @@ class Lifetimes:
             await self._end_session(conversation)
 
     def close_soon(self, conversation: Conversation, why: EndReason) -> None:
-        conversation.why = conversation.why or why
+        """:meth:`close`, its session's end in a task of its own."""
+        conversation.end(why)
         if not conversation.tasks.cancel_scope.cancel_called:  # else the gateway stops: it ends them all
-            conversation.tasks.start_soon(self.close, conversation, why)
+            conversation.tasks.start_soon(self._end_session, conversation)
 
     async def close(self, conversation: Conversation, why: EndReason) -> None:
-        """End a conversation for ``why``: its session first (so that its next request is refused as its kind's
-        are), then its child."""
-        conversation.why = conversation.why or why
-        await self._end_session(conversation)
+        """End a conversation for ``why``: its child (which its next request finds ended: refused as its kind's
+        are), and its session."""
         conversation.end(why)
+        await self._end_session(conversation)
 
     def retain(self, conversation: Conversation) -> None:
         """A request's own child kept for the retry that brings its input: ended if none comes in ``ANSWER_WITHIN``."""

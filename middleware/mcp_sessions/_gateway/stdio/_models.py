@@ -6,9 +6,11 @@ conversation (:class:`Key`), who asks (:class:`Caller`, :class:`Owner`, :class:`
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Literal, NamedTuple
+from functools import partial
+from typing import Final, Literal, NamedTuple
 
 from starlette.types import Scope
 
@@ -18,7 +20,8 @@ from ..._session import SCOPE_KEY, Session, authenticated_user, caller_of, princ
 from ..._wire import printable
 from ..._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
 from ...profiles import Era
-from ..auth._users import ProxiedUser
+from .._serving import DRAINING
+from ..auth._users import Credentials, ProcessEnv, ProxiedUser
 
 Kind = Literal[
     "transport-session", "data-layer-session", "host-conversation", "sessionless", "request", "caller", "shared"
@@ -75,19 +78,30 @@ def known_as(scope: Scope) -> Owner:
 
 
 class Asking(NamedTuple):
-    """A request as the process table reads it (:func:`asking`): who asks, and what it names of its conversation."""
+    """A request as the process table's decisions read it, every input of theirs (:func:`asking`): who asks, what it
+    names of its conversation, and what a process it starts is given."""
 
     caller: Caller
     session: Session | None  # what the sessions found it in
     transport: bytes | None  # :func:`transport_of`
+    user: object = None  # the authenticated user (``scope["user"]``): who may end its 2025 transport session
+    draining: bool = False  # the gateway drains: no new conversation but a 2025 transport session's first call
+    credentials: Callable[[], Credentials] = partial(ProcessEnv().of, None)  # --process-env's, if a process starts
 
 
-async def asking(scope: Scope, config: SessionsConfig) -> Asking:
+async def asking(scope: Scope, config: SessionsConfig, process_env: ProcessEnv) -> Asking:
     """Who asks (whom the limits count, as the create limit does: the principal, else the client address), and
     what the request names: its session, its 2025 transport session."""
     principal = await principal_digest(config.principal, scope, config.keys.audience)
     caller = Caller(caller_of(scope, principal), known_as(scope))
-    return Asking(caller, scope.get(SCOPE_KEY), transport_of(scope))
+    return asked_by(scope, caller, scope.get(SCOPE_KEY), process_env)
+
+
+def asked_by(scope: Scope, caller: Caller, session: Session | None, process_env: ProcessEnv) -> Asking:
+    """What the table's decisions read of the request ``scope`` of ``caller``, in ``session``, read here once."""
+    draining = scope.get(DRAINING, bool)()
+    credentials = partial(process_env.of, scope)
+    return Asking(caller, session, transport_of(scope), scope.get("user"), draining, credentials)
 
 
 def transport_of(scope: Scope) -> bytes | None:
@@ -105,8 +119,8 @@ def key_digest(key: Key) -> str:
 
 class EndReason(Enum):
     """Why a process ended: ``label`` names it in the ends metric (``mcp_sessions.process.end_reason``, a fixed
-    vocabulary), ``text`` in the log and in its conversation's error (a crash's or a bound's own words are the
-    child's ``said``)."""
+    vocabulary) and the status, ``text`` in the log and in its conversation's error (a crash's or a bound's own
+    words are its :class:`End`'s ``detail``, which begin with the same word)."""
 
     IDLE = "idle", "idle"
     EXPIRED = "expired", "expired"
@@ -128,6 +142,29 @@ class EndReason(Enum):
 
     def __init__(self, label: str, text: str) -> None:
         self.label, self.text = label, text
+
+
+STARTS_FAILED: Final = frozenset({EndReason.FAILED, EndReason.NOT_INITIALIZED, EndReason.UNANSWERED})
+"""The ends of a process that never served: what it said is why it failed to start."""
+UNASKED: Final = frozenset({EndReason.CRASH, EndReason.OVER_BOUND, EndReason.EXITED})
+"""The ends no one asked for: the sessions its conversations served end with it (a crash as any other end)."""
+
+
+class End(NamedTuple):
+    """How a process ended, set once where it ends (``Child.stop``; a crash's cause, once its group is stopped,
+    in its place) and told in the same words everywhere: ``reason.label`` in the ends metric and the status,
+    :meth:`__str__` in the log and the client's error."""
+
+    reason: EndReason
+    detail: str = ""  # its own words, where the reason's text does not say which (which crash, which bound)
+
+    def __str__(self) -> str:
+        return self.detail or self.reason.text
+
+    @property
+    def failure(self) -> str | None:
+        """Why it failed to start, if it never served (:data:`STARTS_FAILED`)."""
+        return str(self) if self.reason in STARTS_FAILED else None
 
 
 class ProcessEvents:

@@ -21,7 +21,7 @@ import anyio.abc
 from mcp.shared.exceptions import MCPError
 
 from ...subscriptions import SessionSubscriptionBus
-from ..auth._users import REQUEST, ProcessEnv
+from ..auth._users import REQUEST, Credentials, ProcessEnv
 from ._child import Child, ChildFactory, ChildProcess, ProcessOptions, _ignored, _no_client, _taken
 from ._models import EndReason, Key, Owner, ProcessEvents, ProcessView
 from ._relay import CHILD_EXITED, Conversation, Process
@@ -56,6 +56,7 @@ class Pool:
         self.make = partial(factory, self.command, max_line=max_line, on_notify=_ignored, options=options)
         self.warm: deque[Process] = deque()  # started and initialized ahead, for new conversations and requests
         self.live: set[Process] = set()
+        self.ends: Counter[str] = Counter()  # the processes ended, by their end's label: what the status shows
         self.tasks: anyio.abc.TaskGroup | None = None  # while the gateway runs (running)
 
     @asynccontextmanager
@@ -70,17 +71,22 @@ class Pool:
                 tasks.cancel_scope.cancel()  # each stops its process group, shielded (stop_group)
 
     def start(
-        self, *, shared: bool = False, start_deadline: float | None = None, owner: Owner | None = None
+        self,
+        *,
+        shared: bool = False,
+        start_deadline: float | None = None,
+        owner: Owner | None = None,
+        credentials: Credentials | None = None,
     ) -> Process:
         """A new process: the shared one, or one a conversation or a request takes (started ahead, or by the
-        request that starts its conversation: with ``--process-env``, that user's values; ``owner``'s, whose
-        directory it is given, if she was authenticated)."""
+        request that starts its conversation: with ``--process-env``, that user's ``credentials``; ``owner``'s,
+        whose directory it is given, if she was authenticated)."""
         if self.tasks is None:
             raise MCPError(CHILD_EXITED, "the gateway is shutting down")
-        values = {} if shared else self.process_env.values()  # none but a request's: none is started ahead then
+        values, digest = credentials or self.process_env.nobody  # none but a request's: none is started ahead then
         process = None if shared else secrets.token_hex(8)
         environ = {**self.environ, **values, **({} if process is None else {"MCP_SESSION_ID": process})}
-        started = Process(self.tasks, self.process_env.digest(values))
+        started = Process(self.tasks, digest)
         started.child = self.make(
             label="shared" if process is None else f"process {process}",
             environ=environ,
@@ -112,9 +118,10 @@ class Pool:
         await probe.run()
         return probe
 
-    def take(self, owner: Owner | None = None) -> Process:
-        """A process for a new conversation, ``owner``'s: one started ahead, else one started now, hers."""
-        return self.warm.popleft() if self.warm else self.start(owner=owner)
+    def take(self, owner: Owner, credentials: Callable[[], Credentials]) -> Process:
+        """A process for a new conversation, ``owner``'s: one started ahead, else one started now, hers, with what
+        her request gives it (``credentials``)."""
+        return self.warm.popleft() if self.warm else self.start(owner=owner, credentials=credentials())
 
     def fill(self) -> None:
         """Start processes ahead, up to ``warm``, once the answer of the request being served is sent (a process
@@ -132,6 +139,7 @@ class Pool:
         if process in self.warm:
             self.warm.remove(process)
         process.gone.set()
+        self.ends[why.label] += 1
         self.events.ended(why)
 
     def views(self) -> list[ProcessView]:

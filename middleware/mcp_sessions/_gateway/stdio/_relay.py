@@ -239,8 +239,6 @@ class Conversation:
         self.latest: ServerRequestContext[Any, Any] | None = None
         self.last_request = anyio.current_time()
         self.requests = 0  # how many it has served
-        # why the gateway ended it (idle, its session ended, shutdown): not a crash
-        self.why: EndReason | None = None
         # a request's own child: how many times it was retained for its client's input
         self.rounds = 0
         self.roots_told = False  # whether its child was told its client's roots changed (see relay)
@@ -258,8 +256,7 @@ class Conversation:
         return self.key.kind in ("shared", "caller")
 
     def end(self, why: EndReason) -> None:
-        """End the conversation's child, for ``why``."""
-        self.why = self.why or why
+        """End the conversation's child, for ``why`` (unless it ended already: its end is its child's, set once)."""
         self.child.stop(why)
 
     async def relay(self, ctx: ServerRequestContext[Any, Any], conversation: str | None = None) -> dict[str, Any]:
@@ -317,7 +314,7 @@ class Conversation:
             if self.child.done.is_set():
                 with anyio.move_on_after(JUDGED_WITHIN):
                     await self.child.judged.wait()
-                why = self.child.said or exc.message
+                why = exc.message if self.child.end is None else self.child.end
                 raise MCPError(CHILD_EXITED, f"the server process of this conversation exited ({why})") from None
             raise
         finally:

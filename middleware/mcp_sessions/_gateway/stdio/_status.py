@@ -87,7 +87,8 @@ class OperatorStatus:
 
 
 async def status(children: Children) -> dict[str, Any]:
-    """Every live process with its memory, and each user's and everyone's count against the limits."""
+    """Every live process with its memory, each user's and everyone's count against the limits, and how many
+    processes ended, by their end's label (the ends metric's words)."""
     views = children.pool.views()
     servers = await anyio.to_thread.run_sync(_servers, [view.pid for view in views])
     counted = [view for view in views if view.kind in CONVERSATIONS]
@@ -101,6 +102,7 @@ async def status(children: Children) -> dict[str, Any]:
             for owner, count in sorted(users.items(), key=lambda item: item[0].name)
         ],
         "total": {"processes": len(counted), "limit": children.admission.max_processes},
+        "ended": dict(children.pool.ends),
     }
 
 

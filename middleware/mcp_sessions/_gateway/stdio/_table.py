@@ -44,22 +44,24 @@ from ..._wire import Refusal
 from ..._wire.protocol import RATE_LIMITED, UPSTREAM_UNAVAILABLE
 from ...subscriptions import SessionSubscriptionBus
 from .._front import StartupFailed
-from .._serving import DRAINING, RESTARTING
+from .._serving import RESTARTING
 from ..auth._users import REQUEST, ProcessEnv
 from ._admission import Admission
 from ._child import EXIT_DRAIN, Child, ChildFactory, ChildProcess, ProcessOptions
 from ._lifetimes import EndTransport, Lifetimes
 from ._models import (
+    UNASKED,
     Asking,
     Caller,
+    End,
     EndReason,
     Key,
     Owner,
     ProcessEvents,
+    asked_by,
     asking,
     key_digest,
     known_as,
-    transport_of,
 )
 from ._pool import Pool, after_answer
 from ._relay import ANSWER_WITHIN, CHILD_EXITED, Conversation, Process
@@ -79,16 +81,21 @@ MAX_ENDED: Final = 100_000
 """Ended conversations remembered (each answered with the error of its kind, never a new process); oldest first."""
 EXPECTED: Final = (EndReason.IDLE, EndReason.EXPIRED, EndReason.BY_USER)
 """The ends a caller's own process (``caller``, ``sessionless``) leaves no tombstone for: her next request gets a
-new one. Any other end (a crash, a bound, eviction) is told to her next request once (``Table._own``)."""
+new one. Any other end (a crash, a bound, eviction) is told to her next request once (``Children._own``)."""
 Metrics = Callable[[Callable[[], Counter[str]]], ProcessEvents]
 """What counts the table's processes, given how many of each kind live (``_status.ProcessMetrics``)."""
 
 
-class Table:
+class Children:
     """Which process a request reaches: one table of conversations, each keyed by its :class:`Key` with its owner
-    in it, and of what ended conversations leave (their tombstones, the requests kept for their input). Each event
-    (a request, a process's end, an answer) is one synchronous decision here; the I/O it asks for follows it: a
-    process taken from ``pool``, one refused or evicted by ``admission``, its life run by ``lifetimes``."""
+    in it, and of what ended conversations leave (their tombstones, the requests kept for their input), the one
+    owner of them all. Each event (a request, a process's end, an answer) is one synchronous decision here, from
+    what it is handed (:class:`Asking`: :meth:`route`, :meth:`open`, :meth:`process_ended`); the I/O it asks for
+    follows it: a process taken from ``pool``, one refused or evicted by ``admission``, its life run by
+    ``lifetimes``. Around the decisions, the async methods as the gateway runs it: what a request names and who
+    asks read before the table decides (:meth:`conversation_for`), its process awaited after (:meth:`ready`); its
+    shared process started and every process stopped with the gateway, what the server speaks chosen, each
+    request relayed, and the operator's and each user's views."""
 
     def __init__(
         self,
@@ -130,15 +137,15 @@ class Table:
             factory=factory,
         )
         self.admission = Admission(max_processes, per_caller, config.create_limit, events)
-        self.conversations: dict[Key, Conversation] = {}
-        self.ended: BoundedDict[Key, EndReason] = BoundedDict(MAX_ENDED)  # tombstones: why each ended
-        self.retained: dict[str, Conversation] = {}  # a request's child awaiting its retry, by requestState
+        self._conversations: dict[Key, Conversation] = {}
+        self._ended: BoundedDict[Key, End] = BoundedDict(MAX_ENDED)  # tombstones: how each ended
+        self._retained: dict[str, Conversation] = {}  # a request's child awaiting its retry, by requestState
         self.digests = IdDigests(config.keys)  # the middleware's: a transport session's key is its adopted session's
         self.instance = secrets.token_hex(8)  # this start of the gateway, as a host conversation's data names it
-        self.shared: Process | None = None
-        self.moved: BoundedDict[str, Key] = BoundedDict(MAX_ENDED)  # a session opened in a transport session: its key
+        self._shared: Process | None = None
+        self._moved: BoundedDict[str, Key] = BoundedDict(MAX_ENDED)  # a session opened in a transport session: its key
         # 2025 transport sessions with no process yet, oldest first: their callers, ids and users
-        self.connections: dict[Key, tuple[str, bytes, object]] = {}
+        self._connections: dict[Key, tuple[str, bytes, object]] = {}
 
     def transport_key(self, raw: bytes) -> Key:
         """The key of the 2025 transport session whose ``Mcp-Session-Id`` is ``raw``: a digest, never the id."""
@@ -150,11 +157,11 @@ class Table:
         ``processes="per-caller"``, the caller's own process, for a request that names no conversation or one of
         those it serves; a conversation it does not serve, or served before it ended, is refused as in the
         per-conversation table, never served by another process."""
-        caller, session, raw = asked
+        caller, session, raw = asked.caller, asked.session, asked.transport
         if session is not None and session.source == "data-layer":
             # ended: "not found" at once, as the session's revocation (under way) will say; the call that ended its
             # process was told why
-            key = self.moved.get(session.id, Key("data-layer-session", session.id))
+            key = self._moved.get(session.id, Key("data-layer-session", session.id))
             found = self._holder(key, caller)
             if found is not None and found.child.done.is_set():  # its end not yet handled: ended all the same
                 found = None
@@ -162,22 +169,22 @@ class Table:
         # a host's: its name is no secret, its caller's
         if session is not None and session.source != "transport":
             key = Key("host-conversation", _bound(session.id, caller.id))
-            if (found := self._holder(key, caller)) is None and key not in self.ended:
-                return self.open(key, caller, counted=True)  # its first request spent the operation
+            if (found := self._holder(key, caller)) is None and key not in self._ended:
+                return self.open(key, asked, counted=True)  # its first request spent the operation
             return self._found(found, caller, partial(self.gone, key))
         if raw is not None:
-            return self._transported(raw, caller, method=method)
+            return self._transported(raw, asked, method=method)
         if self.mode == "per-caller":
-            return self._own("caller", caller)
+            return self._own("caller", asked)
         if self.sessionless == "per-caller":
-            return self._own("sessionless", caller)
+            return self._own("sessionless", asked)
         # a retry that brings input reaches the request that asked
         if state is not None:
-            waiting = self.retained.get(state) if isinstance(state, str) else None
+            waiting = self._retained.get(state) if isinstance(state, str) else None
             found = self._found(waiting, caller, _no_state)
-            del self.retained[str(state)]  # still good for its owner until it is taken
+            del self._retained[str(state)]  # still good for its owner until it is taken
             return found
-        return self.open(Key("request", secrets.token_hex(12)), caller)  # a request's own child
+        return self.open(Key("request", secrets.token_hex(12)), asked)  # a request's own child
 
     def _found(self, found: Conversation | None, caller: Caller, missing: Callable[[], MCPError]) -> Conversation:
         """The one check of who may reach a process, for every kind of name: the conversation ``found`` is the
@@ -188,66 +195,55 @@ class Table:
             raise _no_state() if found.key.kind == "request" else self.not_found()
         return found
 
-    def _transported(
-        self,
-        raw: bytes,
-        caller: Caller,
-        counted: bool = False,
-        method: str = "",
-    ) -> Conversation:
+    def _transported(self, raw: bytes, asked: Asking, counted: bool = False, method: str = "") -> Conversation:
         """A 2025 transport session's conversation: its process, started by its first request that needs one (its
         ``initialize`` starts none, nor a list, which the shared process answers as a fresh one would: a client that
         only lists, or names another conversation in each request, such as ``mcp-sessions connect``'s, costs none),
         within the limits (a refusal is that request's error)."""
         transport = self.transport_key(raw)
-        if (found := self._holder(transport, caller)) is None and transport not in self.ended:
+        if (found := self._holder(transport, asked.caller)) is None and transport not in self._ended:
             if method in LISTS:
                 return self.shared_conversation()
-            self.connections.pop(transport, None)  # a process's now: the limits count it
-            return self.open(transport, caller, transport=raw, counted=counted)
-        return self._found(found, caller, partial(self.gone, transport))
+            self._connections.pop(transport, None)  # a process's now: the limits count it
+            return self.open(transport, asked, transport=raw, counted=counted)
+        return self._found(found, asked.caller, partial(self.gone, transport))
 
     def _holder(self, key: Key, caller: Caller) -> Conversation | None:
         """The live conversation ``key`` names: its own process's, or (per-caller) its caller's, that serves it."""
         if self.mode != "per-caller":
-            return self.conversations.get(key)
-        own = self.conversations.get(Key("caller", caller.id))
+            return self._conversations.get(key)
+        own = self._conversations.get(Key("caller", caller.id))
         return own if own is not None and key in own.riders else None
 
     def _own(
-        self,
-        kind: Literal["caller", "sessionless"],
-        caller: Caller,
-        counted: bool = False,
-        *,
-        told: bool = True,
+        self, kind: Literal["caller", "sessionless"], asked: Asking, counted: bool = False, *, told: bool = True
     ) -> Conversation:
         """The caller's own process of ``kind``, started (within the limits) if it has none that lives. One that has
         ended leaves its conversations ended (:meth:`process_ended`), not the caller: her next request that names
         none is told why once (unless it ended as she would expect: ``EXPECTED``), and the one after gets a new one;
         a request that opens a conversation of its own (not ``told``: its session's end was told already, as
         ``-32043``) gets a new one at once."""
-        key = Key(kind, caller.id)
-        if (why := self.ended.pop(key, None)) is not None and told:
-            raise self.gone(key, why)
-        if (own := self.conversations.get(key)) is not None and not own.child.done.is_set():
+        key = Key(kind, asked.caller.id)
+        if (end := self._ended.pop(key, None)) is not None and told:
+            raise self.gone(key, end)
+        if (own := self._conversations.get(key)) is not None and not own.child.done.is_set():
             return own
         if own is not None:
             for ridden in own.riders:
-                self.ended[ridden] = own.why or EndReason.EXITED
-            del self.conversations[key]
-        return self.open(key, caller, counted=counted)
+                self._ended[ridden] = own.child.end or End(EndReason.EXITED)
+            del self._conversations[key]
+        return self.open(key, asked, counted=counted)
 
     def shared_conversation(self) -> Conversation:
-        if self.shared is None or (self.shared.child.done.is_set() and self.shared.child.ready.is_set()):
-            self.shared = self.pool.start(shared=True)  # no one's: a new one is as good
-        assert self.shared.conversation is not None
-        return self.shared.conversation
+        if self._shared is None or (self._shared.child.done.is_set() and self._shared.child.ready.is_set()):
+            self._shared = self.pool.start(shared=True)  # no one's: a new one is as good
+        assert self._shared.conversation is not None
+        return self._shared.conversation
 
     def open(
         self,
         key: Key,
-        caller: Caller,
+        asked: Asking,
         *,
         expires_at: float = math.inf,
         transport: bytes | None = None,
@@ -259,30 +255,28 @@ class Table:
         that lives, and ends it. One whose child has ended is refused with the error of its kind (:meth:`gone`),
         never given a new child. The caller's idle conversations make room for it only once nothing else refuses
         it."""
-        if key in self.conversations or key in self.ended:
+        if key in self._conversations or key in self._ended:
             raise self.gone(key)
-        scope = REQUEST.get() or {}
         # a client of a transport session opened before the drain holds it: its first call is served
-        if scope.get(DRAINING, bool)() and key.kind != "transport-session":
+        if asked.draining and key.kind != "transport-session":
             raise restarting()
-        # who may end its transport session
-        user = scope.get("user")
+        caller = asked.caller
         begun = partial(
-            Conversation, key, owner=caller, bus=self.bus, expires_at=expires_at, transport=transport, user=user
+            Conversation, key, owner=caller, bus=self.bus, expires_at=expires_at, transport=transport, user=asked.user
         )
         if self.mode == "per-caller" and key.kind != "caller":
-            own = self._own("caller", caller, counted, told=False)
+            own = self._own("caller", asked, counted, told=False)
             own.riders[key] = begun(own.child, tasks=own.tasks)
             return own
-        live = [found for found in self.conversations.values() if not found.child.done.is_set()]
+        live = [found for found in self._conversations.values() if not found.child.done.is_set()]
         evicted = self.admission.admit(live, caller, transport=transport is not None, counted=counted)
-        process = self.pool.take(caller.name)
+        process = self.pool.take(caller.name, asked.credentials)
         for conversation in evicted:  # the start is certain now
             logger.info("%s: ended to make room for a new conversation of %s", conversation.child.label, caller.name)
             conversation.end(EndReason.EVICTED)  # at once: its next request is refused
             self.lifetimes.close_soon(conversation, EndReason.EVICTED)
         conversation = begun(process.child, tasks=process.tasks, credentials=process.credentials)
-        self.conversations[key] = process.take(conversation)
+        self._conversations[key] = process.take(conversation)
         # from now: its session's end (a DELETE while its process starts too) ends it
         if key.kind in _WATCHED:
             conversation.unwatch = self.bus.watch(key.id, partial(conversation.end, EndReason.SESSION_ENDED))
@@ -300,7 +294,7 @@ class Table:
         if not conversation.parked:
             return after_answer(partial(self.lifetimes.close_soon, conversation, EndReason.ANSWERED))
         for state in conversation.parked:
-            self.retained[state] = conversation
+            self._retained[state] = conversation
         self.lifetimes.retain(conversation)
 
     def process_ended(self, process: Process) -> list[Conversation]:
@@ -308,53 +302,44 @@ class Table:
         conversation, are remembered as ended (unless a new one takes its name); the conversations whose sessions
         end with it (a crash ends its session as any other end) are returned, for the lifetimes to end."""
         child, conversation = process.child, process.conversation
-        failed = EndReason.FAILED if child.failure is not None else None
-        said = conversation.why if conversation is not None else None
-        self.pool.ended(process, said or failed or child.reason or EndReason.EXITED)
+        end = child.end or End(EndReason.EXITED)  # its child's, set once where it ended
+        self.pool.ended(process, end.reason)
         if conversation is None or conversation.shared:
             return []
         if conversation.unwatch is not None:
             conversation.unwatch()
         for state in conversation.parked:
-            self.retained.pop(state, None)
-        if conversation.why == EndReason.SHUTDOWN:
+            self._retained.pop(state, None)
+        if end.reason is EndReason.SHUTDOWN:
             return []
         key = conversation.key
-        if self.conversations.get(key) is conversation:
-            del self.conversations[key]
-        why = conversation.why or failed or EndReason.EXITED
-        if _told(key, why):
-            self.ended[key] = why
-        logger.info("%s: the conversation ended (%s)", child.label, why.text)
+        if self._conversations.get(key) is conversation:
+            del self._conversations[key]
+        if _told(key, end.reason):
+            self._ended[key] = end
+        logger.info("%s: the conversation ended (%s)", child.label, end)
         # a caller's process: its conversations end
         riders = list(conversation.riders.values())
         for rider in riders:
-            self.ended[rider.key] = why
-        return [conversation, *riders] if conversation.why is None and child.failure is None else riders
+            self._ended[rider.key] = end
+        return [conversation, *riders] if end.reason in UNASKED else riders
 
     def not_found(self) -> MCPError:
         return MCPError(self.config.profiles[0].not_found, self.config.profiles[0].not_found_text)
 
-    def gone(self, key: Key, why: EndReason | None = None) -> MCPError:
+    def gone(self, key: Key, end: End | None = None) -> MCPError:
         """The error of an ended conversation's kind: "not found" for one these ended with its session (or a
-        front's), else that its process has ended, and why."""
-        why = why or self.ended.get(key, EndReason.ENDED)
-        if why is EndReason.SHUTDOWN:
+        front's), else that its process has ended, and how (its :class:`End`'s words)."""
+        end = end or self._ended.get(key, End(EndReason.ENDED))
+        if end.reason is EndReason.SHUTDOWN:
             return restarting()
-        if self.fronted or why in (EndReason.EVICTED, EndReason.SESSION_ENDED):
+        if self.fronted or end.reason in (EndReason.EVICTED, EndReason.SESSION_ENDED):
             return self.not_found()
         # a caller's own: the gateway starts the next one itself
         then = "the next request starts a new one" if key.kind in ("caller", "sessionless") else "start a new one"
         return MCPError(
-            CHILD_EXITED, f"the server process of this conversation has ended ({why.text}), with its state; {then}"
+            CHILD_EXITED, f"the server process of this conversation has ended ({end}), with its state; {then}"
         )
-
-
-class Children(Table):
-    """The table as the gateway runs it, the I/O around its decisions: what a request names and who asks read
-    before the table decides which conversation it reaches, its process awaited after; its shared process started
-    and every process stopped with the gateway, what the server speaks chosen, each request relayed, and the
-    operator's and each user's views."""
 
     async def conversation_for(self, scope: Scope, method: str, state: object = None) -> Conversation:
         """The conversation a request reaches, the most specific name first: its data-layer session's (one opened in a
@@ -368,7 +353,7 @@ class Children(Table):
         session's is "not found" here; a host's, which the store the replicas share records as another start's
         (:data:`_HELD`), has ended. What the request's names and caller are is read first; which conversation they
         reach is then one decision (:meth:`route`)."""
-        asked = await asking(scope, self.config)
+        asked = await asking(scope, self.config, self.process_env)
         nameless = asked.session is None and asked.transport is None and state is None
         sessionless = self.sessionless if self.mode != "per-caller" else "per-caller"
         if self.mode == "shared" or (nameless and (method in LISTS or sessionless == "shared")):
@@ -381,11 +366,11 @@ class Children(Table):
         """A host conversation this table has not served: claimed for this start in the store the replicas share
         (:data:`_HELD`), unless another start's claim is there: then it ran elsewhere, and has ended."""
         key = Key("host-conversation", _bound(session.id, caller.id))
-        if self._holder(key, caller) is None and key not in self.ended:
+        if self._holder(key, caller) is None and key not in self._ended:
             # which start runs it: the replicas' store
             held = await session.data.get(_HELD, self.instance)
             if held != self.instance:
-                raise self.gone(key, EndReason.ELSEWHERE)
+                raise self.gone(key, End(EndReason.ELSEWHERE))
             await session.data.set(_HELD, self.instance)
 
     async def ready(self, conversation: Conversation) -> Conversation:
@@ -394,7 +379,7 @@ class Children(Table):
         if conversation.child.failure is not None:
             raise MCPError(CHILD_EXITED, conversation.child.failure)
         if conversation.child.done.is_set():
-            raise self.gone(conversation.key, conversation.why or EndReason.EXITED)
+            raise self.gone(conversation.key, conversation.child.end or End(EndReason.EXITED))
         conversation.last_request = anyio.current_time()
         return conversation
 
@@ -406,18 +391,19 @@ class Children(Table):
         create spent the caller's create-limit slot already."""
         if self.mode == "shared":
             return
-        scope = REQUEST.get() or {}
+        scope = REQUEST.get() or {}  # the sessions call it with no request in hand
         caller = Caller(caller_of(scope, claims.extra.get(PRINCIPAL_CLAIM)), known_as(scope))
-        raw = transport_of(scope)
+        asked = asked_by(scope, caller, None, self.process_env)
+        raw = asked.transport
         try:
             # one conversation, one process
             if raw is not None and self.mode == "per-conversation":
-                found = await self.ready(self._transported(raw, caller, counted=True))
-                self.moved[claims.session_id] = found.key
+                found = await self.ready(self._transported(raw, asked, counted=True))
+                self._moved[claims.session_id] = found.key
                 found.holds_sessions = True
                 return
             key = Key("data-layer-session", claims.session_id)
-            await self.ready(self.open(key, caller, expires_at=claims.expires_at, counted=True))
+            await self.ready(self.open(key, asked, expires_at=claims.expires_at, counted=True))
         except MCPError as exc:
             retry = 1 if exc.error.code == RATE_LIMITED else None
             raise Refusal(exc.error.code, exc.error.message, reason="process_refused", retry_after=retry) from None
@@ -425,16 +411,16 @@ class Children(Table):
     def unanswered(self, raw: bytes, stopping: Callable[[], bool]) -> MCPError:
         """The error of a request in flight as the 2025 transport session ``raw`` names ended: its conversation's, or
         the gateway's shutdown once it has been asked to stop (``stopping``: it leaves no tombstone)."""
-        return self.gone(self.transport_key(raw), EndReason.SHUTDOWN if stopping() else None)
+        return self.gone(self.transport_key(raw), End(EndReason.SHUTDOWN) if stopping() else None)
 
     async def connected(self, raw: bytes, scope: Scope) -> None:
         """A 2025 transport session just opened (its ``initialize`` answered), which has no process until a call
         needs one: those the admission says are too many (overall, and per caller) are ended, oldest first."""
-        caller = (await asking(scope, self.config)).caller
-        self.connections[self.transport_key(raw)] = (caller.id, raw, scope.get("user"))
-        owners = {key: owner for key, (owner, _, _) in self.connections.items()}
+        caller = (await asking(scope, self.config, self.process_env)).caller
+        self._connections[self.transport_key(raw)] = (caller.id, raw, scope.get("user"))
+        owners = {key: owner for key, (owner, _, _) in self._connections.items()}
         for key in self.admission.connections_over(owners, caller.id):
-            _, ended, user = self.connections.pop(key)
+            _, ended, user = self._connections.pop(key)
             if self.lifetimes.end_transport is not None:
                 await self.lifetimes.end_transport(ended, user)
 
@@ -444,7 +430,7 @@ class Children(Table):
         end); at the end, stop every child. Yields the shared child's answer."""
         async with self.pool.running():
             try:
-                self.shared = first = self.pool.start(shared=True, start_deadline=start_deadline)
+                self._shared = first = self.pool.start(shared=True, start_deadline=start_deadline)
                 try:
                     shared = await self.ready(self.shared_conversation())
                 except MCPError as exc:
@@ -453,8 +439,8 @@ class Children(Table):
                 self.pool.fill()
                 yield shared.child.initialized
             finally:
-                for conversation in self.conversations.values():
-                    conversation.why = EndReason.SHUTDOWN
+                for conversation in self._conversations.values():
+                    conversation.end(EndReason.SHUTDOWN)
 
     async def choose(self, start_deadline: float | None = None) -> None:
         """``processes="auto"``'s choice (docs/gateway.md, "Process lifetimes"): a process per conversation where
@@ -489,7 +475,7 @@ class Children(Table):
             if conversation.pooled:
                 return await conversation.relay(ctx, await self.named(scope, conversation.owner))
             # its process has the --process-env values it started with: this request's?
-            self.process_env.check(conversation.credentials)
+            self.process_env.check(conversation.credentials, scope)
             return await conversation.relay(ctx)
         finally:
             self.answered(conversation)
@@ -501,7 +487,7 @@ class Children(Table):
         session: Session | None = scope.get(SCOPE_KEY)
         if session is None:
             return None
-        caller = owner or (await asking(scope, self.config)).caller
+        caller = owner or (await asking(scope, self.config, self.process_env)).caller
         return hashlib.sha256(f"{session.source}\0{session.id}\0{caller.id}".encode()).hexdigest()[:32]
 
     async def failed(self, why: str, child: ChildProcess) -> StartupFailed:
@@ -531,7 +517,7 @@ class Children(Table):
         """End the conversation whose digest (its view's) is ``conversation``, if it is ``principal``'s: a user's
         own, ended as the gateway ends any (``Lifetimes.close``), and answered once its process has left the pool, so
         that no view lists it after."""
-        for found in list(self.conversations.values()):
+        for found in list(self._conversations.values()):
             owner = found.owner
             mine = owner is not None and owner.name == principal  # who, not the name (Owner)
             if mine and key_digest(found.key) == conversation and not found.child.done.is_set():
