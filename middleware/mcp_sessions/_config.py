@@ -204,11 +204,24 @@ class SessionsConfig:
         self.sources = DEFAULT_SOURCES if sources is None else check_chain(sources)  # see sources/_base.py
         self.max_conversations_per_caller = max_conversations_per_caller
         self.capture_content, self.trace_user = capture_content, trace_user  # spans: _otel/_span.py
+        self._built = True  # frozen from here: replace makes a changed copy
 
-    def _replace(self, **changes: Any) -> SessionsConfig:
-        """A new configuration with ``changes`` to this one's attributes, as :func:`dataclasses.replace` makes one:
-        what a layer of the middleware or the gateway needs (the work at an endpoint, the sessions in front of a
-        proxy), this one left as it is. An attribute it does not have is a ``TypeError``."""
+    def __setattr__(self, name: str, value: object) -> None:
+        if "_built" in vars(self):
+            raise AttributeError(f"SessionsConfig is frozen: config.replace({name}=...) makes a new one")
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"SessionsConfig is frozen: {name} stays")
+
+    def replace(self, **changes: Any) -> SessionsConfig:
+        """A new configuration with ``changes`` to this one's attributes (what a layer of the middleware or the
+        gateway needs: the work at an endpoint, the sessions in front of a proxy), this one left as it is.
+
+        ``changes`` name the built attributes (``paths``, ``create_limit``, ``store``, ...), not the constructor's
+        options, and the rest are shared, not built again: the copy uses this one's store, key set, rate limit,
+        sources and compiled ``requires`` (a ``MemoryStore`` built twice would split the sessions in two). A value
+        given is taken as it is, as built. An attribute it does not have is a ``TypeError``."""
         if unknown := [name for name in changes if not hasattr(self, name)]:
             raise TypeError(f"SessionsConfig has no attribute {', '.join(unknown)}")
         config = copy.copy(self)
@@ -247,8 +260,7 @@ class SessionsConfig:
             if exc.option not in variables:
                 raise
             raise exc.named(variables[exc.option]) from None
-        config.owns_store = "store" in settings and "store" not in options
-        return config
+        return config.replace(owns_store="store" in settings and "store" not in options)
 
 
 class OptionError(ValueError):

@@ -120,7 +120,7 @@ class MCPSessionMiddleware(AtEndpoints):
         self._paths = config.paths
         if config.placement:
             # At the endpoint, the work is placed; the store is this outer middleware's, which sees the lifespan.
-            inside = config._replace(placement=False, owns_store=False)
+            inside = config.replace(placement=False, owns_store=False)
             if self.place(lambda inner: MCPSessionMiddleware(inner, config=inside)):
                 self._paths = frozenset()  # what reaches this outer middleware is an ordinary route's
         self._max_body = config.max_body_size

@@ -62,12 +62,36 @@ def test_options_are_applied() -> None:
 
 def test_a_layer_s_configuration_is_a_new_one_and_names_only_what_a_configuration_has() -> None:
     config = SessionsConfig(secret=SECRET, path="/mcp")
-    inside = config._replace(placement=False)
+    inside = config.replace(placement=False)
     assert inside.placement is False
     assert config.placement is True
     assert (inside.paths, inside.keys) == (config.paths, config.keys)
     with pytest.raises(TypeError, match="SessionsConfig has no attribute placed, pathz"):
-        config._replace(placed=False, pathz=None)
+        config.replace(placed=False, pathz=None)
+
+
+def test_a_configuration_is_frozen_and_its_replace_builds_nothing_again() -> None:
+    """The store a configuration built (a MemoryStore when none is given), its keys, its rate limit and its compiled
+    policy are the copy's too: built twice, a MemoryStore would split the sessions in two."""
+    config = SessionsConfig(secret=SECRET, create_limit=(5, 60), require_session=True)
+    with pytest.raises(AttributeError, match=r"SessionsConfig is frozen: config.replace\(ttl=...\) makes a new one"):
+        config.ttl = 5
+    with pytest.raises(AttributeError, match="SessionsConfig is frozen"):
+        del config.store
+    other = config.replace(ttl=60.0, fronts_upstream=True)
+    assert (other.ttl, other.fronts_upstream, config.ttl, config.fronts_upstream) == (60.0, True, 86400.0, False)
+    kept = ("store", "keys", "create_limit", "requires", "sources", "profiles", "host_keys")
+    assert all(getattr(other, name) is getattr(config, name) for name in kept)
+    with pytest.raises(AttributeError, match="SessionsConfig is frozen"):
+        other.ttl = 5
+
+
+def test_from_env_s_store_is_its_own_to_close_on_a_frozen_configuration() -> None:
+    built = SessionsConfig.from_env(environ={"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_STORE": "memory://"})
+    given = SessionsConfig.from_env(environ={"MCP_SESSIONS_SECRET": SECRET}, store=MemoryStore())
+    assert (built.owns_store, given.owns_store) == (True, False)
+    with pytest.raises(AttributeError, match="SessionsConfig is frozen"):
+        built.owns_store = False
 
 
 def test_ttl_of_exactly_ten_years_is_accepted() -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from .._config import SessionsConfig
 from ._process_flags import add_process_arguments, process_options, seal_gateway
-from ._serving import EXIT_USAGE, bind, private_directory, serve
+from ._serving import EXIT_USAGE, LOG_LEVELS, Listening, bind, private_directory, serve
 from .http._app import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_FAILURE_COOLDOWN,
@@ -130,7 +130,7 @@ def _serving_arguments(gateway: argparse.ArgumentParser) -> None:
         f"{DEFAULT_SHUTDOWN_TIMEOUT:g}; {STDIO_SHUTDOWN_TIMEOUT:g} with --stdio, whose processes "
         "then have 5 s to end)",
     )
-    gateway.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    gateway.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     gateway.add_argument(
         "--status-port",
         type=int,
@@ -292,19 +292,24 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
             logger.warning("mcp-sessions gateway: %s", NO_ROUTE)
         if options.profile:
             logger.info("mcp-sessions gateway: each process's seccomp profile: %s", options.profile)
-    return _served(app, bound, args, stderr, egress)
+    return _served(app, bound, _listening(args), stderr, egress)
 
 
-def _served(app: Any, bound: socket.socket, args: argparse.Namespace, stderr: TextIO, egress: Any) -> int:
-    """``serve``, and the processes' ``egress`` rules (if any) deleted once they have ended: before a SIGTERM ends
-    the gateway, or where uvicorn never ran (a status socket refused); a SIGKILLed gateway's at the next start."""
+def _listening(args: argparse.Namespace) -> Listening:
+    """How the gateway serves, from its flags: the drain's default is the mode's."""
     shutdown_timeout = args.shutdown_timeout
     if shutdown_timeout is None:
         shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT if args.stdio is None else STDIO_SHUTDOWN_TIMEOUT
+    return Listening(args.host, args.port, args.log_level, shutdown_timeout, args.status_port, args.status_socket)
+
+
+def _served(app: Any, bound: socket.socket, listening: Listening, stderr: TextIO, egress: Any) -> int:
+    """``serve``, and the processes' ``egress`` rules (if any) deleted once they have ended: before a SIGTERM ends
+    the gateway, or where uvicorn never ran (a status socket refused); a SIGKILLed gateway's at the next start."""
     if egress is None:
-        return serve(app, bound, args, stderr, shutdown_timeout)
+        return serve(app, bound, listening, stderr)
     try:
-        return serve(app, bound, args, stderr, shutdown_timeout, stopped=egress.remove)
+        return serve(app, bound, listening, stderr, stopped=egress.remove)
     finally:
         egress.remove()
 

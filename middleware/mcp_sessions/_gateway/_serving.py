@@ -18,7 +18,6 @@ uvicorn's 500. A second Ctrl-C (or SIGTERM) ends the drain at once, its calls to
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import copy
@@ -27,8 +26,9 @@ import os
 import socket
 import stat
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from types import FrameType
-from typing import Any, Final, TextIO
+from typing import Any, Final, Literal, TextIO, get_args
 
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -65,12 +65,29 @@ _PROBES: Final = {"/healthz", "/readyz"}
 _LISTEN: Final = b"subscriptions/listen"
 
 
+LogLevel = Literal["critical", "error", "warning", "info", "debug"]
+LOG_LEVELS: Final = get_args(LogLevel)  # --log-level's choices
+
+
+@dataclass(frozen=True)
+class Listening:
+    """How the gateway serves, whatever it serves: its address, its log level, how long its drain lasts, and the
+    operator's status port and Unix socket (loopback only). Built once from the flags (``_cli``); what
+    :func:`serve` reads."""
+
+    host: str
+    port: int
+    log_level: LogLevel
+    shutdown_timeout: float
+    status_port: int | None = None
+    status_socket: str | None = None
+
+
 def serve(
     app: ASGIApp,
     bound: socket.socket,
-    args: argparse.Namespace,
+    listening: Listening,
     stderr: TextIO,
-    shutdown_timeout: float,
     stopped: Callable[[], None] = lambda: None,
 ) -> int:
     """Serve ``app`` with uvicorn on ``bound`` (:func:`bind`'s) until stopped (and the operator's status on its own
@@ -85,11 +102,12 @@ def serve(
     # its own: else a request that arrives on a keep-alive connection before the last answer's end is started in the
     # previous request's context (python/cpython#140947), with its conversation (current_conversation) in it.
     started = _Started(app)
-    listening = uvicorn.Config(
+    shutdown_timeout = listening.shutdown_timeout
+    config = uvicorn.Config(
         started,
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level,
+        host=listening.host,
+        port=listening.port,
+        log_level=listening.log_level,
         log_config=_log_config(uvicorn.config.LOGGING_CONFIG, started),
         lifespan="on",
         http="h11",
@@ -118,14 +136,14 @@ def serve(
 
     def gone() -> None:
         """Once uvicorn has stopped: its status socket's file removed, and what ``stopped`` removes."""
-        if args.status_socket is not None:
+        if listening.status_socket is not None:
             with contextlib.suppress(OSError):
-                os.unlink(args.status_socket)
+                os.unlink(listening.status_socket)
         stopped()
 
-    server = Server(listening)
+    server = Server(config)
     try:
-        sockets = [bound, *_status_sockets(args)]
+        sockets = [bound, *_status_sockets(listening)]
     except ValueError as exc:
         print(f"mcp-sessions gateway: {exc}", file=stderr)
         return EXIT_USAGE
@@ -198,16 +216,16 @@ def private_socket(path: str) -> socket.socket:
     return listening
 
 
-def _status_sockets(args: argparse.Namespace) -> list[socket.socket]:
+def _status_sockets(listening: Listening) -> list[socket.socket]:
     """The operator's sockets: its port, on loopback only whatever ``--host`` is, and its Unix socket, in a
     directory of the gateway's user alone; ``ValueError`` saying why one cannot be had."""
     status = []
-    if args.status_port is not None:
-        status.append(bind("127.0.0.1", args.status_port, "--status-port {port}"))
-        logger.info("mcp-sessions gateway: the processes' status on http://127.0.0.1:%d/status", args.status_port)
-    if args.status_socket is not None:
-        status.append(private_socket(args.status_socket))
-        logger.info("mcp-sessions gateway: the processes' status on the Unix socket %s", args.status_socket)
+    if listening.status_port is not None:
+        status.append(bind("127.0.0.1", listening.status_port, "--status-port {port}"))
+        logger.info("mcp-sessions gateway: the processes' status on http://127.0.0.1:%d/status", listening.status_port)
+    if listening.status_socket is not None:
+        status.append(private_socket(listening.status_socket))
+        logger.info("mcp-sessions gateway: the processes' status on the Unix socket %s", listening.status_socket)
     return status
 
 

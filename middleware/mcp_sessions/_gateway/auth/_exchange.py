@@ -30,7 +30,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from http.cookiejar import CookieJar, DefaultCookiePolicy
-from typing import Any, Final
+from typing import Any, Final, Literal, get_args
 from urllib.parse import quote_plus, urlsplit
 
 import anyio
@@ -60,7 +60,8 @@ RENEW_BEFORE: Final = 30.0
 """An issued token is exchanged again this long before it expires (half its life for one shorter than a minute)."""
 MAX_CACHED: Final = 10_000
 """Issued tokens kept, one per user token and target; the least recently used are forgotten first."""
-MODES: Final = ("passthrough", "none", "exchange")
+UpstreamTokenMode = Literal["passthrough", "none", "exchange"]
+MODES: Final = get_args(UpstreamTokenMode)  # --upstream-token's choices
 # RFC 6750 §2.1's b64token: what may follow "Bearer " in a header.
 _BEARER: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 # RFC 6749 §5.2: the characters of "error" and "error_description".

@@ -103,7 +103,7 @@ def _at_gateway(config: SessionsConfig, replicas: Replicas, auth: GatewayAuth | 
     # Nothing signs a user in in front of the proxy.
     if auth is None and principal is authenticated_user:
         principal = credential_principal
-    return config._replace(
+    return config.replace(
         # The proxy is the transport: no endpoint to look for inside it.
         placement=False,
         # No session member reaches the upstream; a probe ends with its client.

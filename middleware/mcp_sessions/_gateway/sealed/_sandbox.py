@@ -42,7 +42,7 @@ from collections.abc import Collection, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Final, Literal, NamedTuple
+from typing import Final, Literal, NamedTuple, get_args
 
 import anyio
 
@@ -55,8 +55,8 @@ from ._seccomp import applied
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
-CONTAINMENTS: Final = ("auto", "bwrap", "unshare", "none")
 Containment = Literal["auto", "bwrap", "unshare", "none"]
+CONTAINMENTS: Final = get_args(Containment)  # --containment's choices
 INHERITED: Final = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 """The gateway's variables every process gets: the ``mcp`` SDK's ``DEFAULT_INHERITED_ENV_VARS`` (POSIX)."""
 LOADER: Final = frozenset(

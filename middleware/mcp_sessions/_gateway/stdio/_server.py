@@ -224,10 +224,9 @@ def stdio_gateway_app(gateway: StdioGateway) -> GatewayFront:
         raise ValueError("--process-env gives each conversation's process its own values: not with one shared")
     trusted = trusted_proxies(gateway.forwarded_allow_ips)
     given = SessionsConfig.from_env() if gateway.config is None else gateway.config
-    config = _sessions_config(given, replica=bool(trusted))
     # a conversation's listen streams get its child's changes: the bus's
-    if config.subscriptions is None:
-        config.subscriptions = SessionSubscriptionBus()
+    bus = given.subscriptions or SessionSubscriptionBus()
+    config = _sessions_config(given, replica=bool(trusted)).replace(subscriptions=bus)
     idle = gateway.process_idle or config.idle_ttl or DEFAULT_PROCESS_IDLE
     environ = os.environ if gateway.environ is None else gateway.environ
     passed = environment(environ, gateway.pass_env)  # by allow-list
@@ -243,7 +242,7 @@ def stdio_gateway_app(gateway: StdioGateway) -> GatewayFront:
         # a child started ahead cannot know its user's values, nor her directory
         warm=0 if credentials.sources or getattr(gateway.process_options, "per_user", False) else gateway.warm,
         environ={name: value for name, value in passed.items() if name not in credentials.sources},
-        bus=config.subscriptions,
+        bus=bus,
         options=gateway.process_options,
         process_env=credentials,
         fronted=bool(trusted),
@@ -261,7 +260,7 @@ def _sessions_config(config: SessionsConfig, *, replica: bool) -> SessionsConfig
     fronted = FrontedConversations.from_context
     sources = [fronted if replica and s == HostConversationSource.from_context else s for s in config.sources]
     data = "anonymous" if config.conversation_data == "off" else config.conversation_data
-    return config._replace(adopt_transport_sessions=True, conversation_data=data, sources=tuple(sources))
+    return config.replace(adopt_transport_sessions=True, conversation_data=data, sources=tuple(sources))
 
 
 def _layered(
@@ -286,11 +285,10 @@ def _layered(
     # the gateway's own check instead
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     app = server.streamable_http_app(transport_security=security, session_idle_timeout=idle)
-    # a conversation's child starts at its sessions/create
-    config.on_create = children.created
-    # no wire's session member reaches a child, as none reaches an HTTP upstream
-    config.fronts_upstream = True
     requests = _TransportRequests(app, children.unanswered, config.max_body_size)
+    # a conversation's child starts at its sessions/create; no wire's session member reaches a child, as none
+    # reaches an HTTP upstream
+    config = config.replace(on_create=children.created, fronts_upstream=True)
     sessions = MCPSessionMiddleware(_Opening(requests, children), config=config)
     exchanged = children.process_env.wrap(sessions)  # exchanges, once the user is known
     guarded = sessions if auth is None else auth.wrap(OwnConversations(exchanged, children))
