@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .sealed._grants import USER_GIDS
 from .sealed._sandbox import CONTAINMENTS, DISK
+from .stdio._modes import PROCESSES, SESSIONLESS
 
 if TYPE_CHECKING:
     from .auth._users import GatewayAuth
@@ -40,7 +41,7 @@ def _process_arguments(gateway: argparse.ArgumentParser) -> None:
     """With ``--stdio``: which process a request reaches, how many run at once, and how long each lives."""
     gateway.add_argument(
         "--processes",
-        choices=("auto", "per-conversation", "shared"),
+        choices=PROCESSES,
         default="auto",
         help="with --stdio: a process per conversation, or one shared by every client (each "
         "request names its conversation in _meta); auto (default): if the server speaks "
@@ -70,7 +71,7 @@ def _process_arguments(gateway: argparse.ArgumentParser) -> None:
     )
     gateway.add_argument(
         "--sessionless",
-        choices=("per-caller", "per-request", "shared"),
+        choices=SESSIONLESS,
         default="per-caller",
         help="with --stdio: the 2026-07-28 requests of a caller that name no conversation reach "
         "that caller's own process (default), or each a process of its own, or the shared one",

@@ -67,9 +67,10 @@ from ..auth._exchange import TokenExchange
 from ..auth._users import REQUEST, FrontedConversations, GatewayAuth, ProcessEnv
 from ..sealed._sandbox import environment
 from ._child import START_TIMEOUT, ProcessOptions
+from ._modes import PROCESSES, SESSIONLESS, Processes, Sessionless
 from ._pool import AFTER_ANSWER
 from ._status import OperatorStatus, OwnConversations, ProcessMetrics
-from ._table import Children, Processes, Sessionless
+from ._table import Children
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -202,11 +203,11 @@ class StdioGateway:
     def __post_init__(self) -> None:
         if not self.command:
             raise ValueError("--stdio needs a command")
-        if self.processes not in ("auto", "per-conversation", "shared"):
+        if self.processes not in PROCESSES:
             raise ValueError("processes is 'auto', 'per-conversation' or 'shared'")
         if min(self.max_processes, self.max_processes_per_principal) < 1:
             raise ValueError("max_processes and max_processes_per_principal must be at least 1")
-        if self.sessionless not in ("per-caller", "per-request", "shared") or self.warm < 0:
+        if self.sessionless not in SESSIONLESS or self.warm < 0:
             raise ValueError("sessionless is 'per-caller', 'per-request' or 'shared', and warm is 0 or more")
         if self.process_idle is not None and not self.process_idle > 0:
             raise ValueError("process_idle must be a positive number of seconds")

@@ -63,6 +63,7 @@ from ._models import (
     key_digest,
     known_as,
 )
+from ._modes import Processes, Sessionless
 from ._pool import Pool, after_answer
 from ._relay import ANSWER_WITHIN, CHILD_EXITED, Conversation, Process
 
@@ -72,11 +73,6 @@ _HELD: Final = "mcp-sessions.gateway.held-by"  # in a host conversation's data: 
 _WATCHED: Final = ("transport-session", "data-layer-session")  # end with their session, anywhere
 LISTS: Final = frozenset({"tools/list", "prompts/list", "resources/list", "resources/templates/list"})
 """What 2026-07-28 says depends on no conversation (``server/discover`` too, which no process answers)."""
-Processes = Literal["auto", "per-conversation", "shared"]
-"""Whose conversations a process serves (``--processes``): ``"auto"`` becomes ``"per-conversation"`` or
-``"per-caller"`` (:meth:`Children.choose`)."""
-Sessionless = Literal["per-caller", "per-request", "shared"]
-"""Where the requests that name no conversation go (``--sessionless``)."""
 MAX_ENDED: Final = 100_000
 """Ended conversations remembered (each answered with the error of its kind, never a new process); oldest first."""
 EXPECTED: Final = (EndReason.IDLE, EndReason.EXPIRED, EndReason.BY_USER)
