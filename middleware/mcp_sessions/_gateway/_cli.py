@@ -6,14 +6,14 @@ import argparse
 import ipaddress
 import logging
 import shlex
-import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from .._config import SessionsConfig
+from ._config import LOG_LEVELS, Forwarding, GatewayConfig, Listening, StdioProcesses
 from ._process_flags import add_process_arguments, process_options, seal_gateway
-from ._serving import EXIT_USAGE, LOG_LEVELS, Listening, bind, private_directory, serve
+from ._serving import EXIT_USAGE, bind, private_directory, serve
 from .http._app import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_FAILURE_COOLDOWN,
@@ -24,8 +24,12 @@ from .http._app import (
 from .sealed._network import NO_ROUTE, NetworkError, add_network_arguments, routed
 
 if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
     from .auth._exchange import TokenExchange, UpstreamToken
     from .auth._users import GatewayAuth
+    from .sealed._network import EgressRules
+    from .sealed._sandbox import Sandbox
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -219,56 +223,14 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     try:
         import uvicorn  # noqa: F401 - here, so that without it the command says which extra to install
 
-        config = SessionsConfig.from_env(environ=environ)
-        hosts = _listed(args.allowed_host, environ.get("MCP_SESSIONS_ALLOWED_HOSTS"))
-        origins = _listed(args.allowed_origin, environ.get("MCP_SESSIONS_ALLOWED_ORIGINS"))
-        if hosts is None and origins is None:  # the SDK's rule: localhost names on a loopback address, else none
-            hosts = origins = None if _loopback(args.host) else []
-        else:
-            hosts, origins = hosts or [], origins or []
-        forwarded = environ.get("FORWARDED_ALLOW_IPS") if args.forwarded_allow_ips is None else args.forwarded_allow_ips
-        auth = _auth(args, environ)
-        _stdio_only(args)
-        upstream_token, exchange = _upstream_token(args, environ, auth)
-        egress = None
-        if args.stdio is not None:
-            command = shlex.split(args.stdio)
-            options = process_options(args, command, auth)
-            egress = _egress(args, options, forwarded)
-            options = replace(options, egress=egress)  # each process's uid put under its rules as it is taken
-            app: Any = _stdio_app(
-                args,
-                command,
-                options,
-                config,
-                environ,
-                hosts=hosts,
-                origins=origins,
-                forwarded=forwarded,
-                auth=auth,
-                exchange=exchange,
-            )
-        else:
-            app = gateway_app(
-                args.upstream,
-                config=config,
-                allowed_hosts=hosts,
-                allowed_origins=origins,
-                keepalive=args.keepalive or None,
-                connect_timeout=args.connect_timeout,
-                first_byte_timeout=args.first_byte_timeout,
-                failure_cooldown=args.failure_cooldown,
-                forwarded_allow_ips=forwarded,
-                auth=auth,
-                upstream_token=upstream_token,
-            )
-        if exchange is not None:  # its client closed as the app stops, in either mode
-            app = exchange.wrap(app)
-        bound = bind(args.host, args.port)  # a port in use: before anything starts
-        if args.stdio is not None:
-            seal_gateway(options.containment)
-        if egress is not None:  # before any process starts
-            egress.install()
+        config = configured(args, environ)
+        app = _app(config)
+        listening = config.listening
+        bound = bind(listening.host, listening.port)  # a port in use: before anything starts
+        if isinstance(config.serves, StdioProcesses):
+            seal_gateway(config.serves.sandbox.containment)
+        if config.egress is not None:  # before any process starts
+            config.egress.install()
     except ModuleNotFoundError as exc:
         print(f"mcp-sessions gateway: {exc.name} is missing: pip install 'mcp-sessions[gateway]'", file=stderr)
         return EXIT_USAGE
@@ -285,14 +247,66 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     logging.getLogger("mcp.server.streamable_http_manager").setLevel(logging.CRITICAL)
     served = f"stdio {args.stdio}" if args.stdio is not None else ", ".join(args.upstream)
     logger.info("mcp-sessions gateway: %s on http://%s:%d", served, args.host, args.port)
-    if args.stdio is not None:
+    if isinstance(config.serves, StdioProcesses):
+        options, egress = config.serves.sandbox, config.egress
         network = f"network {options.network}" if egress is None else egress.said
         logger.info("mcp-sessions gateway: each process: %s, %s", options.said, network)
         if egress is not None and options.containment in ("bwrap", "unshare") and not routed():
             logger.warning("mcp-sessions gateway: %s", NO_ROUTE)
         if options.profile:
             logger.info("mcp-sessions gateway: each process's seccomp profile: %s", options.profile)
-    return _served(app, bound, _listening(args), stderr, egress)
+    return serve(app, bound, config, stderr)
+
+
+def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayConfig:
+    """The gateway's configuration, whole, from its flags (``args``) and ``environ``, checked: a ``ValueError``
+    (or ``NetworkError``, ``ImportError``) says in one line what to change. With ``--stdio``, the containment is
+    tried and the egress rules made here (installed by :func:`run`, before any process starts)."""
+    sessions = SessionsConfig.from_env(environ=environ)
+    hosts = _listed(args.allowed_host, environ.get("MCP_SESSIONS_ALLOWED_HOSTS"))
+    origins = _listed(args.allowed_origin, environ.get("MCP_SESSIONS_ALLOWED_ORIGINS"))
+    if hosts is None and origins is None:  # the SDK's rule: localhost names on a loopback address, else none
+        hosts = origins = None if _loopback(args.host) else ()
+    else:
+        hosts, origins = hosts or (), origins or ()
+    forwarded = environ.get("FORWARDED_ALLOW_IPS") if args.forwarded_allow_ips is None else args.forwarded_allow_ips
+    auth = _auth(args, environ)
+    _stdio_only(args)
+    upstream_token, exchange = _upstream_token(args, environ, auth)
+    serves: Forwarding | StdioProcesses
+    if args.stdio is not None:
+        command = shlex.split(args.stdio)
+        sandbox = process_options(args, command, auth)
+        # each process's uid put under the egress rules as it is taken
+        sandbox = replace(sandbox, egress=_egress(args, sandbox, forwarded))
+        serves = StdioProcesses(
+            command=tuple(command),
+            processes=args.processes,
+            sessionless=args.sessionless,
+            process_idle=args.process_idle,
+            max_processes=args.max_processes,
+            max_processes_per_principal=args.max_processes_per_principal,
+            warm=args.warm,
+            pass_env=tuple(args.pass_env),
+            process_env=tuple(args.process_env),
+            exchange_scope=_setting(args, environ, "scope"),
+            sandbox=sandbox,
+            environ=environ,
+        )
+    else:
+        keepalive = args.keepalive or None
+        timeouts = (args.connect_timeout, args.first_byte_timeout, args.failure_cooldown)
+        serves = Forwarding(tuple(args.upstream), keepalive, *timeouts, upstream_token=upstream_token)
+    return GatewayConfig(
+        serves=serves,
+        listening=_listening(args),
+        sessions=sessions,
+        allowed_hosts=hosts,
+        allowed_origins=origins,
+        forwarded_allow_ips=forwarded,
+        auth=auth,
+        exchange=exchange,
+    )
 
 
 def _listening(args: argparse.Namespace) -> Listening:
@@ -303,61 +317,59 @@ def _listening(args: argparse.Namespace) -> Listening:
     return Listening(args.host, args.port, args.log_level, shutdown_timeout, args.status_port, args.status_socket)
 
 
-def _served(app: Any, bound: socket.socket, listening: Listening, stderr: TextIO, egress: Any) -> int:
-    """``serve``, and the processes' ``egress`` rules (if any) deleted once they have ended: before a SIGTERM ends
-    the gateway, or where uvicorn never ran (a status socket refused); a SIGKILLed gateway's at the next start."""
-    if egress is None:
-        return serve(app, bound, listening, stderr)
-    try:
-        return serve(app, bound, listening, stderr, stopped=egress.remove)
-    finally:
-        egress.remove()
+def _app(config: GatewayConfig) -> ASGIApp:
+    """The app ``config`` serves: a proxy to its upstream (``gateway_app``), or its stdio server's processes
+    (``stdio_gateway_app``, which needs the ``mcp`` SDK); closing the token exchange's client as it stops."""
+    serves = config.serves
+    app: ASGIApp
+    if isinstance(serves, StdioProcesses):
+        from .stdio._server import StdioGateway, stdio_gateway_app
+
+        gateway = StdioGateway(
+            command=serves.command,
+            config=config.sessions,
+            processes=serves.processes,
+            process_idle=serves.process_idle,
+            max_processes=serves.max_processes,
+            max_processes_per_principal=serves.max_processes_per_principal,
+            sessionless=serves.sessionless,
+            warm=serves.warm,
+            allowed_hosts=config.allowed_hosts,
+            allowed_origins=config.allowed_origins,
+            forwarded_allow_ips=config.forwarded_allow_ips,
+            environ=serves.environ,
+            pass_env=serves.pass_env,
+            process_options=serves.sandbox,
+            auth=config.auth,
+            process_env=serves.process_env,
+            token_exchange=config.exchange,
+            exchange_scope=serves.exchange_scope,
+            status_port=config.listening.status_port,
+            status_socket=config.listening.status_socket,
+        )
+        app = stdio_gateway_app(gateway)
+    else:
+        app = gateway_app(
+            serves.upstreams,
+            config=config.sessions,
+            allowed_hosts=config.allowed_hosts,
+            allowed_origins=config.allowed_origins,
+            keepalive=serves.keepalive,
+            connect_timeout=serves.connect_timeout,
+            first_byte_timeout=serves.first_byte_timeout,
+            failure_cooldown=serves.failure_cooldown,
+            forwarded_allow_ips=config.forwarded_allow_ips,
+            auth=config.auth,
+            upstream_token=serves.upstream_token,
+        )
+    if config.exchange is not None:  # its client closed as the app stops, in either mode
+        app = config.exchange.wrap(app)
+    return app
 
 
-def _stdio_app(
-    args: argparse.Namespace,
-    command: Sequence[str],
-    options: Any,
-    config: SessionsConfig,
-    environ: Mapping[str, str],
-    *,
-    hosts: list[str] | None,
-    origins: list[str] | None,
-    forwarded: str | None,
-    auth: GatewayAuth | None,
-    exchange: TokenExchange | None,
-) -> Any:
-    """The ``--stdio`` gateway's app (it needs the ``mcp`` SDK): ``command``'s processes as the flags say, run as
-    ``options`` says; the allow-lists, the proxies in front and ``auth`` as for an ``--upstream``."""
-    from .stdio._server import StdioGateway, stdio_gateway_app
-
-    gateway = StdioGateway(
-        command=command,
-        config=config,
-        processes=args.processes,
-        process_idle=args.process_idle,
-        max_processes=args.max_processes,
-        max_processes_per_principal=args.max_processes_per_principal,
-        sessionless=args.sessionless,
-        warm=args.warm,
-        allowed_hosts=hosts,
-        allowed_origins=origins,
-        forwarded_allow_ips=forwarded,
-        environ=environ,
-        pass_env=args.pass_env,
-        process_options=options,
-        auth=auth,
-        process_env=args.process_env,
-        token_exchange=exchange,
-        exchange_scope=_setting(args, environ, "scope"),
-        status_port=args.status_port,
-        status_socket=args.status_socket,
-    )
-    return stdio_gateway_app(gateway)
-
-
-def _egress(args: argparse.Namespace, sandbox: Any, forwarded: str | None) -> Any:
-    """``_network.egress_rules`` for ``sandbox``'s processes; and the status socket's directory checked."""
+def _egress(args: argparse.Namespace, sandbox: Sandbox, forwarded: str | None) -> EgressRules | None:
+    """``_network.egress_rules`` for ``sandbox``'s processes (``None`` unless its network is ``egress``); and the
+    status socket's directory checked."""
     from ._front import trusted_proxies
     from .sealed._network import egress_rules
 
@@ -388,7 +400,7 @@ def _stdio_only(args: argparse.Namespace) -> None:
 def _auth(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayAuth | None:
     """The gateway's authentication from the --auth-* flags, else their variables; ``None`` without any."""
     given: dict[str, Any] = {name: value for name in AUTH_VARIABLES if (value := _setting(args, environ, name, "auth"))}
-    servers = _listed(args.auth_server, environ.get("MCP_SESSIONS_AUTH_SERVERS")) or []
+    servers = _listed(args.auth_server, environ.get("MCP_SESSIONS_AUTH_SERVERS")) or ()
     if not given and not servers:
         return None
     if "leeway" in given:
@@ -455,16 +467,16 @@ def _setting(args: argparse.Namespace, environ: Mapping[str, str], name: str, gr
     return getattr(args, f"{group}_{name}") or environ.get(variables[name], "").strip() or None
 
 
-def _listed(given: list[str] | None, variable: str | None) -> list[str] | None:
+def _listed(given: list[str] | None, variable: str | None) -> tuple[str, ...] | None:
     """An allow-list: the flags, else the variable's comma-separated values; ``None`` when neither gives one.
 
     Given lists replace both loopback defaults: hosts alone check no ``Origin`` at the gateway (the
     upstream, which gets the client's, still checks it).
     """
     if given:
-        return given
+        return tuple(given)
     if variable and variable.strip():
-        return [value.strip() for value in variable.split(",") if value.strip()]
+        return tuple(value.strip() for value in variable.split(",") if value.strip())
     return None
 
 

@@ -26,6 +26,7 @@ from .stdio._modes import PROCESSES, SESSIONLESS
 
 if TYPE_CHECKING:
     from .auth._users import GatewayAuth
+    from .sealed._sandbox import Sandbox
 
 _PR_SET_DUMPABLE: Final = 4
 _PR_SET_CHILD_SUBREAPER: Final = 36
@@ -187,7 +188,7 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
     )
 
 
-def process_options(args: argparse.Namespace, command: Sequence[str], auth: GatewayAuth | None) -> Any:
+def process_options(args: argparse.Namespace, command: Sequence[str], auth: GatewayAuth | None) -> Sandbox:
     """How the stdio processes run (``--process-*``), checked, the containment tried once (``auto`` resolved to
     the one that works here). Nothing of the gateway's own process changes here: :func:`seal_gateway` does, as the
     command starts."""

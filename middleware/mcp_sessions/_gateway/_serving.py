@@ -26,9 +26,8 @@ import os
 import socket
 import stat
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from types import FrameType
-from typing import Any, Final, Literal, TextIO, get_args
+from typing import Any, Final, TextIO
 
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -43,6 +42,7 @@ from .._wire.protocol import (
     UPSTREAM_UNAVAILABLE,
 )
 from ..profiles import Era
+from ._config import GatewayConfig, Listening
 from ._front import QueryDropped, StartupFailed
 
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -65,35 +65,23 @@ _PROBES: Final = {"/healthz", "/readyz"}
 _LISTEN: Final = b"subscriptions/listen"
 
 
-LogLevel = Literal["critical", "error", "warning", "info", "debug"]
-LOG_LEVELS: Final = get_args(LogLevel)  # --log-level's choices
-
-
-@dataclass(frozen=True)
-class Listening:
-    """How the gateway serves, whatever it serves: its address, its log level, how long its drain lasts, and the
-    operator's status port and Unix socket (loopback only). Built once from the flags (``_cli``); what
-    :func:`serve` reads."""
-
-    host: str
-    port: int
-    log_level: LogLevel
-    shutdown_timeout: float
-    status_port: int | None = None
-    status_socket: str | None = None
-
-
-def serve(
-    app: ASGIApp,
-    bound: socket.socket,
-    listening: Listening,
-    stderr: TextIO,
-    stopped: Callable[[], None] = lambda: None,
-) -> int:
+def serve(app: ASGIApp, bound: socket.socket, config: GatewayConfig, stderr: TextIO) -> int:
     """Serve ``app`` with uvicorn on ``bound`` (:func:`bind`'s) until stopped (and the operator's status on its own
-    loopback socket); a failure to start (``StartupFailed``) is one line on ``stderr`` and exit status 2.
-    ``stopped`` is called once the app has stopped (its processes ended), also before uvicorn raises the signal
-    that stopped it again, which ends the gateway then and there."""
+    loopback socket), as ``config`` says; a failure to start (``StartupFailed``) is one line on ``stderr`` and exit
+    status 2. The processes' egress rules (``config.egress``), if any, are removed once the app has stopped (its
+    processes ended), before uvicorn raises the signal that stopped it again, which ends the gateway then and there;
+    or where uvicorn never ran (a status socket refused). A SIGKILLed gateway's go at the next start."""
+    egress = config.egress
+    try:
+        return _serve(app, bound, config.listening, stderr, egress.remove if egress is not None else lambda: None)
+    finally:
+        if egress is not None:
+            egress.remove()
+
+
+def _serve(
+    app: ASGIApp, bound: socket.socket, listening: Listening, stderr: TextIO, stopped: Callable[[], None]
+) -> int:
     import uvicorn
 
     # The upstream's own Date and Server go to the client, as any proxy's do. The app itself reads the forwarded

@@ -1,0 +1,171 @@
+"""The gateway's flags and environment, read once into the typed, frozen configuration ``serve`` takes
+(``_config.GatewayConfig``), through the command's own parser: what each mode serves, how it listens (each mode's
+drain, the status port and socket), whom it lets in; the modes' choices from their one definition."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from mcp_sessions._gateway._cli import add_arguments, configured
+from mcp_sessions._gateway._config import LOG_LEVELS, Forwarding, GatewayConfig, Listening, StdioProcesses
+from mcp_sessions._gateway.stdio._modes import PROCESSES, SESSIONLESS
+
+URL = "http://127.0.0.1:3001/mcp"
+UPSTREAM = ["--upstream", URL]
+STDIO = ["--stdio", "cat -n", "--process-containment", "none"]
+
+
+def parsed(flags: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="mcp-sessions gateway")
+    add_arguments(parser)
+    return parser.parse_args(flags)
+
+
+def config_of(flags: list[str], environ: Mapping[str, str] | None = None) -> GatewayConfig:
+    return configured(parsed(flags), {"MCP_SESSIONS_SECRET": "x" * 32, **(environ or {})})
+
+
+@pytest.mark.parametrize(
+    ("flags", "listening"),
+    [
+        (UPSTREAM, Listening("127.0.0.1", 8000, "info", 10.0)),
+        (STDIO, Listening("127.0.0.1", 8000, "info", 4.0)),
+        (
+            [*UPSTREAM, "--host", "::1", "--port", "9000", "--log-level", "debug", "--shutdown-timeout", "2.5"],
+            Listening("::1", 9000, "debug", 2.5),
+        ),
+        (
+            [*STDIO, "--status-port", "9001", "--status-socket", "/run/gw/status.sock"],
+            Listening("127.0.0.1", 8000, "info", 4.0, 9001, "/run/gw/status.sock"),
+        ),
+    ],
+)
+def test_how_it_listens_is_read_once_with_each_mode_s_drain(flags: list[str], listening: Listening) -> None:
+    assert config_of(flags).listening == listening
+
+
+@pytest.mark.parametrize(
+    ("flags", "forwarding"),
+    [
+        (UPSTREAM, Forwarding((URL,), 15.0, 5.0, 300.0, 10.0)),
+        (
+            [*UPSTREAM, "--upstream", "http://127.0.0.2:3001/mcp", "--keepalive", "0", "--connect-timeout", "1"],
+            Forwarding((URL, "http://127.0.0.2:3001/mcp"), None, 1.0, 300.0, 10.0),
+        ),
+        (
+            [*UPSTREAM, "--first-byte-timeout", "2", "--failure-cooldown", "3"],
+            Forwarding((URL,), 15.0, 5.0, 2.0, 3.0),
+        ),
+    ],
+)
+def test_an_upstream_s_replicas_and_waits(flags: list[str], forwarding: Forwarding) -> None:
+    assert config_of(flags).serves == forwarding
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ([], {}),
+        (
+            ["--processes", "per-conversation", "--sessionless", "per-request", "--process-idle", "30"],
+            {"processes": "per-conversation", "sessionless": "per-request", "process_idle": 30.0},
+        ),
+        (
+            ["--max-processes", "3", "--max-processes-per-principal", "1", "--warm", "0"],
+            {"max_processes": 3, "max_processes_per_principal": 1, "warm": 0},
+        ),
+        (["--pass-env", "LANG", "--pass-env", "TZ"], {"pass_env": ("LANG", "TZ")}),
+    ],
+)
+def test_a_stdio_server_s_processes(flags: list[str], expected: dict[str, Any]) -> None:
+    defaults = {
+        "command": ("cat", "-n"),  # split as a shell would
+        "processes": "auto",
+        "sessionless": "per-caller",
+        "process_idle": None,
+        "max_processes": 16,
+        "max_processes_per_principal": 4,
+        "warm": 2,
+        "pass_env": (),
+        "process_env": (),
+        "exchange_scope": None,
+    }
+    serves = config_of([*STDIO, *flags]).serves
+    assert isinstance(serves, StdioProcesses)
+    assert {name: getattr(serves, name) for name in defaults} == {**defaults, **expected}
+    assert serves.sandbox.containment == "none"
+
+
+@pytest.mark.parametrize(
+    ("flags", "environ", "front"),
+    [
+        (UPSTREAM, {}, (None, None, None)),  # the SDK's loopback names, checked by the app
+        ([*UPSTREAM, "--host", "0.0.0.0"], {}, ((), (), None)),  # none on another address
+        (
+            [*UPSTREAM, "--allowed-host", "example.com:*"],
+            {"FORWARDED_ALLOW_IPS": "10.0.0.1"},
+            (("example.com:*",), (), "10.0.0.1"),
+        ),
+        (
+            STDIO,
+            {"MCP_SESSIONS_ALLOWED_HOSTS": "a.example, b.example", "MCP_SESSIONS_ALLOWED_ORIGINS": "https://a.example"},
+            (("a.example", "b.example"), ("https://a.example",), None),
+        ),
+    ],
+)
+def test_whom_it_lets_in_from_the_flags_else_the_environment(
+    flags: list[str], environ: dict[str, str], front: tuple[object, ...]
+) -> None:
+    config = config_of(flags, environ)
+    assert (config.allowed_hosts, config.allowed_origins, config.forwarded_allow_ips) == front
+    assert config.auth is None
+    assert config.exchange is None
+    assert config.egress is None
+
+
+@pytest.mark.parametrize(
+    ("flags", "refusal"),
+    [
+        ([*UPSTREAM, "--process-env", "A=claim:sub"], "--process-env sets a variable in --stdio processes"),
+        ([*UPSTREAM, "--status-port", "9001"], "--status-port serves --stdio processes' status"),
+        ([*STDIO, "--upstream-token", "none"], "--upstream-token is an --upstream's"),
+        ([*STDIO, "--pass-env", "LD_PRELOAD"], "--pass-env: 'LD_PRELOAD' tells the dynamic loader what to load"),
+        ([*STDIO, "--forwarded-allow-ips", "*"], "--forwarded-allow-ips *: processes on the host's network"),
+        (["--stdio", "no-such-command-here"], "--stdio: no-such-command-here: no such command"),
+    ],
+)
+def test_a_configuration_no_gateway_could_serve_is_refused_in_one_line(flags: list[str], refusal: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        config_of(flags)
+    assert str(refused.value).startswith(refusal)
+    assert "\n" not in str(refused.value)
+
+
+def test_the_configuration_is_frozen_and_never_shows_the_environment() -> None:
+    config = config_of([*STDIO, "--pass-env", "API_TOKEN"], {"API_TOKEN": "s3cret-value"})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.listening = config.listening  # type: ignore[misc]
+    assert isinstance(config.serves, StdioProcesses)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.serves.pass_env = ()  # type: ignore[misc]
+    assert config.serves.environ["API_TOKEN"] == "s3cret-value"
+    assert "s3cret-value" not in repr(config)
+    assert "x" * 32 not in repr(config)  # the sessions' secret
+
+
+@pytest.mark.parametrize(
+    ("flag", "choices"),
+    [("--processes", PROCESSES), ("--sessionless", SESSIONLESS), ("--log-level", LOG_LEVELS)],
+)
+def test_the_modes_choices_are_their_literal_s(flag: str, choices: tuple[str, ...]) -> None:
+    parser = argparse.ArgumentParser(prog="mcp-sessions gateway")
+    add_arguments(parser)
+    (action,) = [action for action in parser._actions if flag in action.option_strings]
+    assert action.choices is choices
+    with pytest.raises(SystemExit):
+        parser.parse_args([*UPSTREAM, flag, "bogus"])
