@@ -1,0 +1,400 @@
+"""The gateway's life, from its start to its end, in one class: :class:`Gateway`, uvicorn's ``Server`` with the
+gateway's named startup and shutdown steps, as uvicorn's own has ``startup``, ``main_loop`` and ``shutdown``. It
+imports uvicorn, and so is imported by ``_serving.serve`` alone, once the gateway is built.
+
+A stop of a started gateway (SIGTERM, the first Ctrl-C) drains it first, as Envoy and Kubernetes drain a
+replica: it keeps listening, ``GET /readyz`` answers 503, a request that would open a conversation, or a stream
+(which would hold the stop), gets 503 with ``Retry-After`` (``-32014``: a retry reaches the next gateway), every
+answer closes its connection (none is left idle for a client to reuse as the listener closes), and every call in
+flight (a request other than a ``GET`` stream or a ``subscriptions/listen``) may end, for ``--shutdown-timeout`` at
+most. Then the streams are ended and uvicorn stops: it closes the listener and waits for a call that came meanwhile
+for what is left of the bound. A call past the bound is told ``-32014`` (503 where its answer has not started), never
+uvicorn's 500. A second Ctrl-C (or SIGTERM) ends the drain at once, its calls told so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import os
+import socket
+from collections.abc import Callable, Iterator
+from types import FrameType
+from typing import Any, Final, TextIO
+
+import anyio
+import uvicorn
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .._asgi import header
+from .._pipeline import unavailable
+from .._wire import jsonrpc
+from .._wire.protocol import (
+    MCP_METHOD_HEADER,
+    MCP_PROTOCOL_VERSION_HEADER,
+    MCP_SESSION_ID_HEADER,
+    UPSTREAM_UNAVAILABLE,
+)
+from ..profiles import Era
+from ._config import GatewayConfig
+from ._front import QueryDropped, StartupFailed
+from ._serving import DRAINING, EXIT_USAGE, RESTARTING, RETRY_AFTER, STOPPING, bind, private_socket
+
+logger = logging.getLogger("mcp_sessions.gateway")
+
+STARTUP_FAILURE: Final = 3
+"""uvicorn's exit status for an app that failed to start in another way (a bug: its traceback is logged)."""
+_SHUTTING_DOWN = unavailable(503, RESTARTING, RETRY_AFTER, None, "shutting_down")
+_PROBES: Final = {"/healthz", "/readyz"}
+_LISTEN: Final = b"subscriptions/listen"
+
+
+class Gateway(uvicorn.Server):
+    """The gateway serving ``app`` as ``config`` says, from its start to its end (:meth:`run_until_stopped`).
+
+    **Startup**: ``_listeners`` (the operator's status port and Unix socket beside the gateway's bound socket: one
+    refused is one line and exit status 2, before anything starts); uvicorn's ``startup``, which starts the app
+    (``_lifespan``: with ``--stdio``, the app's own start, ``StdioServer._running``, runs its first process), a
+    failure to start (``StartupFailed``) held and said in one line, exit status 2, never uvicorn's traceback; then
+    it listens. **Main loop**: uvicorn's, until a signal. **Shutdown**: ``_drain`` (see the module), uvicorn's
+    ``shutdown`` (the listener closed, the calls left waited for what is left of the bound, then the app's lifespan
+    ended: every process stopped), ``_gone`` (the status socket's file and the processes' egress rules removed), and
+    the signal that stopped it raised again: SIGTERM ends the process by it, Ctrl-C with exit status 0.
+
+    What a signal does (:meth:`handle_exit`), whichever it is, SIGTERM or SIGINT (Ctrl-C):
+
+    - **during the start** (before the app has started: its first process not answering yet, which uvicorn would
+      wait for, deaf to signals): the start is ended (``_stop_starting`` cancels the lifespan's start, whose
+      processes are stopped), nothing is said of a failure, the rules are removed, and the gateway exits with
+      status 0, never having listened;
+    - **during the drain** (the second signal): the drain ends at once: every call still in flight is cancelled and
+      told ``-32014`` (503 where its answer has not started), the streams are ended, and uvicorn stops, its shutdown
+      steps as above;
+    - **a second Ctrl-C**: the same as a second SIGTERM (uvicorn's own force quit, which would skip the app's
+      shutdown and leave its processes running, is never used); a third signal changes nothing more.
+    """
+
+    def __init__(self, app: ASGIApp, config: GatewayConfig) -> None:
+        # The upstream's own Date and Server go to the client, as any proxy's do. The app itself reads the forwarded
+        # headers of the proxies --forwarded-allow-ips trusts (uvicorn's own would hide the peer from it). h11, the
+        # parser the gateway's request checks are tested with, whatever else is installed. Each request in a context
+        # of its own: else a request that arrives on a keep-alive connection before the last answer's end is started
+        # in the previous request's context (python/cpython#140947), with its conversation (current_conversation).
+        listening = config.listening
+        super().__init__(
+            uvicorn.Config(
+                self._asgi,
+                host=listening.host,
+                port=listening.port,
+                log_level=listening.log_level,
+                log_config=self._log_config(uvicorn.config.LOGGING_CONFIG),
+                lifespan="on",
+                http="h11",
+                server_header=False,
+                date_header=False,
+                proxy_headers=False,
+                # uvicorn waits a float as well
+                timeout_graceful_shutdown=listening.shutdown_timeout,  # type: ignore[arg-type]
+                reset_contextvars=True,
+            )
+        )
+        self.app, self.gateway = app, config
+        self.failure: BaseException | None = None  # the app's failure to start, said in one line
+        self.stopped = False  # its start ended by a signal
+        self._stop_asked = False
+        self._starting: anyio.CancelScope | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.calls: set[asyncio.Task[Any]] = set()  # in flight: every request but a stream that waits for events
+        self._drained = self._hurried = False
+        self._drain_ends = asyncio.Event()  # set once no call is in flight, or by a second signal
+        self._draining: asyncio.Task[None] | None = None
+        self._status_socket: str | None = None  # its file, once bound, removed by _gone
+
+    def run_until_stopped(self, bound: socket.socket, stderr: TextIO) -> int:
+        """Serve on ``bound`` (``_serving.bind``'s) and the status sockets until stopped; the exit status."""
+        try:
+            return self._run(bound, stderr)
+        finally:
+            self._gone()  # also where uvicorn never ran (a status socket refused)
+
+    def _run(self, bound: socket.socket, stderr: TextIO) -> int:
+        try:
+            sockets = [bound, *self._listeners()]
+        except ValueError as exc:
+            print(f"mcp-sessions gateway: {exc}", file=stderr)
+            return EXIT_USAGE
+        try:
+            self.run(sockets=sockets)
+        except KeyboardInterrupt:  # Ctrl-C, raised again once stopped: ended quietly, as uvicorn's own command ends
+            pass  # (exit status 0)
+        except SystemExit:  # uvicorn's, for an app that did not start
+            if self.stopped:  # a signal while it started: stopped, as asked
+                return 0
+            if self.failure is None:
+                raise
+        if self.failure is not None:
+            print(f"mcp-sessions gateway: {self.failure}", file=stderr)
+            return EXIT_USAGE
+        return 0 if self.started or self.stopped else STARTUP_FAILURE
+
+    def _listeners(self) -> list[socket.socket]:
+        """Startup: the operator's sockets: its port, on loopback only whatever ``--host`` is, and its Unix socket,
+        in a directory of the gateway's user alone; ``ValueError`` saying why one cannot be had."""
+        listening = self.gateway.listening
+        status = []
+        if listening.status_port is not None:
+            status.append(bind("127.0.0.1", listening.status_port, "--status-port {port}"))
+            logger.info(
+                "mcp-sessions gateway: the processes' status on http://127.0.0.1:%d/status", listening.status_port
+            )
+        if listening.status_socket is not None:
+            status.append(private_socket(listening.status_socket))
+            self._status_socket = listening.status_socket
+            logger.info("mcp-sessions gateway: the processes' status on the Unix socket %s", listening.status_socket)
+        return status
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        """A signal, as the class says: before the app has started, the start ended; then the drain, or its end."""
+        if not self.started:  # uvicorn's own stop; a first process that never answers keeps no one waiting
+            super().handle_exit(sig, frame)
+            return self._stop_starting()
+        self._captured_signals.append(sig)  # raised again once stopped, as uvicorn does
+        assert self._loop is not None
+        if self._stop_asked:
+            self._hurried = True
+            self._loop.call_soon_threadsafe(self._drain_ends.set)
+            return None
+        self._stop_asked = True
+        self._loop.call_soon_threadsafe(self._begin_drain)
+        return None
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """uvicorn's, which raises the signals again as it ends: the shutdown's last step, ``_gone``, before that."""
+        with super().capture_signals():
+            try:
+                yield
+            finally:
+                self._gone()
+
+    def _gone(self) -> None:
+        """Shutdown, once uvicorn has stopped (every process ended): the status socket's file removed, and the
+        processes' egress rules (a SIGKILLed gateway's go at the next start). Said twice, done once."""
+        if self._status_socket is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self._status_socket)
+            self._status_socket = None
+        if (egress := self.gateway.egress) is not None:
+            egress.remove()
+
+    def _begin_drain(self) -> None:
+        """Shutdown's first step, at the first signal of a started gateway (see the module)."""
+        timeout = self.gateway.listening.shutdown_timeout
+        logger.info(
+            "mcp-sessions gateway: draining: /readyz answers 503, a new conversation is refused (503, Retry-After); "
+            "%d call(s) in flight may end for %g s",
+            len(self.calls),
+            timeout,
+        )
+        if not self.calls:
+            self._drain_ends.set()
+        self._draining = asyncio.get_running_loop().create_task(self._drain(timeout))
+
+    async def _drain(self, within: float) -> None:
+        """Wait for the calls in flight (at most ``within`` seconds), then end the streams, and let uvicorn stop: it
+        closes the listener, and waits for a call that came meanwhile for what is left of ``within``. Past it, or at
+        a second signal, the calls are ended too."""
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + within
+        try:
+            await asyncio.wait_for(self._drain_ends.wait(), within)
+        except TimeoutError:
+            self._hurried = True
+        self._drained = True
+        if self._hurried and self.calls:
+            logger.info(
+                "mcp-sessions gateway: %d call(s) still in flight are told the gateway restarts", len(self.calls)
+            )
+        for task in self.server_state.tasks:  # each ends as the module says
+            if self._hurried or task not in self.calls:
+                task.cancel()
+        self.config.timeout_graceful_shutdown = max(ends - loop.time(), 0.1)  # type: ignore[assignment]  # a float too
+        self.should_exit = True
+
+    def _stop_starting(self) -> None:
+        """A signal before the app has started: the start under way, or about to be, is ended (its processes
+        stopped)."""
+        self._stop_asked = True
+        if self._starting is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._starting.cancel)
+
+    def stop_asked(self) -> bool:
+        """Whether the gateway drains (``DRAINING``)."""
+        return self._stop_asked
+
+    def drained(self) -> bool:
+        """Whether its drain has ended (``STOPPING``)."""
+        return self._drained
+
+    async def _asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The app uvicorn serves: ``app``, its start held (``_lifespan``), its requests counted (``_request``)."""
+        if scope["type"] == "http":
+            return await self._request(scope, receive, send)
+        if scope["type"] != "lifespan":
+            return await self.app(scope, receive, send)
+        return await self._lifespan(scope, receive, send)
+
+    async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Startup: the app's start, which a signal ends while it is under way (uvicorn hears one only once the app
+        has started), and whose failure (``StartupFailed``: its first process's) is kept as ``failure``, for the
+        gateway to say in one line, instead of uvicorn's traceback."""
+        held: list[Message] = []
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "lifespan.startup.complete":
+                self._starting = None  # started: a stop is uvicorn's from now on
+            if message["type"] == "lifespan.startup.failed":
+                held.append(message)  # its text is a traceback: the exception says it in one line
+            else:
+                await send(message)
+
+        self._loop = asyncio.get_running_loop()
+        with anyio.CancelScope() as starting:
+            self._starting = starting
+            if self._stop_asked:  # before the start began
+                starting.cancel()
+            try:
+                await self.app(scope, receive, sending)
+            except BaseException as exc:
+                self.failure = _startup_failure(exc)
+                if self.failure is None:
+                    raise
+            finally:
+                if held:  # said in one line by the gateway, or not at all for a stop
+                    quiet = self.failure is not None or starting.cancel_called
+                    await send({**held[0], "message": "" if quiet else held[0].get("message", "")})
+        self.stopped = starting.cancelled_caught
+        if self.stopped and not held:  # uvicorn waits for the start's end
+            await send({"type": "lifespan.startup.failed", "message": ""})
+
+    async def _request(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A request: the probes answered, a new conversation refused while draining, a call counted in flight."""
+        headers = scope["headers"]
+        if scope["method"] == "GET" and scope["path"] in _PROBES:
+            ready = scope["path"] == "/healthz" or not self._stop_asked
+            return await _probe_answer(send, ready)
+        call = scope["method"] != "GET" and header(headers, MCP_METHOD_HEADER) != _LISTEN
+        # a stream would hold the stop: its client opens it again at the next gateway
+        if self._stop_asked and (_opens(scope) or not call):
+            return await _SHUTTING_DOWN.send(send)
+        scope[STOPPING], scope[DRAINING] = self.drained, self.stop_asked
+        task = asyncio.current_task()
+        if call and task is not None:
+            self.calls.add(task)
+        responding = _Responding(send, draining=self._stop_asked, stopping=self.stop_asked)
+        try:
+            return await self.app(scope, receive, responding)
+        except asyncio.CancelledError:  # by the drain's end, or uvicorn's
+            if not self._stop_asked:
+                raise
+            if not responding.started:
+                return await _SHUTTING_DOWN.send(send)
+            if not responding.ended:  # a stream: ended where it is, not left for uvicorn to call an error
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return None
+        finally:
+            if task is not None:
+                self.calls.discard(task)
+            if self._stop_asked and not self.calls:
+                self._drain_ends.set()
+
+    def planned(self, record: logging.LogRecord) -> bool:
+        """A logging filter: uvicorn's cancellations at the end of a stop the gateway drained for are INFO, as
+        planned (its "Cancel N running task(s), timeout graceful shutdown exceeded" is an ERROR)."""
+        if self._stop_asked and record.levelno == logging.ERROR and record.getMessage().startswith("Cancel "):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+    def said_once(self, record: logging.LogRecord) -> bool:
+        """A logging filter: uvicorn's "Application startup failed" dropped when the gateway says why itself."""
+        said = self.failure is not None or self.stopped
+        return not said or not record.getMessage().startswith("Application startup failed")
+
+    def _log_config(self, uvicorns: dict[str, Any]) -> dict[str, Any]:
+        """uvicorn's logging configuration, its access log without query strings (OAuth codes travel there), and
+        without its own line for a failed start the gateway says in one line itself."""
+        config = copy.deepcopy(uvicorns)
+        config.setdefault("filters", {})["query_dropped"] = {"()": QueryDropped}
+        config["filters"]["said_once"] = {"()": lambda: self.said_once}
+        config["filters"]["planned"] = {"()": lambda: self.planned}
+        config["loggers"]["uvicorn.access"]["filters"] = ["query_dropped"]
+        config["loggers"]["uvicorn.error"]["filters"] = ["said_once", "planned"]
+        return config
+
+
+class _Responding:
+    """A request's ``send``, which notes whether its answer has started and ended; for a request that came while
+    the gateway drains (``draining``), a JSON answer that is ``-32014`` (a conversation the app would not open)
+    goes as 503 with ``Retry-After``, as the front's own refusal does, so that a client retries it elsewhere."""
+
+    def __init__(self, send: Send, *, draining: bool, stopping: Callable[[], bool]) -> None:
+        self._send, self._draining, self._stopping = send, draining, stopping
+        self._held: Message | None = None  # the start of a JSON answer, until its body says what it is
+        self.started = self.ended = False
+
+    async def __call__(self, message: Message) -> None:
+        if self._held is not None:
+            start, self._held = self._held, None
+            body = message.get("body", b"") if message["type"] == "http.response.body" else b""
+            answer = jsonrpc.loads(body, answer=True) if not message.get("more_body", False) else None
+            if jsonrpc.error_code(answer) == UPSTREAM_UNAVAILABLE:
+                start = {**start, "status": 503, "headers": [*start["headers"], (b"retry-after", RETRY_AFTER)]}
+            await self._start(start)
+        elif message["type"] == "http.response.start":
+            if self._draining and _json_ok(message):
+                self._held = message
+                return None
+            return await self._start(message)
+        await self._send(message)
+        self.ended = self.ended or (message["type"] == "http.response.body" and not message.get("more_body", False))
+
+    async def _start(self, start: Message) -> None:
+        if self._stopping():  # no request after it on this connection: the next one finds the next gateway
+            start = {**start, "headers": [*start.get("headers", ()), (b"connection", b"close")]}
+        await self._send(start)
+        self.started = True
+
+
+def _json_ok(start: Message) -> bool:
+    return start["status"] == 200 and header(start.get("headers", ()), b"content-type") == b"application/json"
+
+
+def _opens(scope: Scope) -> bool:
+    """Whether a request would open a conversation, as its headers say: a 2025 ``initialize`` (a POST of no
+    transport session) or a 2026-07-28 ``sessions/create``. ``--stdio``'s table refuses the others (``DRAINING``)."""
+    headers = scope["headers"]
+    if scope["method"] != "POST" or header(headers, MCP_SESSION_ID_HEADER) is not None:
+        return False
+    legacy = Era.of(header(headers, MCP_PROTOCOL_VERSION_HEADER)) is Era.LEGACY
+    return legacy or header(headers, MCP_METHOD_HEADER) == b"sessions/create"
+
+
+async def _probe_answer(send: Send, ready: bool) -> None:
+    """``/healthz`` and ``/readyz``'s answer: 200 ``ok``, or 503 ``draining``; nothing more."""
+    body = b"ok\n" if ready else b"draining\n"
+    headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 200 if ready else 503, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _startup_failure(exc: BaseException) -> BaseException | None:
+    """The ``StartupFailed`` in ``exc`` (raised in a task group, it comes in exception groups), else ``None``."""
+    if isinstance(exc, StartupFailed):
+        return exc
+    inner = exc.exceptions if isinstance(exc, BaseExceptionGroup) else [exc.__cause__]
+    for each in inner:
+        if each is not None and (found := _startup_failure(each)) is not None:
+            return found
+    return None
