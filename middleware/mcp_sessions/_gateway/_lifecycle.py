@@ -86,6 +86,7 @@ class Gateway(uvicorn.Server):
         super().__init__(
             uvicorn.Config(
                 self._asgi,
+                interface="asgi3",  # a bound method: uvicorn would take it for ASGI 2
                 host=listening.host,
                 port=listening.port,
                 log_level=listening.log_level,
