@@ -68,7 +68,8 @@ class Gateway(uvicorn.Server):
     - **during the start** (before the app has started: its first process not answering yet, which uvicorn would
       wait for, deaf to signals): the start is ended (``_stop_starting`` cancels the lifespan's start, whose
       processes are stopped), nothing is said of a failure, the rules are removed, and the gateway exits with
-      status 0, never having listened;
+      status 0, never having listened (a start that ends as the signal comes is stopped at once, as uvicorn
+      stops: its processes stopped, then the signal raised again);
     - **during the drain** (the second signal): the drain ends at once: every call still in flight is cancelled and
       told ``-32014`` (503 where its answer has not started), the streams are ended, and uvicorn stops, its shutdown
       steps as above;
@@ -158,10 +159,10 @@ class Gateway(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         """A signal, as the class says: before the app has started, the start ended; then the drain, or its end."""
-        if not self.started:  # uvicorn's own stop; a first process that never answers keeps no one waiting
-            super().handle_exit(sig, frame)
-            return self._stop_starting()
         self._captured_signals.append(sig)  # raised again once stopped, as uvicorn does
+        if not self.started:  # uvicorn's own stop, never its force quit; a first process that never answers keeps
+            self.should_exit = True  # no one waiting
+            return self._stop_starting()
         assert self._loop is not None
         if self._stop_asked:
             self._hurried = True
