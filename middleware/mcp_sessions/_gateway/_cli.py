@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 from .._config import SessionsConfig
 from ._config import LOG_LEVELS, Forwarding, GatewayConfig, Listening, StdioProcesses
 from ._process_flags import add_process_arguments, process_options, seal_gateway
-from ._serving import EXIT_USAGE, bind, private_directory, serve
+from ._serving import EXIT_USAGE, bind, private_directory
 from .http._app import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_FAILURE_COOLDOWN,
@@ -221,7 +221,8 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         print("mcp-sessions gateway: one of --upstream URL or --stdio COMMAND is required", file=stderr)
         return EXIT_USAGE
     try:
-        import uvicorn  # noqa: F401 - here, so that without it the command says which extra to install
+        # here, so that without uvicorn the command says which extra to install
+        from ._lifecycle import serve
 
         config = configured(args, environ)
         app = _app(config)

@@ -1,5 +1,5 @@
 """The gateway's configuration, whole: what ``mcp-sessions gateway`` serves and how, built once from its flags and
-the environment (``_cli.configured``), typed and frozen, as uvicorn's ``Config`` is; what ``_serving.serve`` takes.
+the environment (``_cli.configured``), typed and frozen, as uvicorn's ``Config`` is; what ``_lifecycle.serve`` takes.
 
 Nothing here reads a flag, the environment or a file: the values are checked and built (the sandbox tried, the
 users' authentication and the token exchange made) before they land here. It imports no part of the gateway at run

@@ -1,6 +1,6 @@
 """The gateway's life, from its start to its end, in one class: :class:`Gateway`, uvicorn's ``Server`` with the
-gateway's named startup and shutdown steps, as uvicorn's own has ``startup``, ``main_loop`` and ``shutdown``. It
-imports uvicorn, and so is imported by ``_serving.serve`` alone, once the gateway is built.
+gateway's named startup and shutdown steps, as uvicorn's own has ``startup``, ``main_loop`` and ``shutdown``; and
+:func:`serve`, which runs it. It imports uvicorn, and so is imported by ``_cli.run`` alone, once the gateway is built.
 
 A stop of a started gateway (SIGTERM, the first Ctrl-C) drains it first, as Envoy and Kubernetes drain a
 replica: it keeps listening, ``GET /readyz`` answers 503, a request that would open a conversation, or a stream
@@ -49,6 +49,12 @@ STARTUP_FAILURE: Final = 3
 _SHUTTING_DOWN = unavailable(503, RESTARTING, RETRY_AFTER, None, "shutting_down")
 _PROBES: Final = {"/healthz", "/readyz"}
 _LISTEN: Final = b"subscriptions/listen"
+
+
+def serve(app: ASGIApp, bound: socket.socket, config: GatewayConfig, stderr: TextIO) -> int:
+    """Serve ``app`` with uvicorn on ``bound`` (``_serving.bind``'s) as ``config`` says, until stopped; the exit
+    status (:class:`Gateway` says how it starts, drains and stops, and what a signal does in each)."""
+    return Gateway(app, config).run_until_stopped(bound, stderr)
 
 
 class Gateway(uvicorn.Server):

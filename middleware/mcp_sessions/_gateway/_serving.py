@@ -1,8 +1,8 @@
 """How ``mcp-sessions gateway`` serves its app: uvicorn, as the gateway's configuration says.
 
 ``bind`` takes the gateway's socket before anything starts (a port in use is one line and exit status 2);
-``private_socket`` the operator's Unix socket (``--status-socket``); ``serve`` runs the gateway on them until it
-is stopped: its start, its drain and its stop are ``_lifecycle.Gateway``'s, which imports uvicorn. The words a
+``private_socket`` the operator's Unix socket (``--status-socket``); ``_lifecycle.serve`` runs the gateway on them
+until it is stopped (its start, its drain and its stop: ``_lifecycle.Gateway``, which imports uvicorn). The words a
 drain's requests are told, and the scope keys through which the app asks whether the gateway drains, are here, for
 the app's parts to read without uvicorn.
 """
@@ -14,12 +14,7 @@ import logging
 import os
 import socket
 import stat
-from typing import TYPE_CHECKING, Final, TextIO
-
-if TYPE_CHECKING:
-    from starlette.types import ASGIApp
-
-    from ._config import GatewayConfig
+from typing import Final
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -34,14 +29,6 @@ then says so (``--stdio``'s, whose stream ends unanswered, before the app's shut
 DRAINING: Final = "mcp_sessions.gateway.draining"
 """The scope key of a callable that says whether the gateway drains (it has been asked to stop): it opens no
 conversation then (``--stdio``'s table refuses one with ``-32014``)."""
-
-
-def serve(app: ASGIApp, bound: socket.socket, config: GatewayConfig, stderr: TextIO) -> int:
-    """Serve ``app`` with uvicorn on ``bound`` (:func:`bind`'s) as ``config`` says, until stopped; the exit status.
-    Its start, drain and stop, and what a signal does in each, are ``_lifecycle.Gateway``'s."""
-    from ._lifecycle import Gateway
-
-    return Gateway(app, config).run_until_stopped(bound, stderr)
 
 
 def bind(host: str, port: int, flags: str = "--host {host} --port {port}") -> socket.socket:
