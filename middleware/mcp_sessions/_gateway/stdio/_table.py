@@ -382,6 +382,9 @@ class Children(Table):
         (:data:`_HELD`), unless another start's claim is there: then it ran elsewhere, and has ended."""
         key = Key("host-conversation", _bound(session.id, caller.id))
         if self._holder(key, caller) is None and key not in self.ended:
+            # a drain opens it nowhere (open refuses it): never claimed here, the next replica may open it
+            if (REQUEST.get() or {}).get(DRAINING, bool)():
+                raise restarting()
             # which start runs it: the replicas' store
             held = await session.data.get(_HELD, self.instance)
             if held != self.instance:
