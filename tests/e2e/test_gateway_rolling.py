@@ -6,10 +6,16 @@ conversations whose calls are in flight (and a held one on each replica as it is
 No call that started fails; a request refused is refused with a retryable answer (503 with ``Retry-After``), which
 the client sends again; a conversation whose process ended with its replica is told so once (``-32043``; a 2025
 transport session: 404, the spec's "initialize again") and goes on in a new one.
+
+And the front's side of a stop, made certain: a stopping server closes its idle kept-alive connections, and a request
+the front sent on one as it closed it comes back with nothing; the front sends it once more on a connection of its
+own. A stand-in upstream (``_hostile.raw_server``) closes a connection as the next request on it comes.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import re
 import signal
@@ -26,7 +32,10 @@ import pytest
 from _mcp import legacy_request, messages, modern_headers, modern_request
 from _redis import RedisServer, free_port
 from _waits import until_awaited
+from conftest import in_process
 from e2e._gateway import INITIALIZE, JSON_SSE, PYTHONPATH, SECRET, Process, readable_directory
+from e2e._hostile import Request, raw_server
+from mcp_sessions import SessionsConfig, gateway_app
 
 pytestmark = pytest.mark.anyio
 
@@ -220,3 +229,38 @@ async def test_a_rolling_restart_of_two_replicas_loses_no_call(redis: RedisServe
     assert len(in_flight) == 2 and all(int(count) > 0 for count in in_flight), said[:2]  # each with calls in flight
     assert tally.told > 0, tally  # the stopped replicas' conversations, opened again
     assert "Traceback" not in "".join(said), said
+
+
+DROPPED = 13
+"""The id of a request the stand-in reads and drops, as a server that fails while it answers."""
+
+
+async def closes_when_reused(request: Request, writer: asyncio.StreamWriter) -> None:
+    """The stand-in's answer (its result: the id), the connection kept alive; closed as the next request on it comes,
+    as a stopping server closes an idle connection (uvicorn, Node). The request it drops (:data:`DROPPED`): none."""
+    request_id = request.message["id"]
+    if request_id == DROPPED:
+        return None
+    body = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": {"id": request_id}}).encode()
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
+    writer.write(body)
+    await writer.drain()
+    assert request.reader is not None
+    await request.reader.read(1)  # the next request's first byte: the connection closed with the rest unread
+
+
+def test_a_request_on_a_kept_alive_connection_the_upstream_closed_unanswered_is_sent_again() -> None:
+    """A request that went on a kept-alive connection the upstream closed before a byte of its answer is sent once
+    more, on a connection of its own, and answered; one on a connection of its own that the upstream closed
+    unanswered is not (the upstream may have run it): 502, the upstream asked once."""
+    with raw_server(closes_when_reused) as upstream:
+        app = gateway_app([upstream.url + "/mcp"], config=SessionsConfig(secret=SECRET))
+        with in_process(app) as http:
+            answers = [http.post("/mcp", json=legacy_request("ping", id=n), headers=JSON_SSE) for n in (1, 2)]
+            assert [answer.json()["result"] for answer in answers] == [{"id": 1}, {"id": 2}]
+            asked = [request.message["id"] for request in upstream.received]
+            assert asked == [1, 2], asked  # the second's first sending, dropped unread, is not a request read
+            dropped = http.post("/mcp", json=legacy_request("ping", id=DROPPED), headers=JSON_SSE)
+            assert dropped.status_code == 502, dropped.text
+            asked = [request.message["id"] for request in upstream.received]
+            assert asked == [1, 2, DROPPED], asked
