@@ -107,5 +107,5 @@ def test_a_server_that_exits_at_the_revision_probe_is_a_crash_and_no_start(serve
     why = r"the server ended at its first request, server/discover \(crash: [a-z ]+\)"
     last = re.escape(f"its last stderr line: {last_words}")
     assert re.fullmatch(f"mcp-sessions gateway: {re.escape(shlex.join(server))}: {why}; {last}", said[-1]), said
-    assert re.search(r"revisions: server process \d+ ended \(crash: [a-z ]+; exit code 3\)", done.stderr), said
+    assert re.search(r"the revision probe: server process \d+ ended \(crash: [a-z ]+; exit code 3\)", done.stderr), said
     assert "handshake" not in done.stderr and "shared:" not in done.stderr  # no era guessed, no second process
