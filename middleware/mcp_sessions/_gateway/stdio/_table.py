@@ -476,7 +476,11 @@ class Children(Table):
             raise await self.failed(probe.failure, probe)
         if LATEST_MODERN_VERSION in probe.revisions:
             self.mode = "per-caller"
-            logger.info("the server speaks 2026-07-28: a process per caller, each request naming its conversation")
+            logger.info(
+                "the server speaks 2026-07-28: a process per caller, each request naming its conversation; what the "
+                "server keeps in its memory is the caller's, shared by her conversations unless it keys it by the "
+                "one a request names (--processes per-conversation: a process each)"
+            )
         else:
             self.mode = "per-conversation"
             logger.info("the server speaks only the 2025-11-25 handshake: --processes per-conversation")
