@@ -354,6 +354,9 @@ def test_a_rotated_token_file_is_read_again_when_the_remote_refuses(host: Host, 
 
         refused = sent({"id": 1, "method": "initialize", "params": initialize})
         assert "refused this server's credentials (HTTP 401" in refused["error"]["message"]
+        assert refused["error"]["message"].endswith(
+            "their file holds no other: write a fresh one there (each refusal reads it again)"
+        )
         rotated = host.token_file.with_suffix(".new")  # as a refresher writes it: whole, then renamed over the old
         rotated.write_text(prefix + host.token + "\n")
         rotated.replace(host.token_file)
@@ -363,6 +366,43 @@ def test_a_rotated_token_file_is_read_again_when_the_remote_refuses(host: Host, 
         errors.seek(0)
         said = errors.read().decode()
     assert said.count("HTTP 401") == 1 and stale not in said and host.token not in said
+
+
+def test_a_token_file_not_yet_written_is_answered_per_request_until_it_is(host: Host) -> None:
+    """Issue 94 (Why, 7): connect exited at its start when a refresher had not yet written its --bearer-file. Now
+    each request is answered with why, as a refused token is, until the file is there; then the next one goes."""
+    missing = host.token_file.with_name("not-yet.jwt")
+    environ = {"PYTHONPATH": PYTHONPATH, "XDG_STATE_HOME": str(host.state)}
+    command = [sys.executable, "-m", "mcp_sessions", "connect", host.url, "--bearer-file", str(missing)]
+    initialize = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "host", "version": "1"}}
+    pipes = subprocess.PIPE
+    with (
+        tempfile.TemporaryFile() as errors,
+        subprocess.Popen(command, env=environ, stdin=pipes, stdout=pipes, stderr=errors) as shim,
+    ):
+        assert shim.stdin is not None and shim.stdout is not None
+
+        def sent(message: dict[str, Any]) -> dict[str, Any]:
+            assert shim.stdin is not None and shim.stdout is not None
+            shim.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+            shim.stdin.flush()
+            answer: dict[str, Any] = json.loads(shim.stdout.readline())
+            return answer
+
+        unread = sent({"id": 1, "method": "initialize", "params": initialize})["error"]["message"]
+        assert unread == (
+            "this server's credentials cannot be read yet (--bearer-file: cannot read the file it names: "
+            "No such file or directory): each request reads them again"
+        )
+        written = missing.with_suffix(".new")  # as a refresher writes it: whole, then renamed
+        written.write_text(host.token + "\n")
+        written.replace(missing)
+        assert sent({"id": 2, "method": "initialize", "params": initialize})["result"]["serverInfo"]
+        shim.stdin.close()
+        assert shim.wait(WITHIN) == 0
+        errors.seek(0)
+        said = errors.read().decode()
+    assert said.count("cannot be read yet") == 1 and host.token not in said and str(missing) not in said
 
 
 async def test_an_unreachable_remote_is_one_clear_error(tmp_path: Path) -> None:
@@ -381,7 +421,6 @@ async def test_an_unreachable_remote_is_one_clear_error(tmp_path: Path) -> None:
         (["--header", f"Authorization: Bearer {API_KEY}"], "--header takes NAME=env:VAR or NAME=file:PATH"),
         (["--header", "X-Api-Key=env:UNSET_VARIABLE"], "--header X-Api-Key: the environment variable it names is not"),
         (["--bearer-env", API_KEY], "--bearer-env: the environment variable it names is not set"),
-        (["--bearer-file", API_KEY], "--bearer-file: cannot read the file it names"),
         (["--bearer-env", "TWO_LINES"], "--bearer-env: the environment variable it names must hold one line"),
         (["--header", "X-Api-Key=env:TWO_LINES"], "--header X-Api-Key: the environment variable it names must hold"),
         (["--bearer-env", "KEY", "--header", "authorization=env:KEY"], "--header Authorization and --bearer-env"),

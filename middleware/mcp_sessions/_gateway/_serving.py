@@ -147,6 +147,13 @@ def serve(
     except ValueError as exc:
         print(f"mcp-sessions gateway: {exc}", file=stderr)
         return EXIT_USAGE
+    # sse-starlette, whose event streams carry the mcp SDK's answers, ends every stream once uvicorn's should_exit is
+    # set (it finds the server by its SIGTERM handler), the answer of a call that came as the drain ended among them
+    # (told -32014 in a 200): the drain ends the streams itself, and uvicorn waits for the calls.
+    from sse_starlette.sse import AppStatus
+
+    automatic = AppStatus.enable_automatic_graceful_drain
+    AppStatus.enable_automatic_graceful_drain = False
     try:
         server.run(sockets=sockets)
     except KeyboardInterrupt:  # Ctrl-C, raised again by uvicorn once it has stopped: ended quietly, as uvicorn's own
@@ -156,6 +163,8 @@ def serve(
             return 0
         if started.failure is None:
             raise
+    finally:
+        AppStatus.enable_automatic_graceful_drain = automatic
     if started.failure is not None:
         print(f"mcp-sessions gateway: {started.failure}", file=stderr)
         return EXIT_USAGE
