@@ -189,6 +189,15 @@ OPEN: list[httpx.Client] = []
 UIDS = uids(100, 100)
 SECRETS = {"alice": "alice-s-secret-0001", "bob": "bob-s-secret-0002"}
 PRIVATE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")  # a contained process's own
+AUTH = (
+    "--auth-jwks",
+    "http://127.0.0.1:1/k",
+    "--auth-issuer",
+    "https://i.example",
+    "--auth-audience",
+    "https://a.example",
+)
+"""Flags of a gateway's authentication for the tests of its startup: a JWKS no fetch reaches (port 1)."""
 
 
 def needs(*features: str) -> None:

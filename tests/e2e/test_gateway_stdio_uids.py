@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,17 +20,10 @@ import pytest
 from _uids import members, uids
 from _waits import WITHIN, until
 from e2e._gateway import gateway_run, readable_directory
-from e2e._sealed import call, client, gateway, hostile, needs, of_uid, running, text
+from e2e._sealed import call, client, gateway, needs, of_uid, running, text
 from mcp_sessions._gateway.sealed._kernel import running_uids
 
 GONE = "denied: No such file or directory"
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    """The hostile server's command (``e2e._sealed.hostile``)."""
-    with hostile() as command:
-        yield command
 
 
 def test_nothing_a_uid_wrote_or_started_reaches_its_next_owner_even_after_its_gateway_was_killed(server: str) -> None:
