@@ -296,7 +296,8 @@ def run_recipe(url: str, timeout: float) -> dict[str, Any]:
     done = run_node(recipe, url, timeout=timeout)
     assert done.returncode == 0, done.stderr
     seen: dict[str, Any] = json.loads(done.stdout)
-    assert seen["tools"] > 0 and seen["text"] == "Echo: hello"
+    assert seen["tools"] > 0
+    assert seen["text"] == "Echo: hello"
     assert seen["echo"] == seen["session"]  # the session the gateway echoed is the one the recipe created
     return seen
 
