@@ -167,7 +167,8 @@ def _data_of(stream: bytes) -> list[str]:
 def test_the_gateways_door_is_the_sdks_rule() -> None:
     """A foreign Host's 421 is test_gateway.py's, through a gateway process."""
     origin = HostCheck(None, None).check([(b"host", b"localhost:1"), (b"origin", b"http://evil.example")])
-    assert origin is not None and origin.status == 403
+    assert origin is not None
+    assert origin.status == 403
     assert HostCheck([], []).check([(b"host", b"anything")]) is None
     assert HostCheck(["mcp.example.com"], []).check([(b"host", b"mcp.example.com")]) is None
     with pytest.raises(TypeError):
@@ -180,7 +181,9 @@ def test_the_endpoint_is_matched_as_a_lenient_server_routes_it() -> None:
         assert path in paths, path
     for path in ("/mcp/x", "/mcpx", "/", "/x/mcp"):
         assert path not in paths, path
-    assert "/" in RoutedPaths(["/"]) and "/mcp/" in RoutedPaths(["/mcp/"]) and "/mcp" in RoutedPaths(["/mcp/"])
+    assert "/" in RoutedPaths(["/"])
+    assert "/mcp/" in RoutedPaths(["/mcp/"])
+    assert "/mcp" in RoutedPaths(["/mcp/"])
 
 
 def test_trusted_proxies_are_uvicorns_and_nothing_else() -> None:
@@ -276,5 +279,7 @@ async def test_a_request_in_flight_as_its_transport_session_ends_gets_its_answer
 
     error, not_found = ended.error.model_dump(exclude_none=True), {"code": -32600, "message": "Session not found"}
     assert all(answer in ({}, error, not_found) for answer in found), found
-    assert found[-1] == {} and error in found
-    assert large.status_code == 413 and "too large (limit 1000 bytes)" in large.json()["error"]["message"]
+    assert found[-1] == {}
+    assert error in found
+    assert large.status_code == 413
+    assert "too large (limit 1000 bytes)" in large.json()["error"]["message"]
