@@ -396,10 +396,12 @@ def test_a_token_file_not_yet_written_is_answered_per_request_until_it_is(host: 
         tempfile.TemporaryFile() as errors,
         subprocess.Popen(command, env=environ, stdin=pipes, stdout=pipes, stderr=errors) as shim,
     ):
-        assert shim.stdin is not None and shim.stdout is not None
+        assert shim.stdin is not None
+        assert shim.stdout is not None
 
         def sent(message: dict[str, Any]) -> dict[str, Any]:
-            assert shim.stdin is not None and shim.stdout is not None
+            assert shim.stdin is not None
+            assert shim.stdout is not None
             shim.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
             shim.stdin.flush()
             answer: dict[str, Any] = json.loads(shim.stdout.readline())
@@ -418,7 +420,9 @@ def test_a_token_file_not_yet_written_is_answered_per_request_until_it_is(host: 
         assert shim.wait(WITHIN) == 0
         errors.seek(0)
         said = errors.read().decode()
-    assert said.count("cannot be read yet") == 1 and host.token not in said and str(missing) not in said
+    assert said.count("cannot be read yet") == 1
+    assert host.token not in said
+    assert str(missing) not in said
 
 
 async def test_an_unreachable_remote_is_one_clear_error(tmp_path: Path) -> None:
