@@ -207,6 +207,22 @@ def test_a_per_address_limit_counts_the_principal_and_the_address_both() -> None
 
 
 @pytest.mark.anyio
+async def test_a_token_whose_exp_has_a_fraction_is_verified_and_ends_at_its_whole_second() -> None:
+    """RFC 7519's NumericDate may have a fraction; the SDK's ``AccessToken.expires_at`` takes whole seconds: it is
+    the second the token expires in (never later), where pydantic raised a ValidationError, neither a verified token
+    nor a refusal."""
+    key = {"kty": "oct", "kid": "k1", "k": "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LTAxMjM0NQ", "alg": "HS256"}
+    exp = time.time() + 600.75
+    token = jwt.encode({"sub": "u", "iss": "i", "aud": "a", "exp": exp}, jwt.PyJWK(key).key, "HS256", {"kid": "k1"})
+    with serve(Starlette(routes=[Route("/jwks.json", lambda request: JSONResponse({"keys": [key]}))])) as url:
+        verifier = JwtVerifier(url + "/jwks.json", issuer="i", audience="a")
+        with anyio.fail_after(5):
+            async with verifier.running():
+                access = await verifier.verify(token)
+    assert access.expires_at == int(exp)
+
+
+@pytest.mark.anyio
 async def test_a_stale_key_set_is_fetched_behind_the_request_in_a_task_of_the_lifespan() -> None:
     """The request that finds the set stale goes on with the key it has while the fetch, on a worker thread, runs
     in the lifespan's task group; the lifespan's end does not wait for a fetch still under way. The JWKS is served

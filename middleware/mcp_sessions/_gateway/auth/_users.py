@@ -200,7 +200,7 @@ class JwtVerifier:
             # The principal is the user, whichever client app asks for them.
             client_id=principal,
             scopes=scopes,
-            expires_at=claims["exp"],
+            expires_at=math.floor(claims["exp"]),  # a NumericDate may have a fraction; the SDK's is whole
             subject=principal,
             claims=claims,
         )
