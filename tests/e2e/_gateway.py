@@ -33,7 +33,7 @@ from starlette.testclient import TestClient
 from starlette.types import Message, Receive, Scope, Send
 
 from _mcp import MODERN, era_session, legacy_request, messages, modern_headers, modern_request, replaying
-from _redis import end_process, free_port, missing, until_listening
+from _redis import end_process, free_port, missing, only_skips, until_listening
 from mcp_sessions import get_session
 from mcp_sessions._cli import main
 
@@ -56,6 +56,7 @@ INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo":
 
 def installed(path: Path, what: str) -> Path:
     """``path``, which ``scripts/system-deps.sh`` installs; skips the test without it (fails it under CI)."""
+    __tracebackhide__ = only_skips
     if not path.exists():
         missing(f"{what} is not installed ({path.relative_to(MAIN)}): run scripts/system-deps.sh")
     return path
@@ -91,6 +92,7 @@ def python_every_uid_runs() -> str:
     minor version: one under a 0700 home (pyenv's, or a virtual environment's in a clone under /root) is no other
     uid's to run, and ``--process-uids`` processes run their server as their own uid. Skipped (failed under CI) in
     one line where there is none."""
+    __tracebackhide__ = only_skips
     paths = (Path(sys.executable), Path(sys.executable).resolve())
     if all(os.stat(up).st_mode & stat.S_IXOTH for path in paths for up in path.parents):
         return sys.executable
@@ -116,6 +118,7 @@ def linked_tree(source: str, destination: Path) -> None:
 
 
 def node() -> str:
+    __tracebackhide__ = only_skips
     binary = shutil.which("node")
     if binary is None:
         missing("node is not installed: run scripts/system-deps.sh")
@@ -276,6 +279,7 @@ def rss_kib(pid: int, field: str = "VmRSS") -> int:
 
 def run_node(source: str, *arguments: str, timeout: float) -> subprocess.CompletedProcess[str]:
     """``source`` (an ES module) run by node beside the TypeScript SDK, which node resolves its imports from."""
+    __tracebackhide__ = only_skips
     sdk = installed(TS_SDK, "@modelcontextprotocol/sdk")
     script = sdk.parents[4] / f"script-{uuid.uuid4().hex}.mjs"  # in .cache/everything, beside node_modules
     script.write_text(source, encoding="utf-8")
@@ -292,7 +296,8 @@ def run_recipe(url: str, timeout: float) -> dict[str, Any]:
     done = run_node(recipe, url, timeout=timeout)
     assert done.returncode == 0, done.stderr
     seen: dict[str, Any] = json.loads(done.stdout)
-    assert seen["tools"] > 0 and seen["text"] == "Echo: hello"
+    assert seen["tools"] > 0
+    assert seen["text"] == "Echo: hello"
     assert seen["echo"] == seen["session"]  # the session the gateway echoed is the one the recipe created
     return seen
 
@@ -443,6 +448,7 @@ Outcomes = dict[tuple[str, str], list[str]]
 
 def run_suite(url: str, out: Path, spec_version: str = SPEC_VERSION) -> Outcomes:
     """Every check of every server scenario, by (scenario, check id): its statuses, in order."""
+    __tracebackhide__ = only_skips
     node, suite = installed(NODE22, "Node 22 (the node@22 package)"), installed(CONFORMANCE, "the conformance suite")
     done = subprocess.run(
         [str(node), str(suite), "server", "--url", url, "--spec-version", spec_version, "-o", str(out)],

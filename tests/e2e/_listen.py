@@ -111,4 +111,5 @@ def graceful_end(stream: Stream) -> None:
     assert stream.ended.is_set(), f"{stream.name} is still open"
     last = stream.messages[-1]
     request_id = f"listen-{stream.name}"
-    assert last["id"] == request_id and last["result"]["_meta"] == {SUBSCRIPTION_ID: request_id}, last
+    assert last["id"] == request_id, last
+    assert last["result"]["_meta"] == {SUBSCRIPTION_ID: request_id}, last

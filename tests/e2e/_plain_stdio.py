@@ -16,6 +16,7 @@ is the call's. Its tools:
 - ``spawn``: starts a long sleep in its process group, its pid (``holds_stdout``: it inherits the protocol's stdout);
 - ``endless``: one stdout line that never ends; ``allocate``: ``mib`` MiB held, every page written, its size;
 - ``hold``: says it runs (the file ``held`` in ``STDIO_TEST_FILES``), answers once ``go`` is there (within 30 s);
+  ``sleep``: answers ``slept`` after ``seconds``;
 - ``sample``, ``elicit``, ``roots``: what the client answers its ``sampling/createMessage`` of ``prompt`` (the text),
   ``elicitation/create`` of ``question`` (``accept: <answer>``) and ``roots/list`` (the URIs);
 - ``progress``: ``steps`` notifications under the call's ``progressToken``, then ``done``; ``announce``: ``soon``, and
@@ -98,6 +99,11 @@ def hold() -> str:
     return "held"
 
 
+def sleep(seconds: float) -> str:
+    time.sleep(seconds)
+    return "slept"
+
+
 def ask(method: str, params: dict[str, Any] | None = None) -> Any:
     """The client's result for a request of this server's (``Refused`` for its error), within 30 s."""
     request_id = next(ASKS)
@@ -144,6 +150,7 @@ TOOLS: dict[str, Callable[..., Any]] = {
     "spawn": spawn,
     "endless": endless,
     "hold": hold,
+    "sleep": sleep,
     "allocate": lambda mib: len(bytearray(mib << 20)),
     "crash": lambda: os._exit(3),
     "sample": sample,

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from _mcp import ModernClient, session_meta
-from _redis import missing
+from _redis import missing, only_skips
 from _syscalls import TRY
 from _uids import uids
 from _waits import WITHIN
@@ -189,12 +189,22 @@ OPEN: list[httpx.Client] = []
 UIDS = uids(100, 100)
 SECRETS = {"alice": "alice-s-secret-0001", "bob": "bob-s-secret-0002"}
 PRIVATE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")  # a contained process's own
+AUTH = (
+    "--auth-jwks",
+    "http://127.0.0.1:1/k",
+    "--auth-issuer",
+    "https://i.example",
+    "--auth-audience",
+    "https://a.example",
+)
+"""Flags of a gateway's authentication for the tests of its startup: a JWKS no fetch reaches (port 1)."""
 
 
 def needs(*features: str) -> None:
     """Skip the test without a host feature it needs (fail it under CI): ``root``, ``bwrap``, ``unshare``, or a
     control group the gateway may create, ``cgroup-memory``, ``cgroup-pids`` or ``cgroup-cpu`` (v2 delegated, or v1
     writable)."""
+    __tracebackhide__ = only_skips
     for feature in features:
         if feature == "root" and os.geteuid() != 0:
             missing("this test needs root: the gateway gives each process a uid of its own")

@@ -14,6 +14,7 @@ from typing import Any
 
 import mcp_types as types
 
+from _redis import only_skips
 from conftest import SECRET, serve
 from e2e._gateway import CACHE, MAIN, installed, node
 from mcp_sessions import SessionsConfig
@@ -56,6 +57,7 @@ def text_of(result: types.CallToolResult) -> str:
 
 def filesystem(allowed: Path) -> list[str]:
     """server-filesystem's command, ``allowed`` its directory (until a client's roots replace it)."""
+    __tracebackhide__ = only_skips
     return [node(), str(installed(FILESYSTEM, "@modelcontextprotocol/server-filesystem")), str(allowed)]
 
 

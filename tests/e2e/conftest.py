@@ -11,6 +11,8 @@ from examples.quickstart import build_app
 from _otel import SpanLog, global_tracing
 from _otlp import Receiver
 from conftest import SECRET, serve
+from e2e._issuer import jwks as served_jwks
+from e2e._sealed import hostile
 
 
 @pytest.fixture(scope="module")
@@ -57,3 +59,17 @@ def url(request: pytest.FixtureRequest) -> Iterator[str]:
     """The quickstart served for real, answering in JSON and in SSE: its base URL, for the module."""
     with serve(build_app(json_response=request.param == "json", environ={"MCP_SESSIONS_SECRET": SECRET})) as base:
         yield base
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    """The hostile stdio server's command (``e2e._sealed.hostile``), for the module: the sealed gateways' tests."""
+    with hostile() as command:
+        yield command
+
+
+@pytest.fixture(scope="module")
+def jwks() -> Iterator[str]:
+    """The authorization server's JWKS on loopback (``e2e._issuer``), for the module: its URL."""
+    with served_jwks() as url:
+        yield url

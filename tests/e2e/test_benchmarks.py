@@ -59,13 +59,19 @@ def kept(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("name", ON_THE_PAGE)
 def test_a_benchmark_reports_its_tables_and_verdicts(kept: Path, name: str) -> None:
     result = json.loads((kept / f"{name}.json").read_text())
-    assert result["benchmark"] == name and result["smoke"] is True
-    assert result["sections"] and result["verdicts"]
+    assert result["benchmark"] == name
+    assert result["smoke"] is True
+    assert result["sections"]
+    assert result["verdicts"]
     for part in result["sections"]:
-        assert part["title"] and part["text"] and part["rows"]
+        assert part["title"]
+        assert part["text"]
+        assert part["rows"]
         assert all(len(row) == len(part["header"]) for row in part["rows"]), part["title"]
     for verdict in result["verdicts"]:
-        assert verdict["target"] and verdict["measured"] and verdict["verdict"].startswith(SAID), verdict
+        assert verdict["target"], verdict
+        assert verdict["measured"], verdict
+        assert verdict["verdict"].startswith(SAID), verdict
 
 
 def test_run_all_puts_every_section_and_verdict_on_the_page(kept: Path, tmp_path: Path) -> None:
@@ -102,11 +108,13 @@ def test_run_all_only_replaces_one_benchmarks_parts_of_the_page(kept: Path, tmp_
     fresh.mkdir()
     (fresh / "sse.json").write_text(json.dumps(result))
     run("run_all.py", "--only", "sse", "--from", str(fresh), "--write", str(page))
-    assert "| measured again |" in page.read_text() and f"| {old} |" not in page.read_text()
+    assert "| measured again |" in page.read_text()
+    assert f"| {old} |" not in page.read_text()
     page.write_text(page.read_text().replace(" <!-- sse --> |", " |"))  # a page from before the marks
     run("run_all.py", "--only", "sse", "--from", str(kept), "--write", str(page))
     rows = [line for line in page.read_text().split("\n") if line.startswith(f"| {result['verdicts'][0]['target']} |")]
-    assert len(rows) == 1 and f"| {old} |" in rows[0]  # its row replaced, not a second one added
+    assert len(rows) == 1
+    assert f"| {old} |" in rows[0]  # its row replaced, not a second one added
 
 
 def test_run_all_quick_runs_every_benchmark(tmp_path: Path) -> None:
@@ -142,7 +150,8 @@ def test_the_benchmark_against_supergateway_runs_and_reports(tmp_path: Path) -> 
     out = tmp_path / "bench.json"
     printed = run("bench_stdio.py", "--quick", "--json", str(out))
     report = json.loads(out.read_text())
-    assert len(report["sections"]) == 4 and len(report["verdicts"]) == 7
+    assert len(report["sections"]) == 4
+    assert len(report["verdicts"]) == 7
     ways = report["ways"]
     assert set(ways) == {
         "stdio directly",
@@ -157,7 +166,8 @@ def test_the_benchmark_against_supergateway_runs_and_reports(tmp_path: Path) -> 
     }
     for name in ("mcp-sessions gateway --stdio, 2025 client", "supergateway 4.0.0 --stateful, 2025 client"):
         assert {"p50_ms", "p99_ms", "added_p50_ms", "added_p99_ms", "rss_kib_per_conversation"} <= set(ways[name])
-    assert len(report["ceiling"]) == 3 and report["per_request_paced_per_s"] > 0
+    assert len(report["ceiling"]) == 3
+    assert report["per_request_paced_per_s"] > 0
     for name in ("mcp-sessions gateway --stdio, 2025 client", "supergateway 4.0.0 --stateful, 2025 client"):
         assert len(report["starts"][f"{name} ms"]) == len(report["starts"][f"{name} cpu"]) == 1  # spawned, answered
     assert "mcp-sessions gateway --stdio" in printed
@@ -183,6 +193,8 @@ def test_bench_connect_reports_the_shim_beside_mcp_remote(tmp_path: Path) -> Non
     result = json.loads((tmp_path / "connect.json").read_text())
     part, start = result["sections"]
     bridges = ["mcp-sessions connect", "mcp-sessions connect, no conversation", "mcp-remote 0.15.1"]
-    assert [row[0] for row in part["rows"]] == ["directly", *bridges] and sorted(result["rest"]) == sorted(bridges)
+    assert [row[0] for row in part["rows"]] == ["directly", *bridges]
+    assert sorted(result["rest"]) == sorted(bridges)
     assert all(len(calls) == 5 for calls in result["times"].values())
-    assert [row[0] for row in start["rows"]] == bridges and all(len(cpu) == 2 for cpu in result["starts"].values())
+    assert [row[0] for row in start["rows"]] == bridges
+    assert all(len(cpu) == 2 for cpu in result["starts"].values())

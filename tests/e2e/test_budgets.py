@@ -189,10 +189,12 @@ def test_handle_mints_stop_at_their_callers_maximum(
             response, message = mint(callers[caller], url, tool)
             if minted[caller] < MOST_HANDLES:
                 minted[caller] += 1
-                assert response.status_code == 200 and not message["result"]["isError"], message
+                assert response.status_code == 200, message
+                assert not message["result"]["isError"], message
                 assert re.fullmatch(BASKET.pattern, tool_text(message))
             elif tool == "create_basket":  # the kind's create tool: refused before it runs, like a create
-                assert response.status_code == 429 and int(response.headers["retry-after"]) > 0, message
+                assert response.status_code == 429, message
+                assert int(response.headers["retry-after"]) > 0, message
                 assert message["error"]["code"] == TOO_MANY
                 assert "holds 2 live handles" in message["error"]["message"]
             else:  # any other tool that mints: its mint raises, answered by the SDK as the same error
@@ -201,6 +203,7 @@ def test_handle_mints_stop_at_their_callers_maximum(
                 assert message["error"]["data"]["retryAfter"] > 0
         with client_from(new_address()) as elsewhere:
             response, message = mint(elsewhere, url, "gift_basket")
-            assert response.status_code == 200 and not message["result"]["isError"], message
+            assert response.status_code == 200, message
+            assert not message["result"]["isError"], message
     # A gift basket holds data; a bare one holds nothing until it is used.
     assert backend.footprint() - before <= (sum(minted) + 1) * per_basket

@@ -74,7 +74,8 @@ def test_keygen_env_line_is_a_key_set_the_middleware_accepts(argv: list[str], al
     assert (code, name) == (0, "MCP_SESSIONS_KEYS")
     keys = MCPSessionMiddleware.from_env(ok_app, environ={name: value}).keys
     [key] = keys.keys
-    assert key.algorithm == algorithm and key.can_sign
+    assert key.algorithm == algorithm
+    assert key.can_sign
     assert key.kid == kid if kid else key.kid.startswith(("hs-", "es-", "ed-"))
     token, claims = keys.mint_session_token(ttl=60)
     assert keys.verify_session_token(token) == claims
@@ -97,18 +98,21 @@ def test_keygen_writes_private_keys_owner_only_and_a_public_jwks_for_verifiers(t
     )
 
     assert (code, out) == (0, "")  # nothing secret on the terminal
-    assert "k1" in err and str(private) in err
+    assert "k1" in err
+    assert str(private) in err
     assert stat.S_IMODE(private.stat().st_mode) == 0o600
     [signing] = json.loads(private.read_text())["keys"]
     [verifying] = json.loads(public.read_text())["keys"]
     assert {"kty", "kid", "alg", "use", "d"} <= signing.keys()
-    assert "d" not in verifying and verifying["kid"] == "k1"
+    assert "d" not in verifying
+    assert verifying["kid"] == "k1"
 
     signer = KeySet.from_config(f"@{private}")
     token, _ = signer.mint_session_token(ttl=60)
     code, report, _ = run("inspect", "--keys", f"@{public}", stdin=token)
     assert code == 0
-    assert "VALID" in report and "INVALID" not in report
+    assert "VALID" in report
+    assert "INVALID" not in report
 
 
 def test_keygen_never_overwrites_unless_forced_and_then_tightens_the_mode(tmp_path: Path) -> None:
@@ -117,7 +121,8 @@ def test_keygen_never_overwrites_unless_forced_and_then_tightens_the_mode(tmp_pa
     target.chmod(0o644)
 
     code, _, err = run("keygen", "--out", str(target))
-    assert code == 2 and "exists" in err
+    assert code == 2
+    assert "exists" in err
     assert target.read_text() == "old"
 
     code, _, _ = run("keygen", "--out", str(target), "--force")
@@ -132,11 +137,14 @@ def test_keygen_refuses_a_public_file_it_must_not_or_cannot_write(tmp_path: Path
     argv = ["keygen", "--alg", "EdDSA", "--out", str(tmp_path / "signer.jwks")]
 
     code, _, err = run(*argv, "--public-out", str(public))
-    assert code == 2 and "exists" in err and "--force" in err
+    assert code == 2
+    assert "exists" in err
+    assert "--force" in err
     assert public.read_text() == "old"
 
     code, _, err = run(*argv, "--public-out", str(tmp_path / "missing" / "verifier.jwks"))
-    assert code == 2 and "cannot write" in err
+    assert code == 2
+    assert "cannot write" in err
 
 
 @pytest.mark.parametrize(
@@ -228,7 +236,8 @@ def test_inspect_state_tokens(keys: KeySet) -> None:
     assert code == 1  # --secret derives its own kid, not k1
     code, out, _ = run("inspect", "--keys", f"k1:{SECRET}", stdin=state)
     assert code == 0
-    assert "kind: session state" in out and '"mode": "terse"' in out
+    assert "kind: session state" in out
+    assert '"mode": "terse"' in out
     assert f"bound to sid '{claims.session_id}'" in out
 
 

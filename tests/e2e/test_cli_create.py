@@ -96,8 +96,10 @@ def test_a_credential_on_the_command_line_is_refused_and_never_repeated(
     command: str, given: list[str], said: str
 ) -> None:
     code, out, err = run(command, "http://127.0.0.1:9/mcp", *given, stdin="a-session-id\n")
-    assert (code, out) == (2, "") and err.startswith(f"mcp-sessions {command}: {said}")
-    assert err.count("\n") == 1 and CREDENTIAL not in err
+    assert (code, out) == (2, "")
+    assert err.startswith(f"mcp-sessions {command}: {said}")
+    assert err.count("\n") == 1
+    assert CREDENTIAL not in err
 
 
 def test_the_printed_argument_works_in_the_mcp_inspector_cli(url: str) -> None:

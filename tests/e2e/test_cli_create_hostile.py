@@ -112,7 +112,8 @@ def test_an_answer_past_the_bounds_is_refused_unread(body: bytes, headers: dict[
 
     assert (code, out) == (1, ""), err
     assert f"HTTP 200, {refusal}" in err, err
-    assert server.received and all(asked_for_no_coding(request) for request in server.received)
+    assert server.received
+    assert all(asked_for_no_coding(request) for request in server.received)
 
 
 def test_headers_dripped_a_byte_at_a_time_end_at_the_deadline() -> None:

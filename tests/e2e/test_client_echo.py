@@ -127,10 +127,13 @@ async def test_the_shim_keeps_its_own_session(
         server.received.clear()
         await call(http, url, "honest")
 
-    assert held["sessionId"] == MINE and held["state"].startswith("honest-")
+    assert held["sessionId"] == MINE
+    assert held["state"].startswith("honest-")
     assert after == held
     assert [sent_session(body)["sessionId"] for body in server.received] == [MINE]
-    assert OTHER not in caplog.text and MINE not in caplog.text and "moved" not in caplog.text
+    assert OTHER not in caplog.text
+    assert MINE not in caplog.text
+    assert "moved" not in caplog.text
     if tool in IGNORED_ECHOES:
         assert any(r.levelno == logging.DEBUG and "ignored a session echo" in r.message for r in caplog.records)
 
@@ -161,7 +164,8 @@ async def test_a_null_state_revokes_the_held_state_and_an_absent_one_keeps_it(
         server.received.clear()
         await call(http, url, "no_state")
 
-    assert state is not None and state.startswith("honest-")
+    assert state is not None
+    assert state.startswith("honest-")
     assert kept == state
     assert revoked == {"sessionId": MINE, "expiresAt": FUTURE}
     assert [sent_session(body) for body in server.received] == [{"sessionId": MINE}]  # no state sent after it

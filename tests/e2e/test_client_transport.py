@@ -322,7 +322,8 @@ async def test_explicit_create_use_inspect_delete(servers: Servers) -> None:
     shim = SessionTransport(auto_create=False)
     session = await shim.create(servers.sse, headers={"X-Conversation": "c-1"})
     assert session is shim.session
-    assert session.token is not None and session.expires_at is not None
+    assert session.token is not None
+    assert session.expires_at is not None
     assert session.id == jwt_claims(session.token)["sid"]
     assert session.expires_at > datetime.now(UTC)
     assert session.token not in repr(session)
@@ -425,9 +426,11 @@ def test_the_host_example_resumes_a_saved_session_across_runs(servers: Servers, 
     assert turn("chat", "trip") == "trip: count -> 2 (resumed)\n"
     assert turn("chat", "work") == "work: count -> 1 (new session)\n"
     saved = json.loads(store.read_text())
-    assert saved["trip"]["label"] == "trip" and saved["trip"]["sessionId"].startswith("eyJ")
+    assert saved["trip"]["label"] == "trip"
+    assert saved["trip"]["sessionId"].startswith("eyJ")
     listed = turn("list")
-    assert listed.count("active until") == 2 and "eyJ" not in listed
+    assert listed.count("active until") == 2
+    assert "eyJ" not in listed
     assert turn("end", "trip") == "trip: deleted: True\n"
     assert list(json.loads(store.read_text())) == ["work"]
 

@@ -143,16 +143,19 @@ async def test_a_process_per_conversation_across_the_host_s_restarts(host: Host,
     before = processes()  # those of earlier tests, until they end
     async with host.shim(f"conv-a-{mode}", mode) as a, host.shim(f"conv-b-{mode}", mode) as b:
         (pid_a, count_a), (pid_b, count_b) = await seen(a), await seen(b)
-        assert pid_a != pid_b and count_a == count_b == "1"
+        assert pid_a != pid_b
+        assert count_a == count_b == "1"
         assert (await seen(a))[1] == "2"
         # one process a conversation: a 2025 host's connection (its transport session) costs none (77.2)
         assert processes() - before == {pid_a, pid_b}
     async with host.shim(f"conv-a-{mode}", mode) as again:
         assert await seen(again) == (pid_a, "3")  # the same process, and what it kept
     saved = list((host.state / "mcp-sessions" / "connect").glob("*.json"))  # each conversation's session
-    assert len(saved) == 2 and {path.stat().st_mode & 0o777 for path in saved} == {0o600}
+    assert len(saved) == 2
+    assert {path.stat().st_mode & 0o777 for path in saved} == {0o600}
     for output in host.stderr:
-        assert host.token not in output and API_KEY not in output
+        assert host.token not in output
+        assert API_KEY not in output
 
 
 async def test_without_a_conversation_the_requests_name_it(host: Host) -> None:
@@ -161,10 +164,12 @@ async def test_without_a_conversation_the_requests_name_it(host: Host) -> None:
     session's. A CLAUDE_CODE_SESSION_ID without CLAUDECODE=1 (left exported in a shell) names none either."""
     async with host.shim("left-in-a-shell", claude_code=False) as modern:
         (first, _), (second, count) = await seen(modern), await seen(modern)
-        assert first == second and int(count) >= 2  # alice's: other tests' calls that named none count too
+        assert first == second
+        assert int(count) >= 2  # alice's: other tests' calls that named none count too
     async with host.shim(None, "legacy") as legacy:
         (first, _), (second, count) = await seen(legacy), await seen(legacy)
-        assert first == second and count == "2"
+        assert first == second
+        assert count == "2"
     assert not (host.state / "mcp-sessions").exists()
 
 
@@ -178,7 +183,9 @@ async def test_a_refused_token_is_one_clear_error(gateway: str, tmp_path: Path, 
         async with host.shim("conv-refused", mode):
             pass
     [output] = host.stderr
-    assert output.count("HTTP 401") == 1 and host.token not in output and API_KEY not in output
+    assert output.count("HTTP 401") == 1
+    assert host.token not in output
+    assert API_KEY not in output
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
@@ -194,7 +201,8 @@ async def test_two_shims_of_one_conversation_started_together_end_in_one_session
     async with host.shim(name, mode) as one, host.shim(name, mode) as two, anyio.create_task_group() as tasks:
         tasks.start_soon(first, one)
         tasks.start_soon(first, two)
-    assert len({pid for pid, _ in firsts}) == 1 and sorted(count for _, count in firsts) == ["1", "2"], firsts
+    assert len({pid for pid, _ in firsts}) == 1, firsts
+    assert sorted(count for _, count in firsts) == ["1", "2"], firsts
     assert len(list(host.state.glob("mcp-sessions/connect/*.json"))) == 1
 
 
@@ -241,7 +249,8 @@ def test_a_host_s_sigterm_ends_the_session_then_the_shim(host: Host) -> None:
     ]
     pipes = subprocess.PIPE
     with subprocess.Popen([*command, "--end-with-host"], env=environ, stdin=pipes, stdout=pipes) as shim:
-        assert shim.stdin is not None and shim.stdout is not None
+        assert shim.stdin is not None
+        assert shim.stdout is not None
         try:
             shim.stdin.write(b"".join(json.dumps(message).encode() + b"\n" for message in messages))
             shim.stdin.flush()
@@ -311,7 +320,8 @@ def test_the_shim_starts_without_the_sdk(host: Host) -> None:
         tempfile.TemporaryFile() as errors,
         subprocess.Popen([*command, *arguments], env=environ, stdin=pipes, stdout=pipes, stderr=errors) as shim,
     ):
-        assert shim.stdin is not None and shim.stdout is not None
+        assert shim.stdin is not None
+        assert shim.stdout is not None
         shim.stdin.write(lines)
         shim.stdin.flush()
         answers = [json.loads(shim.stdout.readline()) for _ in range(2)]
@@ -319,9 +329,11 @@ def test_the_shim_starts_without_the_sdk(host: Host) -> None:
         assert shim.wait(WITHIN) == 0
         errors.seek(0)
         said = errors.read().decode().splitlines()
-    assert [answer["id"] for answer in answers] == [1, 2] and text_of_answer(answers[1]) == "1"
+    assert [answer["id"] for answer in answers] == [1, 2]
+    assert text_of_answer(answers[1]) == "1"
     imported = {line.split("|")[-1].strip().split(".")[0] for line in said if line.startswith("import time:")}
-    assert "mcp_sessions" in imported and imported & {"mcp", "mcp_types", "pydantic", "starlette"} == set()
+    assert "mcp_sessions" in imported
+    assert imported & {"mcp", "mcp_types", "pydantic", "starlette"} == set()
     assert [line for line in said if not line.startswith("import time:")] == []
 
 
@@ -343,10 +355,12 @@ def test_a_rotated_token_file_is_read_again_when_the_remote_refuses(host: Host, 
         tempfile.TemporaryFile() as errors,
         subprocess.Popen(command, env=environ, stdin=pipes, stdout=pipes, stderr=errors) as shim,
     ):
-        assert shim.stdin is not None and shim.stdout is not None
+        assert shim.stdin is not None
+        assert shim.stdout is not None
 
         def sent(message: dict[str, Any]) -> dict[str, Any]:
-            assert shim.stdin is not None and shim.stdout is not None
+            assert shim.stdin is not None
+            assert shim.stdout is not None
             shim.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
             shim.stdin.flush()
             answer: dict[str, Any] = json.loads(shim.stdout.readline())
@@ -354,6 +368,9 @@ def test_a_rotated_token_file_is_read_again_when_the_remote_refuses(host: Host, 
 
         refused = sent({"id": 1, "method": "initialize", "params": initialize})
         assert "refused this server's credentials (HTTP 401" in refused["error"]["message"]
+        assert refused["error"]["message"].endswith(
+            "their file holds no other: write a fresh one there (each refusal reads it again)"
+        )
         rotated = host.token_file.with_suffix(".new")  # as a refresher writes it: whole, then renamed over the old
         rotated.write_text(prefix + host.token + "\n")
         rotated.replace(host.token_file)
@@ -362,7 +379,50 @@ def test_a_rotated_token_file_is_read_again_when_the_remote_refuses(host: Host, 
         assert shim.wait(WITHIN) == 0
         errors.seek(0)
         said = errors.read().decode()
-    assert said.count("HTTP 401") == 1 and stale not in said and host.token not in said
+    assert said.count("HTTP 401") == 1
+    assert stale not in said
+    assert host.token not in said
+
+
+def test_a_token_file_not_yet_written_is_answered_per_request_until_it_is(host: Host) -> None:
+    """Issue 94 (Why, 7): connect exited at its start when a refresher had not yet written its --bearer-file. Now
+    each request is answered with why, as a refused token is, until the file is there; then the next one goes."""
+    missing = host.token_file.with_name("not-yet.jwt")
+    environ = {"PYTHONPATH": PYTHONPATH, "XDG_STATE_HOME": str(host.state)}
+    command = [sys.executable, "-m", "mcp_sessions", "connect", host.url, "--bearer-file", str(missing)]
+    initialize = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "host", "version": "1"}}
+    pipes = subprocess.PIPE
+    with (
+        tempfile.TemporaryFile() as errors,
+        subprocess.Popen(command, env=environ, stdin=pipes, stdout=pipes, stderr=errors) as shim,
+    ):
+        assert shim.stdin is not None
+        assert shim.stdout is not None
+
+        def sent(message: dict[str, Any]) -> dict[str, Any]:
+            assert shim.stdin is not None
+            assert shim.stdout is not None
+            shim.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+            shim.stdin.flush()
+            answer: dict[str, Any] = json.loads(shim.stdout.readline())
+            return answer
+
+        unread = sent({"id": 1, "method": "initialize", "params": initialize})["error"]["message"]
+        assert unread == (
+            "this server's credentials cannot be read yet (--bearer-file: cannot read the file it names: "
+            "No such file or directory): each request reads them again"
+        )
+        written = missing.with_suffix(".new")  # as a refresher writes it: whole, then renamed
+        written.write_text(host.token + "\n")
+        written.replace(missing)
+        assert sent({"id": 2, "method": "initialize", "params": initialize})["result"]["serverInfo"]
+        shim.stdin.close()
+        assert shim.wait(WITHIN) == 0
+        errors.seek(0)
+        said = errors.read().decode()
+    assert said.count("cannot be read yet") == 1
+    assert host.token not in said
+    assert str(missing) not in said
 
 
 async def test_an_unreachable_remote_is_one_clear_error(tmp_path: Path) -> None:
@@ -371,7 +431,8 @@ async def test_an_unreachable_remote_is_one_clear_error(tmp_path: Path) -> None:
         async with host.shim("conv-nowhere", "legacy"):
             pass
     [output] = host.stderr
-    assert output.count("could not reach") == 1 and host.token not in output
+    assert output.count("could not reach") == 1
+    assert host.token not in output
 
 
 @pytest.mark.parametrize(
@@ -381,7 +442,6 @@ async def test_an_unreachable_remote_is_one_clear_error(tmp_path: Path) -> None:
         (["--header", f"Authorization: Bearer {API_KEY}"], "--header takes NAME=env:VAR or NAME=file:PATH"),
         (["--header", "X-Api-Key=env:UNSET_VARIABLE"], "--header X-Api-Key: the environment variable it names is not"),
         (["--bearer-env", API_KEY], "--bearer-env: the environment variable it names is not set"),
-        (["--bearer-file", API_KEY], "--bearer-file: cannot read the file it names"),
         (["--bearer-env", "TWO_LINES"], "--bearer-env: the environment variable it names must hold one line"),
         (["--header", "X-Api-Key=env:TWO_LINES"], "--header X-Api-Key: the environment variable it names must hold"),
         (["--bearer-env", "KEY", "--header", "authorization=env:KEY"], "--header Authorization and --bearer-env"),
@@ -393,8 +453,10 @@ def test_a_credential_comes_from_the_environment_or_a_file_never_the_command_lin
     errors = io.StringIO()
     environ = {"TWO_LINES": f"{API_KEY}\nX-Injected: 1", "KEY": API_KEY}
     status = main(["connect", "http://127.0.0.1:9/mcp", *arguments], stderr=errors, environ=environ)
-    assert (status, errors.getvalue().count("\n")) == (2, 1) and said in errors.getvalue()
-    assert API_KEY not in errors.getvalue() and "UNSET_VARIABLE" not in errors.getvalue()
+    assert (status, errors.getvalue().count("\n")) == (2, 1)
+    assert said in errors.getvalue()
+    assert API_KEY not in errors.getvalue()
+    assert "UNSET_VARIABLE" not in errors.getvalue()
 
 
 def documented() -> dict[str, dict[str, Any]]:
@@ -493,9 +555,11 @@ async def test_after_the_gateway_restarts_the_host_hears_it_once_then_has_a_new_
             gateway.restart()
             with pytest.raises(MCPError, match="the next request gets a new session") as lost:
                 await client.call_tool("count", {})
-            assert lost.value.error.code == -32043 and lost.value.error.data is None  # the shim's token is its own
+            assert lost.value.error.code == -32043
+            assert lost.value.error.data is None  # the shim's token is its own
             assert (await seen(client))[1] == "1"
             assert (await seen(client))[1] == "2"
             assert [tool.name for tool in (await client.list_tools()).tools]
     # Before its answer started (could not reach), or in its event stream (broke off): never the shim's end.
-    assert len(cut_off) == 1 and re.search(r"could not reach .*|answer broke off", cut_off[0]), cut_off
+    assert len(cut_off) == 1, cut_off
+    assert re.search(r"could not reach .*|answer broke off", cut_off[0]), cut_off

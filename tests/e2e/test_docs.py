@@ -245,7 +245,8 @@ def test_the_session_transport_client_counts_with_a_session_it_created(
     run(snippet.replace(DOCS_URL, url), page=page)
     assert capsys.readouterr().out == "{'result': 1}\n"
     methods = [body.get("method") for body in recorded.seen]
-    assert "sessions/create" in methods and methods.index("sessions/create") < methods.index("tools/call")
+    assert "sessions/create" in methods
+    assert methods.index("sessions/create") < methods.index("tools/call")
     [(sent, call)] = recorded.find("tools/call")
     assert sent["mcp-session-id"] == call["params"]["_meta"][SESSION_KEY]["sessionId"]
 
@@ -508,7 +509,8 @@ def test_the_options_block_shows_the_defaults_and_its_app_answers() -> None:
         client = ModernClient(http, "")
         session = client.create_session()
         response, listed = client.request("tools/list", session=session_meta(session))
-        assert response.status_code == 200 and listed["result"]["tools"] == [], listed
+        assert response.status_code == 200, listed
+        assert listed["result"]["tools"] == [], listed
 
 
 async def knows_no_method(request: Request) -> JSONResponse:
@@ -541,14 +543,17 @@ def test_behind_a_dispatcher_the_server_refuses_sessions_create_as_tools_list(mo
     with in_process(app) as http:
         client = ModernClient(http, "")
         response, created = client.request("sessions/create", host=HOST, origin="https://app.example.com")
-        assert response.status_code == 200 and response.headers["content-type"] == "application/json"
+        assert response.status_code == 200
+        assert response.headers["content-type"] == "application/json"
         session = session_meta(created["result"]["session"])
         response, listed = client.request("tools/list", session=session, host=HOST)
-        assert response.status_code == 200 and response.headers["content-type"] == "application/json", listed
+        assert response.status_code == 200, listed
+        assert response.headers["content-type"] == "application/json", listed
         # json_response=True: both accept a client that takes JSON only (an SSE server answers 406).
         for body in (modern_request("sessions/create"), modern_request("tools/list", session=session)):
             json_only = client.post(body, {**modern_headers(body, host=HOST), "Accept": "application/json"})
-            assert json_only.status_code == 200 and "result" in json_only.json(), json_only.text
+            assert json_only.status_code == 200, json_only.text
+            assert "result" in json_only.json(), json_only.text
         # Refused by the middleware (sessions/create) exactly as by the server (tools/list).
         for body in (modern_request("sessions/create"), modern_request("tools/list", session=session)):
             wrong_host = client.post(body, modern_headers(body, host="127.0.0.1"))
@@ -566,7 +571,8 @@ def test_rotation_step_two_verifies_the_old_key_and_signs_with_the_new() -> None
     with in_process(namespace["app"]) as http:
         client = ModernClient(http, "")
         response, listed = client.request("tools/list", session=session_meta(old_token))
-        assert response.status_code == 200 and "result" in listed, listed  # the old key still verifies
+        assert response.status_code == 200, listed
+        assert "result" in listed, listed  # the old key still verifies
         new_token = client.create_session()["sessionId"]
     assert jwt_header(new_token)["kid"] == SessionKey.from_secret(NEW_SECRET).kid  # the new key signs
     assert {k: jwt_claims(new_token)[k] for k in ("iss", "aud")} == {"iss": "https://mcp.example.com", "aud": HOST}
@@ -587,10 +593,12 @@ def test_an_asymmetric_key_signs_and_its_public_key_alone_verifies(kind: str, tm
         )
     )
     keys = run(swapped(ES256, '"/run/secrets/mcp-sessions-es256.pem"', repr(str(pem))))["keys"]
-    assert keys.signer is not None and keys.signer.algorithm == ("ES256" if kind == "P-256" else "EdDSA")
+    assert keys.signer is not None
+    assert keys.signer.algorithm == ("ES256" if kind == "P-256" else "EdDSA")
     with in_process(MCPSessionMiddleware(mcp_app_as_above(), keys=keys)) as http:
         token = ModernClient(http, "").create_session()["sessionId"]
-    assert jwt_header(token)["kid"] == "es-2026-11" and jwt_claims(token)["aud"] == HOST
+    assert jwt_header(token)["kid"] == "es-2026-11"
+    assert jwt_claims(token)["aud"] == HOST
     public_pem = private.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
@@ -603,7 +611,8 @@ def test_an_asymmetric_key_signs_and_its_public_key_alone_verifies(kind: str, tm
 def test_the_sqlite_store_is_one_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # "sessions.db" is relative to the working directory
     store = run(SQLITE, page="docs/configuration.md")["store"]
-    assert isinstance(store, SQLiteStore) and (tmp_path / "sessions.db").is_file()  # created if missing
+    assert isinstance(store, SQLiteStore)
+    assert (tmp_path / "sessions.db").is_file()  # created if missing
     asyncio.run(store.aclose())
 
 
@@ -619,7 +628,8 @@ def test_the_redis_store_as_printed_and_on_a_real_redis(redis: RedisServer) -> N
     rotation = {"old_secret": OLD_SECRET, "new_secret": NEW_SECRET, "mcp_app": mcp_app_as_above()}
     names = {"mcp_app": mcp_app_as_above(), "keys": run(ROTATION, rotation)["keys"]}  # "mcp_app and keys as above"
     printed = run(REDIS, names, page="docs/configuration.md")  # connects on first use: builds without a Redis
-    assert isinstance(printed["app"], MCPSessionMiddleware) and printed["app"].store is printed["store"]
+    assert isinstance(printed["app"], MCPSessionMiddleware)
+    assert printed["app"].store is printed["store"]
     assert isinstance(printed["store"], RedisStore)
     # The same snippet with the reader's Redis URL swapped for a real redis-server.
     names["mcp_app"] = mcp_app_as_above()
@@ -641,8 +651,11 @@ def test_store_urls_build_stores(tmp_path: Path) -> None:
     # The reader's /tmp directory becomes the test's own, still an absolute sqlite:/// URL.
     namespace = run(swapped(STORE_URLS, '"sqlite:///tmp/sessions.db"', repr(f"sqlite://{tmp_path}/sessions.db")))
     store, memory = namespace["store"], namespace["memory"]
-    assert isinstance(store, SQLiteStore) and store.path == tmp_path / "sessions.db" and store.path.is_file()
-    assert isinstance(memory, MemoryStore) and memory.max_sessions == 50000
+    assert isinstance(store, SQLiteStore)
+    assert store.path == tmp_path / "sessions.db"
+    assert store.path.is_file()
+    assert isinstance(memory, MemoryStore)
+    assert memory.max_sessions == 50000
     asyncio.run(store.aclose())
 
 
@@ -697,7 +710,8 @@ async def test_the_listen_example_scopes_events_to_the_session(monkeypatch: pyte
             async with asyncio.timeout(WITHIN):
                 await streams[0].ended.wait()
             graceful_end(streams[0])
-            assert not streams[1].ended.is_set() and not streams[2].ended.is_set()
+            assert not streams[1].ended.is_set()
+            assert not streams[2].ended.is_set()
 
 
 # -- security.md --------------------------------------------------------------------------------------
@@ -762,7 +776,8 @@ def test_the_sdk_bearer_auth_binds_sessions_with_no_hook(snippet: str, page: str
         session = session_meta(client.create_session(authorization="Bearer alice-token"))
         assert "pbh" in jwt_claims(session["sessionId"])
         response, listed = client.request("tools/list", session=session, authorization="Bearer alice-token")
-        assert response.status_code == 200 and "result" in listed, listed
+        assert response.status_code == 200, listed
+        assert "result" in listed, listed
         response, refused_for_bob = client.request("tools/list", session=session, authorization="Bearer bob-token")
         assert (response.status_code, error_code(refused_for_bob)) == (200, SESSION_NOT_FOUND)
         # Without a bearer, sessions/create gets the SDK's 401 as tools/list does: test_inside_server, both forms.
@@ -864,7 +879,9 @@ def one_session_created_first(wire: RecordingApp, tools: int) -> str:
     assert methods.count("sessions/create") == 1, methods
     assert methods.index("sessions/create") < methods.index("tools/call"), methods
     tokens = {token for method, token in seen if method == "tools/call"}
-    assert methods.count("tools/call") == tools and len(tokens) == 1 and None not in tokens, seen
+    assert methods.count("tools/call") == tools, seen
+    assert len(tokens) == 1, seen
+    assert None not in tokens, seen
     [token] = tokens
     return str(token)
 
@@ -892,7 +909,8 @@ async def test_each_client_sdk_prints_the_session_and_deletes_it_on_close(
     url: str, wire: RecordingApp, mode: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     snippet = snippet_with(CLIENT, "SessionTransport(delete_on_close=True)")
-    assert 'mode="auto"' in snippet and '# or mode="legacy"' in snippet
+    assert 'mode="auto"' in snippet
+    assert '# or mode="legacy"' in snippet
     namespace, _ = await run_awaited(
         snippet.replace('mode="auto"', f'mode="{mode}"', 1), url=url, SessionTransport=SessionTransport, **PAGE_IMPORTS
     )
@@ -927,7 +945,8 @@ async def test_fastmcp_client_shares_one_session_across_its_connections(url: str
     token = one_session_created_first(wire, tools=5)
     session = namespace["session"]
     assert isinstance(session, HeldSession)
-    assert session.token == token and session.state is not None  # the handle passed in holds the session
+    assert session.token == token
+    assert session.state is not None  # the handle passed in holds the session
 
 
 async def test_httpx_snippet_gets_a_session_on_plain_httpx(url: str, wire: RecordingApp) -> None:
@@ -943,7 +962,8 @@ async def test_httpx_snippet_gets_a_session_on_plain_httpx(url: str, wire: Recor
     )
 
     [response] = shown.values()
-    assert isinstance(response, httpx.Response) and response.status_code == 200
+    assert isinstance(response, httpx.Response)
+    assert response.status_code == 200
     message = answer(response)
     assert tool_text(message) == "1"  # the quickstart's count refuses a request without a session (-32044)
     token = one_session_created_first(wire, tools=1)
@@ -967,8 +987,10 @@ async def test_the_explicit_api_creates_uses_and_deletes(
     assert datetime.fromisoformat(expires) > datetime.now(UTC)  # an aware datetime, ahead
     assert counted(shown[line_with(snippet, "c.call_tool(")]) == 1  # "use: stamped with the session"
     delete_line = snippet.splitlines()[line_with(snippet, "shim.delete()") - 1]
-    assert "# delete: True" in delete_line and shown[line_with(snippet, "shim.delete()")] is True
-    assert session is namespace["shim"].session and session.token is None  # deleted and forgotten
+    assert "# delete: True" in delete_line
+    assert shown[line_with(snippet, "shim.delete()")] is True
+    assert session is namespace["shim"].session
+    assert session.token is None  # deleted and forgotten
     assert await is_gone(url, token)
 
 
@@ -998,7 +1020,8 @@ async def test_the_host_snippet_keeps_a_conversation_across_restarts(url: str, w
 
     assert await host_run(None) == [1, 2]
     first = saved_files[conversation]
-    assert first["label"] == conversation and first["sessionId"]
+    assert first["label"] == conversation
+    assert first["sessionId"]
 
     assert await host_run(first) == [3, 4]  # after a restart, the saved session goes on
     assert saved_files[conversation]["sessionId"] == first["sessionId"]

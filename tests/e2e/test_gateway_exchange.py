@@ -36,7 +36,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from _mcp import create_session, modern_headers, modern_request, sdk_session_meta
-from _redis import free_port, missing
+from _redis import free_port, missing, only_skips
 from _waits import WITHIN, Deadline
 from conftest import asgi_client, serve
 from e2e._gateway import MAIN, SECRET, Process, gateway_process, gateway_run, result_of, started, upstream_server
@@ -63,6 +63,7 @@ GETENV = modern_request("tools/call", {"name": "getenv", "arguments": {"name": "
 def authorization_server() -> Iterator[Process]:
     """idpyoidc's authorization server (its own environment: ``make test`` builds it; a missing one skips, or fails
     under CI)."""
+    __tracebackhide__ = only_skips
     venvs = os.environ.get("AUTH_SERVER_VENVS", str(MAIN / ".venv-idpyoidc")).split()
     python = Path(next((v for v in venvs if v.endswith("-idpyoidc")), MAIN / ".venv-idpyoidc")) / "bin" / "python"
     if not python.exists():

@@ -24,36 +24,13 @@ from _uids import members, uids
 from conftest import SECRET
 from e2e._gateway import CACHE, Process, for_every_uid, installed, main_run, node, readable_directory
 from e2e._issuer import ISSUER, signed
-from e2e._issuer import jwks as served_jwks
-from e2e._sealed import OPEN, call, client, gateway, hostile, needs, running, team, text
+from e2e._sealed import AUTH, OPEN, call, client, gateway, needs, running, team, text
 from e2e._stdio import FILESYSTEM
 
 UIDS = uids(450, 40)
 TEAM = int(uids(449, 1).partition("-")[0])
 CONTAINMENTS = ["bwrap", "unshare"]
 SECRETLY = {"MCP_SESSIONS_SECRET": SECRET}
-AUTH = (
-    "--auth-jwks",
-    "http://127.0.0.1:1/k",
-    "--auth-issuer",
-    "https://i.example",
-    "--auth-audience",
-    "https://a.example",
-)
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    """The hostile server's command (``e2e._sealed.hostile``)."""
-    with hostile() as command:
-        yield command
-
-
-@pytest.fixture(scope="module")
-def jwks() -> Iterator[str]:
-    """The authorization server's JWKS on loopback: its URL."""
-    with served_jwks() as url:
-        yield url
 
 
 def run(mcp: ModernClient, session: dict[str, Any], *argv: str) -> dict[str, Any]:

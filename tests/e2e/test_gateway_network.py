@@ -32,7 +32,7 @@ import httpx
 import pytest
 
 from _mcp import legacy_request
-from _redis import free_port, missing
+from _redis import free_port, missing, only_skips
 from _uids import members, uids
 from _waits import WITHIN, until
 from conftest import SECRET
@@ -60,6 +60,7 @@ IDS = itertools.count(1)
 
 
 def needs_root_and_nft() -> None:
+    __tracebackhide__ = only_skips
     if os.geteuid() != 0:
         missing("this test needs root: the gateway gives each process a uid of its own")
     if shutil.which("nft") is None:

@@ -115,6 +115,7 @@ def test_the_status_lists_each_process_with_its_user_and_each_user_sees_and_ends
         listed = legacy_request("tools/list", id=5)
         transport_after = http.post(url, json=listed, headers=in_transport)
         on_the_clients_port = http.get(gateway.url("/status"), headers={"Authorization": f"Bearer {alice}"})
+        an_operators_mistake = http.get(gateway.url("/status"))  # no token: a bare 401 said nothing of where
         rebound = http.get(f"{status}/status", headers={"Host": f"attacker.example:{status_port}"})
 
     processes = seen["processes"]
@@ -163,6 +164,10 @@ def test_the_status_lists_each_process_with_its_user_and_each_user_sees_and_ends
     left = shown("gateway", "status", status)["processes"]
     assert not {data_layer["conversation"], transported["conversation"]} & {p["conversation"] for p in left}
     assert on_the_clients_port.status_code == 404  # the operator's view is on its own port only
+    where = (
+        "the operator's status is not on the clients' port: --status-port or --status-socket (its own port or socket)"
+    )
+    assert (an_operators_mistake.status_code, an_operators_mistake.json()) == (404, {"error": where})
     assert rebound.status_code == 403
 
 

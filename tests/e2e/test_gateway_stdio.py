@@ -42,7 +42,7 @@ from _mcp import (
     sdk_session_meta,
     session_meta,
 )
-from _redis import free_port, missing
+from _redis import free_port, missing, only_skips
 from _waits import WITHIN, until, until_awaited
 from conftest import SECRET
 from e2e._gateway import EVERYTHING, MAIN, gateway_process, gateway_run, installed, node, result_of, run_recipe
@@ -450,6 +450,7 @@ async def test_an_endless_stdout_line_stops_the_process_with_a_clear_error(logge
 def server_time() -> list[str]:
     """mcp-server-time from PyPI, in its own environment (``make test`` builds it; ``STDIO_SERVER_VENVS`` names it):
     a missing one skips, or fails under CI."""
+    __tracebackhide__ = only_skips
     venvs = os.environ.get("STDIO_SERVER_VENVS", str(MAIN / ".venv-server-time")).split()
     venv = next((Path(v) for v in venvs if Path(v).name.endswith("-server-time")), MAIN / ".venv-server-time")
     command = venv / "bin" / "mcp-server-time"

@@ -14,25 +14,17 @@ import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from _waits import until
-from e2e._sealed import UIDS, call, client, gateway, hostile, needs, text
+from e2e._sealed import UIDS, call, client, gateway, needs, text
 from mcp_sessions._gateway._process_flags import default_memory
 from mcp_sessions._gateway.sealed._sandbox import PTYS
 
 CONTAINMENTS = ["bwrap", "unshare"]
 STUB = "nameserver 127.0.0.53\noptions edns0\n"  # systemd-resolved's stub-resolv.conf
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    """The hostile server's command (:func:`hostile`)."""
-    with hostile() as command:
-        yield command
 
 
 @pytest.mark.parametrize("containment", CONTAINMENTS)

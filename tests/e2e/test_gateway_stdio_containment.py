@@ -34,33 +34,9 @@ from _uids import members, uids
 from _waits import WITHIN, until
 from conftest import SECRET
 from e2e._gateway import CACHE, Process, for_every_uid, installed, node, readable_directory, rss_kib
-from e2e._issuer import jwks as served_jwks
-from e2e._sealed import PRIVATE, SECRETS, UIDS, call, client, gateway, hostile, needs, of_uid, running, team, text
+from e2e._sealed import AUTH, PRIVATE, SECRETS, UIDS, call, client, gateway, needs, of_uid, running, team, text
 from e2e._stdio import stdio_gateway
 from mcp_sessions._gateway.sealed._sandbox import Sandbox
-
-AUTH = (
-    "--auth-jwks",
-    "http://127.0.0.1:1/k",
-    "--auth-issuer",
-    "https://i.example",
-    "--auth-audience",
-    "https://a.example",
-)
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    """The hostile server's command (:func:`hostile`)."""
-    with hostile() as command:
-        yield command
-
-
-@pytest.fixture(scope="module")
-def jwks() -> Iterator[str]:
-    """The authorization server's JWKS on loopback: its URL."""
-    with served_jwks() as url:
-        yield url
 
 
 @pytest.mark.parametrize("containment", ["bwrap", "unshare"])

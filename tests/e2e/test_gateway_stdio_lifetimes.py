@@ -107,5 +107,6 @@ def test_a_server_that_exits_at_the_revision_probe_is_a_crash_and_no_start(serve
     why = r"the server ended at its first request, server/discover \(crash: [a-z ]+\)"
     last = re.escape(f"its last stderr line: {last_words}")
     assert re.fullmatch(f"mcp-sessions gateway: {re.escape(shlex.join(server))}: {why}; {last}", said[-1]), said
-    assert re.search(f"revisions: server process \\d+ ended \\({why}; exit code 3\\)", done.stderr), said  # one end
+    probe = f"the revision probe: server process \\d+ ended \\({why}; exit code 3\\)"
+    assert re.search(probe, done.stderr), said  # one end, in the same words
     assert "handshake" not in done.stderr and "shared:" not in done.stderr  # no era guessed, no second process

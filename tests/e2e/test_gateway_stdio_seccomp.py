@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,8 +22,7 @@ from _syscalls import CALLS, REFUSED
 from _uids import members, uids
 from conftest import SECRET
 from e2e._gateway import EVERYTHING, MAIN, installed, node
-from e2e._issuer import jwks as served_jwks
-from e2e._sealed import call, client, gateway, hostile, needs, team, text
+from e2e._sealed import call, client, gateway, needs, team, text
 from mcp_sessions._gateway.sealed._seccomp import PROFILE
 
 CONTAINMENTS = ["bwrap", "unshare"]
@@ -38,18 +36,6 @@ serial = libc.syscall(ctypes.c_long(int(sys.argv[1])), b"user", b"alice-s-key", 
 print(serial if serial >= 0 else os.strerror(ctypes.get_errno()))
 """
 _INVALIDATE = "import ctypes, sys; ctypes.CDLL(None).syscall(int(sys.argv[1]), 21, int(sys.argv[2]))"
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    with hostile() as command:
-        yield command
-
-
-@pytest.fixture(scope="module")
-def jwks() -> Iterator[str]:
-    with served_jwks() as url:
-        yield url
 
 
 @pytest.mark.parametrize("containment", CONTAINMENTS)

@@ -11,26 +11,19 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from _uids import members, uids
 from _waits import WITHIN, until
-from e2e._gateway import readable_directory
-from e2e._sealed import call, client, gateway, hostile, needs, of_uid, running, text
+from e2e._gateway import gateway_run, readable_directory
+from e2e._sealed import call, client, gateway, needs, of_uid, running, text
 from mcp_sessions._gateway.sealed._kernel import running_uids
 
 GONE = "denied: No such file or directory"
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    """The hostile server's command (``e2e._sealed.hostile``)."""
-    with hostile() as command:
-        yield command
 
 
 def test_nothing_a_uid_wrote_or_started_reaches_its_next_owner_even_after_its_gateway_was_killed(server: str) -> None:
@@ -76,3 +69,26 @@ def test_a_zombie_of_a_uid_is_not_a_process_of_it() -> None:
     finally:
         held.kill()
         held.wait(timeout=WITHIN)
+
+
+@pytest.mark.parametrize("how", ["its interpreter", "a script's #! line"])
+def test_a_server_under_a_directory_its_uid_may_not_search_is_one_line_at_start(how: str) -> None:
+    """Issue 94 (Why, 7): a server whose interpreter is under a 0700 directory (a virtual environment under /root)
+    started, and each process failed with ``exec: <venv>/bin/python: Permission denied``, naming a 0777 link, never
+    the directory. Now the gateway searches the way as the processes' uid at startup, and says which directory."""
+    needs("root")
+    with readable_directory("mcp-sessions-private-") as readable:
+        private = readable / "home"
+        (private / "venv" / "bin").mkdir(parents=True)
+        private.chmod(0o700)  # as /root is
+        python = private / "venv" / "bin" / "python"
+        python.symlink_to(sys.executable)
+        script = readable / "server"  # where every user may read it, its interpreter not
+        script.write_text(f"#!{python}\n")
+        script.chmod(0o755)
+        command = f"{python} -c pass" if how == "its interpreter" else str(script)
+        done = gateway_run("--stdio", command, "--process-uids", sealed := uids(212, 2))
+    uid = members(sealed)[0]
+    said = f"mcp-sessions gateway: --stdio: {python} is under {private} (mode 700), which the processes' uid ({uid})"
+    assert done.returncode == 2 and done.stderr.startswith(said), done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr

@@ -211,8 +211,10 @@ def assert_same_refusal(bare: httpx.Response, ours: httpx.Response) -> None:
         # The server's parser read the probe, in the body's encoding: the same error, where it says the
         # parser stopped (a line and a column of the probe's text, or a validator's account) aside.
         theirs, mine = bare.json(), ours.json()
-        assert mine["error"]["code"] == theirs["error"]["code"] and mine["id"] is None
-        assert list(mine) == list(theirs) and list(mine["error"]) == list(theirs["error"])
+        assert mine["error"]["code"] == theirs["error"]["code"]
+        assert mine["id"] is None
+        assert list(mine) == list(theirs)
+        assert list(mine["error"]) == list(theirs["error"])
     else:
         assert ours.content == bare.content
 
@@ -246,7 +248,8 @@ def test_sessions_create_is_answered_only_where_the_sdk_would_answer(deployment:
             refused += 1
             assert_same_refusal(bare, ours)
             assert len(deployment.store) == stored, f"{case.name}: a refused sessions/create stored a session"
-            assert b"sessionId" not in ours.content and b"eyJ" not in ours.content, case.name
+            assert b"sessionId" not in ours.content, case.name
+            assert b"eyJ" not in ours.content, case.name
     assert refused >= (18 if era == "modern" else 13)  # the table exercises the refusals, not only the passes
 
 
@@ -395,7 +398,8 @@ def test_sessions_create_is_refused_where_the_sdks_parser_refuses_the_body(
         headers, well_formed = envelope("modern", "sessions/create", None)
         again = limited.http.post(MCP_PATH, json=well_formed, headers=[*headers, this_caller])
         if accepted(theirs) and not too_deep(name, ours):
-            assert ours.status_code == 200 and "sessionId" in ours.json()["result"]["session"], (name, ours.text)
+            assert ours.status_code == 200, (name, ours.text)
+            assert "sessionId" in ours.json()["result"]["session"], (name, ours.text)
             assert again.status_code == 429, name  # the caller's one create is spent: the check sees a create
             continue
         refused += 1
@@ -416,7 +420,8 @@ def test_sessions_delete_is_refused_where_the_sdks_parser_refuses_the_body(deplo
         headers, content = written(era, "sessions/delete", meta, raw, limit)
         ours = send(http, era, headers, content, session)
         if accepted(theirs) and not too_deep(name, ours):
-            assert ours.status_code == 200 and "error" not in ours.json(), (name, ours.text)
+            assert ours.status_code == 200, (name, ours.text)
+            assert "error" not in ours.json(), (name, ours.text)
             continue
         if not accepted(theirs):
             assert_same_refusal(theirs, ours)

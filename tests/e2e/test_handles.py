@@ -69,7 +69,8 @@ async def call(client: Client, tool: str, *, refused: bool = False, **arguments:
 async def test_two_baskets_are_independent(app: Any) -> None:
     async with sdk_client(app) as client:
         first, second = await call(client, "create_basket"), await call(client, "create_basket")
-        assert first != second and re.fullmatch(BASKET.pattern, first)  # the text is the handle, nothing else
+        assert first != second
+        assert re.fullmatch(BASKET.pattern, first)  # the text is the handle, nothing else
         await call(client, "add_item", basket=first, item="a")
         await call(client, "add_item", basket=second, item="x")
         await call(client, "add_item", basket=first, item="b")
@@ -118,7 +119,8 @@ async def test_every_refused_handle_is_a_tool_error_naming_the_problem(app: Any)
                     text = await call(client, tool, refused=True, basket=value, **arguments)
                     assert problem in text, (value, text)
                     assert "create_basket" in text
-                    assert value[4:] not in text and basket[4:] not in text
+                    assert value[4:] not in text
+                    assert basket[4:] not in text
         # Nothing reached the tools: the basket holds what it held.
         assert await call(client, "add_item", basket=basket, item="next") == "2"
         assert await call(client, "checkout", basket=basket) == "kept,next"
@@ -130,14 +132,16 @@ def test_a_refusal_is_answered_by_the_middleware_as_json_in_both_eras(app: Any) 
         modern = ModernClient(http, LOCAL)
         response, message = modern.call_tool("add_item", {"basket": bad, "item": "x"})
         assert (response.status_code, response.headers["content-type"]) == (200, "application/json")
-        assert message["result"]["isError"] is True and message["result"]["resultType"] == "complete"
+        assert message["result"]["isError"] is True
+        assert message["result"]["resultType"] == "complete"
         legacy = LegacyClient(http, LOCAL)
         legacy.initialize()
         body = legacy_request("tools/call", {"name": "checkout", "arguments": {"basket": bad}}, id="x-1")
         response = legacy.post(body)
         assert response.headers["content-type"] == "application/json"
         message = response.json()
-        assert message["id"] == "x-1" and message["result"]["isError"] is True
+        assert message["id"] == "x-1"
+        assert message["result"]["isError"] is True
         assert "resultType" not in message["result"]
         # A client that accepts only a stream is refused as the SDK refuses it (406), before any answer of ours.
         response = legacy.post(body, Accept="text/event-stream")
@@ -181,13 +185,17 @@ async def test_the_protocol_version_header_picks_the_sdks_path_through_either_mi
             answers[middleware] = response.status_code, response.json()
     if version is None:  # the 2025 path: the tool's typed parameter refuses it, as the middlewares do first
         for status, message in answers.values():
-            assert status == 200 and message["result"]["isError"] is True and "resultType" not in message["result"]
+            assert status == 200
+            assert message["result"]["isError"] is True
+            assert "resultType" not in message["result"]
         return
     status, message = answers["none"]
     assert (status, message["error"]["code"]) == (400, -32020)
     assert answers["sessions"] == answers["none"]
     status, message = answers["handles"]
-    assert status == 200 and message["result"]["isError"] is True and message["result"]["resultType"] == "complete"
+    assert status == 200
+    assert message["result"]["isError"] is True
+    assert message["result"]["resultType"] == "complete"
 
 
 # -- principals ---------------------------------------------------------------------------------------------------
@@ -216,9 +224,11 @@ def test_a_handle_used_by_another_principal_is_refused() -> None:
         assert text_of(client.call_tool("add_item", {"basket": basket, "item": "a"}, x_user="alice")[1]) == (False, "1")
         for intruder in ({"x_user": "bob"}, {}):
             is_error, text = text_of(client.call_tool("add_item", {"basket": basket, "item": "b"}, **intruder)[1])
-            assert is_error and "belongs to another user" in text
+            assert is_error
+            assert "belongs to another user" in text
             is_error, text = text_of(client.call_tool("checkout", {"basket": basket}, **intruder)[1])
-            assert is_error and "belongs to another user" in text
+            assert is_error
+            assert "belongs to another user" in text
         # An anonymous basket is anyone's who holds it.
         open_basket = text_of(client.call_tool("create_basket")[1])[1]
         assert text_of(client.call_tool("add_item", {"basket": open_basket, "item": "z"}, x_user="bob")[1]) == (
@@ -234,7 +244,8 @@ def test_a_handle_used_by_another_principal_is_refused() -> None:
         assert attributes[ATTRIBUTE_KIND] == ("basket",)
         [handle_id] = cast(tuple[str, ...], attributes[ATTRIBUTE_ID])  # the span records the ids as strings
         assert len(handle_id) == 16
-        assert basket[4:] not in str(attributes) and open_basket[4:] not in str(attributes)
+        assert basket[4:] not in str(attributes)
+        assert open_basket[4:] not in str(attributes)
     reasons = {dict(span.attributes or {}).get("mcp_sessions.handle.error") for span in spans}
     assert reasons == {None, "other_principal"}
     # The span that was current when the check ran (the session middleware's request span) has them too.
@@ -246,7 +257,8 @@ def test_a_handle_used_by_another_principal_is_refused() -> None:
         and span.instrumentation_scope.name == "mcp_sessions"
     ]
     with_handles = [span for span in request_spans if ATTRIBUTE_KIND in (span.attributes or {})]
-    assert len(with_handles) == len(spans) and len(request_spans) == len(spans) + 2  # two create_basket calls
+    assert len(with_handles) == len(spans)
+    assert len(request_spans) == len(spans) + 2  # two create_basket calls
     for span in with_handles:
         assert any(check.parent is not None and check.parent.span_id == span.context.span_id for check in spans)
 
@@ -292,7 +304,8 @@ async def test_fastmcp_tools_take_typed_handles(options: dict[str, Any]) -> None
         assert "never issued" in await call(client, "put", refused=True, cart=one_changed(cart, 10), item="c")
         # Not handle-shaped, so the pre-call scan leaves it to the typed parameter, which refuses it too.
         text = await call(client, "put", refused=True, cart="crt_ with spaces", item="c")
-        assert "incomplete or mistyped" in text and "with spaces" not in text
+        assert "incomplete or mistyped" in text
+        assert "with spaces" not in text
         assert await call(client, "put", cart=cart, item="c") == "3 Handle cart"
 
 
@@ -343,7 +356,8 @@ def test_both_a_handle_tied_to_a_session_ends_with_it(monkeypatch: pytest.Monkey
             assert tool_text(client.call_tool("add_item", {"basket": basket, "item": "a"})[1]) == "1"
         client.request("sessions/delete", session=session)
         result = client.call_tool("add_item", {"basket": tied, "item": "b"})[1]["result"]
-        assert result["isError"] is True and "its session ended" in result["content"][0]["text"]
+        assert result["isError"] is True
+        assert "its session ended" in result["content"][0]["text"]
         assert tool_text(client.call_tool("add_item", {"basket": free, "item": "b"})[1]) == "2"
 
 
@@ -371,6 +385,8 @@ def test_the_integration_snippet(monkeypatch: pytest.MonkeyPatch) -> None:
         return sent
 
     sent = asyncio.run(scenario())
-    assert len(reached) == 1 and reached[0][0].kind == "basket"
+    assert len(reached) == 1
+    assert reached[0][0].kind == "basket"
     answer = json.loads(sent[1]["body"])
-    assert answer["id"] == 7 and answer["result"]["isError"] is True
+    assert answer["id"] == 7
+    assert answer["result"]["isError"] is True

@@ -120,7 +120,8 @@ def test_each_host_conversation_is_one_session_id_in_every_span(
         assert attrs(whoamis[0])["user.id"] == "anon-user-7"
     turns = {attrs(span).get(TURN) for span in (*whoamis, count)}
     if host == "codex-turn":  # each call a turn of its thread, on its span
-        assert len(turns) == 4 and all(str(turn).startswith("turn-") for turn in turns)
+        assert len(turns) == 4
+        assert all(str(turn).startswith("turn-") for turn in turns)
     elif host == "vscode":  # its chat request's id (the same in each call here)
         assert turns == {"r-1"}
     else:
@@ -163,7 +164,8 @@ def test_the_first_matching_host_wins_user_keys_first_baggage_last_and_a_session
         ("th-1", "codex"),
         ("x-1", "header:x-chat-id"),
     ]
-    assert by_id["8"][SOURCE] == "data-layer" and tool_text(mine) == by_id["8"]["session.id"]  # the session's data
+    assert by_id["8"][SOURCE] == "data-layer"
+    assert tool_text(mine) == by_id["8"]["session.id"]  # the session's data
     assert by_id["8"]["session.id"] not in (baggage.partition("=")[2], "vs-1", "g-1")
     assert (by_id["9"]["session.id"], by_id["9"][SOURCE]) == (baggage.partition("=")[2], "baggage")
 
@@ -194,9 +196,11 @@ def test_a_bad_host_id_is_ignored_not_refused_and_a_200_character_one_kept(
 
     assert tool_text(message) == "none"
     if expected is None:
-        assert "session.id" not in attrs(span) and SOURCE not in attrs(span)
+        assert "session.id" not in attrs(span)
+        assert SOURCE not in attrs(span)
     else:
-        assert len(expected) == 200 and attrs(span)["session.id"] == expected
+        assert len(expected) == 200
+        assert attrs(span)["session.id"] == expected
 
 
 @pytest.mark.parametrize(
@@ -218,7 +222,8 @@ def test_a_host_id_over_200_characters_is_a_digest_in_session_id(
     [span] = middleware_spans(spans.wait_middleware(1), "tools/call whoami")
 
     digest = IdDigests(quickstarts.apps[url].keys).conversation("openai", host_id, None)
-    assert len(host_id) > 200 and attrs(span)["session.id"] == attrs(span)["gen_ai.conversation.id"] == digest
+    assert len(host_id) > 200
+    assert attrs(span)["session.id"] == attrs(span)["gen_ai.conversation.id"] == digest
     assert attrs(span).get("mcp_sessions.conversation.id") == (host_id if kept else None)
 
 
@@ -248,7 +253,8 @@ def test_anonymous_data_keeps_a_counter_per_host_conversation_under_its_digest(
 
     assert counts == ["1", "2", "1", "1", "3"]
     # The tool's session id is a keyed digest; telemetry keeps the host's id verbatim.
-    assert DIGEST.fullmatch(stable_id) and chat_a not in stable_id
+    assert DIGEST.fullmatch(stable_id)
+    assert chat_a not in stable_id
     [whoami] = middleware_spans(finished, "tools/call whoami")
     assert (attrs(whoami)["session.id"], attrs(whoami)[SOURCE]) == (chat_a, HOSTS[host][0])
     store = quickstarts.apps[url].store
@@ -334,14 +340,16 @@ def test_a_raw_handshake_keeps_a_counter_per_transport_session(
     finished = spans.wait_middleware(4 + 4 + 2)
 
     assert counts == ["1", "2", "1", "3"]
-    assert all(DIGEST.fullmatch(s) and s.startswith("ts-") for s in stable) and stable[0] != stable[1]
+    assert all(DIGEST.fullmatch(s) and s.startswith("ts-") for s in stable)
+    assert stable[0] != stable[1]
     tool_spans = [s for s in of_scope(finished, MIDDLEWARE_SCOPE) if s.name.startswith("tools/call")]
     assert {attrs(s)["session.id"] for s in tool_spans} == set(stable)
     for span in tool_spans:
         assert attrs(span)[SOURCE] == "transport"
         assert attrs(span)["mcp.session.id"] == attrs(span)["session.id"]
         assert attrs(sdk_child(finished, span))["session.id"] == attrs(span)["session.id"]  # the SDK's span too
-    assert first.transport_session_id and second.transport_session_id
+    assert first.transport_session_id
+    assert second.transport_session_id
     raw_ids = [first.transport_session_id, second.transport_session_id]
     for span in finished:
         for text in span_strings(span):
@@ -448,6 +456,7 @@ def test_a_client_sent_session_id_in_baggage_is_never_a_conversation(
 
     assert refused["error"]["code"] == SESSION_REQUIRED
     assert tool_text(whoami) == "none"
-    assert tool_text(counted) == "1" and tool_text(mine) not in ("none", stolen)
+    assert tool_text(counted) == "1"
+    assert tool_text(mine) not in ("none", stolen)
     by_id = {attrs(s)["jsonrpc.request.id"]: attrs(s) for s in of_scope(finished, MIDDLEWARE_SCOPE)}
     assert [by_id[i].get("session.id") for i in "1234"] == [None, None, own, own]

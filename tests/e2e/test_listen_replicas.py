@@ -13,8 +13,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
+import redis.asyncio as aioredis
 
-from _mcp import MCP_PATH, answer, modern_headers, modern_request, session_meta
+from _mcp import MCP_PATH, answer, jwt_claims, modern_headers, modern_request, session_meta
 from _redis import RedisServer
 from e2e._listen import APP, NOTE, WAIT, client, graceful_end
 from e2e._replicas import Replica, base_environ, json_and_sse, replicas
@@ -115,17 +116,35 @@ async def test_too_many_streams_in_one_session_are_refused_before_they_open(pair
         assert "Too many listen streams in this session" in refused["error"]["message"]
 
 
+async def touched_after(redis: RedisServer, key: str, after: float) -> None:
+    """Return once the store has written a last-seen time later than ``after`` (Unix seconds) at ``key`` (a session's
+    status key, docs: stores/_redis.py): Redis's keyspace notifications say when it is written, bounded by WAIT."""
+    client = aioredis.from_url(redis.url)
+    await client.config_set("notify-keyspace-events", "K$")  # keyspace events of string commands: SET
+    try:
+        async with client.pubsub() as pubsub, asyncio.timeout(WAIT):
+            await pubsub.subscribe(f"__keyspace@0__:{key}")
+            while float(await client.get(key) or 0) <= after:
+                await pubsub.get_message(ignore_subscribe_messages=True, timeout=WAIT)
+    finally:
+        await client.config_set("notify-keyspace-events", "")
+        await client.aclose()
+
+
 async def test_an_open_stream_keeps_its_session_from_idling_out(redis: RedisServer) -> None:
-    """idle_ttl 2 s: the stream checks (touches) its session every second, so 3.5 s later it is still alive."""
+    """idle_ttl 2 s: the stream checks (touches) its session every second, so once the store has seen it in use
+    past the other session's idle end, that one has idled out and this one is still alive."""
     environ = {**base_environ(redis), "MCP_SESSIONS_IDLE_TTL": "2"}
     with replicas(environ, app=APP) as [replica]:
         async with client() as c:
             listened, idle = await c.create(replica.url), await c.create(replica.url)
             stream = await c.listen(replica.url, "keeps", listened)
             await c.tool(replica.url, "edit_note", {"name": "a", "text": "x"}, idle)  # its last use
-            await asyncio.sleep(3.5)
+            idle_end = time.time() + 2 + 0.2  # idle_ttl plus the store's write interval (a tenth of it)
+            key = f"{environ['MCP_SESSIONS_REDIS_PREFIX']}{{{jwt_claims(listened['sessionId'])['sid']}}}:s"
+            await touched_after(redis, key, idle_end)
             assert not stream.ended.is_set()
             assert await c.tool(replica.url, "edit_note", {"name": "a", "text": "y"}, listened) == "saved"
             edit = {"name": "edit_note", "arguments": {"name": "a", "text": "z"}}
             gone = await c.request(replica.url, "tools/call", edit, idle)
-            assert gone["error"]["code"] == -32043  # the control: unused for 3.5 s, it idled out
+            assert gone["error"]["code"] == -32043  # the control: unused past its idle end, it idled out

@@ -63,7 +63,8 @@ def fastapi_spans(snippet: str, monkeypatch: pytest.MonkeyPatch) -> tuple[list[R
             client = ModernClient(http, "")
             client.create_session()
             response, answer = client.request("tools/list")
-            assert response.status_code == 200 and "tools" in answer["result"], answer
+            assert response.status_code == 200, answer
+            assert "tools" in answer["result"], answer
         spans = log.wait_middleware(2)
     return spans, of_scope(spans, MIDDLEWARE_SCOPE)
 
@@ -102,7 +103,8 @@ def test_sentry_processor_tags_the_sdk_span_not_the_middleware_span() -> None:
     sid = jwt_claims(session["sessionId"])["sid"]
     assert attrs(one(spans, SDK_SCOPE, "tools/call count"))["mcp.session.id"] == sid
     middleware = attrs(one(spans, MIDDLEWARE_SCOPE, "tools/call count"))
-    assert middleware["session.id"] == sid and "mcp.session.id" not in middleware
+    assert middleware["session.id"] == sid
+    assert "mcp.session.id" not in middleware
 
 
 @contextlib.contextmanager
@@ -252,7 +254,8 @@ def test_the_example_exports_spans_grouped_by_session(receiver: tuple[Receiver, 
     out = io.StringIO()
     with serve(app) as base:
         sids = tracing.run_conversations(f"{base}/mcp", out=out, agent_tracer=agent.get_tracer("test"))
-    assert provider.force_flush() and agent.force_flush()
+    assert provider.force_flush()
+    assert agent.force_flush()
     provider.shutdown()
     agent.shutdown()
 
@@ -285,10 +288,12 @@ def test_the_example_exports_spans_grouped_by_session(receiver: tuple[Receiver, 
 
     # Errors are marked: the tool's refusal, and the -32043 after sessions/delete.
     refused = [s for s in server if s.name == "tools/call add_note" and s.status == STATUS_ERROR]
-    assert len(refused) == 1 and refused[0].attributes["error.type"] == "tool_error"
+    assert len(refused) == 1
+    assert refused[0].attributes["error.type"] == "tool_error"
     assert refused[0].attributes["session.id"] == sids["B"]
     gone = [s for s in server if s.attributes.get("rpc.response.status_code") == "-32043"]
-    assert len(gone) == 1 and gone[0].status == STATUS_ERROR
+    assert len(gone) == 1
+    assert gone[0].status == STATUS_ERROR
     assert gone[0].attributes["session.id"] == sids["A"]
 
     # Conversation B's agent sent _meta.traceparent: its CLIENT span is the parent of the middleware's span.
@@ -296,7 +301,8 @@ def test_the_example_exports_spans_grouped_by_session(receiver: tuple[Receiver, 
     spans = received.by_id()
     for span in b_spans:
         parent = spans[span.parent_id]
-        assert parent.service == tracing.CLIENT_SERVICE_NAME and parent.name.startswith("agent: ")
+        assert parent.service == tracing.CLIENT_SERVICE_NAME
+        assert parent.name.startswith("agent: ")
 
     data = metrics.get_metrics_data()
     assert data is not None
@@ -332,7 +338,8 @@ def test_the_command_in_the_docs(receiver: tuple[Receiver, str]) -> None:
         assert chain[:2] == [("mcp-python-sdk", "tools/call add_note"), ("mcp_sessions", "tools/call add_note")]
         assert all(a.trace_id == span.trace_id for a in received.ancestors(span))
     sdk = [s for s in received.spans if s.scope == "mcp-python-sdk"]
-    assert sdk and all("session.id" in s.attributes for s in sdk)  # from SessionSpanProcessor
+    assert sdk
+    assert all("session.id" in s.attributes for s in sdk)  # from SessionSpanProcessor
     server = [s for s in received.spans if s.scope == "mcp_sessions"]
     captured = {(s.name, s.attributes.get("input.value"), s.attributes.get("output.value")) for s in server}
     # What a person reads: the label a session was created with, each tool's arguments and its answer as text.

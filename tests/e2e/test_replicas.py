@@ -3,15 +3,17 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import httpx
 import mcp_types as types
 import pytest
+from examples.quickstart import build_app
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from _mcp import (
     INVALID_PARAMS,
@@ -29,6 +31,7 @@ from _mcp import (
     tool_text,
 )
 from _redis import RedisServer
+from conftest import serve
 from e2e._replicas import (
     NEW,
     OLD,
@@ -45,6 +48,7 @@ from e2e._replicas import (
     served_replicas,
 )
 from mcp_sessions import KeySet
+from mcp_sessions.stores import RedisStore, SessionStatus
 
 
 @pytest.fixture(scope="module")
@@ -133,17 +137,50 @@ def test_redis_outage_is_retryable_and_ends_without_a_restart(
     assert count(a, fresh) == 1
 
 
+class Later(RedisStore):
+    """The real Redis store, told a time ``ahead[0]`` seconds past the replica's clock: replicas sharing ``ahead``
+    see their sessions' idle clocks run as far as the test moves it, with no wait. A store passed in is its caller's
+    to close: :meth:`closing` closes it as its app's lifespan ends, on its server's event loop."""
+
+    def __init__(self, environ: Mapping[str, str], ahead: list[float]) -> None:
+        super().__init__(environ["MCP_SESSIONS_REDIS_URL"], prefix=environ["MCP_SESSIONS_REDIS_PREFIX"], timeout=2.0)
+        self.ahead = ahead
+
+    async def touch(
+        self, session_id: str, *, expires_at: float, now: float, idle_ttl: float | None, issued_at: float | None = None
+    ) -> SessionStatus:
+        later = now + self.ahead[0]
+        return await super().touch(session_id, expires_at=expires_at, now=later, idle_ttl=idle_ttl, issued_at=issued_at)
+
+    def closing(self, app: ASGIApp) -> ASGIApp:
+        async def closes(scope: Scope, receive: Receive, send: Send) -> None:
+            async def sent(message: Message) -> None:
+                if message["type"] == "lifespan.shutdown.complete":
+                    await self.aclose()
+                await send(message)
+
+            await app(scope, receive, sent if scope["type"] == "lifespan" else send)
+
+        return closes
+
+
 def test_idle_expiry_ends_an_unused_session_on_both_replicas(http: httpx.Client, redis: RedisServer) -> None:
+    """idle_ttl 2 s, on the replicas' clock as the test moves it (:class:`Later`): what expires is in Redis."""
     environ = base_environ(redis, MCP_SESSIONS_IDLE_TTL="2", QUICKSTART_JSON="1")
-    with served_replicas(environ, environ) as started:  # what expires is in Redis: the replicas may share a process
-        a, b = clients(http, started)
+    ahead = [0.0]
+    with contextlib.ExitStack() as stack:
+        urls = [
+            stack.enter_context(serve(store.closing(build_app(environ=environ, store=store))))
+            for store in (Later(environ, ahead), Later(environ, ahead))
+        ]
+        a, b = (ModernClient(http, url) for url in urls)
         used, unused = a.create_session(), a.create_session()
         # Used every 0.4 s, alternately on each replica, for longer than the idle timeout: it lives.
         for i in range(8):
             assert count((a, b)[i % 2], used) == i + 1
-            time.sleep(0.4)
+            ahead[0] += 0.4
         # Unused for longer than idle_ttl plus the last-seen write interval (0.2 s here): it has ended.
-        time.sleep(2.6)
+        ahead[0] += 2.6
         refused(b, unused)
         refused(a, unused)
         refused(a, used)

@@ -26,7 +26,8 @@ HEADER_MISMATCH = -32020  # defined by MCP 2026-07-28: kept
 
 def code(message: dict[str, Any]) -> int:
     error = message["error"]
-    assert isinstance(error["message"], str) and error["message"], message
+    assert isinstance(error["message"], str), message
+    assert error["message"], message
     value: int = error["code"]
     return value
 

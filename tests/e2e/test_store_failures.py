@@ -58,10 +58,12 @@ def test_a_tool_whose_data_write_fails_gets_a_tool_error_and_session_methods_the
         assert counted.status_code == 200, counted.text
         result = answer(counted)["result"]
         # What the SDK makes of any exception out of a tool: its words stay in the server's log.
-        assert result["isError"] is True and result["content"][0]["text"] == "Error executing tool count", result
+        assert result["isError"] is True, result
+        assert result["content"][0]["text"] == "Error executing tool count", result
         deleted = post_modern(http, url, "sessions/delete", {}, **meta)
         if kind == "memory-full":  # a deletion is recorded even past the cap: never forgotten
-            assert deleted.status_code == 200 and answer(deleted)["result"] == {"resultType": "complete"}
+            assert deleted.status_code == 200
+            assert answer(deleted)["result"] == {"resultType": "complete"}
         else:
             assert deleted.status_code == 503, deleted.text
             assert deleted.headers["retry-after"] == "1"

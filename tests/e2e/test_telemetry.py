@@ -187,8 +187,10 @@ def assert_nested(middleware: ReadableSpan, sdk: ReadableSpan, user: ReadableSpa
     """The SDK's span is a child of the middleware's, the user's a child of the SDK's, all in one trace."""
     assert sdk.kind is SpanKind.SERVER
     assert parent_of(sdk) == self_of(middleware)
-    assert middleware.start_time is not None and sdk.start_time is not None
-    assert middleware.end_time is not None and sdk.end_time is not None
+    assert middleware.start_time is not None
+    assert sdk.start_time is not None
+    assert middleware.end_time is not None
+    assert sdk.end_time is not None
     assert middleware.start_time <= sdk.start_time <= sdk.end_time <= middleware.end_time
     if user is not None:
         assert parent_of(user) == self_of(sdk)
@@ -289,7 +291,8 @@ def test_legacy_stateful_spans_carry_the_transport_session(
     client.initialize()
     handshake = spans.wait_middleware(2)
     transport_id = client.transport_session_id
-    assert transport_id is not None and re.fullmatch("[0-9a-f]{32}", transport_id)
+    assert transport_id is not None
+    assert re.fullmatch("[0-9a-f]{32}", transport_id)
     initialize = one(handshake, MIDDLEWARE_SCOPE, "initialize")
     initialized = one(handshake, MIDDLEWARE_SCOPE, "notifications/initialized")
     assert "mcp.session.id" not in attrs(initialize)  # the transport session does not exist yet
@@ -854,7 +857,8 @@ def test_metrics_have_the_conventions_names_units_buckets_and_reasons(span_log: 
         "revoked": 1,
     }
     for name, key, value in metric_attribute_values(metrics):
-        assert sid not in str(value) and token not in str(value), (name, key)
+        assert sid not in str(value), (name, key)
+        assert token not in str(value), (name, key)
 
 
 # -- a conversation as the viewers read it ----------------------------------------------------------
@@ -955,7 +959,8 @@ def test_the_user_of_every_call_is_who_the_server_authenticated_when_asked(
     if expected == "digest":
         assert user is not None
         digest = IdDigests(SessionsConfig(secret=SECRET).keys).user(user)
-        assert USER.fullmatch(digest) and users == {digest}  # every call, the session's and the others
+        assert USER.fullmatch(digest)
+        assert users == {digest}  # every call, the session's and the others
     else:
         assert users == {expected}
 
@@ -1008,7 +1013,8 @@ def test_with_capture_a_session_shows_its_label_first_and_how_it_ended_last() ->
     mode = traced.span("mode")
     assert (mode["output.value"], mode["output.mime_type"]) == ("terse", "text/plain")
     assert mode["gen_ai.tool.call.result"] == "terse"
-    assert "input.value" not in traced.span("list") and "output.value" not in traced.span("list")
+    assert "input.value" not in traced.span("list")
+    assert "output.value" not in traced.span("list")
 
 
 # -- without an SDK --------------------------------------------------------------------------------

@@ -134,7 +134,8 @@ def test_bearer_values_in_a_uri_or_an_id_never_reach_a_span(
     basket = tool_text(modern.call_tool("create_basket")[1])
     legacy.initialize()
     transport = legacy.transport_session_id
-    assert transport is not None and basket.startswith("bsk_")
+    assert transport is not None
+    assert basket.startswith("bsk_")
     span_log.clear()
 
     _, answered = modern.request("resources/read", {"uri": f"note://{token}"}, session=session_meta(token), id=token)

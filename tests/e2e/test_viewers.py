@@ -156,7 +156,8 @@ async def test_stock_2025_client_with_adopted_transport_sessions(traced: Traced)
                 whoami = await client.call_tool("whoami", {})
                 assert isinstance(whoami.structured_content, dict)
                 sids.append(whoami.structured_content["result"])
-    assert len(set(sids)) == 2 and "none" not in sids
+    assert len(set(sids)) == 2
+    assert "none" not in sids
     # The handshake's notifications and the closing DELETE may be traced in the session too: at least the calls.
     traced.expect(dict.fromkeys(sids, CALLS), at_least=True)
 

@@ -146,7 +146,8 @@ def test_a_memory_store_in_gunicorn_workers_warns_in_each() -> None:
     with contextlib.closing(Workers(2, {"MCP_SESSIONS_SECRET": SECRET}, gunicorn=True)) as server:
 
         def warned_twice() -> bool:
-            assert server.process is not None and server.process.poll() is None, server.output()
+            assert server.process is not None, server.output()
+            assert server.process.poll() is None, server.output()
             return server.output().count("MemoryStore in a worker process") >= 2
 
         until(warned_twice, lambda: f"the two workers did not warn:\n{server.output()}")

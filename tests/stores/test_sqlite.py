@@ -176,7 +176,8 @@ def test_three_uvicorn_workers_share_sessions_data_and_deletion(tmp_path: Path) 
 
         with fresh(server.url) as client:
             response, deleted = client.request("sessions/delete", session=meta)
-        assert response.status_code == 200 and "result" in deleted, deleted
+        assert response.status_code == 200, deleted
+        assert "result" in deleted, deleted
 
         refused_by: set[int] = set()
         for _ in range(60):  # bounded: until every worker has refused it

@@ -71,7 +71,8 @@ def test_any_umask_gives_files_only_their_owner_can_read(tmp_path: Path, umask: 
     finally:
         os.umask(previous)
     files = [file for file in tmp_path.iterdir() if file.name.startswith(path.name)]
-    assert files and {file.name: mode(file) for file in files} == {file.name: 0o600 for file in files}
+    assert files
+    assert {file.name: mode(file) for file in files} == {file.name: 0o600 for file in files}
 
 
 async def test_an_existing_database_others_can_read_is_reported_at_startup(
@@ -84,7 +85,9 @@ async def test_an_existing_database_others_can_read_is_reported_at_startup(
         store = SQLiteStore(path)
     await store.aclose()
     [warning] = [record.getMessage() for record in caplog.records if "SQLite" in record.getMessage()]
-    assert str(path) in warning and "644" in warning and "chmod 600" in warning
+    assert str(path) in warning
+    assert "644" in warning
+    assert "chmod 600" in warning
     assert mode(path) == 0o644  # reported, not changed behind the operator's back
 
 

@@ -69,7 +69,8 @@ def test_the_limits_themselves_are_kept() -> None:
     assert baggage_member(members) == "conv-1"
     longest = ",k=" + "v" * (MAX_MEMBER_BYTES - 2)  # a comma, and a member of MAX_MEMBER_BYTES
     padded = f"{MEMBER}=conv-1{longest},k=" + "v" * (MAX_BAGGAGE_BYTES - len(MEMBER) - 10 - len(longest))
-    assert len(padded) == MAX_BAGGAGE_BYTES and baggage_member(padded) == "conv-1"
+    assert len(padded) == MAX_BAGGAGE_BYTES
+    assert baggage_member(padded) == "conv-1"
 
 
 @given(st.text(), st.sampled_from(["", f"{MEMBER}=", f"k=v,{MEMBER}=c;p,"]))
@@ -120,7 +121,8 @@ def test_a_turn_is_recorded_as_a_turn_never_as_a_conversation(
 ) -> None:
     found = hosts().find({}, meta)
     assert (found and (found.source, found.id)) == conversation
-    assert turn_of(meta) == turn and (found is None or found.turn == turn)
+    assert turn_of(meta) == turn
+    assert found is None or found.turn == turn
 
 
 @pytest.mark.parametrize("key", ["claudecode/toolUseId", "vscode.requestId"])
@@ -148,7 +150,8 @@ def test_baggage_names_a_conversation_after_every_host_key(
     headers: dict[bytes, bytes], meta: dict[str, Any] | None, expected: tuple[str, str]
 ) -> None:
     found = hosts(HostKey("header:x-chat", "header", "x-chat")).find(headers, meta)
-    assert found is not None and (found.source, found.id) == expected
+    assert found is not None
+    assert (found.source, found.id) == expected
 
 
 @pytest.mark.parametrize(

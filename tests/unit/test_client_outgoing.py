@@ -36,7 +36,8 @@ def test_nothing_to_stamp_sends_the_callers_bytes() -> None:
     attempt = stamp(post(body), "tok")
 
     assert attempt.body == body
-    assert attempt.token is None and attempt.stamped_ids == []
+    assert attempt.token is None
+    assert attempt.stamped_ids == []
     assert ("content-length", str(len(body))) in attempt.headers
     assert ("mcp-session-id", "stale") in attempt.headers  # nothing names a session: left as it was
 
@@ -51,8 +52,11 @@ def test_the_attempt_records_which_session_each_request_named(version: str, head
     attempt = stamp(post(json.dumps(batch).encode(), version), "tok")
 
     assert attempt.stamped_ids == [1]
-    assert attempt.named(1, "tok") and attempt.named(2, "own")
-    assert not attempt.named(2, "tok") and not attempt.named(3, "tok") and not attempt.named(1, None)
+    assert attempt.named(1, "tok")
+    assert attempt.named(2, "own")
+    assert not attempt.named(2, "tok")
+    assert not attempt.named(3, "tok")
+    assert not attempt.named(1, None)
     assert [value for key, value in attempt.headers if key == "mcp-session-id"] == [header]
 
 
@@ -63,7 +67,9 @@ def test_json_rpc_frames_the_client_shares() -> None:
         {"jsonrpc": "2.0", "method": "a"}
     ]
     assert jsonrpc.requests_and_notifications({"jsonrpc": "1.0", "method": "a"}) is None
-    assert jsonrpc.is_response({"id": None, "result": {}}) and not jsonrpc.is_response({"id": 1, "method": "m"})
+    assert jsonrpc.is_response({"id": None, "result": {}})
+    assert not jsonrpc.is_response({"id": 1, "method": "m"})
     assert jsonrpc.error_code({"error": {"code": -32043}}) == -32043
-    assert jsonrpc.error_code({"error": {"code": True}}) is None and jsonrpc.error_code(None) is None
+    assert jsonrpc.error_code({"error": {"code": True}}) is None
+    assert jsonrpc.error_code(None) is None
     assert jsonrpc.meta({"_meta": []}) is None

@@ -400,7 +400,8 @@ async def test_a_server_that_does_not_know_sessions_create_gets_the_request_sess
     first = await post(shim, call())
     second = await post(shim, call())
 
-    assert "result" in first.json() and "result" in second.json()
+    assert "result" in first.json()
+    assert "result" in second.json()
     assert [body["method"] for _, body in server.requests] == ["sessions/create", "tools/call", "tools/call"]
     assert shim.supports_sessions is False
 
@@ -506,9 +507,11 @@ def test_session_handle_round_trip_and_inspection() -> None:
 
     assert handle.id == "abcdefghijklmnopqrstuvwx"
     assert handle.claims == claims
-    assert handle.active and not handle.expired()
+    assert handle.active
+    assert not handle.expired()
     assert handle.meta() == {"sessionId": token, "state": "s"}
-    assert token not in repr(handle) and "abcdefghijklmnopqrstuvwx" in repr(handle)
+    assert token not in repr(handle)
+    assert "abcdefghijklmnopqrstuvwx" in repr(handle)
     assert handle.to_dict() == {"sessionId": token, "state": "s", "expiresAt": "2030-01-02T03:04:05Z", "label": "L"}
     again = HeldSession.from_dict(handle.to_dict())
     assert again.to_dict() == handle.to_dict()
@@ -516,7 +519,8 @@ def test_session_handle_round_trip_and_inspection() -> None:
     assert HeldSession("t", expires_at=datetime(2000, 1, 1)).expired()
 
     handle.clear()
-    assert handle.to_dict() == {"label": "L"} and not handle.active
+    assert handle.to_dict() == {"label": "L"}
+    assert not handle.active
     with pytest.raises(ValueError):
         handle.meta()
     for bad in ({"sessionId": 5}, {"expiresAt": "tomorrow"}, {"expiresAt": "2030-01-02T03:04:05"}):
@@ -526,5 +530,6 @@ def test_session_handle_round_trip_and_inspection() -> None:
 
 def test_session_error_never_shows_the_token() -> None:
     error = SessionError(SESSION_NOT_FOUND, "Session not found", {"sessionId": "secret-token"})
-    assert "secret-token" not in str(error) and "secret-token" not in repr(error)
+    assert "secret-token" not in str(error)
+    assert "secret-token" not in repr(error)
     assert error.code == SESSION_NOT_FOUND

@@ -83,7 +83,8 @@ def test_a_result_reads_as_its_text_else_its_structured_content(
 
 def test_a_long_result_is_read_only_up_to_the_bound() -> None:
     text, _ = readable_result({"content": [{"type": "text", "text": "x" * 10_000}] * 1000})
-    assert text is not None and len(text) <= MAX_CONTENT_BYTES + 1
+    assert text is not None
+    assert len(text) <= MAX_CONTENT_BYTES + 1
     assert bounded_text(text).endswith(TRUNCATED)
     assert len(bounded_text("é" * 5000).encode()) <= MAX_CONTENT_BYTES
 
@@ -128,7 +129,8 @@ def test_a_user_digest_is_keyed_and_stable_and_a_name_is_redacted() -> None:
     assert user_of("digest", lambda scope: "alice") != user_of("digest", lambda scope: "alice")  # a key per process
     assert user_of("name", lambda scope: "alice@example.com") == "alice@example.com"
     name = user_of("name", lambda scope: f"sub {TOKEN}")
-    assert name.startswith("sub [redacted]") and not any(part in name for part in TOKEN.split("."))
+    assert name.startswith("sub [redacted]")
+    assert not any(part in name for part in TOKEN.split("."))
     assert user_of("name", lambda scope: None) is None
 
     async def later(scope: Scope) -> str:
@@ -161,7 +163,8 @@ def test_the_providers_are_flushed_each_once_and_a_failure_is_only_logged(
     monkeypatch.setattr(metrics, "get_meter_provider", lambda: no_timeout)
     _telemetry.flush_providers(tracer, meter)  # type: ignore[arg-type]
     assert log == ["tracer 10000", "meter 10000", "no timeout"]
-    assert "did not export everything" in caplog.text and "the collector is down" in caplog.text
+    assert "did not export everything" in caplog.text
+    assert "the collector is down" in caplog.text
 
 
 def test_the_api_stand_ins_are_left_alone(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:

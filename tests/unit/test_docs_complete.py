@@ -116,7 +116,8 @@ def test_configuration_lists_every_variable_with_a_default_and_an_example() -> N
     documented = set().union(*(variables(row["variable"]) for row in rows))
     assert documented == variables_read()
     for row in rows:
-        assert row["default"] and row["what it does"], row
+        assert row["default"], row
+        assert row["what it does"], row
         assert _CODE.search(row["example"]), row  # a value to copy, as code
     assert set().union(*(named(row["option"]) for row in rows)) <= options()
 

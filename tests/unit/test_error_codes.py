@@ -64,7 +64,8 @@ def test_the_application_codes_lie_outside_the_json_rpc_reserved_range() -> None
     application = codes(SessionsConfig(secret=SECRET, profiles=every, error_codes="application"))
     assert application == {name: (-31043, -31044, -32020) for name in PROFILES}
     assert all(outside_reserved(c) for wire in application.values() for c in wire[:2])
-    assert not outside_reserved(SPEC_SAFE_NOT_FOUND) and not outside_reserved(SPEC_SAFE_REQUIRED)
+    assert not outside_reserved(SPEC_SAFE_NOT_FOUND)
+    assert not outside_reserved(SPEC_SAFE_REQUIRED)
     environ = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_ERROR_CODES": "application"}
     assert codes(SessionsConfig.from_env(environ=environ))["draft"] == (-31043, -31044, -32020)
 

@@ -34,7 +34,8 @@ def signed(transport_ids: TransportIds, upstream_id: bytes = UPSTREAM) -> bytes:
 
 def test_an_id_the_gateway_signed_names_its_replica_and_the_upstreams_own_id() -> None:
     issued = signed(ids())
-    assert issued.startswith(TAG + b"~" + UPSTREAM + b"~") and len(issued) == len(TAG + UPSTREAM) + 2 + 22
+    assert issued.startswith(TAG + b"~" + UPSTREAM + b"~")
+    assert len(issued) == len(TAG + UPSTREAM) + 2 + 22
     assert ids().verify(issued) == (TAG, UPSTREAM)  # another gateway with the same keys: the same answer
     assert signed(ids()) == issued  # and the same id
 
@@ -106,7 +107,8 @@ def test_asymmetric_keys_sign_too_and_verify_only_keys_are_no_use() -> None:
 def test_an_upstream_id_that_is_not_plain_travels_encoded(upstream_id: bytes) -> None:
     issued = signed(ids(), upstream_id)
     assert issued.startswith(TAG + b"!")
-    assert all(octet in VISIBLE for octet in issued) and b"." not in issued
+    assert all(octet in VISIBLE for octet in issued)
+    assert b"." not in issued
     assert ids().verify(issued) == (TAG, upstream_id)
 
 
@@ -117,7 +119,9 @@ def test_the_ids_are_visible_ascii_without_a_dot_and_at_most_256_characters() ->
             upstream_id = bytes(draw.choice(alphabet) for _ in range(draw.randint(1, longest - len(end)))) + end
             issued = signed(transport_ids, upstream_id)
             assert issued[len(TAG) : len(TAG) + 1] == form  # a dot at the end: never plain
-            assert all(octet in VISIBLE for octet in issued) and b"." not in issued and len(issued) <= MAX_ID
+            assert all(octet in VISIBLE for octet in issued)
+            assert b"." not in issued
+            assert len(issued) <= MAX_ID
             assert transport_ids.verify(issued) == (TAG, upstream_id)
     assert transport_ids.verify(signed(transport_ids, b"~!~")) == (TAG, b"~!~")  # the separators, as they are
 

@@ -16,8 +16,12 @@ import pytest
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
-from conftest import SECRET
+from conftest import SECRET, serve
 from mcp_sessions import MCPSessionMiddleware, SessionsConfig
 from mcp_sessions._gateway._front import HostCheck, RoutedPaths, trusted_proxies
 from mcp_sessions._gateway.auth._users import JWKS_LIFESPAN, JwtVerifier
@@ -163,7 +167,8 @@ def _data_of(stream: bytes) -> list[str]:
 def test_the_gateways_door_is_the_sdks_rule() -> None:
     """A foreign Host's 421 is test_gateway.py's, through a gateway process."""
     origin = HostCheck(None, None).check([(b"host", b"localhost:1"), (b"origin", b"http://evil.example")])
-    assert origin is not None and origin.status == 403
+    assert origin is not None
+    assert origin.status == 403
     assert HostCheck([], []).check([(b"host", b"anything")]) is None
     assert HostCheck(["mcp.example.com"], []).check([(b"host", b"mcp.example.com")]) is None
     with pytest.raises(TypeError):
@@ -176,7 +181,9 @@ def test_the_endpoint_is_matched_as_a_lenient_server_routes_it() -> None:
         assert path in paths, path
     for path in ("/mcp/x", "/mcpx", "/", "/x/mcp"):
         assert path not in paths, path
-    assert "/" in RoutedPaths(["/"]) and "/mcp/" in RoutedPaths(["/mcp/"]) and "/mcp" in RoutedPaths(["/mcp/"])
+    assert "/" in RoutedPaths(["/"])
+    assert "/mcp/" in RoutedPaths(["/mcp/"])
+    assert "/mcp" in RoutedPaths(["/mcp/"])
 
 
 def test_trusted_proxies_are_uvicorns_and_nothing_else() -> None:
@@ -200,29 +207,54 @@ def test_a_per_address_limit_counts_the_principal_and_the_address_both() -> None
 
 
 @pytest.mark.anyio
+async def test_a_token_whose_exp_has_a_fraction_is_verified_and_ends_at_its_whole_second() -> None:
+    """RFC 7519's NumericDate may have a fraction; the SDK's ``AccessToken.expires_at`` takes whole seconds: it is
+    the second the token expires in (never later), where pydantic raised a ValidationError, neither a verified token
+    nor a refusal."""
+    key = {"kty": "oct", "kid": "k1", "k": "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LTAxMjM0NQ", "alg": "HS256"}
+    exp = time.time() + 600.75
+    token = jwt.encode({"sub": "u", "iss": "i", "aud": "a", "exp": exp}, jwt.PyJWK(key).key, "HS256", {"kid": "k1"})
+    with serve(Starlette(routes=[Route("/jwks.json", lambda request: JSONResponse({"keys": [key]}))])) as url:
+        verifier = JwtVerifier(url + "/jwks.json", issuer="i", audience="a")
+        with anyio.fail_after(5):
+            async with verifier.running():
+                access = await verifier.verify(token)
+    assert access.expires_at == int(exp)
+
+
+@pytest.mark.anyio
 async def test_a_stale_key_set_is_fetched_behind_the_request_in_a_task_of_the_lifespan() -> None:
     """The request that finds the set stale goes on with the key it has while the fetch, on a worker thread, runs
-    in the lifespan's task group; the lifespan's end does not wait for a fetch still under way."""
+    in the lifespan's task group; the lifespan's end does not wait for a fetch still under way. The JWKS is served
+    on loopback (its second fetch held until the test lets it go); the verifier's clock is the test's."""
     key = {"kty": "oct", "kid": "k1", "k": "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LTAxMjM0NQ", "alg": "HS256"}
-    released, fetches = threading.Event(), []
+    token = jwt.encode(
+        {"sub": "u", "iss": "i", "aud": "a", "exp": int(time.time()) + 600}, jwt.PyJWK(key).key, "HS256", {"kid": "k1"}
+    )
+    asked, released, fetches = threading.Event(), threading.Event(), []
 
-    def signing_keys(refresh: bool = False) -> list[jwt.PyJWK]:
-        fetches.append(threading.current_thread())
+    def keys(request: Request) -> JSONResponse:
+        fetches.append(request)
         if len(fetches) > 1:  # the refresh: held until the test lets it go
+            asked.set()
             released.wait(10)
-        return [jwt.PyJWK(key)]
+        return JSONResponse({"keys": [key]})
 
-    verifier = JwtVerifier("http://127.0.0.1:9/jwks.json", issuer="i", audience="a")
-    verifier._client.get_signing_keys = signing_keys  # type: ignore[method-assign]
-    with anyio.fail_after(5):
-        async with verifier.running():
-            assert verifier.state()["keys"] == 1 and len(fetches) == 1
-            verifier._fetched = verifier._attempted = time.monotonic() - JWKS_LIFESPAN  # stale, its cooldown over
-            assert (await verifier._key("k1")).key_id == "k1"
-            while len(fetches) < 2:  # noqa: ASYNC110
-                await anyio.sleep(0.01)
-            assert fetches[1] is not threading.current_thread() and not fetches[1].daemon
-    released.set()
+    now = [0.0]
+    with serve(Starlette(routes=[Route("/jwks.json", keys)])) as url:
+        verifier = JwtVerifier(url + "/jwks.json", issuer="i", audience="a", clock=lambda: now[0])
+        try:
+            with anyio.fail_after(5):
+                async with verifier.running():
+                    assert verifier.state()["keys"] == 1
+                    assert len(fetches) == 1
+                    now[0] += JWKS_LIFESPAN + 1  # stale, its cooldown over
+                    assert (await verifier.verify(token)).subject == "u"  # not held by the fetch it started
+                    assert await anyio.to_thread.run_sync(asked.wait, 5), "the stale set was not fetched again"
+                # The lifespan has ended; the fetch is still held.
+                assert not released.is_set()
+        finally:
+            released.set()
 
 
 @pytest.mark.anyio
@@ -263,5 +295,7 @@ async def test_a_request_in_flight_as_its_transport_session_ends_gets_its_answer
 
     error, not_found = ended.error.model_dump(exclude_none=True), {"code": -32600, "message": "Session not found"}
     assert all(answer in ({}, error, not_found) for answer in found), found
-    assert found[-1] == {} and error in found
-    assert large.status_code == 413 and "too large (limit 1000 bytes)" in large.json()["error"]["message"]
+    assert found[-1] == {}
+    assert error in found
+    assert large.status_code == 413
+    assert "too large (limit 1000 bytes)" in large.json()["error"]["message"]

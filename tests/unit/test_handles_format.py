@@ -107,8 +107,10 @@ def test_a_minted_handle_verifies_with_its_kind_id_and_expiry(handles: Handles) 
     assert handle.kind == "basket"
     assert handle.token == token
     assert before + 120 <= handle.expires_at_timestamp <= time.time() + 121
-    assert handle.id not in token and len(handle.id) == 16
-    assert token not in repr(handle) and handle.id in repr(handle)
+    assert handle.id not in token
+    assert len(handle.id) == 16
+    assert token not in repr(handle)
+    assert handle.id in repr(handle)
     assert run(handles.verify(token)).id == handle.id  # stable
 
 
@@ -122,7 +124,8 @@ def test_one_changed_character_anywhere_is_refused(handles: Handles, position: i
             continue
         error = refusal(handles, changed)
         assert error.reason in ("forged", "malformed")
-        assert changed[4:] not in str(error) and token[4:] not in str(error)
+        assert changed[4:] not in str(error)
+        assert token[4:] not in str(error)
 
 
 def test_the_errors_name_the_problem_and_never_the_handle(handles: Handles) -> None:
@@ -137,7 +140,8 @@ def test_the_errors_name_the_problem_and_never_the_handle(handles: Handles) -> N
     for reason, value in cases.items():
         error = refusal(handles, value, kind="basket", principal="bob")
         assert error.reason == reason, (reason, error)
-        assert value[5:] not in error.message and "create_basket" in error.message
+        assert value[5:] not in error.message
+        assert "create_basket" in error.message
     assert "expired at" in refusal(handles, cases["expired"]).message
     assert "another user" in refusal(handles, cases["other_principal"], principal="bob").message
     # Anonymous use of a principal-bound handle is another principal's use too.
@@ -318,14 +322,16 @@ def test_check_call_verifies_every_handle_in_the_arguments(handles: Handles) -> 
 
     errors: list[HandleError] = []
     result = run(check_call(handles, params, None, errors=errors))
-    assert result is not None and result["isError"] is True
+    assert result is not None
+    assert result["isError"] is True
     [content] = result["content"]
     assert content["text"].startswith("argument 'deep.orders[0]': order handle ordr_… belongs to another user")
     assert [error.reason for error in errors] == ["other_principal"]
 
     crowded = {"arguments": {f"b{i}": basket for i in range(handles.max_handles_per_call + 1)}}
     too_many = run(check_call(handles, crowded, None))
-    assert too_many is not None and "at most 16" in too_many["content"][0]["text"]
+    assert too_many is not None
+    assert "at most 16" in too_many["content"][0]["text"]
 
 
 def test_a_refused_mint_is_the_sdks_error_where_the_sdk_is_installed() -> None:
@@ -335,6 +341,7 @@ def test_a_refused_mint_is_the_sdks_error_where_the_sdk_is_installed() -> None:
     from mcp_sessions.handles._registry import raised_limit_exceeded
 
     raised = raised_limit_exceeded()("no handle was created: over; retry in 3 s", retry_after=3)
-    assert isinstance(raised, HandleLimitExceeded) and isinstance(raised, MCPError)
+    assert isinstance(raised, HandleLimitExceeded)
+    assert isinstance(raised, MCPError)
     assert (raised.code, raised.data, raised.retry_after) == (-32011, {"retryAfter": 3}, 3)
     assert str(raised) == raised.message == "no handle was created: over; retry in 3 s"

@@ -88,9 +88,11 @@ def test_the_first_matching_key_wins_whatever_the_order_in_meta() -> None:
 
 def test_openai_subject_is_the_user() -> None:
     found = hosts().find({}, {"openai/session": "s-1", "openai/subject": "u-1"})
-    assert found is not None and found.user == "u-1"
+    assert found is not None
+    assert found.user == "u-1"
     other = hosts().find({}, {"vscode.conversationId": "c", "openai/subject": "u-1"})
-    assert other is not None and other.user is None
+    assert other is not None
+    assert other.user is None
 
 
 def test_digests_are_keyed_stable_and_separate() -> None:
@@ -100,7 +102,8 @@ def test_digests_are_keyed_stable_and_separate() -> None:
     raw = b"0123456789abcdef0123456789abcdef"
 
     assert digests.transport(raw) == again.transport(raw) != other.transport(raw)
-    assert digests.transport(raw).startswith("ts-") and raw.decode() not in digests.transport(raw)
+    assert digests.transport(raw).startswith("ts-")
+    assert raw.decode() not in digests.transport(raw)
     assert digests.conversation("openai", "c", None) != digests.conversation("vscode", "c", None)
     assert digests.conversation("openai", "c", None) != digests.conversation("openai", "c", "principal")
     assert len(digests.conversation("openai", "c", None)) == 27
@@ -174,7 +177,8 @@ async def test_a_minted_session_resolves_to_its_stable_id_and_revoked_is_refused
 ) -> None:
     minted = await service.mint(SCOPE, None)
     session = await resolve(service, {"sessionId": minted.token})
-    assert session.id == minted.claims.session_id and session.token == minted.token
+    assert session.id == minted.claims.session_id
+    assert session.token == minted.token
     assert await service.revoke(session)
     with pytest.raises(Refusal) as refused:
         await resolve(service, {"sessionId": minted.token})

@@ -41,7 +41,8 @@ def test_a_user_without_an_identity_is_bound_to_no_one_and_the_log_says_so_once(
         assert principal(Nameless(identity, "Alice")) is None
         assert principal(Nameless(identity, "Bob")) is None
     said = [r.getMessage() for r in caplog.records if "no identity" in r.getMessage()]
-    assert len(said) == 1 and "Nameless" in said[0]
+    assert len(said) == 1
+    assert "Nameless" in said[0]
     assert "Alice" not in said[0]
 
 

@@ -237,7 +237,8 @@ def test_a_json_answer_past_the_bound_is_a_502_with_the_requests_error(pieces: i
     body = b'{"jsonrpc":"2.0","id":7,"result":{"text":"' + b"a" * LIMIT + b'"}}'
     size = -(-len(body) // pieces)
     sent, stopped = answered([body[i : i + size] for i in range(0, len(body), size)] + [b""])
-    assert stopped and [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+    assert stopped
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
     assert sent[0]["status"] == 502
     assert json.loads(sent[1]["body"]) == {"jsonrpc": "2.0", "id": 7, "error": TOO_LARGE}
 
@@ -252,6 +253,7 @@ def test_a_json_answer_within_the_bound_in_pieces_is_rewritten() -> None:
 def test_an_event_that_never_ends_is_refused_and_the_events_before_it_go_on() -> None:
     notification = b'event: message\ndata: {"jsonrpc":"2.0","method":"n"}\n\n'
     sent, stopped = answered([notification, b"data: " + b"x" * 600, b"x" * 600, b""], b"text/event-stream")
-    assert stopped and sent[-1]["more_body"] is False
+    assert stopped
+    assert sent[-1]["more_body"] is False
     error = json.dumps({"jsonrpc": "2.0", "id": 7, "error": TOO_LARGE}, separators=(",", ":")).encode()
     assert body_of(sent) == notification + b"event: message\ndata: " + error + b"\n\n"

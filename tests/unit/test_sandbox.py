@@ -70,7 +70,8 @@ async def test_a_taken_uid_is_always_a_place_s(tmp_path: Path, monkeypatch: pyte
         scope.cancel()
         place = await sandbox.enter("p1")
     assert (place.uid, list(uids.held)) == (61990, [61990])
-    assert await place.leave() is None and not uids.held
+    assert await place.leave() is None
+    assert not uids.held
 
     def no_descriptor(path: str) -> int:
         raise OSError(errno.EMFILE, "Too many open files")

@@ -104,4 +104,5 @@ def test_a_profile_that_cannot_be_compiled_is_said_in_one_line(tmp_path: Path, w
         path.write_text(written)
     with pytest.raises(ProfileError) as raised:
         compiled(str(path))
-    assert said in str(raised.value) and "\n" not in str(raised.value), raised.value
+    assert said in str(raised.value), raised.value
+    assert "\n" not in str(raised.value), raised.value

@@ -267,4 +267,4 @@ async def test_auto_asks_the_server_through_the_factory_what_it_speaks(speaks: l
     async with table(processes="auto", speaks=speaks) as (children, made):
         conversation = await children.conversation_for(scope(), "tools/call")
 
-    assert made[0].label == "revisions" and conversation.key.kind == chosen
+    assert made[0].label == "the revision probe" and conversation.key.kind == chosen

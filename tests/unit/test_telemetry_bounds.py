@@ -147,7 +147,8 @@ def test_no_bearer_value_in_a_uri_an_id_a_status_or_an_exception(recorded: Recor
         for part in parts(bearer):
             assert part not in text, f"{part!r} is in {text!r}"
     assert attrs(span)["mcp.resource.uri"].startswith("note://[redacted]")
-    assert span.status.description is not None and span.status.description.startswith("Unknown resource: note://")
+    assert span.status.description is not None
+    assert span.status.description.startswith("Unknown resource: note://")
     [event] = span.events
     assert str(dict(event.attributes or {})["exception.message"]).startswith("no note named [redacted]")
     assert "test_no_bearer_value_in_a_uri_an_id_a_status_or_an_exception" in str(event.attributes)  # its frames

@@ -157,7 +157,8 @@ def run(
     if parts.scheme not in ("http", "https") or not parts.hostname:
         shown = printable(args.url)
         raise UsageError(f"URL is an http(s) URL of the remote's MCP endpoint, not {shown!r}")
-    credentials = Credentials(lambda: credential_headers(args, environ))
+    files = args.bearer_file is not None or any(spec.partition("=")[2].startswith("file:") for spec in args.header)
+    credentials = Credentials(lambda: credential_headers(args, environ), from_files=files)
     headers: dict[str, str] = {}
     conversation = conversation_of(args.conversation_env, environ)
     if conversation is not None:
@@ -351,9 +352,15 @@ class Refusals(httpx2.AsyncBaseTransport):
         self._reached = False  # a connection refused after this is the remote restarting
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        request.headers.update(self._credentials.current)
+        credentials = self._credentials
+        if credentials.unread is not None:
+            credentials.reread()
+        request.headers.update(credentials.current)
         if request.method != "POST":
             return await self._inner.handle_async_request(request)
+        if credentials.unread is not None:  # as a refused one: its answer says why, the next request reads again
+            said = f"this server's credentials cannot be read yet ({credentials.unread}): each request reads them again"
+            return self._refused(request, 401, INTERNAL_ERROR, said)
         response = await self._sent(request)
         if response.status_code in REFUSED_STATUSES and self._credentials.reread():
             await response.aclose()
@@ -364,12 +371,17 @@ class Refusals(httpx2.AsyncBaseTransport):
             return response
         status = response.status_code
         reason = await _described(response)
-        said = (
-            f"{self._where} refused this server's credentials (HTTP {status}{reason}): "
-            "set them with --bearer-env VAR, --bearer-file FILE or "
-            "--header NAME=env:VAR in the host's configuration"
-        )
+        said = f"{self._where} refused this server's credentials (HTTP {status}{reason}): {self._advice()}"
         return self._refused(request, status, INTERNAL_ERROR, said)
+
+    def _advice(self) -> str:
+        """What to do about a refusal, by what was sent: none, a file's (read again already), a variable's."""
+        if not self._credentials.current:
+            options = "--bearer-env VAR, --bearer-file FILE or --header NAME=env:VAR"
+            return f"set them with {options} in the host's configuration"
+        if self._credentials.from_files:
+            return "their file holds no other: write a fresh one there (each refusal reads it again)"
+        return "give a fresh value in the host's configuration (its variable is read as the host starts this server)"
 
     async def _sent(self, request: httpx2.Request) -> httpx2.Response:
         """The remote's response, the request sent again while the remote restarts, for :data:`RESTART_WITHIN`."""

@@ -68,6 +68,11 @@ def credential_headers(args: argparse.Namespace, environ: Mapping[str, str]) -> 
     return headers
 
 
+class Unreadable(UsageError):
+    """A credential's file that cannot be read, or is empty: ``connect`` answers each request so until it can (a
+    token refresher may not have written it yet), as it answers a refused one."""
+
+
 def _secret(kind: str, where: str, environ: Mapping[str, str], what: str) -> str:
     """The value in variable or file ``where``, stripped; a usage error naming ``what`` (never ``where``) if there is
     none."""
@@ -80,11 +85,12 @@ def _secret(kind: str, where: str, environ: Mapping[str, str], what: str) -> str
                 value = file.read(MAX_VALUE + 1)
         except (OSError, UnicodeDecodeError) as exc:
             reason = getattr(exc, "strerror", None) or "not UTF-8 text"
-            raise UsageError(f"{what}: cannot read {source} it names: {reason}") from None
+            raise Unreadable(f"{what}: cannot read {source} it names: {reason}") from None
     value = value.strip()
     if not value:
-        state = "is not set or empty" if kind == "env" else "is empty"
-        raise UsageError(f"{what}: {source} it names {state}")
+        if kind == "file":
+            raise Unreadable(f"{what}: {source} it names is empty")
+        raise UsageError(f"{what}: {source} it names is not set or empty")
     if len(value) > MAX_VALUE or not value.isprintable():
         raise UsageError(f"{what}: {source} it names must hold one line, the value")
     return value
@@ -94,15 +100,26 @@ class Credentials:
     """The credential headers, read from their variables and files at the start, and again when the remote refuses
     them: a file a token refresher rewrote is read at the next refusal (``current`` keeps the last good read)."""
 
-    def __init__(self, read: Callable[[], dict[str, str]]) -> None:
+    def __init__(self, read: Callable[[], dict[str, str]], *, from_files: bool = False) -> None:
+        """``from_files``: some come from a file (a refresher's), which a refusal leads to read again."""
         self._read = read
-        self.current = read()  # at the start, a usage error names what cannot be read
+        self.from_files = from_files
+        self.unread: str | None = None
+        """Why they cannot be read yet: a file missing or empty at the start, read again at each request until it is
+        there (any other problem is a usage error at the start)."""
+        try:
+            self.current = read()
+        except Unreadable as exc:
+            self.current, self.unread = {}, str(exc)
 
     def reread(self) -> bool:
         """Read them again: whether they changed."""
         try:
             fresh = self._read()
-        except UsageError:  # a refresher between two writes, or a file gone: keep what was sent
+        except UsageError as exc:  # a refresher between two writes, or a file gone: keep what was sent
+            if self.unread is not None:
+                self.unread = str(exc)
             return False
+        self.unread = None
         changed, self.current = fresh != self.current, fresh
         return changed

@@ -133,6 +133,13 @@ class Gateway(uvicorn.Server):
         except ValueError as exc:
             print(f"mcp-sessions gateway: {exc}", file=stderr)
             return EXIT_USAGE
+        # sse-starlette, whose event streams carry the mcp SDK's answers, ends every stream once uvicorn's should_exit
+        # is set (it finds the server by its SIGTERM handler), the answer of a call that came as the drain ended among
+        # them (told -32014 in a 200): the drain ends the streams itself, and uvicorn waits for the calls.
+        from sse_starlette.sse import AppStatus
+
+        automatic = AppStatus.enable_automatic_graceful_drain
+        AppStatus.enable_automatic_graceful_drain = False
         try:
             self.run(sockets=sockets)
         except KeyboardInterrupt:  # Ctrl-C, raised again once stopped: ended quietly, as uvicorn's own command ends
@@ -142,6 +149,8 @@ class Gateway(uvicorn.Server):
                 return 0
             if self.failure is None:
                 raise
+        finally:
+            AppStatus.enable_automatic_graceful_drain = automatic
         if self.failure is not None:
             print(f"mcp-sessions gateway: {self.failure}", file=stderr)
             return EXIT_USAGE

@@ -13,6 +13,7 @@ import math
 import os
 import pwd
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -211,6 +212,9 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: Gate
     if args.process_disk < 1:
         raise ValueError("--process-disk takes a positive number")
     uids, user, group = _run_as(args)
+    uid: int | None = uids.first if uids is not None else user
+    if command and uid is not None:
+        _reached_as(command, uid, group if group is not None else uid)
     cwd = args.process_cwd
     if cwd is not None and "{id}" not in os.path.basename(cwd):
         raise ValueError("--process-cwd needs '{id}' in its last part: each conversation gets a directory of its own")
@@ -300,6 +304,52 @@ def _seen_contained(command: Sequence[str], cwd: str | None) -> None:
             "elsewhere)",
             private,
         )
+
+
+def _reached_as(command: Sequence[str], uid: int, gid: int) -> None:
+    """The command's program, and a script's interpreter (its ``#!`` line), as named and as their links lead: each
+    directory on the way searched as the processes' user (``test -x`` under ``setpriv``: the kernel's say, never the
+    mode bits read here). The first that is not: one line, and exit status 2, instead of a ``Permission denied``
+    at each process's start that names the last link, not the directory (a virtual environment under ``/root``)."""
+    from .._wire import printable
+    from .sealed._kernel import SandboxError, tool
+
+    try:
+        searched = [tool("setpriv"), f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--", tool("test"), "-x"]
+    except SandboxError:  # the containment's check says what is missing
+        return
+    program = shutil.which(command[0]) or command[0]
+    seen: set[Path] = set()
+    for path in (program, *_interpreter(program)):
+        for named in (os.path.abspath(path), os.path.realpath(path)):
+            for directory in reversed(Path(named).parents):
+                if directory in seen:
+                    continue
+                seen.add(directory)
+                searching = subprocess.run([*searched, str(directory)], capture_output=True, check=False)  # noqa: S603
+                if searching.returncode != 0 and directory == Path("/"):
+                    return  # the uid cannot be taken here at all (setpriv's failure): the containment's check says so
+                if searching.returncode != 0:
+                    mode = directory.stat().st_mode & 0o7777
+                    raise ValueError(
+                        f"--stdio: {printable(path)} is under {directory} (mode {mode:o}), which the processes' "
+                        f"uid ({uid}) may not search: put the server and its interpreter (a virtual environment) "
+                        "where every user may read them, under /opt or /srv say"
+                    )
+
+
+def _interpreter(program: str) -> list[str]:
+    """A script's interpreter, as its ``#!`` line names it (``/usr/bin/env NAME``: NAME on the gateway's PATH)."""
+    try:
+        with open(program, "rb") as script:
+            first = script.readline(256)
+    except OSError:
+        return []
+    words = first[2:].decode(errors="replace").split() if first.startswith(b"#!") else []
+    if words and os.path.basename(words[0]) == "env":
+        named = [word for word in words[1:] if not word.startswith("-")]
+        return [found] if named and (found := shutil.which(named[0])) else []
+    return words[:1]
 
 
 def _grants(args: argparse.Namespace, cwd: str | None, uids: Any, auth: GatewayAuth | None) -> tuple[Any, Any]:

@@ -35,7 +35,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Final, NamedTuple
@@ -123,7 +123,8 @@ class JwtVerifier:
     behind it, in a task of the gateway's lifespan (:meth:`running`); a token of an unknown ``kid`` waits for a
     fetch only when it starts one itself. One fetch at a time, at most one a cooldown from each attempt's start, so
     a stranger's made-up ``kid``s during an outage cost the authorization server one request a cooldown and the
-    other users nothing.
+    other users nothing. ``clock`` is what the freshness and the cooldown are counted on (a test's own clock moves
+    the set past its lifespan without waiting it out).
     """
 
     def __init__(
@@ -134,6 +135,7 @@ class JwtVerifier:
         audience: str,
         principal_claim: str = "sub",
         leeway: float = DEFAULT_LEEWAY,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not 0 <= leeway < math.inf:
             raise ValueError("--auth-leeway takes a number of seconds, 0 or more")
@@ -148,7 +150,9 @@ class JwtVerifier:
         self._keys: dict[str, jwt.PyJWK] = {}
         # Each token verified, with its key's kid and the key (a set fetched again holds new ones).
         self._verified: BoundedDict[str, tuple[str | None, jwt.PyJWK, AccessToken]] = BoundedDict(VERIFIED_KEPT)
-        # time.monotonic() of the last success, and of the last attempt, which starts the cooldown.
+        # clock() (time.monotonic, or a test's) of the last success, and of the last attempt, which starts the
+        # cooldown.
+        self._clock = clock
         self._fetched: float | None = None
         self._attempted = -math.inf
         self._fetching = False
@@ -196,7 +200,7 @@ class JwtVerifier:
             # The principal is the user, whichever client app asks for them.
             client_id=principal,
             scopes=scopes,
-            expires_at=claims["exp"],
+            expires_at=math.floor(claims["exp"]),  # a NumericDate may have a fraction; the SDK's is whole
             subject=principal,
             claims=claims,
         )
@@ -254,12 +258,12 @@ class JwtVerifier:
         return self._keys.get(kid)
 
     def _stale(self) -> bool:
-        return self._fetched is None or time.monotonic() - self._fetched > JWKS_LIFESPAN
+        return self._fetched is None or self._clock() - self._fetched > JWKS_LIFESPAN
 
     def _claim_fetch(self) -> bool:
         """Whether a fetch may start now (none running, the cooldown over); if so, it is this caller's.
         Called on the event loop only, so two callers never both get it."""
-        now = time.monotonic()
+        now = self._clock()
         if self._fetching or now - self._attempted < JWKS_COOLDOWN:
             return False
         self._fetching = True
@@ -285,7 +289,7 @@ class JwtVerifier:
             if self._error is not None:
                 logger.info("mcp-sessions gateway: the JWKS at %s is fetched again", self._url)
             self._keys = {key.key_id: key for key in keys if key.key_id is not None}
-            self._fetched = time.monotonic()
+            self._fetched = self._clock()
             self._fetched_at = time.time()
             self._error = None
         finally:

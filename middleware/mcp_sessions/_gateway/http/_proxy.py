@@ -1,17 +1,22 @@
 """The streaming reverse proxy: every request to the upstream replica that holds its conversation, bytes as they come.
 
-One pooled httpx transport for the app's lifetime: a transport, not a client, so that nothing of one request
-goes with another's (an httpx client keeps the cookies every answer sets, and sends them with every later
-request that has none of its own: one user's upstream session in another's), and nothing is added to the
-client's headers (httpx's own ``User-Agent``, ``Accept-Encoding``). The request body goes as it arrives (a
-body the session pipeline read whole goes in one piece, and may be sent again to another replica when the
-first could not be connected to, or refused it for now, 503 with ``Retry-After``, as a gateway that drains refuses a
-new conversation); the response goes back chunk by chunk, each ``send`` awaited before the
-next read (the backpressure). The connect and the wait for the response's first byte are bounded; an event
-stream is not. Whatever the answer, a client that disconnects once its body is sent ends it: the upstream
-request is cancelled and its connection closed (:func:`while_connected`), so the upstream sees the client
-go. An upstream that cannot answer gets a JSON-RPC error with 502, 503 or 504 and ``Retry-After``, never a
-hang.
+One pooled httpx transport for the app's lifetime: a transport, not a client, so that nothing of one request goes
+with another's (an httpx client keeps the cookies every answer sets, and sends them with every later request that
+has none of its own: one user's upstream session in another's), and nothing is added to the client's headers
+(httpx's own ``User-Agent``, ``Accept-Encoding``). The request body goes as it arrives (a body the session pipeline
+read whole goes in one piece, and may be sent again to another replica when the first could not be connected to, or
+refused it for now, 503 with ``Retry-After``, as a gateway that drains refuses a new conversation). A body read
+whole is also sent once more, to the same replica on a connection of its own, when the kept-alive connection it went
+on was closed (or reset) before a byte of its answer came. A server closes a kept-alive connection only while it is
+idle, between two requests (uvicorn and Node at a stop, either at its keep-alive timeout): a request that reached it
+as it closed one was never read. That is RFC 9110 §9.2.2's "means to detect that the original request was never
+applied", which lets a POST be sent again; Go's ``net/http`` tells this case apart the same way (a server that
+closed an idle connection). One that went on a connection of its own and came back with no answer is not sent again:
+the upstream may have run it. The response goes back chunk by chunk, each ``send`` awaited before the next read (the
+backpressure). The connect and the wait for the response's first byte are bounded; an event stream is not. Whatever
+the answer, a client that disconnects once its body is sent ends it: the upstream request is cancelled and its
+connection closed (:func:`while_connected`), so the upstream sees the client go. An upstream that cannot answer gets
+a JSON-RPC error with 502, 503 or 504 and ``Retry-After``, never a hang.
 
 **Event streams** can stay open for hours. Proxies cut a connection that carried nothing for a while (often
 60 s), so after ``keepalive`` seconds of silence the gateway sends an SSE comment, ``: keep-alive``, but only
@@ -86,6 +91,8 @@ _CONVERSATION_MEMBER: Final = "gen_ai.conversation.id"
 # A baggage value's octets (W3C baggage): anything else, and "%", percent-encoded.
 _BAGGAGE_SAFE: Final = "!#$&'()*+-./:<=>?@[]^_`{|}~"
 _MAX_ID_BODY: Final = 64 * 1024
+# httpcore's words for an upstream that closed the connection before its answer's status line.
+_CLOSED_UNANSWERED: Final = "Server disconnected without sending a response."
 # The ``mcp`` SDK's answer for a transport session it does not hold (404): the client opens a new one.
 _LOST_SESSION: Final = error_answer(404, INVALID_REQUEST, "Session not found", "transport_session_lost")
 Body = bytes | AsyncIterator[bytes]
@@ -115,6 +122,8 @@ class UpstreamProxy:
         # A transport follows no redirect, reads no proxy variable or .netrc credential; trust_env off: nor
         # the TLS variables.
         self._transport = httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
+        # A request sent again after its kept-alive connection closed: on a connection of its own, never kept.
+        self._fresh = httpx.AsyncHTTPTransport(limits=httpx.Limits(max_keepalive_connections=0), trust_env=False)
         self._extensions = {"timeout": {"connect": connect_timeout, "read": None, "write": None, "pool": None}}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -141,6 +150,7 @@ class UpstreamProxy:
             message = await receive()
         # The pooled connections.
         await self._transport.aclose()
+        await self._fresh.aclose()
         await send({"type": "lifespan.shutdown.complete"})
 
     async def _forward(self, scope: Scope, content: Body, send: Send, receive: Receive | None = None) -> None:
@@ -211,7 +221,7 @@ class UpstreamProxy:
             upstream = httpx.Request(method, url, headers=headers, content=content, extensions=self._extensions)
             replica.in_flight += 1
             try:
-                response = await self._send(upstream)
+                response = await self._send(upstream, replayable=isinstance(content, bytes))
             except (httpx.ConnectError, httpx.ConnectTimeout):
                 self._replicas.failed(replica)
                 # A body read whole, never sent, goes to the next replica; one that streamed does not.
@@ -246,13 +256,29 @@ class UpstreamProxy:
         request_id = _request_id(content)
         return unavailable(status, reason, self._retry_after, request_id, "upstream_unavailable")
 
-    async def _send(self, request: httpx.Request) -> httpx.Response:
-        """``request`` sent, its answer's headers awaited for at most the first byte's timeout."""
+    async def _send(self, request: httpx.Request, *, replayable: bool) -> httpx.Response:
+        """``request`` sent, its answer's headers awaited for at most the first byte's timeout; sent once more on a
+        connection of its own when ``replayable`` (its body read whole) and the kept-alive connection it went on
+        closed before a byte of its answer came (see the module)."""
+        connected = _Connected()
+        request.extensions["trace"] = connected
         async with asyncio.timeout(self._first_byte):
             # An instrumented httpx injects the context's baggage over the headers' (the conversation's).
             token = context.attach(no_baggage())
             try:
                 return await self._transport.handle_async_request(request)
+            except (httpx.RemoteProtocolError, httpx.ReadError) as closed:
+                # a reset, or a close with nothing of an answer (not an answer it could not read)
+                unanswered = isinstance(closed, httpx.ReadError) or str(closed) == _CLOSED_UNANSWERED
+                if connected.opened or not replayable or not unanswered:
+                    raise
+                logger.info(
+                    "mcp-sessions gateway: upstream %s closed a kept-alive connection before answering (%s); "
+                    "sent again on a new one",
+                    request.url.copy_with(query=None),
+                    type(closed).__name__,
+                )
+                return await self._fresh.handle_async_request(request)
             finally:
                 context.detach(token)
 
@@ -289,6 +315,18 @@ class UpstreamProxy:
         if conversation is None:
             return self._replicas.least_loaded(), None
         return self._replicas.for_conversation(conversation), None
+
+
+class _Connected:
+    """httpcore's ``trace`` extension for one request: whether it opened a connection of its own (else it went on a
+    kept-alive one)."""
+
+    def __init__(self) -> None:
+        self.opened = False
+
+    async def __call__(self, event: str, info: Mapping[str, object]) -> None:
+        if event == "connection.connect_tcp.started":
+            self.opened = True
 
 
 def _draining(response: httpx.Response) -> bool:

@@ -108,7 +108,7 @@ class Pool:
         ``revisions`` (none for an error answer: the handshake's only), or its ``failure``: no answer in time, or it
         ended (a crash at its first request), with its ``last_words``."""
         probe = self.make(
-            label="revisions",
+            label="the revision probe",  # what its stderr says is said as its, not as a "revisions" list
             environ=self.environ,
             on_request=_no_client,
             on_progress=_taken,

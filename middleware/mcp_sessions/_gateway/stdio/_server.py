@@ -294,10 +294,10 @@ def _layered(
     exchanged = children.process_env.wrap(sessions)  # exchanges, once the user is known
     guarded = sessions if auth is None else auth.wrap(OwnConversations(exchanged, children))
     checked: ASGIApp = _HostChecked(guarded, check)
-    if status != (None, None):
-        verifier = None if auth is None else auth.verifier
-        keys = None if verifier is None else verifier.state
-        checked = OperatorStatus(checked, children, *status, keys=keys)
+    # without a status port or socket too: a status request at the clients' port is told where it is
+    verifier = None if auth is None else auth.verifier
+    keys = None if verifier is None else verifier.state
+    checked = OperatorStatus(checked, children, *status, keys=keys)
     return GatewayFront(checked, trusted=trusted)
 
 

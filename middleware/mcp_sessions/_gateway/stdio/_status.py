@@ -69,6 +69,11 @@ class OperatorStatus:
         server = scope.get("server") or ("", None)
         on_socket = self.path is not None and tuple(server) == (self.path, None)
         on_port = self.port is not None and server[1] == self.port
+        if scope["type"] == "http" and scope["path"] == STATUS_PATH and not (on_socket or on_port):
+            # an operator's request at the clients' door: where to ask, not the auth's bare 401
+            served = "its own port or socket" if (self.port, self.path) != (None, None) else "none, as started"
+            where = f"the operator's status is not on the clients' port: --status-port or --status-socket ({served})"
+            return await send_json(send, 404, {"error": where}, b"")
         if scope["type"] == "lifespan" or not (on_socket or on_port):
             return await self.app(scope, receive, send)
         if scope["type"] != "http":

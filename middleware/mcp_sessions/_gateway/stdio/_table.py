@@ -355,14 +355,17 @@ class Children:
         if self.mode == "shared" or (nameless and (method in LISTS or sessionless == "shared")):
             return await self.ready(self.shared_conversation())
         if asked.session is not None and asked.session.source not in ("data-layer", "transport"):
-            await self._claim(asked.session, asked.caller)
+            await self._claim(asked.session, asked.caller, asked.draining)
         return await self.ready(self.route(asked, method, state))
 
-    async def _claim(self, session: Session, caller: Caller) -> None:
+    async def _claim(self, session: Session, caller: Caller, draining: bool) -> None:
         """A host conversation this table has not served: claimed for this start in the store the replicas share
         (:data:`_HELD`), unless another start's claim is there: then it ran elsewhere, and has ended."""
         key = Key("host-conversation", _bound(session.id, caller.id))
         if self._holder(key, caller) is None and key not in self._ended:
+            # a drain opens it nowhere (open refuses it): never claimed here, the next replica may open it
+            if draining:
+                raise restarting()
             # which start runs it: the replicas' store
             held = await session.data.get(_HELD, self.instance)
             if held != self.instance:
@@ -455,7 +458,11 @@ class Children:
             raise await self.failed(probe.failure, probe)
         if LATEST_MODERN_VERSION in probe.revisions:
             self.mode = "per-caller"
-            logger.info("the server speaks 2026-07-28: a process per caller, each request naming its conversation")
+            logger.info(
+                "the server speaks 2026-07-28: a process per caller, each request naming its conversation; what the "
+                "server keeps in its memory is the caller's, shared by her conversations unless it keys it by the "
+                "one a request names (--processes per-conversation: a process each)"
+            )
         else:
             self.mode = "per-conversation"
             logger.info("the server speaks only the 2025-11-25 handshake: --processes per-conversation")
