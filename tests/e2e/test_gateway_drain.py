@@ -201,6 +201,7 @@ async def test_a_restart_within_connects_bound_costs_a_new_conversation_nothing(
             anyio.create_task_group() as tasks,
         ):
             assert text_of(await before.call_tool("count", {})) == "1"
+            await holding.list_tools()  # as above: not after the held answer, when the gateway has stopped
 
             async def held() -> None:
                 answers.append(text_of(await holding.call_tool("hold", {})))
