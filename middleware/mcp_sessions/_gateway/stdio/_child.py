@@ -36,7 +36,7 @@ from ..._version import __version__
 from ..._wire import printable
 from ..._wire.protocol import RATE_LIMITED
 from ..sealed._sandbox import Place, Sandbox, SandboxError, reap_adopted
-from ._models import End, EndReason
+from ._models import OVER, End, EndReason
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -171,7 +171,7 @@ class Child:
 
     def stop(self, reason: EndReason, detail: str = "") -> None:
         """Ask the child to end (its :meth:`run` stops the process group), for ``reason``: its :class:`End`, unless
-        another stopped it first; ``detail``, where the reason's text does not say which (crash, bound)."""
+        another stopped it first; ``detail``, where the reason's text does not say which (a crash)."""
         if self.end is None:
             self.end = End(reason, detail)
         self.done.set()
@@ -235,7 +235,7 @@ class Child:
             self.exit_code = await stop_group(process)
             exceeded = await anyio.to_thread.run_sync(place.exceeded)
             if exceeded is not None:
-                self._caused(End(EndReason.OVER_BOUND, exceeded))
+                self._caused(End(OVER[exceeded]))
         except Exception:
             # This conversation's alone: the process table's task group, everyone's, must not end with it.
             logger.exception("%s: its process group could not be stopped", self.label)
@@ -272,12 +272,12 @@ class Child:
     async def _watch_bounds(self, place: Place) -> None:
         """End the child once its control group reached a bound (a fork refused, a process killed for memory)."""
         # Polled: files, no event, say when a bound is reached.
-        reason = await anyio.to_thread.run_sync(place.exceeded)
-        while reason is None:
+        bound = await anyio.to_thread.run_sync(place.exceeded)
+        while bound is None:
             await anyio.sleep(BOUNDS_POLL)
-            reason = await anyio.to_thread.run_sync(place.exceeded)
-        logger.warning("%s: its conversation is %s: it ends", self.label, reason)
-        self.stop(EndReason.OVER_BOUND, reason)
+            bound = await anyio.to_thread.run_sync(place.exceeded)
+        logger.warning("%s: its conversation is %s: it ends", self.label, OVER[bound].text)
+        self.stop(OVER[bound])
 
     async def _initialize(self, link: JSONRPCDispatcher[Any]) -> None:
         params = {
