@@ -147,6 +147,39 @@ def test_route_decides_from_what_it_is_given_with_no_task_group() -> None:
     assert not children.pool.live  # no process was started
 
 
+async def test_route_says_start_this_and_carry_out_starts_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decision that opens a conversation makes its process and says to start it, and one that evicts says to
+    close the evicted one; it starts and closes nothing itself: no task group runs while it decides (the event loop
+    only gives the clock). ``carry_out`` then launches what it made, in the task group of the running pool."""
+    monkeypatch.setattr(_admission, "EVICT_AFTER", 0.0)
+    made: list[MemoryChild] = []
+
+    def factory(command: Sequence[str], **arguments: Any) -> MemoryChild:
+        made.append(child := MemoryChild(command, **arguments))
+        child.started.set()
+        return child
+
+    config = SessionsConfig(secret=SECRET)
+    settings: dict[str, Any] = {"processes": "per-conversation", "idle": 600.0, "max_processes": 16, "per_caller": 1}
+    settings |= {"sessionless": "per-request", "warm": 0, "environ": {}}
+    children = Children(["server"], config=config, bus=SessionSubscriptionBus(), factory=factory, **settings)
+    alice = Caller("10.0.0.1", Owner("10.0.0.1", ("address", "10.0.0.1")))
+
+    first = children.route(Asking(alice, None, None), "tools/call", None)
+    second = children.route(Asking(alice, None, None), "tools/call", None)  # her limit is one: the first is evicted
+
+    assert [first.key.kind, second.key.kind] == ["request", "request"]
+    assert len(made) == 2 and len(children.pool.live) == 2  # made, counted live...
+    assert [process.tasks for process in children.pool.live] == [None, None]  # ...and not launched
+    assert not any(child.ready.is_set() for child in made)
+    assert made[0].end == End(EndReason.EVICTED) and made[1].end is None
+    async with children.pool.running():
+        children.carry_out()
+        with anyio.fail_after(5):
+            await made[1].ready.wait()
+        assert second.tasks is children.pool.tasks
+
+
 async def test_a_callers_requests_that_name_nothing_are_one_conversation_of_hers() -> None:
     async with table() as (children, made):
         hers = [await children.conversation_for(scope(), "tools/call") for _ in range(2)]

@@ -146,6 +146,8 @@ class Children:
         self._moved: BoundedDict[str, Key] = BoundedDict(MAX_ENDED)  # a session opened in a transport session: its key
         # 2025 transport sessions with no process yet, oldest first: their callers, ids and users
         self._connections: dict[Key, tuple[str, bytes, object]] = {}
+        # what the decisions leave to do (carry_out), beside the processes they made (the pool's, to launch)
+        self._closing: list[tuple[Conversation, EndReason]] = []
 
     def transport_key(self, raw: bytes) -> Key:
         """The key of the 2025 transport session whose ``Mcp-Session-Id`` is ``raw``: a digest, never the id."""
@@ -266,7 +268,7 @@ class Children:
         )
         if self.mode == "per-caller" and key.kind != "caller":
             own = self._own("caller", asked, counted, told=False)
-            own.riders[key] = begun(own.child, tasks=own.tasks)
+            own.riders[key] = begun(own.child)
             return own
         live = [found for found in self._conversations.values() if not found.child.done.is_set()]
         evicted = self.admission.admit(live, caller, transport=transport is not None, counted=counted)
@@ -274,8 +276,8 @@ class Children:
         for conversation in evicted:  # the start is certain now
             logger.info("%s: ended to make room for a new conversation of %s", conversation.child.label, caller.name)
             conversation.end(EndReason.EVICTED)  # at once: its next request is refused
-            self.lifetimes.close_soon(conversation, EndReason.EVICTED)
-        conversation = begun(process.child, tasks=process.tasks, credentials=process.credentials)
+            self._closing.append((conversation, EndReason.EVICTED))  # its session ended by carry_out
+        conversation = begun(process.child, credentials=process.credentials)
         self._conversations[key] = process.take(conversation)
         # from now: its session's end (a DELETE while its process starts too) ends it
         if key.kind in _WATCHED:
@@ -284,6 +286,16 @@ class Children:
         logger.info("%s: serves the conversation %s", process.child.label, named)
         self.pool.fill()
         return conversation
+
+    def carry_out(self) -> None:
+        """What the decisions since asked for, done: the processes they made launched (``Pool.launch``), and the
+        sessions of the conversations they ended for another (evicted) ended, each in the task group (a session's
+        end is a store's write, or a 2025 transport session's ``DELETE``): as httpcore's pool first assigns
+        requests to connections, then opens and closes what that assignment named."""
+        closing, self._closing = self._closing, []
+        for conversation, why in closing:
+            self.lifetimes.close_soon(conversation, why)
+        self.pool.launch()
 
     def answered(self, conversation: Conversation) -> None:
         """A request's own child, once it has answered: ended once that answer is sent, or retained for the retry
@@ -352,15 +364,22 @@ class Children:
         child ran elsewhere (another replica, or before a restart) or has ended gets no new one: a data-layer
         session's is "not found" here; a host's, which the store the replicas share records as another start's
         (:data:`_HELD`), has ended. What the request's names and caller are is read first; which conversation they
-        reach is then one decision (:meth:`route`)."""
+        reach is then one decision (:meth:`route`), and what it asks for is carried out (:meth:`carry_out`)."""
         asked = await asking(scope, self.config, self.process_env)
         nameless = asked.session is None and asked.transport is None and state is None
         sessionless = self.sessionless if self.mode != "per-caller" else "per-caller"
         if self.mode == "shared" or (nameless and (method in LISTS or sessionless == "shared")):
-            return await self.ready(self.shared_conversation())
+            return await self.ready(self._decided(self.shared_conversation))
         if asked.session is not None and asked.session.source not in ("data-layer", "transport"):
             await self._claim(asked.session, asked.caller)
-        return await self.ready(self.route(asked, method, state))
+        return await self.ready(self._decided(partial(self.route, asked, method, state)))
+
+    def _decided(self, decision: Callable[[], Conversation]) -> Conversation:
+        """The conversation ``decision`` chose, what it asked for carried out (also when it refused after)."""
+        try:
+            return decision()
+        finally:
+            self.carry_out()
 
     async def _claim(self, session: Session, caller: Caller) -> None:
         """A host conversation this table has not served: claimed for this start in the store the replicas share
@@ -398,12 +417,12 @@ class Children:
         try:
             # one conversation, one process
             if raw is not None and self.mode == "per-conversation":
-                found = await self.ready(self._transported(raw, asked, counted=True))
+                found = await self.ready(self._decided(partial(self._transported, raw, asked, counted=True)))
                 self._moved[claims.session_id] = found.key
                 found.holds_sessions = True
                 return
             key = Key("data-layer-session", claims.session_id)
-            await self.ready(self.open(key, asked, expires_at=claims.expires_at, counted=True))
+            await self.ready(self._decided(partial(self.open, key, asked, expires_at=claims.expires_at, counted=True)))
         except MCPError as exc:
             retry = 1 if exc.error.code == RATE_LIMITED else None
             raise Refusal(exc.error.code, exc.error.message, reason="process_refused", retry_after=retry) from None
@@ -432,7 +451,7 @@ class Children:
             try:
                 self._shared = first = self.pool.start(shared=True, start_deadline=start_deadline)
                 try:
-                    shared = await self.ready(self.shared_conversation())
+                    shared = await self.ready(self._decided(self.shared_conversation))
                 except MCPError as exc:
                     raise await self.failed(exc.error.message, first.child) from None
                 assert shared.child.initialized is not None
@@ -502,7 +521,7 @@ class Children:
         """The input schemas of the shared child's tools (its first page), for the SDK's check of a 2026-07-28
         ``tools/call``'s ``Mcp-Param`` headers: without them, the SDK would ask ``tools/list`` of a process at
         every ``tools/call`` (a request's own process too). None if it lists none in time."""
-        shared = await self.ready(self.shared_conversation())
+        shared = await self.ready(self._decided(self.shared_conversation))
         assert shared.child.link is not None
         try:
             with anyio.fail_after(ANSWER_WITHIN):
