@@ -67,27 +67,28 @@ _ENDED: Final = (anyio.IncompleteRead, anyio.EndOfStream, anyio.ClosedResourceEr
 
 
 class ChildProcess(Protocol):
-    """What the gateway reads of a server process, and does with it: a :class:`Child` (which says what each member
-    means), or a test's in memory."""
+    """The seam between the process table and a server process: a :class:`Child` (which says what each member
+    means), or a test's in memory. The table asks it five questions: :meth:`run` it, :meth:`stop` it with a reason,
+    is it ``ready``, is it ``done``, and its ``end`` (set once, where it ends: why it failed to start, too,
+    ``End.failure``)."""
 
-    label: str
-    pid: int | None
     ready: anyio.Event
     done: anyio.Event
-    judged: anyio.Event
     end: End | None
-    initialized: types.InitializeResult | None
-    revisions: list[str]
-    link: JSONRPCDispatcher[Any] | None
-    last_words: str | None
-    stderr_ended: anyio.Event
-
-    @property
-    def failure(self) -> str | None: ...
 
     async def run(self) -> None: ...
 
     def stop(self, reason: EndReason, detail: str = "") -> None: ...
+
+    # What else the gateway reads of it, each for one reader that has no other source:
+    label: str  # its name in every log line about it, its own and the table's ("process <id>", "shared")
+    pid: int | None  # the operator's view of it (ProcessView), which reads its memory from /proc
+    link: JSONRPCDispatcher[Any] | None  # where a conversation's requests go: the relay's only way to it
+    initialized: types.InitializeResult | None  # its initialize answer: what the gateway says it serves
+    judged: anyio.Event  # its end's cause known (a bound is read once its group has stopped): a cut call's error
+    revisions: list[str]  # the revision probe's answer (server/discover): --processes auto's choice
+    last_words: str | None  # its last stderr line: the operator's (never a client's) reason a start failed
+    stderr_ended: anyio.Event  # ... once read whole
 
 
 class ChildFactory(Protocol):

@@ -2,7 +2,7 @@
 
 :class:`Lifetimes` runs each process to its end: its session's end (on any replica), its idle time, its session's
 expiry, its user, eviction or shutdown end it, and a crash as any other end. What its end leaves (the tombstones of
-its conversations) is the table's to decide (``Children.process_ended``); the sessions it names are ended here.
+its conversations) is the table's to decide (``Table.process_ended``); the sessions it names are ended here.
 """
 
 from __future__ import annotations

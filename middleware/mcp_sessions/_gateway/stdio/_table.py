@@ -1,14 +1,14 @@
 """The process table of ``mcp-sessions gateway --stdio``: which process a request reaches.
 
-:class:`Children` holds the shared process and one per conversation (or, ``"per-caller"``, one per caller for all
+:class:`Table` holds the shared process and one per conversation (or, ``"per-caller"``, one per caller for all
 of its conversations), each conversation with its owner in it. The parts it is made of each answer one question:
 ``_pool`` makes the processes (through a factory: a real ``Child``, or a test's in memory) and keeps those
 started ahead; ``_admission`` says whether a new conversation may have one (the limits, eviction);
 ``_lifetimes`` runs each to its end and answers an ended conversation with the error of its kind. What a
 process's messages do for its client is ``_relay``'s.
 
-Who may reach a process is decided in one place, :meth:`Children.conversation_for`, which every relayed request
-walks once (:meth:`Children.relay`): the request's name for its conversation becomes a typed :class:`Key` (a 2025
+Who may reach a process is decided in one place, :meth:`Table.conversation_for`, which every relayed request
+walks once (:meth:`Table.relay`): the request's name for its conversation becomes a typed :class:`Key` (a 2025
 transport session on the 2025 path only, a data-layer session, a host's conversation, the caller's requests that
 name none, a request's own, the shared one); each conversation is created whole, its owner in it; and the caller
 is checked against that owner, for every kind, before any process is reached.
@@ -74,19 +74,19 @@ LISTS: Final = frozenset({"tools/list", "prompts/list", "resources/list", "resou
 """What 2026-07-28 says depends on no conversation (``server/discover`` too, which no process answers)."""
 Processes = Literal["auto", "per-conversation", "shared"]
 """Whose conversations a process serves (``--processes``): ``"auto"`` becomes ``"per-conversation"`` or
-``"per-caller"`` (:meth:`Children.choose`)."""
+``"per-caller"`` (:meth:`Table.choose`)."""
 Sessionless = Literal["per-caller", "per-request", "shared"]
 """Where the requests that name no conversation go (``--sessionless``)."""
 MAX_ENDED: Final = 100_000
 """Ended conversations remembered (each answered with the error of its kind, never a new process); oldest first."""
 EXPECTED: Final = (EndReason.IDLE, EndReason.EXPIRED, EndReason.BY_USER)
 """The ends a caller's own process (``caller``, ``sessionless``) leaves no tombstone for: her next request gets a
-new one. Any other end (a crash, a bound, eviction) is told to her next request once (``Children._own``)."""
+new one. Any other end (a crash, a bound, eviction) is told to her next request once (``Table._own``)."""
 Metrics = Callable[[Callable[[], Counter[str]]], ProcessEvents]
 """What counts the table's processes, given how many of each kind live (``_status.ProcessMetrics``)."""
 
 
-class Children:
+class Table:
     """Which process a request reaches: one table of conversations, each keyed by its :class:`Key` with its owner
     in it, and of what ended conversations leave (their tombstones, the requests kept for their input), the one
     owner of them all. Each event (a request, a process's end, an answer) is one synchronous decision here, from
@@ -120,7 +120,7 @@ class Children:
         self.config, self.bus, self.sessionless = config, bus, sessionless
         self.process_env = ProcessEnv() if process_env is None else process_env
         self.fronted = fronted  # a replica behind a front (--forwarded-allow-ips): see gone
-        # "auto" (Children.choose) becomes one of the others before the first request
+        # "auto" (Table.choose) becomes one of the others before the first request
         self.mode: Literal["auto", "per-conversation", "per-caller", "shared"] = processes
         events = metrics(lambda: self.pool.kinds())
         self.lifetimes = Lifetimes(idle=idle, store=config.store, ended=self.process_ended, end_transport=end_transport)
@@ -355,7 +355,7 @@ class Children:
 
     async def conversation_for(self, scope: Scope, method: str, state: object = None) -> Conversation:
         """The conversation a request reaches, the most specific name first: its data-layer session's (one opened in a
-        2025 transport session is that transport session's, ``Children.created``), its host conversation's (bound to its
+        2025 transport session is that transport session's, ``Table.created``), its host conversation's (bound to its
         caller: what a host's request names in ``_meta``, whatever connection it came through), its 2025 transport
         session's; else, naming none, its caller's own (``sessionless="per-caller"``), a child of the request's own
         (``"per-request"``: the one that asked, for a retry that brings its input, ``state``, its ``requestState``) or
@@ -395,10 +395,11 @@ class Children:
     async def ready(self, conversation: Conversation) -> Conversation:
         """``conversation`` once its process is ready to serve it; the error of its end if it has ended."""
         await conversation.child.ready.wait()
-        if conversation.child.failure is not None:
-            raise MCPError(CHILD_EXITED, conversation.child.failure)
+        end = conversation.child.end
+        if end is not None and end.failure is not None:
+            raise MCPError(CHILD_EXITED, end.failure)
         if conversation.child.done.is_set():
-            raise self.gone(conversation.key, conversation.child.end or End(EndReason.EXITED))
+            raise self.gone(conversation.key, end or End(EndReason.EXITED))
         conversation.last_request = anyio.current_time()
         return conversation
 
@@ -474,8 +475,8 @@ class Children:
             self.mode = "per-conversation"
             return
         probe = await self.pool.revisions(start_deadline)
-        if probe.failure is not None:
-            raise await self.failed(probe.failure, probe)
+        if probe.end is not None and probe.end.failure is not None:
+            raise await self.failed(probe.end.failure, probe)
         if LATEST_MODERN_VERSION in probe.revisions:
             self.mode = "per-caller"
             logger.info("the server speaks 2026-07-28: a process per caller, each request naming its conversation")
