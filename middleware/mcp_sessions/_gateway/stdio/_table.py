@@ -148,6 +148,7 @@ class Table:
         self._connections: dict[Key, tuple[str, bytes, object]] = {}
         # what the decisions leave to do (carry_out), beside the processes they made (the pool's, to launch)
         self._closing: list[tuple[Conversation, EndReason]] = []
+        self._refill = False  # whether to start processes ahead again, once the answer is sent
 
     def transport_key(self, raw: bytes) -> Key:
         """The key of the 2025 transport session whose ``Mcp-Session-Id`` is ``raw``: a digest, never the id."""
@@ -284,18 +285,22 @@ class Table:
             conversation.unwatch = self.bus.watch(key.id, partial(conversation.end, EndReason.SESSION_ENDED))
         named = key_digest(key) if key.kind in ("caller", "sessionless") else key.id  # a caller's: her digest
         logger.info("%s: serves the conversation %s", process.child.label, named)
-        self.pool.fill()
+        self._refill = True  # one started ahead may have been taken
         return conversation
 
     def carry_out(self) -> None:
-        """What the decisions since asked for, done: the processes they made launched (``Pool.launch``), and the
+        """What the decisions since asked for, done: the processes they made launched (``Pool.launch``), the
         sessions of the conversations they ended for another (evicted) ended, each in the task group (a session's
-        end is a store's write, or a 2025 transport session's ``DELETE``): as httpcore's pool first assigns
-        requests to connections, then opens and closes what that assignment named."""
+        end is a store's write, or a 2025 transport session's ``DELETE``), and those started ahead refilled once the
+        answer is sent (``Pool.fill``): as httpcore's pool first assigns requests to connections, then opens and
+        closes what that assignment named."""
         closing, self._closing = self._closing, []
         for conversation, why in closing:
             self.lifetimes.close_soon(conversation, why)
         self.pool.launch()
+        if self._refill:
+            self._refill = False
+            self.pool.fill()
 
     def answered(self, conversation: Conversation) -> None:
         """A request's own child, once it has answered: ended once that answer is sent, or retained for the retry
