@@ -289,11 +289,11 @@ class Table:
         return conversation
 
     def carry_out(self) -> None:
-        """What the decisions since asked for, done: the processes they made launched (``Pool.launch``), the
-        sessions of the conversations they ended for another (evicted) ended, each in the task group (a session's
-        end is a store's write, or a 2025 transport session's ``DELETE``), and those started ahead refilled once the
-        answer is sent (``Pool.fill``): as httpcore's pool first assigns requests to connections, then opens and
-        closes what that assignment named."""
+        """What the decisions since asked for (a refusal asks for nothing), done: the processes they made launched
+        (``Pool.launch``), the sessions of the conversations they ended for another (evicted) ended, each in the task
+        group (a session's end is a store's write, or a 2025 transport session's ``DELETE``), and those started
+        ahead refilled once the answer is sent (``Pool.fill``): as httpcore's pool first assigns requests to
+        connections, then opens and closes what that assignment named."""
         closing, self._closing = self._closing, []
         for conversation, why in closing:
             self.lifetimes.close_soon(conversation, why)
@@ -374,17 +374,13 @@ class Table:
         nameless = asked.session is None and asked.transport is None and state is None
         sessionless = self.sessionless if self.mode != "per-caller" else "per-caller"
         if self.mode == "shared" or (nameless and (method in LISTS or sessionless == "shared")):
-            return await self.ready(self._decided(self.shared_conversation))
-        if asked.session is not None and asked.session.source not in ("data-layer", "transport"):
-            await self._claim(asked.session, asked.caller)
-        return await self.ready(self._decided(partial(self.route, asked, method, state)))
-
-    def _decided(self, decision: Callable[[], Conversation]) -> Conversation:
-        """The conversation ``decision`` chose, what it asked for carried out (also when it refused after)."""
-        try:
-            return decision()
-        finally:
-            self.carry_out()
+            conversation = self.shared_conversation()
+        else:
+            if asked.session is not None and asked.session.source not in ("data-layer", "transport"):
+                await self._claim(asked.session, asked.caller)
+            conversation = self.route(asked, method, state)
+        self.carry_out()
+        return await self.ready(conversation)
 
     async def _claim(self, session: Session, caller: Caller) -> None:
         """A host conversation this table has not served: claimed for this start in the store the replicas share
@@ -423,12 +419,16 @@ class Table:
         try:
             # one conversation, one process
             if raw is not None and self.mode == "per-conversation":
-                found = await self.ready(self._decided(partial(self._transported, raw, asked, counted=True)))
+                found = self._transported(raw, asked, counted=True)
+                self.carry_out()
+                await self.ready(found)
                 self._moved[claims.session_id] = found.key
                 found.holds_sessions = True
                 return
             key = Key("data-layer-session", claims.session_id)
-            await self.ready(self._decided(partial(self.open, key, asked, expires_at=claims.expires_at, counted=True)))
+            opened = self.open(key, asked, expires_at=claims.expires_at, counted=True)
+            self.carry_out()
+            await self.ready(opened)
         except MCPError as exc:
             retry = 1 if exc.error.code == RATE_LIMITED else None
             raise Refusal(exc.error.code, exc.error.message, reason="process_refused", retry_after=retry) from None
@@ -457,7 +457,9 @@ class Table:
             try:
                 self._shared = first = self.pool.start(shared=True, start_deadline=start_deadline)
                 try:
-                    shared = await self.ready(self._decided(self.shared_conversation))
+                    shared = self.shared_conversation()
+                    self.carry_out()
+                    await self.ready(shared)
                 except MCPError as exc:
                     raise await self.failed(exc.error.message, first.child) from None
                 assert shared.child.initialized is not None
@@ -527,7 +529,9 @@ class Table:
         """The input schemas of the shared child's tools (its first page), for the SDK's check of a 2026-07-28
         ``tools/call``'s ``Mcp-Param`` headers: without them, the SDK would ask ``tools/list`` of a process at
         every ``tools/call`` (a request's own process too). None if it lists none in time."""
-        shared = await self.ready(self._decided(self.shared_conversation))
+        shared = self.shared_conversation()
+        self.carry_out()
+        await self.ready(shared)
         assert shared.child.link is not None
         try:
             with anyio.fail_after(ANSWER_WITHIN):
