@@ -90,9 +90,10 @@ class Table:
     """Which process a request reaches: one table of conversations, each keyed by its :class:`Key` with its owner
     in it, and of what ended conversations leave (their tombstones, the requests kept for their input), the one
     owner of them all. Each event (a request, a process's end, an answer) is one synchronous decision here, from
-    what it is handed (:class:`Asking`: :meth:`route`, :meth:`open`, :meth:`process_ended`); the I/O it asks for
-    follows it: a process taken from ``pool``, one refused or evicted by ``admission``, its life run by
-    ``lifetimes``. Around the decisions, the async methods as the gateway runs it: what a request names and who
+    what it is handed (:class:`Asking`: :meth:`route`, :meth:`open`, :meth:`process_ended`), which starts and
+    closes nothing: it makes the processes to start (``pool``) and names the conversations to close (one evicted
+    by ``admission``); :meth:`carry_out` then launches and closes them, each process's life run by ``lifetimes``.
+    Around the decisions, the async methods as the gateway runs it: what a request names and who
     asks read before the table decides (:meth:`conversation_for`), its process awaited after (:meth:`ready`); its
     shared process started and every process stopped with the gateway, what the server speaks chosen, each
     request relayed, and the operator's and each user's views."""
