@@ -39,8 +39,11 @@ from conftest import SECRET, in_process
 from e2e._gateway import PYTHONPATH, Process, accepted_option, gateway_process, gateway_run, legacy_initialize
 from e2e._gateway import main_run as command
 from e2e._issuer import ISSUER, jwks, signed
+from e2e._sealed import needs
 from e2e._stdio import ENVIRON, SERVER, stdio_gateway
 from mcp_sessions import SessionsConfig
+from mcp_sessions._gateway.sealed._cgroups import Cgroups
+from mcp_sessions._gateway.sealed._sandbox import Sandbox
 from mcp_sessions._gateway.stdio._server import StdioGateway, stdio_gateway_app
 
 
@@ -233,9 +236,24 @@ def test_the_process_metrics_are_recorded() -> None:
     assert (dict(refusal.attributes or {}), refusal.value) == (limit, 1)
 
 
-def test_a_crash_is_one_word_in_the_metric_the_status_the_log_and_the_clients_error(logged: list[str]) -> None:
-    """Issue 93, item 2: a crash was counted ``crash`` in the metric but told ``exited`` to the client. Its end is set
-    once, where its process ends, and each of the four reads that one."""
+@pytest.mark.parametrize(
+    ("tool", "arguments", "word", "said"),
+    [
+        ("crash", {}, "crash", "crash: "),
+        ("allocate", {"mib": 256}, "over_memory_bound", "over its memory bound (--process-memory)"),
+    ],
+    ids=["crash", "bound"],
+)
+def test_an_end_is_one_word_in_the_metric_the_status_the_log_and_the_clients_error(
+    logged: list[str], tool: str, arguments: dict[str, Any], word: str, said: str
+) -> None:
+    """Issue 93, item 2: a crash was counted ``crash`` in the metric but told ``exited`` to the client, and a process
+    past its memory bound (a control group of 64 MiB) counted ``other`` but told ``over its memory bound``. Its end is
+    set once, where its process ends, and each of the four reads that one: the metric and the status by its word."""
+    options: dict[str, Any] = {}
+    if tool == "allocate":
+        needs("root", "cgroup-memory")
+        options["process_options"] = Sandbox(cgroups=Cgroups.found(64 << 20, None))
     reader = InMemoryMetricReader()
     config = SessionsConfig(secret=SECRET, meter_provider=MeterProvider(metric_readers=[reader]))
     gateway = StdioGateway(  # pass_env: the tests' server imports the tests' modules
@@ -246,28 +264,29 @@ def test_a_crash_is_one_word_in_the_metric_the_status_the_log_and_the_clients_er
         warm=0,
         environ=ENVIRON,
         status_port=8001,
+        **options,
     )
     with in_process(stdio_gateway_app(gateway)) as http:  # the status on its port, 8001, in process too
         url = "/mcp"
-        host = {"vscode.conversationId": "chat-crash"}
-        crash = modern_request("tools/call", {"name": "crash", "arguments": {}}, meta=host)
-        in_flight = answer(http.post(url, json=crash, headers=modern_headers(crash)))["error"]
+        host = {"vscode.conversationId": f"chat-{tool}"}
+        ending = modern_request("tools/call", {"name": tool, "arguments": arguments}, meta=host)
+        in_flight = answer(http.post(url, json=ending, headers=modern_headers(ending)))["error"]
 
         def ended() -> dict[str, int]:
             found = points(collect(reader).get("mcp_sessions.gateway.process.ends"))
             return {point.attributes["mcp_sessions.process.end_reason"]: point.value for point in found}
 
-        until(lambda: ended() == {"crash": 1}, lambda: str(ended()))
+        until(lambda: ended() == {word: 1}, lambda: str(ended()))
         again = modern_request("tools/call", {"name": "count", "arguments": {}}, meta=host)
         later = answer(http.post(url, json=again, headers=modern_headers(again)))["error"]
         status = http.get("http://127.0.0.1:8001/status").json()
 
-    assert "exited (crash: " in in_flight["message"], in_flight
-    assert "has ended (crash: " in later["message"], later
-    assert status["ended"] == {"crash": 1}, status
+    assert f"exited ({said}" in in_flight["message"], in_flight
+    assert f"has ended ({said}" in later["message"], later
+    assert status["ended"] == {word: 1}, status
     [process] = [line for line in logged if line.startswith("process ") and ": server process " in line]
-    assert "ended (crash: " in process, process
-    assert [line for line in logged if "the conversation ended (crash: " in line], logged
+    assert f"ended ({said}" in process, process
+    assert [line for line in logged if f"the conversation ended ({said}" in line], logged
 
 
 def test_a_server_that_dies_at_startup_is_one_line_naming_its_last_stderr_line_and_exit_status_2() -> None:

@@ -31,7 +31,7 @@ from e2e._stdio import COUNT, ENVIRON, SERVER, SERVER_PATH, stdio_gateway
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway.auth._users import GatewayAuth
 from mcp_sessions._gateway.stdio import _admission
-from mcp_sessions._gateway.stdio._table import Children
+from mcp_sessions._gateway.stdio._table import Table
 from mcp_sessions.profiles import SESSION_META_KEY
 from mcp_sessions.subscriptions import SessionSubscriptionBus
 
@@ -163,7 +163,7 @@ async def test_2026_requests_with_one_id_in_one_session_are_not_the_id_guards_co
 async def test_the_operator_view_of_every_process() -> None:
     """Each live process, as an operator sees it: the shared one, one started ahead, a request's own (whose, by its
     client address here, a digest of its conversation), with its pid, age, idle time and requests served."""
-    children = Children(
+    children = Table(
         SERVER,
         config=SessionsConfig(secret=SECRET),
         processes="per-conversation",

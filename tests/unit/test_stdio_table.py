@@ -22,7 +22,7 @@ from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway.auth._users import REQUEST
 from mcp_sessions._gateway.stdio import _admission
 from mcp_sessions._gateway.stdio._models import Asking, Caller, End, EndReason, Owner
-from mcp_sessions._gateway.stdio._table import Children
+from mcp_sessions._gateway.stdio._table import Table
 from mcp_sessions._session import SCOPE_KEY
 from mcp_sessions._tokens import SessionClaims
 from mcp_sessions._wire import Refusal
@@ -56,10 +56,6 @@ class MemoryChild:
         if not self.discover:
             await self.done.wait()
 
-    @property
-    def failure(self) -> str | None:
-        return None if self.end is None else self.end.failure
-
     def stop(self, reason: EndReason, detail: str = "") -> None:
         self.end = self.end or End(reason, detail)
         self.done.set()
@@ -79,7 +75,7 @@ class Made(list[MemoryChild]):
 @asynccontextmanager
 async def table(
     *, gated: bool = False, speaks: Sequence[str] = (), **options: Any
-) -> AsyncIterator[tuple[Children, Made]]:
+) -> AsyncIterator[tuple[Table, Made]]:
     """A running table whose processes are :class:`MemoryChild` (``gated``: each but the first waits for its
     ``started``; a revision probe is answered ``speaks``), and the processes it made, in order."""
     made = Made()
@@ -97,7 +93,7 @@ async def table(
     settings: dict[str, Any] = {"processes": "per-conversation", "idle": 600.0, "max_processes": 16, "per_caller": 4}
     settings |= {"sessionless": "per-caller", "warm": 0, "environ": {}, **options}
     config = SessionsConfig(secret=SECRET)
-    children = Children(["server"], config=config, bus=SessionSubscriptionBus(), factory=factory, **settings)
+    children = Table(["server"], config=config, bus=SessionSubscriptionBus(), factory=factory, **settings)
     if children.mode == "auto":
         await children.choose()
     async with children.running():
@@ -114,7 +110,7 @@ def data_layer(session_id: str) -> SimpleNamespace:
     return SimpleNamespace(source="data-layer", id=session_id)
 
 
-async def create(children: Children, session_id: str, address: str = "10.0.0.1") -> None:
+async def create(children: Table, session_id: str, address: str = "10.0.0.1") -> None:
     """A ``sessions/create`` from ``address``, as the sessions' ``on_create`` is called: in its request."""
     now = int(time.time())
     token = REQUEST.set(scope(address))
@@ -131,7 +127,7 @@ def test_route_decides_from_what_it_is_given_with_no_task_group() -> None:
     config = SessionsConfig(secret=SECRET)
     settings: dict[str, Any] = {"processes": "per-conversation", "idle": 600.0, "max_processes": 16, "per_caller": 4}
     settings |= {"sessionless": "per-request", "warm": 0, "environ": {}}
-    children = Children(["server"], config=config, bus=SessionSubscriptionBus(), factory=MemoryChild, **settings)
+    children = Table(["server"], config=config, bus=SessionSubscriptionBus(), factory=MemoryChild, **settings)
     alice = Caller("10.0.0.1", Owner("10.0.0.1", ("address", "10.0.0.1")))
 
     with pytest.raises(MCPError) as no_state:
@@ -145,6 +141,39 @@ def test_route_decides_from_what_it_is_given_with_no_task_group() -> None:
     assert draining.value.error.message.startswith("The gateway is restarting")
     assert not_hers.value.error.code == SESSION_NOT_FOUND
     assert not children.pool.live  # no process was started
+
+
+async def test_route_says_start_this_and_carry_out_starts_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decision that opens a conversation makes its process and says to start it, and one that evicts says to
+    close the evicted one; it starts and closes nothing itself: no task group runs while it decides (the event loop
+    only gives the clock). ``carry_out`` then launches what it made, in the task group of the running pool."""
+    monkeypatch.setattr(_admission, "EVICT_AFTER", 0.0)
+    made: list[MemoryChild] = []
+
+    def factory(command: Sequence[str], **arguments: Any) -> MemoryChild:
+        made.append(child := MemoryChild(command, **arguments))
+        child.started.set()
+        return child
+
+    config = SessionsConfig(secret=SECRET)
+    settings: dict[str, Any] = {"processes": "per-conversation", "idle": 600.0, "max_processes": 16, "per_caller": 1}
+    settings |= {"sessionless": "per-request", "warm": 0, "environ": {}}
+    children = Table(["server"], config=config, bus=SessionSubscriptionBus(), factory=factory, **settings)
+    alice = Caller("10.0.0.1", Owner("10.0.0.1", ("address", "10.0.0.1")))
+
+    first = children.route(Asking(alice, None, None), "tools/call", None)
+    second = children.route(Asking(alice, None, None), "tools/call", None)  # her limit is one: the first is evicted
+
+    assert [first.key.kind, second.key.kind] == ["request", "request"]
+    assert len(made) == 2 and len(children.pool.live) == 2  # made, counted live...
+    assert [process.tasks for process in children.pool.live] == [None, None]  # ...and not launched
+    assert not any(child.ready.is_set() for child in made)
+    assert made[0].end == End(EndReason.EVICTED) and made[1].end is None
+    async with children.pool.running():
+        children.carry_out()
+        with anyio.fail_after(5):
+            await made[1].ready.wait()
+        assert second.tasks is children.pool.tasks
 
 
 async def test_a_callers_requests_that_name_nothing_are_one_conversation_of_hers() -> None:

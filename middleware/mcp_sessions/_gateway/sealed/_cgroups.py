@@ -13,9 +13,11 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from itertools import count
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 _POLL: Final = 0.05
+Bound = Literal["memory", "pids"]
+"""Which bound a conversation's processes reached (``--process-memory``, ``--process-pids``)."""
 
 CPU_PERIOD: Final = 100_000
 """The period (µs) of a conversation's CPU quota: ``--process-cpu N`` is N times it in each."""
@@ -139,14 +141,14 @@ class Cgroup:
     def procs(self) -> list[str]:
         return [str(directory / "cgroup.procs") for directory in self.dirs]
 
-    def exceeded(self) -> str | None:
+    def exceeded(self) -> Bound | None:
         """Which bound the processes reached: the kernel's counts of OOM kills and of refused forks."""
         events = "memory.oom_control" if self.version == 1 else "memory.events"
         for directory in self.dirs:
             if _count(directory / events, "oom_kill"):
-                return "over its memory bound (--process-memory)"
+                return "memory"
             if _count(directory / "pids.events", "max"):
-                return "over its process bound (--process-pids)"
+                return "pids"
         return None
 
     def members(self) -> list[int]:

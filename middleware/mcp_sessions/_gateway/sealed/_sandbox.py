@@ -46,7 +46,7 @@ from typing import Final, Literal, NamedTuple, get_args
 
 import anyio
 
-from ._cgroups import Cgroup, Cgroups, read
+from ._cgroups import Bound, Cgroup, Cgroups, read
 from ._grants import Grant, GrantError, UserDirectories
 from ._kernel import SandboxError as SandboxError
 from ._kernel import above, locked, no_user_namespaces, running_uids, tool
@@ -534,7 +534,7 @@ class Place:
             return {} if self.sandbox.containment == "none" else {"HOME": "/tmp"}  # noqa: S108
         return {"HOME": self.cwd, "TMPDIR": os.path.join(self.cwd, "tmp")}
 
-    def exceeded(self) -> str | None:
+    def exceeded(self) -> Bound | None:
         return None if self.cgroup is None else self.cgroup.exceeded()
 
     async def leave(self) -> str | None:

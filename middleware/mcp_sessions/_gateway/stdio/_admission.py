@@ -2,7 +2,7 @@
 have a process now, and which of the caller's idle ones end to make room for it; and which 2025 transport sessions
 with no process end to make room for a new one.
 
-:class:`Admission` answers those questions for ``_table.Children``: the limits overall
+:class:`Admission` answers those questions for ``_table.Table``: the limits overall
 (``--max-processes``) and per caller (``--max-processes-per-principal``), the create limit
 (``MCP_SESSIONS_CREATE_LIMIT``) and eviction, in that order of refusal, eviction last: a caller's idle
 conversation ends only once nothing else refuses the new one; and :data:`MAX_CONNECTIONS`.

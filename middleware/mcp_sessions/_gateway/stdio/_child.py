@@ -36,7 +36,7 @@ from ..._version import __version__
 from ..._wire import printable
 from ..._wire.protocol import RATE_LIMITED
 from ..sealed._sandbox import Place, Sandbox, SandboxError, reap_adopted
-from ._models import End, EndReason
+from ._models import OVER, End, EndReason
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -67,27 +67,28 @@ _ENDED: Final = (anyio.IncompleteRead, anyio.EndOfStream, anyio.ClosedResourceEr
 
 
 class ChildProcess(Protocol):
-    """What the gateway reads of a server process, and does with it: a :class:`Child` (which says what each member
-    means), or a test's in memory."""
+    """The seam between the process table and a server process: a :class:`Child` (which says what each member
+    means), or a test's in memory. The table asks it five questions: :meth:`run` it, :meth:`stop` it with a reason,
+    is it ``ready``, is it ``done``, and its ``end`` (set once, where it ends: why it failed to start, too,
+    ``End.failure``)."""
 
-    label: str
-    pid: int | None
     ready: anyio.Event
     done: anyio.Event
-    judged: anyio.Event
     end: End | None
-    initialized: types.InitializeResult | None
-    revisions: list[str]
-    link: JSONRPCDispatcher[Any] | None
-    last_words: str | None
-    stderr_ended: anyio.Event
-
-    @property
-    def failure(self) -> str | None: ...
 
     async def run(self) -> None: ...
 
     def stop(self, reason: EndReason, detail: str = "") -> None: ...
+
+    # What else the gateway reads of it, each for one reader that has no other source:
+    label: str  # its name in every log line about it, its own and the table's ("process <id>", "shared")
+    pid: int | None  # the operator's view of it (ProcessView), which reads its memory from /proc
+    link: JSONRPCDispatcher[Any] | None  # where a conversation's requests go: the relay's only way to it
+    initialized: types.InitializeResult | None  # its initialize answer: what the gateway says it serves
+    judged: anyio.Event  # its end's cause known (a bound is read once its group has stopped): a cut call's error
+    revisions: list[str]  # the revision probe's answer (server/discover): --processes auto's choice
+    last_words: str | None  # its last stderr line: the operator's (never a client's) reason a start failed
+    stderr_ended: anyio.Event  # ... once read whole
 
 
 class ChildFactory(Protocol):
@@ -171,7 +172,7 @@ class Child:
 
     def stop(self, reason: EndReason, detail: str = "") -> None:
         """Ask the child to end (its :meth:`run` stops the process group), for ``reason``: its :class:`End`, unless
-        another stopped it first; ``detail``, where the reason's text does not say which (crash, bound)."""
+        another stopped it first; ``detail``, where the reason's text does not say which (a crash)."""
         if self.end is None:
             self.end = End(reason, detail)
         self.done.set()
@@ -235,7 +236,7 @@ class Child:
             self.exit_code = await stop_group(process)
             exceeded = await anyio.to_thread.run_sync(place.exceeded)
             if exceeded is not None:
-                self._caused(End(EndReason.OVER_BOUND, exceeded))
+                self._caused(End(OVER[exceeded]))
         except Exception:
             # This conversation's alone: the process table's task group, everyone's, must not end with it.
             logger.exception("%s: its process group could not be stopped", self.label)
@@ -272,12 +273,12 @@ class Child:
     async def _watch_bounds(self, place: Place) -> None:
         """End the child once its control group reached a bound (a fork refused, a process killed for memory)."""
         # Polled: files, no event, say when a bound is reached.
-        reason = await anyio.to_thread.run_sync(place.exceeded)
-        while reason is None:
+        bound = await anyio.to_thread.run_sync(place.exceeded)
+        while bound is None:
             await anyio.sleep(BOUNDS_POLL)
-            reason = await anyio.to_thread.run_sync(place.exceeded)
-        logger.warning("%s: its conversation is %s: it ends", self.label, reason)
-        self.stop(EndReason.OVER_BOUND, reason)
+            bound = await anyio.to_thread.run_sync(place.exceeded)
+        logger.warning("%s: its conversation is %s: it ends", self.label, OVER[bound].text)
+        self.stop(OVER[bound])
 
     async def _initialize(self, link: JSONRPCDispatcher[Any]) -> None:
         params = {

@@ -2,7 +2,7 @@
 
 :class:`Lifetimes` runs each process to its end: its session's end (on any replica), its idle time, its session's
 expiry, its user, eviction or shutdown end it, and a crash as any other end. What its end leaves (the tombstones of
-its conversations) is the table's to decide (``Children.process_ended``); the sessions it names are ended here.
+its conversations) is the table's to decide (``Table.process_ended``); the sessions it names are ended here.
 """
 
 from __future__ import annotations
@@ -52,8 +52,9 @@ class Lifetimes:
     def close_soon(self, conversation: Conversation, why: EndReason) -> None:
         """:meth:`close`, its session's end in a task of its own."""
         conversation.end(why)
-        if not conversation.tasks.cancel_scope.cancel_called:  # else the gateway stops: it ends them all
-            conversation.tasks.start_soon(self._end_session, conversation)
+        tasks = conversation.tasks
+        if tasks is not None and not tasks.cancel_scope.cancel_called:  # else the gateway stops: it ends them all
+            tasks.start_soon(self._end_session, conversation)
 
     async def close(self, conversation: Conversation, why: EndReason) -> None:
         """End a conversation for ``why``: its child (which its next request finds ended: refused as its kind's
@@ -64,8 +65,9 @@ class Lifetimes:
     def retain(self, conversation: Conversation) -> None:
         """A request's own child kept for the retry that brings its input: ended if none comes in ``ANSWER_WITHIN``."""
         conversation.rounds += 1
-        if not conversation.tasks.cancel_scope.cancel_called:
-            conversation.tasks.start_soon(self._retain, conversation, conversation.rounds)
+        tasks = conversation.tasks
+        if tasks is not None and not tasks.cancel_scope.cancel_called:
+            tasks.start_soon(self._retain, conversation, conversation.rounds)
 
     async def _retain(self, conversation: Conversation, rounds: int) -> None:
         await anyio.sleep(ANSWER_WITHIN + 1)

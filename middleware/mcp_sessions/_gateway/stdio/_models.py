@@ -119,8 +119,8 @@ def key_digest(key: Key) -> str:
 
 class EndReason(Enum):
     """Why a process ended: ``label`` names it in the ends metric (``mcp_sessions.process.end_reason``, a fixed
-    vocabulary) and the status, ``text`` in the log and in its conversation's error (a crash's or a bound's own
-    words are its :class:`End`'s ``detail``, which begin with the same word)."""
+    vocabulary) and the status, ``text`` in the log and in its conversation's error (a crash's own words are its
+    :class:`End`'s ``detail``, which begin with the same word)."""
 
     IDLE = "idle", "idle"
     EXPIRED = "expired", "expired"
@@ -133,7 +133,8 @@ class EndReason(Enum):
     NOT_INITIALIZED = "failed_to_start", "it did not initialize"
     BY_USER = "ended_by_user", "ended by its user"
     CRASH = "crash", "crash"
-    OVER_BOUND = "other", "over a bound"
+    OVER_MEMORY = "over_memory_bound", "over its memory bound (--process-memory)"
+    OVER_PIDS = "over_process_bound", "over its process bound (--process-pids)"
     EXITED = "other", "exited"
     ENDED = "other", "ended"
     ELSEWHERE = "other", "it ran on another replica, or before this one restarted"
@@ -146,7 +147,9 @@ class EndReason(Enum):
 
 STARTS_FAILED: Final = frozenset({EndReason.FAILED, EndReason.NOT_INITIALIZED, EndReason.UNANSWERED})
 """The ends of a process that never served: what it said is why it failed to start."""
-UNASKED: Final = frozenset({EndReason.CRASH, EndReason.OVER_BOUND, EndReason.EXITED})
+OVER: Final = {"memory": EndReason.OVER_MEMORY, "pids": EndReason.OVER_PIDS}
+"""The end of a process whose control group reached a bound (``Place.exceeded``), by the bound."""
+UNASKED: Final = frozenset({EndReason.CRASH, EndReason.OVER_MEMORY, EndReason.OVER_PIDS, EndReason.EXITED})
 """The ends no one asked for: the sessions its conversations served end with it (a crash as any other end)."""
 
 
@@ -156,7 +159,7 @@ class End(NamedTuple):
     :meth:`__str__` in the log and the client's error."""
 
     reason: EndReason
-    detail: str = ""  # its own words, where the reason's text does not say which (which crash, which bound)
+    detail: str = ""  # its own words, where the reason's text does not say which (which crash)
 
     def __str__(self) -> str:
         return self.detail or self.reason.text

@@ -6,7 +6,7 @@ from typing import Final, Literal, get_args
 
 Processes = Literal["auto", "per-conversation", "shared"]
 """Whose conversations a process serves (``--processes``): ``"auto"`` becomes ``"per-conversation"`` or
-``"per-caller"`` (:meth:`Children.choose`)."""
+``"per-caller"`` (:meth:`Table.choose`)."""
 PROCESSES: Final = get_args(Processes)
 Sessionless = Literal["per-caller", "per-request", "shared"]
 """Where the requests that name no conversation go (``--sessionless``)."""

@@ -58,6 +58,8 @@ class Pool:
         self.live: set[Process] = set()
         self.ends: Counter[str] = Counter()  # the processes ended, by their end's label: what the status shows
         self.tasks: anyio.abc.TaskGroup | None = None  # while the gateway runs (running)
+        self.stopped = False  # once the gateway stops (running's end): no process is made after
+        self._starting: list[Process] = []  # made by a decision (start), to be launched (launch)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[anyio.abc.TaskGroup]:
@@ -67,7 +69,7 @@ class Pool:
             try:
                 yield tasks
             finally:
-                self.tasks = None
+                self.tasks, self.stopped = None, True
                 tasks.cancel_scope.cancel()  # each stops its process group, shielded (stop_group)
 
     def start(
@@ -78,15 +80,16 @@ class Pool:
         owner: Owner | None = None,
         credentials: Credentials | None = None,
     ) -> Process:
-        """A new process: the shared one, or one a conversation or a request takes (started ahead, or by the
-        request that starts its conversation: with ``--process-env``, that user's ``credentials``; ``owner``'s,
-        whose directory it is given, if she was authenticated)."""
-        if self.tasks is None:
+        """A new process, made and counted live, to be launched (:meth:`launch`: a decision makes it, the I/O after
+        runs it): the shared one, or one a conversation or a request takes (started ahead, or by the request that
+        starts its conversation: with ``--process-env``, that user's ``credentials``; ``owner``'s, whose directory it
+        is given, if she was authenticated)."""
+        if self.stopped:
             raise MCPError(CHILD_EXITED, "the gateway is shutting down")
         values, digest = credentials or self.process_env.nobody  # none but a request's: none is started ahead then
         process = None if shared else secrets.token_hex(8)
         environ = {**self.environ, **values, **({} if process is None else {"MCP_SESSION_ID": process})}
-        started = Process(self.tasks, digest)
+        started = Process(digest)
         started.child = self.make(
             label="shared" if process is None else f"process {process}",
             environ=environ,
@@ -96,11 +99,24 @@ class Pool:
             user=None if owner is None or owner.identity[0] == "address" else owner.identity,
         )
         if shared:  # no one's conversation: every caller's lists, and with "shared" every request
-            started.take(Conversation(Key("shared", ""), started.child, owner=None, tasks=self.tasks, bus=self.bus))
+            started.take(Conversation(Key("shared", ""), started.child, owner=None, bus=self.bus))
         self.live.add(started)
-        self.tasks.start_soon(self.serve, started)
-        self.events.started()
+        self._starting.append(started)
         return started
+
+    def launch(self) -> None:
+        """Run each process made since (:meth:`start`), in the task group of :meth:`running`; none once it has
+        ended (the gateway stops): those are dropped, and the request that made them is told so."""
+        starting, self._starting, tasks = self._starting, [], self.tasks
+        if tasks is None:
+            if starting:
+                self.live.difference_update(starting)
+                raise MCPError(CHILD_EXITED, "the gateway is shutting down")
+            return
+        for process in starting:
+            process.launch(tasks)
+            tasks.start_soon(self.serve, process)
+            self.events.started()
 
     async def revisions(self, start_deadline: float | None) -> ChildProcess:
         """A process of its own asked the revisions the server lists in its ``server/discover`` answer, then ended: a
@@ -128,8 +144,11 @@ class Pool:
         start takes a core for most of a second)."""
 
         def fill() -> None:
-            while self.tasks is not None and len(self.warm) < self.warm_count:
+            if self.tasks is None:  # not yet running (a decision tested alone), or stopped
+                return
+            while len(self.warm) < self.warm_count:
                 self.warm.append(self.start())
+            self.launch()
 
         after_answer(fill)
 

@@ -207,7 +207,6 @@ class Conversation:
         child: ChildProcess,
         *,
         owner: Caller | None,
-        tasks: anyio.abc.TaskGroup,
         bus: SessionSubscriptionBus,
         credentials: bytes = b"",
         expires_at: float = math.inf,
@@ -226,7 +225,8 @@ class Conversation:
         self.holds_sessions = False  # whether a data-layer session was opened in that transport session
         self.unwatch: Callable[[], None] | None = None  # stops watching its session's end (_table.open)
         self.bus = bus  # its 2026-07-28 listen streams
-        self.tasks = tasks  # where its calls run: a 2026-07-28 call outlives the client's request
+        # where its calls run (a 2026-07-28 call outlives the client's request): given once its process is launched
+        self.tasks: anyio.abc.TaskGroup | None = None
         self.calls: list[Call] = []  # in flight, oldest first
         # calls whose client asked for progress, by the child's token
         self.progressing: dict[str, Call] = {}
@@ -295,6 +295,7 @@ class Conversation:
                 key = str(next(self._tokens))
                 params["_meta"] = {**(jsonrpc.meta(params) or {}), "progressToken": key}
                 self.progressing[key] = call
+            assert self.tasks is not None  # its process was launched before it was ready (Table.carry_out)
             self.tasks.start_soon(call.run, partial(self.child.link.send_raw_request, ctx.method, params))
         self.calls.append(call)
         self.latest = ctx
@@ -385,7 +386,7 @@ class Conversation:
             return
         self.backlog.append(send)
         # none was waiting, so none is being sent: a task sends them
-        if len(self.backlog) == 1:
+        if len(self.backlog) == 1 and self.tasks is not None:  # a child that speaks runs: it was launched
             self.tasks.start_soon(self._send_backlog)
 
     async def _send_backlog(self) -> None:
@@ -401,18 +402,27 @@ class Conversation:
 
 class Process:
     """A child and the conversation it serves: none yet for one started ahead (what it asks then is answered as
-    for no client: no roots), then the one that takes it, for good."""
+    for no client: no roots), then the one that takes it, for good. Made by a decision of the table's, it runs once
+    launched (``Pool.launch``), in the task group it is given then, which its conversation's calls run in too."""
 
-    def __init__(self, tasks: anyio.abc.TaskGroup, credentials: bytes) -> None:
-        self.tasks, self.credentials = tasks, credentials  # the digest of its --process-env values
+    def __init__(self, credentials: bytes) -> None:
+        self.credentials = credentials  # the digest of its --process-env values
+        self.tasks: anyio.abc.TaskGroup | None = None  # once launched
         self.started = anyio.current_time()
         self.conversation: Conversation | None = None
         self.taken = anyio.Event()
         self.gone = anyio.Event()  # it has ended and left the pool (Pool.ended)
         self.child: ChildProcess
 
+    def launch(self, tasks: anyio.abc.TaskGroup) -> None:
+        """Its task group, its conversation's too (if one took it before it was launched)."""
+        self.tasks = tasks
+        if self.conversation is not None:
+            self.conversation.tasks = tasks
+
     def take(self, conversation: Conversation) -> Conversation:
         self.conversation = conversation
+        conversation.tasks = self.tasks  # None until it is launched (launch gives it then)
         self.taken.set()
         return conversation
 

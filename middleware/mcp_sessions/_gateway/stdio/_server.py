@@ -9,7 +9,7 @@ endpoint, as in any ``MCPServer`` app, and tells each request's conversation (:d
 
 With ``processes="auto"`` (the default), a server that speaks 2026-07-28 gets a process per caller (its principal,
 else its client address), as that revision says a stdio process outlives any conversation: each of the caller's
-requests reaches it naming its conversation in ``_meta`` (``Children.choose`` asks what it speaks).
+requests reaches it naming its conversation in ``_meta`` (``Table.choose`` asks what it speaks).
 It runs, is contained and bounded as a conversation's process is, and is counted as one against the limits; a
 bound or a crash that ends it ends that caller's conversations alone. One process for every caller is
 ``processes="shared"``, never chosen for the operator.
@@ -70,14 +70,14 @@ from ._child import START_TIMEOUT, ProcessOptions
 from ._modes import PROCESSES, SESSIONLESS, Processes, Sessionless
 from ._pool import AFTER_ANSWER
 from ._status import OperatorStatus, OwnConversations, ProcessMetrics
-from ._table import Children
+from ._table import Table
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
 DEFAULT_PROCESS_IDLE: Final = 600.0
 DEFAULT_MAX_PROCESSES: Final = 16
 DEFAULT_WARM: Final = 2
-"""Children started ahead for new conversations and requests of every kind."""
+"""Table started ahead for new conversations and requests of every kind."""
 DEFAULT_MAX_PROCESSES_PER_CALLER: Final = 4
 """A caller's processes at once: a person runs a few conversations at a time, and one caller cannot take every
 slot of the default ``max_processes``."""
@@ -101,7 +101,7 @@ _SUBSCRIBE: Final = (
 class StdioServer(Server[Any]):
     """The MCP server clients see: the shared child's identity and capabilities, each request relayed."""
 
-    def __init__(self, children: Children) -> None:
+    def __init__(self, children: Table) -> None:
         super().__init__(
             "mcp-sessions-stdio",
             lifespan=self._running,
@@ -160,7 +160,7 @@ class StdioGateway:
     gateway could serve with it (a ``ValueError`` that says which value).
 
     ``command`` is the server's program and its arguments (run without a shell). ``processes``: a child per
-    conversation, or one ``"shared"`` by all, or (``"auto"``, the default) as ``Children.choose`` says.
+    conversation, or one ``"shared"`` by all, or (``"auto"``, the default) as ``Table.choose`` says.
     ``process_idle``: how long a conversation's child (and a 2025 transport session) lives without a request (default:
     the sessions' ``idle_ttl``, else 600 s). ``max_processes``: how many conversations' children may run at once;
     ``max_processes_per_principal``: how many of them one caller (its principal, else its client address) may have.
@@ -232,7 +232,7 @@ def stdio_gateway_app(gateway: StdioGateway) -> GatewayFront:
     environ = os.environ if gateway.environ is None else gateway.environ
     passed = environment(environ, gateway.pass_env)  # by allow-list
     table = partial(
-        Children,
+        Table,
         gateway.command,
         config=config,
         processes=gateway.processes,
@@ -257,7 +257,7 @@ def stdio_gateway_app(gateway: StdioGateway) -> GatewayFront:
 def _sessions_config(config: SessionsConfig, *, replica: bool) -> SessionsConfig:
     """``config`` as the sessions in front of stdio processes need it: every conversation named, however its client
     names it (each gets its process, or in a process of many, the shared one too, its name, bound to its caller: see
-    Children.conversation_for and Children.named), and on a replica, host conversations from its front alone."""
+    Table.conversation_for and Table.named), and on a replica, host conversations from its front alone."""
     fronted = FrontedConversations.from_context
     sources = [fronted if replica and s == HostConversationSource.from_context else s for s in config.sources]
     data = "anonymous" if config.conversation_data == "off" else config.conversation_data
@@ -265,7 +265,7 @@ def _sessions_config(config: SessionsConfig, *, replica: bool) -> SessionsConfig
 
 
 def _layered(
-    table: Callable[..., Children],
+    table: Callable[..., Table],
     config: SessionsConfig,
     *,
     idle: float,
@@ -304,10 +304,10 @@ def _layered(
 class _Opening:
     """In front of the SDK's app (the sessions place their work at its endpoint, inside it): each request's scope,
     for the sessions' ``on_create`` and the table; each 2025 transport session opened, for the table's count of those
-    with no process (``Children.connected``); and, once the answer is sent, what the request left to do
+    with no process (``Table.connected``); and, once the answer is sent, what the request left to do
     (:data:`AFTER_ANSWER`)."""
 
-    def __init__(self, app: ASGIApp, children: Children) -> None:
+    def __init__(self, app: ASGIApp, children: Table) -> None:
         self.app, self.children = app, children
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

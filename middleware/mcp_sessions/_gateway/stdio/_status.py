@@ -39,7 +39,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..._asgi import send_json
 from ..._version import __version__
 from ._models import EndReason, Owner, ProcessEvents, ProcessView, known_as
-from ._table import Children
+from ._table import Table
 
 STATUS_PATH: Final = "/status"
 USER_PATH: Final = "/mcp/sessions"
@@ -58,7 +58,7 @@ class OperatorStatus:
     def __init__(
         self,
         app: ASGIApp,
-        children: Children,
+        children: Table,
         port: int | None,
         path: str | None = None,
         keys: Callable[[], dict[str, object]] | None = None,
@@ -91,7 +91,7 @@ class OperatorStatus:
         await send_json(send, 200, answer, b"")
 
 
-async def status(children: Children) -> dict[str, Any]:
+async def status(children: Table) -> dict[str, Any]:
     """Every live process with its memory, each user's and everyone's count against the limits, and how many
     processes ended, by their end's label (the ends metric's words)."""
     views = children.pool.views()
@@ -114,7 +114,7 @@ async def status(children: Children) -> dict[str, Any]:
 class OwnConversations:
     """``app``, and at :data:`USER_PATH` the caller's own conversations: listed, and one ended (see the module)."""
 
-    def __init__(self, app: ASGIApp, children: Children) -> None:
+    def __init__(self, app: ASGIApp, children: Table) -> None:
         self.app, self.children = app, children
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -1,14 +1,14 @@
 """The process table of ``mcp-sessions gateway --stdio``: which process a request reaches.
 
-:class:`Children` holds the shared process and one per conversation (or, ``"per-caller"``, one per caller for all
+:class:`Table` holds the shared process and one per conversation (or, ``"per-caller"``, one per caller for all
 of its conversations), each conversation with its owner in it. The parts it is made of each answer one question:
 ``_pool`` makes the processes (through a factory: a real ``Child``, or a test's in memory) and keeps those
 started ahead; ``_admission`` says whether a new conversation may have one (the limits, eviction);
 ``_lifetimes`` runs each to its end and answers an ended conversation with the error of its kind. What a
 process's messages do for its client is ``_relay``'s.
 
-Who may reach a process is decided in one place, :meth:`Children.conversation_for`, which every relayed request
-walks once (:meth:`Children.relay`): the request's name for its conversation becomes a typed :class:`Key` (a 2025
+Who may reach a process is decided in one place, :meth:`Table.conversation_for`, which every relayed request
+walks once (:meth:`Table.relay`): the request's name for its conversation becomes a typed :class:`Key` (a 2025
 transport session on the 2025 path only, a data-layer session, a host's conversation, the caller's requests that
 name none, a request's own, the shared one); each conversation is created whole, its owner in it; and the caller
 is checked against that owner, for every kind, before any process is reached.
@@ -77,18 +77,19 @@ MAX_ENDED: Final = 100_000
 """Ended conversations remembered (each answered with the error of its kind, never a new process); oldest first."""
 EXPECTED: Final = (EndReason.IDLE, EndReason.EXPIRED, EndReason.BY_USER)
 """The ends a caller's own process (``caller``, ``sessionless``) leaves no tombstone for: her next request gets a
-new one. Any other end (a crash, a bound, eviction) is told to her next request once (``Children._own``)."""
+new one. Any other end (a crash, a bound, eviction) is told to her next request once (``Table._own``)."""
 Metrics = Callable[[Callable[[], Counter[str]]], ProcessEvents]
 """What counts the table's processes, given how many of each kind live (``_status.ProcessMetrics``)."""
 
 
-class Children:
+class Table:
     """Which process a request reaches: one table of conversations, each keyed by its :class:`Key` with its owner
     in it, and of what ended conversations leave (their tombstones, the requests kept for their input), the one
     owner of them all. Each event (a request, a process's end, an answer) is one synchronous decision here, from
-    what it is handed (:class:`Asking`: :meth:`route`, :meth:`open`, :meth:`process_ended`); the I/O it asks for
-    follows it: a process taken from ``pool``, one refused or evicted by ``admission``, its life run by
-    ``lifetimes``. Around the decisions, the async methods as the gateway runs it: what a request names and who
+    what it is handed (:class:`Asking`: :meth:`route`, :meth:`open`, :meth:`process_ended`), which starts and
+    closes nothing: it makes the processes to start (``pool``) and names the conversations to close (one evicted
+    by ``admission``); :meth:`carry_out` then launches and closes them, each process's life run by ``lifetimes``.
+    Around the decisions, the async methods as the gateway runs it: what a request names and who
     asks read before the table decides (:meth:`conversation_for`), its process awaited after (:meth:`ready`); its
     shared process started and every process stopped with the gateway, what the server speaks chosen, each
     request relayed, and the operator's and each user's views."""
@@ -116,7 +117,7 @@ class Children:
         self.config, self.bus, self.sessionless = config, bus, sessionless
         self.process_env = ProcessEnv() if process_env is None else process_env
         self.fronted = fronted  # a replica behind a front (--forwarded-allow-ips): see gone
-        # "auto" (Children.choose) becomes one of the others before the first request
+        # "auto" (Table.choose) becomes one of the others before the first request
         self.mode: Literal["auto", "per-conversation", "per-caller", "shared"] = processes
         events = metrics(lambda: self.pool.kinds())
         self.lifetimes = Lifetimes(idle=idle, store=config.store, ended=self.process_ended, end_transport=end_transport)
@@ -142,6 +143,9 @@ class Children:
         self._moved: BoundedDict[str, Key] = BoundedDict(MAX_ENDED)  # a session opened in a transport session: its key
         # 2025 transport sessions with no process yet, oldest first: their callers, ids and users
         self._connections: dict[Key, tuple[str, bytes, object]] = {}
+        # what the decisions leave to do (carry_out), beside the processes they made (the pool's, to launch)
+        self._closing: list[tuple[Conversation, EndReason]] = []
+        self._refill = False  # whether to start processes ahead again, once the answer is sent
 
     def transport_key(self, raw: bytes) -> Key:
         """The key of the 2025 transport session whose ``Mcp-Session-Id`` is ``raw``: a digest, never the id."""
@@ -262,7 +266,7 @@ class Children:
         )
         if self.mode == "per-caller" and key.kind != "caller":
             own = self._own("caller", asked, counted, told=False)
-            own.riders[key] = begun(own.child, tasks=own.tasks)
+            own.riders[key] = begun(own.child)
             return own
         live = [found for found in self._conversations.values() if not found.child.done.is_set()]
         evicted = self.admission.admit(live, caller, transport=transport is not None, counted=counted)
@@ -270,16 +274,30 @@ class Children:
         for conversation in evicted:  # the start is certain now
             logger.info("%s: ended to make room for a new conversation of %s", conversation.child.label, caller.name)
             conversation.end(EndReason.EVICTED)  # at once: its next request is refused
-            self.lifetimes.close_soon(conversation, EndReason.EVICTED)
-        conversation = begun(process.child, tasks=process.tasks, credentials=process.credentials)
+            self._closing.append((conversation, EndReason.EVICTED))  # its session ended by carry_out
+        conversation = begun(process.child, credentials=process.credentials)
         self._conversations[key] = process.take(conversation)
         # from now: its session's end (a DELETE while its process starts too) ends it
         if key.kind in _WATCHED:
             conversation.unwatch = self.bus.watch(key.id, partial(conversation.end, EndReason.SESSION_ENDED))
         named = key_digest(key) if key.kind in ("caller", "sessionless") else key.id  # a caller's: her digest
         logger.info("%s: serves the conversation %s", process.child.label, named)
-        self.pool.fill()
+        self._refill = True  # one started ahead may have been taken
         return conversation
+
+    def carry_out(self) -> None:
+        """What the decisions since asked for (a refusal asks for nothing), done: the processes they made launched
+        (``Pool.launch``), the sessions of the conversations they ended for another (evicted) ended, each in the task
+        group (a session's end is a store's write, or a 2025 transport session's ``DELETE``), and those started
+        ahead refilled once the answer is sent (``Pool.fill``): as httpcore's pool first assigns requests to
+        connections, then opens and closes what that assignment named."""
+        closing, self._closing = self._closing, []
+        for conversation, why in closing:
+            self.lifetimes.close_soon(conversation, why)
+        self.pool.launch()
+        if self._refill:
+            self._refill = False
+            self.pool.fill()
 
     def answered(self, conversation: Conversation) -> None:
         """A request's own child, once it has answered: ended once that answer is sent, or retained for the retry
@@ -339,7 +357,7 @@ class Children:
 
     async def conversation_for(self, scope: Scope, method: str, state: object = None) -> Conversation:
         """The conversation a request reaches, the most specific name first: its data-layer session's (one opened in a
-        2025 transport session is that transport session's, ``Children.created``), its host conversation's (bound to its
+        2025 transport session is that transport session's, ``Table.created``), its host conversation's (bound to its
         caller: what a host's request names in ``_meta``, whatever connection it came through), its 2025 transport
         session's; else, naming none, its caller's own (``sessionless="per-caller"``), a child of the request's own
         (``"per-request"``: the one that asked, for a retry that brings its input, ``state``, its ``requestState``) or
@@ -348,15 +366,18 @@ class Children:
         child ran elsewhere (another replica, or before a restart) or has ended gets no new one: a data-layer
         session's is "not found" here; a host's, which the store the replicas share records as another start's
         (:data:`_HELD`), has ended. What the request's names and caller are is read first; which conversation they
-        reach is then one decision (:meth:`route`)."""
+        reach is then one decision (:meth:`route`), and what it asks for is carried out (:meth:`carry_out`)."""
         asked = await asking(scope, self.config, self.process_env)
         nameless = asked.session is None and asked.transport is None and state is None
         sessionless = self.sessionless if self.mode != "per-caller" else "per-caller"
         if self.mode == "shared" or (nameless and (method in LISTS or sessionless == "shared")):
-            return await self.ready(self.shared_conversation())
-        if asked.session is not None and asked.session.source not in ("data-layer", "transport"):
-            await self._claim(asked.session, asked.caller, asked.draining)
-        return await self.ready(self.route(asked, method, state))
+            conversation = self.shared_conversation()
+        else:
+            if asked.session is not None and asked.session.source not in ("data-layer", "transport"):
+                await self._claim(asked.session, asked.caller, asked.draining)
+            conversation = self.route(asked, method, state)
+        self.carry_out()
+        return await self.ready(conversation)
 
     async def _claim(self, session: Session, caller: Caller, draining: bool) -> None:
         """A host conversation this table has not served: claimed for this start in the store the replicas share
@@ -375,10 +396,11 @@ class Children:
     async def ready(self, conversation: Conversation) -> Conversation:
         """``conversation`` once its process is ready to serve it; the error of its end if it has ended."""
         await conversation.child.ready.wait()
-        if conversation.child.failure is not None:
-            raise MCPError(CHILD_EXITED, conversation.child.failure)
+        end = conversation.child.end
+        if end is not None and end.failure is not None:
+            raise MCPError(CHILD_EXITED, end.failure)
         if conversation.child.done.is_set():
-            raise self.gone(conversation.key, conversation.child.end or End(EndReason.EXITED))
+            raise self.gone(conversation.key, end or End(EndReason.EXITED))
         conversation.last_request = anyio.current_time()
         return conversation
 
@@ -397,12 +419,16 @@ class Children:
         try:
             # one conversation, one process
             if raw is not None and self.mode == "per-conversation":
-                found = await self.ready(self._transported(raw, asked, counted=True))
+                found = self._transported(raw, asked, counted=True)
+                self.carry_out()
+                await self.ready(found)
                 self._moved[claims.session_id] = found.key
                 found.holds_sessions = True
                 return
             key = Key("data-layer-session", claims.session_id)
-            await self.ready(self.open(key, asked, expires_at=claims.expires_at, counted=True))
+            opened = self.open(key, asked, expires_at=claims.expires_at, counted=True)
+            self.carry_out()
+            await self.ready(opened)
         except MCPError as exc:
             retry = 1 if exc.error.code == RATE_LIMITED else None
             raise Refusal(exc.error.code, exc.error.message, reason="process_refused", retry_after=retry) from None
@@ -431,7 +457,9 @@ class Children:
             try:
                 self._shared = first = self.pool.start(shared=True, start_deadline=start_deadline)
                 try:
-                    shared = await self.ready(self.shared_conversation())
+                    shared = self.shared_conversation()
+                    self.carry_out()
+                    await self.ready(shared)
                 except MCPError as exc:
                     raise await self.failed(exc.error.message, first.child) from None
                 assert shared.child.initialized is not None
@@ -454,8 +482,8 @@ class Children:
             self.mode = "per-conversation"
             return
         probe = await self.pool.revisions(start_deadline)
-        if probe.failure is not None:
-            raise await self.failed(probe.failure, probe)
+        if probe.end is not None and probe.end.failure is not None:
+            raise await self.failed(probe.end.failure, probe)
         if LATEST_MODERN_VERSION in probe.revisions:
             self.mode = "per-caller"
             logger.info(
@@ -505,7 +533,9 @@ class Children:
         """The input schemas of the shared child's tools (its first page), for the SDK's check of a 2026-07-28
         ``tools/call``'s ``Mcp-Param`` headers: without them, the SDK would ask ``tools/list`` of a process at
         every ``tools/call`` (a request's own process too). None if it lists none in time."""
-        shared = await self.ready(self.shared_conversation())
+        shared = self.shared_conversation()
+        self.carry_out()
+        await self.ready(shared)
         assert shared.child.link is not None
         try:
             with anyio.fail_after(ANSWER_WITHIN):
