@@ -64,6 +64,8 @@ class Pool:
         """The task group every process runs in while the gateway runs; cancelled at its end, which stops them."""
         async with anyio.create_task_group() as tasks:
             self.tasks = tasks
+            if self.options is not None and self.options.edge is not None:
+                tasks.start_soon(self.options.edge.serve)
             try:
                 yield tasks
             finally:
@@ -84,9 +86,13 @@ class Pool:
         if self.tasks is None:
             raise MCPError(CHILD_EXITED, "the gateway is shutting down")
         values, digest = credentials or self.process_env.nobody  # none but a request's: none is started ahead then
+        edge, masked = None if self.options is None else self.options.edge, None
+        if edge is not None:  # --process-env-mask: placeholders, and the proxy
+            values, masked = edge.masks.give(values)
         process = None if shared else secrets.token_hex(8)
         environ = {**self.environ, **values, **({} if process is None else {"MCP_SESSION_ID": process})}
         started = Process(self.tasks, digest)
+        started.masked = masked
         started.child = self.make(
             label="shared" if process is None else f"process {process}",
             environ=environ,
@@ -136,6 +142,8 @@ class Pool:
     def ended(self, process: Process, why: EndReason) -> None:
         """``process`` has ended, for ``why``: it is no longer live, nor waiting to be taken."""
         self.live.discard(process)
+        if self.options is not None and self.options.edge is not None:  # its masked values forgotten
+            self.options.edge.masks.drop(process.masked)
         if process in self.warm:
             self.warm.remove(process)
         process.gone.set()

@@ -410,6 +410,7 @@ class Process:
         self.taken = anyio.Event()
         self.gone = anyio.Event()  # it has ended and left the pool (Pool.ended)
         self.child: ChildProcess
+        self.masked: str | None = None  # its proxy token, with --process-env-mask
 
     def take(self, conversation: Conversation) -> Conversation:
         self.conversation = conversation
