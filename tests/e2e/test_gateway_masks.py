@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,12 +17,12 @@ import httpx
 import pytest
 
 from _mcp import ModernClient
-from _redis import missing
+from _redis import free_port, missing
 from _uids import uids
 from conftest import SECRET
 from e2e import _sealed
 from e2e._dns import elsewhere, resolver
-from e2e._gateway import Process, readable_directory
+from e2e._gateway import Process, gateway_run, readable_directory
 from e2e._masked import NAMES, SERVER, stand_in_authority
 
 UIDS = uids(400, 20)
@@ -128,8 +129,29 @@ def test_a_malformed_or_huge_request_is_refused_and_the_next_is_served(
     status = ("-sS", "-o", "/dev/null", "-w", "%{http_code}")
     trace = ran(mcp, session, "curl", *status, "-X", "TRACE", url)
     huge = ran(mcp, session, "curl", *status, "-H", f"X-Huge: {'a' * 70000}", url)
-    unknown = ran(mcp, session, "curl", *status, "--proxy", "http://169.254.1.1:1", url)
+    proxy = _sealed.text(_sealed.call(mcp, "env", session, variable="HTTPS_PROXY"))
+    forged = ran(mcp, session, "curl", *status, "--proxy", re.sub(r":[^:@/]+@", ":forged@", proxy), url)
     assert trace["out"] == "405"
     assert huge["out"] in ("431", "400")
-    assert unknown["status"] != 0
+    assert "CONNECT tunnel failed, response 407" in forged["err"], forged  # no live process's password
     assert echoed(mcp, session, "curl", "-sS", url)["method"] == "GET"
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (
+            ("--process-env-mask", "API_TOKEN=api.test"),
+            "--process-env-mask API_TOKEN: no --process-env API_TOKEN=SOURCE gives it",
+        ),
+        (
+            ("--process-env", "API_TOKEN=header:X-Token", "--process-env-mask", "API_TOKEN=api.test"),
+            "--process-env-mask needs --process-network egress (with --process-uids): the rules that send the "
+            "process to the gateway's proxy, not host",
+        ),
+    ],
+    ids=["not-given", "no-egress"],
+)
+def test_a_mask_the_gateway_cannot_keep_is_one_line_and_exit_status_2(options: tuple[str, ...], said: str) -> None:
+    done = gateway_run("--port", str(free_port()), "--stdio", "/bin/cat", *options, within=60)
+    assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said}\n")
