@@ -1,6 +1,7 @@
 """What the tests of masked credentials (``--process-env-mask``) share: a stand-in HTTPS API with a certificate
 authority of its own (:func:`stand_in_authority`, :data:`API`: each request's method and headers echoed back as
-JSON; a second port answers plain HTTP), and a hostile stdio server (:data:`SERVER`) whose tools run a command in the
+JSON, every ``Authorization`` it got listed at ``/seen``, a ``git`` fetch asked for its credential; a second port
+answers plain HTTP), and a hostile stdio server (:data:`SERVER`) whose tools run a command in the
 process (``run``) and search everything it can read of itself for a value (``search``: its environment, its memory
 through ``/proc/self/mem``, and the files of its home, ``/tmp`` and the gateway's certificates; the value asked in two
 halves, so that the asking puts it whole nowhere)."""
@@ -19,9 +20,19 @@ NAMES = ("api.test", "other.test")
 """The stand-in API's names: the first masked, the second not (the same server, reached by an opaque tunnel)."""
 API = r"""
 import http.server, json, ssl, sys, threading
+SEEN = []
 class Echo(http.server.BaseHTTPRequestHandler):
     def answer(self):
+        SEEN.append(self.headers.get("Authorization", ""))
         body = json.dumps({"method": self.command, "headers": dict(self.headers.items())}).encode()
+        if self.path == "/seen":
+            body = json.dumps(SEEN).encode()
+        if "/info/refs" in self.path and "Authorization" not in self.headers:  # git sends its credential when asked
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="stand-in"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))

@@ -1,5 +1,5 @@
 """Masked credentials (``--process-env-mask``, issue 95): a real gateway as root, a uid per process under egress, a
-hostile server (``_masked.SERVER``) whose clients (curl, Python's httpx and urllib, run inside the process) reach a
+hostile server (``_masked.SERVER``) whose clients (curl, git, Python's httpx and urllib, inside the process) reach a
 stand-in HTTPS API (``_masked.API``, its own certificate authority, at an address of the world's in a network
 namespace of the test's own, its names answered by the tests' stand-in resolver) through the gateway's proxy."""
 
@@ -9,7 +9,9 @@ import base64
 import contextlib
 import json
 import re
+import ssl
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ from _uids import uids
 from conftest import SECRET
 from e2e import _sealed
 from e2e._dns import elsewhere, resolver
-from e2e._gateway import Process, gateway_run, readable_directory
+from e2e._gateway import gateway_run, readable_directory
 from e2e._masked import NAMES, SERVER, stand_in_authority
 
 UIDS = uids(400, 20)
@@ -37,9 +39,22 @@ asked = urllib.request.Request(sys.argv[1], headers={"Authorization": "Bearer " 
 print(urllib.request.urlopen(asked, timeout=30).read().decode())"""
 
 
+@dataclass(frozen=True)
+class Masked:
+    """A client of the gateway's (with the token), a conversation of its, and the stand-in API: its TLS and plain
+    ports, its address, and its certificate authority's file."""
+
+    mcp: ModernClient
+    session: dict[str, Any]
+    secure: int
+    plain: int
+    world: str
+    authority: str
+
+
 @pytest.fixture(scope="module")
-def masked() -> Iterator[tuple[Process, ModernClient, dict[str, Any], list[int]]]:
-    """The gateway, a client of its with the token, a conversation, and the stand-in's ports (TLS, plain)."""
+def masked() -> Iterator[Masked]:
+    """The gateway's client with the token, a conversation of its, and the stand-in API."""
     _sealed.needs("root", "bwrap")
     if not Path("/usr/sbin/nft").exists() and not Path("/usr/bin/nft").exists():
         missing("nft is not installed (scripts/system-deps.sh)")
@@ -61,7 +76,7 @@ def masked() -> Iterator[tuple[Process, ModernClient, dict[str, Any], list[int]]
         )
         http = stack.enter_context(httpx.Client(timeout=60, headers={"X-Token": TOKEN}))
         mcp = ModernClient(http, f"http://127.0.0.1:{process.port}")
-        yield process, mcp, mcp.create_session(), ports
+        yield Masked(mcp, mcp.create_session(), ports[0], ports[1], world, authority)
 
 
 def ran(mcp: ModernClient, session: dict[str, Any], *argv: str) -> dict[str, Any]:
@@ -85,9 +100,9 @@ def searched(mcp: ModernClient, session: dict[str, Any], value: str) -> list[str
 
 
 def test_each_client_reaches_the_api_with_the_value_and_the_process_holds_the_placeholder_alone(
-    masked: tuple[Process, ModernClient, dict[str, Any], list[int]],
+    masked: Masked,
 ) -> None:
-    _, mcp, session, (secure, _) = masked
+    mcp, session, secure = masked.mcp, masked.session, masked.secure
     placeholder = _sealed.text(_sealed.call(mcp, "env", session, variable="API_TOKEN"))
     found = {"token": searched(mcp, session, TOKEN), "placeholder": searched(mcp, session, placeholder)}
     url = f"https://{API}:{secure}/"
@@ -106,10 +121,31 @@ def test_each_client_reaches_the_api_with_the_value_and_the_process_holds_the_pl
     assert "environ" in found["placeholder"] and "memory" in found["placeholder"]  # where the search looks
 
 
-def test_the_placeholder_stays_one_to_another_host_over_plain_http_and_a_direct_connection_is_refused(
-    masked: tuple[Process, ModernClient, dict[str, Any], list[int]],
+def test_git_over_https_reaches_the_api_with_the_value_in_its_basic_credential(
+    masked: Masked,
 ) -> None:
-    _, mcp, session, (secure, plain) = masked
+    """``git`` sends its URL's credential as ``Authorization: Basic`` once the server asks (401): decoded, swapped,
+    encoded again. What the API got is read from this host, never through the process."""
+    mcp, session, secure = masked.mcp, masked.session, masked.secure
+    placeholder = _sealed.text(_sealed.call(mcp, "env", session, variable="API_TOKEN"))
+    remote = f"https://x-access-token:{placeholder}@{API}:{secure}/team/repo.git"
+    ran(mcp, session, "git", "-c", "credential.helper=", "ls-remote", remote)  # no repository there: it fails after
+    got = [each for each in seen(masked) if each.startswith("Basic ")]
+    assert f"x-access-token:{TOKEN}" in [base64.b64decode(each.removeprefix("Basic ")).decode() for each in got]
+
+
+def seen(masked: Masked) -> list[str]:
+    """Every ``Authorization`` the stand-in API got, asked from this host (its route to the test's namespace)."""
+    context = ssl.create_default_context(cafile=masked.authority)
+    context.check_hostname = False
+    found: list[str] = httpx.get(f"https://{masked.world}:{masked.secure}/seen", verify=context, timeout=30).json()
+    return found
+
+
+def test_the_placeholder_stays_one_to_another_host_over_plain_http_and_a_direct_connection_is_refused(
+    masked: Masked,
+) -> None:
+    mcp, session, secure, plain = masked.mcp, masked.session, masked.secure, masked.plain
     placeholder = _sealed.text(_sealed.call(mcp, "env", session, variable="API_TOKEN"))
     bearer = f"Authorization: Bearer {placeholder}"
     other = echoed(mcp, session, "curl", "-sS", "-H", bearer, f"https://{OTHER}:{secure}/")
@@ -122,9 +158,9 @@ def test_the_placeholder_stays_one_to_another_host_over_plain_http_and_a_direct_
 
 
 def test_a_malformed_or_huge_request_is_refused_and_the_next_is_served(
-    masked: tuple[Process, ModernClient, dict[str, Any], list[int]],
+    masked: Masked,
 ) -> None:
-    _, mcp, session, (secure, _) = masked
+    mcp, session, secure = masked.mcp, masked.session, masked.secure
     url = f"https://{API}:{secure}/"
     status = ("-sS", "-o", "/dev/null", "-w", "%{http_code}")
     trace = ran(mcp, session, "curl", *status, "-X", "TRACE", url)
