@@ -83,3 +83,16 @@ def test_the_rules_grant_the_proxy_and_refuse_the_masked_hosts_before_any_grant(
 )
 def test_a_tunnel_reaches_what_the_process_s_rules_would_let_it(address: str, port: int, permitted: bool) -> None:
     assert EgressRules(1000, 1001).permits(address, port) is permitted
+
+
+def test_a_renewed_value_replaces_the_old_under_the_same_placeholder_and_an_ended_process_s_is_forgotten() -> None:
+    from mcp_sessions._gateway.sealed._masks import Masks
+
+    masks = Masks((Mask.parsed("TOKEN=api.test", {"TOKEN"}),), authority=None)  # type: ignore[arg-type]
+    given, token = masks.give({"TOKEN": "first-value-0001", "OTHER": "kept"})
+    masks.renew(token, {"TOKEN": "second-value-002", "OTHER": "kept"})
+    (swap,) = masks.swaps[str(token)]
+    masks.drop(token)
+    assert (given["TOKEN"], given["OTHER"]) == (swap.placeholder, "kept")
+    assert (swap.value, swap.hosts) == ("second-value-002", frozenset({("api.test", 443)}))
+    assert given["HTTPS_PROXY"].endswith(f":{token}@169.254.1.1:0") and masks.swaps == {}

@@ -26,7 +26,7 @@ import shutil
 import ssl
 import string
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
 
@@ -102,8 +102,10 @@ def _jwt_header(text: str) -> bool:
 
 @dataclass(frozen=True)
 class Swap:
-    """One process's masked value: its ``placeholder``, the ``value``, and the hosts it is put back for."""
+    """One process's masked value: its variable's ``name``, its ``placeholder``, the ``value``, and the hosts it is
+    put back for."""
 
+    name: str
     placeholder: str
     value: str
     hosts: frozenset[tuple[str, int]]
@@ -136,7 +138,7 @@ class Masks:
         if not masked:
             return values, None
         token = secrets.token_urlsafe(32)
-        swaps = tuple(Swap(placeholder(values[mask.name]), values[mask.name], mask.hosts) for mask in masked)
+        swaps = tuple(Swap(mask.name, placeholder(values[mask.name]), values[mask.name], mask.hosts) for mask in masked)
         self.swaps[token] = swaps
         proxy = f"http://{PROXY_USER}:{token}@{GATEWAY}:{self.port}"
         bundle, ca = f"{CA_IN_PROCESS}/bundle.pem", f"{CA_IN_PROCESS}/ca.pem"
@@ -149,6 +151,12 @@ class Masks:
             "NODE_EXTRA_CA_CERTS": ca,
         }
         return given, token
+
+    def renew(self, token: str | None, values: dict[str, str]) -> None:
+        """A live process's values as its conversation's latest request gives them (an exchanged token renewed by
+        the gateway): its placeholders stay, the proxy puts the new values in."""
+        if token is not None and (swaps := self.swaps.get(token)) is not None:
+            self.swaps[token] = tuple(replace(swap, value=values.get(swap.name, swap.value)) for swap in swaps)
 
     def drop(self, token: str | None) -> None:
         """A process's values forgotten, as it ends."""

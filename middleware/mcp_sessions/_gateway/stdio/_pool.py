@@ -19,6 +19,7 @@ from typing import Any, Final
 import anyio
 import anyio.abc
 from mcp.shared.exceptions import MCPError
+from starlette.types import Scope
 
 from ...subscriptions import SessionSubscriptionBus
 from ..auth._users import REQUEST, Credentials, ProcessEnv
@@ -128,6 +129,15 @@ class Pool:
         """A process for a new conversation, ``owner``'s: one started ahead, else one started now, hers, with what
         her request gives it (``credentials``)."""
         return self.warm.popleft() if self.warm else self.start(owner=owner, credentials=credentials())
+
+    def renew(self, conversation: Conversation, scope: Scope) -> None:
+        """With ``--process-env-mask``: the masked values of ``conversation``'s process as its latest request
+        ``scope`` gives them (an exchanged token renewed), which the proxy puts in; the process sees none of it."""
+        if self.options is None or self.options.edge is None:
+            return
+        for process in self.live:
+            if process.conversation is conversation and process.masked is not None:
+                self.options.edge.masks.renew(process.masked, self.process_env.of(scope).values)
 
     def fill(self) -> None:
         """Start processes ahead, up to ``warm``, once the answer of the request being served is sent (a process
