@@ -34,6 +34,8 @@ PYTHON = ("env", f"PYTHONPATH={Path(httpx.__file__).parent.parent}", "/usr/bin/p
 """The host's Python, with this checkout's httpx (pure Python): a uid of the process's reads it, not the venv's."""
 HTTPX = """import httpx, os, sys
 print(httpx.get(sys.argv[1], headers={"Authorization": "Bearer " + os.environ["API_TOKEN"]}, timeout=30).text)"""
+POST = """headers = {"Authorization": "Bearer " + os.environ["API_TOKEN"]}
+print(httpx.post(sys.argv[1], content=bytes(4 << 20), headers=headers, timeout=60).text)"""
 URLLIB = """import os, sys, urllib.request
 asked = urllib.request.Request(sys.argv[1], headers={"Authorization": "Bearer " + os.environ["API_TOKEN"]})
 print(urllib.request.urlopen(asked, timeout=30).read().decode())"""
@@ -119,6 +121,15 @@ def test_each_client_reaches_the_api_with_the_value_and_the_process_holds_the_pl
     assert base64.b64decode(basic.removeprefix("Basic ")).decode() == f"x-access-token:{TOKEN}"
     assert found["token"] == []  # not in its environment, its memory, nor its files
     assert "environ" in found["placeholder"] and "memory" in found["placeholder"]  # where the search looks
+
+
+def test_a_body_streams_through_with_the_value_in_the_head(masked: Masked) -> None:
+    """A POST of 4 MiB through the proxy: the body arrives whole, the head with the value."""
+    post = "\n".join((HTTPX.split("\n")[0], POST))
+    done = ran(masked.mcp, masked.session, *PYTHON, "-c", post, f"https://{API}:{masked.secure}/upload")
+    answer = json.loads(done["out"])
+    headers = {name.lower(): value for name, value in answer["headers"].items()}
+    assert (answer["size"], headers["authorization"]) == (4 << 20, f"Bearer {TOKEN}"), done
 
 
 def test_git_over_https_reaches_the_api_with_the_value_in_its_basic_credential(

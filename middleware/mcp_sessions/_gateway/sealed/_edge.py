@@ -143,7 +143,7 @@ async def _relay(client: TLSStream, server: anyio.abc.ByteStream, swaps: tuple[S
         await _send(up, server, h11.Request(method=asked.method, target=asked.target, headers=headers))
         try:
             async with anyio.create_task_group() as tasks:
-                tasks.start_soon(_body, down, client, up, server)
+                tasks.start_soon(_body, down, client, up, server, tasks)
                 await _answer(up, server, down, client, tasks)
         except h11.ProtocolError:
             return None
@@ -155,13 +155,16 @@ async def _relay(client: TLSStream, server: anyio.abc.ByteStream, swaps: tuple[S
         up.start_next_cycle()
 
 
-async def _body(down: h11.Connection, client: Any, up: h11.Connection, server: Any) -> None:
-    """The request's body and its end, from the client to the server, as it comes."""
+async def _body(down: h11.Connection, client: Any, up: h11.Connection, server: Any, tasks: Any) -> None:
+    """The request's body and its end, from the client to the server, as it comes; a client gone before its end
+    ends the exchange (the server would wait for the rest)."""
     while True:
         event = await _next(down, client)
         if isinstance(event, h11.Data | h11.EndOfMessage):
             await _send(up, server, event)
         if not isinstance(event, h11.Data):
+            if not isinstance(event, h11.EndOfMessage):
+                tasks.cancel_scope.cancel()
             return
 
 
