@@ -39,6 +39,7 @@ BENCHMARKS: dict[str, list[str]] = {
     "gateway": ["bench_gateway.py"],
     "stdio": ["bench_stdio.py"],  # the stdio gateway against supergateway
     "egress": ["bench_egress.py"],  # the stdio gateway's --process-network egress against host (as root)
+    "masks": ["bench_masks.py"],  # a masked credential's HTTPS request through the gateway's proxy (as root)
 }
 EDIT = "edit the scripts, not this page"
 RUN_FILE = "run.json"  # when the whole run started, how long it took, and the load then

@@ -36,11 +36,13 @@ def host_address() -> str:
 
 
 @contextlib.contextmanager
-def elsewhere(count: int = 1, address: str = "", port: int = 0) -> Iterator[tuple[str, list[int]]]:
+def elsewhere(count: int = 1, address: str = "", port: int = 0, serve: str = "") -> Iterator[tuple[str, list[int]]]:
     """An address of the world's (``11.77.0.0/16``: no range the gateway refuses; or ``address``) that only a network
     namespace of the test's own holds, joined to this host's by a veth pair (``ip netns``) and a route of this host's
     to it alone, so that nothing sent there leaves the host; ``count`` TCP listeners there (on ``port``, or each on a
-    port of its own), for as long as the block runs: the address and their ports."""
+    port of its own), for as long as the block runs: the address and their ports. ``serve``: the listeners' program
+    if not :data:`_SERVE`'s (each connection accepted and closed), its ``serve(address, count, port)`` printing their
+    ports."""
     ours = next(_NAMESPACES)
     name, device = f"mcp-sessions-test-{os.getpid()}-{ours}", f"mst{os.getpid()}-{ours}"[-15:]
     address = address or f"11.77.{os.getpid() % 250}.{ours % 250 + 2}"  # a run's own (a sibling run holds another)
@@ -58,7 +60,7 @@ def elsewhere(count: int = 1, address: str = "", port: int = 0) -> Iterator[tupl
     try:
         for step in steps:
             subprocess.run(step, check=True, capture_output=True, text=True)
-        serve = f"{_SERVE}\nserve({address!r}, {count}, {port})"
+        serve = f"{serve or _SERVE}\nserve({address!r}, {count}, {port})"
         listener = subprocess.Popen(
             ["ip", "netns", "exec", name, sys.executable, "-c", serve], stdout=subprocess.PIPE, text=True
         )

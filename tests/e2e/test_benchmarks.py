@@ -187,6 +187,19 @@ def test_bench_egress_reports_egress_beside_the_host_network(tmp_path: Path) -> 
     }
 
 
+def test_bench_masks_reports_the_proxy_beside_a_direct_connection(tmp_path: Path) -> None:
+    """bench_masks.py, quick, as root: small requests and 10 MB downloads through the proxy and directly, counted."""
+    if os.geteuid() != 0:
+        missing("bench_masks.py runs as root: a uid per process, namespaces and nftables rules")
+    out = tmp_path / "masks.json"
+    run("bench_masks.py", "--quick", "--json", str(out))
+    seen = json.loads(out.read_text())["seen"]
+    assert {path: {way: len(times) for way, times in ways.items()} for path, ways in seen.items()} == {
+        "/small": {"proxy": 10, "direct": 10},
+        "/big": {"proxy": 2, "direct": 2},
+    }
+
+
 def test_bench_connect_reports_the_shim_beside_mcp_remote(tmp_path: Path) -> None:
     """bench_connect.py, quick: both bridges' rows, each with its memory at rest, and each bridge's start."""
     run("bench_connect.py", "--quick", "--json", str(tmp_path / "connect.json"))

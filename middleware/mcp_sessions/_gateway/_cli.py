@@ -6,6 +6,7 @@ import argparse
 import ipaddress
 import logging
 import shlex
+import socket
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, TextIO
@@ -177,6 +178,15 @@ def _auth_arguments(gateway: argparse.ArgumentParser) -> None:
         help="with --stdio: NAME in each conversation's process from claim:CLAIM (of its token) or "
         "header:NAME (of the request that starts it); repeat",
     )
+    users.add_argument(
+        "--process-env-mask",
+        action="append",
+        default=[],
+        metavar="NAME=HOST[:PORT],...",
+        help="with --process-env NAME and --process-network egress: the process gets a placeholder of NAME's "
+        "shape, and the gateway's HTTPS proxy puts the value in its requests' headers to these hosts (port 443 "
+        "unless given) alone, which it reaches through that proxy alone; repeat",
+    )
 
 
 def _exchange_arguments(gateway: argparse.ArgumentParser) -> None:
@@ -256,7 +266,12 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
             logger.warning("mcp-sessions gateway: %s", NO_ROUTE)
         if options.profile:
             logger.info("mcp-sessions gateway: each process's seccomp profile: %s", options.profile)
-    return serve(app, bound, config, stderr)
+    edge = config.serves.sandbox.edge if isinstance(config.serves, StdioProcesses) else None
+    try:
+        return serve(app, bound, config, stderr)
+    finally:
+        if edge is not None:  # the masked values and the authority's files
+            edge.masks.close()
 
 
 def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayConfig:
@@ -279,7 +294,9 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
         command = shlex.split(args.stdio)
         sandbox = process_options(args, command, auth)
         # each process's uid put under the egress rules as it is taken
-        sandbox = replace(sandbox, egress=_egress(args, sandbox, forwarded))
+        sandbox = replace(sandbox, egress=(egress := _egress(args, sandbox, forwarded)))
+        if edge := _edge(args, sandbox, egress):  # the masked credentials' proxy
+            sandbox = replace(sandbox, grants=(*sandbox.grants, edge.masks.grant), edge=edge)
         serves = StdioProcesses(
             command=tuple(command),
             processes=args.processes,
@@ -381,6 +398,29 @@ def _egress(args: argparse.Namespace, sandbox: Sandbox, forwarded: str | None) -
     return egress_rules(
         sandbox.network, uids or sandbox.user, args.process_allow_net, trusted, args.port, args.process_allow_host
     )
+
+
+def _edge(args: argparse.Namespace, sandbox: Any, egress: Any) -> Any:
+    """The proxy of ``--process-env-mask``'s credentials (``_edge``), its port bound on this host's loopback and
+    granted by ``egress``'s rules, which refuse the masked hosts' direct connections; None without the flag."""
+    if not args.process_env_mask:
+        return None
+    from .sealed._edge import Edge
+    from .sealed._masks import Authority, Mask, Masks
+    from .sealed._network import AllowedHost
+
+    env = {spec.partition("=")[0] for spec in args.process_env}
+    masks = tuple(Mask.parsed(given, env) for given in args.process_env_mask)
+    if egress is None:
+        raise ValueError(
+            "--process-env-mask needs --process-network egress (with --process-uids): the rules that send the "
+            f"process to the gateway's proxy, not {sandbox.network}"
+        )
+    listening = socket.create_server(("127.0.0.1", 0))
+    masked = Masks(masks, Authority(), port=listening.getsockname()[1])
+    egress.proxy = masked.port
+    egress.masked = tuple(AllowedHost(host, port) for host, port in sorted(masked.hosts))
+    return Edge(masked, egress.permits, listening)
 
 
 def _stdio_only(args: argparse.Namespace) -> None:

@@ -431,6 +431,8 @@ class EgressRules:
     unresolved: set[str] = field(default_factory=set)
     refused: set[tuple[str, IPAddress]] = field(default_factory=set)  # each name's answers said to be refused
     local: list[IPNetwork] = field(default_factory=lambda: list(LOOPBACK))  # this host's addresses, as last read
+    proxy: int | None = None  # the port of the gateway's proxy for masked credentials (_edge), on 127.0.0.1
+    masked: tuple[AllowedHost, ...] = ()  # the masked credentials' hosts, reached through that proxy alone
 
     def text(self) -> str:
         """The table, as ``nft -f`` reads it: its rules hold for the uids in its set ``uids``, this gateway's own (the
@@ -442,7 +444,9 @@ class EgressRules:
         # What a process may reach, first; then what it may not (the kernel's first verdict holds). A rule that sends a
         # process's connections through a proxy of the gateway's (issue 95's credentials) goes first of all, and its
         # refusal of their hosts' direct connections before the grants below.
-        rules = [allowed.rule(who) for allowed in self.allowed]
+        masked_sets, masked_rules = self.credential_rules(who)
+        sets += masked_sets
+        rules = [*masked_rules, *(allowed.rule(who) for allowed in self.allowed)]
         if self.hosts:  # each name's addresses and port, kept current by refresh
             for version, family, kind in ((4, "ip", "ipv4_addr"), (6, "ip6", "ipv6_addr")):
                 sets.append(f"set hostports{version} {{ type {kind} . inet_service; flags timeout; }}")
@@ -473,6 +477,32 @@ class EgressRules:
         ]
         return "\n".join(lines) + "\n"
 
+    def credential_rules(self, who: str) -> tuple[list[str], list[str]]:
+        """The sets and the first rules for masked credentials (``--process-env-mask``): the gateway's proxy
+        reached (pasta sends what the process sends to its gateway to this host's loopback), and the masked hosts'
+        addresses (:meth:`refresh` keeps them current) refused on their ports, whatever grants them below."""
+        if self.proxy is None:
+            return [], []
+        sets, rules = [], [f'{who} ip daddr 127.0.0.1 tcp dport {self.proxy} accept comment "the credentials\' proxy"']
+        for version, family, kind in ((4, "ip", "ipv4_addr"), (6, "ip6", "ipv6_addr")):
+            sets.append(f"set maskedports{version} {{ type {kind} . inet_service; flags timeout; }}")
+            rules.append(
+                f"{who} meta l4proto tcp {family} daddr . th dport @maskedports{version} reject "
+                'comment "a masked credential\'s host: through the proxy alone"'
+            )
+        return sets, rules
+
+    def permits(self, address: str, port: int) -> bool:
+        """Whether a process may reach ``address`` on ``port`` (tcp) by these rules: what the proxy's opaque tunnels
+        reach for it, as the gateway's own connections are under no rule."""
+        try:
+            parsed = ipaddress.ip_address(address.partition("%")[0])
+        except ValueError:
+            return False
+        if any(each.grants(parsed, port) for each in self.allowed):
+            return True
+        return port != 53 and refused_answer(parsed, self.local) is None
+
     def install(self) -> None:
         """This gateway's table made, its lock held; then the tables of gateways that are gone deleted, each once
         no process of its uids runs (until then, its rules hold for the processes a killed gateway left)."""
@@ -492,7 +522,7 @@ class EgressRules:
             with suppress(OSError):
                 os.unlink(os.path.join(self.locks, stale))
             os.close(lock)
-        if self.hosts:
+        if self.hosts or self.masked:
             self.refresh()
             threading.Thread(target=self._keep_current, name="mcp-sessions allow-host", daemon=True).start()
 
@@ -528,6 +558,10 @@ class EgressRules:
                     continue
                 element = f"{address} . {host.port} timeout {HOST_TTL}s"
                 elements.append(f"add element inet {self.table} hostports{address.version} {{ {element} }}")
+        for host in self.masked:  # every answer refused, whatever it is
+            for address in host.addresses():
+                element = f"{address} . {host.port} timeout {HOST_TTL}s"
+                elements.append(f"add element inet {self.table} maskedports{address.version} {{ {element} }}")
         if elements and (done := _nft(["-f", "-"], "\n".join(elements) + "\n")).returncode != 0:
             logger.warning("--process-allow-host: nft refused the names' addresses: %s", done.stderr.strip()[:200])
 

@@ -42,7 +42,7 @@ from collections.abc import Collection, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Final, Literal, NamedTuple, get_args
+from typing import Any, Final, Literal, NamedTuple, get_args
 
 import anyio
 
@@ -279,6 +279,7 @@ class Sandbox:
     users: UserDirectories | None = None
     # Under egress, the gateway's rules (_network): each uid taken is put under them, and let go as it is given back.
     egress: EgressRules | None = None
+    edge: Any = None  # the masked credentials' proxy (_edge.Edge), with --process-env-mask
 
     @property
     def per_user(self) -> bool:

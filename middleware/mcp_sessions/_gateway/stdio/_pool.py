@@ -19,6 +19,7 @@ from typing import Any, Final
 import anyio
 import anyio.abc
 from mcp.shared.exceptions import MCPError
+from starlette.types import Scope
 
 from ...subscriptions import SessionSubscriptionBus
 from ..auth._users import REQUEST, Credentials, ProcessEnv
@@ -66,6 +67,8 @@ class Pool:
         """The task group every process runs in while the gateway runs; cancelled at its end, which stops them."""
         async with anyio.create_task_group() as tasks:
             self.tasks = tasks
+            if self.options is not None and self.options.edge is not None:
+                tasks.start_soon(self.options.edge.serve)
             try:
                 yield tasks
             finally:
@@ -87,9 +90,13 @@ class Pool:
         if self.stopped:
             raise MCPError(CHILD_EXITED, "the gateway is shutting down")
         values, digest = credentials or self.process_env.nobody  # none but a request's: none is started ahead then
+        edge, masked = None if self.options is None else self.options.edge, None
+        if edge is not None:  # --process-env-mask: placeholders, and the proxy
+            values, masked = edge.masks.give(values)
         process = None if shared else secrets.token_hex(8)
         environ = {**self.environ, **values, **({} if process is None else {"MCP_SESSION_ID": process})}
         started = Process(digest)
+        started.masked = masked
         started.child = self.make(
             label="shared" if process is None else f"process {process}",
             environ=environ,
@@ -139,6 +146,15 @@ class Pool:
         her request gives it (``credentials``)."""
         return self.warm.popleft() if self.warm else self.start(owner=owner, credentials=credentials())
 
+    def renew(self, conversation: Conversation, scope: Scope) -> None:
+        """With ``--process-env-mask``: the masked values of ``conversation``'s process as its latest request
+        ``scope`` gives them (an exchanged token renewed), which the proxy puts in; the process sees none of it."""
+        if self.options is None or self.options.edge is None:
+            return
+        for process in self.live:
+            if process.conversation is conversation and process.masked is not None:
+                self.options.edge.masks.renew(process.masked, self.process_env.of(scope).values)
+
     def fill(self) -> None:
         """Start processes ahead, up to ``warm``, once the answer of the request being served is sent (a process
         start takes a core for most of a second)."""
@@ -155,6 +171,8 @@ class Pool:
     def ended(self, process: Process, why: EndReason) -> None:
         """``process`` has ended, for ``why``: it is no longer live, nor waiting to be taken."""
         self.live.discard(process)
+        if self.options is not None and self.options.edge is not None:  # its masked values forgotten
+            self.options.edge.masks.drop(process.masked)
         if process in self.warm:
             self.warm.remove(process)
         process.gone.set()

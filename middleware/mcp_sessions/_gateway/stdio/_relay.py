@@ -413,6 +413,7 @@ class Process:
         self.taken = anyio.Event()
         self.gone = anyio.Event()  # it has ended and left the pool (Pool.ended)
         self.child: ChildProcess
+        self.masked: str | None = None  # its proxy token, with --process-env-mask
 
     def launch(self, tasks: anyio.abc.TaskGroup) -> None:
         """Its task group, its conversation's too (if one took it before it was launched)."""

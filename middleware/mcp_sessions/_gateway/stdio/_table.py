@@ -507,6 +507,7 @@ class Table:
                 return await conversation.relay(ctx, await self.named(scope, conversation.owner))
             # its process has the --process-env values it started with: this request's?
             self.process_env.check(conversation.credentials, scope)
+            self.pool.renew(conversation, scope)  # a masked value renewed (an exchanged token): the proxy's alone
             return await conversation.relay(ctx)
         finally:
             self.answered(conversation)

@@ -1,0 +1,252 @@
+"""The gateway's HTTPS proxy for its processes' masked credentials (``_masks``): one ``CONNECT`` a connection.
+
+A ``CONNECT`` must carry a live process's proxy token (``Proxy-Authorization: Basic``, as every client sends the
+password of its ``HTTPS_PROXY``), else 407. To a host a masked value of that process names, the proxy connects first
+(TLS verified against the gateway's own roots: ``SSL_CERT_FILE`` of the gateway's environment where set), answers 200,
+terminates the process's TLS with its authority's certificate, then relays HTTP/1.1 with ``h11`` (uvicorn's and
+httpx's parser) both ways, streaming: each request's head at most :data:`HEAD_LIMIT` bytes, read within
+:data:`HEAD_WITHIN` seconds, ``TRACE`` and ``TRACK`` refused (they echo the head back), the hop-by-hop and
+``Proxy-*`` headers dropped, and in every other header the placeholder replaced by the value (inside an
+``Authorization: Basic``'s decoded pair too). To any other host, an opaque tunnel, to an address the process's own
+rules would let it reach (``EgressRules.permits``). A failure is an answer the client reads (400, 405, 431, 502
+naming the host), never a hang; nothing of a value, a placeholder or a token is logged.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import socket
+import ssl
+from collections.abc import Callable
+from contextlib import suppress
+from typing import Any, Final
+
+import anyio
+import anyio.abc
+import h11
+from anyio.streams.tls import TLSStream
+
+from ._masks import PROXY_USER, Masks, Swap
+
+HEAD_LIMIT: Final = 65536
+HEAD_WITHIN: Final = 30.0
+CONNECT_WITHIN: Final = 15.0
+_CHUNK: Final = 65536
+# RFC 9110 section 7.6.1's, and the proxy's own; Content-Length and Transfer-Encoding frame the body (h11 reframes).
+_HOP: Final = frozenset({b"connection", b"keep-alive", b"te", b"trailer", b"upgrade", b"proxy-connection"})
+logger = logging.getLogger("mcp_sessions.gateway")
+
+Permits = Callable[[str, int], bool]
+
+
+class Edge:
+    """The proxy: ``masks`` say whose values go where; ``permits(address, port)`` what an opaque tunnel may reach."""
+
+    def __init__(self, masks: Masks, permits: Permits, listening: socket.socket) -> None:
+        self.masks, self.permits, self.listening = masks, permits, listening
+        upstream = ssl.create_default_context()
+        upstream.set_alpn_protocols(["http/1.1"])
+        self.upstream = upstream
+
+    async def serve(self) -> None:
+        """Each connection to ``listening`` served, until cancelled."""
+        listener = await anyio.abc.SocketListener.from_socket(self.listening)
+        await listener.serve(self.connection)
+
+    async def connection(self, client: anyio.abc.SocketStream) -> None:
+        async with client:
+            with suppress(anyio.BrokenResourceError, anyio.EndOfStream, anyio.ClosedResourceError, OSError):
+                await self._connection(client)
+
+    async def _connection(self, client: anyio.abc.SocketStream) -> None:
+        down = h11.Connection(h11.SERVER, max_incomplete_event_size=HEAD_LIMIT)
+        try:
+            with anyio.fail_after(HEAD_WITHIN):
+                asked = await _next(down, client)
+        except (TimeoutError, h11.RemoteProtocolError):
+            return await _refuse(down, client, 400, "a proxy request's head, whole, in time")
+        if not isinstance(asked, h11.Request):
+            return None
+        if asked.method != b"CONNECT":
+            return await _refuse(down, client, 405, "this proxy takes CONNECT alone (HTTPS)")
+        swaps = self._swaps(asked)
+        if swaps is None:
+            return await _refuse(down, client, 407, "a live process's proxy password", proxy=True)
+        host, _, port_text = asked.target.decode("ascii", "replace").rpartition(":")
+        host = host.strip("[]").lower().removesuffix(".")
+        if not (host and port_text.isdigit() and 0 < int(port_text) < 65536):
+            return await _refuse(down, client, 400, "CONNECT HOST:PORT")
+        port = int(port_text)
+        mine = tuple(swap for swap in swaps if (host, port) in swap.hosts)
+        upstream = await self._upstream(host, port, tls=bool(mine))
+        if upstream is None:
+            return await _refuse(down, client, 502, f"{host}:{port} could not be reached")
+        async with upstream:
+            await _send(down, client, h11.Response(status_code=200, headers=[]))
+            early, _ = down.trailing_data
+            if early:  # nothing is sent before the tunnel is open: a client that does is no client of ours
+                return None
+            if not mine:
+                return await _tunnel(client, upstream)
+            tls = await TLSStream.wrap(
+                client, server_side=True, ssl_context=self.masks.authority.context(host), standard_compatible=False
+            )
+            await _relay(tls, upstream, mine, f"{host}:{port}")
+
+    def _swaps(self, asked: h11.Request) -> tuple[Swap, ...] | None:
+        """The swaps of the process whose token the request carries; None for no live one's."""
+        for name, value in asked.headers:
+            if name == b"proxy-authorization" and value[:6].lower() == b"basic ":
+                with suppress(binascii.Error, ValueError):
+                    user, _, token = base64.b64decode(value[6:].strip(), validate=True).decode().partition(":")
+                    if user == PROXY_USER:
+                        return self.masks.swaps.get(token)
+        return None
+
+    async def _upstream(self, host: str, port: int, *, tls: bool) -> anyio.abc.ByteStream | None:
+        """A connection to ``host``: TLS verified for a masked host's; else to an address ``permits`` grants."""
+        try:
+            with anyio.fail_after(CONNECT_WITHIN):
+                if tls:
+                    return await anyio.connect_tcp(
+                        host, port, ssl_context=self.upstream, tls_hostname=host, tls_standard_compatible=False
+                    )
+                found = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+                for *_, address in found:
+                    if self.permits(str(address[0]), port):
+                        return await anyio.connect_tcp(str(address[0]), port)
+        except (OSError, TimeoutError, ssl.SSLError) as exc:
+            logger.info("mcp-sessions gateway: the proxy could not reach %s:%d: %s", host, port, type(exc).__name__)
+        return None
+
+
+async def _relay(client: TLSStream, server: anyio.abc.ByteStream, swaps: tuple[Swap, ...], where: str) -> None:
+    """HTTP/1.1 requests of ``client`` to ``server``, each head's placeholders swapped, until either ends."""
+    down = h11.Connection(h11.SERVER, max_incomplete_event_size=HEAD_LIMIT)
+    up = h11.Connection(h11.CLIENT, max_incomplete_event_size=HEAD_LIMIT)
+    while True:
+        try:
+            with anyio.fail_after(HEAD_WITHIN):
+                asked = await _next(down, client)
+        except TimeoutError:
+            return None
+        except h11.RemoteProtocolError as exc:
+            status = 431 if "too long" in str(exc) else 400
+            return await _refuse(down, client, status, "a request's head, whole, within 64 KiB")
+        if not isinstance(asked, h11.Request):
+            return None
+        if asked.method in (b"TRACE", b"TRACK"):
+            return await _refuse(down, client, 405, "TRACE and TRACK echo the request back: refused")
+        headers = [(name, _swapped(name, value, swaps)) for name, value in _kept(asked.headers)]
+        await _send(up, server, h11.Request(method=asked.method, target=asked.target, headers=headers))
+        try:
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(_body, down, client, up, server, tasks)
+                await _answer(up, server, down, client, tasks)
+        except h11.ProtocolError:
+            return None
+        if down.our_state is not h11.DONE or up.our_state is not h11.DONE:
+            return None
+        if down.their_state is not h11.DONE or up.their_state is not h11.DONE:
+            return None
+        down.start_next_cycle()
+        up.start_next_cycle()
+
+
+async def _body(down: h11.Connection, client: Any, up: h11.Connection, server: Any, tasks: Any) -> None:
+    """The request's body and its end, from the client to the server, as it comes; a client gone before its end
+    ends the exchange (the server would wait for the rest)."""
+    while True:
+        event = await _next(down, client)
+        if isinstance(event, h11.Data | h11.EndOfMessage):
+            await _send(up, server, event)
+        if not isinstance(event, h11.Data):
+            if not isinstance(event, h11.EndOfMessage):
+                tasks.cancel_scope.cancel()
+            return
+
+
+async def _answer(up: h11.Connection, server: Any, down: h11.Connection, client: Any, tasks: Any) -> None:
+    """The server's answer, from it to the client, as it comes; its head's hop-by-hop headers dropped."""
+    while True:
+        event = await _next(up, server)
+        if isinstance(event, h11.InformationalResponse | h11.Response):
+            kept = list(_kept(event.headers))
+            kind = type(event)
+            event = kind(status_code=event.status_code, headers=kept, reason=event.reason)
+        if event is h11.PAUSED or isinstance(event, h11.ConnectionClosed):
+            tasks.cancel_scope.cancel()
+            return
+        await _send(down, client, event)
+        if isinstance(event, h11.EndOfMessage):
+            if down.their_state is not h11.DONE:  # an answer before the request's end: the connection ends with it
+                tasks.cancel_scope.cancel()
+            return
+
+
+def _kept(headers: Any) -> Any:
+    """``headers`` but the hop-by-hop ones, those ``Connection`` names, and the ``Proxy-*``."""
+    named = {word.strip().lower() for name, value in headers if name == b"connection" for word in value.split(b",")}
+    for name, value in headers:
+        if name not in _HOP and name not in named and not name.startswith(b"proxy-"):
+            yield name, value
+
+
+def _swapped(name: bytes, value: bytes, swaps: tuple[Swap, ...]) -> bytes:
+    """``value`` with each placeholder replaced by its value, in an ``Authorization: Basic``'s pair too."""
+    for swap in swaps:
+        value = value.replace(swap.placeholder.encode(), swap.value.encode())
+    if name in (b"authorization", b"proxy-authorization") and value[:6].lower() == b"basic ":
+        with suppress(binascii.Error, ValueError):
+            pair = base64.b64decode(value[6:].strip(), validate=True).decode()
+            for swap in swaps:
+                pair = pair.replace(swap.placeholder, swap.value)
+            value = value[:6] + base64.b64encode(pair.encode())
+    return value
+
+
+async def _tunnel(client: anyio.abc.ByteStream, server: anyio.abc.ByteStream) -> None:
+    """Bytes both ways, as they come, until either side ends."""
+
+    async def pump(source: anyio.abc.ByteStream, sink: anyio.abc.ByteStream, tasks: anyio.abc.TaskGroup) -> None:
+        with suppress(anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            async for chunk in source:
+                await sink.send(chunk)
+        tasks.cancel_scope.cancel()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(pump, client, server, tasks)
+        tasks.start_soon(pump, server, client, tasks)
+
+
+async def _next(connection: h11.Connection, stream: Any) -> Any:
+    """``connection``'s next event, reading ``stream`` as it needs."""
+    while (event := connection.next_event()) is h11.NEED_DATA:
+        try:
+            data = await stream.receive(_CHUNK)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, ssl.SSLError):
+            data = b""
+        connection.receive_data(data)
+    return event
+
+
+async def _send(connection: h11.Connection, stream: Any, event: Any) -> None:
+    if (data := connection.send(event)) is not None:
+        await stream.send(data)
+
+
+async def _refuse(connection: h11.Connection, stream: Any, status: int, why: str, *, proxy: bool = False) -> None:
+    """A short answer the client reads (``why``), if the connection may still answer, then its end."""
+    if connection.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+        return None
+    body = f"mcp-sessions gateway proxy: {why}\n".encode()
+    headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
+    headers.append((b"connection", b"close"))
+    if proxy:
+        headers.append((b"proxy-authenticate", b'Basic realm="mcp-sessions"'))
+    with suppress(h11.LocalProtocolError, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        await _send(connection, stream, h11.Response(status_code=status, headers=headers))
+        await _send(connection, stream, h11.Data(data=body))
+        await _send(connection, stream, h11.EndOfMessage())

@@ -1,0 +1,254 @@
+"""Credentials that never enter a process (``--process-env-mask NAME=HOST[:PORT],...``, issue 95).
+
+A masked ``--process-env`` variable reaches the process as a placeholder of the value's shape (:func:`placeholder`);
+the value stays in the gateway, in :class:`Masks`, under a token of that process's own, and is gone when the process
+ends (:meth:`Masks.drop`). The process's HTTPS clients reach the world through the gateway's proxy (``_edge``), named
+in its ``HTTPS_PROXY`` with that token as the proxy's password: the proxy knows whose connection it serves by a secret
+only that process was given, never by an address or a port a neighbour could reach too (as Codex's broker and srt
+bind a proxy's grant to its sandbox). For a masked credential's own hosts, the proxy terminates TLS with a certificate
+of the gateway's certificate authority (:class:`Authority`: made at startup, its key never written anywhere; its
+certificate handed to the process through ``SSL_CERT_FILE`` and its peers, beside the host's roots), and puts the
+value where the placeholder is in the request's headers. The process's direct connections to those hosts are refused
+by its rules (``_network.EgressRules``), so the swap happens only where the proxy sends the answer back through TLS
+it verified itself. The certificates are made with ``cryptography`` (what PyJWT's ``crypto`` extra installs).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+import ipaddress
+import json
+import os
+import secrets
+import shutil
+import ssl
+import string
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Final
+
+from ._grants import Grant
+from ._network import GATEWAY, AllowedHost
+
+CA_IN_PROCESS: Final = "/run/mcp-sessions-ca"
+"""Where a process finds the gateway's certificates (a read-only grant): ``ca.pem``, and ``bundle.pem`` (the host's
+roots and it)."""
+PROXY_USER: Final = "mcp"
+_JWT_ALPHABET: Final = string.ascii_letters + string.digits + "-_"
+
+
+@dataclass(frozen=True)
+class Mask:
+    """One ``--process-env-mask NAME=HOST[:PORT],...``: the variable, and the hosts (port 443 unless given) where the
+    proxy puts its value back."""
+
+    name: str
+    hosts: frozenset[tuple[str, int]]
+
+    @classmethod
+    def parsed(cls, given: str, env: set[str]) -> Mask:
+        """``GITHUB_TOKEN=api.github.com,uploads.github.com:443``; ``ValueError`` in one line, else. ``env``: the
+        names ``--process-env`` gives."""
+        name, equals, listed = given.partition("=")
+        if not equals or not listed:
+            raise ValueError(f"--process-env-mask takes NAME=HOST[:PORT][,HOST[:PORT]...]: {given!r}")
+        if name not in env:
+            raise ValueError(f"--process-env-mask {name}: no --process-env {name}=SOURCE gives it")
+        hosts = set()
+        for host in listed.split(","):
+            port = "443" if ":" not in host else host.rpartition(":")[2]
+            try:
+                each = AllowedHost.parsed(host if ":" in host else f"{host}:{port}")
+            except ValueError:
+                raise ValueError(
+                    f"--process-env-mask {name}: {host!r} is not HOST[:PORT] (api.github.com, api.example.com:8443)"
+                ) from None
+            hosts.add((each.name, each.port))
+        return cls(name, frozenset(hosts))
+
+
+def placeholder(value: str) -> str:
+    """A stand-in for ``value`` of its shape: as long, each letter a random letter of its case, each digit a random
+    digit, the rest kept (``ghp_`` stays ``???_``, separators stay); a JWT keeps its header and claims, which a client
+    may read (its expiry), and gets a random signature of the same length: no use to anyone but as a placeholder.
+    Never ``value`` itself."""
+    while True:
+        parts = value.split(".")
+        if len(parts) == 3 and _jwt_header(parts[0]):
+            made = f"{parts[0]}.{parts[1]}." + "".join(secrets.choice(_JWT_ALPHABET) for _ in parts[2])
+        else:
+            made = "".join(_like(char) for char in value)
+        if made != value or not any(char.isalnum() for char in value):
+            return made
+
+
+def _like(char: str) -> str:
+    for alphabet in (string.ascii_lowercase, string.ascii_uppercase, string.digits):
+        if char in alphabet:
+            return secrets.choice(alphabet)
+    return char
+
+
+def _jwt_header(text: str) -> bool:
+    try:
+        header = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+    except (ValueError, binascii.Error):
+        return False
+    return isinstance(header, dict) and "alg" in header
+
+
+@dataclass(frozen=True)
+class Swap:
+    """One process's masked value: its variable's ``name``, its ``placeholder``, the ``value``, and the hosts it is
+    put back for."""
+
+    name: str
+    placeholder: str
+    value: str
+    hosts: frozenset[tuple[str, int]]
+
+
+@dataclass
+class Masks:
+    """The gateway's masked credentials: the flags (``masks``), its :class:`Authority`, the proxy's ``port`` on
+    this host's loopback, and each live process's swaps by its proxy token."""
+
+    masks: tuple[Mask, ...]
+    authority: Authority
+    port: int = 0
+    swaps: dict[str, tuple[Swap, ...]] = field(default_factory=dict)
+
+    @property
+    def hosts(self) -> frozenset[tuple[str, int]]:
+        """Every masked credential's hosts: the process's rules refuse its direct connections to them."""
+        return frozenset(host for mask in self.masks for host in mask.hosts)
+
+    @property
+    def grant(self) -> Grant:
+        """The gateway's certificates, read-only in every process at :data:`CA_IN_PROCESS`."""
+        return Grant(self.authority.shared, CA_IN_PROCESS, writable=False)
+
+    def give(self, values: dict[str, str]) -> tuple[dict[str, str], str | None]:
+        """What a process started with ``values`` is given instead: each masked value's placeholder, the proxy
+        and the certificates' variables; and its proxy token (None where no value is masked: nothing to add)."""
+        masked = [mask for mask in self.masks if mask.name in values]
+        if not masked:
+            return values, None
+        token = secrets.token_urlsafe(32)
+        swaps = tuple(Swap(mask.name, placeholder(values[mask.name]), values[mask.name], mask.hosts) for mask in masked)
+        self.swaps[token] = swaps
+        proxy = f"http://{PROXY_USER}:{token}@{GATEWAY}:{self.port}"
+        bundle, ca = f"{CA_IN_PROCESS}/bundle.pem", f"{CA_IN_PROCESS}/ca.pem"
+        given = {
+            **values,
+            **{mask.name: swap.placeholder for mask, swap in zip(masked, swaps, strict=True)},
+            **dict.fromkeys(("HTTPS_PROXY", "https_proxy"), proxy),
+            **dict.fromkeys(("NO_PROXY", "no_proxy"), "localhost,127.0.0.1,::1"),
+            **dict.fromkeys(("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO"), bundle),
+            "NODE_EXTRA_CA_CERTS": ca,
+        }
+        return given, token
+
+    def renew(self, token: str | None, values: dict[str, str]) -> None:
+        """A live process's values as its conversation's latest request gives them (an exchanged token renewed by
+        the gateway): its placeholders stay, the proxy puts the new values in."""
+        if token is not None and (swaps := self.swaps.get(token)) is not None:
+            self.swaps[token] = tuple(replace(swap, value=values.get(swap.name, swap.value)) for swap in swaps)
+
+    def drop(self, token: str | None) -> None:
+        """A process's values forgotten, as it ends."""
+        if token is not None:
+            self.swaps.pop(token, None)
+
+    def close(self) -> None:
+        self.authority.close()
+
+
+class Authority:
+    """The gateway's certificate authority, made at startup (a P-256 key, in memory alone), and the certificate of
+    each masked host it signs, on first use. ``shared``: a directory every process may read (``ca.pem`` and
+    ``bundle.pem``, the host's roots and it); ``private``: the gateway's alone, the leaves' key and certificates,
+    which ``ssl`` loads from files."""
+
+    def __init__(self, roots: str | None = None) -> None:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import NameOID
+
+        self.key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"mcp-sessions gateway {secrets.token_hex(4)}")])
+        now = datetime.datetime.now(datetime.UTC)
+        self.name = name
+        self.certificate = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(self.key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=3650))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(*(False,) * 5, True, True, False, False), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(self.key.public_key()), critical=False)
+            .sign(self.key, hashes.SHA256())
+        )
+        self.leaf_key = ec.generate_private_key(ec.SECP256R1())
+        pem = self.certificate.public_bytes(serialization.Encoding.PEM)
+        roots = roots or ssl.get_default_verify_paths().cafile or ""
+        host_roots = Path(roots).read_bytes() if roots and os.path.isfile(roots) else b""
+        os.makedirs("/run/mcp-sessions", mode=0o755, exist_ok=True)
+        self.shared = tempfile.mkdtemp(prefix="ca-", dir="/run/mcp-sessions")
+        os.chmod(self.shared, 0o755)  # noqa: S103 - certificates, every process reads them
+        for file, text in (("ca.pem", pem), ("bundle.pem", host_roots.rstrip() + b"\n" + pem)):
+            Path(self.shared, file).write_bytes(text)
+            os.chmod(os.path.join(self.shared, file), 0o644)
+        self.private = tempfile.mkdtemp(prefix="mcp-sessions-leaves-")  # 0700, the gateway's
+        self.contexts: dict[str, ssl.SSLContext] = {}
+
+    def context(self, host: str) -> ssl.SSLContext:
+        """A server context whose certificate names ``host``, signed by this authority (made once a host)."""
+        if (found := self.contexts.get(host)) is not None:
+            return found
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+        try:
+            alt: x509.GeneralName = x509.IPAddress(ipaddress.ip_address(host))
+        except ValueError:
+            alt = x509.DNSName(host)
+        now = datetime.datetime.now(datetime.UTC)
+        leaf = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
+            .issuer_name(self.name)
+            .public_key(self.leaf_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=90))
+            .add_extension(x509.SubjectAlternativeName([alt]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), critical=False)
+            .sign(self.key, hashes.SHA256())
+        )
+        chain = os.path.join(self.private, f"{len(self.contexts)}.pem")
+        key = self.leaf_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        Path(chain).write_bytes(
+            leaf.public_bytes(serialization.Encoding.PEM) + self.certificate.public_bytes(serialization.Encoding.PEM)
+        )
+        Path(chain + ".key").write_bytes(key)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(chain, chain + ".key")
+        context.set_alpn_protocols(["http/1.1"])
+        self.contexts[host] = context
+        return context
+
+    def close(self) -> None:
+        shutil.rmtree(self.shared, ignore_errors=True)
+        shutil.rmtree(self.private, ignore_errors=True)

@@ -1,0 +1,154 @@
+"""What the tests of masked credentials (``--process-env-mask``) share: a stand-in HTTPS API with a certificate
+authority of its own (:func:`stand_in_authority`, :data:`API`: each request's method, headers and body's size echoed
+back as JSON, every ``Authorization`` it got listed at ``/seen``, a ``git`` fetch asked for its credential; a second
+port answers plain HTTP), and a hostile stdio server (:data:`SERVER`) whose tools run a command in the
+process (``run``) and search everything it can read of itself for a value (``search``: its environment, its memory
+through ``/proc/self/mem``, and the files of its home, ``/tmp`` and the gateway's certificates; the value asked in two
+halves, so that the asking puts it whole nowhere)."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+NAMES = ("api.test", "other.test")
+"""The stand-in API's names: the first masked, the second not (the same server, reached by an opaque tunnel)."""
+API = r"""
+import http.server, json, ssl, sys, threading
+SEEN = []
+class Echo(http.server.BaseHTTPRequestHandler):
+    def answer(self):
+        SEEN.append(self.headers.get("Authorization", ""))
+        size = len(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        body = json.dumps({"method": self.command, "headers": dict(self.headers.items()), "size": size}).encode()
+        if self.path == "/seen":
+            body = json.dumps(SEEN).encode()
+        if "/info/refs" in self.path and "Authorization" not in self.headers:  # git sends its credential when asked
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="stand-in"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    do_GET = do_POST = do_TRACE = answer
+    def log_message(self, *args): pass
+def serve(address, count, port):
+    secure = http.server.ThreadingHTTPServer((address, port), Echo)
+    plain = http.server.ThreadingHTTPServer((address, port), Echo)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(CHAIN, KEY)
+    secure.socket = context.wrap_socket(secure.socket, server_side=True)
+    print(secure.server_address[1], plain.server_address[1], flush=True)
+    threading.Thread(target=plain.serve_forever, daemon=True).start()
+    secure.serve_forever()
+"""
+SERVER = r"""
+import json, os, re, subprocess, sys
+def run(argv, input=""):
+    try:
+        done = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired as exc:
+        return json.dumps({"status": "timeout", "out": str(exc.stdout), "err": str(exc.stderr)})
+    return json.dumps({"status": done.returncode, "out": done.stdout, "err": done.stderr[-2000:]})
+def within(head, tail, text):
+    at = text.find(head)
+    while at >= 0:
+        if text.startswith(tail, at + len(head)): return True
+        at = text.find(head, at + 1)
+    return False
+def memory(head, tail):
+    found = 0
+    with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb", 0) as mem:
+        for line in maps:
+            start, end = (int(part, 16) for part in line.split()[0].split("-"))
+            if "r" not in line.split()[1]: continue
+            try:
+                mem.seek(start)
+                found += within(head, tail, mem.read(end - start))
+            except (OSError, ValueError, OverflowError): pass
+    return found
+def search(head, tail):
+    # the value asked in two halves, never whole in what this process was sent
+    head, tail, where = head.encode(), tail.encode(), []
+    if any(within(head, tail, each) for each in os.environb.values()): where.append("environ")
+    if memory(head, tail): where.append("memory")
+    for top in (os.environ.get("HOME", "/"), "/tmp", "/run/mcp-sessions-ca"):
+        for root, _, files in os.walk(top):
+            for name in files:
+                try:
+                    if within(head, tail, open(os.path.join(root, name), "rb").read()):
+                        where.append(os.path.join(root, name))
+                except OSError: pass
+    return json.dumps(where)
+TOOLS = {"run": run, "search": search, "env": lambda variable: os.environ.get(variable, "")}
+for line in sys.stdin:
+    message = json.loads(line)
+    if "id" not in message or "method" not in message: continue
+    method, params = message["method"], message.get("params") or {}
+    if method == "initialize":
+        result = {"protocolVersion": params["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "hostile", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": name, "inputSchema": {"type": "object"}} for name in TOOLS]}
+    elif method == "tools/call":
+        text = TOOLS[params["name"]](**params.get("arguments", {}))
+        result = {"content": [{"type": "text", "text": text}], "isError": False}
+    else:
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"],
+                                     "error": {"code": -32601, "message": "Method not found"}}) + "\n")
+        sys.stdout.flush()
+        continue
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}) + "\n")
+    sys.stdout.flush()
+"""
+
+
+def stand_in_authority(directory: Path) -> tuple[str, str]:
+    """A certificate authority of the stand-in API's own and its server's certificate for :data:`NAMES`, written
+    in ``directory``: the authority's file (the gateway's ``SSL_CERT_FILE``), and :data:`API` with its files named."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "stand-in API authority")])
+    now = datetime.datetime.now(datetime.UTC)
+    day = datetime.timedelta(days=1)
+    authority = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - day)
+        .not_valid_after(now + day)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    server = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, NAMES[0])]))
+        .issuer_name(name)
+        .public_key(server_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - day)
+        .not_valid_after(now + day)
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(each) for each in NAMES]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    (directory / "authority.pem").write_bytes(authority.public_bytes(pem))
+    (directory / "chain.pem").write_bytes(server.public_bytes(pem) + authority.public_bytes(pem))
+    private = serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    (directory / "key.pem").write_bytes(server_key.private_bytes(pem, *private))
+    program = f"CHAIN, KEY = {str(directory / 'chain.pem')!r}, {str(directory / 'key.pem')!r}\n{API}"
+    return str(directory / "authority.pem"), program

@@ -1,0 +1,204 @@
+"""Masked credentials (``--process-env-mask``, issue 95): a real gateway as root, a uid per process under egress, a
+hostile server (``_masked.SERVER``) whose clients (curl, git, Python's httpx and urllib, inside the process) reach a
+stand-in HTTPS API (``_masked.API``, its own certificate authority, at an address of the world's in a network
+namespace of the test's own, its names answered by the tests' stand-in resolver) through the gateway's proxy."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import re
+import ssl
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from _mcp import ModernClient
+from _redis import free_port, missing
+from _uids import uids
+from conftest import SECRET
+from e2e import _sealed
+from e2e._dns import elsewhere, resolver
+from e2e._gateway import gateway_run, readable_directory
+from e2e._masked import NAMES, SERVER, stand_in_authority
+
+UIDS = uids(400, 20)
+TOKEN = "ghp_" + "Re4lT0kenValue" * 2 + "0123456789"  # a GitHub token's shape: 40 characters
+API, OTHER = NAMES
+PYTHON = ("env", f"PYTHONPATH={Path(httpx.__file__).parent.parent}", "/usr/bin/python3")
+"""The host's Python, with this checkout's httpx (pure Python): a uid of the process's reads it, not the venv's."""
+HTTPX = """import httpx, os, sys
+print(httpx.get(sys.argv[1], headers={"Authorization": "Bearer " + os.environ["API_TOKEN"]}, timeout=30).text)"""
+POST = """headers = {"Authorization": "Bearer " + os.environ["API_TOKEN"]}
+print(httpx.post(sys.argv[1], content=bytes(4 << 20), headers=headers, timeout=60).text)"""
+URLLIB = """import os, sys, urllib.request
+asked = urllib.request.Request(sys.argv[1], headers={"Authorization": "Bearer " + os.environ["API_TOKEN"]})
+print(urllib.request.urlopen(asked, timeout=30).read().decode())"""
+
+
+@dataclass(frozen=True)
+class Masked:
+    """A client of the gateway's (with the token), a conversation of its, and the stand-in API: its TLS and plain
+    ports, its address, and its certificate authority's file."""
+
+    mcp: ModernClient
+    session: dict[str, Any]
+    secure: int
+    plain: int
+    world: str
+    authority: str
+
+
+@pytest.fixture(scope="module")
+def masked() -> Iterator[Masked]:
+    """The gateway's client with the token, a conversation of its, and the stand-in API."""
+    _sealed.needs("root", "bwrap")
+    if not Path("/usr/sbin/nft").exists() and not Path("/usr/bin/nft").exists():
+        missing("nft is not installed (scripts/system-deps.sh)")
+    with contextlib.ExitStack() as stack:
+        certs = stack.enter_context(readable_directory("mcp-sessions-api-"))
+        authority, program = stand_in_authority(certs)
+        world, ports = stack.enter_context(elsewhere(serve=program))
+        prefix = stack.enter_context(resolver(dict.fromkeys(NAMES, world)))
+        server = certs / "hostile.py"
+        server.write_text(SERVER)
+        server.chmod(0o644)
+        options = (
+            *("--processes", "per-conversation", "--process-uids", UIDS, "--process-env", "API_TOKEN=header:X-Token"),
+            *("--process-env-mask", f"API_TOKEN={API}:{ports[0]}"),
+        )
+        environ = {"MCP_SESSIONS_SECRET": SECRET, "SSL_CERT_FILE": authority}
+        process = stack.enter_context(
+            _sealed.gateway(f"/usr/bin/python3 {server}", *options, environ=environ, prefix=prefix)
+        )
+        http = stack.enter_context(httpx.Client(timeout=60, headers={"X-Token": TOKEN}))
+        mcp = ModernClient(http, f"http://127.0.0.1:{process.port}")
+        yield Masked(mcp, mcp.create_session(), ports[0], ports[1], world, authority)
+
+
+def ran(mcp: ModernClient, session: dict[str, Any], *argv: str) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads(_sealed.text(_sealed.call(mcp, "run", session, argv=list(argv))))
+    return found
+
+
+def echoed(mcp: ModernClient, session: dict[str, Any], *argv: str) -> dict[str, Any]:
+    """What the stand-in API echoed of the request ``argv`` made (its headers, lower-cased)."""
+    done = ran(mcp, session, *argv)
+    assert done["status"] == 0, done
+    answer = json.loads(done["out"])
+    return {"method": answer["method"], **{name.lower(): value for name, value in answer["headers"].items()}}
+
+
+def searched(mcp: ModernClient, session: dict[str, Any], value: str) -> list[str]:
+    """Where the process found ``value``, searched before any answer of the API's (which echoes what it gets)."""
+    half = len(value) // 2
+    found = _sealed.text(_sealed.call(mcp, "search", session, head=value[:half], tail=value[half:]))
+    return list(json.loads(found))
+
+
+def test_each_client_reaches_the_api_with_the_value_and_the_process_holds_the_placeholder_alone(
+    masked: Masked,
+) -> None:
+    mcp, session, secure = masked.mcp, masked.session, masked.secure
+    placeholder = _sealed.text(_sealed.call(mcp, "env", session, variable="API_TOKEN"))
+    found = {"token": searched(mcp, session, TOKEN), "placeholder": searched(mcp, session, placeholder)}
+    url = f"https://{API}:{secure}/"
+    bearer = f"Authorization: Bearer {placeholder}"
+    seen = {
+        "curl": echoed(mcp, session, "curl", "-sS", "-H", bearer, url)["authorization"],
+        "httpx": echoed(mcp, session, *PYTHON, "-c", HTTPX, url)["authorization"],
+        "urllib": echoed(mcp, session, "/usr/bin/python3", "-c", URLLIB, url)["authorization"],
+    }
+    basic = echoed(mcp, session, "curl", "-sS", "-u", f"x-access-token:{placeholder}", url)["authorization"]
+    assert placeholder != TOKEN
+    assert len(placeholder) == len(TOKEN) and placeholder[3] == "_"
+    assert seen == dict.fromkeys(seen, f"Bearer {TOKEN}")
+    assert base64.b64decode(basic.removeprefix("Basic ")).decode() == f"x-access-token:{TOKEN}"
+    assert found["token"] == []  # not in its environment, its memory, nor its files
+    assert "environ" in found["placeholder"] and "memory" in found["placeholder"]  # where the search looks
+
+
+def test_a_body_streams_through_with_the_value_in_the_head(masked: Masked) -> None:
+    """A POST of 4 MiB through the proxy: the body arrives whole, the head with the value."""
+    post = "\n".join((HTTPX.split("\n")[0], POST))
+    done = ran(masked.mcp, masked.session, *PYTHON, "-c", post, f"https://{API}:{masked.secure}/upload")
+    answer = json.loads(done["out"])
+    headers = {name.lower(): value for name, value in answer["headers"].items()}
+    assert (answer["size"], headers["authorization"]) == (4 << 20, f"Bearer {TOKEN}"), done
+
+
+def test_git_over_https_reaches_the_api_with_the_value_in_its_basic_credential(
+    masked: Masked,
+) -> None:
+    """``git`` sends its URL's credential as ``Authorization: Basic`` once the server asks (401): decoded, swapped,
+    encoded again. What the API got is read from this host, never through the process."""
+    mcp, session, secure = masked.mcp, masked.session, masked.secure
+    placeholder = _sealed.text(_sealed.call(mcp, "env", session, variable="API_TOKEN"))
+    remote = f"https://x-access-token:{placeholder}@{API}:{secure}/team/repo.git"
+    ran(mcp, session, "git", "-c", "credential.helper=", "ls-remote", remote)  # no repository there: it fails after
+    got = [each for each in seen(masked) if each.startswith("Basic ")]
+    assert f"x-access-token:{TOKEN}" in [base64.b64decode(each.removeprefix("Basic ")).decode() for each in got]
+
+
+def seen(masked: Masked) -> list[str]:
+    """Every ``Authorization`` the stand-in API got, asked from this host (its route to the test's namespace)."""
+    context = ssl.create_default_context(cafile=masked.authority)
+    context.check_hostname = False
+    found: list[str] = httpx.get(f"https://{masked.world}:{masked.secure}/seen", verify=context, timeout=30).json()
+    return found
+
+
+def test_the_placeholder_stays_one_to_another_host_over_plain_http_and_a_direct_connection_is_refused(
+    masked: Masked,
+) -> None:
+    mcp, session, secure, plain = masked.mcp, masked.session, masked.secure, masked.plain
+    placeholder = _sealed.text(_sealed.call(mcp, "env", session, variable="API_TOKEN"))
+    bearer = f"Authorization: Bearer {placeholder}"
+    other = echoed(mcp, session, "curl", "-sS", "-H", bearer, f"https://{OTHER}:{secure}/")
+    over_plain = echoed(mcp, session, "curl", "-sS", "-H", bearer, f"http://{API}:{plain}/")
+    around = ("--noproxy", "*", "--connect-timeout", "3")
+    direct = ran(mcp, session, "curl", "-sS", *around, "-H", bearer, f"https://{API}:{secure}/")
+    assert other["authorization"] == over_plain["authorization"] == f"Bearer {placeholder}"
+    # the kernel's refusal, which pasta passes on as no answer: curl's "could not connect" or its timeout
+    assert direct["status"] in (7, 28), direct
+
+
+def test_a_malformed_or_huge_request_is_refused_and_the_next_is_served(
+    masked: Masked,
+) -> None:
+    mcp, session, secure = masked.mcp, masked.session, masked.secure
+    url = f"https://{API}:{secure}/"
+    status = ("-sS", "-o", "/dev/null", "-w", "%{http_code}")
+    trace = ran(mcp, session, "curl", *status, "-X", "TRACE", url)
+    huge = ran(mcp, session, "curl", *status, "-H", f"X-Huge: {'a' * 70000}", url)
+    proxy = _sealed.text(_sealed.call(mcp, "env", session, variable="HTTPS_PROXY"))
+    forged = ran(mcp, session, "curl", *status, "--proxy", re.sub(r":[^:@/]+@", ":forged@", proxy), url)
+    assert trace["out"] == "405"
+    assert huge["out"] in ("431", "400")
+    assert "CONNECT tunnel failed, response 407" in forged["err"], forged  # no live process's password
+    assert echoed(mcp, session, "curl", "-sS", url)["method"] == "GET"
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (
+            ("--process-env-mask", "API_TOKEN=api.test"),
+            "--process-env-mask API_TOKEN: no --process-env API_TOKEN=SOURCE gives it",
+        ),
+        (
+            ("--process-env", "API_TOKEN=header:X-Token", "--process-env-mask", "API_TOKEN=api.test"),
+            "--process-env-mask needs --process-network egress (with --process-uids): the rules that send the "
+            "process to the gateway's proxy, not host",
+        ),
+    ],
+    ids=["not-given", "no-egress"],
+)
+def test_a_mask_the_gateway_cannot_keep_is_one_line_and_exit_status_2(options: tuple[str, ...], said: str) -> None:
+    done = gateway_run("--port", str(free_port()), "--stdio", "/bin/cat", *options, within=60)
+    assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said}\n")
