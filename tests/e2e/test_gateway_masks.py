@@ -26,6 +26,7 @@ from e2e import _sealed
 from e2e._dns import elsewhere, resolver
 from e2e._gateway import gateway_run, readable_directory
 from e2e._masked import NAMES, SERVER, stand_in_authority
+from mcp_sessions._gateway.sealed._edge import TUNNELS
 
 UIDS = uids(400, 20)
 TOKEN = "ghp_" + "Re4lT0kenValue" * 2 + "0123456789"  # a GitHub token's shape: 40 characters
@@ -178,10 +179,27 @@ def test_a_malformed_or_huge_request_is_refused_and_the_next_is_served(
     huge = ran(mcp, session, "curl", *status, "-H", f"X-Huge: {'a' * 70000}", url)
     proxy = _sealed.text(_sealed.call(mcp, "env", session, variable="HTTPS_PROXY"))
     forged = ran(mcp, session, "curl", *status, "--proxy", re.sub(r":[^:@/]+@", ":forged@", proxy), url)
+    many = ran(mcp, session, "/usr/bin/python3", "-c", HOLDING.format(host=API, port=secure, count=TUNNELS + 1))
     assert trace["out"] == "405"
     assert huge["out"] in ("431", "400")
     assert "CONNECT tunnel failed, response 407" in forged["err"], forged  # no live process's password
-    assert echoed(mcp, session, "curl", "-sS", url)["method"] == "GET"
+    assert many["out"].split() == [str(TUNNELS), "429"], many  # the gateway's sockets a process may hold: bounded
+    assert echoed(mcp, session, "curl", "-sS", url)["method"] == "GET"  # its tunnels closed, counted no more
+
+
+HOLDING = """
+import base64, os, socket, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+credential = base64.b64encode(f"{{proxy.username}}:{{proxy.password}}".encode()).decode()
+held, codes = [], []
+for _ in range({count}):
+    tunnel = socket.create_connection((proxy.hostname, proxy.port), timeout=30)
+    tunnel.sendall(b"CONNECT {host}:{port} HTTP/1.1\\r\\nHost: {host}:{port}\\r\\nProxy-Authorization: Basic "
+                   + credential.encode() + b"\\r\\n\\r\\n")
+    codes.append(tunnel.recv(64).split()[1].decode())
+    held.append(tunnel)
+print(codes.count("200"), codes[-1])
+"""
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ import binascii
 import logging
 import socket
 import ssl
+from collections import Counter
 from collections.abc import Callable
 from contextlib import suppress
 from typing import Any, Final
@@ -28,11 +29,15 @@ import anyio.abc
 import h11
 from anyio.streams.tls import TLSStream
 
+from ..._wire import printable
 from ._masks import PROXY_USER, Masks, Swap
 
 HEAD_LIMIT: Final = 65536
 HEAD_WITHIN: Final = 30.0
 CONNECT_WITHIN: Final = 15.0
+TUNNELS: Final = 64
+"""A process's connections through the proxy at once: each holds two of the gateway's sockets, which none of the
+process's own bounds counts."""
 _CHUNK: Final = 65536
 # RFC 9110 section 7.6.1's, and the proxy's own; Content-Length and Transfer-Encoding frame the body (h11 reframes).
 _HOP: Final = frozenset({b"connection", b"keep-alive", b"te", b"trailer", b"upgrade", b"proxy-connection"})
@@ -46,6 +51,7 @@ class Edge:
 
     def __init__(self, masks: Masks, permits: Permits, listening: socket.socket) -> None:
         self.masks, self.permits, self.listening = masks, permits, listening
+        self.tunnels: Counter[str] = Counter()  # a process's proxy token: its connections open now
         upstream = ssl.create_default_context()
         upstream.set_alpn_protocols(["http/1.1"])
         self.upstream = upstream
@@ -71,9 +77,24 @@ class Edge:
             return None
         if asked.method != b"CONNECT":
             return await _refuse(down, client, 405, "this proxy takes CONNECT alone (HTTPS)")
-        swaps = self._swaps(asked)
+        token, swaps = self._swaps(asked)
         if swaps is None:
             return await _refuse(down, client, 407, "a live process's proxy password", proxy=True)
+        if self.tunnels[token] >= TUNNELS:
+            return await _refuse(down, client, 429, f"at most {TUNNELS} connections of a process at once")
+        self.tunnels[token] += 1
+        try:
+            await self._tunnel(down, client, asked, swaps)
+        finally:
+            self.tunnels[token] -= 1
+            if not self.tunnels[token]:
+                del self.tunnels[token]
+        return None
+
+    async def _tunnel(
+        self, down: h11.Connection, client: anyio.abc.SocketStream, asked: h11.Request, swaps: tuple[Swap, ...]
+    ) -> None:
+        """The ``CONNECT`` ``asked`` of a process whose values are ``swaps``: to its host, swapped or opaque."""
         host, _, port_text = asked.target.decode("ascii", "replace").rpartition(":")
         host = host.strip("[]").lower().removesuffix(".")
         if not (host and port_text.isdigit() and 0 < int(port_text) < 65536):
@@ -82,7 +103,7 @@ class Edge:
         mine = tuple(swap for swap in swaps if (host, port) in swap.hosts)
         upstream = await self._upstream(host, port, tls=bool(mine))
         if upstream is None:
-            return await _refuse(down, client, 502, f"{host}:{port} could not be reached")
+            return await _refuse(down, client, 502, f"{printable(host)}:{port} could not be reached")
         async with upstream:
             await _send(down, client, h11.Response(status_code=200, headers=[]))
             early, _ = down.trailing_data
@@ -95,15 +116,15 @@ class Edge:
             )
             await _relay(tls, upstream, mine, f"{host}:{port}")
 
-    def _swaps(self, asked: h11.Request) -> tuple[Swap, ...] | None:
-        """The swaps of the process whose token the request carries; None for no live one's."""
+    def _swaps(self, asked: h11.Request) -> tuple[str, tuple[Swap, ...] | None]:
+        """The token the request carries and the swaps of its process; None for no live one's."""
         for name, value in asked.headers:
             if name == b"proxy-authorization" and value[:6].lower() == b"basic ":
                 with suppress(binascii.Error, ValueError):
                     user, _, token = base64.b64decode(value[6:].strip(), validate=True).decode().partition(":")
                     if user == PROXY_USER:
-                        return self.masks.swaps.get(token)
-        return None
+                        return token, self.masks.swaps.get(token)
+        return "", None
 
     async def _upstream(self, host: str, port: int, *, tls: bool) -> anyio.abc.ByteStream | None:
         """A connection to ``host``: TLS verified for a masked host's; else to an address ``permits`` grants."""
@@ -118,7 +139,8 @@ class Edge:
                     if self.permits(str(address[0]), port):
                         return await anyio.connect_tcp(str(address[0]), port)
         except (OSError, TimeoutError, ssl.SSLError) as exc:
-            logger.info("mcp-sessions gateway: the proxy could not reach %s:%d: %s", host, port, type(exc).__name__)
+            reached = printable(host)
+            logger.info("mcp-sessions gateway: the proxy could not reach %s:%d: %s", reached, port, type(exc).__name__)
         return None
 
 
