@@ -170,8 +170,8 @@ class Masks:
 class Authority:
     """The gateway's certificate authority, made at startup (a P-256 key, in memory alone), and the certificate of
     each masked host it signs, on first use. ``shared``: a directory every process may read (``ca.pem`` and
-    ``bundle.pem``, the host's roots and it); ``private``: the gateway's alone, the leaves' key and certificates,
-    which ``ssl`` loads from files."""
+    ``bundle.pem``, the host's roots and it). The leaves' key and certificates reach ``ssl`` through a memory file,
+    never a file on disk."""
 
     def __init__(self, roots: str | None = None) -> None:
         from cryptography import x509
@@ -206,7 +206,6 @@ class Authority:
         for file, text in (("ca.pem", pem), ("bundle.pem", host_roots.rstrip() + b"\n" + pem)):
             Path(self.shared, file).write_bytes(text)
             os.chmod(os.path.join(self.shared, file), 0o644)
-        self.private = tempfile.mkdtemp(prefix="mcp-sessions-leaves-")  # 0700, the gateway's
         self.contexts: dict[str, ssl.SSLContext] = {}
 
     def context(self, host: str) -> ssl.SSLContext:
@@ -235,20 +234,21 @@ class Authority:
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), critical=False)
             .sign(self.key, hashes.SHA256())
         )
-        chain = os.path.join(self.private, f"{len(self.contexts)}.pem")
         key = self.leaf_key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
         )
-        Path(chain).write_bytes(
-            leaf.public_bytes(serialization.Encoding.PEM) + self.certificate.public_bytes(serialization.Encoding.PEM)
-        )
-        Path(chain + ".key").write_bytes(key)
+        pem = serialization.Encoding.PEM
+        chain = leaf.public_bytes(pem) + self.certificate.public_bytes(pem)
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(chain, chain + ".key")
+        held = os.memfd_create("mcp-sessions-leaf", os.MFD_CLOEXEC)  # the key in memory alone, never in a file
+        try:
+            os.write(held, chain + key)
+            context.load_cert_chain(f"/proc/self/fd/{held}")
+        finally:
+            os.close(held)
         context.set_alpn_protocols(["http/1.1"])
         self.contexts[host] = context
         return context
 
     def close(self) -> None:
         shutil.rmtree(self.shared, ignore_errors=True)
-        shutil.rmtree(self.private, ignore_errors=True)
