@@ -537,15 +537,20 @@ class ProcessEnv:
         """What a process no request starts gets (the shared one, those started ahead): none of the values."""
         return Credentials({}, self._digest({}, None))
 
-    def check(self, digest: bytes, scope: Scope) -> None:
-        """Refuse the request ``scope`` when its values are not those its conversation's process started with."""
-        if self.sources and self.of(scope).digest != digest:
+    def check(self, digest: bytes, scope: Scope) -> dict[str, str]:
+        """Refuse the request ``scope`` when its values are not those its conversation's process started with; else
+        the values it gives (none without ``--process-env``)."""
+        if not self.sources:
+            return {}
+        given = self.of(scope)
+        if given.digest != digest:
             names = ", ".join(key for _, key in self.sources.values())
             raise MCPError(
                 types.INVALID_REQUEST,
                 f"this conversation's process was started with other values of {names} (--process-env): "
                 "send the same, or start a new session for others",
             )
+        return given.values
 
     def _digest(self, values: dict[str, str], scope: Scope | None) -> bytes:
         """What a conversation keeps of its process's values: enough to compare, nothing to read back; an

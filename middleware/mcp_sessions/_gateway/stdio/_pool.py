@@ -19,7 +19,6 @@ from typing import Any, Final
 import anyio
 import anyio.abc
 from mcp.shared.exceptions import MCPError
-from starlette.types import Scope
 
 from ...subscriptions import SessionSubscriptionBus
 from ..auth._users import REQUEST, Credentials, ProcessEnv
@@ -146,14 +145,12 @@ class Pool:
         her request gives it (``credentials``)."""
         return self.warm.popleft() if self.warm else self.start(owner=owner, credentials=credentials())
 
-    def renew(self, conversation: Conversation, scope: Scope) -> None:
-        """With ``--process-env-mask``: the masked values of ``conversation``'s process as its latest request
-        ``scope`` gives them (an exchanged token renewed), which the proxy puts in; the process sees none of it."""
-        if self.options is None or self.options.edge is None:
-            return
-        for process in self.live:
-            if process.conversation is conversation and process.masked is not None:
-                self.options.edge.masks.renew(process.masked, self.process_env.of(scope).values)
+    def renew(self, masked: str, values: dict[str, str]) -> None:
+        """With ``--process-env-mask``: the masked values of the process whose proxy token is ``masked``, as its
+        conversation's latest request gives them (``values``: an exchanged token renewed), which the proxy puts in;
+        the process sees none of it."""
+        if self.options is not None and self.options.edge is not None:
+            self.options.edge.masks.renew(masked, values)
 
     def fill(self) -> None:
         """Start processes ahead, up to ``warm``, once the answer of the request being served is sent (a process

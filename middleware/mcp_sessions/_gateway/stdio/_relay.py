@@ -221,6 +221,7 @@ class Conversation:
         # the same, on anyio's clock
         self.deadline = anyio.current_time() + (expires_at - time.time())
         self.credentials = credentials  # the digest of its process's --process-env values
+        self.masked: str | None = None  # its process's proxy token, with --process-env-mask (Process.take)
         self.transport = transport  # its 2025 transport session's id, which ends with it
         self.holds_sessions = False  # whether a data-layer session was opened in that transport session
         self.unwatch: Callable[[], None] | None = None  # stops watching its session's end (_table.open)
@@ -423,6 +424,7 @@ class Process:
 
     def take(self, conversation: Conversation) -> Conversation:
         self.conversation = conversation
+        conversation.masked = self.masked
         conversation.tasks = self.tasks  # None until it is launched (launch gives it then)
         self.taken.set()
         return conversation

@@ -506,8 +506,9 @@ class Table:
             if conversation.pooled:
                 return await conversation.relay(ctx, await self.named(scope, conversation.owner))
             # its process has the --process-env values it started with: this request's?
-            self.process_env.check(conversation.credentials, scope)
-            self.pool.renew(conversation, scope)  # a masked value renewed (an exchanged token): the proxy's alone
+            given = self.process_env.check(conversation.credentials, scope)
+            if conversation.masked is not None:  # a masked value renewed (an exchanged token): the proxy's alone
+                self.pool.renew(conversation.masked, given)
             return await conversation.relay(ctx)
         finally:
             self.answered(conversation)
