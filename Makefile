@@ -130,8 +130,8 @@ test-all:
 	[ $$checked -eq 0 ] || echo "lint and docs: failed"; \
 	[ $$tests -eq 0 ] && [ $$checked -eq 0 ]
 
-# redis-server, node, and the node packages `make test`'s tests run; `--all` adds those of the interop matrix
-# and the benchmarks (the conformance suite and its Node 22, supergateway).
+# redis-server, node, Node 22 (.cache/node22) and the node packages `make test`'s tests run; `--all` adds those of
+# the interop matrix and the benchmarks (the conformance suite, supergateway).
 system-deps:
 	./scripts/system-deps.sh
 

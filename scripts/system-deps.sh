@@ -2,8 +2,7 @@
 # Installs what the test suite runs for real: redis-server, node, bubblewrap and nftables (Debian/Ubuntu packages), and
 # the MCP Inspector CLI and the gateway tests' node packages (from the npm registry, into .cache/, pinned).
 # `make test` calls it; with --all (`make test-all`, `make bench`) it adds the interop matrix's and the
-# benchmarks' node packages: the conformance suite with its Node 22, and supergateway. It does nothing when
-# everything is already there.
+# benchmarks' node packages: the conformance suite and supergateway. It does nothing when everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 all=""
@@ -11,8 +10,7 @@ if [ "${1:-}" = "--all" ]; then
     all=1
 fi
 INSPECTOR_VERSION="2.12.0"
-# The gateway's tests: server-everything and the TypeScript SDK's client (under the system node), and the
-# conformance suite, which needs Node 22: the node@22 package brings one, in its own prefix.
+# The gateway's tests: server-everything and the TypeScript SDK's client (under the system node).
 EVERYTHING_VERSION="2026.8.31"
 TS_SDK_VERSION="1.32.2"
 # server-filesystem asks its client's roots as soon as it is initialized: the stdio gateway's tests run it.
@@ -20,6 +18,8 @@ FILESYSTEM_VERSION="2026.8.31"
 # server-memory writes one file under its install directory: the stdio gateway's tests show that a uid per process
 # makes that a permission error, not another user's graph (and run the per-conversation file recipe).
 MEMORY_VERSION="2026.8.31"
+# Node 22, in a prefix of its own (.cache/node22): the masked credentials' tests run its own fetch, which reads
+# HTTPS_PROXY (NODE_USE_ENV_PROXY, from 22.21), and the conformance suite (--all) runs under it.
 NODE22_VERSION="22.23.3"
 CONFORMANCE_VERSION="0.2.0-alpha.12"
 # benchmarks/bench_stdio.py compares `mcp-sessions gateway --stdio` with supergateway --stateful.
@@ -80,14 +80,16 @@ memory=".cache/memory/node_modules/@modelcontextprotocol/server-memory/package.j
 if ! grep -q "\"version\": \"$MEMORY_VERSION\"" "$memory" 2>/dev/null; then
     npm install --no-audit --no-fund --silent --prefix .cache/memory "@modelcontextprotocol/server-memory@$MEMORY_VERSION"
 fi
+node22=".cache/node22/node_modules/node/package.json"
+if ! grep -q "\"version\": \"$NODE22_VERSION\"" "$node22" 2>/dev/null; then
+    npm install --no-audit --no-fund --silent --prefix .cache/node22 "node@$NODE22_VERSION"
+fi
 if [ -z "$all" ]; then
     exit 0
 fi
-conformance=".cache/conformance/node_modules"
-if ! grep -q "\"version\": \"$CONFORMANCE_VERSION\"" "$conformance/@modelcontextprotocol/conformance/package.json" 2>/dev/null \
-    || ! grep -q "\"version\": \"$NODE22_VERSION\"" "$conformance/node/package.json" 2>/dev/null; then
-    npm install --no-audit --no-fund --silent --prefix .cache/conformance \
-        "node@$NODE22_VERSION" "@modelcontextprotocol/conformance@$CONFORMANCE_VERSION"
+conformance=".cache/conformance/node_modules/@modelcontextprotocol/conformance/package.json"
+if ! grep -q "\"version\": \"$CONFORMANCE_VERSION\"" "$conformance" 2>/dev/null; then
+    npm install --no-audit --no-fund --silent --prefix .cache/conformance "@modelcontextprotocol/conformance@$CONFORMANCE_VERSION"
 fi
 supergateway=".cache/supergateway/node_modules/supergateway/package.json"
 if ! grep -q "\"version\": \"$SUPERGATEWAY_VERSION\"" "$supergateway" 2>/dev/null; then

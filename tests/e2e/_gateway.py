@@ -43,7 +43,7 @@ CACHE = MAIN / ".cache"
 PYTHONPATH = os.pathsep.join(filter(None, [f"{MAIN}/middleware", f"{MAIN}/tests", os.environ.get("PYTHONPATH")]))
 EVERYTHING = CACHE / "everything/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 TS_SDK = CACHE / "everything/node_modules/@modelcontextprotocol/sdk/dist/esm"
-NODE22 = CACHE / "conformance/node_modules/.bin/node"
+NODE22 = CACHE / "node22/node_modules/node/bin/node"
 CONFORMANCE = CACHE / "conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js"
 # The pinned MCP Inspector's CLI, as the node packages above; MCP_SESSIONS_INSPECTOR_CLI overrides where it is.
 INSPECTOR_CLI = os.environ.get("MCP_SESSIONS_INSPECTOR_CLI") or str(

@@ -1,7 +1,7 @@
 """The official MCP conformance suite through the gateway gives what it gives against the upstream directly.
 
 ``@modelcontextprotocol/conformance`` (pinned by scripts/system-deps.sh, run with the Node 22 the
-``node@22`` package brings) checks each upstream once directly and once through the gateway:
+``node@22`` package brings, in ``.cache/node22``) checks each upstream once directly and once through the gateway:
 ``server-everything`` (node) on every server scenario of the 2025 era, the one it speaks, and an
 ``MCPServer`` on both eras (and that ``MCPServer`` wrapped by ``MCPSessionMiddleware``: wrapping changes
 nothing a conformant server does). Scenario by scenario, check by check, the outcomes are the same, but

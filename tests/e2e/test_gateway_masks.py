@@ -1,7 +1,8 @@
 """Masked credentials (``--process-env-mask``, issue 95): a real gateway as root, a uid per process under egress, a
-hostile server (``_masked.SERVER``) whose clients (curl, git, Python's httpx and urllib, inside the process) reach a
-stand-in HTTPS API (``_masked.API``, its own certificate authority, at an address of the world's in a network
-namespace of the test's own, its names answered by the tests' stand-in resolver) through the gateway's proxy."""
+hostile server (``_masked.SERVER``) whose clients (curl, git, Python's httpx and urllib, Node 22's own ``fetch``,
+inside the process) reach a stand-in HTTPS API (``_masked.API``, its own certificate authority, at an address of the
+world's in a network namespace of the test's own, its names answered by the tests' stand-in resolver) through the
+gateway's proxy."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from _uids import uids
 from conftest import SECRET
 from e2e import _sealed
 from e2e._dns import elsewhere, resolver
-from e2e._gateway import gateway_run, readable_directory
+from e2e._gateway import CACHE, NODE22, for_every_uid, gateway_run, installed, readable_directory
 from e2e._masked import NAMES, SERVER, stand_in_authority
 from mcp_sessions._gateway.sealed._edge import TUNNELS
 
@@ -40,6 +41,9 @@ print(httpx.post(sys.argv[1], content=bytes(4 << 20), headers=headers, timeout=6
 URLLIB = """import os, sys, urllib.request
 asked = urllib.request.Request(sys.argv[1], headers={"Authorization": "Bearer " + os.environ["API_TOKEN"]})
 print(urllib.request.urlopen(asked, timeout=30).read().decode())"""
+FETCH = """fetch(process.argv[1], {headers: {Authorization: "Bearer " + process.env.API_TOKEN}})
+.then((answer) => answer.text()).then(console.log)"""
+"""Node's own fetch, as a client writes it: no agent, no proxy named (NODE_USE_ENV_PROXY, which the gateway sets)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class Masked:
     plain: int
     world: str
     authority: str
+    node: str
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +83,9 @@ def masked() -> Iterator[Masked]:
             _sealed.gateway(f"/usr/bin/python3 {server}", *options, environ=environ, prefix=prefix)
         )
         http = stack.enter_context(httpx.Client(timeout=60, headers={"X-Token": TOKEN}))
+        node = stack.enter_context(for_every_uid(installed(NODE22, "Node 22"), CACHE / "node22"))
         mcp = ModernClient(http, f"http://127.0.0.1:{process.port}")
-        yield Masked(mcp, mcp.create_session(), ports[0], ports[1], world, authority)
+        yield Masked(mcp, mcp.create_session(), ports[0], ports[1], world, authority, str(node))
 
 
 def ran(mcp: ModernClient, session: dict[str, Any], *argv: str) -> dict[str, Any]:
@@ -114,6 +120,7 @@ def test_each_client_reaches_the_api_with_the_value_and_the_process_holds_the_pl
         "curl": echoed(mcp, session, "curl", "-sS", "-H", bearer, url)["authorization"],
         "httpx": echoed(mcp, session, *PYTHON, "-c", HTTPX, url)["authorization"],
         "urllib": echoed(mcp, session, "/usr/bin/python3", "-c", URLLIB, url)["authorization"],
+        "node fetch": echoed(mcp, session, masked.node, "-e", FETCH, url)["authorization"],
     }
     basic = echoed(mcp, session, "curl", "-sS", "-u", f"x-access-token:{placeholder}", url)["authorization"]
     assert placeholder != TOKEN

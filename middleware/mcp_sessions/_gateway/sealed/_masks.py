@@ -132,8 +132,9 @@ class Masks:
         return Grant(self.authority.shared, CA_IN_PROCESS, writable=False)
 
     def give(self, values: dict[str, str]) -> tuple[dict[str, str], str | None]:
-        """What a process started with ``values`` is given instead: each masked value's placeholder, the proxy
-        and the certificates' variables; and its proxy token (None where no value is masked: nothing to add)."""
+        """What a process started with ``values`` is given instead: each masked value's placeholder, the proxy's
+        variables (``NODE_USE_ENV_PROXY``, for Node's ``fetch``, among them) and the certificates'; and its proxy token
+        (None where no value is masked: nothing to add)."""
         masked = [mask for mask in self.masks if mask.name in values]
         if not masked:
             return values, None
@@ -146,6 +147,7 @@ class Masks:
             **values,
             **{mask.name: swap.placeholder for mask, swap in zip(masked, swaps, strict=True)},
             **dict.fromkeys(("HTTPS_PROXY", "https_proxy"), proxy),
+            "NODE_USE_ENV_PROXY": "1",  # Node's own fetch reads them (from 22.21 and 24.5)
             **dict.fromkeys(("NO_PROXY", "no_proxy"), "localhost,127.0.0.1,::1"),
             **dict.fromkeys(("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO"), bundle),
             "NODE_EXTRA_CA_CERTS": ca,
