@@ -9,8 +9,11 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
 import re
+import socket
 import ssl
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,13 +24,13 @@ import pytest
 
 from _mcp import ModernClient
 from _redis import free_port, missing
-from _uids import uids
+from _uids import members, uids
 from conftest import SECRET
 from e2e import _sealed
 from e2e._dns import elsewhere, resolver
 from e2e._gateway import CACHE, NODE22, for_every_uid, gateway_run, installed, readable_directory
 from e2e._masked import NAMES, SERVER, stand_in_authority
-from mcp_sessions._gateway.sealed._edge import TUNNELS
+from mcp_sessions._gateway.sealed._edge import TUNNELS, _socket_as
 
 UIDS = uids(400, 20)
 TOKEN = "ghp_" + "Re4lT0kenValue" * 2 + "0123456789"  # a GitHub token's shape: 40 characters
@@ -167,13 +170,61 @@ def test_the_placeholder_stays_one_to_another_host_over_plain_http_and_a_direct_
     mcp, session, secure, plain = masked.mcp, masked.session, masked.secure, masked.plain
     placeholder = _sealed.text(_sealed.call(mcp, "env", session, variable="API_TOKEN"))
     bearer = f"Authorization: Bearer {placeholder}"
-    other = echoed(mcp, session, "curl", "-sS", "-H", bearer, f"https://{OTHER}:{secure}/")
+    proxy = _sealed.text(_sealed.call(mcp, "env", session, variable="HTTPS_PROXY"))
+    # an opaque tunnel (curl's --proxytunnel) to another host's port: the masked host's is refused (the next test)
+    other = echoed(mcp, session, "curl", "-sS", "-p", "-x", proxy, "-H", bearer, f"http://{OTHER}:{plain}/")
     over_plain = echoed(mcp, session, "curl", "-sS", "-H", bearer, f"http://{API}:{plain}/")
     around = ("--noproxy", "*", "--connect-timeout", "3")
     direct = ran(mcp, session, "curl", "-sS", *around, "-H", bearer, f"https://{API}:{secure}/")
     assert other["authorization"] == over_plain["authorization"] == f"Bearer {placeholder}"
     # the kernel's refusal, which pasta passes on as no answer: curl's "could not connect" or its timeout
     assert direct["status"] in (7, 28), direct
+
+
+def test_an_opaque_tunnel_is_judged_by_the_process_s_own_rules(masked: Masked) -> None:
+    """The proxy's opaque tunnel is a socket of the process's uid, which its rules judge as they judge its own
+    connections, and no other check is made: a ``CONNECT`` to this host's loopback, where a server of the test's
+    listens (``fib daddr type local``), and one to the masked host's address and port by another name (its
+    direct connections are refused) are the kernel's 502s, and the server is never reached."""
+    mcp, session = masked.mcp, masked.session
+    with socket.create_server(("127.0.0.1", 0)) as local:
+        url = f"https://127.0.0.1:{local.getsockname()[1]}/"
+        loopback = ran(mcp, session, "curl", "-sS", "--noproxy", "", "-o", "/dev/null", url)  # NO_PROXY lists it
+        local.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            local.accept()
+    other = ran(mcp, session, "curl", "-sS", "-o", "/dev/null", f"https://{OTHER}:{masked.secure}/")
+    assert "CONNECT tunnel failed, response 502" in loopback["err"], loopback
+    assert "CONNECT tunnel failed, response 502" in other["err"], other
+
+
+def test_a_socket_made_as_a_uid_is_that_uid_s_and_the_gateway_s_other_threads_never_act_as_it() -> None:
+    """The filesystem uid a tunnel's socket is made under is its worker thread's alone: meanwhile the other threads
+    (the event loop's here) keep the gateway's, and the worker's is the gateway's again after."""
+    _sealed.needs("root")
+    uid = members(uids(490, 1))[0]
+    owners, restored, stop = set(), set(), threading.Event()
+
+    def make() -> None:
+        while not stop.is_set():
+            with _socket_as(uid, socket.AF_INET) as made:
+                owners.add(os.fstat(made.fileno()).st_uid)
+            restored.add(_fsuid())
+
+    worker = threading.Thread(target=make)
+    worker.start()
+    try:
+        seen = {_fsuid() for _ in range(2000)}
+    finally:
+        stop.set()
+        worker.join(timeout=30)
+    assert (owners, restored, seen) == ({uid}, {0}, {0})
+
+
+def _fsuid() -> int:
+    """The calling thread's filesystem uid (the fourth of ``Uid:``)."""
+    with open("/proc/thread-self/status") as status:
+        return int(next(line for line in status if line.startswith("Uid:")).split()[4])
 
 
 def test_a_malformed_or_huge_request_is_refused_and_the_next_is_served(

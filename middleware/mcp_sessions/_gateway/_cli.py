@@ -420,7 +420,7 @@ def _edge(args: argparse.Namespace, sandbox: Any, egress: Any) -> Any:
     masked = Masks(masks, Authority(), port=listening.getsockname()[1])
     egress.proxy = masked.port
     egress.masked = tuple(AllowedHost(host, port) for host, port in sorted(masked.hosts))
-    return Edge(masked, egress.permits, listening)
+    return Edge(masked, listening)
 
 
 def _stdio_only(args: argparse.Namespace) -> None:

@@ -7,8 +7,9 @@ terminates the process's TLS with its authority's certificate, then relays HTTP/
 httpx's parser) both ways, streaming: each request's head at most :data:`HEAD_LIMIT` bytes, read within
 :data:`HEAD_WITHIN` seconds, ``TRACE`` and ``TRACK`` refused (they echo the head back), the hop-by-hop and
 ``Proxy-*`` headers dropped, and in every other header the placeholder replaced by the value (inside an
-``Authorization: Basic``'s decoded pair too). To any other host, an opaque tunnel, to an address the process's own
-rules would let it reach (``EgressRules.permits``). A failure is an answer the client reads (400, 405, 431, 502
+``Authorization: Basic``'s decoded pair too). To any other host, an opaque tunnel from a socket the kernel counts as
+the process's uid's (:func:`_socket_as`), so that its own rules judge the tunnel as they judge its own connections:
+one set of rules, the kernel's. A failure is an answer the client reads (400, 405, 431, 502
 naming the host), never a hang; nothing of a value, a placeholder or a token is logged.
 """
 
@@ -16,11 +17,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ctypes
+import errno
 import logging
+import os
 import socket
 import ssl
 from collections import Counter
-from collections.abc import Callable
 from contextlib import suppress
 from typing import Any, Final
 
@@ -42,15 +45,14 @@ _CHUNK: Final = 65536
 # RFC 9110 section 7.6.1's, and the proxy's own; Content-Length and Transfer-Encoding frame the body (h11 reframes).
 _HOP: Final = frozenset({b"connection", b"keep-alive", b"te", b"trailer", b"upgrade", b"proxy-connection"})
 logger = logging.getLogger("mcp_sessions.gateway")
-
-Permits = Callable[[str, int], bool]
+_LIBC: Final = ctypes.CDLL(None, use_errno=True)
 
 
 class Edge:
-    """The proxy: ``masks`` say whose values go where; ``permits(address, port)`` what an opaque tunnel may reach."""
+    """The proxy: ``masks`` say whose values go where, and as whose uid an opaque tunnel connects."""
 
-    def __init__(self, masks: Masks, permits: Permits, listening: socket.socket) -> None:
-        self.masks, self.permits, self.listening = masks, permits, listening
+    def __init__(self, masks: Masks, listening: socket.socket) -> None:
+        self.masks, self.listening = masks, listening
         self.tunnels: Counter[str] = Counter()  # a process's proxy token: its connections open now
         upstream = ssl.create_default_context()
         upstream.set_alpn_protocols(["http/1.1"])
@@ -84,7 +86,7 @@ class Edge:
             return await _refuse(down, client, 429, f"at most {TUNNELS} connections of a process at once")
         self.tunnels[token] += 1
         try:
-            await self._tunnel(down, client, asked, swaps)
+            await self._tunnel(down, client, asked, token, swaps)
         finally:
             self.tunnels[token] -= 1
             if not self.tunnels[token]:
@@ -92,16 +94,22 @@ class Edge:
         return None
 
     async def _tunnel(
-        self, down: h11.Connection, client: anyio.abc.SocketStream, asked: h11.Request, swaps: tuple[Swap, ...]
+        self,
+        down: h11.Connection,
+        client: anyio.abc.SocketStream,
+        asked: h11.Request,
+        token: str,
+        swaps: tuple[Swap, ...],
     ) -> None:
-        """The ``CONNECT`` ``asked`` of a process whose values are ``swaps``: to its host, swapped or opaque."""
+        """The ``CONNECT`` ``asked`` of the process whose proxy token is ``token`` and values ``swaps``: to its host,
+        swapped or opaque."""
         host, _, port_text = asked.target.decode("ascii", "replace").rpartition(":")
         host = host.strip("[]").lower().removesuffix(".")
         if not (host and port_text.isdigit() and 0 < int(port_text) < 65536):
             return await _refuse(down, client, 400, "CONNECT HOST:PORT")
         port = int(port_text)
         mine = tuple(swap for swap in swaps if (host, port) in swap.hosts)
-        upstream = await self._upstream(host, port, tls=bool(mine))
+        upstream = await self._upstream(host, port, None if mine else token)
         if upstream is None:
             return await _refuse(down, client, 502, f"{printable(host)}:{port} could not be reached")
         async with upstream:
@@ -126,22 +134,58 @@ class Edge:
                         return token, self.masks.swaps.get(token)
         return "", None
 
-    async def _upstream(self, host: str, port: int, *, tls: bool) -> anyio.abc.ByteStream | None:
-        """A connection to ``host``: TLS verified for a masked host's; else to an address ``permits`` grants."""
+    async def _upstream(self, host: str, port: int, opaque: str | None) -> anyio.abc.ByteStream | None:
+        """A connection to ``host``: TLS verified for a masked host's; else (``opaque``: the process's proxy token) an
+        opaque one, as the process's uid, which its rules judge."""
         try:
             with anyio.fail_after(CONNECT_WITHIN):
-                if tls:
+                if opaque is None:
                     return await anyio.connect_tcp(
                         host, port, ssl_context=self.upstream, tls_hostname=host, tls_standard_compatible=False
                     )
-                found = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-                for *_, address in found:
-                    if self.permits(str(address[0]), port):
-                        return await anyio.connect_tcp(str(address[0]), port)
+                return await self._opaque(host, port, opaque)
         except (OSError, TimeoutError, ssl.SSLError) as exc:
             reached = printable(host)
             logger.info("mcp-sessions gateway: the proxy could not reach %s:%d: %s", reached, port, type(exc).__name__)
         return None
+
+    async def _opaque(self, host: str, port: int, token: str) -> anyio.abc.SocketStream:
+        """A connection to the first address of ``host`` that takes it, from a socket of the uid the process of
+        ``token`` runs as (:meth:`Masks.placed`), connected only while that process holds it: its uid given back
+        (and let go of the rules) meanwhile, the tunnel is not made."""
+        failed = OSError(errno.EHOSTUNREACH, "no address")
+        for family, _, _, _, address in await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+            if (uid := self.masks.uids.get(token)) is None:
+                raise OSError(errno.EPERM, "the process holds no uid")
+            made = await anyio.to_thread.run_sync(_socket_as, uid, family)
+            try:
+                if self.masks.uids.get(token) != uid:
+                    raise OSError(errno.EPERM, "the process ended")
+                made.setblocking(False)
+                with suppress(BlockingIOError):
+                    made.connect(address)  # its SYN judged now, while the uid is the process's
+                await anyio.wait_writable(made)
+                if code := made.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                    raise OSError(code, os.strerror(code))
+                return await anyio.abc.SocketStream.from_socket(made)
+            except OSError as exc:
+                made.close()
+                failed = exc
+        raise failed
+
+
+def _socket_as(uid: int, family: int) -> socket.socket:
+    """A TCP socket of ``family`` whose owner is ``uid``: the kernel makes a socket its thread's filesystem uid's,
+    which nftables' ``meta skuid`` reads. Run on a worker thread: the filesystem uid is the calling thread's alone
+    (Linux's ``setfsuid``, which glibc sets on that thread only), so the gateway's other threads never act as
+    ``uid``, and the event loop's thread, where Python's signal handlers run, is never that uid's."""
+    previous = _LIBC.setfsuid(uid)
+    try:
+        if _LIBC.setfsuid(-1) != uid:  # -1 is no uid: the call changes nothing and says the current one
+            raise OSError(errno.EPERM, "the gateway cannot act as a process's uid (it is not root)")
+        return socket.socket(family, socket.SOCK_STREAM)
+    finally:
+        _LIBC.setfsuid(previous)
 
 
 async def _relay(client: TLSStream, server: anyio.abc.ByteStream, swaps: tuple[Swap, ...], where: str) -> None:

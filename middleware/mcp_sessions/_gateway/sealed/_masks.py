@@ -26,9 +26,11 @@ import shutil
 import ssl
 import string
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
+from urllib.parse import urlsplit
 
 from ._grants import Grant
 from ._network import GATEWAY, AllowedHost
@@ -120,6 +122,7 @@ class Masks:
     authority: Authority
     port: int = 0
     swaps: dict[str, tuple[Swap, ...]] = field(default_factory=dict)
+    uids: dict[str, int] = field(default_factory=dict)  # each placed process's uid, by its proxy token
 
     @property
     def hosts(self) -> frozenset[tuple[str, int]]:
@@ -160,10 +163,21 @@ class Masks:
         if token is not None and (swaps := self.swaps.get(token)) is not None:
             self.swaps[token] = tuple(replace(swap, value=values.get(swap.name, swap.value)) for swap in swaps)
 
+    def placed(self, environ: Mapping[str, str], uid: int | None) -> None:
+        """The uid the process given ``environ`` (by :meth:`give`) runs as, once its place is made; None as it leaves
+        it, before the uid is given back: the proxy's opaque tunnels of that process are made as that uid, under its
+        rules (``_edge``), and none once it is not the process's."""
+        token = urlsplit(environ.get("HTTPS_PROXY", "")).password
+        if token is not None and token in self.swaps and uid is not None:
+            self.uids[token] = uid
+        elif token is not None:
+            self.uids.pop(token, None)
+
     def drop(self, token: str | None) -> None:
         """A process's values forgotten, as it ends."""
         if token is not None:
             self.swaps.pop(token, None)
+            self.uids.pop(token, None)
 
     def close(self) -> None:
         self.authority.close()

@@ -492,17 +492,6 @@ class EgressRules:
             )
         return sets, rules
 
-    def permits(self, address: str, port: int) -> bool:
-        """Whether a process may reach ``address`` on ``port`` (tcp) by these rules: what the proxy's opaque tunnels
-        reach for it, as the gateway's own connections are under no rule."""
-        try:
-            parsed = ipaddress.ip_address(address.partition("%")[0])
-        except ValueError:
-            return False
-        if any(each.grants(parsed, port) for each in self.allowed):
-            return True
-        return port != 53 and refused_answer(parsed, self.local) is None
-
     def install(self) -> None:
         """This gateway's table made, its lock held; then the tables of gateways that are gone deleted, each once
         no process of its uids runs (until then, its rules hold for the processes a killed gateway left)."""

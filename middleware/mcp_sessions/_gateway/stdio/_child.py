@@ -188,6 +188,8 @@ class Child:
             place = await self.options.enter(process_id, self.user)
         except SandboxError as exc:
             return self._failed(str(exc))
+        if self.options.edge is not None:  # the masked credentials' proxy: its tunnels are made as its uid
+            self.options.edge.masks.placed(self.environ, place.uid)
         line, environ, files = place.launch(self.command, {**self.environ, **place.environ})
         try:
             process = await anyio.open_process(
@@ -247,6 +249,8 @@ class Child:
     async def _leave(self, place: Place) -> None:
         """Leave its place; what is left of it, or an error there, is logged: this conversation's alone, never the
         process table's (its task group runs everyone's), and its uid is cleared again before it is given out."""
+        if self.options.edge is not None:  # no tunnel of the proxy's is made as its uid from now on
+            self.options.edge.masks.placed(self.environ, None)
         try:
             left = await place.leave()
         except Exception:
