@@ -12,7 +12,6 @@ import base64
 import contextlib
 import json
 import logging
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -36,10 +35,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from _mcp import create_session, modern_headers, modern_request, sdk_session_meta
-from _redis import free_port, missing, only_skips
+from _redis import free_port
 from _waits import WITHIN, Deadline
 from conftest import asgi_client, serve
-from e2e._gateway import MAIN, SECRET, Process, gateway_process, gateway_run, result_of, started, upstream_server
+from e2e._authorization import APP, GATEWAY, login
+from e2e._authorization import authorization_server as idpyoidc
+from e2e._gateway import MAIN, SECRET, Process, gateway_process, gateway_run, result_of, upstream_server
 from e2e._stdio import text_of
 from mcp_sessions import SessionsConfig, gateway_app
 from mcp_sessions._gateway.auth._exchange import ExchangeRefused, Target, TokenExchange, UpstreamToken
@@ -49,8 +50,6 @@ pytestmark = pytest.mark.anyio
 
 UPSTREAM = "https://upstream.example/mcp"  # the upstream's audience, as the authorization server names it
 LIFETIME = 30  # seconds an access token lives: an exchanged one is renewed at half that
-APP, GATEWAY = ("app", "app-secret"), ("gateway", "gateway-secret")
-REDIRECT = "http://127.0.0.1/callback"
 SERVER = f"{sys.executable} -m e2e._plain_stdio"
 EXCHANGE = ("--upstream-token", "exchange")
 VERIFYING = ("--auth-jwks", "http://127.0.0.1:9/k", "--auth-issuer", "http://127.0.0.1:9", "--auth-audience", UPSTREAM)
@@ -61,25 +60,9 @@ GETENV = modern_request("tools/call", {"name": "getenv", "arguments": {"name": "
 
 @pytest.fixture(scope="module")
 def authorization_server() -> Iterator[Process]:
-    """idpyoidc's authorization server (its own environment: ``make test`` builds it; a missing one skips, or fails
-    under CI)."""
-    __tracebackhide__ = only_skips
-    venvs = os.environ.get("AUTH_SERVER_VENVS", str(MAIN / ".venv-idpyoidc")).split()
-    python = Path(next((v for v in venvs if v.endswith("-idpyoidc")), MAIN / ".venv-idpyoidc")) / "bin" / "python"
-    if not python.exists():
-        missing(f"{python} is missing: `make .venv-idpyoidc/.installed` builds that environment")
-    script = str(MAIN / "tests" / "e2e" / "_idpyoidc_server.py")
-    clients = dict([APP, GATEWAY])
-
-    def command(port: int) -> tuple[list[str], dict[str, str]]:
-        settings = {"port": port, "lifetime": LIFETIME, "audiences": [UPSTREAM], "clients": clients}
-        return [str(python), script, json.dumps(settings)], {}
-
-    server = started("idpyoidc", command)
-    try:
+    """idpyoidc's authorization server (:func:`_authorization.authorization_server`)."""
+    with idpyoidc(LIFETIME, [UPSTREAM]) as server:
         yield server
-    finally:
-        server.stop()
 
 
 class AudienceVerifier:
@@ -146,17 +129,6 @@ def gateway(authorization_server: Process, *arguments: str) -> Iterator[Process]
 def logged(process: Process) -> str:
     """All the process wrote, once it has ended (its spans exported at its exit)."""
     return process.stop().decode(errors="replace")
-
-
-def login(authorization_server: Process, user: str, audience: str) -> str:
-    """``user``'s access token for ``audience`` from the authorization server: the code its login gives the client
-    ``app``, redeemed at its token endpoint."""
-    code = httpx.post(authorization_server.url("/login"), data={"user": user}).json()["code"]
-    form = {"grant_type": "authorization_code", "code": code, "redirect_uri": REDIRECT, "resource": audience}
-    answer = httpx.post(authorization_server.url("/token"), data=form, auth=APP)
-    assert answer.status_code == 200, answer.text
-    token: str = answer.json()["access_token"]
-    return token
 
 
 def revoke(authorization_server: Process, token: str) -> None:

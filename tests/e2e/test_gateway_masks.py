@@ -20,13 +20,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jwt
 import pytest
 
 from _mcp import ModernClient
 from _redis import free_port, missing
 from _uids import members, uids
+from _waits import until
 from conftest import SECRET
 from e2e import _sealed
+from e2e._authorization import GATEWAY, authorization_server, login
 from e2e._dns import elsewhere, resolver
 from e2e._gateway import CACHE, NODE22, for_every_uid, gateway_run, installed, readable_directory
 from e2e._masked import NAMES, SERVER, stand_in_authority
@@ -278,3 +281,55 @@ print(codes.count("200"), codes[-1])
 def test_a_mask_the_gateway_cannot_keep_is_one_line_and_exit_status_2(options: tuple[str, ...], said: str) -> None:
     done = gateway_run("--port", str(free_port()), "--stdio", "/bin/cat", *options, within=60)
     assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said}\n")
+
+
+EXCHANGED = "https://api.test/"  # the audience the gateway exchanges a user's token for: the stand-in API
+LIFETIME = 16  # seconds a token of the authorization server lives: an exchanged one is renewed after 8
+
+
+def test_an_exchanged_token_renewed_mid_conversation_reaches_the_api_and_the_process_never_sees_it() -> None:
+    """``exchange:`` masked, against idpyoidc (its tokens living 16 s): the gateway exchanges the user's token as the
+    conversation starts, and again as that one nears its end; the API gets the renewed value through the proxy on the
+    next request of the same conversation, while the process's placeholder stays what it was and neither value is
+    anywhere in it."""
+    _sealed.needs("root", "bwrap")
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(authorization_server(LIFETIME, [EXCHANGED]))
+        certs = stack.enter_context(readable_directory("mcp-sessions-api-"))
+        authority, program = stand_in_authority(certs)
+        world, ports = stack.enter_context(elsewhere(serve=program))
+        prefix = stack.enter_context(resolver(dict.fromkeys(NAMES, world)))
+        (certs / "hostile.py").write_text(SERVER)
+        (certs / "hostile.py").chmod(0o644)
+        issuer = server.url("")
+        options = (
+            *("--auth-jwks", f"{issuer}/jwks.json", "--auth-issuer", issuer, "--auth-audience", "{url}"),
+            *("--exchange-audience", EXCHANGED, "--exchange-client-id", GATEWAY[0]),
+            *("--processes", "per-conversation", "--process-uids", uids(492, 4)),
+            *("--process-env", f"API_TOKEN=exchange:{EXCHANGED}", "--process-env-mask", f"API_TOKEN={API}:{ports[0]}"),
+        )
+        environ = {"MCP_SESSIONS_SECRET": SECRET, "SSL_CERT_FILE": authority}
+        environ["MCP_SESSIONS_EXCHANGE_CLIENT_SECRET"] = GATEWAY[1]
+        front = stack.enter_context(
+            _sealed.gateway(f"/usr/bin/python3 {certs / 'hostile.py'}", *options, environ=environ, prefix=prefix)
+        )
+        alice = login(server, "alice", f"http://127.0.0.1:{front.port}/mcp")
+        http = stack.enter_context(httpx.Client(timeout=60, headers={"Authorization": f"Bearer {alice}"}))
+        mcp = ModernClient(http, f"http://127.0.0.1:{front.port}")
+        session = mcp.create_session()
+        placeholder = _sealed.text(_sealed.call(mcp, "env", session, variable="API_TOKEN"))
+        curl = ("curl", "-sS", "-H", f"Authorization: Bearer {placeholder}", f"https://{API}:{ports[0]}/")
+        first = echoed(mcp, session, *curl)["authorization"].removeprefix("Bearer ")
+
+        def renewed() -> str | None:
+            seen = echoed(mcp, session, *curl)["authorization"].removeprefix("Bearer ")
+            return seen if seen != first else None
+
+        second = until(renewed, "the API got no renewed token", within=LIFETIME * 2)
+        kept = _sealed.text(_sealed.call(mcp, "env", session, variable="API_TOKEN"))
+        found = {value: searched(mcp, session, value) for value in (first, second)}
+    (before, after), user = (jwt.decode(each, options={"verify_signature": False}) for each in (first, second)), alice
+    assert kept == placeholder and placeholder not in (first, second)
+    assert before["aud"] == after["aud"] == [EXCHANGED] and after["exp"] > before["exp"]
+    assert before["sub"] == after["sub"] == jwt.decode(user, options={"verify_signature": False})["sub"]
+    assert found == {first: [], second: []}  # neither value in its environment, its memory, nor its files
