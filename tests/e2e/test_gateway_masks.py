@@ -26,7 +26,7 @@ import pytest
 from _mcp import ModernClient
 from _redis import free_port, missing
 from _uids import members, uids
-from _waits import until
+from _waits import WITHIN, until
 from conftest import SECRET
 from e2e import _sealed
 from e2e._authorization import GATEWAY, authorization_server, login
@@ -34,6 +34,7 @@ from e2e._dns import elsewhere, resolver
 from e2e._gateway import CACHE, NODE22, for_every_uid, gateway_run, installed, readable_directory
 from e2e._masked import NAMES, SERVER, stand_in_authority
 from mcp_sessions._gateway.sealed._edge import TUNNELS, _socket_as
+from mcp_sessions._gateway.sealed._masks import SHARED
 
 UIDS = uids(400, 20)
 TOKEN = "ghp_" + "Re4lT0kenValue" * 2 + "0123456789"  # a GitHub token's shape: 40 characters
@@ -333,3 +334,32 @@ def test_an_exchanged_token_renewed_mid_conversation_reaches_the_api_and_the_pro
     assert before["aud"] == after["aud"] == [EXCHANGED] and after["exp"] > before["exp"]
     assert before["sub"] == after["sub"] == jwt.decode(user, options={"verify_signature": False})["sub"]
     assert found == {first: [], second: []}  # neither value in its environment, its memory, nor its files
+
+
+def test_a_killed_gateway_s_certificates_are_removed_as_the_next_gateway_starts() -> None:
+    """A SIGKILLed gateway leaves its certificates' directory (nothing of it runs); the next gateway's start removes
+    it (no one holds its lock), and a gateway's own stop removes its own."""
+    _sealed.needs("root", "bwrap")
+    options = (
+        *("--process-uids", uids(496, 2), "--process-env", "API_TOKEN=header:X-Token"),
+        *("--process-env-mask", "API_TOKEN=api.test"),
+    )
+    with _sealed.hostile() as server:
+        with _sealed.gateway(server, *options) as killed:
+            assert killed.process is not None
+            left = certificates_of(killed.process.pid)
+            killed.process.kill()
+            killed.process.wait(timeout=WITHIN)
+        kept = os.path.isfile(f"{left}/ca.pem")
+        with _sealed.gateway(server, *options) as following:
+            assert following.process is not None
+            own = certificates_of(following.process.pid)
+            removed = not os.path.exists(left)
+        assert (kept, removed, own != left, os.path.exists(own)) == (True, True, True, False)
+
+
+def certificates_of(pid: int) -> str:
+    """The directory of a gateway's certificates: the one it holds open (its lock)."""
+    held = {os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir() if os.readlink(fd).startswith(SHARED)}
+    (found,) = (each for each in held if os.path.basename(each).startswith("ca-"))
+    return found

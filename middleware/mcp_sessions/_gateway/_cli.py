@@ -266,12 +266,7 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
             logger.warning("mcp-sessions gateway: %s", NO_ROUTE)
         if options.profile:
             logger.info("mcp-sessions gateway: each process's seccomp profile: %s", options.profile)
-    edge = config.serves.sandbox.edge if isinstance(config.serves, StdioProcesses) else None
-    try:
-        return serve(app, bound, config, stderr)
-    finally:
-        if edge is not None:  # the masked values and the authority's files
-            edge.masks.close()
+    return serve(app, bound, config, stderr)
 
 
 def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayConfig:

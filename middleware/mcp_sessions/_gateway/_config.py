@@ -17,6 +17,7 @@ from .stdio._modes import Processes, Sessionless
 if TYPE_CHECKING:
     from .auth._exchange import TokenExchange, UpstreamToken
     from .auth._users import GatewayAuth
+    from .sealed._edge import Edge
     from .sealed._network import EgressRules
     from .sealed._sandbox import Sandbox
 
@@ -90,3 +91,9 @@ class GatewayConfig:
         """The stdio processes' egress rules (``--process-network egress``), which the gateway installs before any
         process starts and removes once they have all ended; ``None`` for an upstream's."""
         return self.serves.sandbox.egress if isinstance(self.serves, StdioProcesses) else None
+
+    @property
+    def edge(self) -> Edge | None:
+        """The stdio processes' masked credentials' proxy (``sealed._edge.Edge``, ``--process-env-mask``), whose
+        values and certificates' directory go as the gateway stops; ``None`` without it."""
+        return self.serves.sandbox.edge if isinstance(self.serves, StdioProcesses) else None

@@ -197,14 +197,17 @@ class Gateway(uvicorn.Server):
                 self._gone()
 
     def _gone(self) -> None:
-        """Shutdown, once uvicorn has stopped (every process ended): the status socket's file removed, and the
-        processes' egress rules (a SIGKILLed gateway's go at the next start). Said twice, done once."""
+        """Shutdown, once uvicorn has stopped (every process ended): the status socket's file removed, the
+        processes' egress rules and the masked credentials' values and certificates (a SIGKILLed gateway's go at the
+        next start). Said twice, done once."""
         if self._status_socket is not None:
             with contextlib.suppress(OSError):
                 os.unlink(self._status_socket)
             self._status_socket = None
         if (egress := self.gateway.egress) is not None:
             egress.remove()
+        if (edge := self.gateway.edge) is not None:  # SIGTERM, raised again after this, ends the process
+            edge.masks.close()
 
     def _begin_drain(self) -> None:
         """Shutdown's first step, at the first signal of a started gateway (see the module)."""

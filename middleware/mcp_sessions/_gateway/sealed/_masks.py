@@ -18,6 +18,8 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime
+import fcntl
+import glob
 import ipaddress
 import json
 import os
@@ -27,6 +29,7 @@ import ssl
 import string
 import tempfile
 from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
@@ -39,6 +42,8 @@ CA_IN_PROCESS: Final = "/run/mcp-sessions-ca"
 """Where a process finds the gateway's certificates (a read-only grant): ``ca.pem``, and ``bundle.pem`` (the host's
 roots and it)."""
 PROXY_USER: Final = "mcp"
+SHARED: Final = "/run/mcp-sessions"
+"""Where each gateway's certificates are, in a directory of its own (``ca-*``: :func:`held_directory`)."""
 _JWT_ALPHABET: Final = string.ascii_letters + string.digits + "-_"
 
 
@@ -186,8 +191,8 @@ class Masks:
 class Authority:
     """The gateway's certificate authority, made at startup (a P-256 key, in memory alone), and the certificate of
     each masked host it signs, on first use. ``shared``: a directory every process may read (``ca.pem`` and
-    ``bundle.pem``, the host's roots and it). The leaves' key and certificates reach ``ssl`` through a memory file,
-    never a file on disk."""
+    ``bundle.pem``, the host's roots and it), held while the gateway lives (:func:`held_directory`). The leaves'
+    key and certificates reach ``ssl`` through a memory file, never a file on disk."""
 
     def __init__(self, roots: str | None = None) -> None:
         from cryptography import x509
@@ -216,8 +221,7 @@ class Authority:
         pem = self.certificate.public_bytes(serialization.Encoding.PEM)
         roots = roots or ssl.get_default_verify_paths().cafile or ""
         host_roots = Path(roots).read_bytes() if roots and os.path.isfile(roots) else b""
-        os.makedirs("/run/mcp-sessions", mode=0o755, exist_ok=True)
-        self.shared = tempfile.mkdtemp(prefix="ca-", dir="/run/mcp-sessions")
+        self.shared, self.lock = held_directory()
         os.chmod(self.shared, 0o755)  # noqa: S103 - certificates, every process reads them
         for file, text in (("ca.pem", pem), ("bundle.pem", host_roots.rstrip() + b"\n" + pem)):
             Path(self.shared, file).write_bytes(text)
@@ -268,3 +272,28 @@ class Authority:
 
     def close(self) -> None:
         shutil.rmtree(self.shared, ignore_errors=True)
+        if self.lock is not None:
+            os.close(self.lock)
+            self.lock = None
+
+
+def held_directory(parent: str = SHARED) -> tuple[str, int | None]:
+    """A new directory of this gateway's under ``parent`` (``ca-*``), and the descriptor that holds a lock on it
+    (``flock``) while the gateway lives, as each gateway's nftables table is held (``_network``); first, the ``ca-*``
+    directories whose lock no one holds, a SIGKILLed gateway's, removed. It is made under another name and renamed
+    once locked, so that no other gateway's start takes it for a dead one's meanwhile."""
+    os.makedirs(parent, mode=0o755, exist_ok=True)
+    for left in glob.glob(os.path.join(parent, "ca-*")):
+        with suppress(OSError):  # BlockingIOError among them: its gateway lives
+            held = os.open(left, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                shutil.rmtree(left)
+            finally:
+                os.close(held)
+    made = tempfile.mkdtemp(prefix=".ca-", dir=parent)
+    lock = os.open(made, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    shared = os.path.join(parent, os.path.basename(made).removeprefix("."))
+    os.rename(made, shared)
+    return shared, lock
