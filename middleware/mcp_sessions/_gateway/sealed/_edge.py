@@ -168,8 +168,10 @@ class Edge:
                 if code := made.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
                     raise OSError(code, os.strerror(code))
                 return await anyio.abc.SocketStream.from_socket(made)
-            except OSError as exc:
+            except BaseException as exc:  # cancelled too (its time is up): the socket is closed all the same
                 made.close()
+                if not isinstance(exc, OSError):
+                    raise
                 failed = exc
         raise failed
 
