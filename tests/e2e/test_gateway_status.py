@@ -325,14 +325,14 @@ def test_a_status_port_that_cannot_be_had_is_one_line_and_exit_status_2() -> Non
 def test_the_status_shows_the_server_inside_its_wrappers() -> None:
     """Under bubblewrap (the containment `auto` takes where it works), a process's pid and memory in the status are
     its server's, not bubblewrap's (1.9 MiB where the server held 68 MB: an operator sizing --process-memory from it
-    was off 35 times)."""
+    was off 35 times), and the log's end line names the same pid (it named bubblewrap's)."""
     status_port = free_port()
     with (
         gateway_process(
             [],
             "--stdio",
             shlex.join(SERVER),
-            *("--process-containment", "bwrap", "--status-port", str(status_port)),
+            *("--process-containment", "bwrap", "--status-port", str(status_port), "--log-level", "info"),
             environ={"PYTHONPATH": PYTHONPATH},
         ) as gateway,
         httpx.Client(timeout=30) as http,
@@ -341,5 +341,7 @@ def test_the_status_shows_the_server_inside_its_wrappers() -> None:
         seen = shown("gateway", "status", f"http://127.0.0.1:{status_port}")
         [process] = [p for p in seen["processes"] if p["kind"] == "data-layer-session"]
         server = Path(f"/proc/{process['pid']}/cmdline").read_bytes().split(b"\0")
+        said = gateway.stop().decode()
+    assert f"server process {process['pid']} ended (shutdown" in said, said
     assert server[1:3] == [b"-m", b"e2e._plain_stdio"], server
     assert process["memory"] > 8 << 20, process  # an interpreter, not bubblewrap's 2 MiB
