@@ -368,6 +368,8 @@ class Table:
         (:data:`_HELD`), has ended. What the request's names and caller are is read first; which conversation they
         reach is then one decision (:meth:`route`), and what it asks for is carried out (:meth:`carry_out`)."""
         asked = await asking(scope, self.config, self.process_env)
+        if asked.refusing and state is None:  # a retry that brings input is part of a call in flight
+            raise restarting()
         nameless = asked.session is None and asked.transport is None and state is None
         sessionless = self.sessionless if self.mode != "per-caller" else "per-caller"
         if self.mode == "shared" or (nameless and (method in LISTS or sessionless == "shared")):
