@@ -42,12 +42,12 @@ _INVALIDATE = "import ctypes, sys; ctypes.CDLL(None).syscall(int(sys.argv[1]), 2
 def test_a_contained_process_makes_none_of_the_calls_a_container_may_not(
     server: str, jwks: str, containment: str
 ) -> None:
-    """The keyring, bpf, perf_event_open, userfaultfd, mounts, namespaces, the clock and personality beyond the
-    profile's: each EPERM (clone3 ENOSYS), under either containment; nor a tun device in a user namespace of its
+    """The keyring, bpf, perf_event_open, userfaultfd, io_uring, mounts, namespaces, the clock and personality beyond
+    the profile's: each EPERM (clone3 ENOSYS), under either containment; nor a tun device in a user namespace of its
     own (under unshare, the host's /dev/net/tun, 0666, is there). The startup line names the profile."""
     needs("root", containment)
     with gateway(server, *team(jwks), "--process-containment", containment) as process:
-        assert "each process's seccomp profile: docker's default (20.10.24)" in process.output()
+        assert "each process's seccomp profile: docker's default (26.1.5)" in process.output()
         alice = client(process, user="alice")
         hers = alice.create_session()
         assert json.loads(text(call(alice, "syscalls", hers, calls=CALLS))) == REFUSED
