@@ -65,10 +65,10 @@ from e2e._gateway import (
     Process,
     created,
     gateway_process,
-    gateway_run,
     installed,
     legacy_initialize,
     linked_tree,
+    main_run,
     node,
     python_every_uid_runs,
     readable_directory,
@@ -292,10 +292,9 @@ async def test_the_key_set_s_state_and_a_leeway_of_its_own() -> None:
     ids=["negative", "not-a-number"],
 )
 def test_a_bad_leeway_is_a_usage_error(argument: tuple[str, ...], environ: dict[str, str]) -> None:
-    command = [sys.executable, "-m", "mcp_sessions", "gateway", "--upstream", "http://127.0.0.1:9/mcp"]
-    command += [*verifying("http://127.0.0.1:9/jwks.json"), *argument]
-    environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET, **environ}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=environ, check=False)
+    # by main in this process: its exit status and output as the command gives them, refused before the port is bound
+    arguments = ("--upstream", "http://127.0.0.1:9/mcp", *verifying("http://127.0.0.1:9/jwks.json"), *argument)
+    done = main_run("gateway", *arguments, environ={"MCP_SESSIONS_SECRET": SECRET, **environ})
     assert done.returncode == 2 and "--auth-leeway takes a number of seconds" in done.stderr, done.stderr
 
 
@@ -554,7 +553,7 @@ def test_the_team_recipe_runs_as_written(readable_tmp: Path) -> None:
 
 @pytest.mark.parametrize("source", ["GITHUB_TOKEN=cookie:x", "MCP_SESSION_ID=header:x", "GITHUB_TOKEN"])
 def test_a_bad_process_env_is_a_usage_error(source: str) -> None:
-    done = gateway_run("--stdio", SERVER, "--process-env", source)
+    done = main_run("gateway", "--stdio", SERVER, "--process-env", source, environ={"MCP_SESSIONS_SECRET": SECRET})
     assert done.returncode == 2 and "--process-env" in done.stderr
 
 

@@ -33,7 +33,7 @@ from _mcp import ModernClient, session_meta
 from _uids import members, uids
 from _waits import WITHIN, until
 from conftest import SECRET
-from e2e._gateway import CACHE, Process, for_every_uid, installed, node, readable_directory, rss_kib
+from e2e._gateway import CACHE, Process, for_every_uid, installed, main_run, node, readable_directory, rss_kib
 from e2e._sealed import AUTH, PRIVATE, SECRETS, UIDS, call, client, gateway, needs, of_uid, running, team, text
 from e2e._stdio import stdio_gateway
 from mcp_sessions._gateway.sealed._sandbox import Sandbox
@@ -573,16 +573,21 @@ EGRESS = ("--process-network", "egress")
     ],
 )
 def test_a_startup_error_is_one_line_and_exit_status_2(options: tuple[str, ...], said: str) -> None:
-    """A typo in --stdio (or a --process-* option) is one line that says it, and exit status 2: no traceback."""
+    """A typo in --stdio (or a --process-* option) is one line that says it, and exit status 2: no traceback. Run by
+    ``main`` in the test's process (its exit status and output as the command gives them; each is refused before the
+    gateway binds its port), where a fresh interpreter cost 0.3 to 1 CPU-second a case; a host without bwrap in a
+    command of its own, as the gateway finds its tools once a process."""
     if "--process-uids" in options or "--process-user" in options:
         needs("root")
-    line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", "1", *options]
+    line = ["gateway", "--port", "1", *options]
     environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
     if "/bin/true" in options:  # a host without bwrap: a PATH without it
         environ["PATH"] = "/nonexistent"
-    # A fresh interpreter importing the gateway: 2 s alone, over 10 s beside the suite on 2 slow cores. 60 s guards
-    # against a hang only, as the suite's other command-line runs do.
-    done = subprocess.run(line, capture_output=True, text=True, env=environ, timeout=60, check=False)
+        # 60 s guards against a hang only, as the suite's other command-line runs do.
+        command = [sys.executable, "-m", "mcp_sessions", *line]
+        done = subprocess.run(command, capture_output=True, text=True, env=environ, timeout=60, check=False)
+    else:
+        done = main_run(*line, environ=environ)
     assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said}\n")
 
 

@@ -21,7 +21,7 @@ from _mcp import session_meta
 from _syscalls import CALLS, REFUSED
 from _uids import members, uids
 from conftest import SECRET
-from e2e._gateway import EVERYTHING, MAIN, installed, node
+from e2e._gateway import EVERYTHING, MAIN, installed, main_run, node
 from e2e._sealed import call, client, gateway, needs, team, text
 from mcp_sessions._gateway.sealed._seccomp import PROFILE
 
@@ -139,8 +139,7 @@ def test_ordinary_servers_work_under_the_filter(
     ],
 )
 def test_a_profile_that_cannot_be_used_is_one_line_and_exit_status_2(options: tuple[str, ...], said: str) -> None:
-    line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", "1", "--stdio", "true", *options]
-    environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
-    done = subprocess.run(line, capture_output=True, text=True, env=environ, timeout=60, check=False)
+    # by main in this process: its exit status and output as the command gives them, refused before the port is bound
+    done = main_run("gateway", "--port", "1", "--stdio", "true", *options, environ={"MCP_SESSIONS_SECRET": SECRET})
     assert done.returncode == 2 and done.stderr.startswith(f"mcp-sessions gateway: {said}"), done.stderr
     assert done.stderr.count("\n") == 1, done.stderr
