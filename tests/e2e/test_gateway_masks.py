@@ -10,6 +10,7 @@ import contextlib
 import json
 import re
 import ssl
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,9 @@ from e2e._gateway import gateway_run, readable_directory
 from e2e._masked import NAMES, SERVER, stand_in_authority
 from mcp_sessions._gateway.sealed._edge import TUNNELS
 
-UIDS = uids(400, 20)
+UIDS, OPERATED_UIDS = uids(400, 20), uids(440, 8)
+SECTION = "Credentials that never enter the process"
+"""docs/gateway.md's section, whose ``sh`` block makes the operator's authority."""
 TOKEN = "ghp_" + "Re4lT0kenValue" * 2 + "0123456789"  # a GitHub token's shape: 40 characters
 API, OTHER = NAMES
 PYTHON = ("env", f"PYTHONPATH={Path(httpx.__file__).parent.parent}", "/usr/bin/python3")
@@ -55,9 +58,20 @@ class Masked:
     authority: str
 
 
+@dataclass(frozen=True)
+class StandIn:
+    """The stand-in API (its address and TLS and plain ports, its authority's file), the hostile server's file,
+    and what runs the gateway in the stand-in resolver's world."""
+
+    world: str
+    ports: list[int]
+    authority: str
+    server: Path
+    prefix: tuple[str, ...]
+
+
 @pytest.fixture(scope="module")
-def masked() -> Iterator[Masked]:
-    """The gateway's client with the token, a conversation of its, and the stand-in API."""
+def stand_in() -> Iterator[StandIn]:
     _sealed.needs("root", "bwrap")
     if not Path("/usr/sbin/nft").exists() and not Path("/usr/bin/nft").exists():
         missing("nft is not installed (scripts/system-deps.sh)")
@@ -69,17 +83,43 @@ def masked() -> Iterator[Masked]:
         server = certs / "hostile.py"
         server.write_text(SERVER)
         server.chmod(0o644)
-        options = (
-            *("--processes", "per-conversation", "--process-uids", UIDS, "--process-env", "API_TOKEN=header:X-Token"),
-            *("--process-env-mask", f"API_TOKEN={API}:{ports[0]}"),
-        )
-        environ = {"MCP_SESSIONS_SECRET": SECRET, "SSL_CERT_FILE": authority}
-        process = stack.enter_context(
-            _sealed.gateway(f"/usr/bin/python3 {server}", *options, environ=environ, prefix=prefix)
-        )
+        yield StandIn(world, ports, authority, server, prefix)
+
+
+@contextlib.contextmanager
+def masked_gateway(api: StandIn, uids: str, *options: str) -> Iterator[Masked]:
+    """A gateway masking ``API_TOKEN`` with ``options`` (its ``--process-env-mask`` among them), its processes'
+    uids ``uids``: its client with the token, and a conversation of its."""
+    given = ("--processes", "per-conversation", "--process-uids", uids, "--process-env", "API_TOKEN=header:X-Token")
+    environ = {"MCP_SESSIONS_SECRET": SECRET, "SSL_CERT_FILE": api.authority}
+    with contextlib.ExitStack() as stack:
+        command = f"/usr/bin/python3 {api.server}"
+        process = stack.enter_context(_sealed.gateway(command, *given, *options, environ=environ, prefix=api.prefix))
         http = stack.enter_context(httpx.Client(timeout=60, headers={"X-Token": TOKEN}))
         mcp = ModernClient(http, f"http://127.0.0.1:{process.port}")
-        yield Masked(mcp, mcp.create_session(), ports[0], ports[1], world, authority)
+        yield Masked(mcp, mcp.create_session(), api.ports[0], api.ports[1], api.world, api.authority)
+
+
+@pytest.fixture(scope="module")
+def masked(stand_in: StandIn) -> Iterator[Masked]:
+    """The gateway's client with the token, a conversation of its, and the stand-in API."""
+    with masked_gateway(stand_in, UIDS, "--process-env-mask", f"API_TOKEN={API}:{stand_in.ports[0]}") as gateway:
+        yield gateway
+
+
+@pytest.fixture(scope="module")
+def operated(stand_in: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Masked, Path]]:
+    """A gateway with the operator's authority (``--process-env-mask-ca``), made by docs/gateway.md's command as
+    it is written, in a directory of root's alone; and that directory."""
+    files = tmp_path_factory.mktemp("operator-ca")
+    section = (Path(__file__).parents[2] / "docs" / "gateway.md").read_text().partition(f"\n### {SECTION}\n")[2]
+    made = section.partition("```sh\n")[2].partition("```")[0]
+    subprocess.run(["sh", "-ec", made], cwd=files, check=True, capture_output=True)
+    options = ("--process-env-mask", f"API_TOKEN={API}:{stand_in.ports[0]}")
+    with masked_gateway(
+        stand_in, OPERATED_UIDS, *options, "--process-env-mask-ca", f"{files}/ca.pem,{files}/ca.key"
+    ) as gateway:
+        yield gateway, files
 
 
 def ran(mcp: ModernClient, session: dict[str, Any], *argv: str) -> dict[str, Any]:
@@ -214,9 +254,32 @@ print(codes.count("200"), codes[-1])
             "--process-env-mask needs --process-network egress (with --process-uids): the rules that send the "
             "process to the gateway's proxy, not host",
         ),
+        (
+            ("--process-env-mask-ca", "/etc/ssl/mine.pem"),
+            "--process-env-mask-ca signs the certificates of --process-env-mask's hosts: give both",
+        ),
     ],
-    ids=["not-given", "no-egress"],
+    ids=["not-given", "no-egress", "authority-alone"],
 )
 def test_a_mask_the_gateway_cannot_keep_is_one_line_and_exit_status_2(options: tuple[str, ...], said: str) -> None:
     done = gateway_run("--port", str(free_port()), "--stdio", "/bin/cat", *options, within=60)
     assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said}\n")
+
+
+def test_the_operator_s_authority_signs_what_the_process_sees_and_its_key_is_nowhere_in_the_process(
+    operated: tuple[Masked, Path],
+) -> None:
+    """The process's clients verify the masked host against the operator's certificate (``ca.pem``, alone: curl's
+    ``--cacert``) and the value arrives; the process has that certificate and not a byte of its key."""
+    (masked, files), url = operated, f"https://{API}:{operated[0].secure}/"
+    mcp, session = masked.mcp, masked.session
+    placeholder = _sealed.text(_sealed.call(mcp, "env", session, variable="API_TOKEN"))
+    key = "".join((files / "ca.key").read_text().splitlines()[1:-1])
+    found = searched(mcp, session, key[:48])
+    given = ran(mcp, session, "cat", "/run/mcp-sessions-ca/ca.pem")["out"]
+    bearer = f"Authorization: Bearer {placeholder}"
+    alone = echoed(mcp, session, "curl", "-sS", "--cacert", "/run/mcp-sessions-ca/ca.pem", "-H", bearer, url)
+    urllib = echoed(mcp, session, "/usr/bin/python3", "-c", URLLIB, url)
+    assert given == (files / "ca.pem").read_text()
+    assert alone["authorization"] == urllib["authorization"] == f"Bearer {TOKEN}"
+    assert found == []

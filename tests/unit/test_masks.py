@@ -4,12 +4,16 @@ shape, the flag's one-line refusals, and the rules' place for the proxy and the 
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 import string
+from pathlib import Path
+from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
-from mcp_sessions._gateway.sealed._masks import Mask, placeholder
+from mcp_sessions._gateway.sealed._masks import Authority, Mask, placeholder
 from mcp_sessions._gateway.sealed._network import AllowedHost, EgressRules
 
 
@@ -96,3 +100,98 @@ def test_a_renewed_value_replaces_the_old_under_the_same_placeholder_and_an_ende
     assert (given["TOKEN"], given["OTHER"]) == (swap.placeholder, "kept")
     assert (swap.value, swap.hosts) == ("second-value-002", frozenset({("api.test", 443)}))
     assert given["HTTPS_PROXY"].endswith(f":{token}@169.254.1.1:0") and masks.swaps == {}
+
+
+def _operator_authority(
+    directory: Path, *, ca: bool = True, usage: bool = True, days: int = 30, key: Any = None
+) -> tuple[Path, Path]:
+    """An operator's authority (its certificate, its key: 0600) as ``--process-env-mask-ca`` reads them, each part
+    of it as a test asks (no CA, no keyCertSign, expired, another kind of key)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+
+    key = key or ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, "operator authority")])
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=60))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(not usage, *(False,) * 4, usage, usage, False, False), critical=True)
+    )
+    certificate = builder.sign(key, None if isinstance(key, ed25519.Ed25519PrivateKey) else hashes.SHA256())
+    pem = serialization.Encoding.PEM
+    (directory / "ca.pem").write_bytes(certificate.public_bytes(pem))
+    private = key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    (directory / "ca.key").write_bytes(private)
+    (directory / "ca.key").chmod(0o600)
+    return directory / "ca.pem", directory / "ca.key"
+
+
+@pytest.mark.parametrize(
+    ("case", "said"),
+    [
+        ("missing", "{dir}/absent.pem cannot be read (No such file or directory)"),
+        ("open", "{dir}/ca.key is open to others (mode 644): chmod 600 it"),
+        ("no-certificate", "{dir}/ca.key holds no PEM certificate"),
+        ("no-ca", "{dir}/ca.pem is no certificate authority's (no basicConstraints CA:TRUE)"),
+        ("no-cert-sign", "{dir}/ca.pem's keyUsage does not let it sign certificates (keyCertSign)"),
+        ("expired", "{dir}/ca.pem expired on "),
+        ("encrypted", "{dir}/ca.key's key is encrypted: the gateway takes it unencrypted"),
+        ("no-key", "{dir}/ca.pem holds no PEM private key"),
+        ("ed25519", "{dir}/ca.key's key is neither RSA nor EC"),
+        ("another-key", "{dir}/other.key's key is not {dir}/ca.pem's certificate's"),
+        ("one-file", "{dir}/both.pem's key is not {dir}/both.pem's certificate's"),  # both read from one file
+    ],
+)
+def test_an_operator_s_authority_the_gateway_cannot_use_is_one_line_without_its_key(
+    tmp_path: Path, case: str, said: str
+) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    certificate, key = _operator_authority(
+        tmp_path,
+        ca=case != "no-ca",
+        usage=case != "no-cert-sign",
+        days=-1 if case == "expired" else 30,
+        key=ed25519.Ed25519PrivateKey.generate() if case == "ed25519" else None,
+    )
+    secret = key.read_text()
+    given = {
+        "missing": f"{tmp_path}/absent.pem,{key}",
+        "no-certificate": f"{key}",
+        "no-key": f"{certificate},{certificate}",
+        "another-key": f"{certificate},{tmp_path}/other.key",
+        "one-file": f"{tmp_path}/both.pem",
+    }.get(case, f"{certificate},{key}")
+    if case == "open":
+        key.chmod(0o644)
+    if case == "no-key":
+        certificate.chmod(0o600)
+    if case in ("encrypted", "another-key", "one-file"):  # its own key encrypted, or a key of no certificate's
+        encryption = serialization.BestAvailableEncryption(b"pass") if case == "encrypted" else None
+        other = (
+            serialization.load_pem_private_key(key.read_bytes(), None)
+            if encryption
+            else ec.generate_private_key(ec.SECP256R1())
+        )
+        written = other.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption or serialization.NoEncryption()
+        )
+        target = tmp_path / ("ca.key" if encryption else "other.key")
+        target.write_bytes(written)
+        target.chmod(0o600)
+        both = tmp_path / "both.pem"
+        both.write_bytes(target.read_bytes() + certificate.read_bytes())
+        both.chmod(0o600)
+    with pytest.raises(ValueError) as raised:
+        Authority.given(given)
+    message = str(raised.value)
+    assert message.startswith("--process-env-mask-ca CERT.pem[,KEY.pem]: " + said.format(dir=tmp_path)), message
+    assert "\n" not in message
+    assert secret.splitlines()[1] not in message
