@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import http.server
 import json
+import os
 import re
+import socket
 import ssl
 import subprocess
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +32,7 @@ from e2e._dns import elsewhere, resolver
 from e2e._gateway import gateway_run, readable_directory
 from e2e._masked import NAMES, SERVER, stand_in_authority
 from mcp_sessions._gateway.sealed._edge import TUNNELS
+from mcp_sessions._gateway.sealed._masks import Authority
 
 UIDS, OPERATED_UIDS = uids(400, 20), uids(440, 8)
 SECTION = "Credentials that never enter the process"
@@ -283,3 +288,70 @@ def test_the_operator_s_authority_signs_what_the_process_sees_and_its_key_is_now
     assert given == (files / "ca.pem").read_text()
     assert alone["authorization"] == urllib["authorization"] == f"Bearer {TOKEN}"
     assert found == []
+
+
+NODE = """const [host, port, servername] = process.argv.slice(1)
+require("https").get({host, port: +port, servername: servername || undefined},
+  (answer) => console.log(answer.statusCode)).on("error", (error) => { console.log(error.code); process.exit(1) })"""
+"""Node's https, which reads ``NODE_EXTRA_CA_CERTS`` (``servername``: the name it verifies, its address aside)."""
+
+
+def verified(client: str, host: str, port: int, ca: str) -> bool:
+    """Whether ``client`` verified the certificate a server on ``port`` shows for ``host`` against ``ca``."""
+    named = not host[0].isdigit()
+    address = "127.0.0.1" if named else host
+    if client == "python":
+        context = ssl.create_default_context(cafile=ca)
+        try:
+            with (
+                socket.create_connection((address, port), timeout=30) as raw,
+                context.wrap_socket(raw, server_hostname=host),
+            ):
+                return True
+        except ssl.SSLCertVerificationError:
+            return False
+    resolve = f"{host}:{port}:{address}"
+    argv = {
+        "curl": ["curl", "-sS", "--cacert", ca, "--resolve", resolve, f"https://{host}:{port}/"],
+        "node": ["node", "-e", NODE, address, str(port), host if named else ""],
+        "git": ["git", "-c", f"http.curloptResolve={resolve}", "ls-remote", f"https://{host}:{port}/team/repo.git"],
+    }[client]
+    environ = {"PATH": os.environ["PATH"], "NODE_EXTRA_CA_CERTS": ca, "GIT_SSL_CAINFO": ca, "HOME": "/nonexistent"}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=environ)
+    # each reached the server: an answer (501, the server's to any request), or a refusal of its certificate
+    answered = {"curl": done.returncode == 0, "node": done.stdout.strip() == "501", "git": "error: 501" in done.stderr}
+    refused = {"curl": done.returncode == 60, "node": "ECONN" not in done.stdout, "git": "certificate" in done.stderr}
+    assert answered[client] or refused[client], done
+    return answered[client]
+
+
+@pytest.mark.parametrize("client", ["python", "curl", "node", "git"])
+def test_the_made_authority_vouches_for_the_masked_hosts_alone(client: str, tmp_path: Path) -> None:
+    """Its certificate permits the masked hosts' names and addresses alone (RFC 5280 name constraints): each client
+    a process runs (OpenSSL's Python, curl and Node; git's GnuTLS) takes its leaf for a masked host and refuses one
+    it signed for any other, so even the gateway's own authority vouches for nothing else."""
+    _sealed.needs("root")
+    authority = Authority.made({"api.test", "127.0.0.9"})
+    ca = tmp_path / "ca.pem"  # a copy the test holds: /run/mcp-sessions is every gateway's of this host
+    ca.write_bytes(Path(authority.shared, "ca.pem").read_bytes())
+    authority.close()
+    outcome = {}
+    for host in ("api.test", "127.0.0.9", "other.test", "127.0.0.8"):
+        with serving(authority.context(host), "127.0.0.1" if host[0].isalpha() else host) as port:
+            outcome[host] = verified(client, host, port, str(ca))
+    assert outcome == {"api.test": True, "127.0.0.9": True, "other.test": False, "127.0.0.8": False}
+
+
+@contextlib.contextmanager
+def serving(context: ssl.SSLContext, address: str) -> Iterator[int]:
+    """An HTTPS server on ``address`` showing ``context``'s certificate (each request answered 501): its port."""
+    server = http.server.ThreadingHTTPServer((address, 0), http.server.BaseHTTPRequestHandler)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=30)

@@ -206,7 +206,9 @@ class Authority:
 
     @classmethod
     def made(cls, hosts: Collection[str], roots: str | None = None) -> Authority:
-        """An authority of the gateway's own, made now (a P-256 key, a name no other gateway's has)."""
+        """An authority of the gateway's own, made now (a P-256 key, a name no other gateway's has), whose
+        certificate permits ``hosts`` alone (RFC 5280's name constraints, critical): a leaf it signed for any other
+        name fails every client's verification, whoever made it."""
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes
         from cryptography.hazmat.primitives.asymmetric import ec
@@ -214,6 +216,7 @@ class Authority:
 
         key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"mcp-sessions gateway {secrets.token_hex(4)}")])
+        permitted = [_constraint(host) for host in sorted(set(hosts))]
         now = datetime.datetime.now(datetime.UTC)
         certificate = (
             x509.CertificateBuilder()
@@ -225,6 +228,7 @@ class Authority:
             .not_valid_after(now + datetime.timedelta(days=3650))
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(x509.KeyUsage(*(False,) * 5, True, True, False, False), critical=True)
+            .add_extension(x509.NameConstraints(permitted_subtrees=permitted, excluded_subtrees=None), critical=True)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .sign(key, hashes.SHA256())
         )
@@ -283,20 +287,23 @@ class Authority:
         from cryptography.hazmat.primitives import hashes, serialization
         from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+        # an address's leaf names it in its alternative name alone (critical, RFC 5280 4.2.1.6): a verifier takes a
+        # common name that looks like a host name for one, which a name constraint of an address does not permit
         try:
             alt: x509.GeneralName = x509.IPAddress(ipaddress.ip_address(host))
+            subject = x509.Name([])
         except ValueError:
-            alt = x509.DNSName(host)
+            alt, subject = x509.DNSName(host), x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
         now = datetime.datetime.now(datetime.UTC)
         leaf = (
             x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
+            .subject_name(subject)
             .issuer_name(self.certificate.subject)
             .public_key(self.leaf_key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(hours=1))
             .not_valid_after(min(now + datetime.timedelta(days=90), self.certificate.not_valid_after_utc))
-            .add_extension(x509.SubjectAlternativeName([alt]), critical=False)
+            .add_extension(x509.SubjectAlternativeName([alt]), critical=not subject)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .add_extension(self.identifier, critical=False)
             .sign(self.key, hashes.SHA256())
@@ -319,3 +326,13 @@ class Authority:
 
     def close(self) -> None:
         shutil.rmtree(self.shared, ignore_errors=True)
+
+
+def _constraint(host: str) -> x509.GeneralName:
+    """A name constraint's subtree permitting ``host`` alone: an address's own, else its name's."""
+    from cryptography import x509
+
+    try:
+        return x509.IPAddress(ipaddress.ip_network(host))
+    except ValueError:
+        return x509.DNSName(host)
