@@ -115,12 +115,13 @@ def masked(stand_in: StandIn) -> Iterator[Masked]:
 @pytest.fixture(scope="module")
 def operated(stand_in: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Masked, Path]]:
     """A gateway with the operator's authority (``--process-env-mask-ca``), made by docs/gateway.md's command as
-    it is written, in a directory of root's alone; and that directory."""
+    it is written, in a directory of root's alone, whose mask opts the API's plain HTTP port in too
+    (``http://HOST:PORT``); and that directory."""
     files = tmp_path_factory.mktemp("operator-ca")
     section = (Path(__file__).parents[2] / "docs" / "gateway.md").read_text().partition(f"\n### {SECTION}\n")[2]
     made = section.partition("```sh\n")[2].partition("```")[0]
     subprocess.run(["sh", "-ec", made], cwd=files, check=True, capture_output=True)
-    options = ("--process-env-mask", f"API_TOKEN={API}:{stand_in.ports[0]}")
+    options = ("--process-env-mask", f"API_TOKEN={API}:{stand_in.ports[0]},http://{API}:{stand_in.ports[1]}")
     with masked_gateway(
         stand_in, OPERATED_UIDS, *options, "--process-env-mask-ca", f"{files}/ca.pem,{files}/ca.key"
     ) as gateway:
@@ -288,6 +289,51 @@ def test_the_operator_s_authority_signs_what_the_process_sees_and_its_key_is_now
     assert given == (files / "ca.pem").read_text()
     assert alone["authorization"] == urllib["authorization"] == f"Bearer {TOKEN}"
     assert found == []
+
+
+def test_plain_http_gets_the_value_where_its_credential_opts_that_host_in_alone(
+    operated: tuple[Masked, Path],
+) -> None:
+    """``http://HOST:PORT`` among a mask's hosts: the process's ``HTTP_PROXY`` names the proxy, which puts the value
+    in a plain request to that host and port (curl, urllib); to another host through it, the placeholder stays; a
+    direct connection to it is refused. Without it (the other gateway's), no ``HTTP_PROXY``, nothing swapped."""
+    masked, _ = operated
+    mcp, session, plain = masked.mcp, masked.session, masked.plain
+    placeholder = _sealed.text(_sealed.call(mcp, "env", session, variable="API_TOKEN"))
+    bearer = f"Authorization: Bearer {placeholder}"
+    opted = echoed(mcp, session, "curl", "-sS", "-H", bearer, f"http://{API}:{plain}/")
+    urllib = echoed(mcp, session, "/usr/bin/python3", "-c", URLLIB, f"http://{API}:{plain}/")
+    other = echoed(mcp, session, "curl", "-sS", "-H", bearer, f"http://{OTHER}:{plain}/")
+    around = ("--noproxy", "*", "--connect-timeout", "3")
+    direct = ran(mcp, session, "curl", "-sS", *around, "-H", bearer, f"http://{API}:{plain}/")
+    assert opted["authorization"] == urllib["authorization"] == f"Bearer {TOKEN}"
+    assert other["authorization"] == f"Bearer {placeholder}"
+    assert direct["status"] in (7, 28), direct
+
+
+def test_a_malformed_plain_request_is_refused_and_the_next_is_served(operated: tuple[Masked, Path]) -> None:
+    masked, _ = operated
+    mcp, session, url = masked.mcp, masked.session, f"http://{API}:{masked.plain}/"
+    status = ("-sS", "-o", "/dev/null", "-w", "%{http_code}")
+    trace = ran(mcp, session, "curl", *status, "-X", "TRACE", url)
+    broken = ran(mcp, session, "/usr/bin/python3", "-c", RAW.format(target="http://[broken/"))
+    relative = ran(mcp, session, "/usr/bin/python3", "-c", RAW.format(target="/relative"))
+    assert (trace["out"], broken["out"].strip(), relative["out"].strip()) == ("405", "400", "405")
+    assert echoed(mcp, session, "curl", "-sS", url)["method"] == "GET"
+
+
+RAW = """
+import base64, os, socket, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+credential = base64.b64encode(f"{{proxy.username}}:{{proxy.password}}".encode())
+with socket.create_connection((proxy.hostname, proxy.port), timeout=30) as raw:
+    raw.sendall(b"GET {target} HTTP/1.1\\r\\nHost: x\\r\\nProxy-Authorization: Basic " + credential + b"\\r\\n\\r\\n")
+    print(raw.recv(64).split()[1].decode())
+"""
+
+
+def test_without_the_opt_in_a_process_has_no_http_proxy(masked: Masked) -> None:
+    assert _sealed.text(_sealed.call(masked.mcp, "env", masked.session, variable="HTTP_PROXY")) == ""
 
 
 NODE = """const [host, port, servername] = process.argv.slice(1)

@@ -51,10 +51,19 @@ def test_a_jwt_s_placeholder_keeps_its_header_and_claims_and_has_a_random_signat
 @pytest.mark.parametrize(
     ("given", "said"),
     [
-        ("GITHUB_TOKEN", "--process-env-mask takes NAME=HOST[:PORT][,HOST[:PORT]...]: 'GITHUB_TOKEN'"),
+        (
+            "GITHUB_TOKEN",
+            "--process-env-mask takes NAME=[http://]HOST[:PORT][,[http://]HOST[:PORT]...]: 'GITHUB_TOKEN'",
+        ),
         ("OTHER=api.github.com", "--process-env-mask OTHER: no --process-env OTHER=SOURCE gives it"),
-        ("GITHUB_TOKEN=api github.com", "--process-env-mask GITHUB_TOKEN: 'api github.com' is not HOST[:PORT]"),
-        ("GITHUB_TOKEN=api.github.com:0", "--process-env-mask GITHUB_TOKEN: 'api.github.com:0' is not HOST[:PORT]"),
+        (
+            "GITHUB_TOKEN=api github.com",
+            "--process-env-mask GITHUB_TOKEN: 'api github.com' is not [http://]HOST[:PORT]",
+        ),
+        (
+            "GITHUB_TOKEN=api.github.com:0",
+            "--process-env-mask GITHUB_TOKEN: 'api.github.com:0' is not [http://]HOST[:PORT]",
+        ),
     ],
     ids=["no-hosts", "not-given", "bad-name", "bad-port"],
 )
@@ -68,6 +77,22 @@ def test_a_mask_the_gateway_cannot_keep_is_one_line(given: str, said: str) -> No
 def test_a_mask_s_hosts_are_on_443_unless_a_port_is_given() -> None:
     mask = Mask.parsed("GITHUB_TOKEN=API.github.com,uploads.github.com:8443", {"GITHUB_TOKEN"})
     assert mask.hosts == {("api.github.com", 443), ("uploads.github.com", 8443)}
+    assert mask.plain == frozenset()
+
+
+def test_plain_http_is_a_host_s_only_where_the_mask_names_it_with_http_and_then_the_process_has_http_proxy() -> None:
+    from mcp_sessions._gateway.sealed._masks import Masks
+
+    mask = Mask.parsed("TOKEN=api.test,http://api.test,http://wiki.test:8080", {"TOKEN"})
+    other = Mask.parsed("OTHER=api.test", {"OTHER"})
+    masks = Masks((mask, other), authority=None)  # type: ignore[arg-type]
+    given, _ = masks.give({"TOKEN": "value-0001"})
+    alone, _ = masks.give({"OTHER": "value-0002"})
+    assert mask.hosts == {("api.test", 443)}
+    assert mask.plain == {("api.test", 80), ("wiki.test", 8080)}
+    assert masks.hosts == {("api.test", 443), ("api.test", 80), ("wiki.test", 8080)}  # each refused directly
+    assert given["HTTP_PROXY"] == given["http_proxy"] == given["HTTPS_PROXY"]
+    assert "HTTP_PROXY" not in alone and "http_proxy" not in alone
 
 
 def test_the_rules_grant_the_proxy_and_refuse_the_masked_hosts_before_any_grant() -> None:

@@ -49,32 +49,37 @@ _JWT_ALPHABET: Final = string.ascii_letters + string.digits + "-_"
 
 @dataclass(frozen=True)
 class Mask:
-    """One ``--process-env-mask NAME=HOST[:PORT],...``: the variable, and the hosts (port 443 unless given) where the
-    proxy puts its value back."""
+    """One ``--process-env-mask NAME=HOST[:PORT],...``: the variable, the hosts (port 443 unless given) where the
+    proxy puts its value back in HTTPS requests, and those (``http://HOST[:PORT]``, port 80 unless given) where it
+    does in plain HTTP ones too, as the operator opts each in."""
 
     name: str
     hosts: frozenset[tuple[str, int]]
+    plain: frozenset[tuple[str, int]] = frozenset()
 
     @classmethod
     def parsed(cls, given: str, env: set[str]) -> Mask:
-        """``GITHUB_TOKEN=api.github.com,uploads.github.com:443``; ``ValueError`` in one line, else. ``env``: the
-        names ``--process-env`` gives."""
+        """``GITHUB_TOKEN=api.github.com,uploads.github.com:443``, ``API_TOKEN=http://api.internal:8080``;
+        ``ValueError`` in one line, else. ``env``: the names ``--process-env`` gives."""
         name, equals, listed = given.partition("=")
         if not equals or not listed:
-            raise ValueError(f"--process-env-mask takes NAME=HOST[:PORT][,HOST[:PORT]...]: {given!r}")
+            raise ValueError(f"--process-env-mask takes NAME=[http://]HOST[:PORT][,[http://]HOST[:PORT]...]: {given!r}")
         if name not in env:
             raise ValueError(f"--process-env-mask {name}: no --process-env {name}=SOURCE gives it")
-        hosts = set()
-        for host in listed.split(","):
-            port = "443" if ":" not in host else host.rpartition(":")[2]
+        hosts: set[tuple[str, int]] = set()
+        plain: set[tuple[str, int]] = set()
+        for entry in listed.split(","):
+            host = entry.removeprefix("http://")
+            port = ("80" if host != entry else "443") if ":" not in host else host.rpartition(":")[2]
             try:
                 each = AllowedHost.parsed(host if ":" in host else f"{host}:{port}")
             except ValueError:
                 raise ValueError(
-                    f"--process-env-mask {name}: {host!r} is not HOST[:PORT] (api.github.com, api.example.com:8443)"
+                    f"--process-env-mask {name}: {entry!r} is not [http://]HOST[:PORT] (api.github.com, "
+                    "api.example.com:8443, http://api.internal:8080)"
                 ) from None
-            hosts.add((each.name, each.port))
-        return cls(name, frozenset(hosts))
+            (plain if host != entry else hosts).add((each.name, each.port))
+        return cls(name, frozenset(hosts), frozenset(plain))
 
 
 def placeholder(value: str) -> str:
@@ -110,12 +115,13 @@ def _jwt_header(text: str) -> bool:
 @dataclass(frozen=True)
 class Swap:
     """One process's masked value: its variable's ``name``, its ``placeholder``, the ``value``, and the hosts it is
-    put back for."""
+    put back for (``plain``: in plain HTTP)."""
 
     name: str
     placeholder: str
     value: str
     hosts: frozenset[tuple[str, int]]
+    plain: frozenset[tuple[str, int]] = frozenset()
 
 
 @dataclass
@@ -130,8 +136,9 @@ class Masks:
 
     @property
     def hosts(self) -> frozenset[tuple[str, int]]:
-        """Every masked credential's hosts: the process's rules refuse its direct connections to them."""
-        return frozenset(host for mask in self.masks for host in mask.hosts)
+        """Every masked credential's hosts, plain HTTP's too: the process's rules refuse its direct connections to
+        them."""
+        return frozenset(host for mask in self.masks for host in mask.hosts | mask.plain)
 
     @property
     def grant(self) -> Grant:
@@ -145,14 +152,19 @@ class Masks:
         if not masked:
             return values, None
         token = secrets.token_urlsafe(32)
-        swaps = tuple(Swap(mask.name, placeholder(values[mask.name]), values[mask.name], mask.hosts) for mask in masked)
+        swaps = tuple(
+            Swap(mask.name, placeholder(values[mask.name]), values[mask.name], mask.hosts, mask.plain)
+            for mask in masked
+        )
         self.swaps[token] = swaps
         proxy = f"http://{PROXY_USER}:{token}@{GATEWAY}:{self.port}"
+        # plain HTTP through the proxy only where a credential opted a host in: the rest goes out as it did
+        plain = ("HTTP_PROXY", "http_proxy") if any(mask.plain for mask in masked) else ()
         bundle, ca = f"{CA_IN_PROCESS}/bundle.pem", f"{CA_IN_PROCESS}/ca.pem"
         given = {
             **values,
             **{mask.name: swap.placeholder for mask, swap in zip(masked, swaps, strict=True)},
-            **dict.fromkeys(("HTTPS_PROXY", "https_proxy"), proxy),
+            **dict.fromkeys(("HTTPS_PROXY", "https_proxy", *plain), proxy),
             **dict.fromkeys(("NO_PROXY", "no_proxy"), "localhost,127.0.0.1,::1"),
             **dict.fromkeys(("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO"), bundle),
             "NODE_EXTRA_CA_CERTS": ca,
@@ -216,7 +228,8 @@ class Authority:
 
         key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"mcp-sessions gateway {secrets.token_hex(4)}")])
-        permitted = [_constraint(host) for host in sorted(set(hosts))]
+        # masks of plain HTTP hosts alone: a name no host has (RFC 2606), so that it vouches for none
+        permitted = [_constraint(host) for host in sorted(set(hosts))] or [x509.DNSName("invalid")]
         now = datetime.datetime.now(datetime.UTC)
         certificate = (
             x509.CertificateBuilder()
