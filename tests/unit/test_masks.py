@@ -4,7 +4,6 @@ shape, the flag's one-line refusals, and the rules' place for the proxy and the 
 from __future__ import annotations
 
 import base64
-import datetime
 import json
 import string
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
+from _authorities import PEM, authority, written_key
 from mcp_sessions._gateway.sealed._masks import Authority, Mask, placeholder
 from mcp_sessions._gateway.sealed._network import AllowedHost, EgressRules
 
@@ -128,34 +128,13 @@ def test_a_renewed_value_replaces_the_old_under_the_same_placeholder_and_an_ende
 
 
 def _operator_authority(
-    directory: Path, *, ca: bool = True, usage: bool = True, days: int = 30, key: Any = None
+    directory: Path, *, ca: bool = True, cert_sign: bool = True, days: int = 30, key: Any = None
 ) -> tuple[Path, Path]:
     """An operator's authority (its certificate, its key: 0600) as ``--process-env-mask-ca`` reads them, each part
     of it as a test asks (no CA, no keyCertSign, expired, another kind of key)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-
-    key = key or ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, "operator authority")])
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=60))
-        .not_valid_after(now + datetime.timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(not usage, *(False,) * 4, usage, usage, False, False), critical=True)
-    )
-    certificate = builder.sign(key, None if isinstance(key, ed25519.Ed25519PrivateKey) else hashes.SHA256())
-    pem = serialization.Encoding.PEM
-    (directory / "ca.pem").write_bytes(certificate.public_bytes(pem))
-    private = key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    (directory / "ca.key").write_bytes(private)
-    (directory / "ca.key").chmod(0o600)
-    return directory / "ca.pem", directory / "ca.key"
+    key, certificate = authority("operator authority", key=key, ca=ca, cert_sign=cert_sign, days=days)
+    (directory / "ca.pem").write_bytes(certificate.public_bytes(PEM))
+    return directory / "ca.pem", written_key(key, directory / "ca.key")
 
 
 @pytest.mark.parametrize(
@@ -182,7 +161,7 @@ def test_an_operator_s_authority_the_gateway_cannot_use_is_one_line_without_its_
     certificate, key = _operator_authority(
         tmp_path,
         ca=case != "no-ca",
-        usage=case != "no-cert-sign",
+        cert_sign=case != "no-cert-sign",
         days=-1 if case == "expired" else 30,
         key=ed25519.Ed25519PrivateKey.generate() if case == "ed25519" else None,
     )
@@ -198,22 +177,13 @@ def test_an_operator_s_authority_the_gateway_cannot_use_is_one_line_without_its_
         key.chmod(0o644)
     if case == "no-key":
         certificate.chmod(0o600)
-    if case in ("encrypted", "another-key", "one-file"):  # its own key encrypted, or a key of no certificate's
-        encryption = serialization.BestAvailableEncryption(b"pass") if case == "encrypted" else None
-        other = (
-            serialization.load_pem_private_key(key.read_bytes(), None)
-            if encryption
-            else ec.generate_private_key(ec.SECP256R1())
-        )
-        written = other.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption or serialization.NoEncryption()
-        )
-        target = tmp_path / ("ca.key" if encryption else "other.key")
-        target.write_bytes(written)
-        target.chmod(0o600)
-        both = tmp_path / "both.pem"
-        both.write_bytes(target.read_bytes() + certificate.read_bytes())
-        both.chmod(0o600)
+    if case in ("another-key", "one-file"):  # a key of no certificate's, alone or in one file with it
+        other = written_key(ec.generate_private_key(ec.SECP256R1()), tmp_path / "other.key")
+        (tmp_path / "both.pem").write_bytes(other.read_bytes() + certificate.read_bytes())
+        (tmp_path / "both.pem").chmod(0o600)
+    if case == "encrypted":
+        encrypted = serialization.PrivateFormat.PKCS8, serialization.BestAvailableEncryption(b"pass")
+        key.write_bytes(serialization.load_pem_private_key(key.read_bytes(), None).private_bytes(PEM, *encrypted))
     with pytest.raises(ValueError) as raised:
         Authority.given(given)
     message = str(raised.value)
