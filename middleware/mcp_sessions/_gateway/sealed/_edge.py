@@ -21,10 +21,12 @@ import binascii
 import logging
 import socket
 import ssl
+import traceback
 import urllib.parse
 from collections import Counter
 from collections.abc import Callable
 from contextlib import suppress
+from pathlib import Path
 from typing import Any, Final
 
 import anyio
@@ -65,9 +67,21 @@ class Edge:
         await listener.serve(self.connection)
 
     async def connection(self, client: anyio.abc.SocketStream) -> None:
+        """One connection of a process's, served; whatever fails in it ends it alone, never the proxy (nor the
+        gateway, whose task group runs it), logged by its kind and place, never its message (a value may be in it)."""
         async with client:
-            with suppress(anyio.BrokenResourceError, anyio.EndOfStream, anyio.ClosedResourceError, OSError):
+            try:
                 await self._connection(client)
+            except (anyio.BrokenResourceError, anyio.EndOfStream, anyio.ClosedResourceError, OSError):
+                pass
+            except Exception as exc:
+                where = traceback.extract_tb(exc.__traceback__)[-1]
+                logger.warning(
+                    "the credentials' proxy: a connection ended on %s (%s:%d)",
+                    type(exc).__name__,
+                    Path(where.filename).name,
+                    where.lineno or 0,
+                )
 
     async def _connection(self, client: anyio.abc.SocketStream) -> None:
         down = h11.Connection(h11.SERVER, max_incomplete_event_size=HEAD_LIMIT)
