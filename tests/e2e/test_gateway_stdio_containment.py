@@ -61,7 +61,8 @@ def test_a_users_process_cannot_reach_anothers(server: str, jwks: str, containme
             alice, bob = client(process, user="alice"), client(process, user="bob")
             hers, his = alice.create_session(), bob.create_session()
             she, he = (json.loads(text(call(mcp, "whoami", session))) for mcp, session in ((alice, hers), (bob, his)))
-            assert she["uid"] != he["uid"] and {she["uid"], he["uid"]} <= set(members(UIDS))
+            assert she["uid"] != he["uid"]
+            assert {she["uid"], he["uid"]} <= set(members(UIDS))
             assert (she["gid"], set(she["groups"]) - {she["gid"]}) == (she["uid"], set())
             assert she["environ"]["USER_SECRET"] == SECRETS["alice"]
             inherited = {"HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"} & set(os.environ)
@@ -122,7 +123,8 @@ def test_root_runs_no_helper_a_user_chose_and_no_helper_reads_a_users_variable(
             wrappers = [pid for pid, line in lines.items() if not line.startswith(servers)]
             environs = [Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") for pid in wrappers]
     assert (seen["environ"]["PATH"], seen["environ"]["USER_SECRET"]) == (f"{planted}:/usr/bin:/bin", SECRETS["alice"])
-    assert environs and all(b"PATH=/usr/sbin:/usr/bin:/sbin:/bin" in environ for environ in environs)
+    assert environs
+    assert all(b"PATH=/usr/sbin:/usr/bin:/sbin:/bin" in environ for environ in environs)
     assert {name.split(b"=")[0] for environ in environs for name in environ if name} <= {b"PATH", b"PWD"}  # bwrap's
     assert not list(planted.glob("ran-*"))
 
@@ -272,7 +274,8 @@ def test_network_none_leaves_a_process_its_own_loopback_only(server: str, by_def
         options = ("--process-containment", containment, "--process-network", "none")
         with gateway(server, *options) as process:
             said = f"each process: containment {containment}, the gateway's uid, bounds "  # its default memory, or none
-            assert said in process.output() and ", network none" in process.output()
+            assert said in process.output()
+            assert ", network none" in process.output()
             mcp = client(process)
             assert text(call(mcp, "connect", port=port)).startswith("denied: ")
             assert text(call(mcp, "loopback")) == "connected"
@@ -357,7 +360,8 @@ def test_two_gateways_given_one_range_never_share_a_uid_nor_end_each_others_proc
         one, two = client(first), client(second)
         mine, theirs = one.create_session(), two.create_session()
         me, they = (json.loads(text(call(mcp, "whoami", session))) for mcp, session in ((one, mine), (two, theirs)))
-        assert me["uid"] != they["uid"] and {me["uid"], they["uid"]} <= set(members(shared))
+        assert me["uid"] != they["uid"]
+        assert {me["uid"], they["uid"]} <= set(members(shared))
         one.request("sessions/delete", session=session_meta(mine))
         until(lambda: of_uid(me["uid"]) == [], "the ended conversation's uid to run nothing")
         assert json.loads(text(call(two, "whoami", theirs)))["pid"] == they["pid"]  # the other's lives on
@@ -495,7 +499,8 @@ def test_a_process_that_stops_reading_costs_a_bounded_memory_and_ends_as_a_crash
             caller.start()
         for caller in callers:
             caller.join(WITHIN)
-        assert refused and {answer["error"]["code"] for answer in refused} == {-32011}, refused  # those past the 5
+        assert refused, refused
+        assert {answer["error"]["code"] for answer in refused} == {-32011}, refused  # those past the 5
         until(lambda: "ended (crash: it left its stdin unread for 10 s" in process.output(), process.output)
         grown = (rss_kib(pid) - before) >> 10
         assert grown < 200, f"the gateway's RSS grew by {grown} MiB"
@@ -609,9 +614,8 @@ def test_what_a_contained_process_would_not_find_under_tmp_is_said_at_startup() 
         f"mcp-sessions gateway: --stdio: {script.name} is under /tmp, which each contained process has of its "
         "own, empty: put it in a directory every process's user may read, or give --process-containment none\n",
     )
-    assert started.returncode == 2 and "the processes start in /, not in the gateway's working directory" in (
-        started.stderr
-    )
+    assert started.returncode == 2
+    assert "the processes start in /, not in the gateway's working directory" in (started.stderr)
 
 
 def test_a_containment_the_host_no_longer_gives_fails_the_request_that_would_start_a_process(server: str) -> None:
@@ -651,7 +655,8 @@ def test_server_memory_behind_the_team_recipe_never_shows_alices_graph_to_bob(jw
                 hers, his = alice.create_session(), bob.create_session()
                 created = json.dumps(call(alice, "create_entities", hers, **PLAN))
                 graphs = [json.dumps(call(mcp, "read_graph", session)) for mcp, session in ((alice, hers), (bob, his))]
-                assert "alice-s-plan" not in graphs[1] and "alice-s-plan" not in json.dumps(call(bob, "read_graph"))
+                assert "alice-s-plan" not in graphs[1]
+                assert "alice-s-plan" not in json.dumps(call(bob, "read_graph"))
                 if command == recipe:
                     assert "alice-s-plan" in graphs[0], (created, graphs[0])
                 else:

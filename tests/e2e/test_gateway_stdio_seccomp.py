@@ -141,5 +141,6 @@ def test_ordinary_servers_work_under_the_filter(
 def test_a_profile_that_cannot_be_used_is_one_line_and_exit_status_2(options: tuple[str, ...], said: str) -> None:
     # by main in this process: its exit status and output as the command gives them, refused before the port is bound
     done = main_run("gateway", "--port", "1", "--stdio", "true", *options, environ={"MCP_SESSIONS_SECRET": SECRET})
-    assert done.returncode == 2 and done.stderr.startswith(f"mcp-sessions gateway: {said}"), done.stderr
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"mcp-sessions gateway: {said}"), done.stderr
     assert done.stderr.count("\n") == 1, done.stderr
