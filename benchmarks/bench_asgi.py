@@ -82,7 +82,7 @@ SESSION_COUNTS = (100, 5_000, 20_000, 60_000, 100_000)
 QUICK_SESSION_COUNTS = (100, 1_000)
 COOKIE_MULTIPLE = 2.0  # a session-bearing tools/call adds at most this multiple of what the cookie session adds
 FLOOR_MULTIPLE = 3.5  # the session path adds at most this multiple of what the hand-written floor adds
-OTEL_MULTIPLE = 0.6  # with the SDK recording, at most this multiple of what otel-asgi adds
+OTEL_MULTIPLE = 0.5  # with the SDK recording, at most this multiple of what otel-asgi adds
 FIRST_REQUEST_MARGIN_US = 50.0  # a session's first request on a replica: at most jwt.decode plus this
 FLAT_RATIO = 1.2  # the session path among the most live sessions, against N = 100
 MCP, TRIVIAL, LIVE, MCP_SDK, TRIVIAL_SDK = (

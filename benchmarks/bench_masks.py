@@ -22,9 +22,7 @@ Run as root (the uids, the namespaces and the rules need it), on an idle machine
 from __future__ import annotations
 
 import argparse
-import datetime
 import http.server
-import ipaddress
 import json
 import os
 import shutil
@@ -41,10 +39,9 @@ from pathlib import Path
 import httpx
 from _harness import finish, load_average, section
 from bench_egress import called, gateway, host_address, started
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the stand-in server's authority, the tests'
+from _authorities import stand_in_server
 
 SIZE = 10 << 20
 TOKEN = "ghp_" + "B3nchT0kenValue" * 2 + "01234567"
@@ -79,48 +76,6 @@ for line in sys.stdin:
     sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}) + "\n")
     sys.stdout.flush()
 """
-
-
-def authority(directory: Path, address: str) -> tuple[str, str, str]:
-    """A certificate authority of the benchmark's own and its server's certificate for ``address``: the
-    authority's file, the server's chain and key."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bench authority")])
-    now = datetime.datetime.now(datetime.UTC)
-    day = datetime.timedelta(days=1)
-    root = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - day)
-        .not_valid_after(now + day)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    server_key = ec.generate_private_key(ec.SECP256R1())
-    server = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, address)]))
-        .issuer_name(name)
-        .public_key(server_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - day)
-        .not_valid_after(now + day)
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(address))]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    pem = serialization.Encoding.PEM
-    files = directory / "authority.pem", directory / "chain.pem", directory / "key.pem"
-    files[0].write_bytes(root.public_bytes(pem))
-    files[1].write_bytes(server.public_bytes(pem) + root.public_bytes(pem))
-    private = serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    files[2].write_bytes(server_key.private_bytes(pem, *private))
-    return str(files[0]), str(files[1]), str(files[2])
 
 
 @contextmanager
@@ -160,7 +115,7 @@ def run(small: int, big: int) -> dict[str, dict[str, list[float]]]:
         server = work / "server.py"
         server.write_text(SERVER)
         server.chmod(0o644)
-        roots, chain, key = authority(work, address)
+        roots, chain, key = stand_in_server(work, [address])
         os.environ["SSL_CERT_FILE"] = roots  # the gateway's: the proxy verifies the server against it
         with serving(address, chain, key) as (masked, direct), httpx.Client(timeout=600) as http:
             options = (

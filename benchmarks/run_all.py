@@ -159,9 +159,10 @@ def splice(page: str, name: str, result: dict[str, Any]) -> str:
     alone = f"run on its own, {result['machine']['code']}, {result['machine']['date']}"
     line = f"| `{script}` | {result['seconds']} s; load {before} before, {after} after; {alone} |"
     rest = "\n".join(line if row.startswith(f"| `{script}` |") else row for row in rest.split("\n"))
-    first, titles = result["sections"][0]["title"], {part["title"] for part in result["sections"]}
+    titles = {part["title"] for part in result["sections"]}
     parts = rest.split("\n## ")
-    ours = [index for index, part in enumerate(parts) if part.startswith(first) or part.split("\n")[0] in titles]
+    # a section is NAME's by its whole title: "stdio servers" is the first of bench_stdio's, and begins others'
+    ours = [index for index, part in enumerate(parts) if part.split("\n")[0] in titles]
     fresh = [
         f"{part['title']}\n\n{part['text']}\n\n{table(part['header'], part['rows'])}\n" for part in result["sections"]
     ]

@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Takes Docker's default seccomp profile again (moby's profiles/seccomp/default.json) from Debian's
 # golang-github-docker-docker-dev, the docker.io source's package, into the gateway's package, where every contained
-# process's filter is compiled from (middleware/mcp_sessions/_gateway/sealed/seccomp.json). Only that file is
-# extracted: the package itself is not installed. Then name its version in _seccomp.DOCKER.
+# process's filter is compiled from (middleware/mcp_sessions/_gateway/sealed/seccomp.json). The package is Debian 13's
+# (trixie: docker.io 26.1.5, whose profile refuses io_uring, as moby's have since 25.0), fetched from the Debian
+# archive by its Packages index and checked against the SHA-256 the index gives; only that file is extracted: the
+# package itself is not installed. Then name its version in _seccomp.DOCKER.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+archive="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 into="$PWD/middleware/mcp_sessions/_gateway/sealed/seccomp.json"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-(cd "$work" && apt-get download golang-github-docker-docker-dev >/dev/null)
-deb="$(ls "$work"/*.deb)"
-dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/share/gocode/src/github.com/docker/docker/profiles/seccomp/default.json >"$into"
-echo "$into: docker.io $(dpkg-deb -f "$deb" Version)"
+curl -fsS "$archive/dists/trixie/main/binary-all/Packages.xz" | xz -dc >"$work/Packages"
+read -r path sha < <(awk '/^Package: /{p=($2=="golang-github-docker-docker-dev")} p&&/^Filename: /{f=$2}
+    p&&/^SHA256: /{s=$2} /^$/&&f&&s{print f, s; exit}' "$work/Packages")
+curl -fsS -o "$work/package.deb" "$archive/$path"
+echo "$sha  $work/package.deb" | sha256sum --check --quiet
+dpkg-deb --fsys-tarfile "$work/package.deb" | tar -xO ./usr/share/gocode/src/github.com/docker/docker/profiles/seccomp/default.json >"$into"
+echo "$into: docker.io $(dpkg-deb -f "$work/package.deb" Version)"

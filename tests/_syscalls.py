@@ -23,6 +23,7 @@ _NUMBERS: Final = {
     "clock_settime": (227, 112, 0, 0),  # EFAULT
     "personality": (135, 92, 0x0400000),  # READ_IMPLIES_EXEC: made
     "clone3": (435, 435, 0, 0),  # EINVAL
+    "io_uring_setup": (425, 425, 1, 0),  # EFAULT (or EPERM where the host's kernel.io_uring_disabled is 2)
 }
 _ARCH: Final = {"x86_64": 0, "aarch64": 1}.get(platform.machine())
 CALLS: Final = {name: [numbers[_ARCH], *numbers[2:]] for name, numbers in _NUMBERS.items() if _ARCH is not None}

@@ -133,43 +133,45 @@ async def asgi_client(app: Any) -> AsyncIterator[httpx.AsyncClient]:
 
 
 # The files that take longest, longest first: each file's tests' wall time summed, measured on 2 cores (make test's
-# files in a `make test`, the interop matrix's in a `make test-all`; the files of ten seconds or more). Under
+# files in a `make test`, last beside other runs and scaled to an idle one's; the interop matrix's in a `make
+# test-all`; the files of ten seconds or more). Under
 # pytest-xdist (--dist loadfile) a worker takes the next file whenever it runs dry: the long files must start first,
 # for the many short ones to fill in at the end. Everything else keeps its order. The paths are from the root: the
 # conformance pack's tests (conformance/tests/) are ranked with the middleware's.
 SLOW_FILES = [
+    "tests/e2e/test_gateway_stdio_containment.py",
     "tests/e2e/test_gateway_auth.py",
-    "tests/e2e/test_gateway_stdio_clients.py",
     "tests/e2e/test_benchmarks.py",
     "tests/e2e/test_gateway_recipes.py",
-    "tests/e2e/test_gateway_stdio_containment.py",
-    "tests/e2e/test_gateway_stdio_table.py",
+    "tests/e2e/test_gateway_network.py",
+    "tests/e2e/test_gateway_grants.py",
+    "tests/e2e/test_gateway_stdio_bounds.py",
     "tests/e2e/test_gateway_stdio.py",
-    "tests/e2e/test_gateway_exchange.py",
-    "tests/e2e/test_connect.py",
+    "tests/e2e/test_gateway_stdio_seccomp.py",
     "tests/e2e/test_viewers.py",
     "tests/e2e/test_server_versions.py",
+    "tests/e2e/test_gateway_exchange.py",
     "tests/asgi/test_fuzz.py",
-    "tests/stores/test_contract.py",
-    "tests/e2e/test_load.py",
-    "tests/e2e/test_topologies.py",
+    "tests/e2e/test_telemetry_shutdown.py",
+    "tests/e2e/test_connect.py",
     "tests/e2e/test_gateway_conformance.py",
-    "tests/e2e/test_gateway_status.py",
+    "tests/e2e/test_gateway_stdio_clients.py",
+    "tests/e2e/test_gateway_drain.py",
+    "tests/e2e/test_gateway_masks.py",
+    "tests/e2e/test_gateway_stdio_lifetimes.py",
+    "tests/stores/test_contract.py",
+    "tests/stores/test_expiry_boundaries.py",
+    "tests/e2e/test_gateway_rolling.py",
+    "tests/unit/test_docs_complete.py",
+    "tests/e2e/test_topologies.py",
+    "tests/e2e/test_cli_create.py",
+    "tests/e2e/test_listen_replicas.py",
+    "tests/e2e/test_gateway_benchmark.py",
+    "tests/e2e/test_dist.py",
+    "tests/e2e/test_gateway_stdio_callers.py",
     "conformance/tests/test_conformance_broken.py",
     "tests/subscriptions/test_topologies.py",
     "tests/stores/test_redis.py",
-    "tests/e2e/test_gateway_stdio_lifetimes.py",
-    "tests/e2e/test_listen_topologies.py",
-    "tests/stores/test_sqlite.py",
-    "tests/e2e/test_listen_replicas.py",
-    "tests/e2e/test_interop.py",
-    "tests/stores/test_expiry_boundaries.py",
-    "tests/e2e/test_replicas.py",
-    "tests/e2e/test_gateway_benchmark.py",
-    "tests/e2e/test_dist.py",
-    "tests/e2e/test_metric_cardinality.py",
-    "tests/e2e/test_observability_docs.py",
-    "tests/e2e/test_telemetry_shutdown.py",
 ]
 
 

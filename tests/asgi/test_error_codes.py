@@ -62,5 +62,7 @@ async def test_a_host_id_in_a_header_is_told_too_and_a_request_without_one_is_no
     goose = (await call(mw, host_request(), scope)).json()["error"]["message"]
     plain = (await call(mw, host_request())).json()["error"]["message"]
 
-    assert "conversation id (goose)" in goose and "MCP_SESSIONS_CONVERSATION_DATA" in goose
-    assert "conversation data" not in plain and plain.startswith("Session required: call sessions/create")
+    assert "conversation id (goose)" in goose
+    assert "MCP_SESSIONS_CONVERSATION_DATA" in goose
+    assert "conversation data" not in plain
+    assert plain.startswith("Session required: call sessions/create")

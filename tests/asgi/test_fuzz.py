@@ -96,7 +96,8 @@ def test_session_meta_follows_the_rules_even_with_repeated_names(case: tuple[Pai
     if expected == "none":
         assert meta is None
     elif expected == "session":
-        assert meta is not None and meta.token == session["sessionId"]
+        assert meta is not None
+        assert meta.token == session["sessionId"]
 
 
 @FUZZ
@@ -112,9 +113,11 @@ def test_the_middleware_decides_as_the_rules_say(case: tuple[Pairs, str], modern
     if expected == "invalid":
         assert (outcome.status, outcome.code, outcome.forwarded) == (400 if modern else 200, -32600, False)
     elif expected == "none":
-        assert outcome.forwarded and outcome.session is None
+        assert outcome.forwarded
+        assert outcome.session is None
     elif expected == "session" and usable(session.get("sessionId"), session.get("state")):
-        assert outcome.forwarded and outcome.session == SIDS[session["sessionId"]]
+        assert outcome.forwarded
+        assert outcome.session == SIDS[session["sessionId"]]
     elif expected == "session":
         assert (outcome.status, outcome.code, outcome.forwarded) == (200, -32043, False)
     else:
@@ -188,8 +191,11 @@ def test_signed_with_our_key_any_claims_give_typed_claims_or_an_invalid_token(he
     token = hs_jws(header, payload, SECRET.encode())
     claims = verify_or_invalid(lambda: KeySet.from_secret(SECRET).verify_session_token(token))
     if claims is not None:
-        assert type(claims.session_id) is str and type(claims.issued_at) is int and type(claims.expires_at) is int
-        assert header.get("typ") == "mcp-session+jwt" and header.get("alg") == "HS256"
+        assert type(claims.session_id) is str
+        assert type(claims.issued_at) is int
+        assert type(claims.expires_at) is int
+        assert header.get("typ") == "mcp-session+jwt"
+        assert header.get("alg") == "HS256"
     state = verify_or_invalid(lambda: KeySet.from_secret(SECRET).verify_state("A" * 24, token))
     assert state is None or isinstance(json.loads(state), dict)
 
@@ -376,7 +382,8 @@ def test_the_middleware_never_raises_and_never_forwards_an_unverified_session(
             assert outcome.headers[b"content-type"] == b"application/json"
             answer = json.loads(outcome.body)
             for element in answer if isinstance(answer, list) else [answer]:
-                assert element["jsonrpc"] == "2.0" and ("error" in element or "result" in element)
+                assert element["jsonrpc"] == "2.0"
+                assert "error" in element or "result" in element
         if outcome.status == 503:
             assert b"retry-after" in outcome.headers
         return
@@ -397,7 +404,8 @@ def test_the_middleware_never_raises_and_never_forwards_an_unverified_session(
         session = meta.get(SESSION_KEY) if isinstance(meta, dict) else None
         if session is None:
             continue
-        assert isinstance(session, dict) and usable(session.get("sessionId"), session.get("state"), user), element
+        assert isinstance(session, dict), element
+        assert usable(session.get("sessionId"), session.get("state"), user), element
 
 
 @FUZZ

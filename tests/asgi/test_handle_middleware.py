@@ -51,7 +51,8 @@ async def test_a_valid_handle_reaches_the_app_verified_and_the_body_intact(handl
     status, _, _ = await call(app, body)
     assert (status, downstream.calls, downstream.body) == (200, 1, body)
     context = downstream.handle_context
-    assert context is not None and list(context.verified) == [token]
+    assert context is not None
+    assert list(context.verified) == [token]
     assert context.verified[token].kind == "basket"
 
 
@@ -61,7 +62,8 @@ async def test_sse_only_clients_get_the_refusal_as_one_event(handles: Handles) -
     body = json.dumps(tools_call({"b": "bsk_x" * 5})).encode()
     status, response_headers, content = await call(app, body, headers=headers)
     assert (status, response_headers[b"content-type"]) == (200, b"text/event-stream")
-    assert content.startswith(b"event: message\r\ndata: {") and content.endswith(b"\r\n\r\n")
+    assert content.startswith(b"event: message\r\ndata: {")
+    assert content.endswith(b"\r\n\r\n")
 
 
 @pytest.mark.parametrize(
@@ -88,7 +90,8 @@ async def test_an_oversized_body_is_refused_with_413(handles: Handles) -> None:
     downstream = Downstream()
     app = HandleMiddleware(downstream, handles=handles, max_body_size=64)
     status, _, content = await call(app, json.dumps(tools_call({"item": "x" * 100})).encode())
-    assert status == 413 and json.loads(content)["error"]["code"] == -32600
+    assert status == 413
+    assert json.loads(content)["error"]["code"] == -32600
     declared = [(b"content-type", b"application/json"), (b"content-length", b"1000")]
     assert (await call(app, b"{}", headers=declared))[0] == 413
     assert downstream.calls == 0
@@ -98,7 +101,8 @@ async def test_a_client_gone_before_its_body_gets_no_answer_and_reaches_no_tool(
     downstream = Downstream()
     sender = Sender()
     await HandleMiddleware(downstream, handles=handles)(http_scope(), Receiver(), sender)
-    assert sender.messages == [] and downstream.calls == 0
+    assert sender.messages == []
+    assert downstream.calls == 0
 
 
 async def test_an_unreachable_store_is_a_retryable_503_never_a_verdict(handles: Handles) -> None:
@@ -123,7 +127,9 @@ async def test_a_failing_principal_hook_is_an_internal_error(handles: Handles) -
     downstream = Downstream()
     app = HandleMiddleware(downstream, handles=handles, principal=broken)
     status, _, content = await call(app, b"{}")
-    assert status == 500 and b"boom" not in content and json.loads(content)["error"]["code"] == -32603
+    assert status == 500
+    assert b"boom" not in content
+    assert json.loads(content)["error"]["code"] == -32603
     assert downstream.calls == 0
 
 
@@ -166,7 +172,8 @@ async def test_both_middlewares_answer_a_refusal_on_the_path_the_sdk_takes(
         answer = json.loads(content)
         assert (status, response_headers[b"content-type"]) == (200, b"application/json")
         assert (answer["id"], answer["result"]["isError"]) == ("r-1", True)
-        assert "never issued" in answer["result"]["content"][0]["text"] and FORGED[4:] not in content.decode()
+        assert "never issued" in answer["result"]["content"][0]["text"]
+        assert FORGED[4:] not in content.decode()
         assert answer["result"].get("resultType") == ("complete" if path == "2026" else None), type(app)
         assert downstream.calls == 0
 
@@ -183,11 +190,13 @@ async def test_both_middlewares_answer_a_refused_batch_alike(handles: Handles) -
     answers = []
     for downstream, app in both(handles):
         status, _, content = await call(app, json.dumps(batch).encode())
-        assert status == 200 and downstream.calls == 0
+        assert status == 200
+        assert downstream.calls == 0
         answers.append(json.loads(content))
     assert answers[0] == answers[1]
     by_id = {answer["id"]: answer for answer in answers[0]}
-    assert len(answers[0]) == 4 and set(by_id) == {1, "two", 3, None}  # the notification gets no answer
+    assert len(answers[0]) == 4
+    assert set(by_id) == {1, "two", 3, None}  # the notification gets no answer
     assert by_id["two"]["result"]["isError"] is True
     assert {by_id[key]["error"]["code"] for key in (1, 3, None)} == {-32600}
 
@@ -206,5 +215,6 @@ async def test_a_body_the_sdk_reads_as_json_is_checked_whatever_its_encoding(han
     body = json.dumps(tools_call({"basket": FORGED})).encode(encoding)
     for downstream, app in both(handles):
         status, _, content = await call(app, body)
-        assert status == 200 and json.loads(content)["result"]["isError"] is True
+        assert status == 200
+        assert json.loads(content)["result"]["isError"] is True
         assert downstream.calls == 0

@@ -39,7 +39,8 @@ async def test_a_flood_of_anonymous_creates_leaves_the_store_and_legitimate_sess
     assert len(store) == 0  # creating a session stores nothing
     token = (await call(mw, CREATE)).json()["result"]["session"]["sessionId"]
     used = await call(mw, dumps(request(1, token)))  # Downstream answers id 1
-    assert used.status == 200 and app.calls == 1
+    assert used.status == 200
+    assert app.calls == 1
     assert used.json()["result"]["_meta"]["io.modelcontextprotocol/session"]["sessionId"] == token
 
 
@@ -81,7 +82,8 @@ async def test_the_on_create_hook_sees_each_new_session_and_may_refuse_it() -> N
     failed = await call(mw, CREATE)
 
     assert jwt_claims(token)["sid"] == created[0].session_id  # asked before the session was handed out
-    assert refused.status == 429 and refused.header(b"retry-after") == b"5"
+    assert refused.status == 429
+    assert refused.header(b"retry-after") == b"5"
     assert refused.json()["error"] == {"code": -32011, "message": "Only one session here"}
     assert failed.json()["error"] == {"code": -32603, "message": "Internal error"}  # a hook that fails: refused
 

@@ -525,7 +525,8 @@ async def test_header_session_on_non_post_requests_is_read_by_get_session_alone(
     await mw(scope, Receiver(b""), Sender())
     assert downstream.calls == 1
     in_scope, in_state, in_context = downstream.seen
-    assert in_scope is None and in_state is None
+    assert in_scope is None
+    assert in_state is None
     assert isinstance(in_context, Session)
     assert in_context.token == token
     assert in_context.id == mw.keys.verify_session_token(token).session_id

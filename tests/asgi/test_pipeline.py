@@ -99,7 +99,8 @@ async def test_the_collection_and_callable_policies_refuse_and_allow(
         "data": {"create": "sessions/create"},
     }
     sender = await call(mw, dumps(allowed))
-    assert app.calls == 1 and json.loads(sender.body)["result"] == {}
+    assert app.calls == 1
+    assert json.loads(sender.body)["result"] == {}
 
 
 class CountingKeys(KeySet):
@@ -128,5 +129,6 @@ async def test_a_batch_the_2026_server_refuses_costs_no_session_work() -> None:
     CountingKeys.verified = 0
     mw = MCPSessionMiddleware(AnswersProbes(app, batches=False), keys=keys, store=store)
     sender = await call(mw, dumps(batch), http_scope(headers=PER_REQUEST))
-    assert sender.status == 400 and sender.json()["error"]["code"] == -32600  # the SDK's own answer
+    assert sender.status == 400
+    assert sender.json()["error"]["code"] == -32600  # the SDK's own answer
     assert (app.calls, CountingKeys.verified, store.touches) == (0, 0, 0)

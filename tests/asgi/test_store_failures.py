@@ -140,12 +140,14 @@ def check(sender: Sender, expectation: str, request_id: int) -> None:
     """The answer is a documented one, and the one ``expectation`` (from :func:`expected`) allows."""
     assert sender.status != 500
     answer = sender.json()
-    assert answer["jsonrpc"] == "2.0" and answer["id"] == request_id, answer
+    assert answer["jsonrpc"] == "2.0", answer
+    assert answer["id"] == request_id, answer
     if "result" in answer:
         assert sender.status == 200
         outcome = "result"
     elif answer["error"]["code"] == -32010:
-        assert sender.status == 503 and sender.header(b"retry-after") == b"1", sender.messages
+        assert sender.status == 503, sender.messages
+        assert sender.header(b"retry-after") == b"1", sender.messages
         outcome = "unavailable"
     else:
         assert answer["error"]["code"] == -32602, answer
@@ -181,7 +183,8 @@ async def test_a_batch_whose_tool_fails_to_write_gets_the_retryable_error_for_ea
     middleware = MCPSessionMiddleware(AnswersProbes(tools), keys=KEYS, store=await filled_memory())
     session = token(None)
     sender = await call(middleware, dumps([remember(1, session), remember(2, session)]))
-    assert sender.status == 503 and sender.header(b"retry-after") == b"1"
+    assert sender.status == 503
+    assert sender.header(b"retry-after") == b"1"
     assert [(answer["id"], answer["error"]["code"]) for answer in sender.json()] == [(1, -32010), (2, -32010)]
 
 

@@ -77,7 +77,8 @@ async def test_the_probe_is_the_request_with_the_probes_method_and_nothing_the_m
     }
     headers = dict(app.scope["headers"])
     assert headers[b"mcp-method"] == PROBE_METHOD.encode()
-    assert b"mcp-name" not in headers and b"traceparent" not in headers
+    assert b"mcp-name" not in headers
+    assert b"traceparent" not in headers
     assert headers[b"authorization"] == b"Bearer kept"
     assert int(headers[b"content-length"]) == len(json.dumps(app.probe, separators=(",", ":")))
     assert app.sampled is False  # under an unsampled parent: a parent-based sampler records none of it
@@ -109,7 +110,8 @@ async def test_the_probe_keeps_the_bodys_encoding() -> None:
 
     body = json.dumps(TOOLS_CALL).encode("utf-16")
     assert await ask_server(raw, scope(), TOOLS_CALL, body) is None
-    assert seen[0].startswith(b"\xff\xfe") and seen[0].decode("utf-16").startswith('{"id":7')
+    assert seen[0].startswith(b"\xff\xfe")
+    assert seen[0].decode("utf-16").startswith('{"id":7')
 
 
 @pytest.mark.parametrize(
@@ -154,7 +156,8 @@ async def test_an_answer_without_end_is_read_to_a_bound() -> None:
 
     with anyio.fail_after(WITHIN):
         rejection = await ask_server(endless, scope(), TOOLS_CALL, b"{}")
-    assert rejection is not None and 256 * 1024 < len(rejection.body) < 300 * 1024
+    assert rejection is not None
+    assert 256 * 1024 < len(rejection.body) < 300 * 1024
 
 
 async def test_a_body_nested_past_the_limit_is_refused_without_asking() -> None:
@@ -163,7 +166,8 @@ async def test_a_body_nested_past_the_limit_is_refused_without_asking() -> None:
     for _ in range(MAX_NESTING - 2):  # the message and its params are two levels: the body is one deeper
         deep = [deep]
     rejection = await ask_server(app, scope(), {**TOOLS_CALL, "params": {"x": deep}}, b"{}")
-    assert rejection is not None and (rejection.status, rejection.code) == (400, -32700)
+    assert rejection is not None
+    assert (rejection.status, rejection.code) == (400, -32700)
     assert app.probe is None
     at_the_limit = {**TOOLS_CALL, "params": {"x": deep[0]}}  # MAX_NESTING deep
     assert await ask_server(app, scope(), at_the_limit, b"{}") is None
@@ -193,8 +197,10 @@ async def test_a_probe_never_answered_ends_at_its_deadline_retryable() -> None:
     app = Unanswered()
     with anyio.fail_after(5):  # well before the default 30 s: what is checked is that the 0.2 s holds
         rejection = await ask_server(app, scope(), TOOLS_CALL, b"{}", seconds=0.2, retry_after=b"3")
-    assert rejection is not None and (rejection.status, rejection.code) == (504, -32014)
-    assert json.loads(rejection.body)["id"] == 7 and dict(rejection.headers)[b"retry-after"] == b"3"
+    assert rejection is not None
+    assert (rejection.status, rejection.code) == (504, -32014)
+    assert json.loads(rejection.body)["id"] == 7
+    assert dict(rejection.headers)[b"retry-after"] == b"3"
     assert app.ended.is_set()  # the app's call is over: nothing of the probe is left running
 
 
@@ -207,7 +213,8 @@ async def test_a_client_that_leaves_ends_the_probe_and_nothing_is_answered() -> 
 
     with anyio.fail_after(WITHIN):
         rejection = await ask_server(app, scope(), TOOLS_CALL, b"{}", client=client)
-    assert rejection is not None and (rejection.status, rejection.reason) == (499, "client_gone")
+    assert rejection is not None
+    assert (rejection.status, rejection.reason) == (499, "client_gone")
     assert app.ended.is_set()
     sender = Sender()
     await rejection.send(sender)

@@ -8,13 +8,9 @@ halves, so that the asking puts it whole nowhere)."""
 
 from __future__ import annotations
 
-import datetime
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from _authorities import stand_in_server
 
 NAMES = ("api.test", "other.test")
 """The stand-in API's names: the first masked, the second not (the same server, reached by an opaque tunnel)."""
@@ -115,40 +111,5 @@ for line in sys.stdin:
 def stand_in_authority(directory: Path) -> tuple[str, str]:
     """A certificate authority of the stand-in API's own and its server's certificate for :data:`NAMES`, written
     in ``directory``: the authority's file (the gateway's ``SSL_CERT_FILE``), and :data:`API` with its files named."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "stand-in API authority")])
-    now = datetime.datetime.now(datetime.UTC)
-    day = datetime.timedelta(days=1)
-    authority = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - day)
-        .not_valid_after(now + day)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    server_key = ec.generate_private_key(ec.SECP256R1())
-    server = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, NAMES[0])]))
-        .issuer_name(name)
-        .public_key(server_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - day)
-        .not_valid_after(now + day)
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(each) for each in NAMES]), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    pem = serialization.Encoding.PEM
-    (directory / "authority.pem").write_bytes(authority.public_bytes(pem))
-    (directory / "chain.pem").write_bytes(server.public_bytes(pem) + authority.public_bytes(pem))
-    private = serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    (directory / "key.pem").write_bytes(server_key.private_bytes(pem, *private))
-    program = f"CHAIN, KEY = {str(directory / 'chain.pem')!r}, {str(directory / 'key.pem')!r}\n{API}"
-    return str(directory / "authority.pem"), program
+    authority, chain, key = stand_in_server(directory, NAMES)
+    return authority, f"CHAIN, KEY = {chain!r}, {key!r}\n{API}"

@@ -4,6 +4,7 @@ never checked: a few requests on a shared machine say nothing."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -115,6 +116,25 @@ def test_run_all_only_replaces_one_benchmarks_parts_of_the_page(kept: Path, tmp_
     rows = [line for line in page.read_text().split("\n") if line.startswith(f"| {result['verdicts'][0]['target']} |")]
     assert len(rows) == 1
     assert f"| {old} |" in rows[0]  # its row replaced, not a second one added
+
+
+def test_run_all_only_keeps_the_sections_whose_titles_begin_with_its_own() -> None:
+    """``--only stdio``: bench_stdio's first section is "stdio servers", and bench_egress's and bench_masks's
+    titles begin with it ("stdio servers: what egress costs"); they stay, where ``--only stdio`` took them."""
+    spec = importlib.util.spec_from_file_location("run_all", Path("benchmarks/run_all.py"))
+    assert spec is not None
+    assert spec.loader is not None
+    run_all = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_all)
+    page = "# P\n\n## Verdict\n\n| a | b | c |\n\n## The machine\n\nm\n\n## stdio servers\n\nold\n\n"
+    page += "## stdio servers: what egress costs\n\negress's\n\n## Reading the numbers\n\nr\n"
+    section = {"title": "stdio servers", "text": "new", "header": ["x"], "rows": [["1"]]}
+    result = {"verdicts": [], "sections": [section], "load_before": [0, 0, 0], "load_after": [0, 0, 0]}
+    result |= {"machine": {"code": "c", "date": "d"}, "seconds": 1}
+    spliced = run_all.splice(page, "stdio", result)
+    assert "\n## stdio servers\n\nnew\n" in spliced
+    assert "old" not in spliced
+    assert "\n## stdio servers: what egress costs\n\negress's\n" in spliced
 
 
 def test_run_all_quick_runs_every_benchmark(tmp_path: Path) -> None:

@@ -77,7 +77,8 @@ def test_a_stock_2025_client_gets_sessions_in_front_of_server_everything(gateway
 def test_the_initialize_result_advertises_sessions(gateway: str, http: httpx.Client) -> None:
     body = legacy_request("initialize", INITIALIZE, id=0)
     capabilities = result_of(http.post(gateway, json=body, headers=JSON_SSE), 0)["result"]["capabilities"]
-    assert capabilities["sessions"] == {} and capabilities["experimental"]["sessions"] == {}
+    assert capabilities["sessions"] == {}
+    assert capabilities["experimental"]["sessions"] == {}
     assert capabilities["tools"] == {"listChanged": True}  # server-everything's own, kept
 
 
@@ -102,7 +103,8 @@ def test_no_session_is_handed_out_where_the_upstream_refuses_its_own_methods(
     listed = http.post(gateway, json={**body, "method": "tools/list"}, headers={**modern, "Mcp-Method": "tools/list"})
     assert refused.status_code == listed.status_code == 400
     assert refused.json() == listed.json()  # server-everything's own words, for its own method as for ours
-    assert refused.json()["error"]["code"] == -32000 and refused.json()["error"]["message"].startswith(message)
+    assert refused.json()["error"]["code"] == -32000
+    assert refused.json()["error"]["message"].startswith(message)
     assert message in " ".join((MAIN / "docs/gateway.md").read_text(encoding="utf-8").split())
 
 

@@ -84,7 +84,8 @@ def test_a_genuine_id_reaches_its_replica_through_either_gateway_with_the_replic
     for _ in range(4):
         headers = legacy_initialize(http, a)
         tag, upstream_id, mac = headers["Mcp-Session-Id"].split("~")
-        assert len(mac) == 22 and "." not in headers["Mcp-Session-Id"]
+        assert len(mac) == 22
+        assert "." not in headers["Mcp-Session-Id"]
         answers = [seen(http, gateway, headers) for gateway in (a, b, a, b)]
         assert {answer["replica"] for answer in answers} == {next(n for n in REPLICAS if deployed.tag(n) == tag)}
         assert {answer["headers"]["mcp-session-id"] for answer in answers} == {upstream_id}

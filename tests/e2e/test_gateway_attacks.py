@@ -138,7 +138,8 @@ def test_only_origin_form_targets_are_forwarded(
     line = request_line.format(sink=sink_port)
     got, answer = exchange(gateway.port, f"{line} HTTP/1.1\nHost: 127.0.0.1:{gateway.port}\nConnection: close")
     assert got == status, answer
-    assert recorder.since(before) == [] and reached.since(sunk) == []  # nothing was forwarded anywhere
+    assert recorder.since(before) == []
+    assert reached.since(sunk) == []  # nothing was forwarded anywhere
 
 
 @pytest.mark.parametrize("target", ["/a/b%20c;p=1/?q=%2e%2e/x&r=@h:1", "/caf%C3%A9", "/a/...b/..c"])
@@ -197,7 +198,8 @@ def test_a_forged_session_never_reaches_a_tool_by_another_spelling_of_the_path(
         assert (status, saw) == (400, []), answer
     else:
         assert [seen.methods() for seen in saw] == [["mcp-sessions/probe"]]  # asked first, then judged
-        assert status != 500 and b'"content"' not in answer
+        assert status != 500
+        assert b'"content"' not in answer
 
 
 def test_a_lenient_upstream_gets_no_request_the_pipeline_did_not_judge() -> None:
@@ -252,7 +254,8 @@ def test_a_body_reaches_the_upstream_framed_as_it_was_sent(gateway: Process, rec
     head = f"POST /upload HTTP/1.1\nHost: 127.0.0.1:{gateway.port}\nContent-Type: text/plain\n{framing}"
     status, _ = exchange(gateway.port, head + "\nConnection: close", framed)
     [seen] = recorder.since(before)
-    assert status == 404 and seen.body == payload  # the body the client sent, whole, and nothing after it
+    assert status == 404
+    assert seen.body == payload  # the body the client sent, whole, and nothing after it
     length, coding = seen.header("content-length"), seen.header("transfer-encoding")
     assert (length, coding) in ((str(len(payload)), None), (None, "chunked"))
 
@@ -311,7 +314,8 @@ def test_an_upstreams_cookie_is_its_clients_alone_and_the_upstream_gets_only_wha
         client.headers.clear()  # Bob: no cookie, no header of his own
         assert client.get("/health").status_code == 200
     alice, bob = recorded.seen
-    assert alice.header("cookie") is None and bob.header("cookie") is None
+    assert alice.header("cookie") is None
+    assert bob.header("cookie") is None
     forwarding = {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"}
     assert {name for name, _ in bob.headers} == {b"host", *forwarding}
 
@@ -329,7 +333,8 @@ def test_an_upstream_that_compresses_still_answers_with_the_session_echo() -> No
         listed = post(http, "/mcp", MODERN, request(MODERN, "tools/list", id=3))
     assert called.headers.get("content-encoding") is None
     assert result_of(called, 2)["result"]["_meta"][SESSION_META]["sessionId"] == token
-    assert listed.headers["content-encoding"] == "gzip" and result_of(listed, 3)["result"]["tools"]
+    assert listed.headers["content-encoding"] == "gzip"
+    assert result_of(listed, 3)["result"]["tools"]
     asked = [seen.header("accept-encoding") for seen in recorded.seen]
     assert asked == ["identity", "identity", "gzip, deflate"]  # the probe, the call, the list as the client asked
 
@@ -371,7 +376,8 @@ def test_made_up_credentials_do_not_multiply_one_addresses_create_budget(
             statuses.append(
                 post(client, IN_PROCESS + "/mcp", MODERN, request(MODERN, "sessions/create"), **varied).status_code
             )
-    assert statuses.count(200) == created and statuses.count(429) == 8 - created, statuses
+    assert statuses.count(200) == created, statuses
+    assert statuses.count(429) == 8 - created, statuses
 
 
 # -- 12. no secret of the gateway's reaches the upstream ---------------------------------------
@@ -402,7 +408,8 @@ def test_no_token_the_gateway_minted_reaches_the_upstream(
     assert messages(gone)[0]["error"]["code"] == -32043
     saw = recorder.since(before)
     methods = [method for seen in saw for method in seen.methods()]
-    assert methods.count("tools/call") >= 1 and methods.count("mcp-sessions/probe") >= 3  # what the proof covers
+    assert methods.count("tools/call") >= 1
+    assert methods.count("mcp-sessions/probe") >= 3  # what the proof covers
     assert {seen.method for seen in saw} >= {"GET", "DELETE", "POST"}
     for secret in secrets:
         assert not [seen.blob() for seen in saw if secret.encode() in seen.blob()]
@@ -421,8 +428,10 @@ def test_a_probe_carries_no_trace_context_and_a_request_the_clients_own(
     token = era_session(http, url, MODERN, **traced)  # answered by the gateway, after a probe
     post(http, url, MODERN, seen_call(MODERN, meta={SESSION_META: {"sessionId": token}}), **traced)  # forwarded
     probe, call = recorder.since(before)
-    assert probe.methods() == ["mcp-sessions/probe"] and call.methods() == ["tools/call"]
-    assert probe.header("traceparent") is None and probe.header("tracestate") is None
+    assert probe.methods() == ["mcp-sessions/probe"]
+    assert call.methods() == ["tools/call"]
+    assert probe.header("traceparent") is None
+    assert probe.header("tracestate") is None
     if client_trace is not None:  # the client's trace: as it came (the gateway records no span here), or continued
         assert (call.header("traceparent") or "").split("-")[1] == client_trace.split("-")[1]
     assert all(FAKE_PARENT.encode() not in seen.blob() for seen in (probe, call))

@@ -65,10 +65,10 @@ from e2e._gateway import (
     Process,
     created,
     gateway_process,
-    gateway_run,
     installed,
     legacy_initialize,
     linked_tree,
+    main_run,
     node,
     python_every_uid_runs,
     readable_directory,
@@ -177,7 +177,8 @@ def test_no_token_gets_401_naming_the_metadata_which_is_served(team: Process) ->
     assert answer.json() == {"error_description": "a bearer token is required"}
     metadata = httpx.get(metadata_url)
     assert metadata.status_code == 200
-    assert metadata.json()["resource"] == url and metadata.json()["authorization_servers"] == [ISSUER + "/"]
+    assert metadata.json()["resource"] == url
+    assert metadata.json()["authorization_servers"] == [ISSUER + "/"]
 
 
 @pytest.mark.parametrize(
@@ -217,7 +218,8 @@ def test_a_bad_token_gets_401_saying_why(team: Process, changed: dict[str, Any],
         assert challenge.startswith(f'Bearer error="invalid_token", error_description="{why}", resource_metadata=')
         assert answer.json() == {"error": "invalid_token", "error_description": why}
     signature = bad.rpartition(".")[2] or bad.partition(".")[0]
-    assert signature not in challenge and signature not in answer.text  # never the token, nor a part of it
+    assert signature not in challenge
+    assert signature not in answer.text  # never the token, nor a part of it
     log = team.log()
     assert log.count(f"401 to 127.0.0.1: {why}".encode()) == 1, log[-3000:]  # once per reason and caller
     assert signature.encode() not in log
@@ -235,7 +237,9 @@ def test_a_jwks_that_cannot_be_fetched_is_one_warning_at_startup_and_every_401_s
     keys = f"http://127.0.0.1:{free_port()}/jwks.json"  # nothing listens there
     with gateway("--upstream", "http://127.0.0.1:9/mcp", *verifying(keys)) as front:
         lines = [line for line in front.log().splitlines() if b"JWKS" in line]
-        assert len(lines) == 1 and lines[0].startswith(b"WARNING: ") and keys.encode() in lines[0], lines
+        assert len(lines) == 1, lines
+        assert lines[0].startswith(b"WARNING: "), lines
+        assert keys.encode() in lines[0], lines
         bearer = {"Authorization": f"Bearer {for_gateway(front)}"}
         answer = httpx.post(front.url(), json=DISCOVER, headers={**modern_headers(DISCOVER), **bearer})
         assert answer.status_code == 401
@@ -263,8 +267,11 @@ async def test_the_key_set_s_state_and_a_leeway_of_its_own() -> None:
         async with asgi_client(app) as http:
             assert auth.verifier is not None
             state = auth.verifier.state()
-            assert state["jwks"] == keys and state["keys"] == 1 and state["error"] is None
-            assert isinstance(state["fetched_at"], float) and before <= state["fetched_at"] <= time.time()
+            assert state["jwks"] == keys
+            assert state["keys"] == 1
+            assert state["error"] is None
+            assert isinstance(state["fetched_at"], float)
+            assert before <= state["fetched_at"] <= time.time()
             cases: list[tuple[dict[str, Any], str]] = [
                 ({}, "alice"),
                 ({"iat": 5}, "alice"),
@@ -277,12 +284,15 @@ async def test_the_key_set_s_state_and_a_leeway_of_its_own() -> None:
             # Its answer not started at exp plus the leeway (here in about 2 s): the 401 of an expired token.
             late = await http.post("/unanswered", headers={"Authorization": f"Bearer {token(aud=audience, exp=-8)}"})
             why = 'Bearer error="invalid_token", error_description="the token has expired (exp)"'
-            assert late.status_code == 401 and late.headers["www-authenticate"].startswith(why), late.text
+            assert late.status_code == 401, late.text
+            assert late.headers["www-authenticate"].startswith(why), late.text
     unreachable = GatewayAuth(jwks_url=keys, issuer=ISSUER, audience=audience)  # the JWKS server has stopped
     async with asgi_client(unreachable.wrap(Starlette())):
         assert unreachable.verifier is not None
         state = unreachable.verifier.state()
-        assert state["keys"] == 0 and state["fetched_at"] is None and state["error"]
+        assert state["keys"] == 0
+        assert state["fetched_at"] is None
+        assert state["error"]
         assert isinstance(state["attempted_at"], float)
 
 
@@ -292,11 +302,11 @@ async def test_the_key_set_s_state_and_a_leeway_of_its_own() -> None:
     ids=["negative", "not-a-number"],
 )
 def test_a_bad_leeway_is_a_usage_error(argument: tuple[str, ...], environ: dict[str, str]) -> None:
-    command = [sys.executable, "-m", "mcp_sessions", "gateway", "--upstream", "http://127.0.0.1:9/mcp"]
-    command += [*verifying("http://127.0.0.1:9/jwks.json"), *argument]
-    environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET, **environ}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=environ, check=False)
-    assert done.returncode == 2 and "--auth-leeway takes a number of seconds" in done.stderr, done.stderr
+    # by main in this process: its exit status and output as the command gives them, refused before the port is bound
+    arguments = ("--upstream", "http://127.0.0.1:9/mcp", *verifying("http://127.0.0.1:9/jwks.json"), *argument)
+    done = main_run("gateway", *arguments, environ={"MCP_SESSIONS_SECRET": SECRET, **environ})
+    assert done.returncode == 2, done.stderr
+    assert "--auth-leeway takes a number of seconds" in done.stderr, done.stderr
 
 
 @contextlib.asynccontextmanager
@@ -325,12 +335,14 @@ async def test_each_user_s_process_has_their_own_credential(team: Process, mode:
         user(team, "bob", secrets["bob"], mode) as (bob, bob_http),
     ):
         mine, theirs = await create_session(alice), await create_session(bob)
-        assert await getenv(alice, mine) == secrets["alice"] and await getenv(bob, theirs) == secrets["bob"]
+        assert await getenv(alice, mine) == secrets["alice"]
+        assert await getenv(bob, theirs) == secrets["bob"]
         assert await getenv(alice) == secrets["alice"]  # no session: alice's own process, not the gateway's value
 
         with pytest.raises(MCPError) as refused:  # alice's token, bob's session id: not bob's process
             await getenv(alice, theirs)
-        assert refused.value.error.code == SESSION_NOT_FOUND and secrets["bob"] not in str(refused.value)
+        assert refused.value.error.code == SESSION_NOT_FOUND
+        assert secrets["bob"] not in str(refused.value)
 
         bob_http.headers["X-GitHub-Token"] = "ghp_changed_mid_conversation"
         with pytest.raises(MCPError, match="other values of x-github-token"):
@@ -369,7 +381,8 @@ def test_a_users_token_reaches_no_other_users_transport_session_or_conversation(
         alices = legacy_initialize(http, team.url(), as_user("alice"))
         assert text_of_answer(getenv_as(http, alices)) == "ghp_alice"
         stolen = getenv_as(http, {**alices, **as_user("bob")})
-        assert stolen.status_code == 404 and "ghp_alice" not in stolen.text, stolen.text
+        assert stolen.status_code == 404, stolen.text
+        assert "ghp_alice" not in stolen.text, stolen.text
         hold = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "hold", "arguments": {}}}
         with httpx.Client(timeout=30) as hers, ThreadPoolExecutor(1) as pool:
             held = pool.submit(hers.post, team.url(), json=hold, headers={**JSON_SSE, **alices})
@@ -377,7 +390,8 @@ def test_a_users_token_reaches_no_other_users_transport_session_or_conversation(
             stolen = getenv_as(http, {**alices, **as_user("bob")})
             (team_files / "go").touch()
             assert text_of_answer(held.result()) == "held"
-        assert stolen.status_code == 404 and "ghp_alice" not in stolen.text, stolen.text
+        assert stolen.status_code == 404, stolen.text
+        assert "ghp_alice" not in stolen.text, stolen.text
         assert alices["Mcp-Session-Id"][:16].encode() not in team.log()  # a bearer value: in no log line
 
         chat = {"vscode.conversationId": "chat-1"}
@@ -472,8 +486,10 @@ async def test_every_stream_ends_with_its_token_at_exp() -> None:
                 streams.cancel_scope.cancel()
     assert all(ended >= jwt_claims(short)["exp"] for *_, ended in got.values()), got
     sep, legacy_listen = got["sep"][0], got["2026-07-28"][0]
-    assert isinstance(sep, MCPError) and (sep.code, sep.data) == (-32028, {"reason": "token_expiry"}), sep
-    assert isinstance(legacy_listen, MCPError) and legacy_listen.code != -32028, legacy_listen
+    assert isinstance(sep, MCPError), sep
+    assert (sep.code, sep.data) == (-32028, {"reason": "token_expiry"}), sep
+    assert isinstance(legacy_listen, MCPError), legacy_listen
+    assert legacy_listen.code != -32028, legacy_listen
     assert got["call"][:2] == (200, [{"jsonrpc": "2.0", "method": "notifications/progress", "params": ANY}])
     assert got["get"][:2] == (200, [])
 
@@ -483,7 +499,8 @@ async def test_a_stdio_gateways_listen_stream_ends_with_its_token_too() -> None:
         auth = GatewayAuth(jwks_url=keys, issuer=ISSUER, audience="http://gateway/mcp", leeway=0)
         with stdio_gateway(auth=auth) as url:
             ended = await listened(url, token(aud="http://gateway/mcp", exp=4), advertise(LIFETIME))
-    assert isinstance(ended, MCPError) and (ended.code, ended.data) == (-32028, {"reason": "token_expiry"}), ended
+    assert isinstance(ended, MCPError), ended
+    assert (ended.code, ended.data) == (-32028, {"reason": "token_expiry"}), ended
 
 
 def test_the_mcp_inspector_cli_with_a_bearer_token(team: Process) -> None:
@@ -493,7 +510,8 @@ def test_the_mcp_inspector_cli_with_a_bearer_token(team: Process) -> None:
     bearer = ["--header", f"Authorization: Bearer {for_gateway(team, 'carol')}"]
     bearer += ["--header", "X-GitHub-Token: ghp_carol_inspector"]  # its transport session's process: carol's own
     refused = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
-    assert refused.returncode != 0 and "auth_required" in refused.stderr  # the 401 sends it to OAuth
+    assert refused.returncode != 0
+    assert "auth_required" in refused.stderr  # the 401 sends it to OAuth
     done = subprocess.run([*command, *bearer], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout)["structuredContent"]["result"] == "ghp_carol_inspector"
@@ -546,7 +564,8 @@ def test_the_team_recipe_runs_as_written(readable_tmp: Path) -> None:
         started_.wait(timeout=WITHIN)
     metadata = f"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp"
     assert f'resource_metadata="{metadata}"' in done.stdout, done.stderr[-2000:]
-    assert '"text": "0001"' in done.stdout and '"text": "0002"' in done.stdout
+    assert '"text": "0001"' in done.stdout
+    assert '"text": "0002"' in done.stdout
     assert "Session not found: the session ended or is not this caller's" in done.stdout + done.stderr
     assert done.stdout.startswith("404\n"), done.stdout  # the stand-in serves its JWKS alone
     assert 'error_description="the token has expired (exp)"' in done.stdout, done.stdout  # a token it minted expired
@@ -554,8 +573,9 @@ def test_the_team_recipe_runs_as_written(readable_tmp: Path) -> None:
 
 @pytest.mark.parametrize("source", ["GITHUB_TOKEN=cookie:x", "MCP_SESSION_ID=header:x", "GITHUB_TOKEN"])
 def test_a_bad_process_env_is_a_usage_error(source: str) -> None:
-    done = gateway_run("--stdio", SERVER, "--process-env", source)
-    assert done.returncode == 2 and "--process-env" in done.stderr
+    done = main_run("gateway", "--stdio", SERVER, "--process-env", source, environ={"MCP_SESSIONS_SECRET": SECRET})
+    assert done.returncode == 2
+    assert "--process-env" in done.stderr
 
 
 # -- past one machine: a front and two stdio replicas ----------------------------------------------------------
@@ -669,7 +689,8 @@ def test_a_front_and_two_stdio_replicas(instrumented: bool, redis: RedisServer) 
             answer = http.post(url, json=legacy_call, headers=transport)
             assert answer.status_code == (404 if on_replica[n] is stopped else 200), answer.text
         gone = answer_to(http, other, "whoami", own)["error"]  # its process was on the stopped replica
-        assert gone["code"] == SESSION_NOT_FOUND and gone["message"].startswith("Session not found"), gone
+        assert gone["code"] == SESSION_NOT_FOUND, gone
+        assert gone["message"].startswith("Session not found"), gone
         delete = modern_request("sessions/delete", session={"sessionId": own})
         assert "result" in result_of(http.post(other, json=delete, headers=modern_headers(delete)), 1)
         for conversation in (
@@ -736,7 +757,8 @@ async def test_made_up_kids_in_a_jwks_outage_stall_no_one_and_cost_one_fetch_a_c
         assert (await post(valid)).status_code == 200
         assert (await post(for_gateway(team, "dave", iat=5))).status_code == 200  # --auth-leeway: 10 s, not 60
         ahead = await post(for_gateway(team, "dave", iat=30))
-        assert ahead.status_code == 401 and "not valid yet" in ahead.json()["error_description"]
+        assert ahead.status_code == 401
+        assert "not valid yet" in ahead.json()["error_description"]
         TEAM_KEYS.up.clear()
         try:
             await anyio.sleep(max(0.0, TEAM_KEYS.last + COOLDOWN + 1 - time.monotonic()))  # its rest, if any
@@ -755,5 +777,6 @@ async def test_made_up_kids_in_a_jwks_outage_stall_no_one_and_cost_one_fetch_a_c
                         assert not waited.cancelled_caught, "a user's request waited for the JWKS"
         finally:
             TEAM_KEYS.up.set()
-    assert len(refused) == 16 and all(answer.status_code == 401 for answer in refused)
+    assert len(refused) == 16
+    assert all(answer.status_code == 401 for answer in refused)
     assert TEAM_KEYS.fetches.count(True) == 1, TEAM_KEYS.fetches  # the first made-up kid's, failed

@@ -40,11 +40,11 @@ def test_the_gateway_benchmark_reports_its_tables_and_verdicts(tmp_path: Path) -
     result = json.loads((tmp_path / "gateway.json").read_text())
     part, started = result["sections"]
     assert [row[0] for row in part["rows"]] == SETUPS
-    assert [row[:2] for row in started["rows"]] == [["mcp-sessions gateway command", "1"]] and len(
-        result["starts"]
-    ) == 1
+    assert [row[:2] for row in started["rows"]] == [["mcp-sessions gateway command", "1"]]
+    assert len(result["starts"]) == 1
     text = (tmp_path / "performance.md").read_text()
-    assert "\n## The gateway\n" in text and "\n## The gateway: from its start to its first answer\n" in text
+    assert "\n## The gateway\n" in text
+    assert "\n## The gateway: from its start to its first answer\n" in text
     for verdict in result["verdicts"]:
         assert f"| {verdict['target']} | {verdict['measured']} | {verdict['verdict']} <!-- gateway --> |" in text
     app, command, _ = (verdict["target"] for verdict in result["verdicts"])

@@ -12,6 +12,7 @@ import contextlib
 import signal
 import sys
 from collections.abc import AsyncIterator, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +138,46 @@ async def test_sigterm_drains_a_call_in_flight_to_its_answer(kind: str, tmp_path
     assert answers == ["held"]
 
 
+async def test_calls_back_to_back_do_not_hold_the_drain_to_its_bound(tmp_path: Path) -> None:
+    """A conversation whose calls come back to back, as SIGTERM comes while another's call is in flight: its calls
+    are answered until the call in flight at the signal is, then its next is refused with a retryable answer (503,
+    ``Retry-After``, ``-32014``), and the drain ends with the calls in flight, not at ``--shutdown-timeout`` (it
+    ran to the bound: there was never a moment with no call in flight, and the calls then in flight were cut)."""
+    meta = {"vscode.conversationId": "calling-back-to-back"}
+    body = modern_request("tools/call", {"name": "count", "arguments": {}}, meta=meta)
+    counts: list[int] = []
+    with holding_gateway(tmp_path, "--shutdown-timeout", "120") as gateway:
+        process = gateway.process
+        assert process is not None
+        async with httpx.AsyncClient(timeout=30) as http, httpx.AsyncClient(timeout=120) as holding:
+
+            async def call() -> httpx.Response:
+                return await http.post(gateway.url(), json=body, headers=modern_headers(body))
+
+            counts.append(int(text_of_answer(await call())))  # its conversation, opened before the signal
+            hold = modern_request("tools/call", {"name": "hold", "arguments": {}})
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(partial(holding.post, gateway.url(), json=hold, headers=modern_headers(hold)))
+                await until_awaited(lambda: (tmp_path / "held").exists(), "the call to reach its process")
+                process.send_signal(signal.SIGTERM)
+                await until_awaited(lambda: b"draining" in gateway.log(), "the drain to begin")
+                for _ in range(3):  # back to back while the held call is in flight: answered
+                    counts.append(int(text_of_answer(await call())))
+                (tmp_path / "go").touch()
+                await until_awaited(lambda: b"at the signal are answered" in gateway.log(), "the held call's answer")
+            refused = await call()
+        assert process.wait(WITHIN) == -signal.SIGTERM  # with the calls in flight, not 120 s later
+    assert counts == [1, 2, 3, 4]
+    assert (refused.status_code, refused.headers["retry-after"]) == (503, "1"), refused.text
+    assert refused.json()["error"]["code"] == RESTARTING
+
+
+def text_of_answer(answer: httpx.Response) -> str:
+    """A 2026-07-28 ``tools/call``'s text, from its JSON answer."""
+    assert answer.status_code == 200, answer.text
+    return str(answer.json()["result"]["content"][0]["text"])
+
+
 async def test_a_second_ctrl_c_ends_the_drain_at_once_quietly(tmp_path: Path) -> None:
     """Issue 94, item 6 (Why, 5): the first Ctrl-C drains; a second, as uvicorn's own line invites, ends the drain
     at once: the call in flight is told the gateway restarts (``-32014``), and the gateway ends with 0 and no
@@ -160,7 +201,9 @@ async def test_a_second_ctrl_c_ends_the_drain_at_once_quietly(tmp_path: Path) ->
             await until_awaited(lambda: process.poll() is not None, "the gateway to stop")  # not the call's 120 s
             status = process.returncode
         said = gateway.log().decode()
-    assert status == 0 and "Traceback" not in said and "ERROR" not in said, said
+    assert status == 0, said
+    assert "Traceback" not in said, said
+    assert "ERROR" not in said, said
     assert [error.error.code for error in cut] == [RESTARTING], cut
 
 

@@ -40,7 +40,7 @@ from _waits import WITHIN, Deadline
 from conftest import asgi_client, serve
 from e2e._authorization import APP, GATEWAY, login
 from e2e._authorization import authorization_server as idpyoidc
-from e2e._gateway import MAIN, SECRET, Process, gateway_process, gateway_run, result_of, upstream_server
+from e2e._gateway import MAIN, SECRET, Process, gateway_process, main_run, result_of, upstream_server
 from e2e._stdio import text_of
 from mcp_sessions import SessionsConfig, gateway_app
 from mcp_sessions._gateway.auth._exchange import ExchangeRefused, Target, TokenExchange, UpstreamToken
@@ -415,5 +415,5 @@ async def test_a_token_endpoint_is_a_stranger(path: str | None, status: int, say
     ],
 )
 def test_a_bad_exchange_configuration_is_a_usage_error(arguments: tuple[str, ...], says: str) -> None:
-    done = gateway_run(*arguments)
+    done = main_run("gateway", *arguments, environ={"MCP_SESSIONS_SECRET": SECRET})
     assert done.returncode == 2 and says in done.stderr and "s3cr3t-value" not in done.stderr

@@ -115,7 +115,8 @@ def test_a_user_s_directory_is_hers_across_conversations_and_restarts_and_no_one
             [hers] = list(users.iterdir())
             found = hers.stat()
             assert (found.st_uid, stat.S_IMODE(found.st_mode), len(hers.name)) == (0, 0o2770, 52)
-            assert found.st_gid in she["groups"] and found.st_gid != she["uid"]
+            assert found.st_gid in she["groups"]
+            assert found.st_gid != she["uid"]
             assert (hers / "notes").stat().st_gid == found.st_gid
             second = alice.create_session()
             assert json.loads(text(call(alice, "whoami", second)))["uid"] != she["uid"]  # another process
@@ -213,7 +214,8 @@ def test_a_grant_the_gateway_cannot_give_is_refused_at_startup_in_one_line(given
         flags = [flag.replace("{others}", str(others)) for flag in flags]
         done = main_run("gateway", "--stdio", "/usr/bin/true", "--process-uids", UIDS, *AUTH, *flags, environ=SECRETLY)
     assert done.returncode == 2, done
-    assert done.stderr.startswith("mcp-sessions gateway: --process-") and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("mcp-sessions gateway: --process-"), done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
     assert said in done.stderr, done.stderr
 
 
@@ -270,7 +272,8 @@ def test_a_principal_s_name_never_escapes_nor_takes_another_s_directory(server: 
                 assert text(call(mcp, "write", session, path="/tmp/data/mine")) == "4", principal
                 assert text(call(mcp, "listdir", session, path="/tmp/data")) == '["mine"]', principal
         made = list(users.iterdir())
-        assert len(made) == len(principals) and all(re.fullmatch(r"[a-z2-7]{52}", path.name) for path in made)
+        assert len(made) == len(principals)
+        assert all(re.fullmatch(r"[a-z2-7]{52}", path.name) for path in made)
         assert len({path.stat().st_gid for path in made}) == len(principals)
         assert list(above.iterdir()) == [users]
 

@@ -244,7 +244,8 @@ def test_sigterm_stops_the_gateway_while_an_answer_streams(upstream: HostileUpst
         gateway_process([upstream.origin + "/mcp"], "--shutdown-timeout", "0.5") as process,
         http.stream("GET", process.url("/endless"), headers={"X-Tag": tag}) as response,
     ):
-        assert response.status_code == 200 and process.process is not None
+        assert response.status_code == 200
+        assert process.process is not None
         next(response.iter_raw())
         running = process.process
         running.send_signal(signal.SIGTERM)
@@ -273,7 +274,8 @@ def test_an_answer_past_the_bound_is_refused_and_its_upstream_connection_closed(
     body = tool_call(tool, session, 8)
     response = http.post(front.url(), json=body, headers={**modern_headers(body), "X-Tag": tool})
     after = rss_kib(pid)
-    assert response.status_code == status and response.headers["content-type"].startswith(content_type)
+    assert response.status_code == status
+    assert response.headers["content-type"].startswith(content_type)
     error = {"code": -32603, "message": f"Response too large (limit {MAX_RESPONSE_SIZE} bytes)"}
     assert messages(response) == [{"jsonrpc": "2.0", "id": 8, "error": error}]
     until(upstream.closed[tool].is_set, "the upstream seeing its answer refused")
@@ -297,7 +299,8 @@ def test_a_probe_never_answered_ends_at_its_deadline_and_closes_its_upstream_str
     with silent(upstream, "1") as base:
         body = modern_request("sessions/create", id=3)
         response = http.post(base + "/silent/mcp", json=body, headers={**modern_headers(body), "X-Tag": "late"})
-        assert response.status_code == 504 and response.headers["retry-after"] == "1"
+        assert response.status_code == 504
+        assert response.headers["retry-after"] == "1"
         error = {"code": -32014, "message": "The server did not answer in time"}
         assert response.json() == {"jsonrpc": "2.0", "id": 3, "error": error}
         until(upstream.closed["late"].is_set, "the upstream seeing the probe end")

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import http.server
 import json
 import os
 import re
 import socket
 import ssl
+import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,9 +36,11 @@ from e2e._dns import elsewhere, resolver
 from e2e._gateway import CACHE, NODE22, for_every_uid, gateway_run, installed, readable_directory
 from e2e._masked import NAMES, SERVER, stand_in_authority
 from mcp_sessions._gateway.sealed._edge import TUNNELS, _socket_as
-from mcp_sessions._gateway.sealed._masks import SHARED
+from mcp_sessions._gateway.sealed._masks import SHARED, Authority
 
-UIDS = uids(400, 20)
+UIDS, OPERATED_UIDS = uids(400, 20), uids(440, 8)
+SECTION = "Credentials that never enter the process"
+"""docs/gateway.md's section, whose ``sh`` block makes the operator's authority."""
 TOKEN = "ghp_" + "Re4lT0kenValue" * 2 + "0123456789"  # a GitHub token's shape: 40 characters
 API, OTHER = NAMES
 PYTHON = ("env", f"PYTHONPATH={Path(httpx.__file__).parent.parent}", "/usr/bin/python3")
@@ -67,9 +71,20 @@ class Masked:
     node: str
 
 
+@dataclass(frozen=True)
+class StandIn:
+    """The stand-in API (its address and TLS and plain ports, its authority's file), the hostile server's file,
+    and what runs the gateway in the stand-in resolver's world."""
+
+    world: str
+    ports: list[int]
+    authority: str
+    server: Path
+    prefix: tuple[str, ...]
+
+
 @pytest.fixture(scope="module")
-def masked() -> Iterator[Masked]:
-    """The gateway's client with the token, a conversation of its, and the stand-in API."""
+def stand_in() -> Iterator[StandIn]:
     _sealed.needs("root", "bwrap")
     if not Path("/usr/sbin/nft").exists() and not Path("/usr/bin/nft").exists():
         missing("nft is not installed (scripts/system-deps.sh)")
@@ -81,18 +96,45 @@ def masked() -> Iterator[Masked]:
         server = certs / "hostile.py"
         server.write_text(SERVER)
         server.chmod(0o644)
-        options = (
-            *("--processes", "per-conversation", "--process-uids", UIDS, "--process-env", "API_TOKEN=header:X-Token"),
-            *("--process-env-mask", f"API_TOKEN={API}:{ports[0]}"),
-        )
-        environ = {"MCP_SESSIONS_SECRET": SECRET, "SSL_CERT_FILE": authority}
-        process = stack.enter_context(
-            _sealed.gateway(f"/usr/bin/python3 {server}", *options, environ=environ, prefix=prefix)
-        )
+        yield StandIn(world, ports, authority, server, prefix)
+
+
+@contextlib.contextmanager
+def masked_gateway(api: StandIn, uids: str, *options: str) -> Iterator[Masked]:
+    """A gateway masking ``API_TOKEN`` with ``options`` (its ``--process-env-mask`` among them), its processes'
+    uids ``uids``: its client with the token, and a conversation of its."""
+    given = ("--processes", "per-conversation", "--process-uids", uids, "--process-env", "API_TOKEN=header:X-Token")
+    environ = {"MCP_SESSIONS_SECRET": SECRET, "SSL_CERT_FILE": api.authority}
+    with contextlib.ExitStack() as stack:
+        command = f"/usr/bin/python3 {api.server}"
+        process = stack.enter_context(_sealed.gateway(command, *given, *options, environ=environ, prefix=api.prefix))
         http = stack.enter_context(httpx.Client(timeout=60, headers={"X-Token": TOKEN}))
         node = stack.enter_context(for_every_uid(installed(NODE22, "Node 22"), CACHE / "node22"))
         mcp = ModernClient(http, f"http://127.0.0.1:{process.port}")
-        yield Masked(mcp, mcp.create_session(), ports[0], ports[1], world, authority, str(node))
+        yield Masked(mcp, mcp.create_session(), api.ports[0], api.ports[1], api.world, api.authority, str(node))
+
+
+@pytest.fixture(scope="module")
+def masked(stand_in: StandIn) -> Iterator[Masked]:
+    """The gateway's client with the token, a conversation of its, and the stand-in API."""
+    with masked_gateway(stand_in, UIDS, "--process-env-mask", f"API_TOKEN={API}:{stand_in.ports[0]}") as gateway:
+        yield gateway
+
+
+@pytest.fixture(scope="module")
+def operated(stand_in: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Masked, Path]]:
+    """A gateway with the operator's authority (``--process-env-mask-ca``), made by docs/gateway.md's command as
+    it is written, in a directory of root's alone, whose mask opts the API's plain HTTP port in too
+    (``http://HOST:PORT``); and that directory."""
+    files = tmp_path_factory.mktemp("operator-ca")
+    section = (Path(__file__).parents[2] / "docs" / "gateway.md").read_text().partition(f"\n### {SECTION}\n")[2]
+    made = section.partition("```sh\n")[2].partition("```")[0]
+    subprocess.run(["sh", "-ec", made], cwd=files, check=True, capture_output=True)
+    options = ("--process-env-mask", f"API_TOKEN={API}:{stand_in.ports[0]},http://{API}:{stand_in.ports[1]}")
+    with masked_gateway(
+        stand_in, OPERATED_UIDS, *options, "--process-env-mask-ca", f"{files}/ca.pem,{files}/ca.key"
+    ) as gateway:
+        yield gateway, files
 
 
 def ran(mcp: ModernClient, session: dict[str, Any], *argv: str) -> dict[str, Any]:
@@ -276,32 +318,166 @@ print(codes.count("200"), codes[-1])
             "--process-env-mask needs --process-network egress (with --process-uids): the rules that send the "
             "process to the gateway's proxy, not host",
         ),
+        (
+            ("--process-env-mask-ca", "/etc/ssl/mine.pem"),
+            "--process-env-mask-ca signs the certificates of --process-env-mask's hosts: give both",
+        ),
     ],
-    ids=["not-given", "no-egress"],
+    ids=["not-given", "no-egress", "authority-alone"],
 )
 def test_a_mask_the_gateway_cannot_keep_is_one_line_and_exit_status_2(options: tuple[str, ...], said: str) -> None:
     done = gateway_run("--port", str(free_port()), "--stdio", "/bin/cat", *options, within=60)
     assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said}\n")
 
 
+def test_the_operator_s_authority_signs_what_the_process_sees_and_its_key_is_nowhere_in_the_process(
+    operated: tuple[Masked, Path],
+) -> None:
+    """The process's clients verify the masked host against the operator's certificate (``ca.pem``, alone: curl's
+    ``--cacert``) and the value arrives; the process has that certificate and not a byte of its key."""
+    (masked, files), url = operated, f"https://{API}:{operated[0].secure}/"
+    mcp, session = masked.mcp, masked.session
+    placeholder = _sealed.text(_sealed.call(mcp, "env", session, variable="API_TOKEN"))
+    key = "".join((files / "ca.key").read_text().splitlines()[1:-1])
+    found = searched(mcp, session, key[:48])
+    given = ran(mcp, session, "cat", "/run/mcp-sessions-ca/ca.pem")["out"]
+    bearer = f"Authorization: Bearer {placeholder}"
+    alone = echoed(mcp, session, "curl", "-sS", "--cacert", "/run/mcp-sessions-ca/ca.pem", "-H", bearer, url)
+    urllib = echoed(mcp, session, "/usr/bin/python3", "-c", URLLIB, url)
+    assert given == (files / "ca.pem").read_text()
+    assert alone["authorization"] == urllib["authorization"] == f"Bearer {TOKEN}"
+    assert found == []
+
+
+def test_plain_http_gets_the_value_where_its_credential_opts_that_host_in_alone(
+    operated: tuple[Masked, Path],
+) -> None:
+    """``http://HOST:PORT`` among a mask's hosts: the process's ``HTTP_PROXY`` names the proxy, which puts the value
+    in a plain request to that host and port (curl, urllib); another name of its address and port is refused through
+    the proxy (the kernel's rules, which see an address) as a direct connection to it is (another host's placeholder
+    stays one: ``test_the_placeholder_stays_one_to_another_host...``). Without it (the other gateway's), no
+    ``HTTP_PROXY``, nothing swapped."""
+    masked, _ = operated
+    mcp, session, plain = masked.mcp, masked.session, masked.plain
+    placeholder = _sealed.text(_sealed.call(mcp, "env", session, variable="API_TOKEN"))
+    bearer = f"Authorization: Bearer {placeholder}"
+    opted = echoed(mcp, session, "curl", "-sS", "-H", bearer, f"http://{API}:{plain}/")
+    urllib = echoed(mcp, session, "/usr/bin/python3", "-c", URLLIB, f"http://{API}:{plain}/")
+    status = ("-sS", "-o", "/dev/null", "-w", "%{http_code}")
+    other = ran(mcp, session, "curl", *status, "-H", bearer, f"http://{OTHER}:{plain}/")
+    around = ("--noproxy", "*", "--connect-timeout", "3")
+    direct = ran(mcp, session, "curl", "-sS", *around, "-H", bearer, f"http://{API}:{plain}/")
+    assert opted["authorization"] == urllib["authorization"] == f"Bearer {TOKEN}"
+    assert other["out"] == "502", other
+    assert direct["status"] in (7, 28), direct
+
+
+def test_a_malformed_plain_request_is_refused_and_the_next_is_served(operated: tuple[Masked, Path]) -> None:
+    masked, _ = operated
+    mcp, session, url = masked.mcp, masked.session, f"http://{API}:{masked.plain}/"
+    status = ("-sS", "-o", "/dev/null", "-w", "%{http_code}")
+    trace = ran(mcp, session, "curl", *status, "-X", "TRACE", url)
+    broken = ran(mcp, session, "/usr/bin/python3", "-c", RAW.format(target="http://[broken/"))
+    relative = ran(mcp, session, "/usr/bin/python3", "-c", RAW.format(target="/relative"))
+    assert (trace["out"], broken["out"].strip(), relative["out"].strip()) == ("405", "400", "405")
+    assert echoed(mcp, session, "curl", "-sS", url)["method"] == "GET"
+
+
+RAW = """
+import base64, os, socket, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+credential = base64.b64encode(f"{{proxy.username}}:{{proxy.password}}".encode())
+with socket.create_connection((proxy.hostname, proxy.port), timeout=30) as raw:
+    raw.sendall(b"GET {target} HTTP/1.1\\r\\nHost: x\\r\\nProxy-Authorization: Basic " + credential + b"\\r\\n\\r\\n")
+    print(raw.recv(64).split()[1].decode())
+"""
+
+
+def test_without_the_opt_in_a_process_has_no_http_proxy(masked: Masked) -> None:
+    assert _sealed.text(_sealed.call(masked.mcp, "env", masked.session, variable="HTTP_PROXY")) == ""
+
+
+NODE = """const [host, port, servername] = process.argv.slice(1)
+require("https").get({host, port: +port, servername: servername || undefined},
+  (answer) => console.log(answer.statusCode)).on("error", (error) => { console.log(error.code); process.exit(1) })"""
+"""Node's https, which reads ``NODE_EXTRA_CA_CERTS`` (``servername``: the name it verifies, its address aside)."""
+
+
+def verified(client: str, host: str, port: int, ca: str) -> bool:
+    """Whether ``client`` verified the certificate a server on ``port`` shows for ``host`` against ``ca``."""
+    named = not host[0].isdigit()
+    address = "127.0.0.1" if named else host
+    if client == "python":
+        context = ssl.create_default_context(cafile=ca)
+        try:
+            with (
+                socket.create_connection((address, port), timeout=30) as raw,
+                context.wrap_socket(raw, server_hostname=host),
+            ):
+                return True
+        except ssl.SSLCertVerificationError:
+            return False
+    resolve = f"{host}:{port}:{address}"
+    argv = {
+        "curl": ["curl", "-sS", "--cacert", ca, "--resolve", resolve, f"https://{host}:{port}/"],
+        "node": ["node", "-e", NODE, address, str(port), host if named else ""],
+        "git": ["git", "-c", f"http.curloptResolve={resolve}", "ls-remote", f"https://{host}:{port}/team/repo.git"],
+    }[client]
+    environ = {"PATH": os.environ["PATH"], "NODE_EXTRA_CA_CERTS": ca, "GIT_SSL_CAINFO": ca, "HOME": "/nonexistent"}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=environ)
+    # each reached the server: an answer (501, the server's to any request), or a refusal of its certificate
+    answered = {"curl": done.returncode == 0, "node": done.stdout.strip() == "501", "git": "error: 501" in done.stderr}
+    refused = {"curl": done.returncode == 60, "node": "ECONN" not in done.stdout, "git": "certificate" in done.stderr}
+    assert answered[client] or refused[client], done
+    return answered[client]
+
+
+@pytest.mark.parametrize("client", ["python", "curl", "node", "git"])
+def test_the_made_authority_vouches_for_the_masked_hosts_alone(client: str, tmp_path: Path) -> None:
+    """Its certificate permits the masked hosts' names and addresses alone (RFC 5280 name constraints): each client
+    a process runs (OpenSSL's Python, curl and Node; git's GnuTLS) takes its leaf for a masked host and refuses one
+    it signed for any other, so even the gateway's own authority vouches for nothing else."""
+    _sealed.needs("root")
+    authority = Authority.made({"api.test", "127.0.0.9"})
+    ca = tmp_path / "ca.pem"  # a copy the test holds: /run/mcp-sessions is every gateway's of this host
+    ca.write_bytes(Path(authority.shared, "ca.pem").read_bytes())
+    authority.close()
+    outcome = {}
+    for host in ("api.test", "127.0.0.9", "other.test", "127.0.0.8"):
+        with serving(authority.context(host), "127.0.0.1" if host[0].isalpha() else host) as port:
+            outcome[host] = verified(client, host, port, str(ca))
+    assert outcome == {"api.test": True, "127.0.0.9": True, "other.test": False, "127.0.0.8": False}
+
+
+@contextlib.contextmanager
+def serving(context: ssl.SSLContext, address: str) -> Iterator[int]:
+    """An HTTPS server on ``address`` showing ``context``'s certificate (each request answered 501): its port."""
+    server = http.server.ThreadingHTTPServer((address, 0), http.server.BaseHTTPRequestHandler)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=30)
+
+
 EXCHANGED = "https://api.test/"  # the audience the gateway exchanges a user's token for: the stand-in API
 LIFETIME = 16  # seconds a token of the authorization server lives: an exchanged one is renewed after 8
 
 
-def test_an_exchanged_token_renewed_mid_conversation_reaches_the_api_and_the_process_never_sees_it() -> None:
+def test_an_exchanged_token_renewed_mid_conversation_reaches_the_api_and_the_process_never_sees_it(
+    stand_in: StandIn,
+) -> None:
     """``exchange:`` masked, against idpyoidc (its tokens living 16 s): the gateway exchanges the user's token as the
     conversation starts, and again as that one nears its end; the API gets the renewed value through the proxy on the
     next request of the same conversation, while the process's placeholder stays what it was and neither value is
     anywhere in it."""
-    _sealed.needs("root", "bwrap")
+    ports = stand_in.ports
     with contextlib.ExitStack() as stack:
         server = stack.enter_context(authorization_server(LIFETIME, [EXCHANGED]))
-        certs = stack.enter_context(readable_directory("mcp-sessions-api-"))
-        authority, program = stand_in_authority(certs)
-        world, ports = stack.enter_context(elsewhere(serve=program))
-        prefix = stack.enter_context(resolver(dict.fromkeys(NAMES, world)))
-        (certs / "hostile.py").write_text(SERVER)
-        (certs / "hostile.py").chmod(0o644)
         issuer = server.url("")
         options = (
             *("--auth-jwks", f"{issuer}/jwks.json", "--auth-issuer", issuer, "--auth-audience", "{url}"),
@@ -309,11 +485,10 @@ def test_an_exchanged_token_renewed_mid_conversation_reaches_the_api_and_the_pro
             *("--processes", "per-conversation", "--process-uids", uids(492, 4)),
             *("--process-env", f"API_TOKEN=exchange:{EXCHANGED}", "--process-env-mask", f"API_TOKEN={API}:{ports[0]}"),
         )
-        environ = {"MCP_SESSIONS_SECRET": SECRET, "SSL_CERT_FILE": authority}
+        environ = {"MCP_SESSIONS_SECRET": SECRET, "SSL_CERT_FILE": stand_in.authority}
         environ["MCP_SESSIONS_EXCHANGE_CLIENT_SECRET"] = GATEWAY[1]
-        front = stack.enter_context(
-            _sealed.gateway(f"/usr/bin/python3 {certs / 'hostile.py'}", *options, environ=environ, prefix=prefix)
-        )
+        command = f"/usr/bin/python3 {stand_in.server}"
+        front = stack.enter_context(_sealed.gateway(command, *options, environ=environ, prefix=stand_in.prefix))
         alice = login(server, "alice", f"http://127.0.0.1:{front.port}/mcp")
         http = stack.enter_context(httpx.Client(timeout=60, headers={"Authorization": f"Bearer {alice}"}))
         mcp = ModernClient(http, f"http://127.0.0.1:{front.port}")

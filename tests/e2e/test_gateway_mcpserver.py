@@ -156,8 +156,10 @@ def test_an_upstream_that_is_down_answers_at_once_and_says_when_to_retry(http: h
     """A refused connection is answered at once: the client's own timeout (10 s) is far below the connect's."""
     with serve(gateway(f"http://127.0.0.1:{free_port()}/mcp", connect_timeout=60.0)) as base:
         response = post(http, base + "/mcp", MODERN, request(MODERN, "tools/list", id=9))
-    assert response.status_code == 503 and response.headers["retry-after"] == "1"
-    assert response.json()["error"]["code"] == -32014 and response.json()["id"] == 9
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "1"
+    assert response.json()["error"]["code"] == -32014
+    assert response.json()["id"] == 9
 
 
 def test_an_upstream_that_does_not_answer_in_time_gets_504(http: httpx.Client) -> None:
@@ -167,7 +169,8 @@ def test_an_upstream_that_does_not_answer_in_time_gets_504(http: httpx.Client) -
         body = request(MODERN, "tools/call", {"name": "slow", "arguments": {"seconds": 1.5}}, id=5)
         response = post(http, base + "/mcp", MODERN, body)
     assert response.status_code == 504
-    assert response.json()["error"]["code"] == -32014 and "retry-after" in response.headers
+    assert response.json()["error"]["code"] == -32014
+    assert "retry-after" in response.headers
 
 
 def test_events_are_relayed_as_they_come(plain: str, http: httpx.Client) -> None:
@@ -272,7 +275,8 @@ def test_a_request_body_streams_through_as_it_comes(http: httpx.Client) -> None:
 
     with serve(recorder) as upstream, serve(gateway(upstream + "/mcp")) as base:
         response = http.post(base + "/upload", content=body(), headers={"Content-Type": "application/octet-stream"})
-    assert response.status_code == 200 and response.text == "ok"
+    assert response.status_code == 200
+    assert response.text == "ok"
     assert first_alone == [True]  # the first piece reached the upstream before the second was written
     assert b"".join(recorder.arrivals) == b"first piece second piece"
 
@@ -288,7 +292,8 @@ def test_an_adopted_transport_session_works_through_the_gateway(upstream: str, h
             plain_call = legacy_request("tools/call", {"name": "seen", "arguments": {}}, id=number)
             reply = post(http, url, LEGACY, plain_call, **{"Mcp-Session-Id": transport})
             adopted.add(json.loads(result_of(reply, number)["result"]["content"][0]["text"])["headers"]["baggage"])
-    assert len(adopted) == 1 and transport.partition("~")[2] not in adopted.pop()  # a digest, never the raw id
+    assert len(adopted) == 1
+    assert transport.partition("~")[2] not in adopted.pop()  # a digest, never the raw id
 
 
 def test_a_2026_session_header_is_never_taken_for_a_transport_session(plain: str, http: httpx.Client) -> None:

@@ -172,7 +172,8 @@ def test_the_team_recipe_runs_as_written(readable: Path) -> None:
     assert 'claude code: [{"text": "0001", "type": "text"}]' in output, output  # the shim, as Claude Code runs it
     assert "claude mcp add: as .mcp.json" in output, output
     status = output[output.index("KIND                PRINCIPAL") :]  # the operator's status
-    assert re.search(r"^data-layer-session +alice ", status, re.M) and re.search(r"^shared +- ", status, re.M), status
+    assert re.search(r"^data-layer-session +alice ", status, re.M), status
+    assert re.search(r"^shared +- ", status, re.M), status
     assert re.search(r"^processes: \d+ of 32 \(--max-processes\)$", status, re.M), status
     assert "transport-session" not in status, status  # a 2025 connection naming a session costs no process
     assert "keys: 1 from http://127.0.0.1:9000/jwks.json, fetched" in status, status

@@ -43,9 +43,8 @@ SERVER = f"{sys.executable} -m e2e._plain_stdio"
 SESSION_NOT_FOUND = -32043
 WORKERS = 2  # conversations at once, of each era
 CALL = {"name": "sleep", "arguments": {"seconds": 0.2}}  # long enough to be in flight as a replica is signalled
-# A conversation's pause between two calls, as a host's model takes between two tool calls: a drain ends once no call
-# is in flight, which calls sent back to back on every conversation of a replica would never let happen (a livelock
-# until --shutdown-timeout, the drain's own limit, past which the calls in flight are told -32014).
+# A conversation's pause between two calls, as a host's model takes between two tool calls (back to back, a
+# conversation's next call is refused once the replica's signalled calls are answered: test_gateway_drain.py).
 THINKING = 0.3
 
 
@@ -226,7 +225,8 @@ async def test_a_rolling_restart_of_two_replicas_loses_no_call(redis: RedisServe
     assert tally.failures == [], (tally, said)
     assert held == ["held", "held"], held
     in_flight = re.findall(r"draining: .*; (\d+) call\(s\) in flight may end", "".join(said[:2]))
-    assert len(in_flight) == 2 and all(int(count) > 0 for count in in_flight), said[:2]  # each with calls in flight
+    assert len(in_flight) == 2, said[:2]
+    assert all(int(count) > 0 for count in in_flight), said[:2]  # each with calls in flight
     assert tally.told > 0, tally  # the stopped replicas' conversations, opened again
     assert "Traceback" not in "".join(said), said
 

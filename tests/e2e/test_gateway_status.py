@@ -126,7 +126,8 @@ def test_the_status_lists_each_process_with_its_user_and_each_user_sees_and_ends
     assert users == {("data-layer-session", "alice"), ("data-layer-session", "bob"), ("transport-session", "alice")}
     assert {p["kind"] for p in processes if p["principal"] is None} <= {"shared", "warm"}
     [counted] = [p for p in processes if p["kind"] == "data-layer-session" and p["principal"] == "alice"]
-    assert counted["requests"] == 3 and counted["age"] >= counted["idle"] >= 0
+    assert counted["requests"] == 3
+    assert counted["age"] >= counted["idle"] >= 0
     assert all(isinstance(p["pid"], int) and p["memory"] > 1 << 20 for p in processes)  # RSS, in bytes
     assert all(re.fullmatch("[0-9a-f]{12}", p["conversation"]) for p in processes if p["conversation"])
     assert seen["users"] == [
@@ -135,8 +136,11 @@ def test_the_status_lists_each_process_with_its_user_and_each_user_sees_and_ends
     ]
     assert seen["total"] == {"processes": 3, "limit": 16}
     keys = seen["keys"]  # the key set the gateway verifies tokens with, as it stands
-    assert keys["keys"] == 1 and keys["error"] is None and keys["attempted_at"] <= keys["fetched_at"]
-    assert keys["jwks"].startswith("http://127.0.0.1:") and f"keys: 1 from {keys['jwks']}, fetched" in table.stdout
+    assert keys["keys"] == 1
+    assert keys["error"] is None
+    assert keys["attempted_at"] <= keys["fetched_at"]
+    assert keys["jwks"].startswith("http://127.0.0.1:")
+    assert f"keys: 1 from {keys['jwks']}, fetched" in table.stdout
     everything = json.dumps(seen) + table.stdout + json.dumps(hers) + json.dumps(his) + her_table.stdout
     for bearer in (*sessions.values(), transport, alice, bob):
         assert bearer not in everything
@@ -151,7 +155,8 @@ def test_the_status_lists_each_process_with_its_user_and_each_user_sees_and_ends
     assert {mine["conversation"] for mine in hers} | {h["conversation"] for h in his} == {
         p["conversation"] for p in processes if p["conversation"]
     }
-    assert "principal" not in hers[0] and "pid" not in hers[0]
+    assert "principal" not in hers[0]
+    assert "pid" not in hers[0]
     assert (refused.returncode, refused.stderr) == (
         1,
         "mcp-sessions sessions: HTTP 404: no conversation of yours has this digest\n",
@@ -187,7 +192,8 @@ def test_create_and_delete_hand_the_gateway_a_bearer_from_a_variable_or_a_file(
     session = json.loads(created.stdout)["sessionId"]
     deleted = command("delete", url, "--bearer-file", str(bob_token), stdin=session)
 
-    assert unauthenticated.returncode == 1 and "HTTP 401" in unauthenticated.stderr
+    assert unauthenticated.returncode == 1
+    assert "HTTP 401" in unauthenticated.stderr
     assert (deleted.returncode, deleted.stdout) == (0, "deleted\n"), deleted.stderr
     assert bob not in created.stdout + created.stderr + deleted.stdout + deleted.stderr
 
@@ -300,7 +306,8 @@ def test_a_server_that_dies_at_startup_is_one_line_naming_its_last_stderr_line_a
         "its last stderr line: no token",
         said[-1],
     ), said
-    assert "Traceback" not in done.stderr and "Exception" not in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "Exception" not in done.stderr
     assert not [line for line in said[:-1] if not line.startswith("INFO:")]  # the rest is the log, as at any start
 
 
@@ -325,14 +332,14 @@ def test_a_status_port_that_cannot_be_had_is_one_line_and_exit_status_2() -> Non
 def test_the_status_shows_the_server_inside_its_wrappers() -> None:
     """Under bubblewrap (the containment `auto` takes where it works), a process's pid and memory in the status are
     its server's, not bubblewrap's (1.9 MiB where the server held 68 MB: an operator sizing --process-memory from it
-    was off 35 times)."""
+    was off 35 times), and the log's end line names the same pid (it named bubblewrap's)."""
     status_port = free_port()
     with (
         gateway_process(
             [],
             "--stdio",
             shlex.join(SERVER),
-            *("--process-containment", "bwrap", "--status-port", str(status_port)),
+            *("--process-containment", "bwrap", "--status-port", str(status_port), "--log-level", "info"),
             environ={"PYTHONPATH": PYTHONPATH},
         ) as gateway,
         httpx.Client(timeout=30) as http,
@@ -341,5 +348,7 @@ def test_the_status_shows_the_server_inside_its_wrappers() -> None:
         seen = shown("gateway", "status", f"http://127.0.0.1:{status_port}")
         [process] = [p for p in seen["processes"] if p["kind"] == "data-layer-session"]
         server = Path(f"/proc/{process['pid']}/cmdline").read_bytes().split(b"\0")
+        said = gateway.stop().decode()
+    assert f"server process {process['pid']} ended (shutdown" in said, said
     assert server[1:3] == [b"-m", b"e2e._plain_stdio"], server
     assert process["memory"] > 8 << 20, process  # an interpreter, not bubblewrap's 2 MiB

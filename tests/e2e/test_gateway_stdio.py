@@ -98,20 +98,27 @@ async def count(client: Client, session: dict[str, Any]) -> int:
 async def test_each_conversation_has_its_own_process(url: str, mode: str) -> None:
     async with Client(url, mode=mode) as client:
         assert client.protocol_version == (MODERN if mode == "auto" else LEGACY)
-        assert client.server_info is not None and client.server_info.name == "stdio-test-server"
-        assert client.server_capabilities is not None and client.server_capabilities.tools is not None
+        assert client.server_info is not None
+        assert client.server_info.name == "stdio-test-server"
+        assert client.server_capabilities is not None
+        assert client.server_capabilities.tools is not None
         first, second = await create_session(client), await create_session(client)
         counts = [await count(client, first), await count(client, first), await count(client, second)]
         mine, theirs, again = await whoami(client, first), await whoami(client, second), await whoami(client, first)
         shared, shared_again = await whoami(client), await whoami(client)
 
-    assert mine["pid"] == again["pid"] and mine["session"] == again["session"] is not None  # its own id
+    assert mine["pid"] == again["pid"]
+    assert mine["session"] == again["session"] is not None  # its own id
     if mode == "auto":  # each session a process of its own; the caller's requests that name nothing, one of hers
-        assert counts == [1, 2, 1] and mine["pid"] != theirs["pid"] and mine["session"] != theirs["session"]
+        assert counts == [1, 2, 1]
+        assert mine["pid"] != theirs["pid"]
+        assert mine["session"] != theirs["session"]
         assert {shared["pid"], shared_again["pid"]}.isdisjoint({mine["pid"], theirs["pid"]})
-        assert shared["session"] == shared_again["session"] and shared["pid"] == shared_again["pid"]
+        assert shared["session"] == shared_again["session"]
+        assert shared["pid"] == shared_again["pid"]
     else:  # a 2025 client's sessions are its transport session's conversation: one process for all of it
-        assert counts == [1, 2, 3] and mine["pid"] == theirs["pid"] == shared["pid"] == shared_again["pid"]
+        assert counts == [1, 2, 3]
+        assert mine["pid"] == theirs["pid"] == shared["pid"] == shared_again["pid"]
     assert mine["leaked"] == shared["leaked"] == []  # the gateway had MCP_SESSIONS_SECRET; no child sees it
 
 
@@ -178,7 +185,8 @@ async def test_a_create_beyond_max_processes_is_refused_and_starts_nothing() -> 
             assert await count(client, second) == 1
 
     assert refused.value.code == -32011
-    assert f"at most {limit} " in refused.value.message and "--max-processes" in refused.value.message
+    assert f"at most {limit} " in refused.value.message
+    assert "--max-processes" in refused.value.message
 
 
 async def delete(client: Client, session: dict[str, Any]) -> None:
@@ -379,7 +387,8 @@ async def test_roots_list_reaches_the_client_in_both_eras(url: str, mode: str) -
         unlisted = await client.call_tool("roots", {})
 
     assert text_of(listed) == "file:///work/a file:///work/b"
-    assert not unlisted.is_error and [content.text for content in unlisted.content] in ([], [""])  # type: ignore[union-attr]
+    assert not unlisted.is_error
+    assert [content.text for content in unlisted.content] in ([], [""])  # type: ignore[union-attr]
 
 
 async def test_a_notification_tied_to_no_request_reaches_that_conversations_get_stream_only(url: str) -> None:
@@ -440,7 +449,8 @@ async def test_an_endless_stdout_line_stops_the_process_with_a_clear_error(logge
             await until_awaited(lambda: gone(pid), "the process's end")
             assert await count(client, other) == 1
 
-    assert stopped.value.code == -32603 and "exited" in stopped.value.message
+    assert stopped.value.code == -32603
+    assert "exited" in stopped.value.message
     assert any("a stdout line longer than 65536 bytes; the server is stopped" in line for line in logged), logged
 
 
@@ -466,7 +476,8 @@ def server_everything() -> list[str]:
 async def test_mcp_server_time_from_pypi_in_both_eras(mode: str) -> None:
     with stdio_gateway(server_time()) as url:
         async with Client(url, mode=mode) as client:
-            assert client.server_info is not None and client.server_info.name == "mcp-time"
+            assert client.server_info is not None
+            assert client.server_info.name == "mcp-time"
             session = await create_session(client)
             tools = await client.list_tools(meta=sdk_session_meta(session))
             now = await client.call_tool(
@@ -480,7 +491,8 @@ async def test_mcp_server_time_from_pypi_in_both_eras(mode: str) -> None:
 async def test_server_everything_stdio_in_both_eras(mode: str) -> None:
     with stdio_gateway(server_everything()) as url:
         async with Client(url, mode=mode) as client:
-            assert client.server_info is not None and "everything" in client.server_info.name
+            assert client.server_info is not None
+            assert "everything" in client.server_info.name
             first, second = await create_session(client), await create_session(client)
             tools = await client.list_tools(meta=sdk_session_meta(first))
             echoed = [
@@ -530,13 +542,15 @@ def test_a_call_unanswered_when_the_shutdown_timeout_ends_gets_503_and_32014(tmp
             answer = pending.result()
         process.process.wait(timeout=WITHIN)
         output = process.output()
-    assert answer.status_code == 503 and answer.headers["retry-after"] == "1", output
+    assert answer.status_code == 503, output
+    assert answer.headers["retry-after"] == "1", output
     error = {
         "code": -32014,
         "message": "The gateway is restarting: send the request again, and the next one answers it",
     }
     assert answer.json() == {"jsonrpc": "2.0", "id": None, "error": error}
-    assert "Traceback" not in output and "Exception in ASGI application" not in output, output
+    assert "Traceback" not in output, output
+    assert "Exception in ASGI application" not in output, output
 
 
 def test_a_server_that_never_answers_ends_the_start_after_its_30_s_in_one_line(tmp_path: Path) -> None:
@@ -554,7 +568,8 @@ def test_a_server_that_never_answers_ends_the_start_after_its_30_s_in_one_line(t
     why = "the server did not answer server/discover, its first request, within 30 s of the gateway's start"
     assert said[-1] == f"mcp-sessions gateway: {shlex.join(server)}: {why}", said
     assert not [line for line in said[:-1] if not line.startswith("INFO:")], said  # the rest is the log
-    assert len(starts.read_text().split()) == 1 and "handshake" not in done.stderr  # no era guessed, no 2nd process
+    assert len(starts.read_text().split()) == 1
+    assert "handshake" not in done.stderr  # no era guessed, no 2nd process
 
 
 def test_a_port_in_use_is_one_line_and_exit_status_2_before_any_process_starts(tmp_path: Path) -> None:

@@ -87,7 +87,8 @@ def test_the_shared_process_has_no_mcp_session_id(url: str, http: httpx.Client) 
 def test_a_process_cannot_forge_the_session_echo(url: str, http: httpx.Client) -> None:
     """57.10: a process's ``io.modelcontextprotocol/*`` keys in its result's ``_meta`` never reach a client."""
     meta = call(http, url, "forge")["result"]["_meta"]
-    assert "io.modelcontextprotocol/session" not in meta and meta["mine"] == 1
+    assert "io.modelcontextprotocol/session" not in meta
+    assert meta["mine"] == 1
 
 
 def test_a_processs_own_input_required_is_no_round_of_the_gateways(url: str) -> None:
@@ -98,8 +99,10 @@ def test_a_processs_own_input_required_is_no_round_of_the_gateways(url: str) -> 
         answers = [call(http, url, "rounds", token)["result"] for _ in range(17)]
 
     for answer in answers:
-        assert answer["resultType"] == "complete" and answer["content"][0]["text"] == "mine"
-        assert "inputRequests" not in answer and "requestState" not in answer
+        assert answer["resultType"] == "complete"
+        assert answer["content"][0]["text"] == "mine"
+        assert "inputRequests" not in answer
+        assert "requestState" not in answer
 
 
 def test_what_a_process_asks_just_before_its_answer_reaches_the_client_first(hostile: Process, url: str) -> None:
@@ -114,7 +117,8 @@ def test_what_a_process_asks_just_before_its_answer_reaches_the_client_first(hos
         answered = call(http, url, "ask_then_answer", token, requestState=asked["requestState"], inputResponses=accept)
     wait_for_output(hostile, 'q got {"action": "accept"')
 
-    assert asked["resultType"] == "input_required" and question["method"] == "elicitation/create"
+    assert asked["resultType"] == "input_required"
+    assert question["method"] == "elicitation/create"
     assert answered["result"]["content"][0]["text"] == "soon"
 
 
@@ -126,7 +130,8 @@ def test_a_notification_method_is_escaped_in_the_log(hostile: Process, url: str)
     wait_for_output(hostile, "not MCP's")
 
     log = hostile.output()
-    assert "\x1b" not in log and "\nCRITICAL:root:forged" not in log
+    assert "\x1b" not in log
+    assert "\nCRITICAL:root:forged" not in log
     assert "evil\\nCRITICAL:root:forged \\x1b[31mred" in log
 
 
@@ -150,7 +155,8 @@ async def test_a_flood_of_notifications_to_a_client_that_reads_nothing_is_bounde
 
     assert grown < 64 * 1024, f"the gateway grew {grown // 1024} MiB"  # unbounded, it grew ~249 MiB
     wait_for_output(hostile, "notifications dropped")
-    assert received[-1]["id"] == 9 and received[-1]["result"]["content"][0]["text"] == "flooded"  # never dropped
+    assert received[-1]["id"] == 9
+    assert received[-1]["result"]["content"][0]["text"] == "flooded"  # never dropped
     assert len(received) < 20_000
     assert hostile.output().count("notifications dropped") == 1
 
@@ -177,7 +183,8 @@ async def test_ids_7_and_quoted_7_in_one_transport_session_neither_cross_nor_han
             await post(http, slow("7", "second", 0.0))
 
     [second], first = answers["second"], answers["first"]
-    assert second["id"] == "7" and second["error"]["code"] == -32600, second
+    assert second["id"] == "7", second
+    assert second["error"]["code"] == -32600, second
     assert [(m["id"], m["result"]["content"][0]["text"]) for m in first if "result" in m] == [(7, "first")]
 
 

@@ -69,8 +69,10 @@ def test_a_process_reaches_no_socket_file_of_the_hosts_under_run(server: str, co
             resolver = text(call(mcp, "read", session, path="/etc/resolv.conf"))
 
     assert reached == "denied: No such file or directory"
-    assert "lock" in json.loads(listed) and os.path.basename(directory) not in listed
-    assert resolved in ("127.0.0.1", "::1") and not resolver.startswith("denied"), resolver
+    assert "lock" in json.loads(listed)
+    assert os.path.basename(directory) not in listed
+    assert resolved in ("127.0.0.1", "::1"), resolver
+    assert not resolver.startswith("denied"), resolver
 
 
 @pytest.mark.parametrize("containment", CONTAINMENTS)
@@ -161,4 +163,5 @@ def test_where_etc_resolv_conf_leads_under_run_a_process_still_reads_it(
             mcp = client(process)
             read = text(call(mcp, "read", mcp.create_session(), path="/etc/resolv.conf"))
 
-    assert read.startswith("nameserver ") and (read == STUB) == (network == "host"), read
+    assert read.startswith("nameserver "), read
+    assert (read == STUB) == (network == "host"), read

@@ -119,7 +119,8 @@ async def test_each_caller_gets_a_process_of_her_own_and_its_end_ends_her_conver
     assert counted == ["1", "2", "1"]
     assert [own["kind"] for own in listed.json()["conversations"]] == ["caller"], listed.text
     assert pids[0] != pids[1]
-    assert ended_by.value.code == CHILD_EXITED and "exited" in ended_by.value.message
+    assert ended_by.value.code == CHILD_EXITED
+    assert "exited" in ended_by.value.message
     # The reason reaches the person who can act on it: the bound it reached, by name (issue 77, item 4).
     said = "exited (over its memory bound (--process-memory))" if bound else "exited (crash: "
     assert said in ended_by.value.message, ended_by.value.message
@@ -164,8 +165,10 @@ def test_a_proxys_alice_and_a_tokens_alice_are_two_owners(team: tuple[Process, i
         still = http.get(own, headers=by_token).json()["conversations"]
         status = http.get(f"http://127.0.0.1:{status_port}/status").json()
 
-    assert len(tokens) == len(proxys) == 1 and tokens[0]["conversation"] != proxys[0]["conversation"]
-    assert ending.status_code == 404 and [mine["conversation"] for mine in still] == [tokens[0]["conversation"]]
+    assert len(tokens) == len(proxys) == 1
+    assert tokens[0]["conversation"] != proxys[0]["conversation"]
+    assert ending.status_code == 404
+    assert [mine["conversation"] for mine in still] == [tokens[0]["conversation"]]
     assert [user for user in status["users"] if user["principal"] == "alice"] == [
         {"principal": "alice", "processes": 1, "limit": 1}
     ] * 2
@@ -184,7 +187,8 @@ def test_a_principal_in_the_log_is_escaped(team: tuple[Process, int]) -> None:
     logged = gateway.log().decode(errors="replace")
 
     assert "new conversation of mallory\\x1b[2J\\nINFO: forged line" in logged, logged
-    assert "\x1b" not in logged and "\nINFO: forged line" not in logged
+    assert "\x1b" not in logged
+    assert "\nINFO: forged line" not in logged
     assert "mallory\\x1b[2J\\nINFO: forged line" in [user["principal"] for user in users]
 
 
@@ -204,8 +208,10 @@ def test_a_caller_at_her_limit_keeps_her_idle_conversation_when_the_create_limit
         again = result_of(http.post(url, json=body, headers=modern_headers(body)), 1)
 
     assert first["content"][0]["text"] == "1"
-    assert refused["code"] == -32011 and "MCP_SESSIONS_CREATE_LIMIT" in refused["message"], refused
-    assert "result" in again and again["result"]["content"][0]["text"] == "2", again
+    assert refused["code"] == -32011, refused
+    assert "MCP_SESSIONS_CREATE_LIMIT" in refused["message"], refused
+    assert "result" in again, again
+    assert again["result"]["content"][0]["text"] == "2", again
 
 
 def test_a_host_conversations_first_request_spends_one_create_limit_operation() -> None:

@@ -165,9 +165,12 @@ def test_a_caller_at_its_limit_is_refused_and_other_callers_are_not(tmp_path: Pa
         # the first ends a moment after the next one started
         until(lambda: ping(http, url, transports[0]) == 404, "the first transport session to end")
 
-    assert refused["code"] == -32011 and "--max-processes-per-principal" in refused["message"]
-    assert refused["data"] == {"retryAfter": 1} and refused_transport == refused
-    assert other["content"][0]["text"] == "1" and [first["content"][0]["text"] for first in firsts] == ["1"] * 3
+    assert refused["code"] == -32011
+    assert "--max-processes-per-principal" in refused["message"]
+    assert refused["data"] == {"retryAfter": 1}
+    assert refused_transport == refused
+    assert other["content"][0]["text"] == "1"
+    assert [first["content"][0]["text"] for first in firsts] == ["1"] * 3
 
 
 def test_a_crashed_conversation_is_refused_never_moved(tmp_path: Path) -> None:
@@ -182,7 +185,8 @@ def test_a_crashed_conversation_is_refused_never_moved(tmp_path: Path) -> None:
         until(lambda: ping(http, url, transport) == 404, "the transport session to end")
         again = call(http, url, "count", {}, legacy_initialize(http, url))
 
-    assert later["code"] == -32603 and "conversation has ended (crash: " in later["message"]
+    assert later["code"] == -32603
+    assert "conversation has ended (crash: " in later["message"]
     assert again["content"][0]["text"] == "1"
 
 
@@ -217,9 +221,11 @@ def test_a_request_that_names_nothing_gets_a_process_no_other_request_used(tmp_p
 
     assert len({found["pid"] for found in seen}) == len({found["session"] for found in seen} - {None}) == 4
     assert counts == ["1", "1"]
-    assert asked["resultType"] == "input_required" and host["resultType"] == "input_required"
+    assert asked["resultType"] == "input_required"
+    assert host["resultType"] == "input_required"
     for refused in (crossed, forged, other_way, replayed):
-        assert refused["code"] == -32602 and "requestState names no request waiting" in refused["message"]
+        assert refused["code"] == -32602
+        assert "requestState names no request waiting" in refused["message"]
     assert answered["content"][0]["text"] == "accept: yes"
 
 
@@ -283,9 +289,13 @@ def test_ctrl_c_stops_the_gateway_quietly_and_a_call_in_flight_is_told_why() -> 
         status = process.process.wait(timeout=60)
         error, said = in_flight.result(timeout=60), process.log().decode()
 
-    assert status == 0 and "Traceback" not in said and "KeyboardInterrupt" not in said, said
-    assert "ERROR" not in said and "1 call(s) still in flight" in said, said
-    assert error["code"] == -32014 and "The gateway is restarting" in error["message"], error
+    assert status == 0, said
+    assert "Traceback" not in said, said
+    assert "KeyboardInterrupt" not in said, said
+    assert "ERROR" not in said, said
+    assert "1 call(s) still in flight" in said, said
+    assert error["code"] == -32014, error
+    assert "The gateway is restarting" in error["message"], error
 
 
 def test_a_requests_own_process_is_replaced_and_stopped_once_its_answer_is_sent(tmp_path: Path) -> None:

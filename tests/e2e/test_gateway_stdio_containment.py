@@ -33,7 +33,7 @@ from _mcp import ModernClient, session_meta
 from _uids import members, uids
 from _waits import WITHIN, until
 from conftest import SECRET
-from e2e._gateway import CACHE, Process, for_every_uid, installed, node, readable_directory, rss_kib
+from e2e._gateway import CACHE, Process, for_every_uid, installed, main_run, node, readable_directory, rss_kib
 from e2e._sealed import AUTH, PRIVATE, SECRETS, UIDS, call, client, gateway, needs, of_uid, running, team, text
 from e2e._stdio import stdio_gateway
 from mcp_sessions._gateway.sealed._sandbox import Sandbox
@@ -61,7 +61,8 @@ def test_a_users_process_cannot_reach_anothers(server: str, jwks: str, containme
             alice, bob = client(process, user="alice"), client(process, user="bob")
             hers, his = alice.create_session(), bob.create_session()
             she, he = (json.loads(text(call(mcp, "whoami", session))) for mcp, session in ((alice, hers), (bob, his)))
-            assert she["uid"] != he["uid"] and {she["uid"], he["uid"]} <= set(members(UIDS))
+            assert she["uid"] != he["uid"]
+            assert {she["uid"], he["uid"]} <= set(members(UIDS))
             assert (she["gid"], set(she["groups"]) - {she["gid"]}) == (she["uid"], set())
             assert she["environ"]["USER_SECRET"] == SECRETS["alice"]
             inherited = {"HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"} & set(os.environ)
@@ -122,7 +123,8 @@ def test_root_runs_no_helper_a_user_chose_and_no_helper_reads_a_users_variable(
             wrappers = [pid for pid, line in lines.items() if not line.startswith(servers)]
             environs = [Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") for pid in wrappers]
     assert (seen["environ"]["PATH"], seen["environ"]["USER_SECRET"]) == (f"{planted}:/usr/bin:/bin", SECRETS["alice"])
-    assert environs and all(b"PATH=/usr/sbin:/usr/bin:/sbin:/bin" in environ for environ in environs)
+    assert environs
+    assert all(b"PATH=/usr/sbin:/usr/bin:/sbin:/bin" in environ for environ in environs)
     assert {name.split(b"=")[0] for environ in environs for name in environ if name} <= {b"PATH", b"PWD"}  # bwrap's
     assert not list(planted.glob("ran-*"))
 
@@ -272,7 +274,8 @@ def test_network_none_leaves_a_process_its_own_loopback_only(server: str, by_def
         options = ("--process-containment", containment, "--process-network", "none")
         with gateway(server, *options) as process:
             said = f"each process: containment {containment}, the gateway's uid, bounds "  # its default memory, or none
-            assert said in process.output() and ", network none" in process.output()
+            assert said in process.output()
+            assert ", network none" in process.output()
             mcp = client(process)
             assert text(call(mcp, "connect", port=port)).startswith("denied: ")
             assert text(call(mcp, "loopback")) == "connected"
@@ -357,7 +360,8 @@ def test_two_gateways_given_one_range_never_share_a_uid_nor_end_each_others_proc
         one, two = client(first), client(second)
         mine, theirs = one.create_session(), two.create_session()
         me, they = (json.loads(text(call(mcp, "whoami", session))) for mcp, session in ((one, mine), (two, theirs)))
-        assert me["uid"] != they["uid"] and {me["uid"], they["uid"]} <= set(members(shared))
+        assert me["uid"] != they["uid"]
+        assert {me["uid"], they["uid"]} <= set(members(shared))
         one.request("sessions/delete", session=session_meta(mine))
         until(lambda: of_uid(me["uid"]) == [], "the ended conversation's uid to run nothing")
         assert json.loads(text(call(two, "whoami", theirs)))["pid"] == they["pid"]  # the other's lives on
@@ -495,7 +499,8 @@ def test_a_process_that_stops_reading_costs_a_bounded_memory_and_ends_as_a_crash
             caller.start()
         for caller in callers:
             caller.join(WITHIN)
-        assert refused and {answer["error"]["code"] for answer in refused} == {-32011}, refused  # those past the 5
+        assert refused, refused
+        assert {answer["error"]["code"] for answer in refused} == {-32011}, refused  # those past the 5
         until(lambda: "ended (crash: it left its stdin unread for 10 s" in process.output(), process.output)
         grown = (rss_kib(pid) - before) >> 10
         assert grown < 200, f"the gateway's RSS grew by {grown} MiB"
@@ -573,16 +578,21 @@ EGRESS = ("--process-network", "egress")
     ],
 )
 def test_a_startup_error_is_one_line_and_exit_status_2(options: tuple[str, ...], said: str) -> None:
-    """A typo in --stdio (or a --process-* option) is one line that says it, and exit status 2: no traceback."""
+    """A typo in --stdio (or a --process-* option) is one line that says it, and exit status 2: no traceback. Run by
+    ``main`` in the test's process (its exit status and output as the command gives them; each is refused before the
+    gateway binds its port), where a fresh interpreter cost 0.3 to 1 CPU-second a case; a host without bwrap in a
+    command of its own, as the gateway finds its tools once a process."""
     if "--process-uids" in options or "--process-user" in options:
         needs("root")
-    line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", "1", *options]
+    line = ["gateway", "--port", "1", *options]
     environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
     if "/bin/true" in options:  # a host without bwrap: a PATH without it
         environ["PATH"] = "/nonexistent"
-    # A fresh interpreter importing the gateway: 2 s alone, over 10 s beside the suite on 2 slow cores. 60 s guards
-    # against a hang only, as the suite's other command-line runs do.
-    done = subprocess.run(line, capture_output=True, text=True, env=environ, timeout=60, check=False)
+        # 60 s guards against a hang only, as the suite's other command-line runs do.
+        command = [sys.executable, "-m", "mcp_sessions", *line]
+        done = subprocess.run(command, capture_output=True, text=True, env=environ, timeout=60, check=False)
+    else:
+        done = main_run(*line, environ=environ)
     assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said}\n")
 
 
@@ -604,9 +614,8 @@ def test_what_a_contained_process_would_not_find_under_tmp_is_said_at_startup() 
         f"mcp-sessions gateway: --stdio: {script.name} is under /tmp, which each contained process has of its "
         "own, empty: put it in a directory every process's user may read, or give --process-containment none\n",
     )
-    assert started.returncode == 2 and "the processes start in /, not in the gateway's working directory" in (
-        started.stderr
-    )
+    assert started.returncode == 2
+    assert "the processes start in /, not in the gateway's working directory" in (started.stderr)
 
 
 def test_a_containment_the_host_no_longer_gives_fails_the_request_that_would_start_a_process(server: str) -> None:
@@ -646,7 +655,8 @@ def test_server_memory_behind_the_team_recipe_never_shows_alices_graph_to_bob(jw
                 hers, his = alice.create_session(), bob.create_session()
                 created = json.dumps(call(alice, "create_entities", hers, **PLAN))
                 graphs = [json.dumps(call(mcp, "read_graph", session)) for mcp, session in ((alice, hers), (bob, his))]
-                assert "alice-s-plan" not in graphs[1] and "alice-s-plan" not in json.dumps(call(bob, "read_graph"))
+                assert "alice-s-plan" not in graphs[1]
+                assert "alice-s-plan" not in json.dumps(call(bob, "read_graph"))
                 if command == recipe:
                     assert "alice-s-plan" in graphs[0], (created, graphs[0])
                 else:

@@ -86,7 +86,8 @@ async def test_a_value_per_user_keeps_a_process_per_conversation_whatever_the_se
             first, second = await create_session(client), await create_session(client)
             seen = [await whoami(client, first), await whoami(client, second)]
 
-    assert logged and not any("the server speaks" in line for line in logged)  # a user's value: nothing asked
+    assert logged
+    assert not any("the server speaks" in line for line in logged)  # a user's value: nothing asked
     assert seen[0]["pid"] != seen[1]["pid"]
 
 
@@ -109,4 +110,5 @@ def test_a_server_that_exits_at_the_revision_probe_is_a_crash_and_no_start(serve
     assert re.fullmatch(f"mcp-sessions gateway: {re.escape(shlex.join(server))}: {why}; {last}", said[-1]), said
     probe = f"the revision probe: server process \\d+ ended \\({why}; exit code 3\\)"
     assert re.search(probe, done.stderr), said  # one end, in the same words
-    assert "handshake" not in done.stderr and "shared:" not in done.stderr  # no era guessed, no second process
+    assert "handshake" not in done.stderr
+    assert "shared:" not in done.stderr  # no era guessed, no second process

@@ -21,7 +21,7 @@ from _mcp import session_meta
 from _syscalls import CALLS, REFUSED
 from _uids import members, uids
 from conftest import SECRET
-from e2e._gateway import EVERYTHING, MAIN, installed, node
+from e2e._gateway import EVERYTHING, MAIN, installed, main_run, node
 from e2e._sealed import call, client, gateway, needs, team, text
 from mcp_sessions._gateway.sealed._seccomp import PROFILE
 
@@ -42,12 +42,12 @@ _INVALIDATE = "import ctypes, sys; ctypes.CDLL(None).syscall(int(sys.argv[1]), 2
 def test_a_contained_process_makes_none_of_the_calls_a_container_may_not(
     server: str, jwks: str, containment: str
 ) -> None:
-    """The keyring, bpf, perf_event_open, userfaultfd, mounts, namespaces, the clock and personality beyond the
-    profile's: each EPERM (clone3 ENOSYS), under either containment; nor a tun device in a user namespace of its
+    """The keyring, bpf, perf_event_open, userfaultfd, io_uring, mounts, namespaces, the clock and personality beyond
+    the profile's: each EPERM (clone3 ENOSYS), under either containment; nor a tun device in a user namespace of its
     own (under unshare, the host's /dev/net/tun, 0666, is there). The startup line names the profile."""
     needs("root", containment)
     with gateway(server, *team(jwks), "--process-containment", containment) as process:
-        assert "each process's seccomp profile: docker's default (20.10.24)" in process.output()
+        assert "each process's seccomp profile: docker's default (26.1.5)" in process.output()
         alice = client(process, user="alice")
         hers = alice.create_session()
         assert json.loads(text(call(alice, "syscalls", hers, calls=CALLS))) == REFUSED
@@ -139,8 +139,8 @@ def test_ordinary_servers_work_under_the_filter(
     ],
 )
 def test_a_profile_that_cannot_be_used_is_one_line_and_exit_status_2(options: tuple[str, ...], said: str) -> None:
-    line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", "1", "--stdio", "true", *options]
-    environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
-    done = subprocess.run(line, capture_output=True, text=True, env=environ, timeout=60, check=False)
-    assert done.returncode == 2 and done.stderr.startswith(f"mcp-sessions gateway: {said}"), done.stderr
+    # by main in this process: its exit status and output as the command gives them, refused before the port is bound
+    done = main_run("gateway", "--port", "1", "--stdio", "true", *options, environ={"MCP_SESSIONS_SECRET": SECRET})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"mcp-sessions gateway: {said}"), done.stderr
     assert done.stderr.count("\n") == 1, done.stderr

@@ -96,7 +96,8 @@ def test_a_request_state_is_its_callers_alone() -> None:
         stolen = modern_call(http, url, "elicit", bob, **retry)
         hers = modern_call(http, url, "elicit", alice, **retry)
 
-    assert stolen["code"] == -32602 and "requestState names no request waiting" in stolen["message"], stolen
+    assert stolen["code"] == -32602, stolen
+    assert "requestState names no request waiting" in stolen["message"], stolen
     assert hers["content"][0]["text"] == "accept: yes", hers
 
 
@@ -114,7 +115,8 @@ def test_every_process_started_for_a_caller_spends_its_create_limit() -> None:
     assert [found["content"][0]["text"] for found in first] == ["1", "1"]
     assert transports[0]["result"]["content"][0]["text"] == "1", transports
     for refused in (transports[1]["error"], refused_request):
-        assert refused["code"] == -32011 and "MCP_SESSIONS_CREATE_LIMIT" in refused["message"], refused
+        assert refused["code"] == -32011, refused
+        assert "MCP_SESSIONS_CREATE_LIMIT" in refused["message"], refused
         assert refused["data"]["retryAfter"] >= 1
 
 
@@ -184,10 +186,15 @@ async def test_the_operator_view_of_every_process() -> None:
 
     assert set(views) == {"shared", "warm", "request"}
     mine = views["request"]
-    assert str(mine.principal) == "10.0.0.7" and mine.conversation not in (None, conversation.key.id)
-    assert mine.pid == conversation.child.pid and mine.age >= mine.idle >= 0 and mine.requests == 0
-    assert views["shared"].principal is None and views["shared"].conversation is None
-    assert views["warm"].principal is None and views["warm"].requests == 0
+    assert str(mine.principal) == "10.0.0.7"
+    assert mine.conversation not in (None, conversation.key.id)
+    assert mine.pid == conversation.child.pid
+    assert mine.age >= mine.idle >= 0
+    assert mine.requests == 0
+    assert views["shared"].principal is None
+    assert views["shared"].conversation is None
+    assert views["warm"].principal is None
+    assert views["warm"].requests == 0
 
 
 # -- issue 66: lists cost nothing, and a caller at its limit is not locked out by its own idle conversations -------
@@ -205,7 +212,8 @@ async def test_a_stock_clients_call_at_one_process_a_caller_gets_its_result(
         async with Client(url, mode=mode) as client:
             result = await client.call_tool("count", {})
 
-    assert not result.is_error and result.structured_content == {"result": 1}, result
+    assert not result.is_error, result
+    assert result.structured_content == {"result": 1}, result
     assert caplog.text.count("serves the conversation") == 1, caplog.text
 
 
@@ -228,7 +236,8 @@ def test_a_caller_at_its_limit_gets_its_oldest_idle_conversation_ended_to_make_r
         until(lambda: create(http, url).status_code == 200, "a create let in, the lost one idle EVICT_AFTER s")
         back = modern_call(http, url, "count", {}, lost, arguments={})
 
-    assert within_grace.status_code == 429 and result_of(within_grace, 1)["error"]["code"] == -32011
+    assert within_grace.status_code == 429
+    assert result_of(within_grace, 1)["error"]["code"] == -32011
     assert back["code"] == -32043, back
 
 

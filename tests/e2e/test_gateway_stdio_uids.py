@@ -90,5 +90,6 @@ def test_a_server_under_a_directory_its_uid_may_not_search_is_one_line_at_start(
         done = gateway_run("--stdio", command, "--process-uids", sealed := uids(212, 2))
     uid = members(sealed)[0]
     said = f"mcp-sessions gateway: --stdio: {python} is under {private} (mode 700), which the processes' uid ({uid})"
-    assert done.returncode == 2 and done.stderr.startswith(said), done.stderr
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(said), done.stderr
     assert len(done.stderr.splitlines()) == 1, done.stderr

@@ -120,4 +120,5 @@ def test_opentelemetry_instrument_exports_the_gateways_spans(
     assert secrets_in(spans, secrets) == []
     # The probe before sessions/create reaches the upstream with no trace context, instrumented or not.
     [probe] = [seen for seen in recorder.seen if seen.methods() == ["mcp-sessions/probe"]]
-    assert probe.header("traceparent") is None and probe.header("tracestate") is None
+    assert probe.header("traceparent") is None
+    assert probe.header("tracestate") is None

@@ -6,10 +6,14 @@ from __future__ import annotations
 import base64
 import json
 import string
+from pathlib import Path
+from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
-from mcp_sessions._gateway.sealed._masks import Mask, placeholder
+from _authorities import PEM, authority, written_key
+from mcp_sessions._gateway.sealed._masks import Authority, Mask, placeholder
 from mcp_sessions._gateway.sealed._network import AllowedHost, EgressRules
 
 
@@ -47,10 +51,19 @@ def test_a_jwt_s_placeholder_keeps_its_header_and_claims_and_has_a_random_signat
 @pytest.mark.parametrize(
     ("given", "said"),
     [
-        ("GITHUB_TOKEN", "--process-env-mask takes NAME=HOST[:PORT][,HOST[:PORT]...]: 'GITHUB_TOKEN'"),
+        (
+            "GITHUB_TOKEN",
+            "--process-env-mask takes NAME=[http://]HOST[:PORT][,[http://]HOST[:PORT]...]: 'GITHUB_TOKEN'",
+        ),
         ("OTHER=api.github.com", "--process-env-mask OTHER: no --process-env OTHER=SOURCE gives it"),
-        ("GITHUB_TOKEN=api github.com", "--process-env-mask GITHUB_TOKEN: 'api github.com' is not HOST[:PORT]"),
-        ("GITHUB_TOKEN=api.github.com:0", "--process-env-mask GITHUB_TOKEN: 'api.github.com:0' is not HOST[:PORT]"),
+        (
+            "GITHUB_TOKEN=api github.com",
+            "--process-env-mask GITHUB_TOKEN: 'api github.com' is not [http://]HOST[:PORT]",
+        ),
+        (
+            "GITHUB_TOKEN=api.github.com:0",
+            "--process-env-mask GITHUB_TOKEN: 'api.github.com:0' is not [http://]HOST[:PORT]",
+        ),
     ],
     ids=["no-hosts", "not-given", "bad-name", "bad-port"],
 )
@@ -64,6 +77,22 @@ def test_a_mask_the_gateway_cannot_keep_is_one_line(given: str, said: str) -> No
 def test_a_mask_s_hosts_are_on_443_unless_a_port_is_given() -> None:
     mask = Mask.parsed("GITHUB_TOKEN=API.github.com,uploads.github.com:8443", {"GITHUB_TOKEN"})
     assert mask.hosts == {("api.github.com", 443), ("uploads.github.com", 8443)}
+    assert mask.plain == frozenset()
+
+
+def test_plain_http_is_a_host_s_only_where_the_mask_names_it_with_http_and_then_the_process_has_http_proxy() -> None:
+    from mcp_sessions._gateway.sealed._masks import Masks
+
+    mask = Mask.parsed("TOKEN=api.test,http://api.test,http://wiki.test:8080", {"TOKEN"})
+    other = Mask.parsed("OTHER=api.test", {"OTHER"})
+    masks = Masks((mask, other), authority=None)  # type: ignore[arg-type]
+    given, _ = masks.give({"TOKEN": "value-0001"})
+    alone, _ = masks.give({"OTHER": "value-0002"})
+    assert mask.hosts == {("api.test", 443)}
+    assert mask.plain == {("api.test", 80), ("wiki.test", 8080)}
+    assert masks.hosts == {("api.test", 443), ("api.test", 80), ("wiki.test", 8080)}  # each refused directly
+    assert given["HTTP_PROXY"] == given["http_proxy"] == given["HTTPS_PROXY"]
+    assert "HTTP_PROXY" not in alone and "http_proxy" not in alone
 
 
 def test_the_rules_grant_the_proxy_and_refuse_the_masked_hosts_before_any_grant() -> None:
@@ -87,3 +116,68 @@ def test_a_renewed_value_replaces_the_old_under_the_same_placeholder_and_an_ende
     assert (given["TOKEN"], given["OTHER"]) == (swap.placeholder, "kept")
     assert (swap.value, swap.hosts) == ("second-value-002", frozenset({("api.test", 443)}))
     assert given["HTTPS_PROXY"].endswith(f":{token}@169.254.1.1:0") and masks.swaps == {}
+
+
+def _operator_authority(
+    directory: Path, *, ca: bool = True, cert_sign: bool = True, days: int = 30, key: Any = None
+) -> tuple[Path, Path]:
+    """An operator's authority (its certificate, its key: 0600) as ``--process-env-mask-ca`` reads them, each part
+    of it as a test asks (no CA, no keyCertSign, expired, another kind of key)."""
+    key, certificate = authority("operator authority", key=key, ca=ca, cert_sign=cert_sign, days=days)
+    (directory / "ca.pem").write_bytes(certificate.public_bytes(PEM))
+    return directory / "ca.pem", written_key(key, directory / "ca.key")
+
+
+@pytest.mark.parametrize(
+    ("case", "said"),
+    [
+        ("missing", "{dir}/absent.pem cannot be read (No such file or directory)"),
+        ("open", "{dir}/ca.key is open to others (mode 644): chmod 600 it"),
+        ("no-certificate", "{dir}/ca.key holds no PEM certificate"),
+        ("no-ca", "{dir}/ca.pem is no certificate authority's (no basicConstraints CA:TRUE)"),
+        ("no-cert-sign", "{dir}/ca.pem's keyUsage does not let it sign certificates (keyCertSign)"),
+        ("expired", "{dir}/ca.pem expired on "),
+        ("encrypted", "{dir}/ca.key's key is encrypted: the gateway takes it unencrypted"),
+        ("no-key", "{dir}/ca.pem holds no PEM private key"),
+        ("ed25519", "{dir}/ca.key's key is neither RSA nor EC"),
+        ("another-key", "{dir}/other.key's key is not {dir}/ca.pem's certificate's"),
+        ("one-file", "{dir}/both.pem's key is not {dir}/both.pem's certificate's"),  # both read from one file
+    ],
+)
+def test_an_operator_s_authority_the_gateway_cannot_use_is_one_line_without_its_key(
+    tmp_path: Path, case: str, said: str
+) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    certificate, key = _operator_authority(
+        tmp_path,
+        ca=case != "no-ca",
+        cert_sign=case != "no-cert-sign",
+        days=-1 if case == "expired" else 30,
+        key=ed25519.Ed25519PrivateKey.generate() if case == "ed25519" else None,
+    )
+    secret = key.read_text()
+    given = {
+        "missing": f"{tmp_path}/absent.pem,{key}",
+        "no-certificate": f"{key}",
+        "no-key": f"{certificate},{certificate}",
+        "another-key": f"{certificate},{tmp_path}/other.key",
+        "one-file": f"{tmp_path}/both.pem",
+    }.get(case, f"{certificate},{key}")
+    if case == "open":
+        key.chmod(0o644)
+    if case == "no-key":
+        certificate.chmod(0o600)
+    if case in ("another-key", "one-file"):  # a key of no certificate's, alone or in one file with it
+        other = written_key(ec.generate_private_key(ec.SECP256R1()), tmp_path / "other.key")
+        (tmp_path / "both.pem").write_bytes(other.read_bytes() + certificate.read_bytes())
+        (tmp_path / "both.pem").chmod(0o600)
+    if case == "encrypted":
+        encrypted = serialization.PrivateFormat.PKCS8, serialization.BestAvailableEncryption(b"pass")
+        key.write_bytes(serialization.load_pem_private_key(key.read_bytes(), None).private_bytes(PEM, *encrypted))
+    with pytest.raises(ValueError) as raised:
+        Authority.given(given)
+    message = str(raised.value)
+    assert message.startswith("--process-env-mask-ca CERT.pem[,KEY.pem]: " + said.format(dir=tmp_path)), message
+    assert "\n" not in message
+    assert secret.splitlines()[1] not in message

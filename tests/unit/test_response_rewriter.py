@@ -185,10 +185,21 @@ def test_two_data_lines_come_out_as_one_message_with_its_echo_and_other_events_a
     [
         b'{"jsonrpc":"2.0","id":7,"result":{}}',
         b'{"jsonrpc":"2.0","\\u0069d":7,"result":{}}',
+        b'{"jsonrpc":"2.0","i\\u0064":7,"result":{}}',
+        b'{"jsonrpc":"2.0","\\u0069\\u0064":7,"result":{}}',
         b'{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"\\"id\\":7"}}',
         b'{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":7}}',
+        b'{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"a\\\\id\\n"}}',
     ],
-    ids=["answer", "answer-with-its-id-escaped", "an-id-in-a-string", "notification"],
+    ids=[
+        "answer",
+        "answer-with-its-id-escaped",
+        "answer-with-its-d-escaped",
+        "answer-with-both-letters-escaped",
+        "an-id-in-a-string",
+        "notification",
+        "notification-with-escapes",
+    ],
 )
 def test_an_event_is_rewritten_as_the_same_json_body_is(data: bytes) -> None:
     """Only the events whose data holds an id member are read as JSON; an escaped name is still a name."""

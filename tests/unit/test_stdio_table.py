@@ -165,10 +165,12 @@ async def test_route_says_start_this_and_carry_out_starts_it(monkeypatch: pytest
     second = children.route(Asking(alice, None, None), "tools/call", None)  # her limit is one: the first is evicted
 
     assert [first.key.kind, second.key.kind] == ["request", "request"]
-    assert len(made) == 2 and len(children.pool.live) == 2  # made, counted live...
+    assert len(made) == 2
+    assert len(children.pool.live) == 2  # made, counted live...
     assert [process.tasks for process in children.pool.live] == [None, None]  # ...and not launched
     assert not any(child.ready.is_set() for child in made)
-    assert made[0].end == End(EndReason.EVICTED) and made[1].end is None
+    assert made[0].end == End(EndReason.EVICTED)
+    assert made[1].end is None
     async with children.pool.running():
         children.carry_out()
         with anyio.fail_after(5):
@@ -182,7 +184,9 @@ async def test_a_callers_requests_that_name_nothing_are_one_conversation_of_hers
         his = await children.conversation_for(scope("10.0.0.2"), "tools/call")
         listed = await children.conversation_for(scope(), "tools/list")
 
-    assert hers[0] is hers[1] and his is not hers[0] and listed.shared
+    assert hers[0] is hers[1]
+    assert his is not hers[0]
+    assert listed.shared
     assert [conversation.key.kind for conversation in (hers[0], his)] == ["sessionless"] * 2
     assert len(made) == 3  # the shared one, and one each
 
@@ -195,7 +199,8 @@ async def test_per_request_each_request_has_a_process_ended_once_answered() -> N
             await first.child.done.wait()
         second = await children.conversation_for(scope(), "tools/call")
 
-    assert first is not second and len(made) == 3
+    assert first is not second
+    assert len(made) == 3
 
 
 async def test_a_caller_at_her_limit_is_refused_and_another_is_not() -> None:
@@ -205,8 +210,10 @@ async def test_a_caller_at_her_limit_is_refused_and_another_is_not() -> None:
             await create(children, "s2")
         theirs = await children.conversation_for(scope("10.0.0.2"), "tools/call")
 
-    assert refused.value.code == RATE_LIMITED and "--max-processes-per-principal" in str(refused.value)
-    assert theirs.key.kind == "sessionless" and len(made) == 3
+    assert refused.value.code == RATE_LIMITED
+    assert "--max-processes-per-principal" in str(refused.value)
+    assert theirs.key.kind == "sessionless"
+    assert len(made) == 3
 
 
 async def test_her_idle_conversation_makes_room_and_is_then_not_found(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -218,7 +225,8 @@ async def test_her_idle_conversation_makes_room_and_is_then_not_found(monkeypatc
             await children.conversation_for(scope(session=data_layer("s1")), "tools/call")
         kept = await children.conversation_for(scope(session=data_layer("s2")), "tools/call")
 
-    assert gone.value.error.code == SESSION_NOT_FOUND and kept.key.id == "s2"
+    assert gone.value.error.code == SESSION_NOT_FOUND
+    assert kept.key.id == "s2"
     assert made[1].end == End(EndReason.EVICTED)
 
 
@@ -250,7 +258,8 @@ async def test_a_crashed_conversation_stays_ended_and_a_callers_own_is_told_once
 
     for refused in (ended, told):
         assert "conversation has ended (crash: it exited)" in refused.value.error.message
-    assert again is not sessionless and len(made) == 4
+    assert again is not sessionless
+    assert len(made) == 4
 
 
 async def test_a_sessions_end_while_its_process_starts_ends_it() -> None:
@@ -270,7 +279,8 @@ async def test_a_sessions_end_while_its_process_starts_ends_it() -> None:
         made[1].started.set()
 
     [answer] = reached
-    assert isinstance(answer, MCPError) and made[1].done.is_set(), answer
+    assert isinstance(answer, MCPError), answer
+    assert made[1].done.is_set(), answer
 
 
 async def test_concurrent_first_requests_reach_one_process() -> None:
@@ -286,7 +296,9 @@ async def test_concurrent_first_requests_reach_one_process() -> None:
             await made.second.wait()
         made[1].started.set()
 
-    assert len(reached) == 2 and reached[0] is reached[1] and len(made) == 2
+    assert len(reached) == 2
+    assert reached[0] is reached[1]
+    assert len(made) == 2
 
 
 @pytest.mark.parametrize(("speaks", "chosen"), [([LATEST_MODERN_VERSION], "caller"), ([], "sessionless")])
@@ -296,4 +308,5 @@ async def test_auto_asks_the_server_through_the_factory_what_it_speaks(speaks: l
     async with table(processes="auto", speaks=speaks) as (children, made):
         conversation = await children.conversation_for(scope(), "tools/call")
 
-    assert made[0].label == "the revision probe" and conversation.key.kind == chosen
+    assert made[0].label == "the revision probe"
+    assert conversation.key.kind == chosen

@@ -185,7 +185,15 @@ def _auth_arguments(gateway: argparse.ArgumentParser) -> None:
         metavar="NAME=HOST[:PORT],...",
         help="with --process-env NAME and --process-network egress: the process gets a placeholder of NAME's "
         "shape, and the gateway's HTTPS proxy puts the value in its requests' headers to these hosts (port 443 "
-        "unless given) alone, which it reaches through that proxy alone; repeat",
+        "unless given) alone, which it reaches through that proxy alone; plain HTTP too for a host given as "
+        "http://HOST[:PORT] (port 80 unless given); repeat",
+    )
+    users.add_argument(
+        "--process-env-mask-ca",
+        metavar="CERT.pem[,KEY.pem]",
+        help="with --process-env-mask: the certificate authority (and its unencrypted key, mode 0600; one file may "
+        "hold both) whose certificates the proxy shows the processes, read once at startup (default: one made "
+        "at startup, for the masked hosts alone)",
     )
 
 
@@ -399,6 +407,8 @@ def _edge(args: argparse.Namespace, sandbox: Any, egress: Any) -> Any:
     """The proxy of ``--process-env-mask``'s credentials (``_edge``), its port bound on this host's loopback and
     granted by ``egress``'s rules, which refuse the masked hosts' direct connections; None without the flag."""
     if not args.process_env_mask:
+        if args.process_env_mask_ca:
+            raise ValueError("--process-env-mask-ca signs the certificates of --process-env-mask's hosts: give both")
         return None
     from .sealed._edge import Edge
     from .sealed._masks import Authority, Mask, Masks
@@ -411,8 +421,10 @@ def _edge(args: argparse.Namespace, sandbox: Any, egress: Any) -> Any:
             "--process-env-mask needs --process-network egress (with --process-uids): the rules that send the "
             f"process to the gateway's proxy, not {sandbox.network}"
         )
+    names = {host for mask in masks for host, _ in mask.hosts}
+    authority = Authority.given(args.process_env_mask_ca) if args.process_env_mask_ca else Authority.made(names)
     listening = socket.create_server(("127.0.0.1", 0))
-    masked = Masks(masks, Authority(), port=listening.getsockname()[1])
+    masked = Masks(masks, authority, port=listening.getsockname()[1])
     egress.proxy = masked.port
     egress.masked = tuple(AllowedHost(host, port) for host, port in sorted(masked.hosts))
     return Edge(masked, listening)

@@ -2,14 +2,17 @@
 gateway's named startup and shutdown steps, as uvicorn's own has ``startup``, ``main_loop`` and ``shutdown``; and
 :func:`serve`, which runs it. It imports uvicorn, and so is imported by ``_cli.run`` alone, once the gateway is built.
 
-A stop of a started gateway (SIGTERM, the first Ctrl-C) drains it first, as Envoy and Kubernetes drain a
-replica: it keeps listening, ``GET /readyz`` answers 503, a request that would open a conversation, or a stream
-(which would hold the stop), gets 503 with ``Retry-After`` (``-32014``: a retry reaches the next gateway), every
-answer closes its connection (none is left idle for a client to reuse as the listener closes), and every call in
-flight (a request other than a ``GET`` stream or a ``subscriptions/listen``) may end, for ``--shutdown-timeout`` at
-most. Then the streams are ended and uvicorn stops: it closes the listener and waits for a call that came meanwhile
-for what is left of the bound. A call past the bound is told ``-32014`` (503 where its answer has not started), never
-uvicorn's 500. A second Ctrl-C (or SIGTERM) ends the drain at once, its calls told so.
+A stop of a started gateway (SIGTERM, the first Ctrl-C) drains it first, as Envoy and Kubernetes drain a replica: it
+keeps listening, ``GET /readyz`` answers 503, a request that would open a conversation, or a stream (which would hold
+the stop), gets 503 with ``Retry-After`` (``-32014``: a retry reaches the next gateway), every answer closes its
+connection (none is left idle for a client to reuse as the listener closes), and every call in flight (a request other
+than a ``GET`` stream or a ``subscriptions/listen``) may end, for ``--shutdown-timeout`` at most. A conversation's next
+call is served until every call that was in flight at the signal is answered; from then ``--stdio``'s table refuses a
+new request as it would a new conversation (``REFUSING``), so the calls in flight only end, and conversations that call
+back to back do not hold the drain to its bound. Then the streams are ended and uvicorn stops: it closes the listener
+and waits for a call that came meanwhile for what is left of the bound. A call past the bound is told ``-32014`` (503
+where its answer has not started), never uvicorn's 500. A second Ctrl-C (or SIGTERM) ends the drain at once, its calls
+told so.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from .._wire.protocol import (
 from ..profiles import Era
 from ._config import GatewayConfig
 from ._front import QueryDropped, StartupFailed
-from ._serving import DRAINING, EXIT_USAGE, RESTARTING, RETRY_AFTER, STOPPING, bind, private_socket
+from ._serving import DRAINING, EXIT_USAGE, REFUSING, RESTARTING, RETRY_AFTER, STOPPING, bind, private_socket
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -115,6 +118,8 @@ class Gateway(uvicorn.Server):
         self._starting: anyio.CancelScope | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.calls: set[asyncio.Task[Any]] = set()  # in flight: every request but a stream that waits for events
+        self._signalled: set[asyncio.Task[Any]] = set()  # those in flight at the drain's signal, until answered
+        self._refusing = False
         self._drained = self._hurried = False
         self._drain_ends = asyncio.Event()  # set once no call is in flight, or by a second signal
         self._draining: asyncio.Task[None] | None = None
@@ -218,8 +223,8 @@ class Gateway(uvicorn.Server):
             len(self.calls),
             timeout,
         )
-        if not self.calls:
-            self._drain_ends.set()
+        self._signalled = set(self.calls)
+        self._answered_signalled()
         self._draining = asyncio.get_running_loop().create_task(self._drain(timeout))
 
     async def _drain(self, within: float) -> None:
@@ -243,6 +248,19 @@ class Gateway(uvicorn.Server):
         self.config.timeout_graceful_shutdown = max(ends - loop.time(), 0.1)  # type: ignore[assignment]  # a float too
         self.should_exit = True
 
+    def _answered_signalled(self) -> None:
+        """The drain's steps as its calls end: once those in flight at the signal are answered, a new request is
+        refused (``REFUSING``); once none is in flight, the drain ends."""
+        if not self._signalled and not self._refusing:
+            self._refusing = True
+            logger.info(
+                "mcp-sessions gateway: the calls in flight at the signal are answered: a new call is refused (503, "
+                "Retry-After); %d call(s) in flight",
+                len(self.calls),
+            )
+        if not self.calls:
+            self._drain_ends.set()
+
     def _stop_starting(self) -> None:
         """A signal before the app has started: the start under way, or about to be, is ended (its processes
         stopped)."""
@@ -253,6 +271,10 @@ class Gateway(uvicorn.Server):
     def stop_asked(self) -> bool:
         """Whether the gateway drains (``DRAINING``)."""
         return self._stop_asked
+
+    def refusing(self) -> bool:
+        """Whether its drain refuses a new request (``REFUSING``)."""
+        return self._refusing
 
     def drained(self) -> bool:
         """Whether its drain has ended (``STOPPING``)."""
@@ -309,7 +331,7 @@ class Gateway(uvicorn.Server):
         # a stream would hold the stop: its client opens it again at the next gateway
         if self._stop_asked and (_opens(scope) or not call):
             return await _SHUTTING_DOWN.send(send)
-        scope[STOPPING], scope[DRAINING] = self.drained, self.stop_asked
+        scope[STOPPING], scope[DRAINING], scope[REFUSING] = self.drained, self.stop_asked, self.refusing
         task = asyncio.current_task()
         if call and task is not None:
             self.calls.add(task)
@@ -327,8 +349,9 @@ class Gateway(uvicorn.Server):
         finally:
             if task is not None:
                 self.calls.discard(task)
-            if self._stop_asked and not self.calls:
-                self._drain_ends.set()
+                self._signalled.discard(task)
+            if self._stop_asked:
+                self._answered_signalled()
 
     def planned(self, record: logging.LogRecord) -> bool:
         """A logging filter: uvicorn's cancellations at the end of a stop the gateway drained for are INFO, as

@@ -29,6 +29,10 @@ then says so (``--stdio``'s, whose stream ends unanswered, before the app's shut
 DRAINING: Final = "mcp_sessions.gateway.draining"
 """The scope key of a callable that says whether the gateway drains (it has been asked to stop): it opens no
 conversation then (``--stdio``'s table refuses one with ``-32014``)."""
+REFUSING: Final = "mcp_sessions.gateway.refusing"
+"""The scope key of a callable that says whether the gateway, draining, has answered every call that was in flight at
+its signal: from then ``--stdio``'s table takes no new request (``-32014``, 503 with ``Retry-After``), so that the
+drain's calls only end, and a conversation's next call goes to the next gateway."""
 
 
 def bind(host: str, port: int, flags: str = "--host {host} --port {port}") -> socket.socket:

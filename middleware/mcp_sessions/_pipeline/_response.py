@@ -11,6 +11,7 @@ stops: the gateway's proxy then closes the upstream connection.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -157,10 +158,14 @@ class ResponseRewriter:
         raise ResponseTooLarge(f"the response passed max_response_size ({self._limit} bytes)")
 
 
+# The name "id" as JSON writes it: each letter as itself or as its only escape (their hex digits have no case).
+_ID_NAME: Final = re.compile(rb'"(?:i|\\u0069)(?:d|\\u0064)"')
+
+
 def _no_answer(data: bytes) -> bool:
-    """Whether ``data`` (an event's, or whole events') holds no answer: no ``id`` member, even escaped (a
-    notification; a server's request has one, and is read)."""
-    return b'"id"' not in data and b"\\" not in data
+    """Whether ``data`` (an event's, or whole events') holds no answer: no ``id`` member, however it is written
+    (a notification; a server's request has one, and is read). One pass over the bytes."""
+    return _ID_NAME.search(data) is None
 
 
 def uncoded(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

@@ -9,8 +9,11 @@ httpx's parser) both ways, streaming: each request's head at most :data:`HEAD_LI
 ``Proxy-*`` headers dropped, and in every other header the placeholder replaced by the value (inside an
 ``Authorization: Basic``'s decoded pair too). To any other host, an opaque tunnel from a socket the kernel counts as
 the process's uid's (:func:`_socket_as`), so that its own rules judge the tunnel as they judge its own connections:
-one set of rules, the kernel's. A failure is an answer the client reads (400, 405, 431, 502
-naming the host), never a hang; nothing of a value, a placeholder or a token is logged.
+one set of rules, the kernel's. A plain HTTP request (absolute form, from a process whose credential opted a host in:
+``http://HOST[:PORT]``, its ``HTTP_PROXY``) is relayed the same way, one a connection, its placeholders swapped for
+that host and port alone (to any other host, from a socket of the process's uid too). A failure is an answer the
+client reads (400, 405, 431, 502 naming the host), never a hang; nothing of a value, a placeholder or a token is
+logged.
 """
 
 from __future__ import annotations
@@ -23,8 +26,11 @@ import logging
 import os
 import socket
 import ssl
+import traceback
+import urllib.parse
 from collections import Counter
 from contextlib import suppress
+from pathlib import Path
 from typing import Any, Final
 
 import anyio
@@ -64,9 +70,21 @@ class Edge:
         await listener.serve(self.connection)
 
     async def connection(self, client: anyio.abc.SocketStream) -> None:
+        """One connection of a process's, served; whatever fails in it ends it alone, never the proxy (nor the
+        gateway, whose task group runs it), logged by its kind and place, never its message (a value may be in it)."""
         async with client:
-            with suppress(anyio.BrokenResourceError, anyio.EndOfStream, anyio.ClosedResourceError, OSError):
+            try:
                 await self._connection(client)
+            except (anyio.BrokenResourceError, anyio.EndOfStream, anyio.ClosedResourceError, OSError):
+                pass
+            except Exception as exc:
+                where = traceback.extract_tb(exc.__traceback__)[-1]
+                logger.warning(
+                    "the credentials' proxy: a connection ended on %s (%s:%d)",
+                    type(exc).__name__,
+                    Path(where.filename).name,
+                    where.lineno or 0,
+                )
 
     async def _connection(self, client: anyio.abc.SocketStream) -> None:
         down = h11.Connection(h11.SERVER, max_incomplete_event_size=HEAD_LIMIT)
@@ -77,8 +95,9 @@ class Edge:
             return await _refuse(down, client, 400, "a proxy request's head, whole, in time")
         if not isinstance(asked, h11.Request):
             return None
-        if asked.method != b"CONNECT":
-            return await _refuse(down, client, 405, "this proxy takes CONNECT alone (HTTPS)")
+        plain = asked.method != b"CONNECT"
+        if plain and asked.target[:7].lower() != b"http://":
+            return await _refuse(down, client, 405, "this proxy takes CONNECT (HTTPS) and http:// URLs alone")
         token, swaps = self._swaps(asked)
         if swaps is None:
             return await _refuse(down, client, 407, "a live process's proxy password", proxy=True)
@@ -86,7 +105,7 @@ class Edge:
             return await _refuse(down, client, 429, f"at most {TUNNELS} connections of a process at once")
         self.tunnels[token] += 1
         try:
-            await self._tunnel(down, client, asked, token, swaps)
+            await (self._plain if plain else self._tunnel)(down, client, asked, token, swaps)
         finally:
             self.tunnels[token] -= 1
             if not self.tunnels[token]:
@@ -109,7 +128,7 @@ class Edge:
             return await _refuse(down, client, 400, "CONNECT HOST:PORT")
         port = int(port_text)
         mine = tuple(swap for swap in swaps if (host, port) in swap.hosts)
-        upstream = await self._upstream(host, port, None if mine else token)
+        upstream = await self._upstream(host, port, token, tls=bool(mine))
         if upstream is None:
             return await _refuse(down, client, 502, f"{printable(host)}:{port} could not be reached")
         async with upstream:
@@ -124,6 +143,40 @@ class Edge:
             )
             await _relay(tls, upstream, mine, f"{host}:{port}")
 
+    async def _plain(
+        self,
+        down: h11.Connection,
+        client: anyio.abc.SocketStream,
+        asked: h11.Request,
+        token: str,
+        swaps: tuple[Swap, ...],
+    ) -> None:
+        """The plain HTTP request ``asked`` (absolute form, through ``HTTP_PROXY``) of the process whose proxy token
+        is ``token`` and values ``swaps``: to its host, each placeholder swapped where a credential opted that host
+        and port in (``http://HOST[:PORT]``), else as it came; one request a connection."""
+        try:  # a bracket left open, a port out of range
+            url = urllib.parse.urlsplit(asked.target.decode("ascii", "replace"))
+            host, port = (url.hostname or "").removesuffix("."), url.port or 80
+        except ValueError:
+            return await _refuse(down, client, 400, "an absolute http://HOST[:PORT]/PATH")
+        if not host:
+            return await _refuse(down, client, 400, "an absolute http://HOST[:PORT]/PATH")
+        if asked.method in (b"TRACE", b"TRACK"):
+            return await _refuse(down, client, 405, "TRACE and TRACK echo the request back: refused")
+        mine = tuple(swap for swap in swaps if (host, port) in swap.plain)
+        upstream = await self._upstream(host, port, token, masked=bool(mine))
+        if upstream is None:
+            return await _refuse(down, client, 502, f"{printable(host)}:{port} could not be reached")
+        # the request built from the URL's parts: its path, and the Host it names (never its user and password)
+        target = (url.path or "/") + (f"?{url.query}" if url.query else "")
+        named: list[tuple[bytes, bytes]] = [(b"host", url.netloc.rpartition("@")[2].encode())]
+        headers = named + [(name, value) for name, value in asked.headers if name != b"host"]
+        request = h11.Request(method=asked.method, target=target, headers=headers)
+        async with upstream:
+            up = h11.Connection(h11.CLIENT, max_incomplete_event_size=HEAD_LIMIT)
+            await _exchange(down, client, up, upstream, request, mine, closing=True)
+        return None
+
     def _swaps(self, asked: h11.Request) -> tuple[str, tuple[Swap, ...] | None]:
         """The token the request carries and the swaps of its process; None for no live one's."""
         for name, value in asked.headers:
@@ -134,16 +187,21 @@ class Edge:
                         return token, self.masks.swaps.get(token)
         return "", None
 
-    async def _upstream(self, host: str, port: int, opaque: str | None) -> anyio.abc.ByteStream | None:
-        """A connection to ``host``: TLS verified for a masked host's; else (``opaque``: the process's proxy token) an
-        opaque one, as the process's uid, which its rules judge."""
+    async def _upstream(
+        self, host: str, port: int, token: str, *, tls: bool = False, masked: bool = False
+    ) -> anyio.abc.ByteStream | None:
+        """A connection to ``host``: TLS verified for a masked host's, as the name resolves; plain to a host a
+        credential opted in for plain HTTP (``masked``); else an opaque one, as the uid of the process whose proxy
+        token is ``token``, which its rules judge."""
         try:
             with anyio.fail_after(CONNECT_WITHIN):
-                if opaque is None:
+                if tls:
                     return await anyio.connect_tcp(
                         host, port, ssl_context=self.upstream, tls_hostname=host, tls_standard_compatible=False
                     )
-                return await self._opaque(host, port, opaque)
+                if masked:
+                    return await anyio.connect_tcp(host, port)
+                return await self._opaque(host, port, token)
         except (OSError, TimeoutError, ssl.SSLError) as exc:
             reached = printable(host)
             logger.info("mcp-sessions gateway: the proxy could not reach %s:%d: %s", reached, port, type(exc).__name__)
@@ -207,20 +265,33 @@ async def _relay(client: TLSStream, server: anyio.abc.ByteStream, swaps: tuple[S
             return None
         if asked.method in (b"TRACE", b"TRACK"):
             return await _refuse(down, client, 405, "TRACE and TRACK echo the request back: refused")
-        headers = [(name, _swapped(name, value, swaps)) for name, value in _kept(asked.headers)]
-        await _send(up, server, h11.Request(method=asked.method, target=asked.target, headers=headers))
-        try:
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(_body, down, client, up, server, tasks)
-                await _answer(up, server, down, client, tasks)
-        except h11.ProtocolError:
-            return None
-        if down.our_state is not h11.DONE or up.our_state is not h11.DONE:
-            return None
-        if down.their_state is not h11.DONE or up.their_state is not h11.DONE:
+        if not await _exchange(down, client, up, server, asked, swaps):
             return None
         down.start_next_cycle()
         up.start_next_cycle()
+
+
+async def _exchange(
+    down: h11.Connection,
+    client: Any,
+    up: h11.Connection,
+    server: Any,
+    asked: h11.Request,
+    swaps: tuple[Swap, ...],
+    *,
+    closing: bool = False,
+) -> bool:
+    """The request ``asked`` (its head's placeholders swapped, its body as it comes) to ``server``, and its answer
+    (``closing``: telling the client the connection ends with it) back: whether both ended whole."""
+    headers = [(name, _swapped(name, value, swaps)) for name, value in _kept(asked.headers)]
+    await _send(up, server, h11.Request(method=asked.method, target=asked.target, headers=headers))
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(_body, down, client, up, server, tasks)
+            await _answer(up, server, down, client, tasks, closing)
+    except h11.ProtocolError:
+        return False
+    return all(state is h11.DONE for state in (down.our_state, up.our_state, down.their_state, up.their_state))
 
 
 async def _body(down: h11.Connection, client: Any, up: h11.Connection, server: Any, tasks: Any) -> None:
@@ -236,12 +307,16 @@ async def _body(down: h11.Connection, client: Any, up: h11.Connection, server: A
             return
 
 
-async def _answer(up: h11.Connection, server: Any, down: h11.Connection, client: Any, tasks: Any) -> None:
+async def _answer(
+    up: h11.Connection, server: Any, down: h11.Connection, client: Any, tasks: Any, closing: bool = False
+) -> None:
     """The server's answer, from it to the client, as it comes; its head's hop-by-hop headers dropped."""
     while True:
         event = await _next(up, server)
         if isinstance(event, h11.InformationalResponse | h11.Response):
             kept = list(_kept(event.headers))
+            if closing and isinstance(event, h11.Response):
+                kept.append((b"connection", b"close"))
             kind = type(event)
             event = kind(status_code=event.status_code, headers=kept, reason=event.reason)
         if event is h11.PAUSED or isinstance(event, h11.ConnectionClosed):

@@ -1,16 +1,16 @@
 """Credentials that never enter a process (``--process-env-mask NAME=HOST[:PORT],...``, issue 95).
 
-A masked ``--process-env`` variable reaches the process as a placeholder of the value's shape (:func:`placeholder`);
-the value stays in the gateway, in :class:`Masks`, under a token of that process's own, and is gone when the process
-ends (:meth:`Masks.drop`). The process's HTTPS clients reach the world through the gateway's proxy (``_edge``), named
-in its ``HTTPS_PROXY`` with that token as the proxy's password: the proxy knows whose connection it serves by a secret
-only that process was given, never by an address or a port a neighbour could reach too (as Codex's broker and srt
-bind a proxy's grant to its sandbox). For a masked credential's own hosts, the proxy terminates TLS with a certificate
-of the gateway's certificate authority (:class:`Authority`: made at startup, its key never written anywhere; its
-certificate handed to the process through ``SSL_CERT_FILE`` and its peers, beside the host's roots), and puts the
-value where the placeholder is in the request's headers. The process's direct connections to those hosts are refused
-by its rules (``_network.EgressRules``), so the swap happens only where the proxy sends the answer back through TLS
-it verified itself. The certificates are made with ``cryptography`` (what PyJWT's ``crypto`` extra installs).
+A masked ``--process-env`` variable reaches the process as a placeholder of the value's shape (:func:`placeholder`); the
+value stays in the gateway, in :class:`Masks`, under a token of that process's own, and is gone when the process ends
+(:meth:`Masks.drop`). The process's HTTPS clients reach the world through the gateway's proxy (``_edge``), named in its
+``HTTPS_PROXY`` with that token as the proxy's password: the proxy knows whose connection it serves by a secret only
+that process was given, never by an address or a port a neighbour could reach too (as Codex's broker and srt bind a
+proxy's grant to its sandbox). For a masked credential's own hosts, the proxy terminates TLS with a certificate of the
+gateway's certificate authority (:class:`Authority`: made at startup, its key never written anywhere, or the operator's,
+read once; its certificate handed to the process through ``SSL_CERT_FILE`` and its peers, beside the host's roots), and
+puts the value where the placeholder is in the request's headers. The process's direct connections to those hosts are
+refused by its rules (``_network.EgressRules``), so the swap happens only where the proxy sends the answer back through
+TLS it verified itself. The certificates are made with ``cryptography`` (what PyJWT's ``crypto`` extra installs).
 """
 
 from __future__ import annotations
@@ -28,15 +28,21 @@ import shutil
 import ssl
 import string
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final, TypeAlias
 from urllib.parse import urlsplit
 
 from ._grants import Grant
 from ._network import GATEWAY, AllowedHost
+
+if TYPE_CHECKING:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+    IssuerKey: TypeAlias = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey
 
 CA_IN_PROCESS: Final = "/run/mcp-sessions-ca"
 """Where a process finds the gateway's certificates (a read-only grant): ``ca.pem``, and ``bundle.pem`` (the host's
@@ -49,32 +55,37 @@ _JWT_ALPHABET: Final = string.ascii_letters + string.digits + "-_"
 
 @dataclass(frozen=True)
 class Mask:
-    """One ``--process-env-mask NAME=HOST[:PORT],...``: the variable, and the hosts (port 443 unless given) where the
-    proxy puts its value back."""
+    """One ``--process-env-mask NAME=HOST[:PORT],...``: the variable, the hosts (port 443 unless given) where the
+    proxy puts its value back in HTTPS requests, and those (``http://HOST[:PORT]``, port 80 unless given) where it
+    does in plain HTTP ones too, as the operator opts each in."""
 
     name: str
     hosts: frozenset[tuple[str, int]]
+    plain: frozenset[tuple[str, int]] = frozenset()
 
     @classmethod
     def parsed(cls, given: str, env: set[str]) -> Mask:
-        """``GITHUB_TOKEN=api.github.com,uploads.github.com:443``; ``ValueError`` in one line, else. ``env``: the
-        names ``--process-env`` gives."""
+        """``GITHUB_TOKEN=api.github.com,uploads.github.com:443``, ``API_TOKEN=http://api.internal:8080``;
+        ``ValueError`` in one line, else. ``env``: the names ``--process-env`` gives."""
         name, equals, listed = given.partition("=")
         if not equals or not listed:
-            raise ValueError(f"--process-env-mask takes NAME=HOST[:PORT][,HOST[:PORT]...]: {given!r}")
+            raise ValueError(f"--process-env-mask takes NAME=[http://]HOST[:PORT][,[http://]HOST[:PORT]...]: {given!r}")
         if name not in env:
             raise ValueError(f"--process-env-mask {name}: no --process-env {name}=SOURCE gives it")
-        hosts = set()
-        for host in listed.split(","):
-            port = "443" if ":" not in host else host.rpartition(":")[2]
+        hosts: set[tuple[str, int]] = set()
+        plain: set[tuple[str, int]] = set()
+        for entry in listed.split(","):
+            host = entry.removeprefix("http://")
+            port = ("80" if host != entry else "443") if ":" not in host else host.rpartition(":")[2]
             try:
                 each = AllowedHost.parsed(host if ":" in host else f"{host}:{port}")
             except ValueError:
                 raise ValueError(
-                    f"--process-env-mask {name}: {host!r} is not HOST[:PORT] (api.github.com, api.example.com:8443)"
+                    f"--process-env-mask {name}: {entry!r} is not [http://]HOST[:PORT] (api.github.com, "
+                    "api.example.com:8443, http://api.internal:8080)"
                 ) from None
-            hosts.add((each.name, each.port))
-        return cls(name, frozenset(hosts))
+            (plain if host != entry else hosts).add((each.name, each.port))
+        return cls(name, frozenset(hosts), frozenset(plain))
 
 
 def placeholder(value: str) -> str:
@@ -110,12 +121,13 @@ def _jwt_header(text: str) -> bool:
 @dataclass(frozen=True)
 class Swap:
     """One process's masked value: its variable's ``name``, its ``placeholder``, the ``value``, and the hosts it is
-    put back for."""
+    put back for (``plain``: in plain HTTP)."""
 
     name: str
     placeholder: str
     value: str
     hosts: frozenset[tuple[str, int]]
+    plain: frozenset[tuple[str, int]] = frozenset()
 
 
 @dataclass
@@ -131,8 +143,9 @@ class Masks:
 
     @property
     def hosts(self) -> frozenset[tuple[str, int]]:
-        """Every masked credential's hosts: the process's rules refuse its direct connections to them."""
-        return frozenset(host for mask in self.masks for host in mask.hosts)
+        """Every masked credential's hosts, plain HTTP's too: the process's rules refuse its direct connections to
+        them."""
+        return frozenset(host for mask in self.masks for host in mask.hosts | mask.plain)
 
     @property
     def grant(self) -> Grant:
@@ -147,14 +160,19 @@ class Masks:
         if not masked:
             return values, None
         token = secrets.token_urlsafe(32)
-        swaps = tuple(Swap(mask.name, placeholder(values[mask.name]), values[mask.name], mask.hosts) for mask in masked)
+        swaps = tuple(
+            Swap(mask.name, placeholder(values[mask.name]), values[mask.name], mask.hosts, mask.plain)
+            for mask in masked
+        )
         self.swaps[token] = swaps
         proxy = f"http://{PROXY_USER}:{token}@{GATEWAY}:{self.port}"
+        # plain HTTP through the proxy only where a credential opted a host in: the rest goes out as it did
+        plain = ("HTTP_PROXY", "http_proxy") if any(mask.plain for mask in masked) else ()
         bundle, ca = f"{CA_IN_PROCESS}/bundle.pem", f"{CA_IN_PROCESS}/ca.pem"
         given = {
             **values,
             **{mask.name: swap.placeholder for mask, swap in zip(masked, swaps, strict=True)},
-            **dict.fromkeys(("HTTPS_PROXY", "https_proxy"), proxy),
+            **dict.fromkeys(("HTTPS_PROXY", "https_proxy", *plain), proxy),
             "NODE_USE_ENV_PROXY": "1",  # Node's own fetch reads them (from 22.21 and 24.5)
             **dict.fromkeys(("NO_PROXY", "no_proxy"), "localhost,127.0.0.1,::1"),
             **dict.fromkeys(("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO"), bundle),
@@ -189,36 +207,25 @@ class Masks:
 
 
 class Authority:
-    """The gateway's certificate authority, made at startup (a P-256 key, in memory alone), and the certificate of
-    each masked host it signs, on first use. ``shared``: a directory every process may read (``ca.pem`` and
-    ``bundle.pem``, the host's roots and it), held while the gateway lives (:func:`held_directory`). The leaves'
-    key and certificates reach ``ssl`` through a memory file, never a file on disk."""
+    """The gateway's certificate authority: its ``key`` (in the gateway's memory alone) and ``certificate``, made at
+    startup (:meth:`made`) or the operator's (:meth:`given`), and the certificate of each masked host it signs, on
+    first use. ``shared``: a directory every process may read (``ca.pem``, the authority's certificate alone, and
+    ``bundle.pem``, the host's roots and it), held while the gateway lives (:func:`held_directory`). The leaves' key
+    and certificates reach ``ssl`` through a memory file, never a file on disk."""
 
-    def __init__(self, roots: str | None = None) -> None:
+    def __init__(self, key: IssuerKey, certificate: x509.Certificate, roots: str | None = None) -> None:
         from cryptography import x509
-        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives import serialization
         from cryptography.hazmat.primitives.asymmetric import ec
-        from cryptography.x509.oid import NameOID
 
-        self.key = ec.generate_private_key(ec.SECP256R1())
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"mcp-sessions gateway {secrets.token_hex(4)}")])
-        now = datetime.datetime.now(datetime.UTC)
-        self.name = name
-        self.certificate = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(self.key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(hours=1))
-            .not_valid_after(now + datetime.timedelta(days=3650))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(x509.KeyUsage(*(False,) * 5, True, True, False, False), critical=True)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(self.key.public_key()), critical=False)
-            .sign(self.key, hashes.SHA256())
-        )
+        self.key, self.certificate = key, certificate
+        try:  # a verifier matches a leaf's issuer by this identifier where it has one: the operator's may be any
+            known = certificate.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+            self.identifier = x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(known)
+        except x509.ExtensionNotFound:
+            self.identifier = x509.AuthorityKeyIdentifier.from_issuer_public_key(key.public_key())
         self.leaf_key = ec.generate_private_key(ec.SECP256R1())
-        pem = self.certificate.public_bytes(serialization.Encoding.PEM)
+        pem = certificate.public_bytes(serialization.Encoding.PEM)
         roots = roots or ssl.get_default_verify_paths().cafile or ""
         host_roots = Path(roots).read_bytes() if roots and os.path.isfile(roots) else b""
         self.shared, self.lock = held_directory()
@@ -228,6 +235,82 @@ class Authority:
             os.chmod(os.path.join(self.shared, file), 0o644)
         self.contexts: dict[str, ssl.SSLContext] = {}
 
+    @classmethod
+    def made(cls, hosts: Collection[str], roots: str | None = None) -> Authority:
+        """An authority of the gateway's own, made now (a P-256 key, a name no other gateway's has), whose
+        certificate permits ``hosts`` alone (RFC 5280's name constraints, critical): a leaf it signed for any other
+        name fails every client's verification, whoever made it."""
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import NameOID
+
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"mcp-sessions gateway {secrets.token_hex(4)}")])
+        # masks of plain HTTP hosts alone: a name no host has (RFC 2606), so that it vouches for none
+        permitted = [_constraint(host) for host in sorted(set(hosts))] or [x509.DNSName("invalid")]
+        now = datetime.datetime.now(datetime.UTC)
+        certificate = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=3650))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(*(False,) * 5, True, True, False, False), critical=True)
+            .add_extension(x509.NameConstraints(permitted_subtrees=permitted, excluded_subtrees=None), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .sign(key, hashes.SHA256())
+        )
+        return cls(key, certificate, roots)
+
+    @classmethod
+    def given(cls, files: str, roots: str | None = None) -> Authority:
+        """The operator's authority, ``--process-env-mask-ca CERT.pem[,KEY.pem]`` (one file may hold both), read
+        once; ``ValueError`` in one line (never a byte of the key) for a file that cannot be read, a key others may
+        read, a certificate that is no authority's or has expired, or a key that is not its."""
+        from cryptography import x509
+        from cryptography.exceptions import UnsupportedAlgorithm
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+        flag = "--process-env-mask-ca CERT.pem[,KEY.pem]"
+        certificate_file, _, key_file = files.partition(",")
+        key_file = key_file or certificate_file
+        try:
+            mode = os.stat(key_file).st_mode & 0o777
+            text, private = Path(certificate_file).read_bytes(), Path(key_file).read_bytes()
+        except OSError as exc:
+            raise ValueError(f"{flag}: {exc.filename} cannot be read ({exc.strerror})") from None
+        if mode & 0o077:  # the processes read the host's files, each as a uid and groups of its own
+            raise ValueError(f"{flag}: {key_file} is open to others (mode {mode:o}): chmod 600 it")
+        try:
+            certificate = x509.load_pem_x509_certificate(text)
+        except ValueError:
+            raise ValueError(f"{flag}: {certificate_file} holds no PEM certificate") from None
+        extensions = {type(each.value): each.value for each in certificate.extensions}
+        basic, usage = extensions.get(x509.BasicConstraints), extensions.get(x509.KeyUsage)
+        if not isinstance(basic, x509.BasicConstraints) or not basic.ca:
+            raise ValueError(f"{flag}: {certificate_file} is no certificate authority's (no basicConstraints CA:TRUE)")
+        if isinstance(usage, x509.KeyUsage) and not usage.key_cert_sign:
+            raise ValueError(f"{flag}: {certificate_file}'s keyUsage does not let it sign certificates (keyCertSign)")
+        if certificate.not_valid_after_utc <= datetime.datetime.now(datetime.UTC):
+            raise ValueError(f"{flag}: {certificate_file} expired on {certificate.not_valid_after_utc:%Y-%m-%d}")
+        try:
+            key = serialization.load_pem_private_key(private, password=None)
+        except TypeError:
+            raise ValueError(f"{flag}: {key_file}'s key is encrypted: the gateway takes it unencrypted") from None
+        except (ValueError, UnsupportedAlgorithm):
+            raise ValueError(f"{flag}: {key_file} holds no PEM private key") from None
+        if not isinstance(key, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey):
+            raise ValueError(f"{flag}: {key_file}'s key is neither RSA nor EC")
+        spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        if key.public_key().public_bytes(*spki) != certificate.public_key().public_bytes(*spki):
+            raise ValueError(f"{flag}: {key_file}'s key is not {certificate_file}'s certificate's")
+        return cls(key, certificate, roots)
+
     def context(self, host: str) -> ssl.SSLContext:
         """A server context whose certificate names ``host``, signed by this authority (made once a host)."""
         if (found := self.contexts.get(host)) is not None:
@@ -236,22 +319,25 @@ class Authority:
         from cryptography.hazmat.primitives import hashes, serialization
         from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+        # an address's leaf names it in its alternative name alone (critical, RFC 5280 4.2.1.6): a verifier takes a
+        # common name that looks like a host name for one, which a name constraint of an address does not permit
         try:
             alt: x509.GeneralName = x509.IPAddress(ipaddress.ip_address(host))
+            subject = x509.Name([])
         except ValueError:
-            alt = x509.DNSName(host)
+            alt, subject = x509.DNSName(host), x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
         now = datetime.datetime.now(datetime.UTC)
         leaf = (
             x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
-            .issuer_name(self.name)
+            .subject_name(subject)
+            .issuer_name(self.certificate.subject)
             .public_key(self.leaf_key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(hours=1))
-            .not_valid_after(now + datetime.timedelta(days=90))
-            .add_extension(x509.SubjectAlternativeName([alt]), critical=False)
+            .not_valid_after(min(now + datetime.timedelta(days=90), self.certificate.not_valid_after_utc))
+            .add_extension(x509.SubjectAlternativeName([alt]), critical=not subject)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), critical=False)
+            .add_extension(self.identifier, critical=False)
             .sign(self.key, hashes.SHA256())
         )
         key = self.leaf_key.private_bytes(
@@ -297,3 +383,13 @@ def held_directory(parent: str = SHARED) -> tuple[str, int | None]:
     shared = os.path.join(parent, os.path.basename(made).removeprefix("."))
     os.rename(made, shared)
     return shared, lock
+
+
+def _constraint(host: str) -> x509.GeneralName:
+    """A name constraint's subtree permitting ``host`` alone: an address's own, else its name's."""
+    from cryptography import x509
+
+    try:
+        return x509.IPAddress(ipaddress.ip_network(host))
+    except ValueError:
+        return x509.DNSName(host)

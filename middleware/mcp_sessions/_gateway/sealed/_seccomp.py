@@ -1,5 +1,5 @@
 """The seccomp filter of every contained process: a profile in Docker's JSON schema (Docker's default by default:
-``seccomp.json`` beside this module, moby's ``profiles/seccomp/default.json`` as Debian 12's ``docker.io`` 20.10.24
+``seccomp.json`` beside this module, moby's ``profiles/seccomp/default.json`` as Debian 13's ``docker.io`` 26.1.5
 ships it; or the operator's, ``--process-seccomp PATH``, Docker's or Podman's), compiled once at startup to classic
 BPF by libseccomp (:func:`compiled`), as runc compiles it for Docker and Podman; then given to bubblewrap
 (``--add-seccomp-fd``), or under ``unshare`` applied by the gateway's own interpreter (:func:`applied`), after the
@@ -21,7 +21,7 @@ from ..._wire import printable
 
 PROFILE: Final = str(Path(__file__).with_name("seccomp.json"))
 """Docker's default profile (refreshed by ``scripts/seccomp-profile.sh``)."""
-DOCKER: Final = "docker's default (20.10.24)"
+DOCKER: Final = "docker's default (26.1.5)"
 
 # libseccomp's actions (seccomp.h): those an argument completes, and the others.
 _ACTIONS: Final = {

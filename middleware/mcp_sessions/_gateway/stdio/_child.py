@@ -18,6 +18,7 @@ import logging
 import os
 import secrets
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Final, Protocol
 
 import anyio
@@ -163,7 +164,7 @@ class Child:
         self.judged = anyio.Event()
         self.initialized: types.InitializeResult | None = None
         self.revisions: list[str] = []  # what its server/discover answer lists (with ``discover``)
-        self.pid: int | None = None
+        self.pid: int | None = None  # its server's, inside the wrappers that start it: found once it answered
         self.exit_code: int | None = None
         self.link: JSONRPCDispatcher[Any] | None = None
         self.last_words: str | None = None  # its last stderr line: why it failed to start, often
@@ -203,7 +204,6 @@ class Child:
         finally:
             for file in files:
                 os.close(file)
-        self.pid = process.pid
         pipe = Pipe(self, process)
         self.link = link = JSONRPCDispatcher(pipe, pipe)
         try:
@@ -217,6 +217,7 @@ class Child:
                     await self._discover(link)
                 else:
                     await self._initialize(link)
+                self.pid = await anyio.to_thread.run_sync(server_of, process.pid)
                 await self.done.wait()
                 if self.failure is not None:  # its last words, which say why, read first
                     with anyio.move_on_after(EXIT_DRAIN):
@@ -229,7 +230,11 @@ class Child:
             self.done.set()
             self.ready.set()
             logger.info(
-                "%s: server process %d ended (%s; exit code %s)", self.label, process.pid, self.end, self.exit_code
+                "%s: server process %d ended (%s; exit code %s)",
+                self.label,
+                self.pid or process.pid,
+                self.end,
+                self.exit_code,
             )
 
     async def _stopped(self, process: anyio.abc.Process, place: Place) -> None:
@@ -488,3 +493,22 @@ async def _reaping(process: anyio.abc.Process) -> None:
         if process.returncode is not None:
             reap_adopted(process.pid)
         await anyio.sleep(_POLL)
+
+
+def server_of(pid: int) -> int:
+    """The server inside the wrappers that start it in its place (:data:`WRAPPERS`), from the first of them: the
+    pid an operator finds in ``ps`` and the status, and the log's end line names; ``pid`` where it is gone."""
+    for _ in range(len(WRAPPERS) + 2):  # each wrapper once, bubblewrap twice, at the most
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            break
+        if name not in WRAPPERS or not children:
+            break
+        pid = int(children[0])
+    return pid
+
+
+WRAPPERS: Final = frozenset({"bwrap", "unshare", "sh", "setpriv", "prlimit"})
+"""The programs that start a server in its place (``_sandbox``): the status shows the server they run, not them."""

@@ -20,7 +20,7 @@ from ..._session import SCOPE_KEY, Session, authenticated_user, caller_of, princ
 from ..._wire import printable
 from ..._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
 from ...profiles import Era
-from .._serving import DRAINING
+from .._serving import DRAINING, REFUSING
 from ..auth._users import Credentials, ProcessEnv, ProxiedUser
 
 Kind = Literal[
@@ -86,6 +86,7 @@ class Asking(NamedTuple):
     transport: bytes | None  # :func:`transport_of`
     user: object = None  # the authenticated user (``scope["user"]``): who may end its 2025 transport session
     draining: bool = False  # the gateway drains: no new conversation but a 2025 transport session's first call
+    refusing: bool = False  # the drain's signalled calls are answered: no new request (but a retry's input)
     credentials: Callable[[], Credentials] = partial(ProcessEnv().of, None)  # --process-env's, if a process starts
 
 
@@ -100,8 +101,9 @@ async def asking(scope: Scope, config: SessionsConfig, process_env: ProcessEnv) 
 def asked_by(scope: Scope, caller: Caller, session: Session | None, process_env: ProcessEnv) -> Asking:
     """What the table's decisions read of the request ``scope`` of ``caller``, in ``session``, read here once."""
     draining = scope.get(DRAINING, bool)()
+    refusing = scope.get(REFUSING, bool)()
     credentials = partial(process_env.of, scope)
-    return Asking(caller, session, transport_of(scope), scope.get("user"), draining, credentials)
+    return Asking(caller, session, transport_of(scope), scope.get("user"), draining, refusing, credentials)
 
 
 def transport_of(scope: Scope) -> bytes | None:

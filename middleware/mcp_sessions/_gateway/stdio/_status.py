@@ -95,13 +95,11 @@ async def status(children: Table) -> dict[str, Any]:
     """Every live process with its memory, each user's and everyone's count against the limits, and how many
     processes ended, by their end's label (the ends metric's words)."""
     views = children.pool.views()
-    servers = await anyio.to_thread.run_sync(_servers, [view.pid for view in views])
+    memory = await anyio.to_thread.run_sync(_memory, [view.pid for view in views])
     counted = [view for view in views if view.kind in CONVERSATIONS]
     users = Counter(view.principal for view in counted if view.principal is not None)
     return {
-        "processes": [
-            {**_shown(view), "pid": pid, "memory": rss} for view, (pid, rss) in zip(views, servers, strict=True)
-        ],
+        "processes": [{**_shown(view), "memory": rss} for view, rss in zip(views, memory, strict=True)],
         "users": [
             {"principal": owner.name, "processes": count, "limit": children.admission.per_caller}
             for owner, count in sorted(users.items(), key=lambda item: item[0].name)
@@ -147,29 +145,20 @@ def _shown(view: ProcessView) -> dict[str, Any]:
     return {**asdict(view), "principal": principal, "age": round(view.age, 1), "idle": round(view.idle, 1)}
 
 
-def _servers(pids: Sequence[int | None]) -> list[tuple[int | None, int | None]]:
-    """Each process's server, inside the wrappers that contain it (:data:`WRAPPERS`: bubblewrap's two processes,
-    ``unshare``'s, a ``sh`` that mounts): its host pid and resident memory in bytes (``VmRSS`` of
-    ``/proc/PID/status``), as an operator sizing ``--process-memory`` needs them; ``None`` where it is gone."""
-    found: list[tuple[int | None, int | None]] = []
+def _memory(pids: Sequence[int | None]) -> list[int | None]:
+    """Each server's resident memory in bytes (``VmRSS`` of ``/proc/PID/status``), as an operator sizing
+    ``--process-memory`` needs it; ``None`` where it is gone or not yet found."""
+    found: list[int | None] = []
     for pid in pids:
         try:
-            # each wrapper once, bubblewrap twice, at the most
-            for _ in range(len(WRAPPERS) + 2):
-                lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-                fields = dict(line.partition(":")[::2] for line in lines)
-                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-                if fields["Name"].strip() not in WRAPPERS or not children:
-                    break
-                pid = int(children[0])
-            found.append((pid, int(fields["VmRSS"].split()[0]) * 1024))
+            lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+            fields = dict(line.partition(":")[::2] for line in lines)
+            found.append(int(fields["VmRSS"].split()[0]) * 1024)
         except (OSError, ValueError, KeyError):
-            found.append((pid, None))
+            found.append(None)
     return found
 
 
-WRAPPERS: Final = frozenset({"bwrap", "unshare", "sh", "setpriv", "prlimit"})
-"""The programs that start a server in its place (``_sandbox``): the status shows the server they run, not them."""
 KINDS: Final = (
     "transport-session",
     "data-layer-session",

@@ -368,6 +368,8 @@ class Table:
         (:data:`_HELD`), has ended. What the request's names and caller are is read first; which conversation they
         reach is then one decision (:meth:`route`), and what it asks for is carried out (:meth:`carry_out`)."""
         asked = await asking(scope, self.config, self.process_env)
+        if asked.refusing and state is None:  # a retry that brings input is part of a call in flight
+            raise restarting()
         nameless = asked.session is None and asked.transport is None and state is None
         sessionless = self.sessionless if self.mode != "per-caller" else "per-caller"
         if self.mode == "shared" or (nameless and (method in LISTS or sessionless == "shared")):
@@ -452,18 +454,19 @@ class Table:
     @asynccontextmanager
     async def running(self, start_deadline: float | None = None) -> AsyncIterator[types.InitializeResult]:
         """Start the shared child (its ``initialize`` answered by ``start_deadline``, if given: the gateway's start's
-        end); at the end, stop every child. Yields the shared child's answer."""
+        end), those started ahead beside it; at the end, stop every child. Yields the shared child's answer."""
         async with self.pool.running():
             try:
                 self._shared = first = self.pool.start(shared=True, start_deadline=start_deadline)
                 try:
                     shared = self.shared_conversation()
                     self.carry_out()
+                    # beside it: a first conversation's process is no second start in a row
+                    self.pool.fill()
                     await self.ready(shared)
                 except MCPError as exc:
                     raise await self.failed(exc.error.message, first.child) from None
                 assert shared.child.initialized is not None
-                self.pool.fill()
                 yield shared.child.initialized
             finally:
                 for conversation in self._conversations.values():
