@@ -167,16 +167,20 @@ def test_the_upstream_sees_only_each_user_s_exchanged_token(authorization_server
         alice, bob = (login(authorization_server, user, front.url()) for user in ("alice", "bob"))
         assert call(upstream, alice).status_code == 401  # the upstream checks its audience: alice's is the gateway's
         for_alice = seen_token(call(front.url(), alice))
-        assert for_alice != alice and claims(for_alice)["aud"] == [UPSTREAM]
-        assert claims(for_alice)["sub"] == claims(alice)["sub"] and claims(for_alice)["client_id"] == GATEWAY[0]
+        assert for_alice != alice
+        assert claims(for_alice)["aud"] == [UPSTREAM]
+        assert claims(for_alice)["sub"] == claims(alice)["sub"]
+        assert claims(for_alice)["client_id"] == GATEWAY[0]
         assert seen_token(call(front.url(), alice)) == for_alice  # cached until shortly before it expires
         for_bob = seen_token(call(front.url(), bob))
-        assert for_bob != for_alice and claims(for_bob)["sub"] == claims(bob)["sub"]
+        assert for_bob != for_alice
+        assert claims(for_bob)["sub"] == claims(bob)["sub"]
         assert call(front.url(), "").status_code == 401  # no token: the gateway's 401, nothing exchanged
         output = logged(front)
     assert '"name": "POST"' in output  # httpx's spans, the token endpoint's among them
     for token in (alice, bob, for_alice, for_bob, GATEWAY[1]):
-        assert token not in output and token[-20:] not in output
+        assert token not in output
+        assert token[-20:] not in output
 
 
 def test_an_exchanged_token_is_renewed_before_it_expires(authorization_server: Process, upstream: str) -> None:
@@ -188,8 +192,10 @@ def test_an_exchanged_token_is_renewed_before_it_expires(authorization_server: P
         while (renewed := seen_token(call(front, alice))) == first:  # the upstream accepts each
             renewal.check()
             time.sleep(1)
-        assert claims(renewed)["exp"] > claims(first)["exp"] and claims(renewed)["aud"] == [UPSTREAM]
-        assert time.time() < claims(first)["exp"] and lifetime > 0  # renewed while the first still held
+        assert claims(renewed)["exp"] > claims(first)["exp"]
+        assert claims(renewed)["aud"] == [UPSTREAM]
+        assert time.time() < claims(first)["exp"]
+        assert lifetime > 0  # renewed while the first still held
 
 
 @pytest.mark.parametrize(
@@ -218,10 +224,12 @@ def test_a_refused_exchange_is_a_clear_error(
         output = logged(front)
     assert answer.status_code == status, answer.text
     error = result_of(answer, SEEN["id"])["error"]
-    assert says in error["message"] and "token exchange" in error["message"]
+    assert says in error["message"]
+    assert "token exchange" in error["message"]
     if status == 403:
         assert answer.headers["www-authenticate"].startswith('Bearer error="insufficient_scope", error_description=')
-    assert alice not in answer.text and alice not in output
+    assert alice not in answer.text
+    assert alice not in output
 
 
 def test_a_revoked_user_token_is_a_401(authorization_server: Process, upstream: str) -> None:
@@ -247,8 +255,11 @@ def test_a_stdio_process_gets_its_user_s_exchanged_token(authorization_server: P
         assert answer.status_code == 200, answer.text
         given = result_of(answer, GETENV["id"])["result"]["structuredContent"]["result"]
         output = logged(front)
-    assert given != alice and claims(given)["aud"] == [UPSTREAM] and claims(given)["sub"] == claims(alice)["sub"]
-    assert given not in output and alice not in output
+    assert given != alice
+    assert claims(given)["aud"] == [UPSTREAM]
+    assert claims(given)["sub"] == claims(alice)["sub"]
+    assert given not in output
+    assert alice not in output
 
 
 def test_the_upstream_gets_no_user_token_unless_asked(authorization_server: Process) -> None:
@@ -283,7 +294,9 @@ async def test_a_stock_client_s_session_reaches_the_upstream_with_the_exchanged_
             session = await create_session(client)  # the gateway's probe of the upstream carries it too
             seen = json.loads(text_of(await client.call_tool("seen", {}, meta=sdk_session_meta(session))))
     token = seen["headers"]["authorization"].removeprefix("Bearer ")
-    assert token != alice and claims(token)["aud"] == [UPSTREAM] and claims(token)["sub"] == claims(alice)["sub"]
+    assert token != alice
+    assert claims(token)["aud"] == [UPSTREAM]
+    assert claims(token)["sub"] == claims(alice)["sub"]
 
 
 async def test_one_user_s_concurrent_first_requests_make_one_exchange(
@@ -311,7 +324,8 @@ async def test_one_user_s_concurrent_first_requests_make_one_exchange(
             async with anyio.create_task_group() as tasks:
                 for _ in range(8):
                     tasks.start_soon(post, user)
-            assert exchanges(authorization_server) == before + 1 and {a.status_code for a in rounds[-1]} == {status}
+            assert exchanges(authorization_server) == before + 1
+            assert {a.status_code for a in rounds[-1]} == {status}
     assert len({seen_token(answer) for answer in rounds[0]}) == 1
     with pytest.raises(RuntimeError, match="closed"):  # its token endpoint asked for carol's, on a closed client
         await exchange.token(carol, Target(UPSTREAM))
@@ -367,7 +381,8 @@ async def test_the_client_secret_never_leaves_the_gateway(client_auth: str, capl
         finally:
             await exchange.aclose()
     said = refused.value.answer().body.decode() + refused.value.description + caplog.text
-    assert refused.value.status == 502 and "refused the gateway (invalid_client)" in said
+    assert refused.value.status == 502
+    assert "refused the gateway (invalid_client)" in said
     sent = base64.b64encode(f"g:{quote_plus(secret)}".encode()).decode()
     assert not any(form in said for form in (secret, quote_plus(secret), sent))
 
@@ -402,7 +417,8 @@ async def test_a_token_endpoint_is_a_stranger(path: str | None, status: int, say
                 await exchange.token("the-user-s-token", Target("aud"))
         finally:
             await exchange.aclose()
-    assert refused.value.status == status and says in refused.value.description
+    assert refused.value.status == status
+    assert says in refused.value.description
     assert "the-user-s-token" not in refused.value.answer().body.decode()
 
 
@@ -416,4 +432,6 @@ async def test_a_token_endpoint_is_a_stranger(path: str | None, status: int, say
 )
 def test_a_bad_exchange_configuration_is_a_usage_error(arguments: tuple[str, ...], says: str) -> None:
     done = main_run("gateway", *arguments, environ={"MCP_SESSIONS_SECRET": SECRET})
-    assert done.returncode == 2 and says in done.stderr and "s3cr3t-value" not in done.stderr
+    assert done.returncode == 2
+    assert says in done.stderr
+    assert "s3cr3t-value" not in done.stderr

@@ -173,11 +173,13 @@ def test_each_client_reaches_the_api_with_the_value_and_the_process_holds_the_pl
     }
     basic = echoed(mcp, session, "curl", "-sS", "-u", f"x-access-token:{placeholder}", url)["authorization"]
     assert placeholder != TOKEN
-    assert len(placeholder) == len(TOKEN) and placeholder[3] == "_"
+    assert len(placeholder) == len(TOKEN)
+    assert placeholder[3] == "_"
     assert seen == dict.fromkeys(seen, f"Bearer {TOKEN}")
     assert base64.b64decode(basic.removeprefix("Basic ")).decode() == f"x-access-token:{TOKEN}"
     assert found["token"] == []  # not in its environment, its memory, nor its files
-    assert "environ" in found["placeholder"] and "memory" in found["placeholder"]  # where the search looks
+    assert "environ" in found["placeholder"]
+    assert "memory" in found["placeholder"]  # where the search looks
 
 
 def test_a_body_streams_through_with_the_value_in_the_head(masked: Masked) -> None:
@@ -505,8 +507,10 @@ def test_an_exchanged_token_renewed_mid_conversation_reaches_the_api_and_the_pro
         kept = _sealed.text(_sealed.call(mcp, "env", session, variable="API_TOKEN"))
         found = {value: searched(mcp, session, value) for value in (first, second)}
     (before, after), user = (jwt.decode(each, options={"verify_signature": False}) for each in (first, second)), alice
-    assert kept == placeholder and placeholder not in (first, second)
-    assert before["aud"] == after["aud"] == [EXCHANGED] and after["exp"] > before["exp"]
+    assert kept == placeholder
+    assert placeholder not in (first, second)
+    assert before["aud"] == after["aud"] == [EXCHANGED]
+    assert after["exp"] > before["exp"]
     assert before["sub"] == after["sub"] == jwt.decode(user, options={"verify_signature": False})["sub"]
     assert found == {first: [], second: []}  # neither value in its environment, its memory, nor its files
 

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import string
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.abc
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from _authorities import PEM, authority, written_key
-from mcp_sessions._gateway.sealed._masks import Authority, Mask, placeholder
+from mcp_sessions._gateway.sealed._edge import Edge
+from mcp_sessions._gateway.sealed._masks import Authority, Mask, Masks, placeholder
 from mcp_sessions._gateway.sealed._network import AllowedHost, EgressRules
 
 
@@ -45,7 +49,8 @@ def test_a_jwt_s_placeholder_keeps_its_header_and_claims_and_has_a_random_signat
     made = placeholder(JWT)
     header, claims, signature = made.split(".")
     assert f"{header}.{claims}." == JWT.rpartition(".")[0] + "."
-    assert len(signature) == len(JWT.rpartition(".")[2]) and signature != JWT.rpartition(".")[2]
+    assert len(signature) == len(JWT.rpartition(".")[2])
+    assert signature != JWT.rpartition(".")[2]
 
 
 @pytest.mark.parametrize(
@@ -92,7 +97,8 @@ def test_plain_http_is_a_host_s_only_where_the_mask_names_it_with_http_and_then_
     assert mask.plain == {("api.test", 80), ("wiki.test", 8080)}
     assert masks.hosts == {("api.test", 443), ("api.test", 80), ("wiki.test", 8080)}  # each refused directly
     assert given["HTTP_PROXY"] == given["http_proxy"] == given["HTTPS_PROXY"]
-    assert "HTTP_PROXY" not in alone and "http_proxy" not in alone
+    assert "HTTP_PROXY" not in alone
+    assert "http_proxy" not in alone
 
 
 def test_the_rules_grant_the_proxy_and_refuse_the_masked_hosts_before_any_grant() -> None:
@@ -115,7 +121,8 @@ def test_a_renewed_value_replaces_the_old_under_the_same_placeholder_and_an_ende
     masks.drop(token)
     assert (given["TOKEN"], given["OTHER"]) == (swap.placeholder, "kept")
     assert (swap.value, swap.hosts) == ("second-value-002", frozenset({("api.test", 443)}))
-    assert given["HTTPS_PROXY"].endswith(f":{token}@169.254.1.1:0") and masks.swaps == {}
+    assert given["HTTPS_PROXY"].endswith(f":{token}@169.254.1.1:0")
+    assert masks.swaps == {}
 
 
 def _operator_authority(
@@ -181,3 +188,36 @@ def test_an_operator_s_authority_the_gateway_cannot_use_is_one_line_without_its_
     assert message.startswith("--process-env-mask-ca CERT.pem[,KEY.pem]: " + said.format(dir=tmp_path)), message
     assert "\n" not in message
     assert secret.splitlines()[1] not in message
+
+
+@pytest.mark.anyio
+async def test_a_proxy_connection_that_fails_unforeseen_ends_alone_and_its_message_is_never_logged(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Whatever the proxy did not foresee in one connection (here its handling raises, with a value in the message)
+    ends that connection alone: the proxy serves the next, and the log names the exception's kind and place, never
+    its message. An exception the handler did not list ended the listener's task group, and the gateway with it."""
+
+    async def failing(self: Edge, client: anyio.abc.SocketStream) -> None:
+        raise RuntimeError("ghp_the-value")
+
+    monkeypatch.setattr(Edge, "_connection", failing)
+    masks = Masks((), Authority.made(["api.test"]))
+    listening = socket.create_server(("127.0.0.1", 0))
+    port = listening.getsockname()[1]
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(Edge(masks, listening).serve)
+            for _ in range(2):
+                async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+                    await stream.send(b"CONNECT api.test:443 HTTP/1.1\r\n\r\n")
+                    with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
+                        await stream.receive()
+            tasks.cancel_scope.cancel()
+    finally:
+        masks.close()
+        listening.close()
+    ended = [record.getMessage() for record in caplog.records if "ended on" in record.getMessage()]
+    where = f"test_masks.py:{failing.__code__.co_firstlineno + 1}"  # its raise
+    assert ended == [f"the credentials' proxy: a connection ended on RuntimeError ({where})"] * 2
+    assert "ghp_the-value" not in caplog.text
