@@ -217,7 +217,8 @@ class Child:
                     await self._discover(link)
                 else:
                     await self._initialize(link)
-                self.pid = await anyio.to_thread.run_sync(server_of, process.pid)
+                self.pid = server_of(process.pid)  # it answered: it runs (a few small reads of /proc)
+                self.ready.set()
                 await self.done.wait()
                 if self.failure is not None:  # its last words, which say why, read first
                     with anyio.move_on_after(EXIT_DRAIN):
@@ -310,7 +311,6 @@ class Child:
         else:
             self._caused(End(EndReason.NOT_INITIALIZED, failure))
             self.stop(EndReason.NOT_INITIALIZED, failure)
-        self.ready.set()
 
     async def _discover(self, link: JSONRPCDispatcher[Any]) -> None:
         """Ask the revisions it speaks, as its first request (which decides a connection's era), then end it: a
@@ -338,7 +338,6 @@ class Child:
         if failure is not None:
             self._caused(End(EndReason.UNANSWERED, failure))
         self.stop(EndReason.ASKED if failure is None else EndReason.UNANSWERED, failure or "")
-        self.ready.set()
 
     async def _first_answer(
         self, link: JSONRPCDispatcher[Any], seconds: float, method: str, params: dict[str, Any]
