@@ -122,11 +122,12 @@ def gateway(server: Path, uids: str, *options: str, code: str | None = None) -> 
     process = subprocess.Popen(line, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         assert process.stderr is not None
-        for startup in process.stderr:  # its startup lines, up to uvicorn's
+        for startup in process.stderr:  # its startup lines, up to its app's start
             if "Application startup complete" in startup:
                 break
         else:
             raise RuntimeError(f"the gateway {options} did not start")
+        listening(port, process)  # uvicorn listens on the gateway's socket after that line
         said: list[str] = []  # the rest, kept to say why if the run fails
         threading.Thread(target=lambda: said.extend(process.stderr or ()), daemon=True).start()
         try:
@@ -144,6 +145,19 @@ def post(http: httpx.Client, url: str, body: dict[str, Any], session: str | None
     if session is not None:
         headers["Mcp-Session-Id"] = session
     return http.post(url, json=body, headers=headers)
+
+
+def listening(port: int, process: subprocess.Popen[str], within: float = 30) -> None:
+    """Once ``process`` accepts a connection on ``port``, tried again each 10 ms, for ``within`` seconds."""
+    ends = time.monotonic() + within
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=within).close()
+            return
+        except OSError:
+            if process.poll() is not None or time.monotonic() > ends:
+                raise RuntimeError(f"the gateway on port {port} did not listen") from None
+            time.sleep(0.01)
 
 
 def started(http: httpx.Client, url: str) -> tuple[str, float]:

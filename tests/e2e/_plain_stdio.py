@@ -15,7 +15,8 @@ is the call's. Its tools:
 - ``complain``: writes ``line`` to stderr; ``crash``: exits at once, without an answer;
 - ``spawn``: starts a long sleep in its process group, its pid (``holds_stdout``: it inherits the protocol's stdout);
 - ``endless``: one stdout line that never ends; ``allocate``: ``mib`` MiB held, every page written, its size;
-- ``hold``: says it runs (the file ``held`` in ``STDIO_TEST_FILES``), answers once ``go`` is there (within 30 s);
+- ``hold``: says it runs (the file ``held`` in ``STDIO_TEST_FILES``, ``heldNAME`` given ``name``), answers once
+  ``go`` (``goNAME``) is there (within 30 s);
   ``sleep``: answers ``slept`` after ``seconds``;
 - ``sample``, ``elicit``, ``roots``: what the client answers its ``sampling/createMessage`` of ``prompt`` (the text),
   ``elicitation/create`` of ``question`` (``accept: <answer>``) and ``roots/list`` (the URIs);
@@ -89,11 +90,11 @@ def endless() -> str:
         os.write(1, chunk)
 
 
-def hold() -> str:
+def hold(name: str = "") -> str:
     files = os.environ["STDIO_TEST_FILES"]
-    open(os.path.join(files, "held"), "w").close()
+    open(os.path.join(files, f"held{name}"), "w").close()
     for _ in range(600):
-        if os.path.exists(os.path.join(files, "go")):
+        if os.path.exists(os.path.join(files, f"go{name}")):
             break
         time.sleep(0.05)
     return "held"

@@ -163,9 +163,14 @@ async def test_calls_back_to_back_do_not_hold_the_drain_to_its_bound(tmp_path: P
                 await until_awaited(lambda: b"draining" in gateway.log(), "the drain to begin")
                 for _ in range(3):  # back to back while the held call is in flight: answered
                     counts.append(int(text_of_answer(await call())))
+                # one more of its calls, held in flight past the signalled call's answer: the drain goes on
+                later = modern_request("tools/call", {"name": "hold", "arguments": {"name": "-later"}}, meta=meta)
+                tasks.start_soon(partial(holding.post, gateway.url(), json=later, headers=modern_headers(later)))
+                await until_awaited(lambda: (tmp_path / "held-later").exists(), "its call to reach its process")
                 (tmp_path / "go").touch()
                 await until_awaited(lambda: b"at the signal are answered" in gateway.log(), "the held call's answer")
-            refused = await call()
+                refused = await call()
+                (tmp_path / "go-later").touch()
         assert process.wait(WITHIN) == -signal.SIGTERM  # with the calls in flight, not 120 s later
     assert counts == [1, 2, 3, 4]
     assert (refused.status_code, refused.headers["retry-after"]) == (503, "1"), refused.text
