@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from _authorities import stand_in_server
+from e2e._sealed import ANSWERING
 
 NAMES = ("api.test", "other.test")
 """The stand-in API's names: the first masked, the second not (the same server, reached by an opaque tunnel)."""
@@ -47,7 +48,8 @@ def serve(address, count, port):
     threading.Thread(target=plain.serve_forever, daemon=True).start()
     secure.serve_forever()
 """
-SERVER = r"""
+SERVER = (
+    r"""
 import json, os, re, subprocess, sys
 def run(argv, input=""):
     try:
@@ -86,26 +88,9 @@ def search(head, tail):
                 except OSError: pass
     return json.dumps(where)
 TOOLS = {"run": run, "search": search, "env": lambda variable: os.environ.get(variable, "")}
-for line in sys.stdin:
-    message = json.loads(line)
-    if "id" not in message or "method" not in message: continue
-    method, params = message["method"], message.get("params") or {}
-    if method == "initialize":
-        result = {"protocolVersion": params["protocolVersion"], "capabilities": {"tools": {}},
-                  "serverInfo": {"name": "hostile", "version": "1"}}
-    elif method == "tools/list":
-        result = {"tools": [{"name": name, "inputSchema": {"type": "object"}} for name in TOOLS]}
-    elif method == "tools/call":
-        text = TOOLS[params["name"]](**params.get("arguments", {}))
-        result = {"content": [{"type": "text", "text": text}], "isError": False}
-    else:
-        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"],
-                                     "error": {"code": -32601, "message": "Method not found"}}) + "\n")
-        sys.stdout.flush()
-        continue
-    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}) + "\n")
-    sys.stdout.flush()
 """
+    + ANSWERING
+)
 
 
 def stand_in_authority(directory: Path) -> tuple[str, str]:

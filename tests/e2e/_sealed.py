@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import httpx
 
@@ -30,13 +30,33 @@ from conftest import SECRET
 from e2e._gateway import Process, readable_directory, started
 from e2e._issuer import ISSUER, signed
 
+ANSWERING: Final = r"""
+def send(message): sys.stdout.write(json.dumps(message) + "\n"); sys.stdout.flush()
+for line in sys.stdin:
+    message = json.loads(line)
+    if "id" not in message or "method" not in message: continue
+    method, params = message["method"], message.get("params") or {}
+    if method == "initialize":
+        result = {"protocolVersion": params["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "hostile", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": name, "inputSchema": {"type": "object"}} for name in TOOLS]}
+    elif method == "tools/call":
+        text = TOOLS[params["name"]](**params.get("arguments", {}))
+        result = {"content": [{"type": "text", "text": text}], "isError": False}
+    else:  # server/discover: a 2025-11-25 server's answer
+        send({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32601, "message": "Method not found"}})
+        continue
+    send({"jsonrpc": "2.0", "id": message["id"], "result": result})
+"""
+"""The hostile servers' answering loop, over their ``TOOLS`` (each imports ``json`` and ``sys``): a server's
+``initialize``, its tools listed and called, ``-32601`` for the rest."""
 SERVER = (
     r"""
 import ctypes, json, os, signal, socket, subprocess, sys, time
 """
     + TRY
     + r"""
-def send(message): sys.stdout.write(json.dumps(message) + "\n"); sys.stdout.flush()
 def daemon(marker):
     if os.fork() == 0:
         os.setsid()
@@ -167,23 +187,8 @@ def buffered(count):
     return "held"
 TOOLS.update({"fds": fds, "hostname": socket.gethostname, "ptys": ptys, "buffered": buffered,
               "unix": lambda path: tried(lambda: unix(path))})
-for line in sys.stdin:
-    message = json.loads(line)
-    if "id" not in message or "method" not in message: continue
-    method, params = message["method"], message.get("params") or {}
-    if method == "initialize":
-        result = {"protocolVersion": params["protocolVersion"], "capabilities": {"tools": {}},
-                  "serverInfo": {"name": "hostile", "version": "1"}}
-    elif method == "tools/list":
-        result = {"tools": [{"name": name, "inputSchema": {"type": "object"}} for name in TOOLS]}
-    elif method == "tools/call":
-        text = TOOLS[params["name"]](**params.get("arguments", {}))
-        result = {"content": [{"type": "text", "text": text}], "isError": False}
-    else:  # server/discover: a 2025-11-25 server's answer
-        send({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32601, "message": "Method not found"}})
-        continue
-    send({"jsonrpc": "2.0", "id": message["id"], "result": result})
 """
+    + ANSWERING
 )
 OPEN: list[httpx.Client] = []
 UIDS = uids(100, 100)
