@@ -46,14 +46,20 @@ def test_a_process_holds_no_descriptor_of_the_gateways_and_has_a_hostname_of_its
     assert hostname == "localhost" != socket.gethostname()
 
 
+# A contained process's /dev, as bubblewrap's --dev makes it (and unshare's script): bubblewrap adds "core", a link.
+DEV = {"null", "zero", "full", "random", "urandom", "tty", "ptmx", "fd", "stdin", "stdout", "stderr", "pts", "shm"}
+
+
 @pytest.mark.parametrize("containment", CONTAINMENTS)
-@pytest.mark.parametrize("network", ["host", "egress"])
-def test_a_process_reaches_no_socket_file_of_the_hosts_under_run(server: str, containment: str, network: str) -> None:
+@pytest.mark.parametrize(("network", "where"), [("host", "/run"), ("egress", "/run"), ("host", "/dev")])
+def test_a_process_reaches_no_socket_file_of_the_hosts(server: str, containment: str, network: str, where: str) -> None:
     """A read-only ``/`` does not refuse ``connect()``: a socket file of the host's under ``/run``, mode 0666,
-    answered the process. ``/run`` is an empty tmpfs of its own (its ``/run/lock`` its own too); the host's resolver
-    configuration still reaches it (under egress, its namespace's), and its names resolve."""
+    answered the process, and so would one in ``/dev`` (``/dev/log``, where a host has no systemd). ``/run`` is an
+    empty tmpfs of its own (its ``/run/lock`` its own too), and ``/dev`` a tmpfs of its own with the host's
+    harmless devices alone; the host's resolver configuration still reaches it (under egress, its namespace's), and
+    its names resolve."""
     needs("root", containment)
-    with tempfile.TemporaryDirectory(dir="/run") as directory, socket.socket(socket.AF_UNIX) as listener:
+    with tempfile.TemporaryDirectory(dir=where) as directory, socket.socket(socket.AF_UNIX) as listener:
         path = f"{directory}/open.sock"
         listener.bind(path)
         listener.listen()
@@ -64,13 +70,16 @@ def test_a_process_reaches_no_socket_file_of_the_hosts_under_run(server: str, co
             mcp = client(process)
             session = mcp.create_session()
             reached = text(call(mcp, "unix", session, path=path))
-            listed = text(call(mcp, "listdir", session, path="/run"))
+            listed = json.loads(text(call(mcp, "listdir", session, path=where)))
             resolved = text(call(mcp, "resolve", session, host="localhost"))
             resolver = text(call(mcp, "read", session, path="/etc/resolv.conf"))
 
     assert reached == "denied: No such file or directory"
-    assert "lock" in json.loads(listed)
     assert os.path.basename(directory) not in listed
+    if where == "/run":
+        assert "lock" in listed
+    else:
+        assert set(listed) - {"core"} == DEV
     assert resolved in ("127.0.0.1", "::1"), resolver
     assert not resolver.startswith("denied"), resolver
 

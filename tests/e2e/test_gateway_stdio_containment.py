@@ -110,7 +110,7 @@ def test_root_runs_no_helper_a_user_chose_and_no_helper_reads_a_users_variable(
     fixed environment; the user's variables reach the server alone."""
     needs("root", containment)
     with readable_directory("mcp-sessions-path-") as planted:
-        for name in ("bwrap", "unshare", "setpriv", "prlimit", "mount", "mkdir", "ip", "sh"):
+        for name in ("bwrap", "unshare", "setpriv", "prlimit", "mount", "mkdir", "ln", "ip", "sh"):
             Path(planted, name).write_text(f"#!/bin/sh\ntouch {planted}/ran-{name}\n")
             Path(planted, name).chmod(0o755)
         options = (*team(jwks), "--process-env", "PATH=header:X-Path", "--process-containment", containment)
@@ -182,7 +182,7 @@ def by_default(server: str, request: pytest.FixtureRequest) -> Iterator[tuple[st
     with readable_directory("mcp-sessions-path-") as directory:  # not in /tmp: the tools run in the namespace too
         environ = {"MCP_SESSIONS_SECRET": SECRET}
         if request.param == "unshare":  # the tools the gateway runs, bubblewrap not among them
-            for tool in ("sh", "bash", "unshare", "setpriv", "prlimit", "mount", "mkdir", "ip"):
+            for tool in ("sh", "bash", "unshare", "setpriv", "prlimit", "mount", "mkdir", "ln", "ip"):
                 Path(directory, tool).symlink_to(shutil.which(tool) or tool)
             environ["PATH"] = str(directory)
         with gateway(server, environ=environ) as process:

@@ -98,7 +98,11 @@ CGROUPS: Final = "/sys/fs/cgroup"
 # shell itself, outside the namespace, closes the server's stdin and stdout (3 and 4: the first helper moved them there)
 # and waits, so that no process but the server holds them (a server that closes its stdout ends its pipe). What it
 # does is named as bubblewrap's options name it, in any order, until "--" and the command (the paths by tool()):
-# --mount-program PATH and --mkdir-program PATH; --read-only MOUNT-POINT OPTIONS, each remounted read-only;
+# --mount-program PATH, --mkdir-program PATH and --link-program PATH; --read-only MOUNT-POINT OPTIONS, each remounted
+# read-only; --dev OPTIONS, a /dev of its own as bubblewrap's --dev makes it (a tmpfs with the host's null, zero,
+# full, random, urandom and tty bound in it, by the descriptor of the host's /dev, which it hides; its links ptmx,
+# into its devpts, fd, stdin, stdout and stderr; pts, for that devpts, and shm): no socket file or other device of
+# the host's;
 # --tmpfs DIRECTORY OPTIONS, each a tmpfs (made where missing: /run/lock in its /run); --home DIRECTORY OPTIONS, a
 # tmpfs (its parents under a tmpfs 0711, as on the host), its working directory; --bind ro|rw SOURCE TARGET, a grant
 # (--process-mount), bound last, so that a target under one of its own directories is made there (an empty tmpfs
@@ -108,11 +112,13 @@ CGROUPS: Final = "/sys/fs/cgroup"
 # the one module that decides it, and no value's meaning hangs on its place among nine.
 _UNSHARE_MOUNTS: Final = """\
 (
-read_only=() tmpfs=() binds=() home="" ip="" resolver=""
+read_only=() tmpfs=() binds=() dev="" home="" ip="" resolver=""
 while [ "$1" != -- ]; do
     case $1 in
         --mount-program) mount=$2; shift 2 || exit 125 ;;
         --mkdir-program) mkdir=$2; shift 2 || exit 125 ;;
+        --link-program) ln=$2; shift 2 || exit 125 ;;
+        --dev) dev=$2; shift 2 || exit 125 ;;
         --read-only) read_only+=("$2" "$3"); shift 3 || exit 125 ;;
         --tmpfs) tmpfs+=("$2" "$3"); shift 3 || exit 125 ;;
         --home) home=$2 home_options=$3; shift 3 || exit 125 ;;
@@ -128,6 +134,16 @@ echo localhost > /proc/sys/kernel/hostname || exit 125
 for ((i = 0; i < ${#read_only[@]}; i += 2)); do
     "$mount" --no-canonicalize -o "${read_only[i + 1]}" "${read_only[i]}" || exit 125
 done
+if [ -n "$dev" ]; then
+    exec {host}</dev && "$mount" -t tmpfs -o "$dev" tmpfs /dev || exit 125
+    for node in null zero full random urandom tty; do
+        : > "/dev/$node" && "$mount" --no-canonicalize --bind "/proc/self/fd/$host/$node" "/dev/$node" || exit 125
+    done
+    exec {host}<&-
+    "$ln" -s pts/ptmx /dev/ptmx && "$ln" -s /proc/self/fd /dev/fd && "$ln" -s /proc/self/fd/0 /dev/stdin \
+        && "$ln" -s /proc/self/fd/1 /dev/stdout && "$ln" -s /proc/self/fd/2 /dev/stderr || exit 125
+    "$mkdir" /dev/pts /dev/shm || exit 125
+fi
 for ((i = 0; i < ${#tmpfs[@]}; i += 2)); do
     "$mkdir" -p "${tmpfs[i]}" && "$mount" -t tmpfs -o "${tmpfs[i + 1]}" tmpfs "${tmpfs[i]}" || exit 125
 done
@@ -156,8 +172,8 @@ wait $!
 # The process's home made its own under bubblewrap ($0: chown, $1: UID:GID, $2: its home), then the command.
 _CHOWN: Final = '"$0" -- "$1" "$2" || exit 125; shift 2; exec "$@"'
 # In a new mount namespace, a devpts of its own over /dev/pts ($0: mount, $1: its options), then the command; under
-# unshare, run by its script (by its PID namespace's first process, which outlives the mount). Opened,
-# the host's /dev/ptmx (a device) makes its ptys in the devpts beside it, and bubblewrap's /dev/ptmx links into it.
+# unshare, run by its script (by its PID namespace's first process, which outlives the mount). The /dev/ptmx of
+# unshare's script and of bubblewrap links into it.
 _DEVPTS: Final = '"$0" -t devpts -o "$1" devpts /dev/pts || exit 125; shift; exec "$@"'
 PTYS: Final = 64
 """The ptys a contained process may hold (its devpts's ``max``): the host's pool for every devpts but its first
@@ -406,7 +422,7 @@ class Sandbox:
         if self.pids is not None:
             helpers.append("prlimit")
         if self.containment == "unshare":
-            helpers += ["setpriv", "mount", "mkdir", "bash"]
+            helpers += ["setpriv", "mount", "mkdir", "ln", "bash"]
         if self.containment == "bwrap" and os.geteuid() == 0:  # its devpts (_own_ptys)
             helpers += ["unshare", "mount"]
         if self.containment == "bwrap" and self.cwd is not None and (self.uids is not None or self.user is not None):
@@ -617,9 +633,17 @@ def _namespace(
     size = f"{sandbox.disk}m"
     if containment == "unshare":
         uid_gid = "" if owner is None else "uid={},gid={},".format(*owner)
-        mounts_named = ["--mount-program", tool("mount"), "--mkdir-program", tool("mkdir")]
+        mounts_named = [
+            "--mount-program",
+            tool("mount"),
+            "--mkdir-program",
+            tool("mkdir"),
+            "--link-program",
+            tool("ln"),
+        ]
         for point, options in _read_only():
             mounts_named += ["--read-only", point, options]
+        mounts_named += ["--dev", "nosuid,noexec,mode=0755,size=64k"]
         for path in hidden:
             options = f"nosuid,nodev,mode=1777,size={size}" if path in PRIVATE else "nosuid,nodev,mode=755"
             mounts_named += ["--tmpfs", path, options]
