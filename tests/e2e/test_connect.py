@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -48,6 +48,7 @@ OTHER_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 AUDIENCE = "https://mcp.example.com/mcp"  # the gateway's public URL, behind its proxy
 API_KEY = "api-key-0123456789abcdefghijklmnopqrstuvwxyz"
 Mode = Literal["auto", "legacy"]
+INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "host", "version": "1"}}
 
 
 @contextlib.contextmanager
@@ -118,6 +119,34 @@ class Host:
             finally:
                 errors.seek(0)
                 self.stderr.append(errors.read())
+
+    @contextlib.contextmanager
+    def lines(self, *arguments: str) -> Iterator[Callable[[dict[str, Any]], dict[str, Any]]]:
+        """The shim at :attr:`url` with ``arguments``, spoken to a line at a time as a host does: what it yields writes
+        a message and reads its answer. At the end its stdin is closed, it exits with status 0, and what it said is
+        appended to :attr:`stderr`."""
+        environ = {"PYTHONPATH": PYTHONPATH, "XDG_STATE_HOME": str(self.state)}
+        command = [sys.executable, "-m", "mcp_sessions", "connect", self.url, *arguments]
+        pipes = subprocess.PIPE
+        with (
+            tempfile.TemporaryFile() as errors,
+            subprocess.Popen(command, env=environ, stdin=pipes, stdout=pipes, stderr=errors) as shim,
+        ):
+            stdin, stdout = shim.stdin, shim.stdout
+            assert stdin is not None
+            assert stdout is not None
+
+            def sent(message: dict[str, Any]) -> dict[str, Any]:
+                stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+                stdin.flush()
+                answer: dict[str, Any] = json.loads(stdout.readline())
+                return answer
+
+            yield sent
+            stdin.close()
+            assert shim.wait(WITHIN) == 0
+            errors.seek(0)
+            self.stderr.append(errors.read().decode())
 
 
 async def seen(client: Client) -> tuple[int, str]:
@@ -347,26 +376,8 @@ def test_a_rotated_token_file_is_read_again_when_the_remote_refuses(host: Host, 
     prefix = "" if option == "--bearer-file" else "Bearer "
     host.token_file.write_text(prefix + stale + "\n")
     given = str(host.token_file) if option == "--bearer-file" else f"Authorization=file:{host.token_file}"
-    environ = {"PYTHONPATH": PYTHONPATH, "XDG_STATE_HOME": str(host.state)}
-    command = [sys.executable, "-m", "mcp_sessions", "connect", host.url, option, given]
-    initialize = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "host", "version": "1"}}
-    pipes = subprocess.PIPE
-    with (
-        tempfile.TemporaryFile() as errors,
-        subprocess.Popen(command, env=environ, stdin=pipes, stdout=pipes, stderr=errors) as shim,
-    ):
-        assert shim.stdin is not None
-        assert shim.stdout is not None
-
-        def sent(message: dict[str, Any]) -> dict[str, Any]:
-            assert shim.stdin is not None
-            assert shim.stdout is not None
-            shim.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
-            shim.stdin.flush()
-            answer: dict[str, Any] = json.loads(shim.stdout.readline())
-            return answer
-
-        refused = sent({"id": 1, "method": "initialize", "params": initialize})
+    with host.lines(option, given) as sent:
+        refused = sent({"id": 1, "method": "initialize", "params": INITIALIZE})
         assert "refused this server's credentials (HTTP 401" in refused["error"]["message"]
         assert refused["error"]["message"].endswith(
             "their file holds no other: write a fresh one there (each refusal reads it again)"
@@ -374,11 +385,8 @@ def test_a_rotated_token_file_is_read_again_when_the_remote_refuses(host: Host, 
         rotated = host.token_file.with_suffix(".new")  # as a refresher writes it: whole, then renamed over the old
         rotated.write_text(prefix + host.token + "\n")
         rotated.replace(host.token_file)
-        assert sent({"id": 2, "method": "initialize", "params": initialize})["result"]["serverInfo"]
-        shim.stdin.close()
-        assert shim.wait(WITHIN) == 0
-        errors.seek(0)
-        said = errors.read().decode()
+        assert sent({"id": 2, "method": "initialize", "params": INITIALIZE})["result"]["serverInfo"]
+    [said] = host.stderr
     assert said.count("HTTP 401") == 1
     assert stale not in said
     assert host.token not in said
@@ -388,26 +396,8 @@ def test_a_token_file_not_yet_written_is_answered_per_request_until_it_is(host: 
     """Issue 94 (Why, 7): connect exited at its start when a refresher had not yet written its --bearer-file. Now
     each request is answered with why, as a refused token is, until the file is there; then the next one goes."""
     missing = host.token_file.with_name("not-yet.jwt")
-    environ = {"PYTHONPATH": PYTHONPATH, "XDG_STATE_HOME": str(host.state)}
-    command = [sys.executable, "-m", "mcp_sessions", "connect", host.url, "--bearer-file", str(missing)]
-    initialize = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "host", "version": "1"}}
-    pipes = subprocess.PIPE
-    with (
-        tempfile.TemporaryFile() as errors,
-        subprocess.Popen(command, env=environ, stdin=pipes, stdout=pipes, stderr=errors) as shim,
-    ):
-        assert shim.stdin is not None
-        assert shim.stdout is not None
-
-        def sent(message: dict[str, Any]) -> dict[str, Any]:
-            assert shim.stdin is not None
-            assert shim.stdout is not None
-            shim.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
-            shim.stdin.flush()
-            answer: dict[str, Any] = json.loads(shim.stdout.readline())
-            return answer
-
-        unread = sent({"id": 1, "method": "initialize", "params": initialize})["error"]["message"]
+    with host.lines("--bearer-file", str(missing)) as sent:
+        unread = sent({"id": 1, "method": "initialize", "params": INITIALIZE})["error"]["message"]
         assert unread == (
             "this server's credentials cannot be read yet (--bearer-file: cannot read the file it names: "
             "No such file or directory): each request reads them again"
@@ -415,11 +405,8 @@ def test_a_token_file_not_yet_written_is_answered_per_request_until_it_is(host: 
         written = missing.with_suffix(".new")  # as a refresher writes it: whole, then renamed
         written.write_text(host.token + "\n")
         written.replace(missing)
-        assert sent({"id": 2, "method": "initialize", "params": initialize})["result"]["serverInfo"]
-        shim.stdin.close()
-        assert shim.wait(WITHIN) == 0
-        errors.seek(0)
-        said = errors.read().decode()
+        assert sent({"id": 2, "method": "initialize", "params": INITIALIZE})["result"]["serverInfo"]
+    [said] = host.stderr
     assert said.count("cannot be read yet") == 1
     assert host.token not in said
     assert str(missing) not in said

@@ -12,6 +12,7 @@ import base64
 import contextlib
 import json
 import logging
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from typing import Any
 from urllib.parse import quote_plus
 
 import anyio
+import anyio.abc
 import httpx
 import httpx2
 import jwt
@@ -420,6 +422,55 @@ async def test_a_token_endpoint_is_a_stranger(path: str | None, status: int, say
     assert refused.value.status == status
     assert says in refused.value.description
     assert "the-user-s-token" not in refused.value.answer().body.decode()
+
+
+@pytest.mark.parametrize(
+    ("reads", "says"),
+    [
+        (None, "could not be reached"),  # nothing listens: never connected (refused)
+        (False, "closed the connection without an answer"),  # accepted and closed at once: the request meets a reset
+        (True, "closed the connection without an answer"),  # closed once the request is read: the stream ends
+    ],
+)
+async def test_a_token_endpoint_that_closes_the_connection_is_told_from_one_never_reached(
+    reads: bool | None, says: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An authorization server that accepts the connection and closes it unanswered (idpyoidc's, for a user token
+    expired within the gateway's leeway) was said to be one that "could not be reached", which sends an operator to
+    the network: the gateway says what httpx knows, a connection made and closed, or one never made."""
+
+    async def unanswered(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            request = b""
+            while reads and not _whole(request):
+                request += await stream.receive()
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    endpoint = f"http://127.0.0.1:{listener.extra(anyio.abc.SocketAttribute.local_port)}/token"
+    async with listener, anyio.create_task_group() as serving:
+        if reads is None:
+            await listener.aclose()
+        else:
+            serving.start_soon(listener.serve, unanswered)
+        exchange = TokenExchange(client_id="g", client_secret="s", token_endpoint=endpoint)
+        try:
+            with anyio.fail_after(WITHIN), caplog.at_level(logging.WARNING), pytest.raises(ExchangeRefused) as refused:
+                await exchange.token("the-user-s-token", Target("aud"))
+        finally:
+            await exchange.aclose()
+            serving.cancel_scope.cancel()
+    assert refused.value.status == 502
+    assert refused.value.description == f"the authorization server {says}"
+    [logged] = [record.getMessage() for record in caplog.records if record.name == "mcp_sessions.gateway"]
+    assert logged.startswith(f"mcp-sessions gateway: 127.0.0.1 {says}: ")
+    assert "the-user-s-token" not in logged + refused.value.answer().body.decode()
+
+
+def _whole(request: bytes) -> bool:
+    """Whether ``request`` holds a whole HTTP request: its head, and as many bytes of body as its length says."""
+    head, ended, body = request.partition(b"\r\n\r\n")
+    length = re.search(rb"(?im)^content-length: *([0-9]+)", head)
+    return bool(ended) and length is not None and len(body) >= int(length[1])
 
 
 @pytest.mark.parametrize(

@@ -195,6 +195,8 @@ async def test_per_request_each_request_has_a_process_ended_once_answered() -> N
     async with table(sessionless="per-request") as (children, made):
         first = await children.conversation_for(scope(), "tools/call")
         children.answered(first)
+        assert not first.child.done.is_set()  # answered decides; carry_out ends it
+        children.carry_out()
         with anyio.fail_after(5):
             await first.child.done.wait()
         second = await children.conversation_for(scope(), "tools/call")

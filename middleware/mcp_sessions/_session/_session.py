@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 if TYPE_CHECKING:
     from starlette.requests import HTTPConnection
 
+    from .._tokens import KeySet
     from ..stores import SessionStore
-    from ._service import SessionService
 
 SCOPE_KEY: Final = "mcp_sessions.session"
 """The ASGI ``scope`` key that holds the request's verified :class:`Session` (absent without one)."""
@@ -53,6 +53,19 @@ class SessionBus(Protocol):
     def watch(self, session_id: str, on_end: Callable[[], None]) -> Callable[[], None] | None: ...
     async def ready(self, session_id: str | None = None) -> None: ...
     def serves(self, session_id: str) -> bool: ...
+
+
+class SessionIssuer(Protocol):
+    """What a session reads of the :class:`~._service.SessionService` that resolved it (which imports this module)."""
+
+    @property
+    def keys(self) -> KeySet: ...
+    @property
+    def store(self) -> SessionStore: ...
+    @property
+    def bus(self) -> SessionBus | None: ...
+    @property
+    def idle_ttl(self) -> float | None: ...
 
 
 class SessionData:
@@ -103,7 +116,7 @@ class Session:
 
     def __init__(
         self,
-        service: SessionService,
+        service: SessionIssuer,
         *,
         session_id: str,
         issued_at: int,

@@ -69,6 +69,9 @@ _ERROR_CODE: Final = re.compile(r"[\x20-\x21\x23-\x5b\x5d-\x7e]{1,64}")
 _UNPRINTABLE: Final = re.compile(r"[^\x20-\x21\x23-\x5b\x5d-\x7e]")
 _NOT_THIS_TOKEN: Final = frozenset({"invalid_request", "invalid_grant"})
 _NOT_FOR_THIS_USER: Final = frozenset({"invalid_scope", "invalid_target", "access_denied"})
+# httpx's failures of a connection it made (a ConnectError or ConnectTimeout is one never made): the server reset it
+# (ReadError, WriteError) or ended it before a whole answer (RemoteProtocolError).
+_UNANSWERED: Final = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
 
 
 @dataclass(frozen=True)
@@ -301,6 +304,10 @@ class TokenExchange:
         except TimeoutError:
             logger.warning("mcp-sessions gateway: %s did not answer in %g s", host, self._timeout)
             raise _server_error("the authorization server did not answer in time", 504) from None
+        except _UNANSWERED as exc:  # connected: a reset, or an end of the stream before an answer
+            failure = type(exc).__name__
+            logger.warning("mcp-sessions gateway: %s closed the connection without an answer: %s", host, failure)
+            raise _server_error("the authorization server closed the connection without an answer") from None
         except httpx.HTTPError as exc:
             failure = type(exc).__name__
             logger.warning("mcp-sessions gateway: %s could not be reached: %s", host, failure)

@@ -117,29 +117,61 @@ class StdioServer(Server[Any]):
 
     @asynccontextmanager
     async def _running(self, _: Server[Any]) -> AsyncIterator[dict[str, Any]]:
-        # the probe's answer and the shared child's, both within the start's own START_TIMEOUT
+        """The app's lifespan, the gateway's processes from its start to its end, in named steps (as uvicorn's
+        ``Server`` has, and ``_lifecycle.Gateway``, which runs this as its app's start and stop).
+
+        **Startup**, by one ``START_TIMEOUT`` (else ``StartupFailed``, said in one line, exit status 2):
+        ``_choose`` (``processes="auto"``: a probe process of its own asked which revisions the server speaks);
+        ``Table.running`` (the shared process started, those started ahead beside it, and the shared one's
+        ``initialize`` answered); ``_serve_as`` (its identity and capabilities become the gateway's, the methods it
+        advertises are relayed); ``_learn_schemas`` (its tools' input schemas, asked beside: not waited for).
+        **Shutdown**, once uvicorn has stopped serving: ``_learn_schemas`` cancelled, then ``Table.running``'s end:
+        every conversation ended (``shutdown``), every process stopped (``_child.stop_group``: its stdin closed,
+        SIGTERM to its group, SIGKILL after ``TERM_GRACE``).
+
+        What a signal does (``Gateway.handle_exit``), SIGTERM or SIGINT (Ctrl-C) alike:
+
+        - **during the start**: the gateway cancels it where it is (the probe, or the wait for the shared
+          process's answer), the processes started so far are stopped as at shutdown, and the gateway exits with
+          status 0, never having listened;
+        - **during the drain** (the first signal once started): nothing here: the gateway and its table refuse a new
+          conversation, then a new call (``DRAINING``, ``REFUSING``), while the calls in flight end; the shutdown
+          steps run once the drain is over (its calls answered, or ``--shutdown-timeout``);
+        - **a second Ctrl-C** (or SIGTERM): the drain ends at once, its calls told ``-32014``, and the shutdown
+          steps run as above: no process outlives the gateway (uvicorn's force quit, which would skip them, is
+          never used).
+        """
         start_deadline = anyio.current_time() + START_TIMEOUT
-        if self.children.mode == "auto":
-            await self.children.choose(start_deadline)
+        await self._choose(start_deadline)
         async with self.children.running(start_deadline) as answer, anyio.create_task_group() as tasks:
-            info = answer.server_info
-            self.name, self.version, self.title = info.name, info.version, info.title
-            self.description, self.website_url, self.icons = info.description, info.website_url, info.icons
-            self.instructions, self.child_capabilities = answer.instructions, answer.capabilities
+            self._serve_as(answer)
             # they arrive when they arrive: the gateway listens meanwhile
             if answer.capabilities.tools is not None:
                 tasks.start_soon(self._learn_schemas)
-            for capability, methods in _RELAYED.items():
-                if getattr(answer.capabilities, capability) is not None:
-                    for method, params_type in methods:
-                        self.add_request_handler(method, params_type, self._relay)
-            if answer.capabilities.resources is not None and answer.capabilities.resources.subscribe:
-                for method, params_type in _SUBSCRIBE:
-                    self.add_request_handler(method, params_type, self._relay)
             try:
                 yield {}
             finally:
                 tasks.cancel_scope.cancel()
+
+    async def _choose(self, start_deadline: float) -> None:
+        """Startup: ``processes="auto"``'s choice (``Table.choose``), by the start's deadline."""
+        if self.children.mode == "auto":
+            await self.children.choose(start_deadline)
+
+    def _serve_as(self, answer: types.InitializeResult) -> None:
+        """Startup: the shared process's ``initialize`` answer made the gateway's: its identity and capabilities,
+        and a handler relaying each method they advertise (any other is the SDK's "Method not found")."""
+        info = answer.server_info
+        self.name, self.version, self.title = info.name, info.version, info.title
+        self.description, self.website_url, self.icons = info.description, info.website_url, info.icons
+        self.instructions, self.child_capabilities = answer.instructions, answer.capabilities
+        for capability, methods in _RELAYED.items():
+            if getattr(answer.capabilities, capability) is not None:
+                for method, params_type in methods:
+                    self.add_request_handler(method, params_type, self._relay)
+        if answer.capabilities.resources is not None and answer.capabilities.resources.subscribe:
+            for method, params_type in _SUBSCRIBE:
+                self.add_request_handler(method, params_type, self._relay)
 
     async def _learn_schemas(self) -> None:
         self.input_schemas = await self.children.tool_schemas()

@@ -145,6 +145,8 @@ class Table:
         self._connections: dict[Key, tuple[str, bytes, object]] = {}
         # what the decisions leave to do (carry_out), beside the processes they made (the pool's, to launch)
         self._closing: list[tuple[Conversation, EndReason]] = []
+        self._answered: list[Conversation] = []  # requests' own, answered: ended once the answer is sent
+        self._retaining: list[Conversation] = []  # requests' own, answered with a question: kept for the retry
         self._refill = False  # whether to start processes ahead again, once the answer is sent
 
     def transport_key(self, raw: bytes) -> Key:
@@ -288,28 +290,36 @@ class Table:
     def carry_out(self) -> None:
         """What the decisions since asked for (a refusal asks for nothing), done: the processes they made launched
         (``Pool.launch``), the sessions of the conversations they ended for another (evicted) ended, each in the task
-        group (a session's end is a store's write, or a 2025 transport session's ``DELETE``), and those started
-        ahead refilled once the answer is sent (``Pool.fill``): as httpcore's pool first assigns requests to
-        connections, then opens and closes what that assignment named."""
+        group (a session's end is a store's write, or a 2025 transport session's ``DELETE``), a request's own
+        process ended once its answer is sent (``after_answer``) or kept for its retry (``Lifetimes.retain``), and
+        those started ahead refilled once the answer is sent (``Pool.fill``): as httpcore's pool first assigns
+        requests to connections, then opens and closes what that assignment named."""
         closing, self._closing = self._closing, []
         for conversation, why in closing:
             self.lifetimes.close_soon(conversation, why)
+        answered, self._answered = self._answered, []
+        for conversation in answered:
+            after_answer(partial(self.lifetimes.close_soon, conversation, EndReason.ANSWERED))
+        retaining, self._retaining = self._retaining, []
+        for conversation in retaining:
+            self.lifetimes.retain(conversation)
         self.pool.launch()
         if self._refill:
             self._refill = False
             self.pool.fill()
 
     def answered(self, conversation: Conversation) -> None:
-        """A request's own child, once it has answered: ended once that answer is sent, or retained for the retry
-        that brings the input it asked for (until that retry, or ``ANSWER_WITHIN``)."""
+        """The decision once a request's own child has answered: ended once that answer is sent, or retained for the
+        retry that brings the input it asked for (until that retry, or ``ANSWER_WITHIN``), by :meth:`carry_out`."""
         if conversation.key.kind != "request":
             # a conversation's child, or the shared one: it serves the next request too
             return
         if not conversation.parked:
-            return after_answer(partial(self.lifetimes.close_soon, conversation, EndReason.ANSWERED))
+            self._answered.append(conversation)
+            return
         for state in conversation.parked:
             self._retained[state] = conversation
-        self.lifetimes.retain(conversation)
+        self._retaining.append(conversation)
 
     def process_ended(self, process: Process) -> list[Conversation]:
         """The decision at a process's end: it leaves the pool; its conversation, and a caller's process's every
@@ -515,6 +525,7 @@ class Table:
             return await conversation.relay(ctx)
         finally:
             self.answered(conversation)
+            self.carry_out()
 
     async def named(self, scope: Scope, owner: Caller | None) -> str | None:
         """A request's conversation as a process of many sees it: a digest of its session's name and its caller
