@@ -159,14 +159,16 @@ class ResponseRewriter:
         raise ResponseTooLarge(f"the response passed max_response_size ({self._limit} bytes)")
 
 
-# The name "id" as JSON writes it: each letter as itself or as its only escape (their hex digits have no case).
+# The name "id" as JSON writes it: each letter as itself or as its only escape (their hex digits have no case);
+# without a backslash, only as itself.
 _ID_NAME: Final = re.compile(rb'"(?:i|\\u0069)(?:d|\\u0064)"')
+_PLAIN_ID_NAME: Final = re.compile(rb'"id"')
 
 
 def _no_answer(data: bytes) -> bool:
     """Whether ``data`` (an event's, or whole events') holds no answer: no ``id`` member, however it is written
-    (a notification; a server's request has one, and is read). One pass over the bytes."""
-    return _ID_NAME.search(data) is None
+    (a notification; a server's request has one, and is read). One pass over the bytes, and one for a backslash."""
+    return (_ID_NAME if data.find(b"\\") >= 0 else _PLAIN_ID_NAME).search(data) is None
 
 
 def uncoded(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
