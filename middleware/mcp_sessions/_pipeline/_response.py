@@ -163,12 +163,13 @@ class ResponseRewriter:
 # without a backslash, only as itself.
 _ID_NAME: Final = re.compile(rb'"(?:i|\\u0069)(?:d|\\u0064)"')
 _PLAIN_ID_NAME: Final = re.compile(rb'"id"')
+_BACKSLASH: Final = ord("\\")
 
 
 def _no_answer(data: bytes) -> bool:
     """Whether ``data`` (an event's, or whole events') holds no answer: no ``id`` member, however it is written
     (a notification; a server's request has one, and is read). One pass over the bytes, and one for a backslash."""
-    return (_ID_NAME if data.find(b"\\") >= 0 else _PLAIN_ID_NAME).search(data) is None
+    return (_ID_NAME if _BACKSLASH in data else _PLAIN_ID_NAME).search(data) is None
 
 
 def uncoded(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
