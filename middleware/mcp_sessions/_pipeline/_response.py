@@ -79,19 +79,8 @@ class ResponseRewriter:
         """The ``send`` the app gets."""
         if self.refused:
             raise ResponseTooLarge(f"the response passed max_response_size ({self._limit} bytes)")
-        if message["type"] == "http.response.start":
-            self.status = message["status"]
-            headers = {bytes(name).lower(): value for name, value in message.get("headers", ())}
-            content_type = bytes(headers.get(b"content-type", b"")).lower()
-            if b"content-encoding" in headers:
-                pass  # an encoded body: passed on untouched
-            elif content_type.startswith(b"application/json"):
-                self._start = message
-                return  # held until its body is complete
-            elif content_type.startswith(b"text/event-stream"):
-                self._sse = SSERewriter(self._rewrite_event, max_event=self._limit, skips=_no_answer)
-                message = {**message, "headers": _without_length(message["headers"])}
-        elif message["type"] == "http.response.body":
+        kind = message["type"]
+        if kind == "http.response.body":
             if (sse := self._sse) is not None:
                 chunk = sse.feed(body := message.get("body", b""))
                 if sse.overflowed:
@@ -113,6 +102,18 @@ class ResponseRewriter:
                 length = (b"content-length", str(len(body)).encode())
                 await self._send({**start, "headers": [*_without_length(start.get("headers", ())), length]})
                 message = {"type": "http.response.body", "body": body, "more_body": False}
+        elif kind == "http.response.start":
+            self.status = message["status"]
+            headers = {bytes(name).lower(): value for name, value in message.get("headers", ())}
+            content_type = bytes(headers.get(b"content-type", b"")).lower()
+            if b"content-encoding" in headers:
+                pass  # an encoded body: passed on untouched
+            elif content_type.startswith(b"application/json"):
+                self._start = message
+                return  # held until its body is complete
+            elif content_type.startswith(b"text/event-stream"):
+                self._sse = SSERewriter(self._rewrite_event, max_event=self._limit, skips=_no_answer)
+                message = {**message, "headers": _without_length(message["headers"])}
         await self._send(message)  # trailers, pushes, disconnects, an unrewritten body: untouched
 
     def _rewrite_event(self, data: str) -> str | None:
@@ -158,14 +159,17 @@ class ResponseRewriter:
         raise ResponseTooLarge(f"the response passed max_response_size ({self._limit} bytes)")
 
 
-# The name "id" as JSON writes it: each letter as itself or as its only escape (their hex digits have no case).
+# The name "id" as JSON writes it: each letter as itself or as its only escape (their hex digits have no case);
+# without a backslash, only as itself.
 _ID_NAME: Final = re.compile(rb'"(?:i|\\u0069)(?:d|\\u0064)"')
+_PLAIN_ID_NAME: Final = re.compile(rb'"id"')
+_BACKSLASH: Final = ord("\\")
 
 
 def _no_answer(data: bytes) -> bool:
     """Whether ``data`` (an event's, or whole events') holds no answer: no ``id`` member, however it is written
-    (a notification; a server's request has one, and is read). One pass over the bytes."""
-    return _ID_NAME.search(data) is None
+    (a notification; a server's request has one, and is read). One pass over the bytes, and one for a backslash."""
+    return (_ID_NAME if _BACKSLASH in data else _PLAIN_ID_NAME).search(data) is None
 
 
 def uncoded(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
