@@ -1,6 +1,7 @@
 """What the tests of masked credentials (``--process-env-mask``) share: a stand-in HTTPS API with a certificate
 authority of its own (:func:`stand_in_authority`, :data:`API`: each request's method, headers and body's size echoed
-back as JSON, every ``Authorization`` it got listed at ``/seen``, a ``git`` fetch asked for its credential; a second
+back as JSON (but at ``/unechoed``: ``{}``), every ``Authorization`` it got listed at ``/seen``, a ``git`` fetch asked
+for its credential; a second
 port answers plain HTTP), and a hostile stdio server (:data:`SERVER`) whose tools run a command in the
 process (``run``) and search everything it can read of itself for a value (``search``: its environment, its memory
 through ``/proc/self/mem``, and the files of its home, ``/tmp`` and the gateway's certificates; the value asked in two
@@ -25,6 +26,8 @@ class Echo(http.server.BaseHTTPRequestHandler):
         body = json.dumps({"method": self.command, "headers": dict(self.headers.items()), "size": size}).encode()
         if self.path == "/seen":
             body = json.dumps(SEEN).encode()
+        elif self.path == "/unechoed":
+            body = b"{}"
         if "/info/refs" in self.path and "Authorization" not in self.headers:  # git sends its credential when asked
             self.send_response(401)
             self.send_header("WWW-Authenticate", 'Basic realm="stand-in"')

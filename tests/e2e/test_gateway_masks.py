@@ -16,6 +16,7 @@ import socket
 import ssl
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,7 +152,8 @@ def echoed(mcp: ModernClient, session: dict[str, Any], *argv: str) -> dict[str, 
 
 
 def searched(mcp: ModernClient, session: dict[str, Any], value: str) -> list[str]:
-    """Where the process found ``value``, searched before any answer of the API's (which echoes what it gets)."""
+    """Where the process found ``value``, searched before any answer of the API's that echoes what it got (all but
+    ``/unechoed``'s)."""
     half = len(value) // 2
     found = _sealed.text(_sealed.call(mcp, "search", session, head=value[:half], tail=value[half:]))
     return list(json.loads(found))
@@ -200,15 +202,16 @@ def test_git_over_https_reaches_the_api_with_the_value_in_its_basic_credential(
     placeholder = _sealed.text(_sealed.call(mcp, "env", session, variable="API_TOKEN"))
     remote = f"https://x-access-token:{placeholder}@{API}:{secure}/team/repo.git"
     ran(mcp, session, "git", "-c", "credential.helper=", "ls-remote", remote)  # no repository there: it fails after
-    got = [each for each in seen(masked) if each.startswith("Basic ")]
+    got = [each for each in seen(masked.world, masked.secure, masked.authority) if each.startswith("Basic ")]
     assert f"x-access-token:{TOKEN}" in [base64.b64decode(each.removeprefix("Basic ")).decode() for each in got]
 
 
-def seen(masked: Masked) -> list[str]:
-    """Every ``Authorization`` the stand-in API got, asked from this host (its route to the test's namespace)."""
-    context = ssl.create_default_context(cafile=masked.authority)
+def seen(world: str, secure: int, authority: str) -> list[str]:
+    """Every ``Authorization`` the stand-in API (at ``world``, its TLS port ``secure``) got, asked from this host (its
+    route to the test's namespace)."""
+    context = ssl.create_default_context(cafile=authority)
     context.check_hostname = False
-    found: list[str] = httpx.get(f"https://{masked.world}:{masked.secure}/seen", verify=context, timeout=30).json()
+    found: list[str] = httpx.get(f"https://{world}:{secure}/seen", verify=context, timeout=30).json()
     return found
 
 
@@ -496,12 +499,24 @@ def test_an_exchanged_token_renewed_mid_conversation_reaches_the_api_and_the_pro
         mcp = ModernClient(http, f"http://127.0.0.1:{front.port}")
         session = mcp.create_session()
         placeholder = _sealed.text(_sealed.call(mcp, "env", session, variable="API_TOKEN"))
-        curl = ("curl", "-sS", "-H", f"Authorization: Bearer {placeholder}", f"https://{API}:{ports[0]}/")
-        first = echoed(mcp, session, *curl)["authorization"].removeprefix("Bearer ")
+        # what the API got is read from this host: its answer to the process echoes none of it
+        curl = ("curl", "-sS", "-H", f"Authorization: Bearer {placeholder}", f"https://{API}:{ports[0]}/unechoed")
+
+        def got() -> str:
+            assert ran(mcp, session, *curl)["out"] == "{}"
+            every = seen(stand_in.world, ports[0], stand_in.authority)
+            return [each for each in every if each.startswith("Bearer ")][-1].removeprefix("Bearer ")  # not the asking
+
+        exchanged = time.monotonic()  # at the latest: the gateway exchanged it as the conversation started
+        first = got()
 
         def renewed() -> str | None:
-            seen = echoed(mcp, session, *curl)["authorization"].removeprefix("Bearer ")
-            return seen if seen != first else None
+            last = got()
+            return last if last != first else None
+
+        # the gateway renews it at half the life idpyoidc gave it (its expires_in; its exp claim says 60 s): asked for
+        # from then, with no loop of the process's requests before
+        until(lambda: time.monotonic() >= exchanged + LIFETIME / 2, "the renewal's time", within=LIFETIME)
 
         second = until(renewed, "the API got no renewed token", within=LIFETIME * 2)
         kept = _sealed.text(_sealed.call(mcp, "env", session, variable="API_TOKEN"))
