@@ -142,7 +142,9 @@ async def test_calls_back_to_back_do_not_hold_the_drain_to_its_bound(tmp_path: P
     """A conversation whose calls come back to back, as SIGTERM comes while another's call is in flight: its calls
     are answered until the call in flight at the signal is, then its next is refused with a retryable answer (503,
     ``Retry-After``, ``-32014``), and the drain ends with the calls in flight, not at ``--shutdown-timeout`` (it
-    ran to the bound: there was never a moment with no call in flight, and the calls then in flight were cut)."""
+    ran to the bound: there was never a moment with no call in flight, and the calls then in flight were cut). So is
+    the next call of a 2025 transport session, whose answers are event streams (a 200 stream told ``-32014``, which
+    a client does not send again, failed a rolling restart's call)."""
     meta = {"vscode.conversationId": "calling-back-to-back"}
     body = modern_request("tools/call", {"name": "count", "arguments": {}}, meta=meta)
     counts: list[int] = []
@@ -155,6 +157,13 @@ async def test_calls_back_to_back_do_not_hold_the_drain_to_its_bound(tmp_path: P
                 return await http.post(gateway.url(), json=body, headers=modern_headers(body))
 
             counts.append(int(text_of_answer(await call())))  # its conversation, opened before the signal
+            opened = await http.post(
+                gateway.url(), json=legacy_request("initialize", INITIALIZE, id=0), headers=JSON_SSE
+            )
+            transport = {**JSON_SSE, "MCP-Protocol-Version": "2025-11-25"}
+            transport["Mcp-Session-Id"] = opened.headers["mcp-session-id"]
+            initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            assert (await http.post(gateway.url(), json=initialized, headers=transport)).status_code == 202
             hold = modern_request("tools/call", {"name": "hold", "arguments": {}})
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(partial(holding.post, gateway.url(), json=hold, headers=modern_headers(hold)))
@@ -170,11 +179,15 @@ async def test_calls_back_to_back_do_not_hold_the_drain_to_its_bound(tmp_path: P
                 (tmp_path / "go").touch()
                 await until_awaited(lambda: b"at the signal are answered" in gateway.log(), "the held call's answer")
                 refused = await call()
+                count = legacy_request("tools/call", {"name": "count", "arguments": {}}, id=1)
+                refused_legacy = await http.post(gateway.url(), json=count, headers=transport)
                 (tmp_path / "go-later").touch()
         assert process.wait(WITHIN) == -signal.SIGTERM  # with the calls in flight, not 120 s later
     assert counts == [1, 2, 3, 4]
-    assert (refused.status_code, refused.headers["retry-after"]) == (503, "1"), refused.text
-    assert refused.json()["error"]["code"] == RESTARTING
+    for each in (refused, refused_legacy):
+        assert (each.status_code, each.headers["retry-after"]) == (503, "1"), each.text
+        assert each.json()["error"]["code"] == RESTARTING
+    assert refused_legacy.json()["id"] == 1
 
 
 def text_of_answer(answer: httpx.Response) -> str:

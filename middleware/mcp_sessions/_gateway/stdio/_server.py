@@ -55,6 +55,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..._asgi import Replay, header, read_body, send_json, sse_event, too_large
 from ..._config import SessionsConfig
 from ..._middleware import MCPSessionMiddleware
+from ..._pipeline import unavailable
 from ..._wire import jsonrpc
 from ..._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
 from ..._wire.sse import SSERewriter
@@ -62,7 +63,7 @@ from ...profiles import Era
 from ...sources import HostConversationSource
 from ...subscriptions import SessionSubscriptionBus
 from .._front import GatewayFront, HostCheck, trusted_proxies
-from .._serving import STOPPING
+from .._serving import REFUSING, RESTARTING, RETRY_AFTER, STOPPING
 from ..auth._exchange import TokenExchange
 from ..auth._users import REQUEST, FrontedConversations, GatewayAuth, ProcessEnv
 from ..sealed._sandbox import environment
@@ -419,7 +420,10 @@ class _TransportRequests:
       have;
     - a request in flight as its session ends (its process exited, it idled out, its client's ``DELETE``) gets an
       event stream that ends without its answer, or one left unfinished: it gets ``unanswered``'s error for its
-      transport session (its conversation's end, or the gateway's stop: ``STOPPING``) instead (:class:`_Answered`).
+      transport session (its conversation's end, or the gateway's stop: ``STOPPING``) instead (:class:`_Answered`);
+    - a request that comes once the drain takes no new one (``REFUSING``) is refused here, as the table would refuse
+      it, but as 503 with ``Retry-After``, which a client sends again: the SDK's transport would answer it in an
+      event stream, whose 200 has started before the refusal is known.
 
     It reads the body whole (the sessions, placed at the SDK's endpoint, read it after this layer), as the sessions
     do: up to ``max_body`` bytes, then 413. A 2026-07-28 request has no transport session (its ``Mcp-Session-Id``,
@@ -447,6 +451,8 @@ class _TransportRequests:
         replay = Replay(body, receive)
         if request_id is None:
             return await self.app(scope, replay, send)
+        if scope.get(REFUSING, bool)():  # as the table refuses it, but before its answer would start a 200 stream
+            return await unavailable(503, RESTARTING, RETRY_AFTER, request_id, "refusing").send(send)
         user = scope.get("user")
         principal = tuple(authorization_context(user).values()) if isinstance(user, AuthenticatedUser) else ()
         key = (transport, principal, str(request_id))
