@@ -17,7 +17,7 @@ import hmac
 import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, TypeAlias, cast
+from typing import Final, Protocol, TypeAlias, cast
 
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.serialization import (
@@ -28,9 +28,6 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_public_key,
 )
 from jwt import PyJWK, PyJWTError
-
-if TYPE_CHECKING:
-    from ._tokens import KeySet
 
 MIN_SECRET_BYTES: Final = 32
 _DIGEST_LABEL: Final = b"mcp-sessions id digest\x00"
@@ -265,6 +262,15 @@ def keyed_digest(key: bytes, data: bytes) -> str:
     return base64.urlsafe_b64encode(hmac.new(key, data, hashlib.sha256).digest()[:18]).decode()
 
 
+class SigningKeys(Protocol):
+    """What :class:`IdDigests` reads of a :class:`~mcp_sessions.KeySet` (``_tokens.py``, which imports this module)."""
+
+    @property
+    def signer(self) -> SessionKey | None: ...
+    @property
+    def audience(self) -> str: ...
+
+
 class IdDigests:
     """Digests of transport session ids, host conversation ids and principals (``user.id``), under one key.
 
@@ -275,7 +281,7 @@ class IdDigests:
     without them can compute or reverse one.
     """
 
-    def __init__(self, keys: KeySet) -> None:
+    def __init__(self, keys: SigningKeys) -> None:
         signer = keys.signer
         if signer is None or signer.signing_key is None:  # a KeySet's signer always holds its signing key
             raise ValueError("id digests need a KeySet that can sign")

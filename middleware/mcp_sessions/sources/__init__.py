@@ -9,11 +9,14 @@ add a source, write a class that follows :class:`SessionSource` and give the mid
 
 from typing import Final
 
+from ._base import CONVERSATION_DATA_MODES as CONVERSATION_DATA_MODES
 from ._base import DEFAULT_MAX_CONVERSATIONS_PER_CALLER as DEFAULT_MAX_CONVERSATIONS_PER_CALLER
 from ._base import MAX_SESSIONS_PER_REQUEST as MAX_SESSIONS_PER_REQUEST
 from ._base import (
     CallView,
     Conversation,
+    ConversationData,
+    HostKey,
     RequestView,
     SessionSource,
     SourceContext,
@@ -23,8 +26,7 @@ from ._base import (
 )
 from ._base import build_chain as build_chain
 from ._base import check_chain as check_chain
-from ._host import BUILT_IN_HOSTS, ConversationData, HostConversationSource, HostKey
-from ._host import CONVERSATION_DATA_MODES as CONVERSATION_DATA_MODES
+from ._host import BUILT_IN_HOSTS, HostConversationSource
 from ._host import CONVERSATION_MEMBER as CONVERSATION_MEMBER
 from ._host import conversation_id as conversation_id
 from ._host import data_off_explainer as data_off_explainer

@@ -4,14 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import KW_ONLY, dataclass
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeAlias, TypeGuard, TypeVar, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Final,
+    Literal,
+    NamedTuple,
+    Protocol,
+    TypeAlias,
+    TypeGuard,
+    TypeVar,
+    runtime_checkable,
+)
 
 from starlette.types import Scope
 
 if TYPE_CHECKING:
     from .._session import Session
     from ..profiles import Era, WireProfile
-    from ._host import ConversationData, HostKey
 
 T = TypeVar("T")
 
@@ -135,6 +145,26 @@ class SourceDigests(Protocol):
 
     def conversation(self, source: str, conversation_id: str, principal: str | None) -> str:
         """The stable id of a host's conversation (with ``principal``, of that user's conversation)."""
+
+
+class HostKey(NamedTuple):
+    """Where one host puts its conversation id: a ``_meta`` key or an HTTP header, and the source's name."""
+
+    name: str
+    """The source's name in telemetry (``openai``, ``meta:acme/chat``…)."""
+    place: Literal["meta", "header"]
+    """Whether the id is in ``params._meta`` or in a header."""
+    key: str
+    """The ``_meta`` key, or the header's name in lower case."""
+    member: str | None = None
+    """With a member, the id is that member of the object at ``_meta[key]`` (Codex's turn metadata)."""
+
+
+ConversationData = Literal["off", "principal", "anonymous"]
+"""Whether a host's conversation gets data: ``off`` (tracing only), or keyed by the ``principal``'s conversation
+(unauthenticated requests get none), or ``anonymous`` (by the host's id alone)."""
+CONVERSATION_DATA_MODES: Final = ("off", "principal", "anonymous")
+"""The values ``conversation_data`` takes."""
 
 
 class SourceContext(NamedTuple):

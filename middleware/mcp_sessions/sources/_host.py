@@ -22,7 +22,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Final, Literal, NamedTuple
+from typing import TYPE_CHECKING, Final
 from urllib.parse import unquote
 
 from starlette.types import Scope
@@ -32,26 +32,19 @@ from .._session import Quota, caller_of
 from .._wire import jsonrpc
 from .._wire.protocol import CONVERSATION_MEMBER as CONVERSATION_MEMBER
 from .._wire.protocol import conversation_id as conversation_id
-from ._base import DEFAULT_MAX_CONVERSATIONS_PER_CALLER, TOO_MANY_SESSIONS_MESSAGE, Conversation
+from ._base import (
+    DEFAULT_MAX_CONVERSATIONS_PER_CALLER,
+    TOO_MANY_SESSIONS_MESSAGE,
+    Conversation,
+    ConversationData,
+    HostKey,
+)
 
 if TYPE_CHECKING:
     from .._session import Session
     from ._base import CallView, RequestView, SourceContext, SourceDigests, SourceSessions
 
 _HEADER_NAME: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-
-
-class HostKey(NamedTuple):
-    """Where one host puts its conversation id: a ``_meta`` key or an HTTP header, and the source's name."""
-
-    name: str
-    """The source's name in telemetry (``openai``, ``meta:acme/chat``…)."""
-    place: Literal["meta", "header"]
-    """Whether the id is in ``params._meta`` or in a header."""
-    key: str
-    """The ``_meta`` key, or the header's name in lower case."""
-    member: str | None = None
-    """With a member, the id is that member of the object at ``_meta[key]`` (Codex's turn metadata)."""
 
 
 BUILT_IN_HOSTS: Final = (
@@ -175,12 +168,6 @@ def _member(member: str) -> tuple[str, str] | None:
 def _is_key(text: str) -> bool:
     return bool(text) and _KEY_CHARS.issuperset(text)
 
-
-ConversationData = Literal["off", "principal", "anonymous"]
-"""Whether a host's conversation gets data: ``off`` (tracing only), or keyed by the ``principal``'s conversation
-(unauthenticated requests get none), or ``anonymous`` (by the host's id alone)."""
-CONVERSATION_DATA_MODES: Final = ("off", "principal", "anonymous")
-"""The values ``conversation_data`` takes."""
 
 _MAX_KNOWN: Final = 100_000  # conversations remembered as started (so counted once); the oldest forgotten first
 _DATA_OFF: Final = (
