@@ -76,3 +76,12 @@ def test_a_seam_is_typed_with_public_classes(seam: object) -> None:
     named = {cls for annotation in hints.values() for cls in package_classes(annotation)}
     assert named, "the seam names no class of the package"
     assert named <= set(public_classes()), f"private classes in a public seam: {named - set(public_classes())}"
+
+
+def test_the_stdio_gateway_loads_no_http_client_until_it_exchanges_a_token() -> None:
+    """``gateway --stdio`` needs the SDK (its server, its auth) and uvicorn; httpx only for a token exchange, made
+    when one is configured: where rich is installed, httpx's import loads it too (its command line), 50 ms of every
+    start."""
+    loaded = optional_loaded("import mcp_sessions._gateway._cli, mcp_sessions._gateway.stdio._server")
+    assert "httpx" not in loaded
+    assert "mcp" in loaded  # what it is about: not a module that loads nothing

@@ -30,7 +30,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from http.cookiejar import CookieJar, DefaultCookiePolicy
-from typing import Any, Final, Literal, get_args
+from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 from urllib.parse import quote_plus, urlsplit
 
 import anyio
@@ -41,12 +41,8 @@ from ..._bounded import BoundedDict
 from ..._pipeline import Rejection, error_answer, unavailable
 from ..._wire.protocol import INVALID_REQUEST
 
-try:
+if TYPE_CHECKING:
     import httpx
-except ModuleNotFoundError as exc:
-    if exc.name != "httpx":
-        raise
-    raise ImportError("the gateway needs httpx: pip install 'mcp-sessions[gateway]'") from exc
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -69,9 +65,6 @@ _ERROR_CODE: Final = re.compile(r"[\x20-\x21\x23-\x5b\x5d-\x7e]{1,64}")
 _UNPRINTABLE: Final = re.compile(r"[^\x20-\x21\x23-\x5b\x5d-\x7e]")
 _NOT_THIS_TOKEN: Final = frozenset({"invalid_request", "invalid_grant"})
 _NOT_FOR_THIS_USER: Final = frozenset({"invalid_scope", "invalid_target", "access_denied"})
-# httpx's failures of a connection it made (a ConnectError or ConnectTimeout is one never made): the server reset it
-# (ReadError, WriteError) or ended it before a whole answer (RemoteProtocolError).
-_UNANSWERED: Final = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
 
 
 @dataclass(frozen=True)
@@ -120,7 +113,9 @@ class TokenExchange:
 
     ``token_endpoint``, or ``issuer`` whose metadata names it; ``client_id`` and ``client_secret``, sent as
     ``client_auth`` says: ``client_secret_basic`` (RFC 6749 §2.3.1, the default) or ``client_secret_post``.
-    Its HTTP client is its maker's to close: :meth:`aclose`, or serve the app :meth:`wrap` returns.
+    Its HTTP client is its maker's to close: :meth:`aclose`, or serve the app :meth:`wrap` returns. httpx is
+    imported as one is made, not as the gateway starts: a gateway that exchanges nothing never loads it (nor what
+    httpx's own command line loads where it is installed, rich and pygments: 50 ms of a start).
     """
 
     def __init__(
@@ -142,6 +137,12 @@ class TokenExchange:
                 raise ValueError(f"{url!r} is not an http(s) URL")
         if client_auth not in ("client_secret_basic", "client_secret_post"):
             raise ValueError("the client authentication is client_secret_basic or client_secret_post")
+        try:
+            import httpx
+        except ModuleNotFoundError as exc:
+            if exc.name != "httpx":
+                raise
+            raise ImportError("the gateway needs httpx: pip install 'mcp-sessions[gateway]'") from exc
         self._endpoint = token_endpoint
         self._issuer = issuer
         self._timeout = timeout
@@ -289,6 +290,8 @@ class TokenExchange:
 
     async def _read(self, request: httpx.Request) -> tuple[int, Any]:
         """The status and JSON of the answer to ``request``: within the timeout, at most :data:`MAX_ANSWER` bytes."""
+        import httpx  # loaded as this exchange was made
+
         host = request.url.host
         body = b""
         try:
@@ -304,7 +307,9 @@ class TokenExchange:
         except TimeoutError:
             logger.warning("mcp-sessions gateway: %s did not answer in %g s", host, self._timeout)
             raise _server_error("the authorization server did not answer in time", 504) from None
-        except _UNANSWERED as exc:  # connected: a reset, or an end of the stream before an answer
+        # httpx's failures of a connection it made (a ConnectError or ConnectTimeout is one never made): the server
+        # reset it (ReadError, WriteError) or ended it before a whole answer (RemoteProtocolError).
+        except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as exc:
             failure = type(exc).__name__
             logger.warning("mcp-sessions gateway: %s closed the connection without an answer: %s", host, failure)
             raise _server_error("the authorization server closed the connection without an answer") from None
