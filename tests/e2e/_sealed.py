@@ -254,6 +254,9 @@ def gateway(
     process = started("mcp-sessions gateway --stdio", command)
     try:
         yield process
+    except BaseException:
+        print(f"the gateway's log:\n{process.output()}")  # beside the failure, in pytest's captured stdout
+        raise
     finally:
         if process.process is not None:  # the gateway's own shutdown, which ends its processes (SIGKILL would not)
             process.process.send_signal(signal.SIGTERM)
