@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -75,8 +75,10 @@ class ResponseRewriter:
         self.refused = False
         """Whether the answer was refused as too large (what the app raises after is its reaction to that)."""
 
-    async def send(self, message: Message) -> None:
-        """The ``send`` the app gets."""
+    def send(self, message: Message) -> Awaitable[None]:
+        """The ``send`` the app gets: what it returns, the app awaits (the downstream ``send`` of what ``message``
+        becomes), so that no coroutine of the rewriter stands between the app and the client, as none of the
+        pipeline's stands between the app and the event loop (:class:`~._forward.Exchange`)."""
         if self.refused:
             raise ResponseTooLarge(f"the response passed max_response_size ({self._limit} bytes)")
         kind = message["type"]
@@ -84,7 +86,7 @@ class ResponseRewriter:
             if (sse := self._sse) is not None:
                 chunk = sse.feed(body := message.get("body", b""))
                 if sse.overflowed:
-                    return await self._refuse(chunk + b"event: message\ndata: " + self._error() + b"\n\n")
+                    return self._refuse(chunk + b"event: message\ndata: " + self._error() + b"\n\n")
                 more = message.get("more_body", False)
                 if not more:
                     chunk += sse.flush()
@@ -93,15 +95,12 @@ class ResponseRewriter:
             elif (start := self._start) is not None:
                 self._body += message.get("body", b"")  # counted as it arrives
                 if len(self._body) > self._limit:
-                    return await self._refuse(None)
+                    return self._refuse(None)
                 if message.get("more_body", False):
-                    return
+                    return _held()
                 self._start = None  # anything after the last body passes untouched
                 body = bytes(self._body)
-                body = self._rewritten(body) or body
-                length = (b"content-length", str(len(body)).encode())
-                await self._send({**start, "headers": [*_without_length(start.get("headers", ())), length]})
-                message = {"type": "http.response.body", "body": body, "more_body": False}
+                return self._send_whole(start, self._rewritten(body) or body)
         elif kind == "http.response.start":
             self.status = message["status"]
             headers = {bytes(name).lower(): value for name, value in message.get("headers", ())}
@@ -110,11 +109,17 @@ class ResponseRewriter:
                 pass  # an encoded body: passed on untouched
             elif content_type.startswith(b"application/json"):
                 self._start = message
-                return  # held until its body is complete
+                return _held()  # until its body is complete
             elif content_type.startswith(b"text/event-stream"):
                 self._sse = SSERewriter(self._rewrite_event, max_event=self._limit, skips=_no_answer)
                 message = {**message, "headers": _without_length(message["headers"])}
-        await self._send(message)  # trailers, pushes, disconnects, an unrewritten body: untouched
+        return self._send(message)  # trailers, pushes, disconnects, an unrewritten body: untouched
+
+    async def _send_whole(self, start: Message, body: bytes) -> None:
+        """A JSON answer held whole: its start, with the length of ``body``, then ``body``."""
+        length = (b"content-length", str(len(body)).encode())
+        await self._send({**start, "headers": [*_without_length(start.get("headers", ())), length]})
+        await self._send({"type": "http.response.body", "body": body, "more_body": False})
 
     def _rewrite_event(self, data: str) -> str | None:
         new = self._rewritten(data)
@@ -170,6 +175,10 @@ def _no_answer(data: bytes) -> bool:
     """Whether ``data`` (an event's, or whole events') holds no answer: no ``id`` member, however it is written
     (a notification; a server's request has one, and is read). One pass over the bytes, and one for a backslash."""
     return (_ID_NAME if _BACKSLASH in data else _PLAIN_ID_NAME).search(data) is None
+
+
+async def _held() -> None:
+    """What the app awaits for a message the rewriter holds: nothing is sent yet."""
 
 
 def uncoded(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
