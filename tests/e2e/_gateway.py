@@ -212,6 +212,9 @@ def gateway_process(
     gateway = started("mcp-sessions gateway", command)
     try:
         yield gateway
+    except BaseException:
+        print(f"the gateway's log:\n{gateway.output()}")  # beside the failure, in pytest's captured stdout
+        raise
     finally:
         gateway.stop()
 

@@ -5,6 +5,7 @@ only reads; the gateway's first process readies them."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
 import signal
@@ -28,6 +29,10 @@ _ids = count()
 _RUN: Final = secrets.token_hex(4)
 """This gateway's in its groups' names, beside its pid: two gateways that are each the first process of a PID
 namespace of their own (two containers) share the pid 1, and would make the same group."""
+_OWN: Final = "gateway"
+"""The last part of the name of a gateway's own group in each parent (``mcp-sessions-PID-RUN-gateway``), which it
+holds a lock on (``flock``) while it lives: the other groups of its run are a dead gateway's only once no one holds
+it. No pid can tell: a gateway in a PID namespace of its own sees no other's pid, and its own may be another's."""
 
 
 @dataclass
@@ -40,8 +45,9 @@ class Cgroups:
     memory: int | None = None
     pids: int | None = None
     cpu: float | None = None
-    # The parents readied for its processes (:meth:`_ready`), at the first.
+    # The parents readied for its processes (:meth:`_ready`), at the first; its own groups' locks held from then on.
     ready: bool = field(default=False, init=False)
+    locks: list[int] = field(default_factory=list, init=False)
 
     @classmethod
     def found(cls, memory: int | None, pids: int | None, cpu: float | None = None) -> Cgroups | None:
@@ -76,22 +82,20 @@ class Cgroups:
         return cgroup
 
     def _ready(self) -> None:
-        """The empty groups of gateways that were killed (SIGKILL: their processes died with them, their directories
-        stayed) removed; in v2, the gateway moved into a leaf of its own (no process may stay in a cgroup that gives
-        controllers) and the controllers given to its children."""
+        """The gateway's own group made in each parent and its lock held; then the empty groups of gateways that were
+        killed (SIGKILL: their processes died with them, their directories stayed) removed, each run's once no one
+        holds its own group's lock (:data:`_OWN`); in v2, the gateway moved into its own group, a leaf (no process may
+        stay in a cgroup that gives controllers), and the controllers given to its children."""
         for parent in self.parents:
-            for stale in parent.glob("mcp-sessions-*-*"):
-                pid = stale.name.split("-")[2]
-                if not Path("/proc", pid).exists():
-                    with suppress(OSError):
-                        stale.rmdir()
-        if self.version == 2:
-            group = self.parents[0]
-            leaf = group / f"mcp-sessions-{os.getpid()}-{_RUN}-gateway"
-            leaf.mkdir(exist_ok=True)
-            (leaf / "cgroup.procs").write_text(str(os.getpid()))
+            own = parent / f"mcp-sessions-{os.getpid()}-{_RUN}-{_OWN}"
+            own.mkdir(exist_ok=True)
+            self.locks.append(lock := os.open(own, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _remove_dead(parent)
+        if self.version == 2:  # one parent: the last own group made is its
+            (own / "cgroup.procs").write_text(str(os.getpid()))
             enabled = [f"+{name}" for name in _controllers(self.memory, self.pids, self.cpu)]
-            (group / "cgroup.subtree_control").write_text(" ".join(enabled))
+            (self.parents[0] / "cgroup.subtree_control").write_text(" ".join(enabled))
         self.ready = True
 
     @property
@@ -179,6 +183,35 @@ class Cgroup:
         for directory in self.dirs:
             with suppress(OSError):
                 directory.rmdir()
+
+
+def _remove_dead(parent: Path) -> None:
+    """The groups under ``parent`` of each run whose own group's lock no one holds (its gateway is dead), removed
+    where empty; its own group last, once no other is left (then whatever is left is still proven dead). A run with
+    no own group is not proven dead (an older gateway's): it stays."""
+    runs: dict[str, list[Path]] = {}
+    for group in parent.glob("mcp-sessions-*-*-*"):
+        runs.setdefault(group.name.split("-")[3], []).append(group)
+    for run, groups in runs.items():
+        own = next((group for group in groups if group.name.endswith(f"-{run}-{_OWN}")), None)
+        if run == _RUN or own is None:
+            continue
+        try:
+            lock = os.open(own, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:  # removed by another meanwhile
+            continue
+        # BlockingIOError: its gateway lives; another error: another gateway removed them meanwhile.
+        try:
+            with suppress(OSError):
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                others = [group for group in groups if group != own]
+                for group in others:
+                    with suppress(OSError):  # a process left in it
+                        group.rmdir()
+                if not any(group.exists() for group in others):
+                    own.rmdir()
+        finally:
+            os.close(lock)
 
 
 def _controllers(memory: int | None, pids: int | None, cpu: float | None) -> list[str]:
