@@ -371,6 +371,23 @@ def test_a_host_that_refuses_a_user_namespace_is_said_at_startup_in_one_line() -
     assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said}\n")
 
 
+def test_a_host_whose_routes_overlap_the_processes_addresses_is_refused_in_one_line() -> None:
+    """A host with an address (so a route) in the processes' range (a network namespace of the test's own) would have
+    it shadowed by a process's: the gateway refuses to start, in one line that names the overlap."""
+    needs_root_and_nft()
+    _sealed.needs("bwrap")
+    address = PROCESSES[7]
+    own = f'ip link set lo up && ip address add {address}/32 dev lo && exec "$@"'
+    line = ["unshare", "--net", "sh", "-c", own, "sh", sys.executable, "-m", "mcp_sessions", "gateway"]
+    line += ["--port", str(free_port()), "--stdio", SERVER, "--process-uids", UIDS, "--process-containment", "bwrap"]
+    done = subprocess.run(line, capture_output=True, text=True, env={**os.environ, "MCP_SESSIONS_SECRET": SECRET})
+    said = (
+        f"--process-network egress: the processes' addresses, {PROCESSES}, overlap this host's route to {address} "
+        "(dev lo), which they would shadow: remove it, or --process-network none"
+    )
+    assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said}\n")
+
+
 def test_a_process_reaches_the_ports_granted_and_the_kernel_lists_what_it_refuses() -> None:
     """``--process-allow-net 127.0.0.1:PORT`` (and ``[::1]:PORT``): that port of this host's loopback connects, at
     the namespace's gateway; no other port there, and not its own loopback's. ``nft list table`` shows the exceptions

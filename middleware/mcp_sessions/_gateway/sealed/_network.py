@@ -483,8 +483,8 @@ class EgressRules:
             raise NetworkError("--process-network egress: nft is not installed (Debian: apt-get install nftables)")
         if (overlap := _overlapping()) is not None:
             raise NetworkError(
-                f"--process-network egress: the processes' addresses, {PROCESSES}, overlap {overlap} of this host's: "
-                "each would shadow it; give egress on a host without it, or --process-network none"
+                f"--process-network egress: the processes' addresses, {PROCESSES}, overlap this host's {overlap}, "
+                "which they would shadow: remove it, or --process-network none"
             )
         self.turned_on = _forwarded()
         os.makedirs(self.locks, mode=0o700, exist_ok=True)
@@ -842,7 +842,7 @@ def _overlapping() -> str | None:
             if destination == "default" or interface.removeprefix(INTERFACE).isdigit():
                 continue
             if ipaddress.ip_network(destination, strict=False).overlaps(PROCESSES):
-                return f"the route to {destination} (dev {interface})"
+                return f"route to {destination} (dev {interface})"
     except (ValueError, TypeError, AttributeError):
         raise NetworkError("--process-network egress: this host's routes could not be read (ip -j route)") from None
     return None
