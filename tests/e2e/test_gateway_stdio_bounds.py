@@ -210,3 +210,20 @@ def test_a_gateway_removes_the_groups_of_dead_gateways_alone_seen_from_any_pid_n
         assert all(directory.is_dir() for directory in live.dirs)  # alive: another's pid namespace is no proof
     finally:
         live.remove()
+
+
+def test_a_gateway_stopped_leaves_no_control_group(server: str) -> None:
+    """A gateway's groups, its processes' and its own, are gone once it stops (SIGTERM): none waits for the next
+    gateway's start."""
+    needs("root", "bwrap", "cgroup-memory")
+    from mcp_sessions._gateway.sealed._cgroups import Cgroups
+
+    cgroups = Cgroups.found(64 << 20, None)
+    assert cgroups is not None
+    with gateway(server, "--process-containment", "bwrap", "--process-memory", "64") as process:
+        assert process.process is not None
+        pid = process.process.pid
+        mcp = client(process)
+        assert text(call(mcp, "whoami", mcp.create_session()))
+        assert [group.name for group in cgroups.parents[0].glob(f"mcp-sessions-{pid}-*-gateway")]
+    assert not [group.name for parent in cgroups.parents for group in parent.glob(f"mcp-sessions-{pid}-*")]

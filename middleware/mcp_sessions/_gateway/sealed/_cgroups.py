@@ -98,6 +98,17 @@ class Cgroups:
             (self.parents[0] / "cgroup.subtree_control").write_text(" ".join(enabled))
         self.ready = True
 
+    def close(self) -> None:
+        """At the gateway's end, every process ended: its own groups removed, where it runs in none (v1; under v2
+        it runs in its own until it exits, and the next start removes it)."""
+        for lock in self.locks:
+            os.close(lock)
+        self.locks.clear()
+        if self.version == 1 and self.ready:
+            for parent in self.parents:
+                with suppress(OSError):
+                    (parent / f"mcp-sessions-{os.getpid()}-{_RUN}-{_OWN}").rmdir()
+
     @property
     def said(self) -> str:
         parents = ", ".join(str(parent) for parent in self.parents)
