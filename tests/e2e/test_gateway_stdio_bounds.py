@@ -209,3 +209,41 @@ def test_a_gateway_removes_the_groups_of_dead_gateways_alone_seen_from_any_pid_n
         assert all(directory.is_dir() for directory in live.dirs)  # alive: another's pid namespace is no proof
     finally:
         live.remove()
+
+
+def test_a_gateway_stopped_leaves_no_control_group(server: str) -> None:
+    """A gateway's groups, its processes' and its own, are gone once it stops (SIGTERM): none waits for the next
+    gateway's start."""
+    needs("root", "bwrap", "cgroup-memory")
+    from mcp_sessions._gateway.sealed._cgroups import Cgroups
+
+    cgroups = Cgroups.found(64 << 20, None)
+    assert cgroups is not None
+    with gateway(server, "--process-containment", "bwrap", "--process-memory", "64") as process:
+        assert process.process is not None
+        pid = process.process.pid
+        mcp = client(process)
+        assert text(call(mcp, "whoami", mcp.create_session()))
+        assert [group.name for group in cgroups.parents[0].glob(f"mcp-sessions-{pid}-*-gateway")]
+    assert not [group.name for parent in cgroups.parents for group in parent.glob(f"mcp-sessions-{pid}-*")]
+
+
+def test_processes_that_start_at_once_each_get_their_control_group() -> None:
+    """A gateway's first processes (the revision probe, the warm ones) start at once, each in a thread of its own:
+    the first readies the groups (its own group made and locked), the others wait for it; none is refused."""
+    needs("root", "cgroup-memory")
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mcp_sessions._gateway.sealed._cgroups import Cgroups
+
+    cgroups = Cgroups.found(64 << 20, None)
+    assert cgroups is not None
+    with ThreadPoolExecutor(8) as threads:
+        groups = list(threads.map(lambda _: cgroups.create(), range(8)))
+    try:
+        assert len({group.dirs for group in groups}) == 8
+        assert all(directory.is_dir() for group in groups for directory in group.dirs)
+    finally:
+        for group in groups:
+            group.remove()
+        cgroups.close()

@@ -17,6 +17,7 @@ from .stdio._modes import Processes, Sessionless
 if TYPE_CHECKING:
     from .auth._exchange import TokenExchange, UpstreamToken
     from .auth._users import GatewayAuth
+    from .sealed._cgroups import Cgroups
     from .sealed._edge import Edge
     from .sealed._network import EgressRules
     from .sealed._sandbox import Sandbox
@@ -91,6 +92,12 @@ class GatewayConfig:
         """The stdio processes' egress rules (``--process-network egress``), which the gateway installs before any
         process starts and removes once they have all ended; ``None`` for an upstream's."""
         return self.serves.sandbox.egress if isinstance(self.serves, StdioProcesses) else None
+
+    @property
+    def cgroups(self) -> Cgroups | None:
+        """The stdio processes' control groups (``--process-memory``, ``--process-pids``, ``--process-cpu``), whose
+        gateway's own groups go as it stops; ``None`` without them."""
+        return self.serves.sandbox.cgroups if isinstance(self.serves, StdioProcesses) else None
 
     @property
     def edge(self) -> Edge | None:

@@ -203,14 +203,16 @@ class Gateway(uvicorn.Server):
 
     def _gone(self) -> None:
         """Shutdown, once uvicorn has stopped (every process ended): the status socket's file removed, the
-        processes' egress rules and the masked credentials' values and certificates (a SIGKILLed gateway's go at the
-        next start). Said twice, done once."""
+        processes' egress rules, the gateway's own control groups, and the masked credentials' values and
+        certificates (a SIGKILLed gateway's go at the next start). Said twice, done once."""
         if self._status_socket is not None:
             with contextlib.suppress(OSError):
                 os.unlink(self._status_socket)
             self._status_socket = None
         if (egress := self.gateway.egress) is not None:
             egress.remove()
+        if (cgroups := self.gateway.cgroups) is not None:
+            cgroups.close()
         if (edge := self.gateway.edge) is not None:  # SIGTERM, raised again after this, ends the process
             edge.masks.close()
 

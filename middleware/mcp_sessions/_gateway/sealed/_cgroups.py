@@ -9,8 +9,10 @@ import fcntl
 import os
 import secrets
 import signal
+import threading
 import time
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from itertools import count
 from pathlib import Path
@@ -25,10 +27,6 @@ CPU_PERIOD: Final = 100_000
 TCP_SHARE: Final = 4
 """Under cgroup v1, which counts a process's TCP buffers apart from its memory, they get a ``TCP_SHARE``-th of
 ``--process-memory`` and the rest is its memory's: what it may pin is within its bound, as under v2."""
-_ids = count()
-_RUN: Final = secrets.token_hex(4)
-"""This gateway's in its groups' names, beside its pid: two gateways that are each the first process of a PID
-namespace of their own (two containers) share the pid 1, and would make the same group."""
 _OWN: Final = "gateway"
 """The last part of the name of a gateway's own group in each parent (``mcp-sessions-PID-RUN-gateway``), which it
 holds a lock on (``flock``) while it lives: the other groups of its run are a dead gateway's only once no one holds
@@ -48,6 +46,11 @@ class Cgroups:
     # The parents readied for its processes (:meth:`_ready`), at the first; its own groups' locks held from then on.
     ready: bool = field(default=False, init=False)
     locks: list[int] = field(default_factory=list, init=False)
+    # Its groups' names: mcp-sessions-PID-RUN-N, RUN its own (two gateways that are each the first process of a PID
+    # namespace of their own, two containers, share the pid 1), N counted.
+    name: str = field(default_factory=lambda: f"mcp-sessions-{os.getpid()}-{secrets.token_hex(4)}", init=False)
+    _ids: Iterator[int] = field(default_factory=count, init=False)
+    _readying: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     @classmethod
     def found(cls, memory: int | None, pids: int | None, cpu: float | None = None) -> Cgroups | None:
@@ -68,9 +71,10 @@ class Cgroups:
     def create(self) -> Cgroup:
         """A new control group for one process, its bounds written; the first readies the parents (:meth:`_ready`):
         the gateway's first process, the revision probe, starts with it."""
-        if not self.ready:
-            self._ready()
-        name = f"mcp-sessions-{os.getpid()}-{_RUN}-{next(_ids)}"
+        with self._readying:  # processes start at once, each in a thread of its own: the first readies them
+            if not self.ready:
+                self._ready()
+        name = f"{self.name}-{next(self._ids)}"
         cgroup = Cgroup(self.version, tuple(parent / name for parent in self.parents))
         try:
             for directory in cgroup.dirs:
@@ -85,18 +89,31 @@ class Cgroups:
         """The gateway's own group made in each parent and its lock held; then the empty groups of gateways that were
         killed (SIGKILL: their processes died with them, their directories stayed) removed, each run's once no one
         holds its own group's lock (:data:`_OWN`); in v2, the gateway moved into its own group, a leaf (no process may
-        stay in a cgroup that gives controllers), and the controllers given to its children."""
+        stay in a cgroup that gives controllers), and the controllers given to its children. Each parent is locked
+        meanwhile, so that no other gateway's start finds its own group made but not yet locked, and takes it for a
+        dead one's."""
         for parent in self.parents:
-            own = parent / f"mcp-sessions-{os.getpid()}-{_RUN}-{_OWN}"
-            own.mkdir(exist_ok=True)
-            self.locks.append(lock := os.open(own, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            _remove_dead(parent)
+            own = parent / f"{self.name}-{_OWN}"
+            with _locked(parent):
+                own.mkdir(exist_ok=True)
+                self.locks.append(_locked_now(own))
+                _remove_dead(parent, self.name)
         if self.version == 2:  # one parent: the last own group made is its
             (own / "cgroup.procs").write_text(str(os.getpid()))
             enabled = [f"+{name}" for name in _controllers(self.memory, self.pids, self.cpu)]
             (self.parents[0] / "cgroup.subtree_control").write_text(" ".join(enabled))
         self.ready = True
+
+    def close(self) -> None:
+        """At the gateway's end, every process ended: its own groups removed, where it runs in none (v1; under v2
+        it runs in its own until it exits, and the next start removes it)."""
+        for lock in self.locks:
+            os.close(lock)
+        self.locks.clear()
+        if self.version == 1 and self.ready:
+            for parent in self.parents:
+                with suppress(OSError):
+                    (parent / f"{self.name}-{_OWN}").rmdir()
 
     @property
     def said(self) -> str:
@@ -185,7 +202,7 @@ class Cgroup:
                 directory.rmdir()
 
 
-def _remove_dead(parent: Path) -> None:
+def _remove_dead(parent: Path, live: str) -> None:
     """The groups under ``parent`` of each run whose own group's lock no one holds (its gateway is dead), removed
     where empty; its own group last, once no other is left (then whatever is left is still proven dead). A run with
     no own group is not proven dead (an older gateway's): it stays."""
@@ -194,24 +211,45 @@ def _remove_dead(parent: Path) -> None:
         runs.setdefault(group.name.split("-")[3], []).append(group)
     for run, groups in runs.items():
         own = next((group for group in groups if group.name.endswith(f"-{run}-{_OWN}")), None)
-        if run == _RUN or own is None:
+        if own is None or own.name == f"{live}-{_OWN}":
             continue
         try:
-            lock = os.open(own, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:  # removed by another meanwhile
+            lock = _locked_now(own)
+        except OSError:  # its gateway lives (BlockingIOError), or another gateway removed it meanwhile
             continue
-        # BlockingIOError: its gateway lives; another error: another gateway removed them meanwhile.
         try:
-            with suppress(OSError):
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                others = [group for group in groups if group != own]
-                for group in others:
-                    with suppress(OSError):  # a process left in it
-                        group.rmdir()
-                if not any(group.exists() for group in others):
+            others = [group for group in groups if group != own]
+            for group in others:
+                with suppress(OSError):  # a process left in it
+                    group.rmdir()
+            if not any(group.exists() for group in others):
+                with suppress(OSError):
                     own.rmdir()
         finally:
             os.close(lock)
+
+
+def _locked_now(directory: Path) -> int:
+    """A descriptor of ``directory`` whose lock (``flock``) it holds until it is closed; ``BlockingIOError`` if
+    another holds it."""
+    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(descriptor)
+        raise
+    return descriptor
+
+
+@contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """``directory``'s lock (``flock``), waited for and held meanwhile: a gateway's start that others' wait for."""
+    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)
 
 
 def _controllers(memory: int | None, pids: int | None, cpu: float | None) -> list[str]:
