@@ -84,7 +84,7 @@ def locked(path: str) -> int | None:
 
 def running_uids() -> set[int]:
     """The real uids of the host's processes (``/proc/PID/status``) that still run: a zombie (a killed gateway's
-    pasta, say, until whoever adopted it reaps it) holds nothing of its uid's, and counts as none."""
+    helper, say, until whoever adopted it reaps it) holds nothing of its uid's, and counts as none."""
     found = set()
     for status in Path("/proc").glob("[0-9]*/status"):
         with suppress(OSError, ValueError, IndexError):

@@ -1,15 +1,17 @@
 """What of the network a stdio server process reaches (``--process-network``), by the kernel's own rules.
 
 ``host``: the host's network, as the gateway has it. ``none``: a network namespace of its own, with no interface but its
-own loopback (``_sandbox``). ``egress`` (under a containment alone): a network namespace of its own too, which pasta
-connects as the process's uid (:class:`Link`), so that nothing of this host's network namespace is in it (abstract Unix
-sockets, ``/proc/net``, loopback ports); what pasta sends on its behalf reaches the world, but not this host (every
+own loopback (``_sandbox``). ``egress`` (under a containment alone): a network namespace of its own too, connected to
+the host by a veth pair whose packets the kernel forwards (:class:`Link`), so that nothing of this host's network
+namespace is in it (abstract Unix sockets, ``/proc/net``, loopback ports); what the process sends reaches the world,
+but not this host (every
 address of its own: nftables' ``fib daddr type local``), its broadcasts, the link (link-local, multicast: the cloud's
 metadata address, mDNS, DHCP), the private, transition and reserved ranges, nor port 53 but the host's own resolvers
 (:func:`resolvers`: names resolve with no flag), unless ``--process-allow-net`` names a network or
 ``--process-allow-host`` a name and its port (resolved by the gateway, its addresses kept current in sets whose elements
 time out, as dnsmasq's ``--nftset`` keeps them; an answer the rules would refuse by its number is not granted by its
-name: :func:`refused_answer`): rules on the processes' uids (``meta skuid``). The rules are a table of the
+name: :func:`refused_answer`): rules on the processes' interfaces (``iifname``), and on their uids (``meta skuid``)
+for the sockets the credentials' proxy makes as them. The rules are a table of the
 gateway's own, ``inet mcp_sessions_<random>``, made in one ``nft -f -`` transaction as it starts and deleted as it
 stops; while it lives the gateway holds a lock (``flock``) on a file named for it under :data:`TABLE_LOCKS`, so that
 another gateway deletes a table only on proof its owner is gone (it can take that lock) and once no process of its uids
