@@ -2,12 +2,14 @@
 
 Two ``mcp-sessions gateway --stdio`` commands in front of one stdio server (``SERVER`` below, plain JSON-RPC lines
 run by the system's python3), each process run as a uid of its own under bubblewrap: one with
-``--process-network egress`` (a network namespace of its own, connected by pasta, the gateway's nftables rules on
-its uid), one with ``--process-network host``. Alternated request by request, in a new shuffled order each round:
+``--process-network egress`` (a network namespace of its own, connected by a veth pair whose packets the kernel
+forwards, the gateway's nftables rules on its interface), one with ``--process-network host``. Alternated request by
+request, in a new shuffled order each round:
 
 - a ``tools/call`` of ``echo``: what the namespace adds to a call (nothing on the wire: the call is a pipe);
 - a conversation's start: ``initialize`` to its first call's answer (the process started, and its namespace
-  and pasta);
+  and veth pair), and then what its control group holds of memory (``memory.usage_in_bytes``, or v2's
+  ``memory.current``: the process's, and whatever helper of its network runs in it);
 - a download of 10 MB from an HTTP server on this host's own address (granted by ``--process-allow-net``): the
   server process's ``urllib`` reads it whole, and says how long that took.
 
@@ -162,7 +164,7 @@ def listening(port: int, process: subprocess.Popen[str], within: float = 30) -> 
 
 def started(http: httpx.Client, url: str) -> tuple[str, float]:
     """A new conversation (a 2025 transport session): its id, and ms from ``initialize`` to its first call's answer
-    (its process started for it, and under egress its namespace and pasta)."""
+    (its process started for it, and under egress its namespace and its network)."""
     params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}
     start = time.perf_counter()
     answer = post(http, url, {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params})
@@ -187,6 +189,25 @@ def called(http: httpx.Client, url: str, session: str, name: str, arguments: dic
     return answer["result"]["content"][0]["text"], took
 
 
+def groups(uids: str) -> dict[str, int]:
+    """The memory control groups of the processes of ``uids`` (``FIRST-LAST``: a conversation's each), and what each
+    holds now, bytes (v1's ``memory.usage_in_bytes``, v2's ``memory.current``)."""
+    first, last = map(int, uids.split("-"))
+    found = {}
+    for process in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError, ValueError, StopIteration):
+            status = (process / "status").read_text().splitlines()
+            if not first <= int(next(line for line in status if line.startswith("Uid:")).split()[1]) <= last:
+                continue
+            for line in (process / "cgroup").read_text().splitlines():
+                _, controllers, path = line.split(":", 2)
+                place = {"memory": ("memory", "memory.usage_in_bytes"), "": ("", "memory.current")}.get(controllers)
+                if place is not None and Path("/sys/fs/cgroup", place[0], path.lstrip("/"), place[1]).exists():
+                    directory = Path("/sys/fs/cgroup", place[0], path.lstrip("/"))
+                    found[str(directory)] = int((directory / place[1]).read_text())
+    return found
+
+
 def run(rounds: int, starts: int, downloads: int, against: str | None) -> dict[str, dict[str, list[float]]]:
     address = host_address()
     work = Path(tempfile.mkdtemp(prefix="mcp-sessions-bench-egress-", dir="/var/lib"))
@@ -200,17 +221,20 @@ def run(rounds: int, starts: int, downloads: int, against: str | None) -> dict[s
             # Uids of its own: a gateway's egress rules hold for its whole --process-uids range, so another's processes
             # in it too (docs/gateway.md's recipe takes 61000-61999, the tests 62000-64999).
             with contextlib.ExitStack() as gateways:
+                ranges = {"egress": "60700-60729", "host": "60730-60759", "egress before": "60760-60799"}
                 urls = {
                     "egress": gateways.enter_context(
-                        gateway(server, "60700-60729", "--process-network", "egress", *grant)
+                        gateway(server, ranges["egress"], "--process-network", "egress", *grant)
                     ),
-                    "host": gateways.enter_context(gateway(server, "60730-60759", "--process-network", "host")),
+                    "host": gateways.enter_context(gateway(server, ranges["host"], "--process-network", "host")),
                 }
                 if against is not None:
-                    before = gateway(server, "60760-60799", "--process-network", "egress", *grant, code=against)
+                    before = gateway(
+                        server, ranges["egress before"], "--process-network", "egress", *grant, code=against
+                    )
                     urls["egress before"] = gateways.enter_context(before)
                 sessions = {name: started(http, url)[0] for name, url in urls.items()}
-                seen: dict[str, dict[str, list[float]]] = {"call": {}, "start": {}, "download": {}}
+                seen: dict[str, dict[str, list[float]]] = {"call": {}, "start": {}, "memory": {}, "download": {}}
                 url_of = f"http://{address}:{port}/"
                 for measure, count in (("call", rounds), ("start", starts), ("download", downloads)):
                     for _ in range(count):
@@ -218,7 +242,10 @@ def run(rounds: int, starts: int, downloads: int, against: str | None) -> dict[s
                             if measure == "call":
                                 took = called(http, urls[name], sessions[name], "echo", {"text": "x"})[1]
                             elif measure == "start":
+                                held = groups(ranges[name])
                                 session, took = started(http, urls[name])
+                                fresh = [size for group, size in groups(ranges[name]).items() if group not in held]
+                                seen["memory"].setdefault(name, []).append(sum(fresh) / (1 << 20))
                                 http.delete(urls[name], headers={"Mcp-Session-Id": session})  # its process ended
                             else:
                                 text = called(http, urls[name], sessions[name], "download", {"url": url_of})[0]
@@ -248,6 +275,7 @@ def main() -> None:
     what = {
         "call": "a tools/call (echo)",
         "start": "a conversation's start, to its first call's answer",
+        "memory": "a conversation's memory at rest, MiB (its control group's, after its start)",
         "download": "10 MB from this host's address, read whole",
     }
     rows = []
@@ -271,9 +299,11 @@ def main() -> None:
         "What `--process-network egress` costs a stdio server against `--process-network host`, the same server "
         "(plain JSON-RPC lines, the system's python3) behind two `mcp-sessions gateway --stdio` commands, each "
         "process a uid of its own under bubblewrap, alternated request by request: under `egress` a process has a "
-        "network namespace of its own, which pasta connects as its uid, the gateway's nftables rules on that uid. "
-        "A call is a pipe, on neither network; a start makes the namespace and starts pasta; the download goes "
-        "through pasta's TCP (10 MB from an HTTP server on this host's own address, granted by "
+        "network namespace of its own, connected by a veth pair whose packets the kernel forwards, the gateway's "
+        "nftables rules on its interface. A call is a pipe, on neither network; a start makes the namespace and its "
+        "pair; a conversation's memory is what its control group holds once it has answered its first call (MiB, "
+        "not ms, in that row: the process's, and any helper of its network that runs in the group); the download "
+        "goes through the kernel's forwarding (10 MB from an HTTP server on this host's own address, granted by "
         "`--process-allow-net`, read whole by the process's `urllib`: the process's own timing)."
     )
     header = ["what", "count", "host p50 ms", "egress p50 ms", "added ms", "egress / host"]
@@ -281,11 +311,9 @@ def main() -> None:
         header += ["egress before p50 ms", "egress / before"]
         text += (
             " `egress before` is the same gateway run from another checkout (the code this one's egress replaces), "
-            "alternated with the other two, under the same load: read its ratio. Against issue 92's `before` "
-            "(commit `aadd38c`), a start pays for a shell that holds the process's user and network namespaces "
-            "(`unshare --user --net`) and `nft` making the namespace's own rules while pasta starts, then "
-            "`nsenter` in place of `unshare --net`; the server no longer waits on bubblewrap's descriptors. "
-            "Why pasta stays rather than the kernel's forwarding (a veth pair per process): docs/security.md."
+            "alternated with the other two, under the same load: read its ratio. Here `before` is pasta's egress "
+            "(passt's userspace TCP/IP stack, run as the process's uid in its control group), which the veth pair "
+            "replaced: why, docs/security.md."
         )
     header.append(f"p99 ms ({' / '.join(names)})")
     finish(

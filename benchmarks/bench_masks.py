@@ -4,9 +4,9 @@ One ``mcp-sessions gateway --stdio`` command, its process a uid of its own under
 ``--process-env-mask API_TOKEN=ADDRESS:PORT``. An HTTPS server of the benchmark's own on this host's address (its own
 certificate authority, the gateway's ``SSL_CERT_FILE``) listens on two ports: the masked one, which the process
 reaches through the gateway's proxy alone (its TLS terminated there, the placeholder swapped, TLS again to the
-server), and another, granted by ``--process-allow-net`` and reached directly (pasta alone). The process's ``urllib``
-(a new connection per request, as ``urllib`` makes them) alternates the two, request by request, in a new shuffled
-order each round, and times each itself:
+server), and another, granted by ``--process-allow-net`` and reached directly (by the kernel alone). The process's
+``urllib`` (a new connection per request, as ``urllib`` makes them) alternates the two, request by request, in a new
+shuffled order each round, and times each itself:
 
 - a small request: what the proxy adds to one HTTPS request (two TLS handshakes instead of one, the head parsed and
   rewritten);
@@ -171,7 +171,7 @@ def main() -> None:
         "`egress`) against a direct connection, alternated request by request in one process, timed by its own "
         "`urllib` (a new connection each request): through the gateway's proxy, the process's TLS is terminated "
         "there (a certificate of the gateway's authority), the placeholder swapped in the head, and TLS made again to "
-        "the server (verified against the gateway's roots); directly, the connection goes through pasta alone. The "
+        "the server (verified against the gateway's roots); directly, the kernel alone forwards the connection. The "
         "server is the benchmark's own, on this host's address."
     )
     header = ["what", "count", "direct p50 ms", "proxy p50 ms", "added ms", "proxy / direct", "p99 ms (direct / proxy)"]

@@ -35,10 +35,8 @@ command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2 ' || missing+=(libseccomp2)
 # The stdio gateway's --process-network egress (the default with --process-uids): its rules are nftables'.
 command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || missing+=(nftables)
-# pasta (passt's): each egress process's network namespace, connected to the world as the process's own uid.
-command -v pasta >/dev/null 2>&1 || missing+=(passt)
-# iproute2's ip: this host's addresses (a trusted front the processes could pose as), and unshare's own loopback
-# under --process-network none. Debian's minimal images leave it out.
+# iproute2's ip: this host's addresses (a trusted front the processes could pose as), unshare's own loopback under
+# --process-network none, and each egress process's veth pair. Debian's minimal images leave it out.
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
 # The system's venv: where this checkout's Python lies under a 0700 home (pyenv's, under /root), the tests make the
 # environments that --process-uids processes run from the system's python3, which those uids may run.
@@ -56,11 +54,6 @@ if [ "${#missing[@]}" -gt 0 ]; then
     fi
     $sudo apt-get update
     $sudo apt-get install -y --no-install-recommends "${missing[@]}"
-fi
-# pasta opens the tun device as each process's uid: every uid may (Debian's udev rule, 0666), a container's
-# /dev may have it 0600, root's alone. (Opening it makes no interface without CAP_NET_ADMIN.)
-if [ -c /dev/net/tun ] && [ "$(stat -c %a /dev/net/tun)" != 666 ] && [ "$(id -u)" -eq 0 ]; then
-    chmod 0666 /dev/net/tun
 fi
 inspector=".cache/inspector/node_modules/@modelcontextprotocol/inspector"
 if ! grep -q "\"version\": \"$INSPECTOR_VERSION\"" "$inspector/package.json" 2>/dev/null; then

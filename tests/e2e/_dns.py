@@ -136,7 +136,7 @@ def _forwarded(query: bytes, upstream: str) -> bytes:
 @contextlib.contextmanager
 def resolver(names: dict[str, str], *, forward: bool = False) -> Iterator[tuple[str, ...]]:
     """The stand-in, answering ``names`` (name: IPv4 address), for as long as the block runs; what to put before the
-    gateway's command (``gateway(prefix=...)``) so that it, and pasta, read a ``/etc/resolv.conf`` naming it (a
+    gateway's command (``gateway(prefix=...)``) so that it reads a ``/etc/resolv.conf`` naming it (a
     mount namespace of the gateway's own). ``forward``: another name is asked of the host's own resolver (for a
     recipe that installs from the package index), else it does not exist."""
     upstream = next((str(each) for each in resolvers() if each.version == 4), None) if forward else None

@@ -25,6 +25,7 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,7 +48,7 @@ from e2e._gateway import (
     readable_directory,
     result_of,
 )
-from mcp_sessions._gateway.sealed._network import GATEWAY, NO_ROUTE, egress_rules, resolvers
+from mcp_sessions._gateway.sealed._network import GATEWAY, NO_ROUTE, PROCESSES, egress_rules, resolvers
 
 UIDS = uids(0, 100)
 """The gateways of this file's tests: a gateway's rules hold for the uids its processes hold, none else's."""
@@ -108,7 +109,7 @@ def test_a_process_reaches_neither_the_gateway_nor_its_status_nor_a_local_servic
     """Behind an auth proxy on loopback, bob's process (the default network with --process-uids: egress, a network
     namespace of its own) cannot connect to the gateway from the proxy's address (to name carol, list her
     conversations and end one), nor to the operator's status port, nor to a service of this host's (a Redis, say):
-    not on its own loopback (its namespace's), not at this host's loopback through its gateway (pasta's), not at
+    not on its own loopback (its namespace's), not at this host's loopback through its gateway, not at
     this host's address."""
     needs_root_and_nft()
     status = free_port()
@@ -120,14 +121,13 @@ def test_a_process_reaches_neither_the_gateway_nor_its_status_nor_a_local_servic
             for host in ("127.0.0.1", "::1", GATEWAY, host_address())
             for what, port in (("gateway", process.port), ("status", status), ("service", service))
         }
-        # At once (the server answers each call on a thread of its own): a refusal through pasta is a timeout's.
+        # At once (the server answers each call on a thread of its own).
         with concurrent.futures.ThreadPoolExecutor(len(targets)) as each:
             tries = {name: each.submit(tried, http, process, bob, *target) for name, target in targets.items()}
             seen = {name: attempt.result() for name, attempt in tries.items()}
         said = process.output()
-    # Its own loopback refuses at once; a connection pasta makes for it is refused by the kernel (its rules), which
-    # pasta (of Debian 12) passes on as no answer.
-    assert all(got.startswith("refused: ") for got in seen.values()), seen
+    # Its own loopback refuses at once, and so do the kernel's rules what the kernel forwards.
+    assert all(got == "refused: Connection refused" for got in seen.values()), seen
     # The startup line names the network once, as the kernel's rules hold it.
     # Its bounds: its default memory where the host gives a control group, else none.
     assert re.search(r"a uid each, bounds [^,]*(, memory \d+ MiB each)?, network egress \(nft table inet ", said)
@@ -162,13 +162,6 @@ def test_an_egress_process_has_a_network_namespace_of_its_own() -> None:
     assert seen["held"] == "bound"
 
 
-def pasta_of(uid: int) -> int:
-    """The pid of the pasta that forwards for the process of ``uid``."""
-    found = [pid for pid in _sealed.of_uid(uid) if b"--config-net" in Path(f"/proc/{pid}/cmdline").read_bytes()]
-    assert len(found) == 1, found
-    return found[0]
-
-
 def in_its_namespace(uid: int) -> int:
     """The pid of a process of ``uid``'s in a network namespace other than the host's: the server's, or a helper's."""
     host = os.readlink("/proc/self/ns/net")
@@ -180,19 +173,52 @@ def status_of(pid: int) -> dict[str, str]:
     return {name: value.strip() for name, _, value in (line.partition(":") for line in lines)}
 
 
+def sharing(pid: int) -> set[int]:
+    """The host's processes in ``pid``'s control groups or network namespace (its helpers', the holder's)."""
+    found = set()
+    for each in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            same_groups = (each / "cgroup").read_text() == Path(f"/proc/{pid}/cgroup").read_text()
+            if same_groups or os.readlink(each / "ns/net") == os.readlink(f"/proc/{pid}/ns/net"):
+                found.add(int(each.name))
+    return found
+
+
+def ports_of(uid: int) -> list[str]:
+    """The host's TCP and UDP sockets of ``uid`` (``/proc/net``): none is a process's, under egress."""
+    found = []
+    for kind in ("tcp", "udp", "tcp6", "udp6"):
+        rows = [line.split() for line in Path(f"/proc/net/{kind}").read_text().splitlines()[1:]]
+        found += [f"{kind} {row[1]}" for row in rows if int(row[7]) == uid]
+    return found
+
+
+def interfaces(prefix: str = "mcs") -> set[str]:
+    """The host's interfaces named ``prefix<N>``: the processes' host ends."""
+    listed = json.loads(subprocess.check_output(["ip", "-j", "link", "show"]))
+    return {each["ifname"] for each in listed if each["ifname"].removeprefix(prefix).isdigit()}
+
+
+def addresses_of(pid: int) -> set[str]:
+    """The global addresses of ``pid``'s network namespace."""
+    shown = ["nsenter", f"--net=/proc/{pid}/ns/net", "ip", "-j", "address", "show", "scope", "global"]
+    listed = json.loads(subprocess.check_output(shown))
+    return {each["local"] for link in listed for each in link.get("addr_info", []) if "local" in each}
+
+
 @pytest.mark.parametrize("containment", ["bwrap", "unshare"])
-def test_pasta_holds_no_capability_of_the_hosts_is_counted_with_the_process_and_forwards_no_port(
+def test_an_egress_process_s_network_has_no_helper_binds_nothing_on_the_host_and_is_refused_at_once(
     containment: str,
 ) -> None:
-    """After a call, the pasta of an egress process holds no capability of the host's (its capabilities are in a user
-    namespace of its own, which maps no uid and owns nothing but the process's network namespace), runs in the
-    conversation's control group, gives it the gateway's fixed addresses (not the host's), and binds on the host
-    neither a TCP nor a UDP port the process bound, nor the port it sends a datagram from (the namespace sends it from
-    an ephemeral port at random, which pasta binds); a datagram to that port of the host's never reaches the process
-    (the namespace's own rules drop it, and count it)."""
+    """After a call, no process of an egress process's uid, of its control group or of its network namespace (the
+    holder's) holds a capability: the kernel forwards for it, no helper does. Nothing is bound on the host for it:
+    no socket of its uid's there, and the TCP and UDP ports it bound and the port it sends a datagram from are the
+    host's still; a datagram to that port of the host's never reaches it (the namespace's own rules drop it, and
+    count it). A connection its rules refuse is refused at once (the kernel's answer reaches it), and its address is
+    its own (of PROCESSES), not the host's."""
     needs_root_and_nft()
     _sealed.needs(containment, "cgroup-memory")
-    tcp, udp = free_port(), free_port()
+    tcp, udp, closed = free_port(), free_port(), free_port()
     options = ("--process-uids", UIDS, "--process-memory", "256", "--process-containment", containment)
     with _sealed.hostile() as server, _sealed.gateway(server, *options) as process:
         mcp = _sealed.client(process)
@@ -201,49 +227,90 @@ def test_pasta_holds_no_capability_of_the_hosts_is_counted_with_the_process_and_
         bound = [
             _sealed.text(_sealed.call(mcp, tool, session, port=port)) for tool, port in (("hold", tcp), ("udp", udp))
         ]
-        pasta = pasta_of(uid)
-        status, server_pid = status_of(pasta), in_its_namespace(uid)
+        server_pid = in_its_namespace(uid)
+        sent = _sealed.text(_sealed.call(mcp, "send", session, port=udp, host=GATEWAY, to=9))
+        started = time.monotonic()
+        refused = _sealed.text(_sealed.call(mcp, "connect", session, host=GATEWAY, port=closed))
+        took = time.monotonic() - started
+        held = ports_of(uid)
         with socket.create_server(("127.0.0.1", tcp)), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
             taken.bind(("127.0.0.1", udp))  # the host's own: the process's ports are its namespace's alone
-        sent = _sealed.text(_sealed.call(mcp, "send", session, port=udp, host=GATEWAY, to=9))
-        # what pasta bound on the host for that flow, once it has read the datagram: an ephemeral port, at random
-        pastas = until(lambda: udp_ports_of(uid), "pasta's port for the flow")
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as after:
-            after.bind(("127.0.0.1", udp))  # still the host's: never the port the process chose
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as intruder:
-            for port in pastas:
-                intruder.sendto(b"in", ("127.0.0.1", port))
+            intruder.sendto(b"in", (next(iter(addresses_of(server_pid))), udp))
         rules = ["nsenter", f"--net=/proc/{server_pid}/ns/net", "nft", "list", "table", "inet", "mcp_sessions"]
         dropped = re.compile(r"counter packets [1-9]\d* bytes \d+ drop")
         until(lambda: dropped.search(subprocess.run(rules, capture_output=True, text=True).stdout), "the drop")
         received = _sealed.text(_sealed.call(mcp, "received", session, port=udp))
-        user_namespace, uid_map = os.readlink(f"/proc/{pasta}/ns/user"), Path(f"/proc/{pasta}/uid_map").read_text()
-        cgroups = [Path(f"/proc/{pid}/cgroup").read_text() for pid in (pasta, server_pid, os.getpid())]
-        shown = ["nsenter", f"--net=/proc/{server_pid}/ns/net", "ip", "-j", "address", "show", "scope", "global"]
-        listed = json.loads(subprocess.check_output(shown))
-        addresses = {each["local"] for link in listed for each in link.get("addr_info", []) if "local" in each}
+        statuses = {pid: status_of(pid) for pid in {*sharing(server_pid), *_sealed.of_uid(uid)}}
+        addresses = addresses_of(server_pid)
     assert bound == ["bound", "bound"]
     assert sent.startswith("denied: ") or sent == "sent", sent  # refused by the host's rules: this host's port 9
-    assert pastas, (udp, pastas)
-    assert udp not in pastas, (udp, pastas)
+    assert (refused, took < 1.0) == ("denied: Connection refused", True), (refused, took)
+    assert held == [], held
     assert received == "nothing"
-    assert (status["CapInh"], status["CapAmb"]) == ("0000000000000000", "0000000000000000"), status
-    assert user_namespace != os.readlink("/proc/self/ns/user"), (user_namespace, uid_map)
-    assert uid_map == "", (user_namespace, uid_map)
-    assert cgroups[0] == cgroups[1] != cgroups[2], cgroups
-    assert addresses == {"169.254.1.2", "fd6d:6373::2"}, addresses  # the gateway's, not the host's
+    assert len(statuses) >= 2, statuses  # the server, its helpers and the holder
+    capable = {pid: (status["Name"], status["CapEff"]) for pid, status in statuses.items() if int(status["CapEff"], 16)}
+    # under unshare, the containment's own: root's shell that waits for the PID namespace's first process (no helper
+    # of its network's, and the server's uid cannot signal it)
+    firsts = [status for status in statuses.values() if status["NSpid"].split()[-1] == "1"]
+    waiting = {pid for pid in capable if containment == "unshare" and any(f["PPid"] == str(pid) for f in firsts)}
+    assert {pid: capable[pid] for pid in capable.keys() - waiting} == {}, capable
+    assert len(waiting) <= 1, capable
+    assert len(addresses) == 1, addresses
+    assert ipaddress.ip_address(addresses.pop()) in PROCESSES  # its own, not the host's
 
 
-def udp_ports_of(uid: int) -> list[int]:
-    """The UDP ports the host's sockets of ``uid`` are bound to (``/proc/net/udp``: pasta's, as the process's uid)."""
-    rows = [line.split() for line in Path("/proc/net/udp").read_text().splitlines()[1:]]
-    return [int(row[1].rpartition(":")[2], 16) for row in rows if int(row[7]) == uid]
+def links_of(name: str) -> set[str]:
+    """The host ends in the set ``links`` of the table ``name``: its processes'."""
+    listed = ["nft", "-j", "list", "set", "inet", name, "links"]
+    done = subprocess.run(listed, capture_output=True, text=True, check=True)
+    found = [entry["set"] for entry in json.loads(done.stdout)["nftables"] if "set" in entry]
+    return set(found[0].get("elem", []))
+
+
+def routed_to(interface: str) -> set[str]:
+    """The destinations of the host's routes by ``interface``: its process's address."""
+    return {
+        route["dst"] for route in json.loads(subprocess.check_output(["ip", "-j", "route", "show", "dev", interface]))
+    }
+
+
+def test_two_gateways_give_distinct_addresses_and_each_pair_goes_with_its_process_or_its_gateway() -> None:
+    """Two gateways at once, on overlapping uid ranges: each process has a host end and an address of its own, and
+    reaches the world (a namespace of the test's own, by a route of this host's). A conversation's end deletes its
+    pair, its route and its set's element; a gateway's SIGKILL its processes' pairs (they go with the namespaces)."""
+    needs_root_and_nft()
+    first = members(UIDS)[0]
+    before = interfaces()
+    with contextlib.ExitStack() as stack:
+        world, (port,) = stack.enter_context(elsewhere())
+        http = stack.enter_context(httpx.Client(timeout=30))
+        a = stack.enter_context(gateway("--process-uids", f"{first}-{first + 3}"))
+        b = stack.enter_context(gateway("--process-uids", f"{first + 1}-{first + 5}"))
+        sessions = [legacy_initialize(http, each.url()) for each in (a, b)]
+        reached = [tried(http, each, session, world, port) for each, session in zip((a, b), sessions, strict=True)]
+        tables = table_of(a), table_of(b)
+        links = [links_of(name) for name in tables]
+        addresses = {interface: routed_to(interface) for interface in links[0] | links[1]}
+        assert http.delete(a.url(), headers=sessions[0]).status_code in (200, 204)
+        until(lambda: len(links_of(tables[0])) == len(links[0]) - 1, "a's conversation's host end out of its set")
+        ended = links[0] - links_of(tables[0])
+        left = interfaces() - before
+        assert b.process is not None
+        os.killpg(b.process.pid, signal.SIGKILL)
+        b.process.wait(timeout=WITHIN)
+        until(lambda: not (interfaces() - before) & links[1], "b's pairs gone with its namespaces")
+    assert reached == ["connected", "connected"], reached
+    assert len(links[0]) == len(links[1]) == 2 and not links[0] & links[1], links  # a shared process, a conversation's
+    assert all(len(routes) == 1 for routes in addresses.values()), addresses
+    assert len({route for routes in addresses.values() for route in routes}) == 4, addresses
+    assert not ended & left, (ended, left)  # its pair deleted, its route with it
 
 
 def test_a_host_without_a_default_route_is_said_once_at_startup() -> None:
     """A gateway on a host with no default route (a network namespace of the test's own: its loopback alone) says so
-    once, after its startup line, and starts; pasta, which would fail every egress process's start there, is not
-    started: such a process has its own loopback alone (:func:`routed` is false there, as it is true here)."""
+    once, after its startup line, and starts; no veth pair is made, where it could reach nothing: such a process has
+    its own loopback alone (:func:`routed` is false there, as it is true here)."""
     needs_root_and_nft()
     alone = ("unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh")
     asked = "from mcp_sessions._gateway.sealed._network import routed; print(routed())"
@@ -304,6 +371,23 @@ def test_a_host_that_refuses_a_user_namespace_is_said_at_startup_in_one_line() -
     assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said}\n")
 
 
+def test_a_host_whose_routes_overlap_the_processes_addresses_is_refused_in_one_line() -> None:
+    """A host with an address (so a route) in the processes' range (a network namespace of the test's own) would have
+    it shadowed by a process's: the gateway refuses to start, in one line that names the overlap."""
+    needs_root_and_nft()
+    _sealed.needs("bwrap")
+    address = PROCESSES[7]
+    own = f'ip link set lo up && ip address add {address}/32 dev lo && exec "$@"'
+    line = ["unshare", "--net", "sh", "-c", own, "sh", sys.executable, "-m", "mcp_sessions", "gateway"]
+    line += ["--port", str(free_port()), "--stdio", SERVER, "--process-uids", UIDS, "--process-containment", "bwrap"]
+    done = subprocess.run(line, capture_output=True, text=True, env={**os.environ, "MCP_SESSIONS_SECRET": SECRET})
+    said = (
+        f"--process-network egress: the processes' addresses, {PROCESSES}, overlap this host's route to {address} "
+        "(dev lo), which they would shadow: remove it, or --process-network none"
+    )
+    assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said}\n")
+
+
 def test_a_process_reaches_the_ports_granted_and_the_kernel_lists_what_it_refuses() -> None:
     """``--process-allow-net 127.0.0.1:PORT`` (and ``[::1]:PORT``): that port of this host's loopback connects, at
     the namespace's gateway; no other port there, and not its own loopback's. ``nft list table`` shows the exceptions
@@ -321,34 +405,49 @@ def test_a_process_reaches_the_ports_granted_and_the_kernel_lists_what_it_refuse
                 "its own loopback": tried(http, process, session, "127.0.0.1", granted),
             }
     assert (seen["granted"], seen["its own loopback"]) == ("connected", "refused: Connection refused")
-    assert seen["another port"].startswith("refused: "), seen  # the kernel's refusal: no answer, through pasta
-    who, dns = "meta skuid @uids", "meta l4proto { tcp, udp } th dport 53"
+    assert seen["another port"] == "refused: Connection refused", seen  # the kernel's refusal, at once
+    dns = "meta l4proto { tcp, udp } th dport 53"
     dns_rules = []
     for family, version in (("ip", 4), ("ip6", 6)):
         if found := [str(each) for each in resolvers() if each.version == version]:
             each = found[0] if len(found) == 1 else f"{{ {', '.join(found)} }}"
-            dns_rules.append(f"{who} {family} daddr {each} {dns} accept")
+            dns_rules.append(f"{family} daddr {each} {dns} accept")
     expected = [
-        f"{who} ip daddr 127.0.0.1 meta l4proto {{ tcp, udp }} th dport {granted} accept",
-        f"{who} ip6 daddr ::1 meta l4proto {{ tcp, udp }} th dport {granted6} accept",
+        f"ip daddr 127.0.0.1 meta l4proto {{ tcp, udp }} th dport {granted} accept",
+        f"ip6 daddr ::1 meta l4proto {{ tcp, udp }} th dport {granted6} accept",
         *dns_rules,
-        f"{who} {dns} reject",
-        f"{who} fib daddr type local reject",
-        f"{who} fib daddr type broadcast reject",
-        f"{who} ip daddr {{ 100.100.100.200, 168.63.129.16, 169.254.169.254, 169.254.170.2 }} reject",
-        f"{who} ip6 daddr fd00:ec2::254 reject",
-        f"{who} ip daddr {{ 169.254.0.0/16, 224.0.0.0/4, 255.255.255.255 }} reject",
-        f"{who} ip6 daddr {{ fe80::/10, ff00::/8 }} reject",
-        f"{who} ip daddr {{ 0.0.0.0/8, 10.0.0.0/8, 100.64.0.0/10, 172.16.0.0/12, 192.168.0.0/16 }} reject",
-        f"{who} ip6 daddr fc00::/7 reject",
-        f"{who} ip6 daddr {{ 64:ff9b::/96, 64:ff9b:1::/48, 2001::/32, 2002::/16, fec0::/10 }} reject",
-        f"{who} ip daddr {{ 192.0.0.0/24, 192.0.2.0/24, 198.18.0.0/15, 198.51.100.0/24, 203.0.113.0/24, 240.0.0.0/4 }}",
-        f"{who} ip6 daddr 2001:db8::/32 reject",
+        f"{dns} reject",
+        "fib daddr type local reject",
+        "fib daddr type broadcast reject",
+        "ip daddr { 100.100.100.200, 168.63.129.16, 169.254.169.254, 169.254.170.2 } reject",
+        "ip6 daddr fd00:ec2::254 reject",
+        "ip daddr { 169.254.0.0/16, 224.0.0.0/4, 255.255.255.255 } reject",
+        "ip6 daddr { fe80::/10, ff00::/8 } reject",
+        "ip daddr { 0.0.0.0/8, 10.0.0.0/8, 100.64.0.0/10, 172.16.0.0/12, 192.168.0.0/16 } reject",
+        "ip6 daddr fc00::/7 reject",
+        "ip6 daddr { 64:ff9b::/96, 64:ff9b:1::/48, 2001::/32, 2002::/16, fec0::/10 } reject",
+        "ip daddr { 192.0.0.0/24, 192.0.2.0/24, 198.18.0.0/15, 198.51.100.0/24, 203.0.113.0/24, 240.0.0.0/4 }",
+        "ip6 daddr 2001:db8::/32 reject",
     ]
-    rules = [line.strip() for line in listing.splitlines() if line.strip().startswith("meta skuid")]
-    assert len(rules) == len(expected), listing
-    for rule, start in zip(rules, expected, strict=True):
+    chains = chains_of(listing)
+    assert len(chains["egress"]) == len(expected), listing
+    for rule, start in zip(chains["egress"], expected, strict=True):
         assert rule.startswith(start), listing  # the kernel's words, then its reject's kind and the comment
+    # one definition, jumped to from where a process's packets arrive, and from its uid's sockets (the proxy's)
+    assert chains["output"][-1] == "meta skuid @uids jump egress", listing
+    assert chains["forward"][-1] == chains["input"][-1] == "iifname @links jump egress", listing
+
+
+def chains_of(listing: str) -> dict[str, list[str]]:
+    """Each chain of ``nft list table``'s ``listing``, by name: its rules, as the kernel lists them."""
+    chains: dict[str, list[str]] = {}
+    rules: list[str] = []
+    for line in (each.strip() for each in listing.splitlines()):
+        if line.startswith("chain "):
+            rules = chains.setdefault(line.split()[1], [])
+        elif line and line != "}" and not line.startswith("type "):
+            rules.append(line)
+    return chains
 
 
 def held(name: str) -> list[int]:
@@ -380,7 +479,7 @@ def test_gateways_with_overlapping_uid_ranges_each_grant_their_own_processes_alo
                 "a's to b's grant": (a, on_a, port_b),
                 "b's to a's grant": (b, on_b, port_a),
             }
-            # At once (the server answers each call on a thread of its own): a refusal through pasta is a timeout's.
+            # At once (the server answers each call on a thread of its own).
             with concurrent.futures.ThreadPoolExecutor(len(targets)) as each:
                 tries = {
                     name: each.submit(tried, http, up, session, GATEWAY, port)
@@ -394,8 +493,8 @@ def test_gateways_with_overlapping_uid_ranges_each_grant_their_own_processes_alo
     # the conversations' processes on first + 2 and first + 3: each in the other's range too
     assert (shared, sets) == ([[first], [first + 1]], [[first, first + 2], [first + 1, first + 3]])
     assert (seen["a's to a's grant"], seen["b's to b's grant"]) == ("connected", "connected"), seen
-    assert seen["a's to b's grant"].startswith("refused: "), seen  # the kernel's refusal, through pasta
-    assert seen["b's to a's grant"].startswith("refused: "), seen
+    assert seen["a's to b's grant"] == "refused: Connection refused", seen  # the kernel's refusal, at once
+    assert seen["b's to a's grant"] == "refused: Connection refused", seen
 
 
 def test_a_gateway_deletes_only_the_tables_of_gateways_that_are_gone_once_their_uids_run_nothing() -> None:

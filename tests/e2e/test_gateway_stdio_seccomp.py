@@ -44,7 +44,7 @@ def test_a_contained_process_makes_none_of_the_calls_a_container_may_not(
 ) -> None:
     """The keyring, bpf, perf_event_open, userfaultfd, io_uring, mounts, namespaces, the clock and personality beyond
     the profile's: each EPERM (clone3 ENOSYS), under either containment; nor a tun device in a user namespace of its
-    own (under unshare, the host's /dev/net/tun, 0666, is there). The startup line names the profile."""
+    own (under unshare, the host's /dev/net/tun is there). The startup line names the profile."""
     needs("root", containment)
     with gateway(server, *team(jwks), "--process-containment", containment) as process:
         assert "each process's seccomp profile: docker's default (26.1.5)" in process.output()

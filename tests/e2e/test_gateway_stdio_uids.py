@@ -53,8 +53,9 @@ def test_nothing_a_uid_wrote_or_started_reaches_its_next_owner_even_after_its_ga
 
 
 def test_a_zombie_of_a_uid_is_not_a_process_of_it() -> None:
-    """A killed gateway's pasta is a zombie of its process's uid until whoever adopted it reaps it: a gateway
-    restarted at once (systemd's Restart=) takes that uid, where it exited for "no free uid" (issue 94, item 3)."""
+    """A killed gateway's helper of a process's uid is a zombie of that uid until whoever adopted it reaps it: a
+    gateway restarted at once (systemd's Restart=) takes that uid, where it exited for "no free uid" (issue 94, item
+    3)."""
     needs("root")
     [uid] = members(uids(211, 1))
     ended = subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "true"])

@@ -84,7 +84,7 @@ def locked(path: str) -> int | None:
 
 def running_uids() -> set[int]:
     """The real uids of the host's processes (``/proc/PID/status``) that still run: a zombie (a killed gateway's
-    pasta, say, until whoever adopted it reaps it) holds nothing of its uid's, and counts as none."""
+    helper, say, until whoever adopted it reaps it) holds nothing of its uid's, and counts as none."""
     found = set()
     for status in Path("/proc").glob("[0-9]*/status"):
         with suppress(OSError, ValueError, IndexError):
@@ -101,13 +101,3 @@ def above(descriptor: int) -> int:
         return fcntl.fcntl(descriptor, fcntl.F_DUPFD_CLOEXEC, 5)
     finally:
         os.close(descriptor)
-
-
-def first_words(size: int) -> int:
-    """A file for a helper's stderr that keeps the first ``size`` bytes it writes and no more (a ``memfd`` of that
-    size, sealed so that it cannot grow: a write past its end fails, and the helper goes on); what it said is
-    ``os.pread(said, size, 0)`` without its trailing NULs."""
-    said = above(os.memfd_create("said", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING))
-    os.ftruncate(said, size)
-    fcntl.fcntl(said, fcntl.F_ADD_SEALS, fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
-    return said

@@ -1,15 +1,17 @@
 """What of the network a stdio server process reaches (``--process-network``), by the kernel's own rules.
 
 ``host``: the host's network, as the gateway has it. ``none``: a network namespace of its own, with no interface but its
-own loopback (``_sandbox``). ``egress`` (under a containment alone): a network namespace of its own too, which pasta
-connects as the process's uid (:class:`Link`), so that nothing of this host's network namespace is in it (abstract Unix
-sockets, ``/proc/net``, loopback ports); what pasta sends on its behalf reaches the world, but not this host (every
+own loopback (``_sandbox``). ``egress`` (under a containment alone): a network namespace of its own too, connected to
+the host by a veth pair whose packets the kernel forwards (:class:`Link`), so that nothing of this host's network
+namespace is in it (abstract Unix sockets, ``/proc/net``, loopback ports); what the process sends reaches the world,
+but not this host (every
 address of its own: nftables' ``fib daddr type local``), its broadcasts, the link (link-local, multicast: the cloud's
 metadata address, mDNS, DHCP), the private, transition and reserved ranges, nor port 53 but the host's own resolvers
 (:func:`resolvers`: names resolve with no flag), unless ``--process-allow-net`` names a network or
 ``--process-allow-host`` a name and its port (resolved by the gateway, its addresses kept current in sets whose elements
 time out, as dnsmasq's ``--nftset`` keeps them; an answer the rules would refuse by its number is not granted by its
-name: :func:`refused_answer`): rules on the processes' uids (``meta skuid``). The rules are a table of the
+name: :func:`refused_answer`): rules on the processes' interfaces (``iifname``), and on their uids (``meta skuid``)
+for the sockets the credentials' proxy makes as them. The rules are a table of the
 gateway's own, ``inet mcp_sessions_<random>``, made in one ``nft -f -`` transaction as it starts and deleted as it
 stops; while it lives the gateway holds a lock (``flock``) on a file named for it under :data:`TABLE_LOCKS`, so that
 another gateway deletes a table only on proof its owner is gone (it can take that lock) and once no process of its uids
@@ -20,7 +22,6 @@ port number, uids, a checked name), never from what the operator typed.
 from __future__ import annotations
 
 import argparse
-import functools
 import ipaddress
 import json
 import logging
@@ -38,7 +39,7 @@ from typing import Final, Literal, get_args
 
 import anyio
 
-from ._kernel import above, first_words, locked, running_uids, tool
+from ._kernel import locked, running_uids, tool
 
 Network = Literal["host", "none", "egress"]
 NETWORKS: Final = get_args(Network)
@@ -92,87 +93,61 @@ made to it goes on meanwhile."""
 REFRESH: Final = 60.0
 """How often (seconds) the granted names are resolved again."""
 GATEWAY: Final = "169.254.1.1"
-"""An ``egress`` process's gateway, as its network namespace sees it (the namespace is ``169.254.1.2/30``): pasta,
-which forwards a DNS query sent there to the host's resolver (the namespace's ``/etc/resolv.conf`` names it:
-:data:`RESOLV`) and a connection there to this host's loopback, where the gateway's rules refuse it but what
+"""An ``egress`` process's gateway, as its network namespace sees it: the host's end of its veth pair (no address of
+the host's: a permanent neighbour entry in the namespace names its link-layer address, :data:`HOST_END`), where the
+gateway's table sends a DNS query to the host's resolver (the namespace's ``/etc/resolv.conf`` names it:
+:data:`RESOLV`) and any other connection to this host's loopback, where its rules refuse it but what
 ``--process-allow-net`` grants (``127.0.0.1:6379`` is reached at ``169.254.1.1:6379``)."""
 RESOLV: Final = "/run/mcp-sessions/resolv.conf"
 """Every ``egress`` namespace's ``/etc/resolv.conf`` (its gateway: the host's resolver to it), written at startup."""
 NO_ROUTE: Final = (
-    "this host has no default route, which pasta connects an egress process through: each process starts with its own "
-    "loopback alone (as under --process-network none) until the host has one"
+    "this host has no IPv4 default route, which an egress process reaches the world through: each process starts with "
+    "its own loopback alone (as under --process-network none) until the host has one"
 )
-"""What the startup line adds where :func:`routed` is false: said once, where pasta would fail every process's start."""
+"""What the startup line adds where :func:`routed` is false: said once, where each process would start unconnected."""
 LINK_WITHIN: Final = 30.0
-"""How long (seconds) a process's network namespace and its pasta have to be ready (about 20 ms on an idle host)."""
-GATEWAY6: Final = "fd6d:6373::1"
-"""An ``egress`` process's IPv6 gateway (the namespace is ``fd6d:6373::2/64``, a unique local network of the gateway's
-own): pasta, which forwards a connection there to this host's ``::1``."""
-# pasta's options: the namespace's interface made (its addresses, IPv4 and IPv6, and its gateways: the gateway's fixed
-# ones, never the host's, which pasta copies by default; its resolver), and no port forwarded either way (pasta's -t
-# and -u, from the host; -T and -U, from the namespace's loopback to the host's).
-_PASTA: Final = (
-    *("-f", "-q", "--config-net", "-a", "169.254.1.2", "-n", "30", "-g", GATEWAY, "--dns-forward", GATEWAY),
-    *("-a", "fd6d:6373::2", "-g", GATEWAY6),
-    *("-t", "none", "-u", "none", "-T", "none", "-U", "none"),
-)
-# What pasta needs, as the process's uid, to join the process's user namespace (Link); it holds none of the host's
-# once there, before it reads a packet.
-_PASTA_CAPS: Final = "+sys_admin"
+"""How long (seconds) a process's network namespace and its veth pair have to be ready (about 20 ms on an idle host)."""
+PROCESSES: Final = ipaddress.IPv4Network("10.237.0.0/16")
+"""Where each ``egress`` process's own address is (a ``/32`` of it, one per veth pair of the host, whichever gateway's;
+masqueraded as it leaves): a private range, refused to every process by the rules, and checked at startup against this
+host's addresses and routes (:meth:`EgressRules.install`)."""
+HOST_END: Final = "ee:ee:ee:ee:ee:ee"
+"""The link-layer address of each veth pair's host end (Calico's): the namespace's neighbour for :data:`GATEWAY`."""
+INTERFACE: Final = "mcs"
+"""The prefix of each veth pair's host end: ``mcs<N>``, its process's address :data:`PROCESSES`'s N-th."""
+CONF: Final = "/proc/sys/net/ipv{version}/conf/{interface}/{name}"
+HOST_END_CONF: Final = ((4, "forwarding", "1"), (4, "route_localnet", "1"), (6, "disable_ipv6", "1"))
+"""Each host end's settings (:data:`CONF`), its own alone: IPv4 forwarding from it; ``127.0.0.1`` routed to from it
+(where the table sends what the process sends to its gateway); no IPv6 (nothing of the host's on it)."""
 # The namespaces' holder: it says they are made, then waits for its stdin to end (the gateway's close, or its end).
 _HOLD: Final = "echo made; read -r _"
 # The process's network namespace's own rules, which the gateway makes there (nft, as root: the process has no
-# capability there): what pasta delivers that is not a reply to what the process sent is dropped; and what it sends by
-# UDP leaves from a port of the host's ephemeral range at random ({ports}), as a client of the host's would, so that
-# the port pasta binds on the host for it (passt keeps a datagram's source port) is never one the process chose.
-_NAMESPACE_RULES: Final = """\
-table inet mcp_sessions {{
-  chain input {{
+# capability there): what arrives that is not a reply to what the process sent (from the world or this host's own
+# processes) is dropped. Its conntrack is the process's alone, so that a refusal of its connection (an ICMP error, a
+# reset) is related to it and reaches it.
+NAMESPACE_RULES: Final = """\
+table inet mcp_sessions {
+  chain input {
     type filter hook input priority 0; policy accept;
     iif lo accept
     ct state established,related accept
-    meta l4proto ipv6-icmp accept
     counter drop comment "not a reply to the process"
-  }}
-  chain postrouting {{
-    type nat hook postrouting priority srcnat; policy accept;
-    oif != lo meta l4proto udp snat ip to 169.254.1.2:{ports} random
-    oif != lo meta l4proto udp snat ip6 to [fd6d:6373::2]:{ports} random
-  }}
-}}
+  }
+}
 """
-EPHEMERAL: Final = "/proc/sys/net/ipv4/ip_local_port_range"
-
-
-@functools.cache
-def namespace_rules() -> str:
-    """:data:`_NAMESPACE_RULES`, with the host's ephemeral port range (its kernel's own choice for a client)."""
-    first, last = (int(port) for port in Path(EPHEMERAL).read_text().split())
-    return _NAMESPACE_RULES.format(ports=f"{first}-{last}")
+# The namespace's interface, its address, its gateway (GATEWAY at HOST_END, on the link whatever its address), by
+# `ip -batch -`, in the namespace ({address}: the process's own).
+_NAMESPACE_LINK: Final = f"""\
+link set lo up
+address add {{address}}/32 dev eth0
+link set eth0 up
+neighbour replace {GATEWAY} lladdr {HOST_END} dev eth0 nud permanent
+route add default via {GATEWAY} dev eth0 onlink
+"""
 
 
 CGROUPS_FIRST: Final = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
 """A helper's first step: its own pid into each control group named, until ``--``; then the command that follows."""
-# pasta's keeper, as root, by bash (a descriptor above 9): into each control group named (--cgroup FILE), then pasta
-# (after "--") in the background, the keeper's copy of pasta's pid file (--close DESCRIPTOR) closed; once its stdin
-# ends (the gateway's close, or its end: pasta's parent-death signal is cleared as it joins its user namespace), pasta
-# killed.
-_KEEP: Final = """\
-while [ "$1" != -- ]; do
-    case $1 in
-        --close) written=$2 ;;
-        --cgroup) echo $$ > "$2" || exit 125 ;;
-        *) echo "pasta's keeper: $1 is not an option of its" >&2; exit 125 ;;
-    esac
-    shift 2 || exit 125
-done; shift
-"$@" & eval "exec $written>&-"
-read -r _
-kill -KILL $! 2>/dev/null
-wait
-"""
-TUN: Final = "/dev/net/tun"
-_SAID: Final = 4096  # what of pasta's stderr is kept: its first words, why it did not start
 logger = logging.getLogger("mcp_sessions.gateway")
 LOOPBACK: Final = tuple(ipaddress.ip_network(net) for net in ("127.0.0.0/8", "::1/128", "::ffff:127.0.0.0/104"))
 
@@ -202,7 +177,7 @@ class ProcessNetwork:
     def helpers(self) -> list[str]:
         """The programs that make it (:func:`tool` finds each at startup)."""
         helpers = ["unshare", "ip"] if self.isolated else []
-        return [*helpers, "nsenter", "nft", "setpriv", "pasta", "bash"] if self.kind == "egress" else helpers
+        return [*helpers, "nsenter", "nft"] if self.kind == "egress" else helpers
 
     def entered(self) -> list[str]:
         """The command line's first part under ``egress``: into the network namespace its :class:`Link` made."""
@@ -351,10 +326,10 @@ class Allowed:
             raise ValueError(f"--process-allow-net: {given!r}: a port is a number from 1 to 65535")
         return cls(network, int(port))
 
-    def rule(self, who: str) -> str:
+    def rule(self) -> str:
         family = "ip" if self.network.version == 4 else "ip6"
         port = "" if self.port is None else f" meta l4proto {{ tcp, udp }} th dport {self.port}"
-        return f'{who} {family} daddr {self.network}{port} accept comment "--process-allow-net"'
+        return f'{family} daddr {self.network}{port} accept comment "--process-allow-net"'
 
     def grants(self, address: IPAddress, port: int) -> bool:
         """Whether it lets a process reach ``address`` on ``port``."""
@@ -433,61 +408,72 @@ class EgressRules:
     local: list[IPNetwork] = field(default_factory=lambda: list(LOOPBACK))  # this host's addresses, as last read
     proxy: int | None = None  # the port of the gateway's proxy for masked credentials (_edge), on 127.0.0.1
     masked: tuple[AllowedHost, ...] = ()  # the masked credentials' hosts, reached through that proxy alone
+    turned_on: list[str] = field(default_factory=list)  # the interfaces whose forwarding install turned on
 
     def text(self) -> str:
-        """The table, as ``nft -f`` reads it: its rules hold for the uids in its set ``uids``, this gateway's own (the
-        ``--process-user``'s from the start; each of ``--process-uids`` while a process of this gateway's holds it:
-        :meth:`hold`), never the whole range, which another gateway's may overlap."""
-        who = "meta skuid @uids"
+        """The table, as ``nft -f`` reads it: its rules (the chain ``egress``) hold for the packets of each interface
+        in its set ``links`` (a process's host end, while the process lives: :class:`Link`), forwarded or to this
+        host, and for the sockets of the uids in its set ``uids`` (the masked credentials' proxy connects as a
+        process's uid), this gateway's own (the ``--process-user``'s from the start; each of ``--process-uids`` while a
+        process of this gateway's holds it: :meth:`hold`), never the whole range, which another gateway's may
+        overlap. What a process sends to its gateway is sent on first (``prerouting``): DNS to the host's first IPv4
+        resolver, the rest to this host's ``127.0.0.1``, where the rules judge it as they would a connection of the
+        process's uid there; what leaves the host from a process is masqueraded."""
         held = f" elements = {{ {', '.join(map(str, self.held))} }};" if self.held else ""
-        sets = [f"set uids {{ type uid;{held} }}"]
+        sets = [f"set uids {{ type uid;{held} }}", "set links { type ifname; }"]
         # What a process may reach, first; then what it may not (the kernel's first verdict holds). A rule that sends a
         # process's connections through a proxy of the gateway's (issue 95's credentials) goes first of all, and its
         # refusal of their hosts' direct connections before the grants below.
-        masked_sets, masked_rules = self.credential_rules(who)
+        masked_sets, rules = self.credential_rules()
         sets += masked_sets
-        rules = [*masked_rules, *(allowed.rule(who) for allowed in self.allowed)]
+        rules += [allowed.rule() for allowed in self.allowed]
         if self.hosts:  # each name's addresses and port, kept current by refresh
             for version, family, kind in ((4, "ip", "ipv4_addr"), (6, "ip6", "ipv6_addr")):
                 sets.append(f"set hostports{version} {{ type {kind} . inet_service; flags timeout; }}")
                 rules.append(
-                    f"{who} meta l4proto {{ tcp, udp }} {family} daddr . th dport @hostports{version} accept "
+                    f"meta l4proto {{ tcp, udp }} {family} daddr . th dport @hostports{version} accept "
                     'comment "--process-allow-host"'
                 )
         dns = "meta l4proto { tcp, udp } th dport 53"
         for family, version in (("ip", 4), ("ip6", 6)):
             if found := [str(address) for address in self.resolvers if address.version == version]:
                 listed = ", ".join(found)
-                rules.append(f'{who} {family} daddr {{ {listed} }} {dns} accept comment "the host\'s resolvers"')
-        rules.append(f'{who} {dns} reject comment "DNS but to the host\'s resolvers"')
-        rules.append(f'{who} fib daddr type local reject comment "this host"')
-        rules.append(f'{who} fib daddr type broadcast reject comment "a broadcast"')
+                rules.append(f'{family} daddr {{ {listed} }} {dns} accept comment "the host\'s resolvers"')
+        rules.append(f'{dns} reject comment "DNS but to the host\'s resolvers"')
+        rules.append('fib daddr type local reject comment "this host"')
+        rules.append('fib daddr type broadcast reject comment "a broadcast"')
         for why, refused in REFUSED.items():
             for family, version in (("ip", 4), ("ip6", 6)):
                 if nets := [str(net) for net in map(ipaddress.ip_network, refused) if net.version == version]:
-                    rules.append(f'{who} {family} daddr {{ {", ".join(nets)} }} reject comment "{why}"')
-        lines = [
-            f"table inet {self.table} {{",
-            *(f"  {each}" for each in sets),
-            "  chain output {",
-            "    type filter hook output priority 0; policy accept;",
-            *(f"    {rule}" for rule in rules),
-            "  }",
-            "}",
-        ]
-        return "\n".join(lines) + "\n"
+                    rules.append(f'{family} daddr {{ {", ".join(nets)} }} reject comment "{why}"')
+        to_gateway = f"iifname @links ip daddr {GATEWAY} meta l4proto {{ tcp, udp }}"
+        resolver = next((address for address in self.resolvers if address.version == 4), None)
+        sent_on = [f'{to_gateway} th dport 53 dnat ip to {resolver} comment "the host\'s resolver"'] if resolver else []
+        sent_on.append(f'{to_gateway} dnat ip to 127.0.0.1 comment "this host\'s loopback"')
+        chains = {
+            "egress": rules,
+            "output": ["type filter hook output priority 0; policy accept;", "meta skuid @uids jump egress"],
+            "forward": ["type filter hook forward priority 0; policy accept;", "iifname @links jump egress"],
+            "input": ["type filter hook input priority 0; policy accept;", "iifname @links jump egress"],
+            "prerouting": ["type nat hook prerouting priority dstnat; policy accept;", *sent_on],
+            "postrouting": ["type nat hook postrouting priority srcnat; policy accept;", "iifname @links masquerade"],
+        }
+        lines = [f"table inet {self.table} {{", *(f"  {each}" for each in sets)]
+        for name, chain in chains.items():
+            lines += [f"  chain {name} {{", *(f"    {rule}" for rule in chain), "  }"]
+        return "\n".join([*lines, "}"]) + "\n"
 
-    def credential_rules(self, who: str) -> tuple[list[str], list[str]]:
+    def credential_rules(self) -> tuple[list[str], list[str]]:
         """The sets and the first rules for masked credentials (``--process-env-mask``): the gateway's proxy
-        reached (pasta sends what the process sends to its gateway to this host's loopback), and the masked hosts'
+        reached (what the process sends to its gateway goes to this host's loopback), and the masked hosts'
         addresses (:meth:`refresh` keeps them current) refused on their ports, whatever grants them below."""
         if self.proxy is None:
             return [], []
-        sets, rules = [], [f'{who} ip daddr 127.0.0.1 tcp dport {self.proxy} accept comment "the credentials\' proxy"']
+        sets, rules = [], [f'ip daddr 127.0.0.1 tcp dport {self.proxy} accept comment "the credentials\' proxy"']
         for version, family, kind in ((4, "ip", "ipv4_addr"), (6, "ip6", "ipv6_addr")):
             sets.append(f"set maskedports{version} {{ type {kind} . inet_service; flags timeout; }}")
             rules.append(
-                f"{who} meta l4proto tcp {family} daddr . th dport @maskedports{version} reject "
+                f"meta l4proto tcp {family} daddr . th dport @maskedports{version} reject "
                 'comment "a masked credential\'s host: through the proxy alone"'
             )
         return sets, rules
@@ -497,6 +483,12 @@ class EgressRules:
         no process of its uids runs (until then, its rules hold for the processes a killed gateway left)."""
         if shutil.which("nft") is None:  # found once (tool), where _nft runs it
             raise NetworkError("--process-network egress: nft is not installed (Debian: apt-get install nftables)")
+        if (overlap := _overlapping()) is not None:
+            raise NetworkError(
+                f"--process-network egress: the processes' addresses, {PROCESSES}, overlap this host's {overlap}, "
+                "which they would shadow: remove it, or --process-network none"
+            )
+        self.turned_on = _forwarded()
         os.makedirs(self.locks, mode=0o700, exist_ok=True)
         self.lock = locked(os.path.join(self.locks, self.table))
         if self.lock is None:
@@ -569,6 +561,17 @@ class EgressRules:
         if uid not in running_uids():
             _nft(["delete", "element", "inet", self.table, "uids", f"{{ {uid} }}"])
 
+    def link(self, interface: str) -> None:
+        """A process's host end, ``interface``, under the rules (added to the set ``links``) before it is made."""
+        done = _nft(["add", "element", "inet", self.table, "links", f'{{ "{interface}" }}'])
+        if done.returncode != 0:
+            said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[0]
+            raise NetworkError(f"--process-network egress: nft did not put {interface} under the rules: {said[:200]}")
+
+    def unlink(self, interface: str) -> None:
+        """``interface`` out of the set ``links``, once it is deleted."""
+        _nft(["delete", "element", "inet", self.table, "links", f'{{ "{interface}" }}'])
+
     def _keep_current(self) -> None:
         while not self.stopped.wait(REFRESH):
             self.refresh()
@@ -585,7 +588,14 @@ class EgressRules:
 
     @property
     def said(self) -> str:
-        return f"network egress (nft table inet {self.table})"
+        """How the startup line says it: its table, and what the gateway changed of the host's (IPv4 forwarding, on
+        each process's interface and where its packets leave; never turned off again: another program may rely on
+        it by then)."""
+        uplinks_said = ", ".join(f"{each} (turned on)" if each in self.turned_on else each for each in uplinks())
+        return (
+            f"network egress (nft table inet {self.table}), a veth pair each ({PROCESSES}, IPv4 alone), forwarding "
+            f"on each pair's host end and on {uplinks_said or 'no interface: no default route'}"
+        )
 
 
 def _stale_tables(locks: str) -> list[tuple[str, int]]:
@@ -674,21 +684,20 @@ def _overlap(nets: Iterable[IPNetwork], others: Iterable[IPNetwork]) -> bool:
 
 class Link:
     """The ``egress`` network of one process: a network namespace of its own, made by util-linux's ``unshare`` (as root)
-    in a user namespace of its own that maps no uid, and connected to the world by pasta (passt's), run as the
-    process's uid in the conversation's control groups (its CPU, memory and pids counted with the process's). pasta
-    keeps ``CAP_SYS_ADMIN`` while it forwards, to enter the network namespace (passt's ``isolation.c``): it is given
-    that capability to join the user namespace as it starts (``--userns``), and then holds it, and every other, in
-    that namespace alone, over nothing but the process's network namespace; none of the host's. What it sends on the
-    process's behalf is the process's uid's, under the gateway's nftables rules (:class:`EgressRules`); no port is
-    forwarded either way, and the namespace's addresses are the gateway's fixed ones, not the host's. The namespaces
-    are held by a shell of their own (:attr:`holder`) until :meth:`close`; pasta ends then too, or with the gateway
-    (a keeper of pasta's, as root, kills it once its stdin ends; the holder ends so too)."""
+    in a user namespace of its own that maps no uid, and connected to the host by a veth pair (``ip``, as root): its
+    end in the namespace, ``eth0``, has the process's own address (:data:`PROCESSES`) and its gateway
+    (:data:`GATEWAY`); the host's end, ``mcs<N>``, no address, a route to the process's, and forwarding on. The kernel
+    forwards what the process sends, as the gateway's table allows it (:class:`EgressRules`: the interface is in its
+    set ``links`` first, out of it last); nothing of userspace reads it, holds a capability for it, binds a port of the
+    host's for it, or is charged to the conversation for it. ``N`` is the first free from the process's uid on: the
+    kernel makes one interface of a name (another gateway's ``ip link add`` of it fails), so that no two processes of
+    the host have one address. The namespaces are held by a shell of their own (:attr:`holder`) until :meth:`close`;
+    the pair goes with the namespace, or with :meth:`close`, whichever is first."""
 
-    def __init__(self, uid: int, gid: int, procs: Sequence[str]) -> None:
-        # procs: the control groups' files pasta's pid goes in
-        self.uid, self.gid, self.procs = uid, gid, procs
+    def __init__(self, uid: int, rules: EgressRules) -> None:
+        self.uid, self.rules = uid, rules
         self.holder: anyio.abc.Process | None = None
-        self.pasta: anyio.abc.Process | None = None
+        self.interface = ""  # its host end, once made
 
     @property
     def namespace(self) -> str:
@@ -697,16 +706,15 @@ class Link:
         return f"/proc/{self.holder.pid}/ns/net"
 
     async def open(self, environ: Mapping[str, str]) -> None:
-        """The namespaces made and pasta ready on them, within :data:`LINK_WITHIN` seconds; ``NetworkError`` if they
-        could not be, then closed (:meth:`close`). ``environ``: root's, the helpers'."""
+        """The namespaces made and connected, within :data:`LINK_WITHIN` seconds; ``NetworkError`` if they could not
+        be, then closed (:meth:`close`). ``environ``: root's, the helpers'."""
         try:
             with anyio.fail_after(LINK_WITHIN):
                 await self._open(environ)
         except TimeoutError:
-            raise NetworkError(f"--process-network egress: pasta was not ready within {LINK_WITHIN:g} s") from None
+            raise NetworkError(f"--process-network egress: its network was not made within {LINK_WITHIN:g} s") from None
 
     async def _open(self, environ: Mapping[str, str]) -> None:
-        namespaces: list[int] = []
         try:
             try:
                 self.holder = holder = await anyio.open_process(
@@ -718,70 +726,55 @@ class Link:
                 )
                 assert holder.stdout is not None
                 await holder.stdout.receive()  # "made": they are
-                for kind in ("user", "net"):  # its child still: its pid is not another's
-                    namespaces.append(os.open(f"/proc/{holder.pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC))
             except (OSError, anyio.EndOfStream):
                 raise NetworkError("--process-network egress: the process's network namespace was not made") from None
-            # The namespace's rules, made while pasta starts: the server runs once both are done.
-            nft = [tool("nsenter"), f"--net={self.namespace}", "--", tool("nft"), "-f", "-"]
-            pipe, said = subprocess.PIPE, b""
-            async with await anyio.open_process(
-                nft, env=environ, stdin=pipe, stdout=subprocess.DEVNULL, stderr=pipe
-            ) as rules:
-                assert rules.stdin is not None and rules.stderr is not None
-                await rules.stdin.send(namespace_rules().encode())
-                await rules.stdin.aclose()
-                await self._start(namespaces[0], namespaces[1], environ)
-                with suppress(anyio.EndOfStream):
-                    said = await rules.stderr.receive(4096) if await rules.wait() else b""
-            if rules.returncode != 0:
-                first = (said.decode(errors="replace").strip().splitlines() or ["no word"])[0]
-                raise NetworkError(f"--process-network egress: nft refused the namespace's rules: {first[:200]}")
+            await anyio.to_thread.run_sync(self._connect, holder.pid, dict(environ))
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self.close()
             raise
-        finally:
-            for namespace in namespaces:
-                os.close(namespace)
 
-    async def _start(self, user: int, net: int, environ: Mapping[str, str]) -> None:
-        """pasta, as the process's uid, in its control groups, on the namespaces ``user`` and ``net``; once it writes
-        its pid, its interface is made."""
-        ready, written = _pipe()
-        errors = first_words(_SAID)
-        try:
-            try:
-                os.fchown(written, self.uid, self.gid)  # pasta, as the process's uid, opens it by name
-                user_ids = [f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups"]
-                caps = [f"--inh-caps=-all,{_PASTA_CAPS}", f"--ambient-caps={_PASTA_CAPS}"]
-                namespaces = ["--userns", f"/proc/self/fd/{user}", "--netns", f"/proc/self/fd/{net}"]
-                pasta = [tool("pasta"), *_PASTA, *namespaces, "--pid", f"/proc/self/fd/{written}"]
-                setpriv = [tool("setpriv"), *user_ids, *caps, "--"]
-                cgroups = [named for procs in self.procs for named in ("--cgroup", procs)]
-                self.pasta = await anyio.open_process(
-                    [tool("bash"), "-c", _KEEP, "sh", "--close", str(written), *cgroups, "--", *setpriv, *pasta],
-                    env=environ,
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.DEVNULL,
-                    stderr=errors,
-                    pass_fds=(user, net, written),
-                )
-            finally:
-                os.close(written)
-            if not await anyio.to_thread.run_sync(os.read, ready, 64, abandon_on_cancel=True):  # it ended
-                said = os.pread(errors, _SAID, 0).rstrip(b"\0").decode(errors="replace").strip()
-                last = said.splitlines()[-1] if said else "no word"
-                raise NetworkError(f"--process-network egress: pasta did not connect the process: {last[:200]!r}")
-        finally:
-            os.close(ready)
-            os.close(errors)
+    def _connect(self, holder: int, environ: dict[str, str]) -> None:
+        """The pair made, from the namespace of ``holder`` (its child still: its pid is not another's) to the host,
+        each end's address and routes set, and the namespace's own rules."""
+        number = self._paired(holder)
+        inside = [tool("nsenter"), f"--net=/proc/{holder}/ns/net", "--"]
+        address = PROCESSES[number]
+        _run([*inside, tool("ip"), "-batch", "-"], _NAMESPACE_LINK.format(address=address), environ)
+        _run([*inside, tool("nft"), "-f", "-"], NAMESPACE_RULES, environ)
+        host_end = f"link set {self.interface} up\nroute add {address}/32 dev {self.interface}\n"
+        _run([tool("ip"), "-batch", "-"], host_end)
+
+    def _paired(self, holder: int) -> int:
+        """The veth pair made, its host end ``mcs<N>`` in the gateway's set ``links`` from before it is (the rules
+        hold for it from its first packet) and its settings made: N, the first free from the uid's on."""
+        slots = PROCESSES.num_addresses - 2
+        for step in range(slots):
+            number = (self.uid + step) % slots + 1
+            interface = f"{INTERFACE}{number}"
+            self.rules.link(interface)
+            pair = ["link", "add", interface, "address", HOST_END, "type", "veth", "peer", "name", "eth0"]
+            line = [tool("ip"), *pair, "netns", str(holder)]
+            done = subprocess.run(line, capture_output=True, text=True, check=False, timeout=30)  # noqa: S603
+            if done.returncode == 0:
+                self.interface = interface
+                for version, name, value in HOST_END_CONF:
+                    Path(CONF.format(version=version, interface=interface, name=name)).write_text(value)
+                _forwarded()
+                return number
+            self.rules.unlink(interface)
+            if "File exists" not in done.stderr:
+                said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+                raise NetworkError(f"--process-network egress: ip did not make the process's veth pair: {said[:200]}")
+        raise NetworkError(f"--process-network egress: every address of {PROCESSES} is another process's")
 
     async def close(self) -> None:
-        """pasta ended, then the namespaces' holder (once the process has ended: they go with it)."""
-        if self.pasta is not None:  # its keeper kills it as its stdin ends
-            await self.pasta.aclose()
-            self.pasta = None
+        """The pair deleted (one end goes with the other, whatever runs in the namespace still), its host end out of
+        the set, then the namespaces' holder ended (they go with the process)."""
+        if self.interface:
+            interface, self.interface = self.interface, ""
+            await anyio.to_thread.run_sync(_run, [tool("ip"), "link", "delete", interface], "", None, False)
+            await anyio.to_thread.run_sync(self.rules.unlink, interface)
         if self.holder is not None:
             with suppress(ProcessLookupError):
                 self.holder.kill()
@@ -790,10 +783,76 @@ class Link:
             self.holder = None
 
 
+def _run(line: Sequence[str], given: str, environ: Mapping[str, str] | None = None, check: bool = True) -> None:
+    """``line`` (a helper found by :func:`tool`, with arguments of the gateway's own) run, given ``given``;
+    ``NetworkError`` in one line if it fails and ``check``."""
+    done = subprocess.run(line, input=given, env=environ, capture_output=True, text=True, check=False, timeout=30)  # noqa: S603
+    if check and done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[0]
+        name = os.path.basename(line[3] if line[0].endswith("nsenter") else line[0])
+        raise NetworkError(f"--process-network egress: {name} refused the process's network: {said[:200]}")
+
+
+def _routes() -> list[tuple[str, ipaddress.IPv4Network]]:
+    """This host's IPv4 routes (the kernel's main routing table, as ``/proc/net/route`` lists it): each one's interface
+    and destination, but the processes' own (``mcs<N>``'s, whichever gateway's)."""
+    found = []
+    with suppress(OSError, ValueError):
+        for line in Path("/proc/net/route").read_text().splitlines()[1:]:
+            fields = line.split()
+            if len(fields) > 7 and not fields[0].removeprefix(INTERFACE).isdigit():
+                address, mask = (int.from_bytes(bytes.fromhex(each), "little") for each in (fields[1], fields[7]))
+                found.append((fields[0], ipaddress.IPv4Network((address, bin(mask).count("1")), strict=False)))
+    return found
+
+
+def uplinks() -> list[str]:
+    """The interfaces a process's packets may leave by: those of a route to where the rules do not refuse all (a
+    default route's, a public network's; not a private bridge's), where their replies arrive."""
+    refused = [net for nets in REFUSED.values() for net in map(ipaddress.ip_network, nets) if net.version == 4]
+    found: list[str] = []
+    for interface, destination in _routes():
+        if interface not in found and not any(destination.subnet_of(net) for net in refused):
+            found.append(interface)
+    return found
+
+
+def _forwarded() -> list[str]:
+    """IPv4 forwarding on each interface a process's packets may leave by (:func:`uplinks`), where their replies arrive
+    (the kernel forwards what arrives on an interface whose ``forwarding`` is on), never turned off (another program
+    may rely on it by then): those it was turned on for, each said once (a route that moved to another interface)."""
+    turned_on = []
+    for interface in uplinks():
+        path = Path(CONF.format(version=4, interface=interface, name="forwarding"))
+        with suppress(OSError):
+            if path.read_text().strip() == "0":
+                path.write_text("1")
+                logger.info("mcp-sessions gateway: net.ipv4.conf.%s.forwarding turned on (egress)", interface)
+                turned_on.append(interface)
+    return turned_on
+
+
+def _overlapping() -> str | None:
+    """What of this host's routes (its own addresses among them: the local table's) overlaps :data:`PROCESSES`, but
+    a process's own (``mcs<N>``'s, whichever gateway's), if any."""
+    line = [tool("ip"), "-j", "-4", "route", "show", "table", "all"]
+    done = subprocess.run(line, capture_output=True, text=True, check=False, timeout=30)  # noqa: S603
+    try:
+        routes = json.loads(done.stdout or "[]")
+        for route in routes:
+            destination, interface = route.get("dst", "default"), str(route.get("dev", ""))
+            if destination == "default" or interface.removeprefix(INTERFACE).isdigit():
+                continue
+            if ipaddress.ip_network(destination, strict=False).overlaps(PROCESSES):
+                return f"route to {destination} (dev {interface})"
+    except (ValueError, TypeError, AttributeError):
+        raise NetworkError("--process-network egress: this host's routes could not be read (ip -j route)") from None
+    return None
+
+
 def linkable(unshare: str) -> None:
     """Whether this host lets root make a process's user and network namespaces (``unshare``: util-linux's, by its
-    absolute path) and pasta, as each process's uid, make its interface there (the tun device, open to every uid as
-    Debian's udev makes it); and the namespaces' :data:`RESOLV` written, unless it already holds what it must: a file
+    absolute path); and the namespaces' :data:`RESOLV` written, unless it already holds what it must: a file
     replaced while another gateway's bubblewrap binds it fails that process's start."""
     made = subprocess.run([unshare, "--user", "--net", "--", "/bin/true"], capture_output=True, text=True, check=False)  # noqa: S603
     if made.returncode != 0:
@@ -803,11 +862,6 @@ def linkable(unshare: str) -> None:
             f"host refuses ({said[:200]}): allow one (sysctl user.max_user_namespaces), or --process-network none"
         )
     try:
-        if os.stat(TUN).st_mode & 0o006 != 0o006:
-            raise NetworkError(
-                f"--process-network egress: {TUN} is not open to every uid, and pasta opens it as each process's "
-                f"uid: chmod 0666 {TUN} (Debian's udev rule makes it so)"
-            )
         os.makedirs(os.path.dirname(RESOLV), mode=0o755, exist_ok=True)
         wanted = f"nameserver {GATEWAY}\n"
         with suppress(FileNotFoundError):
@@ -823,22 +877,5 @@ def linkable(unshare: str) -> None:
 
 
 def routed() -> bool:
-    """Whether this host has a default route, IPv4 or IPv6 (the kernel's main routing tables, as ``/proc/net`` lists
-    them): pasta connects a process through it (:data:`NO_ROUTE`)."""
-    with suppress(OSError):
-        for line in Path("/proc/net/route").read_text().splitlines()[1:]:
-            fields = line.split()
-            if len(fields) > 7 and fields[1] == fields[7] == "00000000":  # destination and mask 0
-                return True
-        for line in Path("/proc/net/ipv6_route").read_text().splitlines():
-            fields = line.split()
-            # destination ::/0, not the unreachable route the kernel keeps on lo
-            if len(fields) == 10 and fields[0] == "0" * 32 and fields[1] == "00" and fields[9] != "lo":
-                return True
-    return False
-
-
-def _pipe() -> tuple[int, int]:
-    """A pipe, both ends above 4 (:func:`_above`)."""
-    read_end, write_end = os.pipe()
-    return above(read_end), above(write_end)
+    """Whether this host has an IPv4 default route, which a process reaches the world through (:data:`NO_ROUTE`)."""
+    return any(destination.prefixlen == 0 for _, destination in _routes())

@@ -9,7 +9,7 @@ A process is started through a chain of them, each doing one thing and then runn
   namespace where the host's files are read-only but its own: its home and temporary directories, each a tmpfs
   bounded by ``--process-disk``, gone with the namespace; no view of the control groups (:func:`_namespace`; under
   ``unshare``, a ``sh`` mounts them as root); with network ``none`` or ``egress``, a network namespace of its own
-  (its own loopback; under ``egress`` an interface that pasta connects to the world: :class:`Link`);
+  (its own loopback; under ``egress`` a veth pair's end, which the kernel forwards for: :class:`Link`);
 - the seccomp filters (:mod:`._seccomp`): the user-namespace one and the profile's, given to bubblewrap, or under
   ``unshare`` applied by the gateway's own interpreter once the mounts are made;
 - ``prlimit``: ``RLIMIT_NPROC``, the process-count bound where no control group gives one (a uid's count,
@@ -494,9 +494,8 @@ class Place:
     async def linked(self) -> None:
         """Its ``egress`` network made (:class:`Link`), unless this host has no default route (``NO_ROUTE``): then
         it has its own loopback alone."""
-        if self.uid is not None and routed():
-            procs = [] if self.cgroup is None else self.cgroup.procs
-            self.link = Link(self.uid, self.uid if self.gid is None else self.gid, procs)
+        if self.uid is not None and self.sandbox.egress is not None and routed():
+            self.link = Link(self.uid, self.sandbox.egress)
             await self.link.open(HELPER_ENV)
 
     @property
