@@ -25,6 +25,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -386,6 +387,31 @@ def test_a_host_whose_routes_overlap_the_processes_addresses_is_refused_in_one_l
         "(dev lo), which they would shadow: remove it, or --process-network none"
     )
     assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said}\n")
+
+
+def test_a_host_chain_that_drops_by_policy_is_said_at_startup() -> None:
+    """A host whose own forward chain drops by policy (Docker's ``FORWARD`` through iptables-nft, in a network namespace
+    of the test's own) drops every ``egress`` process's packets, whatever the gateway's table accepts: its startup
+    line names the chain and what it must accept."""
+    needs_root_and_nft()
+    _sealed.needs("bwrap")
+    chain = "add chain ip filter FORWARD { type filter hook forward priority 0; policy drop; }"
+    own = f'ip link set lo up && nft add table ip filter && nft "{chain}" && exec "$@"'
+    line = ["unshare", "--net", "sh", "-c", own, "sh", sys.executable, "-m", "mcp_sessions", "gateway"]
+    line += ["--port", str(free_port()), "--log-level", "info", "--stdio", SERVER, "--process-uids", UIDS]
+    environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
+    wanted = "the host's chains ip filter FORWARD drop by policy what they do not accept: a process reaches nothing "
+    wanted += 'through them until they accept iifname "mcs*" (docs/security.md)'
+    with subprocess.Popen(line, stderr=subprocess.PIPE, text=True, env=environ) as gateway:
+        assert gateway.stderr is not None
+        timer = threading.Timer(WITHIN, gateway.kill)  # a gateway that never says it ends the wait
+        timer.start()
+        try:
+            said = next((each for each in gateway.stderr if "network egress" in each or "Started" in each), "")
+        finally:
+            timer.cancel()
+            gateway.terminate()
+    assert wanted in said, said
 
 
 def test_a_process_reaches_the_ports_granted_and_the_kernel_lists_what_it_refuses() -> None:

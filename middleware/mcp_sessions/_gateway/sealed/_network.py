@@ -39,6 +39,7 @@ from typing import Final, Literal, get_args
 
 import anyio
 
+from ..._wire import printable
 from ._kernel import locked, running_uids, tool
 
 Network = Literal["host", "none", "egress"]
@@ -409,6 +410,7 @@ class EgressRules:
     proxy: int | None = None  # the port of the gateway's proxy for masked credentials (_edge), on 127.0.0.1
     masked: tuple[AllowedHost, ...] = ()  # the masked credentials' hosts, reached through that proxy alone
     turned_on: list[str] = field(default_factory=list)  # the interfaces whose forwarding install turned on
+    dropping: list[str] = field(default_factory=list)  # the host's chains that drop by policy what they do not accept
 
     def text(self) -> str:
         """The table, as ``nft -f`` reads it: its rules (the chain ``egress``) hold for the packets of each interface
@@ -503,6 +505,7 @@ class EgressRules:
             with suppress(OSError):
                 os.unlink(os.path.join(self.locks, stale))
             os.close(lock)
+        self.dropping = _dropping()
         if self.hosts or self.masked:
             self.refresh()
             threading.Thread(target=self._keep_current, name="mcp-sessions allow-host", daemon=True).start()
@@ -592,10 +595,16 @@ class EgressRules:
         each process's interface and where its packets leave; never turned off again: another program may rely on
         it by then)."""
         uplinks_said = ", ".join(f"{each} (turned on)" if each in self.turned_on else each for each in uplinks())
-        return (
+        said = (
             f"network egress (nft table inet {self.table}), a veth pair each ({PROCESSES}, IPv4 alone), forwarding "
             f"on each pair's host end and on {uplinks_said or 'no interface: no default route'}"
         )
+        if self.dropping:  # another table's drop is final, whatever this one accepts
+            said += (
+                f"; the host's chains {', '.join(self.dropping)} drop by policy what they do not accept: a process "
+                f'reaches nothing through them until they accept iifname "{INTERFACE}*" (docs/security.md)'
+            )
+        return said
 
 
 def _stale_tables(locks: str) -> list[tuple[str, int]]:
@@ -627,6 +636,23 @@ def _stale_tables(locks: str) -> list[tuple[str, int]]:
         else:
             os.close(lock)
     return stale
+
+
+def _dropping() -> list[str]:
+    """The host's nftables chains of a forward or input hook whose policy is drop (ufw's, firewalld's, Docker's
+    ``FORWARD`` through iptables-nft; the gateway's own accept), each as ``FAMILY TABLE CHAIN``: what a process sends
+    to the world or to its gateway passes them only where they accept it."""
+    done = _nft(["-j", "list", "chains"])
+    try:
+        listed = json.loads(done.stdout)["nftables"]
+    except (ValueError, KeyError, TypeError):
+        return []
+    chains = [entry.get("chain") for entry in listed if isinstance(entry, dict)]
+    return [
+        printable(f"{chain.get('family')} {chain.get('table')} {chain.get('name')}")[:200]
+        for chain in chains
+        if isinstance(chain, dict) and chain.get("hook") in ("forward", "input") and chain.get("policy") == "drop"
+    ]
 
 
 def resolvers(path: str = RESOLV_CONF) -> tuple[IPAddress, ...]:
