@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import httpx
+import pytest
 
 from _mcp import ModernClient, session_meta
 from _redis import missing, only_skips
@@ -264,6 +265,20 @@ def gateway(
                 process.process.wait(timeout=WITHIN)
         process.stop()
         while OPEN:
+            OPEN.pop().close()
+
+
+@contextlib.contextmanager
+def shared(process: Process, request: pytest.FixtureRequest) -> Iterator[Process]:
+    """``process``, a gateway a module's tests share (a module-scoped fixture's), for the test of ``request``: its log
+    printed beside the test's failure, as :func:`gateway` prints its own, and the test's clients closed after it."""
+    failed, opened = request.session.testsfailed, len(OPEN)
+    try:
+        yield process
+    finally:
+        if request.session.testsfailed > failed:  # the test's call failed: its report is made before its teardown
+            print(f"the gateway's log:\n{process.output()}")
+        while len(OPEN) > opened:
             OPEN.pop().close()
 
 

@@ -322,7 +322,8 @@ def test_the_gateway_and_its_status_port_answer_without_waiting_for_a_delayed_ac
 
 def test_a_status_port_that_cannot_be_had_is_one_line_and_exit_status_2() -> None:
     port = free_port()
-    done = gateway_run("--port", str(port), "--stdio", "true", "--status-port", str(port))
+    secret = {"MCP_SESSIONS_SECRET": SECRET}  # by main in this process: refused before the port is bound
+    done = command("gateway", "--port", str(port), "--stdio", "true", "--status-port", str(port), environ=secret)
     assert (done.returncode, done.stderr) == (
         2,
         "mcp-sessions gateway: --status-port serves --stdio processes' status, on a port other than --port\n",

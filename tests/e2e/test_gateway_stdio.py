@@ -45,7 +45,17 @@ from _mcp import (
 from _redis import free_port, missing, only_skips
 from _waits import WITHIN, until, until_awaited
 from conftest import SECRET
-from e2e._gateway import EVERYTHING, MAIN, gateway_process, gateway_run, installed, node, result_of, run_recipe
+from e2e._gateway import (
+    EVERYTHING,
+    MAIN,
+    gateway_process,
+    gateway_run,
+    installed,
+    main_run,
+    node,
+    result_of,
+    run_recipe,
+)
 from e2e._listen import client as listening
 from e2e._stdio import SDK_SERVER, SERVER, SERVER_PATH, gone, own_children, stdio_gateway, text_of
 from mcp_sessions import SessionsConfig
@@ -577,7 +587,9 @@ def test_a_port_in_use_is_one_line_and_exit_status_2_before_any_process_starts(t
     server = [sys.executable, "-c", f"import pathlib; pathlib.Path({str(started)!r}).touch()"]
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
-        done = gateway_run("--port", str(port), "--stdio", shlex.join(server), "--process-containment", "none")
+        # by main in this process, as the command runs it: a fresh interpreter cost about a CPU-second
+        options = ("--stdio", shlex.join(server), "--process-containment", "none")
+        done = main_run("gateway", "--port", str(port), *options, environ={"MCP_SESSIONS_SECRET": SECRET})
     said = f"mcp-sessions gateway: --host 127.0.0.1 --port {port}: Address already in use\n"
     assert (done.returncode, done.stderr) == (2, said)
     assert not started.exists()  # the port first: no process ran

@@ -16,32 +16,51 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from _uids import uids
 from _waits import until
-from e2e._sealed import UIDS, call, client, gateway, needs, text
+from e2e._gateway import Process
+from e2e._sealed import UIDS, call, client, gateway, needs, shared, text
 from mcp_sessions._gateway._process_flags import default_memory
 from mcp_sessions._gateway.sealed._sandbox import PTYS
 
 CONTAINMENTS = ["bwrap", "unshare"]
 STUB = "nameserver 127.0.0.53\noptions edns0\n"  # systemd-resolved's stub-resolv.conf
+EGRESS = [(containment, "egress") for containment in CONTAINMENTS]  # the network --process-uids implies
 
 
-@pytest.mark.parametrize("containment", CONTAINMENTS)
-def test_a_process_holds_no_descriptor_of_the_gateways_and_has_a_hostname_of_its_own(
-    server: str, containment: str
-) -> None:
+@pytest.fixture(scope="module")
+def sealed(server: str, request: pytest.FixtureRequest) -> Iterator[Process]:
+    """A gateway under ``request.param``'s containment and network, a uid each for its processes (a range of the
+    module's own), which the tests that need no gateway of their own share, one after another (pytest runs those of
+    one parameter together), each with conversations of its own."""
+    containment, network = request.param
+    needs("root", containment)
+    flags = ("--process-containment", containment, "--process-uids", uids(220, 16), "--process-network", network)
+    room = ("--max-processes-per-principal", "16")  # the conversations the tests leave open, all one caller's
+    with gateway(server, *flags, *room) as process:
+        yield process
+
+
+@pytest.fixture
+def process(sealed: Process, request: pytest.FixtureRequest) -> Iterator[Process]:
+    """``sealed`` for one test: its log beside the test's failure."""
+    with shared(sealed, request):
+        yield sealed
+
+
+@pytest.mark.parametrize("sealed", EGRESS, indirect=True, ids=CONTAINMENTS)
+def test_a_process_holds_no_descriptor_of_the_gateways_and_has_a_hostname_of_its_own(process: Process) -> None:
     """The server's open descriptors are its stdin, stdout and stderr (and the one it lists them by): the memfd that
     held its environment (fd 14) reached it; its hostname is a neutral one of its own UTS namespace, not the host's."""
-    needs("root", containment)
-    sealed = ("--process-containment", containment, "--process-uids", UIDS)
-    with gateway(server, *sealed) as process:
-        mcp = client(process)
-        session = mcp.create_session()
-        held = json.loads(text(call(mcp, "fds", session)))
-        hostname = text(call(mcp, "hostname", session))
+    mcp = client(process)
+    session = mcp.create_session()
+    held = json.loads(text(call(mcp, "fds", session)))
+    hostname = text(call(mcp, "hostname", session))
 
     listing = [fd for fd, target in held.items() if target.endswith("/fd")]
     assert sorted(set(held) - set(listing), key=int) == ["0", "1", "2"], held
@@ -52,29 +71,31 @@ def test_a_process_holds_no_descriptor_of_the_gateways_and_has_a_hostname_of_its
 DEV = {"null", "zero", "full", "random", "urandom", "tty", "ptmx", "fd", "stdin", "stdout", "stderr", "pts", "shm"}
 
 
-@pytest.mark.parametrize("containment", CONTAINMENTS)
-@pytest.mark.parametrize(("network", "where"), [("host", "/run"), ("egress", "/run"), ("host", "/dev")])
-def test_a_process_reaches_no_socket_file_of_the_hosts(server: str, containment: str, network: str, where: str) -> None:
+@pytest.mark.parametrize(
+    "sealed",
+    [(containment, network) for containment in CONTAINMENTS for network in ("host", "egress")],
+    indirect=True,
+    ids="-".join,
+)
+@pytest.mark.parametrize("where", ["/run", "/dev"])
+def test_a_process_reaches_no_socket_file_of_the_hosts(process: Process, where: str) -> None:
     """A read-only ``/`` does not refuse ``connect()``: a socket file of the host's under ``/run``, mode 0666,
     answered the process, and so would one in ``/dev`` (``/dev/log``, where a host has no systemd). ``/run`` is an
     empty tmpfs of its own (its ``/run/lock`` its own too), and ``/dev`` a tmpfs of its own with the host's
     harmless devices alone; the host's resolver configuration still reaches it (under egress, its namespace's), and
     its names resolve."""
-    needs("root", containment)
     with tempfile.TemporaryDirectory(dir=where) as directory, socket.socket(socket.AF_UNIX) as listener:
         path = f"{directory}/open.sock"
         listener.bind(path)
         listener.listen()
         os.chmod(directory, 0o755)
         os.chmod(path, 0o666)
-        sealed = ("--process-containment", containment, "--process-uids", UIDS, "--process-network", network)
-        with gateway(server, *sealed) as process:
-            mcp = client(process)
-            session = mcp.create_session()
-            reached = text(call(mcp, "unix", session, path=path))
-            listed = json.loads(text(call(mcp, "listdir", session, path=where)))
-            resolved = text(call(mcp, "resolve", session, host="localhost"))
-            resolver = text(call(mcp, "read", session, path="/etc/resolv.conf"))
+        mcp = client(process)
+        session = mcp.create_session()  # its process starts now, with the socket file there
+        reached = text(call(mcp, "unix", session, path=path))
+        listed = json.loads(text(call(mcp, "listdir", session, path=where)))
+        resolved = text(call(mcp, "resolve", session, host="localhost"))
+        resolver = text(call(mcp, "read", session, path="/etc/resolv.conf"))
 
     assert reached == "denied: No such file or directory"
     assert os.path.basename(directory) not in listed
@@ -86,17 +107,14 @@ def test_a_process_reaches_no_socket_file_of_the_hosts(server: str, containment:
     assert not resolver.startswith("denied"), resolver
 
 
-@pytest.mark.parametrize("containment", CONTAINMENTS)
-def test_a_process_opens_ptys_of_its_own_devpts_up_to_its_bound(server: str, containment: str) -> None:
+@pytest.mark.parametrize("sealed", EGRESS, indirect=True, ids=CONTAINMENTS)
+def test_a_process_opens_ptys_of_its_own_devpts_up_to_its_bound(process: Process) -> None:
     """One process opened 3,071 ptys (the host's pool of ptys for every devpts but its first: ``kernel.pty.max`` less
     ``kernel.pty.reserve``) and the next user's got ``ENOSPC``: each process's devpts is its own, of at most
     :data:`PTYS`: a process holding them all leaves another its whole share."""
-    needs("root", containment)
-    sealed = ("--process-containment", containment, "--process-uids", UIDS)
-    with gateway(server, *sealed) as process:
-        alice, bob = client(process), client(process)
-        hers = text(call(alice, "ptys", alice.create_session()))
-        his = text(call(bob, "ptys", bob.create_session()))
+    alice, bob = client(process), client(process)
+    hers = text(call(alice, "ptys", alice.create_session()))
+    his = text(call(bob, "ptys", bob.create_session()))
 
     assert hers == his == f"{PTYS} opened, then No space left on device"
 

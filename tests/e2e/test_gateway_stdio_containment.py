@@ -602,13 +602,12 @@ def test_what_a_contained_process_would_not_find_under_tmp_is_said_at_startup() 
     start in /."""
     needs("bwrap")
     with tempfile.NamedTemporaryFile(suffix=".py") as script, socket.create_server(("127.0.0.1", 0)) as taken:
-        line = [sys.executable, "-m", "mcp_sessions", "gateway", "--process-containment", "bwrap", "--stdio"]
+        line = ["gateway", "--process-containment", "bwrap", "--stdio"]
         environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
-        done = subprocess.run([*line, f"/usr/bin/python3 {script.name}"], env=environ, capture_output=True, text=True)
+        done = main_run(*line, f"/usr/bin/python3 {script.name}", environ=environ)  # refused at once, in this process
         port = str(taken.getsockname()[1])  # in use: the gateway stops there, after what it says of its processes
-        started = subprocess.run(
-            [*line, "true", "--port", port], env=environ, cwd="/tmp", capture_output=True, text=True
-        )
+        command = [sys.executable, "-m", "mcp_sessions", *line, "true", "--port", port]  # its own working directory
+        started = subprocess.run(command, env=environ, cwd="/tmp", capture_output=True, text=True)
     assert (done.returncode, done.stderr) == (
         2,
         f"mcp-sessions gateway: --stdio: {script.name} is under /tmp, which each contained process has of its "

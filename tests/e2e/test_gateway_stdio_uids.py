@@ -9,6 +9,7 @@ the next gateway's process has the last one's uid.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -19,7 +20,8 @@ import pytest
 
 from _uids import members, uids
 from _waits import WITHIN, until
-from e2e._gateway import gateway_run, readable_directory
+from conftest import SECRET
+from e2e._gateway import main_run, readable_directory
 from e2e._sealed import call, client, gateway, needs, of_uid, running, text
 from mcp_sessions._gateway.sealed._kernel import running_uids
 
@@ -88,7 +90,9 @@ def test_a_server_under_a_directory_its_uid_may_not_search_is_one_line_at_start(
         script.write_text(f"#!{python}\n")
         script.chmod(0o755)
         command = f"{python} -c pass" if how == "its interpreter" else str(script)
-        done = gateway_run("--stdio", command, "--process-uids", sealed := uids(212, 2))
+        # by main in this process (refused before the port is bound): a fresh interpreter cost a CPU-second a case
+        environ = {"MCP_SESSIONS_SECRET": SECRET, "PATH": os.environ["PATH"]}
+        done = main_run("gateway", "--stdio", command, "--process-uids", sealed := uids(212, 2), environ=environ)
     uid = members(sealed)[0]
     said = f"mcp-sessions gateway: --stdio: {python} is under {private} (mode 700), which the processes' uid ({uid})"
     assert done.returncode == 2, done.stderr
