@@ -195,7 +195,8 @@ def test_the_benchmark_against_supergateway_runs_and_reports(tmp_path: Path) -> 
 
 
 def test_bench_egress_reports_egress_beside_the_host_network(tmp_path: Path) -> None:
-    """bench_egress.py, quick, as root: a call, a start and a 10 MB download through each network, counted."""
+    """bench_egress.py, quick, as root: a call, a start, a conversation's memory at rest and a 10 MB download through
+    each network, counted."""
     if os.geteuid() != 0:
         missing("bench_egress.py runs as root: a uid per process, namespaces and nftables rules")
     out = tmp_path / "egress.json"
@@ -204,6 +205,7 @@ def test_bench_egress_reports_egress_beside_the_host_network(tmp_path: Path) -> 
     assert {measure: {way: len(times) for way, times in ways.items()} for measure, ways in seen.items()} == {
         "call": {"host": 20, "egress": 20},
         "start": {"host": 3, "egress": 3},
+        "memory": {"host": 3, "egress": 3},
         "download": {"host": 2, "egress": 2},
     }
 
