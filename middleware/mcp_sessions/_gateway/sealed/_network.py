@@ -409,7 +409,8 @@ class EgressRules:
     local: list[IPNetwork] = field(default_factory=lambda: list(LOOPBACK))  # this host's addresses, as last read
     proxy: int | None = None  # the port of the gateway's proxy for masked credentials (_edge), on 127.0.0.1
     masked: tuple[AllowedHost, ...] = ()  # the masked credentials' hosts, reached through that proxy alone
-    turned_on: list[str] = field(default_factory=list)  # the interfaces whose forwarding install turned on
+    turned_on: list[str] = field(default_factory=list)  # the interfaces whose forwarding the gateway turned on
+    answers: set[IPAddress] = field(default_factory=set)  # the granted names' answers, as last added to their sets
     dropping: list[str] = field(default_factory=list)  # the host's chains that drop by policy what they do not accept
 
     def text(self) -> str:
@@ -490,7 +491,7 @@ class EgressRules:
                 f"--process-network egress: the processes' addresses, {PROCESSES}, overlap this host's {overlap}, "
                 "which they would shadow: remove it, or --process-network none"
             )
-        self.turned_on = _forwarded()
+        self.forward()
         os.makedirs(self.locks, mode=0o700, exist_ok=True)
         self.lock = locked(os.path.join(self.locks, self.table))
         if self.lock is None:
@@ -515,7 +516,7 @@ class EgressRules:
         transaction; a name that resolves to nothing is said once, until it resolves again. An answer a process could
         not reach by its number (:func:`refused_answer`: a rebinding answer, say) is not added, and said once, unless
         ``--process-allow-net`` grants it (its rule does, before the sets)."""
-        elements = []
+        elements, answers = [], set()
         with suppress(ValueError):  # ip is missing or said nothing readable: the addresses read last
             self.local = local_addresses()
         for host in self.hosts:
@@ -542,12 +543,22 @@ class EgressRules:
                     continue
                 element = f"{address} . {host.port} timeout {HOST_TTL}s"
                 elements.append(f"add element inet {self.table} hostports{address.version} {{ {element} }}")
+                answers.add(address)
         for host in self.masked:  # every answer refused, whatever it is
             for address in host.addresses():
                 element = f"{address} . {host.port} timeout {HOST_TTL}s"
                 elements.append(f"add element inet {self.table} maskedports{address.version} {{ {element} }}")
         if elements and (done := _nft(["-f", "-"], "\n".join(elements) + "\n")).returncode != 0:
             logger.warning("--process-allow-host: nft refused the names' addresses: %s", done.stderr.strip()[:200])
+        self.answers = answers
+        self.forward()
+
+    def forward(self) -> None:
+        """IPv4 forwarding on each interface a process's packets may leave by (:func:`uplinks`), with what the grants
+        reach (``--process-allow-net``'s networks, the granted names' answers: a VPN's interface, a private link's)."""
+        granted: list[IPNetwork] = [allowed.network for allowed in self.allowed if allowed.network.version == 4]
+        granted += [ipaddress.ip_network(address) for address in self.answers if address.version == 4]
+        self.turned_on += [each for each in _forwarded(granted) if each not in self.turned_on]
 
     def hold(self, uid: int) -> None:
         """``uid`` under the rules (added to the set ``uids``), before a process of it starts: one ``nft`` call.
@@ -594,7 +605,8 @@ class EgressRules:
         """How the startup line says it: its table, and what the gateway changed of the host's (IPv4 forwarding, on
         each process's interface and where its packets leave; never turned off again: another program may rely on
         it by then)."""
-        uplinks_said = ", ".join(f"{each} (turned on)" if each in self.turned_on else each for each in uplinks())
+        granted: list[IPNetwork] = [allowed.network for allowed in self.allowed if allowed.network.version == 4]
+        uplinks_said = ", ".join(each + " (turned on)" * (each in self.turned_on) for each in uplinks(granted))
         said = (
             f"network egress (nft table inet {self.table}), a veth pair each ({PROCESSES}, IPv4 alone), forwarding "
             f"on each pair's host end and on {uplinks_said or 'no interface: no default route'}"
@@ -786,7 +798,7 @@ class Link:
                 self.interface = interface
                 for version, name, value in HOST_END_CONF:
                     Path(CONF.format(version=version, interface=interface, name=name)).write_text(value)
-                _forwarded()
+                self.rules.forward()
                 return number
             self.rules.unlink(interface)
             if "File exists" not in done.stderr:
@@ -832,23 +844,25 @@ def _routes() -> list[tuple[str, ipaddress.IPv4Network]]:
     return found
 
 
-def uplinks() -> list[str]:
-    """The interfaces a process's packets may leave by: those of a route to where the rules do not refuse all (a
-    default route's, a public network's; not a private bridge's), where their replies arrive."""
+def uplinks(granted: Sequence[IPNetwork] = ()) -> list[str]:
+    """The interfaces a process's packets may leave by, where their replies arrive: those of a route to where the rules
+    do not refuse all (a default route's, a public network's; not a private bridge's), or to what ``granted`` (the
+    grants' networks and answers) reaches past the refusals (a private network's, a VPN's)."""
     refused = [net for nets in REFUSED.values() for net in map(ipaddress.ip_network, nets) if net.version == 4]
     found: list[str] = []
     for interface, destination in _routes():
-        if interface not in found and not any(destination.subnet_of(net) for net in refused):
+        reached = not any(destination.subnet_of(net) for net in refused) or _overlap([destination], granted)
+        if interface not in found and reached:
             found.append(interface)
     return found
 
 
-def _forwarded() -> list[str]:
+def _forwarded(granted: Sequence[IPNetwork]) -> list[str]:
     """IPv4 forwarding on each interface a process's packets may leave by (:func:`uplinks`), where their replies arrive
     (the kernel forwards what arrives on an interface whose ``forwarding`` is on), never turned off (another program
     may rely on it by then): those it was turned on for, each said once (a route that moved to another interface)."""
     turned_on = []
-    for interface in uplinks():
+    for interface in uplinks(granted):
         path = Path(CONF.format(version=4, interface=interface, name="forwarding"))
         with suppress(OSError):
             if path.read_text().strip() == "0":
