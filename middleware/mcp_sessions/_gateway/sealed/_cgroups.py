@@ -18,6 +18,8 @@ from itertools import count
 from pathlib import Path
 from typing import Final, Literal
 
+from ._kernel import locked
+
 _POLL: Final = 0.05
 Bound = Literal["memory", "pids"]
 """Which bound a conversation's processes reached (``--process-memory``, ``--process-pids``)."""
@@ -96,7 +98,9 @@ class Cgroups:
             own = parent / f"{self.name}-{_OWN}"
             with _locked(parent):
                 own.mkdir(exist_ok=True)
-                self.locks.append(_locked_now(own))
+                if (lock := locked(own, directory=True)) is None:  # no start took it: they hold the parent's first
+                    raise BlockingIOError(f"{own}: its lock is another's")
+                self.locks.append(lock)
                 _remove_dead(parent, self.name)
         if self.version == 2:  # one parent: the last own group made is its
             (own / "cgroup.procs").write_text(str(os.getpid()))
@@ -214,8 +218,10 @@ def _remove_dead(parent: Path, live: str) -> None:
         if own is None or own.name == f"{live}-{_OWN}":
             continue
         try:
-            lock = _locked_now(own)
-        except OSError:  # its gateway lives (BlockingIOError), or another gateway removed it meanwhile
+            lock = locked(own, directory=True)
+        except OSError:  # another gateway removed it meanwhile
+            continue
+        if lock is None:  # its gateway lives
             continue
         try:
             others = [group for group in groups if group != own]
@@ -227,18 +233,6 @@ def _remove_dead(parent: Path, live: str) -> None:
                     own.rmdir()
         finally:
             os.close(lock)
-
-
-def _locked_now(directory: Path) -> int:
-    """A descriptor of ``directory`` whose lock (``flock``) it holds until it is closed; ``BlockingIOError`` if
-    another holds it."""
-    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(descriptor)
-        raise
-    return descriptor
 
 
 @contextmanager

@@ -71,9 +71,11 @@ def no_user_namespaces() -> bytes:
     return b"".join(struct.pack("=HBBI", *instruction) for instruction in code)
 
 
-def locked(path: str) -> int | None:
-    """The descriptor of ``path`` (created), locked: the lock is held until it is closed; None if another holds it."""
-    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+def locked(path: str | Path, directory: bool = False) -> int | None:
+    """The descriptor of ``path`` (a file, created; or a ``directory`` that is), locked: the lock is held until it is
+    closed; None if another holds it."""
+    flags = os.O_RDONLY | os.O_DIRECTORY if directory else os.O_RDWR | os.O_CREAT
+    descriptor = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Literal, get_args
+from typing import Any, Final, Literal, get_args
 
 import anyio
 
@@ -553,12 +553,18 @@ class EgressRules:
         self.answers = answers
         self.forward()
 
+    @property
+    def granted(self) -> list[IPNetwork]:
+        """What the grants reach past the refusals, IPv4's (a process has no IPv6): ``--process-allow-net``'s
+        networks and the granted names' answers (a VPN's interface, a private link's)."""
+        granted: list[IPNetwork] = [allowed.network for allowed in self.allowed]
+        granted += map(ipaddress.ip_network, self.answers)
+        return [net for net in granted if net.version == 4]
+
     def forward(self) -> None:
         """IPv4 forwarding on each interface a process's packets may leave by (:func:`uplinks`), with what the grants
-        reach (``--process-allow-net``'s networks, the granted names' answers: a VPN's interface, a private link's)."""
-        granted: list[IPNetwork] = [allowed.network for allowed in self.allowed if allowed.network.version == 4]
-        granted += [ipaddress.ip_network(address) for address in self.answers if address.version == 4]
-        self.turned_on += [each for each in _forwarded(granted) if each not in self.turned_on]
+        reach."""
+        self.turned_on += [each for each in _forwarded(self.granted) if each not in self.turned_on]
 
     def hold(self, uid: int) -> None:
         """``uid`` under the rules (added to the set ``uids``), before a process of it starts: one ``nft`` call.
@@ -605,8 +611,7 @@ class EgressRules:
         """How the startup line says it: its table, and what the gateway changed of the host's (IPv4 forwarding, on
         each process's interface and where its packets leave; never turned off again: another program may rely on
         it by then)."""
-        granted: list[IPNetwork] = [allowed.network for allowed in self.allowed if allowed.network.version == 4]
-        uplinks_said = ", ".join(each + " (turned on)" * (each in self.turned_on) for each in uplinks(granted))
+        uplinks_said = ", ".join(each + " (turned on)" * (each in self.turned_on) for each in uplinks(self.granted))
         said = (
             f"network egress (nft table inet {self.table}), a veth pair each ({PROCESSES}, IPv4 alone), forwarding "
             f"on each pair's host end and on {uplinks_said or 'no interface: no default route'}"
@@ -623,12 +628,7 @@ def _stale_tables(locks: str) -> list[tuple[str, int]]:
     """The tables of gateways that are gone, each with its lock, now held: a table whose lock file another holds
     (its gateway lives), or has none (not proven: an older gateway's, another program's), is not one; nor is one
     while a process of its uids runs (a killed gateway's, which its rules still seal)."""
-    done = _nft(["-j", "list", "tables", "inet"])
-    try:
-        listed = json.loads(done.stdout)["nftables"]
-    except (ValueError, KeyError, TypeError):
-        return []
-    names = [entry.get("table", {}).get("name", "") for entry in listed if isinstance(entry, dict)]
+    names = [table.get("name", "") for table in _listed("table", "inet")]
     running = None
     stale = []
     for name in names:
@@ -654,17 +654,23 @@ def _dropping() -> list[str]:
     """The host's nftables chains of a forward or input hook whose policy is drop (ufw's, firewalld's, Docker's
     ``FORWARD`` through iptables-nft; the gateway's own accept), each as ``FAMILY TABLE CHAIN``: what a process sends
     to the world or to its gateway passes them only where they accept it."""
-    done = _nft(["-j", "list", "chains"])
+    return [
+        printable(f"{chain.get('family')} {chain.get('table')} {chain.get('name')}")[:200]
+        for chain in _listed("chain")
+        if chain.get("hook") in ("forward", "input") and chain.get("policy") == "drop"
+    ]
+
+
+def _listed(kind: str, *family: str) -> list[dict[str, Any]]:
+    """The host's nftables objects of ``kind`` (``table``, ``chain``), of ``family`` where named, as ``nft -j list``
+    gives them; none where it says nothing readable."""
+    done = _nft(["-j", "list", f"{kind}s", *family])
     try:
         listed = json.loads(done.stdout)["nftables"]
     except (ValueError, KeyError, TypeError):
         return []
-    chains = [entry.get("chain") for entry in listed if isinstance(entry, dict)]
-    return [
-        printable(f"{chain.get('family')} {chain.get('table')} {chain.get('name')}")[:200]
-        for chain in chains
-        if isinstance(chain, dict) and chain.get("hook") in ("forward", "input") and chain.get("policy") == "drop"
-    ]
+    found = [entry.get(kind) for entry in listed if isinstance(entry, dict)]
+    return [each for each in found if isinstance(each, dict)]
 
 
 def resolvers(path: str = RESOLV_CONF) -> tuple[IPAddress, ...]:
