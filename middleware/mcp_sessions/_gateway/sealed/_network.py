@@ -116,6 +116,13 @@ HOST_END: Final = "ee:ee:ee:ee:ee:ee"
 """The link-layer address of each veth pair's host end (Calico's): the namespace's neighbour for :data:`GATEWAY`."""
 INTERFACE: Final = "mcs"
 """The prefix of each veth pair's host end: ``mcs<N>``, its process's address :data:`PROCESSES`'s N-th."""
+PROCESS_FLOWS: Final = 1024
+"""How many of the host's conntrack entries one ``egress`` process's flows may hold at once (new flows from its host
+end, counted by nftables' ``ct count`` per link); past it, a new one is refused. A server's API calls, a crawl and a
+browser's page (a few hundred connections) fit it with room; the kernel keeps a closed TCP flow's entry 120 s and an
+unanswered datagram's 30 s, so it is about 8 connections a second sustained. ``--max-processes 200`` of them hold
+204,800 entries, within the 262,144 a host with 4 GiB or more has (Docker, Podman and Kubernetes bound none per
+container)."""
 CONF: Final = "/proc/sys/net/ipv{version}/conf/{interface}/{name}"
 HOST_END_CONF: Final = ((4, "forwarding", "1"), (4, "route_localnet", "1"), (6, "disable_ipv6", "1"))
 """Each host end's settings (:data:`CONF`), its own alone: IPv4 forwarding from it; ``127.0.0.1`` routed to from it
@@ -136,6 +143,9 @@ table inet mcp_sessions {
   }
 }
 """
+# No IPv6 in the process's namespace, loopback's ::1 and eth0's link-local neither (`all` sets each interface's and the
+# default): what the process has is IPv4 alone, as the host end's. A kernel without IPv6 has nothing to turn off.
+_NO_IPV6: Final = "[ ! -e /proc/sys/net/ipv6 ] || echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6"
 # The namespace's interface, its address, its gateway (GATEWAY at HOST_END, on the link whatever its address), by
 # `ip -batch -`, in the namespace ({address}: the process's own).
 _NAMESPACE_LINK: Final = f"""\
@@ -421,9 +431,16 @@ class EgressRules:
         process of this gateway's holds it: :meth:`hold`), never the whole range, which another gateway's may
         overlap. What a process sends to its gateway is sent on first (``prerouting``): DNS to the host's first IPv4
         resolver, the rest to this host's ``127.0.0.1``, where the rules judge it as they would a connection of the
-        process's uid there; what leaves the host from a process is masqueraded."""
+        process's uid there; what leaves the host from a process is masqueraded. A process's new flows hold at most
+        :data:`PROCESS_FLOWS` of the host's conntrack entries (the set ``flows``: a count per link), a packet of its
+        link from another's address is dropped before conntrack sees it (``links``), and each refusal goes through one
+        chain (``refuse``): TCP by a reset."""
         held = f" elements = {{ {', '.join(map(str, self.held))} }};" if self.held else ""
-        sets = [f"set uids {{ type uid;{held} }}", "set links { type ifname; }"]
+        sets = [
+            f"set uids {{ type uid;{held} }}",
+            "set links { type ifname; }",
+            "set flows { type ifname; flags dynamic; }",
+        ]
         # What a process may reach, first; then what it may not (the kernel's first verdict holds). A rule that sends a
         # process's connections through a proxy of the gateway's (issue 95's credentials) goes first of all, and its
         # refusal of their hosts' direct connections before the grants below.
@@ -442,22 +459,36 @@ class EgressRules:
             if found := [str(address) for address in self.resolvers if address.version == version]:
                 listed = ", ".join(found)
                 rules.append(f'{family} daddr {{ {listed} }} {dns} accept comment "the host\'s resolvers"')
-        rules.append(f'{dns} reject comment "DNS but to the host\'s resolvers"')
-        rules.append('fib daddr type local reject comment "this host"')
-        rules.append('fib daddr type broadcast reject comment "a broadcast"')
+        rules.append(f'{dns} goto refuse comment "DNS but to the host\'s resolvers"')
+        rules.append('fib daddr type local goto refuse comment "this host"')
+        rules.append('fib daddr type broadcast goto refuse comment "a broadcast"')
         for why, refused in REFUSED.items():
             for family, version in (("ip", 4), ("ip6", 6)):
                 if nets := [str(net) for net in map(ipaddress.ip_network, refused) if net.version == version]:
-                    rules.append(f'{family} daddr {{ {", ".join(nets)} }} reject comment "{why}"')
+                    rules.append(f'{family} daddr {{ {", ".join(nets)} }} goto refuse comment "{why}"')
         to_gateway = f"iifname @links ip daddr {GATEWAY} meta l4proto {{ tcp, udp }}"
         resolver = next((address for address in self.resolvers if address.version == 4), None)
         sent_on = [f'{to_gateway} th dport 53 dnat ip to {resolver} comment "the host\'s resolver"'] if resolver else []
         sent_on.append(f'{to_gateway} dnat ip to 127.0.0.1 comment "this host\'s loopback"')
+        flows = (
+            f"iifname @links ct state new add @flows {{ iifname ct count over {PROCESS_FLOWS} }} counter goto refuse "
+            'comment "a process\'s flows past its bound"'
+        )
         chains = {
             "egress": rules,
+            # TCP refused by a reset, which no rate limit holds back (the kernel's ICMP errors wait, past a burst of 6
+            # a second, and a connect with them); the rest by what a closed port says.
+            "refuse": ["meta l4proto tcp reject with tcp reset", "reject"],
+            # Before conntrack sees it: a packet from a host end whose source is not its process's own address (the
+            # route to that address leaves by another interface) is dropped, whatever the host's rp_filter (the kernel
+            # takes the greater of the interface's and all's: systemd's 2, loose, would make the interface's 1 loose).
+            "links": [
+                "type filter hook prerouting priority raw; policy accept;",
+                'iifname @links fib saddr . iif oif missing counter drop comment "not the process\'s own address"',
+            ],
             "output": ["type filter hook output priority 0; policy accept;", "meta skuid @uids jump egress"],
-            "forward": ["type filter hook forward priority 0; policy accept;", "iifname @links jump egress"],
-            "input": ["type filter hook input priority 0; policy accept;", "iifname @links jump egress"],
+            "forward": ["type filter hook forward priority 0; policy accept;", flows, "iifname @links jump egress"],
+            "input": ["type filter hook input priority 0; policy accept;", flows, "iifname @links jump egress"],
             "prerouting": ["type nat hook prerouting priority dstnat; policy accept;", *sent_on],
             "postrouting": ["type nat hook postrouting priority srcnat; policy accept;", "iifname @links masquerade"],
         }
@@ -476,7 +507,7 @@ class EgressRules:
         for version, family, kind in ((4, "ip", "ipv4_addr"), (6, "ip6", "ipv6_addr")):
             sets.append(f"set maskedports{version} {{ type {kind} . inet_service; flags timeout; }}")
             rules.append(
-                f"meta l4proto tcp {family} daddr . th dport @maskedports{version} reject "
+                f"meta l4proto tcp {family} daddr . th dport @maskedports{version} reject with tcp reset "
                 'comment "a masked credential\'s host: through the proxy alone"'
             )
         return sets, rules
@@ -589,8 +620,10 @@ class EgressRules:
             raise NetworkError(f"--process-network egress: nft did not put {interface} under the rules: {said[:200]}")
 
     def unlink(self, interface: str) -> None:
-        """``interface`` out of the set ``links``, once it is deleted."""
+        """``interface`` out of the set ``links``, once it is deleted, and out of ``flows`` (its first new flow put it
+        there): the next process of that name counts its own flows from none."""
         _nft(["delete", "element", "inet", self.table, "links", f'{{ "{interface}" }}'])
+        _nft(["delete", "element", "inet", self.table, "flows", f'{{ "{interface}" }}'])
 
     def _keep_current(self) -> None:
         while not self.stopped.wait(REFRESH):
@@ -784,6 +817,7 @@ class Link:
         number = self._paired(holder)
         inside = [tool("nsenter"), f"--net=/proc/{holder}/ns/net", "--"]
         address = PROCESSES[number]
+        _run([*inside, "/bin/sh", "-c", _NO_IPV6], "", environ)
         _run([*inside, tool("ip"), "-batch", "-"], _NAMESPACE_LINK.format(address=address), environ)
         _run([*inside, tool("nft"), "-f", "-"], NAMESPACE_RULES, environ)
         host_end = f"link set {self.interface} up\nroute add {address}/32 dev {self.interface}\n"
