@@ -516,6 +516,81 @@ def test_a_host_chain_that_drops_by_policy_is_said_at_startup() -> None:
     assert wanted in said, said
 
 
+def test_a_host_routes_for_its_processes_alone_where_a_gateway_turned_its_forwarding_on() -> None:
+    """A host (a network namespace of the test's own) whose uplink's IPv4 forwarding is off, with a neighbour on that
+    link (another namespace) that routes the host's other network through it: the gateway turns the uplink's
+    forwarding on (its processes' replies arrive there), and the host routes nothing for the neighbour for it: its
+    datagram is dropped in the table every gateway shares, and counted; the table stays after the gateway's stop, as
+    the forwarding does, so that a gateway started later (which finds the forwarding on, and turns nothing on) leaves
+    the host as guarded. A process's replies pass it (every test here that reaches the world's address)."""
+    needs_root_and_nft()
+    _sealed.needs("bwrap")
+    host, neighbour = (f"mcp-sessions-test-{os.getpid()}-{role}" for role in ("host", "neighbour"))
+    in_host, in_neighbour = ["ip", "-n", host], ["ip", "-n", neighbour]
+    steps = [
+        ["ip", "netns", "add", host],
+        ["ip", "netns", "add", neighbour],
+        [*in_host, "link", "add", "up0", "type", "veth", "peer", "name", "eth0", "netns", neighbour],
+        [*in_host, "address", "add", "11.78.0.1/24", "dev", "up0"],
+        [*in_host, "link", "add", "inner0", "type", "veth", "peer", "name", "inner1"],
+        [*in_host, "address", "add", "11.79.0.1/24", "dev", "inner0"],
+        *([*in_host, "link", "set", each, "up"] for each in ("lo", "up0", "inner0", "inner1")),
+        [*in_host, "route", "add", "default", "via", "11.78.0.2"],
+        [*in_neighbour, "address", "add", "11.78.0.2/24", "dev", "eth0"],
+        [*in_neighbour, "link", "set", "eth0", "up"],
+        [*in_neighbour, "route", "add", "11.79.0.0/24", "via", "11.78.0.1"],
+        # what the host routes to its other network for the neighbour, counted as it leaves
+        [
+            "ip",
+            "netns",
+            "exec",
+            host,
+            "nft",
+            "add table inet seen; add chain inet seen out { type filter hook "
+            'postrouting priority 0; }; add rule inet seen out oifname "inner0" udp dport 9 counter',
+        ],
+    ]
+    sending = ["ip", "netns", "exec", neighbour, sys.executable, "-c"]
+    sending.append("import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('11.79.0.2', 9))")
+    listed = ["ip", "netns", "exec", host, "nft", "list", "ruleset"]
+
+    def seen() -> tuple[int, int]:
+        """The datagrams routed to the host's other network, and those the shared table dropped."""
+        listing = subprocess.run(listed, capture_output=True, text=True, check=True).stdout
+        routed = re.search(r'oifname "inner0" udp dport 9 counter packets (\d+)', listing)
+        dropped = re.search(r'counter packets (\d+) bytes \d+ drop comment "routed for no process"', listing)
+        return int(routed[1]) if routed else 0, int(dropped[1]) if dropped else 0
+
+    line = ["ip", "netns", "exec", host, sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(free_port())]
+    line += ["--log-level", "info", "--stdio", SERVER, "--process-uids", UIDS, "--process-containment", "bwrap"]
+    try:
+        for step in steps:
+            subprocess.run(step, check=True, capture_output=True, text=True)
+        asked = ["ip", "netns", "exec", host, "cat", "/proc/sys/net/ipv4/conf/up0/forwarding"]
+        before = subprocess.run(asked, capture_output=True, text=True, check=True).stdout
+        environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
+        with subprocess.Popen(line, stderr=subprocess.PIPE, text=True, env=environ) as gateway:
+            assert gateway.stderr is not None
+            timer = threading.Timer(WITHIN, gateway.kill)  # a gateway that never says it ends the wait
+            timer.start()
+            try:
+                said = next((each for each in gateway.stderr if "network egress" in each or "Started" in each), "")
+            finally:
+                timer.cancel()
+            subprocess.run(sending, check=True, timeout=WITHIN)
+            while_up = until(lambda: (counts := seen()) != (0, 0) and counts, "the datagram routed or dropped")
+            gateway.terminate()
+        subprocess.run(sending, check=True, timeout=WITHIN)
+        stopped = until(lambda: (counts := seen()) != while_up and counts, "the next datagram routed or dropped")
+        after = subprocess.run(asked, capture_output=True, text=True, check=True).stdout
+    finally:
+        for each in (host, neighbour):
+            subprocess.run(["ip", "netns", "delete", each], check=False, capture_output=True)
+    assert (before, after) == ("0\n", "1\n")
+    assert "up0 (turned on)" in said, said
+    assert (while_up, stopped) == ((0, 1), (0, 2))
+
+
 def test_a_process_reaches_the_ports_granted_and_the_kernel_lists_what_it_refuses() -> None:
     """``--process-allow-net 127.0.0.1:PORT`` (and ``[::1]:PORT``): that port of this host's loopback connects, at
     the namespace's gateway; no other port there, and not its own loopback's. ``nft list table`` shows the exceptions

@@ -123,6 +123,22 @@ browser's page (a few hundred connections) fit it with room; the kernel keeps a 
 unanswered datagram's 30 s, so it is about 8 connections a second sustained. ``--max-processes 200`` of them hold
 204,800 entries, within the 262,144 a host with 4 GiB or more has (Docker, Podman and Kubernetes bound none per
 container)."""
+ROUTED: Final = f"{TABLE_PREFIX}routed"
+"""The table every gateway of the host shares, never deleted (as the forwarding it guards is never turned off): its set
+``routed`` holds each interface a gateway turned IPv4 forwarding on, and its forward chain drops what arrives there
+that is not a reply to a process's flow (:data:`ROUTED_RULES`): the host routes for its processes alone, not for its
+link's neighbours. No lock file names it, so no gateway takes it for a stale one."""
+ROUTED_RULES: Final = f"""\
+add table inet {ROUTED}
+add set inet {ROUTED} routed {{ type ifname; }}
+add chain inet {ROUTED} forward {{ type filter hook forward priority 0; policy accept; }}
+flush chain inet {ROUTED} forward
+add rule inet {ROUTED} forward iifname @routed ct direction reply ct original ip saddr {PROCESSES} accept
+add rule inet {ROUTED} forward meta nfproto ipv4 iifname @routed counter drop comment "routed for no process"
+"""
+"""The shared table, made or remade in one ``nft -f`` transaction (``add`` and ``flush``: what another gateway made is
+made again, its set's elements kept): a reply to any gateway's process (its flow's original source is in
+:data:`PROCESSES`: the range every gateway's links share) passes; the rest arriving on a routed interface is dropped."""
 CONF: Final = "/proc/sys/net/ipv{version}/conf/{interface}/{name}"
 HOST_END_CONF: Final = ((4, "forwarding", "1"), (4, "route_localnet", "1"), (6, "disable_ipv6", "1"))
 """Each host end's settings (:data:`CONF`), its own alone: IPv4 forwarding from it; ``127.0.0.1`` routed to from it
@@ -594,8 +610,11 @@ class EgressRules:
 
     def forward(self) -> None:
         """IPv4 forwarding on each interface a process's packets may leave by (:func:`uplinks`), with what the grants
-        reach."""
-        self.turned_on += [each for each in _forwarded(self.granted) if each not in self.turned_on]
+        reach; each one turned on, in the shared table's set (:func:`routed_for_processes`)."""
+        turned_on = _forwarded(self.granted)
+        self.turned_on += [each for each in turned_on if each not in self.turned_on]
+        if turned_on:
+            routed_for_processes(turned_on)
 
     def hold(self, uid: int) -> None:
         """``uid`` under the rules (added to the set ``uids``), before a process of it starts: one ``nft`` call.
@@ -910,6 +929,22 @@ def _forwarded(granted: Sequence[IPNetwork]) -> list[str]:
                 logger.info("mcp-sessions gateway: net.ipv4.conf.%s.forwarding turned on (egress)", interface)
                 turned_on.append(interface)
     return turned_on
+
+
+def routed_for_processes(interfaces: Sequence[str]) -> None:
+    """The shared table made (:data:`ROUTED_RULES`), ``interfaces`` (whose forwarding a gateway turned on) in its set
+    ``routed``, in one transaction: said, where nft refuses it (the forwarding stays on: the processes' replies need
+    it). A name nft could not read quoted (the kernel allows a quote in one) is said, not put in."""
+    quotable = [each for each in interfaces if each.isascii() and all(c.isalnum() or c in "._-" for c in each)]
+    for each in set(interfaces) - set(quotable):
+        logger.warning(
+            "mcp-sessions gateway: %s is routed for more than the processes: no rule names it", printable(each)
+        )
+    elements = ", ".join(f'"{each}"' for each in quotable)
+    given = ROUTED_RULES + (f"add element inet {ROUTED} routed {{ {elements} }}\n" * bool(quotable))
+    if (done := _nft(["-f", "-"], given)).returncode != 0:
+        said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[0]
+        logger.warning("mcp-sessions gateway: nft refused the table %s: %s", ROUTED, said[:200])
 
 
 def _overlapping() -> str | None:
