@@ -319,11 +319,12 @@ def counted(listing: str, comment: str) -> int:
 def test_an_egress_process_holds_its_own_flows_and_address_alone_and_no_ipv6() -> None:
     """What the veth link leaves a process of the host's shared tables, as a container's would: its new flows (a
     datagram to each of 2 x PROCESS_FLOWS ports of the world's, each a conntrack entry of the host's) hold at most
-    PROCESS_FLOWS entries of the host's table, the rest refused and counted by the gateway's table; a datagram it sends
-    from another's address (root in its namespace, as a lost CAP_NET_RAW would let it) is dropped before conntrack
-    sees it, counted, and the one from its own address reaches a granted port; it has no IPv6 (no address: not ``::1``,
-    not a link-local one); and twenty refused connections in a row are each refused at once (a TCP reset: no ICMP rate
-    limit holds one back a second)."""
+    PROCESS_FLOWS entries of the host's table, the rest refused and counted by the gateway's table, and none is left
+    once it ends (its link deleted at the gateway's stop: conntrack deletes them, where each would stay 30 s); a
+    datagram it sends from another's address (root in its namespace, as a lost CAP_NET_RAW would let it) is dropped
+    before conntrack sees it, counted, and the one from its own address reaches a granted port; it has no IPv6 (no
+    address: not ``::1``, not a link-local one); and twenty refused connections in a row are each refused at once (a
+    TCP reset: no ICMP rate limit holds one back a second)."""
     needs_root_and_nft()
     closed = free_port()
     with contextlib.ExitStack() as stack:
@@ -334,23 +335,26 @@ def test_an_egress_process_holds_its_own_flows_and_address_alone_and_no_ipv6() -
         port = granted.getsockname()[1]
         server = stack.enter_context(_sealed.hostile())
         options = ("--process-uids", UIDS, "--process-allow-net", f"127.0.0.1:{port}")
-        process = stack.enter_context(_sealed.gateway(server, *options))
-        mcp = _sealed.client(process)
-        session = mcp.create_session()
-        uid = json.loads(_sealed.text(_sealed.call(mcp, "whoami", session)))["uid"]
-        pid = in_its_namespace(uid)
-        (address,) = addresses_of(pid)
-        other = str(PROCESSES[-2] if address != str(PROCESSES[-2]) else PROCESSES[-3])
-        inside = ["nsenter", f"--net=/proc/{pid}/ns/net"]
-        spoofing = [*inside, sys.executable, "-c", _SPOOFED, GATEWAY, str(port), other, address]
-        subprocess.run(spoofing, check=True, capture_output=True, timeout=WITHIN)
-        first = granted.recv(100)
-        ipv6 = json.loads(_sealed.text(_sealed.call(mcp, "run", session, argv=["cat", "/proc/net/if_inet6"])))
-        loopback6 = _sealed.text(_sealed.call(mcp, "connect", session, host="::1", port=closed))
-        flows = ["/usr/bin/python3", "-c", _FLOWS_AND_REFUSALS, world, str(2 * PROCESS_FLOWS), GATEWAY, str(closed)]
-        ran = json.loads(_sealed.text(_sealed.call(mcp, "run", session, argv=[*flows, "20"])))
-        held = tracked(address, world)
-        listing = table(table_of(process)).stdout
+        with _sealed.gateway(server, *options) as process:
+            mcp = _sealed.client(process)
+            session = mcp.create_session()
+            uid = json.loads(_sealed.text(_sealed.call(mcp, "whoami", session)))["uid"]
+            pid = in_its_namespace(uid)
+            (address,) = addresses_of(pid)
+            other = str(PROCESSES[-2] if address != str(PROCESSES[-2]) else PROCESSES[-3])
+            inside = ["nsenter", f"--net=/proc/{pid}/ns/net"]
+            spoofing = [*inside, sys.executable, "-c", _SPOOFED, GATEWAY, str(port), other, address]
+            subprocess.run(spoofing, check=True, capture_output=True, timeout=WITHIN)
+            first = granted.recv(100)
+            ipv6 = json.loads(_sealed.text(_sealed.call(mcp, "run", session, argv=["cat", "/proc/net/if_inet6"])))
+            loopback6 = _sealed.text(_sealed.call(mcp, "connect", session, host="::1", port=closed))
+            flows = ["/usr/bin/python3", "-c", _FLOWS_AND_REFUSALS, world, str(2 * PROCESS_FLOWS), GATEWAY, str(closed)]
+            ran = json.loads(_sealed.text(_sealed.call(mcp, "run", session, argv=[*flows, "20"])))
+            held = tracked(address, world)
+            listing = table(table_of(process)).stdout
+        # the gateway stopped, its process's link deleted with it; the world's namespace still there (its
+        # device's end would delete the entries masqueraded through it)
+        left = tracked(address, world)
     assert first == b"its own"
     assert counted(listing, "not the process's own address") == 1, listing
     assert (ipv6["returncode"], ipv6["stdout"]) == (0, ""), ipv6
@@ -361,6 +365,7 @@ def test_an_egress_process_holds_its_own_flows_and_address_alone_and_no_ipv6() -
     assert max(took for _, took in refused) < 0.5, refused
     assert PROCESS_FLOWS - 10 <= held <= PROCESS_FLOWS, held
     assert counted(listing, "a process's flows past its bound") >= PROCESS_FLOWS, listing
+    assert left == 0, left  # deleted with its link (each would have stayed 30 s)
 
 
 def links_of(name: str) -> set[str]:

@@ -3,12 +3,13 @@ of ``test_gateway_network.py`` show by traffic, and a name the shared table's ru
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 
 import pytest
 
 from mcp_sessions._gateway.sealed import _network
-from mcp_sessions._gateway.sealed._network import PROCESS_FLOWS, PROCESSES, ROUTED, EgressRules
+from mcp_sessions._gateway.sealed._network import PROCESS_FLOWS, PROCESSES, ROUTED, EgressRules, NetworkError
 
 
 def test_a_link_s_flows_are_counted_its_source_checked_and_tcp_refused_by_a_reset() -> None:
@@ -36,3 +37,13 @@ def test_the_shared_table_routes_for_the_processes_alone_and_holds_no_name_it_co
     assert f"ct direction reply ct original ip saddr {PROCESSES} accept" in text
     assert text.endswith(f'add element inet {ROUTED} routed {{ "eth0" }}\n')
     assert 'odd"name is routed for more than the processes: no rule names it' in caplog.text
+
+
+def test_a_host_without_conntrack_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name: None if name == "conntrack" else f"/usr/sbin/{name}")
+    with pytest.raises(NetworkError) as refused:
+        EgressRules(1000, 1001).install()
+    assert str(refused.value) == (
+        "--process-network egress: conntrack is not installed, which deletes a process's flows from the host's "
+        "connection tracking table as it ends (Debian: apt-get install conntrack)"
+    )

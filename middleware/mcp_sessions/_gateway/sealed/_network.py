@@ -533,6 +533,12 @@ class EgressRules:
         no process of its uids runs (until then, its rules hold for the processes a killed gateway left)."""
         if shutil.which("nft") is None:  # found once (tool), where _nft runs it
             raise NetworkError("--process-network egress: nft is not installed (Debian: apt-get install nftables)")
+        if shutil.which("conntrack") is None:  # found once (tool), where a link is closed
+            raise NetworkError(
+                "--process-network egress: conntrack is not installed, which deletes a process's flows from the "
+                "host's connection tracking table as it ends (Debian: apt-get install conntrack)"
+            )
+        tool("conntrack")  # found once, at startup
         if (overlap := _overlapping()) is not None:
             raise NetworkError(
                 f"--process-network egress: the processes' addresses, {PROCESSES}, overlap this host's {overlap}, "
@@ -794,6 +800,7 @@ class Link:
         self.uid, self.rules = uid, rules
         self.holder: anyio.abc.Process | None = None
         self.interface = ""  # its host end, once made
+        self.address: ipaddress.IPv4Address | None = None  # the process's, once its pair is made
 
     @property
     def namespace(self) -> str:
@@ -835,7 +842,7 @@ class Link:
         each end's address and routes set, and the namespace's own rules."""
         number = self._paired(holder)
         inside = [tool("nsenter"), f"--net=/proc/{holder}/ns/net", "--"]
-        address = PROCESSES[number]
+        self.address = address = PROCESSES[number]
         _run([*inside, "/bin/sh", "-c", _NO_IPV6], "", environ)
         _run([*inside, tool("ip"), "-batch", "-"], _NAMESPACE_LINK.format(address=address), environ)
         _run([*inside, tool("nft"), "-f", "-"], NAMESPACE_RULES, environ)
@@ -866,11 +873,12 @@ class Link:
         raise NetworkError(f"--process-network egress: every address of {PROCESSES} is another process's")
 
     async def close(self) -> None:
-        """The pair deleted (one end goes with the other, whatever runs in the namespace still), its host end out of
-        the set, then the namespaces' holder ended (they go with the process)."""
+        """The pair deleted (one end goes with the other, whatever runs in the namespace still), and the host's
+        conntrack entries of the process's flows with it (:meth:`_forget`), its host end out of the sets, then the
+        namespaces' holder ended (they go with the process)."""
         if self.interface:
             interface, self.interface = self.interface, ""
-            await anyio.to_thread.run_sync(_run, [tool("ip"), "link", "delete", interface], "", None, False)
+            await anyio.to_thread.run_sync(self._forget, interface)
             await anyio.to_thread.run_sync(self.rules.unlink, interface)
         if self.holder is not None:
             with suppress(ProcessLookupError):
@@ -878,6 +886,17 @@ class Link:
             await self.holder.wait()
             await self.holder.aclose()
             self.holder = None
+
+    def _forget(self, interface: str) -> None:
+        """The host end ``interface`` down (nothing of the process's passes it any more), the host's conntrack entries
+        whose original source is the process's address deleted (conntrack-tools' ``conntrack -D``: they would outlive
+        it for their timeouts, an established connection's whose peer stays silent 5 days, and a user ending
+        conversation after conversation would add :data:`PROCESS_FLOWS` entries each), then the pair deleted: the
+        address stays this link's, no other process's flows among those deleted, until the name is free again."""
+        _run([tool("ip"), "link", "set", interface, "down"], "", None, False)
+        if self.address is not None:
+            _run([tool("conntrack"), "-D", "--orig-src", str(self.address)], "", None, False)
+        _run([tool("ip"), "link", "delete", interface], "", None, False)
 
 
 def _run(line: Sequence[str], given: str, environ: Mapping[str, str] | None = None, check: bool = True) -> None:
