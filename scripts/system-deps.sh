@@ -38,6 +38,8 @@ command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || missing+=(nftables)
 # iproute2's ip: this host's addresses (a trusted front the processes could pose as), unshare's own loopback under
 # --process-network none, and each egress process's veth pair. Debian's minimal images leave it out.
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
+# conntrack-tools' conntrack: an egress process's flows deleted from the host's connection tracking table as it ends.
+command -v conntrack >/dev/null 2>&1 || [ -x /usr/sbin/conntrack ] || missing+=(conntrack)
 # The system's venv: where this checkout's Python lies under a 0700 home (pyenv's, under /root), the tests make the
 # environments that --process-uids processes run from the system's python3, which those uids may run.
 if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c 'import ensurepip' >/dev/null 2>&1; then

@@ -49,7 +49,14 @@ from e2e._gateway import (
     readable_directory,
     result_of,
 )
-from mcp_sessions._gateway.sealed._network import GATEWAY, NO_ROUTE, PROCESSES, egress_rules, resolvers
+from mcp_sessions._gateway.sealed._network import (
+    GATEWAY,
+    NO_ROUTE,
+    PROCESS_FLOWS,
+    PROCESSES,
+    egress_rules,
+    resolvers,
+)
 
 UIDS = uids(0, 100)
 """The gateways of this file's tests: a gateway's rules hold for the uids its processes hold, none else's."""
@@ -127,8 +134,10 @@ def test_a_process_reaches_neither_the_gateway_nor_its_status_nor_a_local_servic
             tries = {name: each.submit(tried, http, process, bob, *target) for name, target in targets.items()}
             seen = {name: attempt.result() for name, attempt in tries.items()}
         said = process.output()
-    # Its own loopback refuses at once, and so do the kernel's rules what the kernel forwards.
-    assert all(got == "refused: Connection refused" for got in seen.values()), seen
+    # Its own loopback refuses at once, and so do the kernel's rules what the kernel forwards; it has no IPv6 at all.
+    refused = {name: "refused: Connection refused" for name in seen}
+    refused.update({name: "refused: Cannot assign requested address" for name in seen if name.endswith(" at ::1")})
+    assert seen == refused, seen
     # The startup line names the network once, as the kernel's rules hold it.
     # Its bounds: its default memory where the host gives a control group, else none.
     assert re.search(r"a uid each, bounds [^,]*(, memory \d+ MiB each)?, network egress \(nft table inet ", said)
@@ -259,6 +268,104 @@ def test_an_egress_process_s_network_has_no_helper_binds_nothing_on_the_host_and
     assert len(waiting) <= 1, capable
     assert len(addresses) == 1, addresses
     assert ipaddress.ip_address(addresses.pop()) in PROCESSES  # its own, not the host's
+
+
+# Run in an egress process (the hostile server's ``run``): ``count`` datagrams, one to each port of ``world`` from 1 on
+# (each a new flow the host forwards and masquerades: a conntrack entry of the host's for 30 s); then ``connects`` TCP
+# connections its rules refuse (this host's port at its gateway), each one's outcome and time. JSON on stdout.
+_FLOWS_AND_REFUSALS = """
+import json, socket, sys, time
+world, count, gateway, closed, connects = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sending:
+    for port in range(1, count + 1):
+        sending.sendto(b"flow", (world, port))
+refused = []
+for _ in range(connects):
+    started = time.monotonic()
+    try:
+        socket.create_connection((gateway, closed), 10).close()
+        said = "connected"
+    except OSError as exc:
+        said = exc.strerror
+    refused.append((said, round(time.monotonic() - started, 3)))
+print(json.dumps(refused))
+"""
+# Run as root in a process's network namespace (nsenter): a datagram from ``source`` (another's address: the kernel lets
+# root send from it, IP_TRANSPARENT), then one from the process's own address, to ``host:port``.
+_SPOOFED = """
+import socket, sys
+host, port = sys.argv[1], int(sys.argv[2])
+for source, said in ((sys.argv[3], b"spoofed"), (sys.argv[4], b"its own")):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sending:
+        sending.setsockopt(socket.SOL_IP, 19, 1)  # IP_TRANSPARENT
+        sending.bind((source, 0))
+        sending.sendto(said, (host, port))
+"""
+
+
+def tracked(address: str, to: str) -> int:
+    """The host's conntrack entries of the flows from ``address`` (a process's) to ``to``."""
+    lines = Path("/proc/net/nf_conntrack").read_text().splitlines()
+    return sum(f" src={address} dst={to} " in line for line in lines)
+
+
+def counted(listing: str, comment: str) -> int:
+    """The packets the counter of the rule of ``comment`` has seen, as ``nft list table``'s ``listing`` shows it."""
+    found = re.search(rf'counter packets (\d+) bytes \d+ \S+(?: \S+)* comment "{re.escape(comment)}"', listing)
+    assert found is not None, listing
+    return int(found[1])
+
+
+def test_an_egress_process_holds_its_own_flows_and_address_alone_and_no_ipv6() -> None:
+    """What the veth link leaves a process of the host's shared tables, as a container's would: its new flows (a
+    datagram to each of 2 x PROCESS_FLOWS ports of the world's, each a conntrack entry of the host's) hold at most
+    PROCESS_FLOWS entries of the host's table, the rest refused and counted by the gateway's table, and none is left
+    once it ends (its link deleted at the gateway's stop: conntrack deletes them, where each would stay 30 s); a
+    datagram it sends from another's address (root in its namespace, as a lost CAP_NET_RAW would let it) is dropped
+    before conntrack sees it, counted, and the one from its own address reaches a granted port; it has no IPv6 (no
+    address: not ``::1``, not a link-local one); and twenty refused connections in a row are each refused at once (a
+    TCP reset: no ICMP rate limit holds one back a second)."""
+    needs_root_and_nft()
+    closed = free_port()
+    with contextlib.ExitStack() as stack:
+        world, _ = stack.enter_context(elsewhere())
+        granted = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+        granted.bind(("127.0.0.1", 0))
+        granted.settimeout(WITHIN)
+        port = granted.getsockname()[1]
+        server = stack.enter_context(_sealed.hostile())
+        options = ("--process-uids", UIDS, "--process-allow-net", f"127.0.0.1:{port}")
+        with _sealed.gateway(server, *options) as process:
+            mcp = _sealed.client(process)
+            session = mcp.create_session()
+            uid = json.loads(_sealed.text(_sealed.call(mcp, "whoami", session)))["uid"]
+            pid = in_its_namespace(uid)
+            (address,) = addresses_of(pid)
+            other = str(PROCESSES[-2] if address != str(PROCESSES[-2]) else PROCESSES[-3])
+            inside = ["nsenter", f"--net=/proc/{pid}/ns/net"]
+            spoofing = [*inside, sys.executable, "-c", _SPOOFED, GATEWAY, str(port), other, address]
+            subprocess.run(spoofing, check=True, capture_output=True, timeout=WITHIN)
+            first = granted.recv(100)
+            ipv6 = json.loads(_sealed.text(_sealed.call(mcp, "run", session, argv=["cat", "/proc/net/if_inet6"])))
+            loopback6 = _sealed.text(_sealed.call(mcp, "connect", session, host="::1", port=closed))
+            flows = ["/usr/bin/python3", "-c", _FLOWS_AND_REFUSALS, world, str(2 * PROCESS_FLOWS), GATEWAY, str(closed)]
+            ran = json.loads(_sealed.text(_sealed.call(mcp, "run", session, argv=[*flows, "20"])))
+            held = tracked(address, world)
+            listing = table(table_of(process)).stdout
+        # the gateway stopped, its process's link deleted with it; the world's namespace still there (its
+        # device's end would delete the entries masqueraded through it)
+        left = tracked(address, world)
+    assert first == b"its own"
+    assert counted(listing, "not the process's own address") == 1, listing
+    assert (ipv6["returncode"], ipv6["stdout"]) == (0, ""), ipv6
+    assert loopback6 == "denied: Cannot assign requested address", loopback6
+    assert ran["returncode"] == 0, ran
+    refused = json.loads(ran["stdout"])
+    assert {said for said, _ in refused} == {"Connection refused"}, refused
+    assert max(took for _, took in refused) < 0.5, refused
+    assert PROCESS_FLOWS - 10 <= held <= PROCESS_FLOWS, held
+    assert counted(listing, "a process's flows past its bound") >= PROCESS_FLOWS, listing
+    assert left == 0, left  # deleted with its link (each would have stayed 30 s)
 
 
 def links_of(name: str) -> set[str]:
@@ -414,6 +521,81 @@ def test_a_host_chain_that_drops_by_policy_is_said_at_startup() -> None:
     assert wanted in said, said
 
 
+def test_a_host_routes_for_its_processes_alone_where_a_gateway_turned_its_forwarding_on() -> None:
+    """A host (a network namespace of the test's own) whose uplink's IPv4 forwarding is off, with a neighbour on that
+    link (another namespace) that routes the host's other network through it: the gateway turns the uplink's
+    forwarding on (its processes' replies arrive there), and the host routes nothing for the neighbour for it: its
+    datagram is dropped in the table every gateway shares, and counted; the table stays after the gateway's stop, as
+    the forwarding does, so that a gateway started later (which finds the forwarding on, and turns nothing on) leaves
+    the host as guarded. A process's replies pass it (every test here that reaches the world's address)."""
+    needs_root_and_nft()
+    _sealed.needs("bwrap")
+    host, neighbour = (f"mcp-sessions-test-{os.getpid()}-{role}" for role in ("host", "neighbour"))
+    in_host, in_neighbour = ["ip", "-n", host], ["ip", "-n", neighbour]
+    steps = [
+        ["ip", "netns", "add", host],
+        ["ip", "netns", "add", neighbour],
+        [*in_host, "link", "add", "up0", "type", "veth", "peer", "name", "eth0", "netns", neighbour],
+        [*in_host, "address", "add", "11.78.0.1/24", "dev", "up0"],
+        [*in_host, "link", "add", "inner0", "type", "veth", "peer", "name", "inner1"],
+        [*in_host, "address", "add", "11.79.0.1/24", "dev", "inner0"],
+        *([*in_host, "link", "set", each, "up"] for each in ("lo", "up0", "inner0", "inner1")),
+        [*in_host, "route", "add", "default", "via", "11.78.0.2"],
+        [*in_neighbour, "address", "add", "11.78.0.2/24", "dev", "eth0"],
+        [*in_neighbour, "link", "set", "eth0", "up"],
+        [*in_neighbour, "route", "add", "11.79.0.0/24", "via", "11.78.0.1"],
+        # what the host routes to its other network for the neighbour, counted as it leaves
+        [
+            "ip",
+            "netns",
+            "exec",
+            host,
+            "nft",
+            "add table inet seen; add chain inet seen out { type filter hook "
+            'postrouting priority 0; }; add rule inet seen out oifname "inner0" udp dport 9 counter',
+        ],
+    ]
+    sending = ["ip", "netns", "exec", neighbour, sys.executable, "-c"]
+    sending.append("import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('11.79.0.2', 9))")
+    listed = ["ip", "netns", "exec", host, "nft", "list", "ruleset"]
+
+    def seen() -> tuple[int, int]:
+        """The datagrams routed to the host's other network, and those the shared table dropped."""
+        listing = subprocess.run(listed, capture_output=True, text=True, check=True).stdout
+        routed = re.search(r'oifname "inner0" udp dport 9 counter packets (\d+)', listing)
+        dropped = re.search(r'counter packets (\d+) bytes \d+ drop comment "routed for no process"', listing)
+        return int(routed[1]) if routed else 0, int(dropped[1]) if dropped else 0
+
+    line = ["ip", "netns", "exec", host, sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(free_port())]
+    line += ["--log-level", "info", "--stdio", SERVER, "--process-uids", UIDS, "--process-containment", "bwrap"]
+    try:
+        for step in steps:
+            subprocess.run(step, check=True, capture_output=True, text=True)
+        asked = ["ip", "netns", "exec", host, "cat", "/proc/sys/net/ipv4/conf/up0/forwarding"]
+        before = subprocess.run(asked, capture_output=True, text=True, check=True).stdout
+        environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
+        with subprocess.Popen(line, stderr=subprocess.PIPE, text=True, env=environ) as gateway:
+            assert gateway.stderr is not None
+            timer = threading.Timer(WITHIN, gateway.kill)  # a gateway that never says it ends the wait
+            timer.start()
+            try:
+                said = next((each for each in gateway.stderr if "network egress" in each or "Started" in each), "")
+            finally:
+                timer.cancel()
+            subprocess.run(sending, check=True, timeout=WITHIN)
+            while_up = until(lambda: (counts := seen()) != (0, 0) and counts, "the datagram routed or dropped")
+            gateway.terminate()
+        subprocess.run(sending, check=True, timeout=WITHIN)
+        stopped = until(lambda: (counts := seen()) != while_up and counts, "the next datagram routed or dropped")
+        after = subprocess.run(asked, capture_output=True, text=True, check=True).stdout
+    finally:
+        for each in (host, neighbour):
+            subprocess.run(["ip", "netns", "delete", each], check=False, capture_output=True)
+    assert (before, after) == ("0\n", "1\n")
+    assert "up0 (turned on)" in said, said
+    assert (while_up, stopped) == ((0, 1), (0, 2))
+
+
 def test_a_process_reaches_the_ports_granted_and_the_kernel_lists_what_it_refuses() -> None:
     """``--process-allow-net 127.0.0.1:PORT`` (and ``[::1]:PORT``): that port of this host's loopback connects, at
     the namespace's gateway; no other port there, and not its own loopback's. ``nft list table`` shows the exceptions
@@ -442,18 +624,18 @@ def test_a_process_reaches_the_ports_granted_and_the_kernel_lists_what_it_refuse
         f"ip daddr 127.0.0.1 meta l4proto {{ tcp, udp }} th dport {granted} accept",
         f"ip6 daddr ::1 meta l4proto {{ tcp, udp }} th dport {granted6} accept",
         *dns_rules,
-        f"{dns} reject",
-        "fib daddr type local reject",
-        "fib daddr type broadcast reject",
-        "ip daddr { 100.100.100.200, 168.63.129.16, 169.254.169.254, 169.254.170.2 } reject",
-        "ip6 daddr fd00:ec2::254 reject",
-        "ip daddr { 169.254.0.0/16, 224.0.0.0/4, 255.255.255.255 } reject",
-        "ip6 daddr { fe80::/10, ff00::/8 } reject",
-        "ip daddr { 0.0.0.0/8, 10.0.0.0/8, 100.64.0.0/10, 172.16.0.0/12, 192.168.0.0/16 } reject",
-        "ip6 daddr fc00::/7 reject",
-        "ip6 daddr { 64:ff9b::/96, 64:ff9b:1::/48, 2001::/32, 2002::/16, fec0::/10 } reject",
+        f"{dns} goto refuse",
+        "fib daddr type local goto refuse",
+        "fib daddr type broadcast goto refuse",
+        "ip daddr { 100.100.100.200, 168.63.129.16, 169.254.169.254, 169.254.170.2 } goto refuse",
+        "ip6 daddr fd00:ec2::254 goto refuse",
+        "ip daddr { 169.254.0.0/16, 224.0.0.0/4, 255.255.255.255 } goto refuse",
+        "ip6 daddr { fe80::/10, ff00::/8 } goto refuse",
+        "ip daddr { 0.0.0.0/8, 10.0.0.0/8, 100.64.0.0/10, 172.16.0.0/12, 192.168.0.0/16 } goto refuse",
+        "ip6 daddr fc00::/7 goto refuse",
+        "ip6 daddr { 64:ff9b::/96, 64:ff9b:1::/48, 2001::/32, 2002::/16, fec0::/10 } goto refuse",
         "ip daddr { 192.0.0.0/24, 192.0.2.0/24, 198.18.0.0/15, 198.51.100.0/24, 203.0.113.0/24, 240.0.0.0/4 }",
-        "ip6 daddr 2001:db8::/32 reject",
+        "ip6 daddr 2001:db8::/32 goto refuse",
     ]
     chains = chains_of(listing)
     assert len(chains["egress"]) == len(expected), listing

@@ -106,7 +106,7 @@ def test_the_rules_grant_the_proxy_and_refuse_the_masked_hosts_before_any_grant(
     text = rules.text()
     proxy = text.index("ip daddr 127.0.0.1 tcp dport 4567 accept")
     masked = text.index("ip daddr . th dport @maskedports4 reject")
-    assert proxy < masked < text.index("fib daddr type local reject")
+    assert proxy < masked < text.index("fib daddr type local goto refuse")
     assert "set maskedports6 { type ipv6_addr . inet_service; flags timeout; }" in text
     assert "maskedports" not in EgressRules(1000, 1001).text()
 

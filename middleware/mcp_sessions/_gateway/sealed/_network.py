@@ -116,6 +116,29 @@ HOST_END: Final = "ee:ee:ee:ee:ee:ee"
 """The link-layer address of each veth pair's host end (Calico's): the namespace's neighbour for :data:`GATEWAY`."""
 INTERFACE: Final = "mcs"
 """The prefix of each veth pair's host end: ``mcs<N>``, its process's address :data:`PROCESSES`'s N-th."""
+PROCESS_FLOWS: Final = 1024
+"""How many of the host's conntrack entries one ``egress`` process's flows may hold at once (new flows from its host
+end, counted by nftables' ``ct count`` per link); past it, a new one is refused. A server's API calls, a crawl and a
+browser's page (a few hundred connections) fit it with room; the kernel keeps a closed TCP flow's entry 120 s and an
+unanswered datagram's 30 s, so it is about 8 connections a second sustained. ``--max-processes 200`` of them hold
+204,800 entries, within the 262,144 a host with 4 GiB or more has (Docker, Podman and Kubernetes bound none per
+container)."""
+ROUTED: Final = f"{TABLE_PREFIX}routed"
+"""The table every gateway of the host shares, never deleted (as the forwarding it guards is never turned off): its set
+``routed`` holds each interface a gateway turned IPv4 forwarding on, and its forward chain drops what arrives there
+that is not a reply to a process's flow (:data:`ROUTED_RULES`): the host routes for its processes alone, not for its
+link's neighbours. No lock file names it, so no gateway takes it for a stale one."""
+ROUTED_RULES: Final = f"""\
+add table inet {ROUTED}
+add set inet {ROUTED} routed {{ type ifname; }}
+add chain inet {ROUTED} forward {{ type filter hook forward priority 0; policy accept; }}
+flush chain inet {ROUTED} forward
+add rule inet {ROUTED} forward iifname @routed ct direction reply ct original ip saddr {PROCESSES} accept
+add rule inet {ROUTED} forward meta nfproto ipv4 iifname @routed counter drop comment "routed for no process"
+"""
+"""The shared table, made or remade in one ``nft -f`` transaction (``add`` and ``flush``: what another gateway made is
+made again, its set's elements kept): a reply to any gateway's process (its flow's original source is in
+:data:`PROCESSES`: the range every gateway's links share) passes; the rest arriving on a routed interface is dropped."""
 CONF: Final = "/proc/sys/net/ipv{version}/conf/{interface}/{name}"
 HOST_END_CONF: Final = ((4, "forwarding", "1"), (4, "route_localnet", "1"), (6, "disable_ipv6", "1"))
 """Each host end's settings (:data:`CONF`), its own alone: IPv4 forwarding from it; ``127.0.0.1`` routed to from it
@@ -136,6 +159,9 @@ table inet mcp_sessions {
   }
 }
 """
+# No IPv6 in the process's namespace, loopback's ::1 and eth0's link-local neither (`all` sets each interface's and the
+# default): what the process has is IPv4 alone, as the host end's. A kernel without IPv6 has nothing to turn off.
+_NO_IPV6: Final = "[ ! -e /proc/sys/net/ipv6 ] || echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6"
 # The namespace's interface, its address, its gateway (GATEWAY at HOST_END, on the link whatever its address), by
 # `ip -batch -`, in the namespace ({address}: the process's own).
 _NAMESPACE_LINK: Final = f"""\
@@ -421,9 +447,16 @@ class EgressRules:
         process of this gateway's holds it: :meth:`hold`), never the whole range, which another gateway's may
         overlap. What a process sends to its gateway is sent on first (``prerouting``): DNS to the host's first IPv4
         resolver, the rest to this host's ``127.0.0.1``, where the rules judge it as they would a connection of the
-        process's uid there; what leaves the host from a process is masqueraded."""
+        process's uid there; what leaves the host from a process is masqueraded. A process's new flows hold at most
+        :data:`PROCESS_FLOWS` of the host's conntrack entries (the set ``flows``: a count per link), a packet of its
+        link from another's address is dropped before conntrack sees it (``links``), and each refusal goes through one
+        chain (``refuse``): TCP by a reset."""
         held = f" elements = {{ {', '.join(map(str, self.held))} }};" if self.held else ""
-        sets = [f"set uids {{ type uid;{held} }}", "set links { type ifname; }"]
+        sets = [
+            f"set uids {{ type uid;{held} }}",
+            "set links { type ifname; }",
+            "set flows { type ifname; flags dynamic; }",
+        ]
         # What a process may reach, first; then what it may not (the kernel's first verdict holds). A rule that sends a
         # process's connections through a proxy of the gateway's (issue 95's credentials) goes first of all, and its
         # refusal of their hosts' direct connections before the grants below.
@@ -442,22 +475,36 @@ class EgressRules:
             if found := [str(address) for address in self.resolvers if address.version == version]:
                 listed = ", ".join(found)
                 rules.append(f'{family} daddr {{ {listed} }} {dns} accept comment "the host\'s resolvers"')
-        rules.append(f'{dns} reject comment "DNS but to the host\'s resolvers"')
-        rules.append('fib daddr type local reject comment "this host"')
-        rules.append('fib daddr type broadcast reject comment "a broadcast"')
+        rules.append(f'{dns} goto refuse comment "DNS but to the host\'s resolvers"')
+        rules.append('fib daddr type local goto refuse comment "this host"')
+        rules.append('fib daddr type broadcast goto refuse comment "a broadcast"')
         for why, refused in REFUSED.items():
             for family, version in (("ip", 4), ("ip6", 6)):
                 if nets := [str(net) for net in map(ipaddress.ip_network, refused) if net.version == version]:
-                    rules.append(f'{family} daddr {{ {", ".join(nets)} }} reject comment "{why}"')
+                    rules.append(f'{family} daddr {{ {", ".join(nets)} }} goto refuse comment "{why}"')
         to_gateway = f"iifname @links ip daddr {GATEWAY} meta l4proto {{ tcp, udp }}"
         resolver = next((address for address in self.resolvers if address.version == 4), None)
         sent_on = [f'{to_gateway} th dport 53 dnat ip to {resolver} comment "the host\'s resolver"'] if resolver else []
         sent_on.append(f'{to_gateway} dnat ip to 127.0.0.1 comment "this host\'s loopback"')
+        flows = (
+            f"iifname @links ct state new add @flows {{ iifname ct count over {PROCESS_FLOWS} }} counter goto refuse "
+            'comment "a process\'s flows past its bound"'
+        )
         chains = {
             "egress": rules,
+            # TCP refused by a reset, which no rate limit holds back (the kernel's ICMP errors wait, past a burst of 6
+            # a second, and a connect with them); the rest by what a closed port says.
+            "refuse": ["meta l4proto tcp reject with tcp reset", "reject"],
+            # Before conntrack sees it: a packet from a host end whose source is not its process's own address (the
+            # route to that address leaves by another interface) is dropped, whatever the host's rp_filter (the kernel
+            # takes the greater of the interface's and all's: systemd's 2, loose, would make the interface's 1 loose).
+            "links": [
+                "type filter hook prerouting priority raw; policy accept;",
+                'iifname @links fib saddr . iif oif missing counter drop comment "not the process\'s own address"',
+            ],
             "output": ["type filter hook output priority 0; policy accept;", "meta skuid @uids jump egress"],
-            "forward": ["type filter hook forward priority 0; policy accept;", "iifname @links jump egress"],
-            "input": ["type filter hook input priority 0; policy accept;", "iifname @links jump egress"],
+            "forward": ["type filter hook forward priority 0; policy accept;", flows, "iifname @links jump egress"],
+            "input": ["type filter hook input priority 0; policy accept;", flows, "iifname @links jump egress"],
             "prerouting": ["type nat hook prerouting priority dstnat; policy accept;", *sent_on],
             "postrouting": ["type nat hook postrouting priority srcnat; policy accept;", "iifname @links masquerade"],
         }
@@ -476,7 +523,7 @@ class EgressRules:
         for version, family, kind in ((4, "ip", "ipv4_addr"), (6, "ip6", "ipv6_addr")):
             sets.append(f"set maskedports{version} {{ type {kind} . inet_service; flags timeout; }}")
             rules.append(
-                f"meta l4proto tcp {family} daddr . th dport @maskedports{version} reject "
+                f"meta l4proto tcp {family} daddr . th dport @maskedports{version} reject with tcp reset "
                 'comment "a masked credential\'s host: through the proxy alone"'
             )
         return sets, rules
@@ -486,6 +533,12 @@ class EgressRules:
         no process of its uids runs (until then, its rules hold for the processes a killed gateway left)."""
         if shutil.which("nft") is None:  # found once (tool), where _nft runs it
             raise NetworkError("--process-network egress: nft is not installed (Debian: apt-get install nftables)")
+        if shutil.which("conntrack") is None:  # found once (tool), where a link is closed
+            raise NetworkError(
+                "--process-network egress: conntrack is not installed, which deletes a process's flows from the "
+                "host's connection tracking table as it ends (Debian: apt-get install conntrack)"
+            )
+        tool("conntrack")  # found once, at startup
         if (overlap := _overlapping()) is not None:
             raise NetworkError(
                 f"--process-network egress: the processes' addresses, {PROCESSES}, overlap this host's {overlap}, "
@@ -563,8 +616,11 @@ class EgressRules:
 
     def forward(self) -> None:
         """IPv4 forwarding on each interface a process's packets may leave by (:func:`uplinks`), with what the grants
-        reach."""
-        self.turned_on += [each for each in _forwarded(self.granted) if each not in self.turned_on]
+        reach; each one turned on, in the shared table's set (:func:`routed_for_processes`)."""
+        turned_on = _forwarded(self.granted)
+        self.turned_on += [each for each in turned_on if each not in self.turned_on]
+        if turned_on:
+            routed_for_processes(turned_on)
 
     def hold(self, uid: int) -> None:
         """``uid`` under the rules (added to the set ``uids``), before a process of it starts: one ``nft`` call.
@@ -589,8 +645,10 @@ class EgressRules:
             raise NetworkError(f"--process-network egress: nft did not put {interface} under the rules: {said[:200]}")
 
     def unlink(self, interface: str) -> None:
-        """``interface`` out of the set ``links``, once it is deleted."""
+        """``interface`` out of the set ``links``, once it is deleted, and out of ``flows`` (its first new flow put it
+        there): the next process of that name counts its own flows from none."""
         _nft(["delete", "element", "inet", self.table, "links", f'{{ "{interface}" }}'])
+        _nft(["delete", "element", "inet", self.table, "flows", f'{{ "{interface}" }}'])
 
     def _keep_current(self) -> None:
         while not self.stopped.wait(REFRESH):
@@ -742,6 +800,7 @@ class Link:
         self.uid, self.rules = uid, rules
         self.holder: anyio.abc.Process | None = None
         self.interface = ""  # its host end, once made
+        self.address: ipaddress.IPv4Address | None = None  # the process's, once its pair is made
 
     @property
     def namespace(self) -> str:
@@ -783,7 +842,8 @@ class Link:
         each end's address and routes set, and the namespace's own rules."""
         number = self._paired(holder)
         inside = [tool("nsenter"), f"--net=/proc/{holder}/ns/net", "--"]
-        address = PROCESSES[number]
+        self.address = address = PROCESSES[number]
+        _run([*inside, "/bin/sh", "-c", _NO_IPV6], "", environ)
         _run([*inside, tool("ip"), "-batch", "-"], _NAMESPACE_LINK.format(address=address), environ)
         _run([*inside, tool("nft"), "-f", "-"], NAMESPACE_RULES, environ)
         host_end = f"link set {self.interface} up\nroute add {address}/32 dev {self.interface}\n"
@@ -813,11 +873,12 @@ class Link:
         raise NetworkError(f"--process-network egress: every address of {PROCESSES} is another process's")
 
     async def close(self) -> None:
-        """The pair deleted (one end goes with the other, whatever runs in the namespace still), its host end out of
-        the set, then the namespaces' holder ended (they go with the process)."""
+        """The pair deleted (one end goes with the other, whatever runs in the namespace still), and the host's
+        conntrack entries of the process's flows with it (:meth:`_forget`), its host end out of the sets, then the
+        namespaces' holder ended (they go with the process)."""
         if self.interface:
             interface, self.interface = self.interface, ""
-            await anyio.to_thread.run_sync(_run, [tool("ip"), "link", "delete", interface], "", None, False)
+            await anyio.to_thread.run_sync(self._forget, interface)
             await anyio.to_thread.run_sync(self.rules.unlink, interface)
         if self.holder is not None:
             with suppress(ProcessLookupError):
@@ -825,6 +886,17 @@ class Link:
             await self.holder.wait()
             await self.holder.aclose()
             self.holder = None
+
+    def _forget(self, interface: str) -> None:
+        """The host end ``interface`` down (nothing of the process's passes it any more), the host's conntrack entries
+        whose original source is the process's address deleted (conntrack-tools' ``conntrack -D``: they would outlive
+        it for their timeouts, an established connection's whose peer stays silent 5 days, and a user ending
+        conversation after conversation would add :data:`PROCESS_FLOWS` entries each), then the pair deleted: the
+        address stays this link's, no other process's flows among those deleted, until the name is free again."""
+        _run([tool("ip"), "link", "set", interface, "down"], "", None, False)
+        if self.address is not None:
+            _run([tool("conntrack"), "-D", "--orig-src", str(self.address)], "", None, False)
+        _run([tool("ip"), "link", "delete", interface], "", None, False)
 
 
 def _run(line: Sequence[str], given: str, environ: Mapping[str, str] | None = None, check: bool = True) -> None:
@@ -876,6 +948,22 @@ def _forwarded(granted: Sequence[IPNetwork]) -> list[str]:
                 logger.info("mcp-sessions gateway: net.ipv4.conf.%s.forwarding turned on (egress)", interface)
                 turned_on.append(interface)
     return turned_on
+
+
+def routed_for_processes(interfaces: Sequence[str]) -> None:
+    """The shared table made (:data:`ROUTED_RULES`), ``interfaces`` (whose forwarding a gateway turned on) in its set
+    ``routed``, in one transaction: said, where nft refuses it (the forwarding stays on: the processes' replies need
+    it). A name nft could not read quoted (the kernel allows a quote in one) is said, not put in."""
+    quotable = [each for each in interfaces if each.isascii() and all(c.isalnum() or c in "._-" for c in each)]
+    for each in set(interfaces) - set(quotable):
+        logger.warning(
+            "mcp-sessions gateway: %s is routed for more than the processes: no rule names it", printable(each)
+        )
+    elements = ", ".join(f'"{each}"' for each in quotable)
+    given = ROUTED_RULES + (f"add element inet {ROUTED} routed {{ {elements} }}\n" * bool(quotable))
+    if (done := _nft(["-f", "-"], given)).returncode != 0:
+        said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[0]
+        logger.warning("mcp-sessions gateway: nft refused the table %s: %s", ROUTED, said[:200])
 
 
 def _overlapping() -> str | None:
