@@ -7,6 +7,7 @@ with JWKS-signed tokens.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -19,8 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
-from _mcp import ModernClient
+from _mcp import ModernClient, session_meta
 from _uids import members, uids
+from _waits import until
 from conftest import SECRET
 from e2e._gateway import CACHE, Process, for_every_uid, installed, main_run, node, readable_directory
 from e2e._issuer import ISSUER, signed
@@ -28,6 +30,9 @@ from e2e._sealed import AUTH, OPEN, call, client, gateway, needs, running, team,
 from e2e._stdio import FILESYSTEM
 
 UIDS = uids(450, 40)
+KEPT = uids(280, 3)
+"""The team test's uids: the shared process's, alice's and bob's, so that a next conversation would be given one of
+theirs."""
 TEAM = int(uids(449, 1).partition("-")[0])
 CONTAINMENTS = ["bwrap", "unshare"]
 SECRETLY = {"MCP_SESSIONS_SECRET": SECRET}
@@ -139,23 +144,37 @@ def test_a_user_s_directory_is_hers_across_conversations_and_restarts_and_no_one
             assert text(call(alice, "read", again, path="/tmp/data/notes")) == "mine"
 
 
+def given_back(uid: int) -> bool:
+    """Whether no gateway holds ``uid`` (its lock, ``_sandbox.UID_LOCKS``): its process's place is left."""
+    lock = os.open(f"/run/mcp-sessions/uids/{uid}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(lock)
+    return True
+
+
 @pytest.mark.parametrize("containment", CONTAINMENTS)
 def test_a_shared_tree_is_read_and_edited_by_each_user_s_processes_and_read_only_unless_granted_rw(
-    server: str, jwks: str, containment: str
+    server: str, jwks: str, containment: str, tmp_path: Path
 ) -> None:
     """A team's tree (``chgrp team tree; chmod 2770 tree``) granted ``:rw``: alice's process writes a file, bob's
     reads and edits it and adds his own, hers reads his (its group is the team's, each process has it as a
     supplementary group, and writes with a umask of 0007); the same tree granted read-only is read, never written
-    (``Read-only file system``); and no process is given root's group by a tree of root's."""
+    (``Read-only file system``); and no process is given root's group by a tree of root's. A file she makes 0600
+    there is her uid's, which is kept for her once her conversation ends (issue 100, finding 3: bob's next
+    conversation was given it, and read the file): his is refused, hers is given it and reads the file."""
     needs("root", containment)
     with readable_directory("mcp-sessions-team-") as team, readable_directory("mcp-sessions-docs-") as docs:
         os.chown(team, 0, TEAM)
         team.chmod(0o2770)
         (docs / "readme").write_text("the host's")
         docs.chmod(0o2777)  # root's group, setgid: a tree of root's gives no group
-        options = (*verified(jwks), "--process-uids", UIDS, "--process-containment", containment)
+        options = (*verified(jwks), "--process-uids", KEPT, "--process-containment", containment)
         options += ("--process-mount", f"{team}:/tmp/team:rw", "--process-mount", f"{team}:/tmp/team-ro")
-        options += ("--process-mount", f"{docs}:{docs}")
+        options += ("--process-mount", f"{docs}:{docs}", "--process-state", str(tmp_path))
         with gateway(server, *options) as process:
             said = f"grants /tmp/team (rw, group {TEAM}), /tmp/team-ro (ro, group {TEAM}), {docs} (ro), network"
             assert said in process.output()
@@ -175,6 +194,18 @@ def test_a_shared_tree_is_read_and_edited_by_each_user_s_processes_and_read_only
             assert text(call(bob, "write", his, path="/tmp/team-ro/plan")) == "denied: Read-only file system"
             assert text(call(bob, "read", his, path=f"{docs}/readme")) == "the host's"
             assert text(call(bob, "write", his, path=f"{docs}/planted")) == "denied: Read-only file system"
+            kept = run(alice, hers, "sh", "-c", "umask 077 && echo hers > /tmp/team/secret")
+            assert kept["returncode"] == 0, kept
+            assert text(call(bob, "read", his, path="/tmp/team/secret")) == "denied: Permission denied"
+            alice.request("sessions/delete", session=session_meta(hers))
+            until(lambda: given_back(she["uid"]), "her conversation's uid given back")
+            _, refused = bob.request("sessions/create")
+            assert "no free uid in --process-uids" in json.dumps(refused), refused
+            again = alice.create_session()
+            assert json.loads(text(call(alice, "whoami", again)))["uid"] == she["uid"]
+            assert text(call(alice, "read", again, path="/tmp/team/secret")) == "hers\n"
+        owner = os.readlink(tmp_path / "uids" / str(she["uid"]))  # kept for her, for good: the next gateway's too
+        assert os.listdir(tmp_path / "owners" / owner) == [str(she["uid"])]
 
 
 REFUSED = [
@@ -282,7 +313,7 @@ MEMORY = CACHE / "memory/node_modules/@modelcontextprotocol/server-memory/dist/i
 PLAN = {"entities": [{"name": "alice-s-plan", "entityType": "plan", "observations": ["launch on Friday"]}]}
 
 
-def test_server_filesystem_edits_a_team_s_project_tree_through_the_gateway(jwks: str) -> None:
+def test_server_filesystem_edits_a_team_s_project_tree_through_the_gateway(jwks: str, tmp_path: Path) -> None:
     """docs/gateway.md's recipe: @modelcontextprotocol/server-filesystem given the team's project tree (``:rw``, its
     group the team's): alice's conversation writes a file, bob's edits it, hers reads his edit, and the host has it,
     the team's."""
@@ -291,6 +322,7 @@ def test_server_filesystem_edits_a_team_s_project_tree_through_the_gateway(jwks:
         os.chown(tree, 0, TEAM)
         tree.chmod(0o2770)
         options = (*verified(jwks), "--process-uids", UIDS, "--process-mount", f"{tree}:{tree}:rw")
+        options += ("--process-state", str(tmp_path))  # the uids kept for its users: the test's alone
         with gateway(f"{node()} {index} {tree}", *options) as process:
             alice, bob = client(process, user="alice"), client(process, user="bob")
             hers, his = alice.create_session(), bob.create_session()

@@ -37,6 +37,10 @@ unused (1879048192-2147483647, above the containers' of ``systemd-nspawn``), che
 users and groups and ``--process-uids``."""
 _KERNEL: Final = ("/proc", "/dev", "/sys")
 RESOLV: Final = "/etc/resolv.conf"  # a process's own under --process-network egress
+STATE: Final = "/var/lib/mcp-sessions"
+"""The default of ``--process-state``: where the gateways of a host keep what outlives them and their processes, each
+user's group (``gids/``) and the uids kept for a user (``uids/``, ``owners/``: ``_sandbox.Uids``); root's, mode 0700,
+on a disk (``/run`` is gone at the next boot, the files they guard are not)."""
 
 
 class GrantError(ValueError):
@@ -147,8 +151,32 @@ def directory_name(identity: Sequence[str]) -> str:
     """The name of a user's own directory: a digest of her ``identity`` (how she was authenticated, and her
     principal with its issuer: ``stdio._models.Owner``), domain-separated, in base32 (a file name of 52 lowercase
     letters and digits, whatever her name)."""
-    digest = hashlib.sha256(b"mcp-sessions user directory\0" + json.dumps(list(identity)).encode())
+    return _digest(b"mcp-sessions user directory", identity)
+
+
+def owner_name(identity: Sequence[str]) -> str:
+    """Whom a uid is kept for (``_sandbox.Uids``), as :data:`STATE` records it: a digest of ``identity`` as
+    :func:`directory_name`'s, in another domain (a record names no directory)."""
+    return _digest(b"mcp-sessions uid owner", identity)
+
+
+def _digest(domain: bytes, identity: Sequence[str]) -> str:
+    digest = hashlib.sha256(domain + b"\0" + json.dumps(list(identity)).encode())
     return base64.b32encode(digest.digest()).decode().rstrip("=").lower()
+
+
+def state_directory(path: str, part: str) -> str:
+    """``path`` (``--process-state``)'s ``part``, made if missing, root's and mode 0700 each; ``GrantError`` where
+    another user could write either, or it cannot be made."""
+    made = os.path.join(path, part)
+    try:
+        os.makedirs(made, mode=0o700, exist_ok=True)
+        found = [os.stat(path), os.stat(made)]
+    except OSError as exc:
+        raise GrantError(f"--process-state {path}: {exc.strerror}") from None
+    if any(not stat.S_ISDIR(one.st_mode) or one.st_uid != os.geteuid() or one.st_mode & 0o022 for one in found):
+        raise GrantError(f"--process-state {path}: it must be the gateway's user's alone to write (chmod 0700)")
+    return made
 
 
 class UserDirectories:
