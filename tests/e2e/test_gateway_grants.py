@@ -70,10 +70,10 @@ def test_a_process_s_home_is_its_own(server: str, jwks: str, containment: str) -
 
 @contextlib.contextmanager
 def users_directory() -> Iterator[Path]:
-    """The USERS of ``--process-mount USERS/{user}:...``: root's, mode 0711, where a process may see it (not under
+    """The USERS of ``--process-mount USERS/{user}:...``: root's, mode 0700, where a process would see it (not under
     /tmp)."""
     with readable_directory("mcp-sessions-users-") as users:
-        users.chmod(0o711)
+        users.chmod(0o700)
         yield users
 
 
@@ -230,9 +230,10 @@ REFUSED = [
     (("--process-mount", "{users}/{user}/notes:/tmp/x"), "'{user}' is SOURCE's last part, once: USERS/{user}"),
     (
         ("--process-mount", "{tree}/{user}:/tmp/x"),
-        "must be a directory root's alone may write (chown root; chmod 0711)",
+        "must be a directory root's alone may search (chown root; chmod 0700)",
     ),
     (("--process-mount", "{users}/{user}:/tmp/x", "--process-mount", "{others}/{user}:/tmp/y"), "one USERS/{user}"),
+    (("--process-mount", "{tree}/searchable/{user}:/tmp/x"), "root's alone may search (chown root; chmod 0700)"),
 ]
 
 
@@ -241,6 +242,7 @@ def test_a_grant_the_gateway_cannot_give_is_refused_at_startup_in_one_line(given
     needs("root", "bwrap")
     with readable_directory("mcp-sessions-tree-") as tree, users_directory() as users, users_directory() as others:
         tree.chmod(0o777)
+        (tree / "searchable").mkdir(mode=0o711)  # a USERS any process could search: 0711, as it was
         flags = [flag.replace("{tree}", str(tree)).replace("{users}", str(users)) for flag in given]
         flags = [flag.replace("{others}", str(others)) for flag in flags]
         done = main_run("gateway", "--stdio", "/usr/bin/true", "--process-uids", UIDS, *AUTH, *flags, environ=SECRETLY)
@@ -284,12 +286,14 @@ def test_an_upstream_s_gateway_refuses_a_grant() -> None:
 def test_a_principal_s_name_never_escapes_nor_takes_another_s_directory(server: str, jwks: str) -> None:
     """Principals named ``../x``, ``a/b``, ``..``, 2,000 characters long, or with a lone surrogate each get a directory
     of their own in USERS, a digest's name: nothing is made outside it, and no two share one. The shared process,
-    which is no one's, has an empty read-only directory there."""
+    which is no one's, has an empty read-only directory there. Another gateway's first user, in its own USERS, gets
+    a group of her own too (issue 100, finding 4: she had the first gateway's first user's, and read her directory),
+    and her process can neither list nor search either USERS (mode 0700)."""
     needs("root", "bwrap")
     principals = ["../x", "a/b", "..", "x" * 2000, "\udcff", "alice"]
     with readable_directory("mcp-sessions-grants-") as above:  # USERS's parent, which no other test writes in
         users = above / "users"
-        users.mkdir(mode=0o711)
+        users.mkdir(mode=0o700)
         options = (*verified(jwks), "--process-uids", UIDS, "--process-containment", "bwrap")
         options += ("--process-mount", f"{users}/{{user}}:/tmp/data:rw")
         with gateway(server, *options) as process:
@@ -302,6 +306,25 @@ def test_a_principal_s_name_never_escapes_nor_takes_another_s_directory(server: 
                 session = mcp.create_session()
                 assert text(call(mcp, "write", session, path="/tmp/data/mine")) == "4", principal
                 assert text(call(mcp, "listdir", session, path="/tmp/data")) == '["mine"]', principal
+            groups = {path.stat().st_gid for path in users.iterdir()}
+            with readable_directory("mcp-sessions-grants-") as beside:  # another gateway's USERS, the default gids
+                theirs = beside / "users"
+                theirs.mkdir(mode=0o700)
+                other = (*options[:-2], "--process-mount", f"{theirs}/{{user}}:/tmp/data:rw")
+                with gateway(server, *other) as second:
+                    mcp = signed_in(second, "bob")
+                    session = mcp.create_session()
+                    assert text(call(mcp, "write", session, path="/tmp/data/his")) == "4"
+                    [his] = list(theirs.iterdir())
+                    assert his.stat().st_gid not in groups  # issue 100, finding 4: its first user had the first's
+                    hers = min(users.iterdir())
+                    tried = [
+                        text(call(mcp, "listdir", session, path=str(users))),
+                        text(call(mcp, "mode", session, path=str(hers))),
+                        text(call(mcp, "read", session, path=f"{hers}/mine")),
+                        text(call(mcp, "listdir", session, path=str(theirs))),
+                    ]
+                    assert tried == ["denied: Permission denied"] * 4
         made = list(users.iterdir())
         assert len(made) == len(principals)
         assert all(re.fullmatch(r"[a-z2-7]{52}", path.name) for path in made)

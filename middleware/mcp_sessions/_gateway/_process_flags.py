@@ -379,7 +379,8 @@ def _grants(args: argparse.Namespace, cwd: str | None, uids: Any, auth: GatewayA
     if args.processes == "shared" or args.sessionless == "shared":
         raise ValueError("--process-mount USERS/{user}: a process shared by every user is no one's: not with shared")
     process_uids = range(uids.first, uids.last + 1)
-    return grants, UserDirectories(os.path.dirname(per_user[0].source), args.process_user_gids, process_uids)
+    users = os.path.dirname(per_user[0].source)
+    return grants, UserDirectories(users, args.process_user_gids, process_uids, args.process_state)
 
 
 def _run_as(args: argparse.Namespace) -> tuple[Any, int | None, int | None]:
