@@ -261,6 +261,7 @@ def test_a_grant_the_gateway_cannot_give_is_refused_at_startup_in_one_line(given
         ((*AUTH, "--process-uids", UIDS, "--process-user-gids", UIDS), "and --process-uids (each process's own gid)"),
         ((*AUTH, "--process-uids", UIDS, "--process-user-gids", "0-9"), "--process-user-gids takes FIRST-LAST"),
         (("--process-containment", "none", "--process-mount", "/srv:/srv"), "--process-mount needs a containment"),
+        ((*AUTH, "--process-uids", UIDS, "--process-state", "/tmp"), "--process-state /tmp: it must be the gateway's"),
     ],
 )
 def test_a_user_s_directory_needs_her_name_and_a_uid_each(given: tuple[str, ...], said: str) -> None:

@@ -176,13 +176,14 @@ def state_directory(path: str, part: str) -> str:
     """``path`` (``--process-state``)'s ``part``, made if missing, root's and mode 0700 each; ``GrantError`` where
     another user could write either, or it cannot be made."""
     made = os.path.join(path, part)
-    try:
-        os.makedirs(made, mode=0o700, exist_ok=True)
-        found = [os.stat(path), os.stat(made)]
-    except OSError as exc:
-        raise GrantError(f"--process-state {path}: {exc.strerror}") from None
-    if any(not stat.S_ISDIR(one.st_mode) or one.st_uid != os.geteuid() or one.st_mode & 0o022 for one in found):
-        raise GrantError(f"--process-state {path}: it must be the gateway's user's alone to write (chmod 0700)")
+    for directory in (path, made):  # each checked before anything is made in it
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)  # its mode to the last alone: one at a time
+            found = os.stat(directory)
+        except OSError as exc:
+            raise GrantError(f"--process-state {path}: {exc.strerror}") from None
+        if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid() or found.st_mode & 0o022:
+            raise GrantError(f"--process-state {path}: it must be the gateway's user's alone to write (chmod 0700)")
     return made
 
 

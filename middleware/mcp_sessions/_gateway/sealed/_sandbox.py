@@ -43,6 +43,7 @@ from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from pathlib import Path
 from typing import Any, Final, Literal, NamedTuple, get_args
 
@@ -267,12 +268,14 @@ class Uids:
         tried again later), and kept for no one else: one kept for her first, else one kept for no one, which
         ``keep`` > 0 makes hers while she has fewer than ``keep``. Blocking."""
         lock = None
-        if keep:  # the count and the keeping, one gateway's at once
-            lock = os.open(os.path.join(self.owners), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        if keep:  # the count and the keeping: one take at a time, of every gateway of the host
+            lock = os.open(self.owners, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             hers = self._owned(owner)
-            for uid in sorted(self.free, key=lambda uid: uid not in hers):  # hers first, each least recently used
+            free = list(self.free)  # as it is now: another thread's take, or a give_back, changes it meanwhile
+            # hers first, then the others, each the least recently used first
+            for uid in chain((uid for uid in free if uid in hers), (uid for uid in free if uid not in hers)):
                 kept = self._owner(uid)
                 if kept not in (None, owner) or (kept is None and keep and len(hers) >= keep):
                     continue
