@@ -320,7 +320,7 @@ class Uids:
         except FileExistsError:
             return self._owner(uid) == owner
         os.makedirs(os.path.join(self.owners, owner), mode=0o700, exist_ok=True)
-        with open(os.path.join(self.owners, owner, str(uid)), "x"):
+        with open(os.path.join(self.owners, owner, str(uid)), "a"):  # there already if its link alone was removed
             pass
         return True
 
