@@ -313,19 +313,21 @@ def test_a_principal_s_name_never_escapes_nor_takes_another_s_directory(server: 
                 theirs.mkdir(mode=0o700)
                 other = (*options[:-2], "--process-mount", f"{theirs}/{{user}}:/tmp/data:rw")
                 with gateway(server, *other) as second:
-                    mcp = signed_in(second, "bob")
-                    session = mcp.create_session()
-                    assert text(call(mcp, "write", session, path="/tmp/data/his")) == "4"
+                    bob = signed_in(second, "bob")
+                    his_session = bob.create_session()
+                    assert text(call(bob, "write", his_session, path="/tmp/data/his")) == "4"
                     [his] = list(theirs.iterdir())
                     assert his.stat().st_gid not in groups  # issue 100, finding 4: its first user had the first's
                     hers = min(users.iterdir())
                     tried = [
-                        text(call(mcp, "listdir", session, path=str(users))),
-                        text(call(mcp, "mode", session, path=str(hers))),
-                        text(call(mcp, "read", session, path=f"{hers}/mine")),
-                        text(call(mcp, "listdir", session, path=str(theirs))),
+                        text(call(bob, "listdir", his_session, path=str(users))),
+                        text(call(bob, "mode", his_session, path=str(hers))),
+                        text(call(bob, "read", his_session, path=f"{hers}/mine")),
+                        text(call(bob, "listdir", his_session, path=str(theirs))),
+                        text(call(mcp, "mode", session, path=str(his))),  # the first gateway's last user's process
+                        text(call(mcp, "read", session, path=f"{his}/his")),
                     ]
-                    assert tried == ["denied: Permission denied"] * 4
+                    assert tried == ["denied: Permission denied"] * 6
         made = list(users.iterdir())
         assert len(made) == len(principals)
         assert all(re.fullmatch(r"[a-z2-7]{52}", path.name) for path in made)
