@@ -165,7 +165,8 @@ def test_a_shared_tree_is_read_and_edited_by_each_user_s_processes_and_read_only
     supplementary group, and writes with a umask of 0007); the same tree granted read-only is read, never written
     (``Read-only file system``); and no process is given root's group by a tree of root's. A file she makes 0600
     there is her uid's, which is kept for her once her conversation ends (issue 100, finding 3: bob's next
-    conversation was given it, and read the file): his is refused, hers is given it and reads the file."""
+    conversation was given it, and read the file): his is refused, hers is given it and reads the file. No process
+    is started ahead (``--warm`` asked for in vain): its uid would be no one's when her conversation took it."""
     needs("root", containment)
     with readable_directory("mcp-sessions-team-") as team, readable_directory("mcp-sessions-docs-") as docs:
         os.chown(team, 0, TEAM)
@@ -175,6 +176,7 @@ def test_a_shared_tree_is_read_and_edited_by_each_user_s_processes_and_read_only
         options = (*verified(jwks), "--process-uids", KEPT, "--process-containment", containment)
         options += ("--process-mount", f"{team}:/tmp/team:rw", "--process-mount", f"{team}:/tmp/team-ro")
         options += ("--process-mount", f"{docs}:{docs}", "--process-state", str(tmp_path))
+        options += ("--warm", "2")  # none: a process started ahead is no one's, its uid not yet its user's
         with gateway(server, *options) as process:
             said = f"grants /tmp/team (rw, group {TEAM}), /tmp/team-ro (ro, group {TEAM}), {docs} (ro), network"
             assert said in process.output()
