@@ -7,6 +7,7 @@ with JWKS-signed tokens.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -19,8 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
-from _mcp import ModernClient
+from _mcp import ModernClient, session_meta
 from _uids import members, uids
+from _waits import until
 from conftest import SECRET
 from e2e._gateway import CACHE, Process, for_every_uid, installed, main_run, node, readable_directory
 from e2e._issuer import ISSUER, signed
@@ -28,6 +30,9 @@ from e2e._sealed import AUTH, OPEN, call, client, gateway, needs, running, team,
 from e2e._stdio import FILESYSTEM
 
 UIDS = uids(450, 40)
+KEPT = uids(280, 3)
+"""The team test's uids: the shared process's, alice's and bob's, so that a next conversation would be given one of
+theirs."""
 TEAM = int(uids(449, 1).partition("-")[0])
 CONTAINMENTS = ["bwrap", "unshare"]
 SECRETLY = {"MCP_SESSIONS_SECRET": SECRET}
@@ -65,10 +70,10 @@ def test_a_process_s_home_is_its_own(server: str, jwks: str, containment: str) -
 
 @contextlib.contextmanager
 def users_directory() -> Iterator[Path]:
-    """The USERS of ``--process-mount USERS/{user}:...``: root's, mode 0711, where a process may see it (not under
+    """The USERS of ``--process-mount USERS/{user}:...``: root's, mode 0700, where a process would see it (not under
     /tmp)."""
     with readable_directory("mcp-sessions-users-") as users:
-        users.chmod(0o711)
+        users.chmod(0o700)
         yield users
 
 
@@ -139,23 +144,39 @@ def test_a_user_s_directory_is_hers_across_conversations_and_restarts_and_no_one
             assert text(call(alice, "read", again, path="/tmp/data/notes")) == "mine"
 
 
+def given_back(uid: int) -> bool:
+    """Whether no gateway holds ``uid`` (its lock, ``_sandbox.UID_LOCKS``): its process's place is left."""
+    lock = os.open(f"/run/mcp-sessions/uids/{uid}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(lock)
+    return True
+
+
 @pytest.mark.parametrize("containment", CONTAINMENTS)
 def test_a_shared_tree_is_read_and_edited_by_each_user_s_processes_and_read_only_unless_granted_rw(
-    server: str, jwks: str, containment: str
+    server: str, jwks: str, containment: str, tmp_path: Path
 ) -> None:
     """A team's tree (``chgrp team tree; chmod 2770 tree``) granted ``:rw``: alice's process writes a file, bob's
     reads and edits it and adds his own, hers reads his (its group is the team's, each process has it as a
     supplementary group, and writes with a umask of 0007); the same tree granted read-only is read, never written
-    (``Read-only file system``); and no process is given root's group by a tree of root's."""
+    (``Read-only file system``); and no process is given root's group by a tree of root's. A file she makes 0600
+    there is her uid's, which is kept for her once her conversation ends (issue 100, finding 3: bob's next
+    conversation was given it, and read the file): his is refused, hers is given it and reads the file. No process
+    is started ahead (``--warm`` asked for in vain): its uid would be no one's when her conversation took it."""
     needs("root", containment)
     with readable_directory("mcp-sessions-team-") as team, readable_directory("mcp-sessions-docs-") as docs:
         os.chown(team, 0, TEAM)
         team.chmod(0o2770)
         (docs / "readme").write_text("the host's")
         docs.chmod(0o2777)  # root's group, setgid: a tree of root's gives no group
-        options = (*verified(jwks), "--process-uids", UIDS, "--process-containment", containment)
+        options = (*verified(jwks), "--process-uids", KEPT, "--process-containment", containment)
         options += ("--process-mount", f"{team}:/tmp/team:rw", "--process-mount", f"{team}:/tmp/team-ro")
-        options += ("--process-mount", f"{docs}:{docs}")
+        options += ("--process-mount", f"{docs}:{docs}", "--process-state", str(tmp_path))
+        options += ("--warm", "2")  # none: a process started ahead is no one's, its uid not yet its user's
         with gateway(server, *options) as process:
             said = f"grants /tmp/team (rw, group {TEAM}), /tmp/team-ro (ro, group {TEAM}), {docs} (ro), network"
             assert said in process.output()
@@ -175,6 +196,18 @@ def test_a_shared_tree_is_read_and_edited_by_each_user_s_processes_and_read_only
             assert text(call(bob, "write", his, path="/tmp/team-ro/plan")) == "denied: Read-only file system"
             assert text(call(bob, "read", his, path=f"{docs}/readme")) == "the host's"
             assert text(call(bob, "write", his, path=f"{docs}/planted")) == "denied: Read-only file system"
+            kept = run(alice, hers, "sh", "-c", "umask 077 && echo hers > /tmp/team/secret")
+            assert kept["returncode"] == 0, kept
+            assert text(call(bob, "read", his, path="/tmp/team/secret")) == "denied: Permission denied"
+            alice.request("sessions/delete", session=session_meta(hers))
+            until(lambda: given_back(she["uid"]), "her conversation's uid given back")
+            _, refused = bob.request("sessions/create")
+            assert "no free uid in --process-uids" in json.dumps(refused), refused
+            again = alice.create_session()
+            assert json.loads(text(call(alice, "whoami", again)))["uid"] == she["uid"]
+            assert text(call(alice, "read", again, path="/tmp/team/secret")) == "hers\n"
+        owner = os.readlink(tmp_path / "uids" / str(she["uid"]))  # kept for her, for good: the next gateway's too
+        assert os.listdir(tmp_path / "owners" / owner) == [str(she["uid"])]
 
 
 REFUSED = [
@@ -199,9 +232,10 @@ REFUSED = [
     (("--process-mount", "{users}/{user}/notes:/tmp/x"), "'{user}' is SOURCE's last part, once: USERS/{user}"),
     (
         ("--process-mount", "{tree}/{user}:/tmp/x"),
-        "must be a directory root's alone may write (chown root; chmod 0711)",
+        "must be a directory root's alone may search (chown root; chmod 0700)",
     ),
     (("--process-mount", "{users}/{user}:/tmp/x", "--process-mount", "{others}/{user}:/tmp/y"), "one USERS/{user}"),
+    (("--process-mount", "{tree}/searchable/{user}:/tmp/x"), "root's alone may search (chown root; chmod 0700)"),
 ]
 
 
@@ -210,6 +244,7 @@ def test_a_grant_the_gateway_cannot_give_is_refused_at_startup_in_one_line(given
     needs("root", "bwrap")
     with readable_directory("mcp-sessions-tree-") as tree, users_directory() as users, users_directory() as others:
         tree.chmod(0o777)
+        (tree / "searchable").mkdir(mode=0o711)  # a USERS any process could search: 0711, as it was
         flags = [flag.replace("{tree}", str(tree)).replace("{users}", str(users)) for flag in given]
         flags = [flag.replace("{others}", str(others)) for flag in flags]
         done = main_run("gateway", "--stdio", "/usr/bin/true", "--process-uids", UIDS, *AUTH, *flags, environ=SECRETLY)
@@ -228,6 +263,7 @@ def test_a_grant_the_gateway_cannot_give_is_refused_at_startup_in_one_line(given
         ((*AUTH, "--process-uids", UIDS, "--process-user-gids", UIDS), "and --process-uids (each process's own gid)"),
         ((*AUTH, "--process-uids", UIDS, "--process-user-gids", "0-9"), "--process-user-gids takes FIRST-LAST"),
         (("--process-containment", "none", "--process-mount", "/srv:/srv"), "--process-mount needs a containment"),
+        ((*AUTH, "--process-uids", UIDS, "--process-state", "/tmp"), "--process-state /tmp: it must be the gateway's"),
     ],
 )
 def test_a_user_s_directory_needs_her_name_and_a_uid_each(given: tuple[str, ...], said: str) -> None:
@@ -253,12 +289,14 @@ def test_an_upstream_s_gateway_refuses_a_grant() -> None:
 def test_a_principal_s_name_never_escapes_nor_takes_another_s_directory(server: str, jwks: str) -> None:
     """Principals named ``../x``, ``a/b``, ``..``, 2,000 characters long, or with a lone surrogate each get a directory
     of their own in USERS, a digest's name: nothing is made outside it, and no two share one. The shared process,
-    which is no one's, has an empty read-only directory there."""
+    which is no one's, has an empty read-only directory there. Another gateway's first user, in its own USERS, gets
+    a group of her own too (issue 100, finding 4: she had the first gateway's first user's, and read her directory),
+    and her process can neither list nor search either USERS (mode 0700)."""
     needs("root", "bwrap")
     principals = ["../x", "a/b", "..", "x" * 2000, "\udcff", "alice"]
     with readable_directory("mcp-sessions-grants-") as above:  # USERS's parent, which no other test writes in
         users = above / "users"
-        users.mkdir(mode=0o711)
+        users.mkdir(mode=0o700)
         options = (*verified(jwks), "--process-uids", UIDS, "--process-containment", "bwrap")
         options += ("--process-mount", f"{users}/{{user}}:/tmp/data:rw")
         with gateway(server, *options) as process:
@@ -271,6 +309,27 @@ def test_a_principal_s_name_never_escapes_nor_takes_another_s_directory(server: 
                 session = mcp.create_session()
                 assert text(call(mcp, "write", session, path="/tmp/data/mine")) == "4", principal
                 assert text(call(mcp, "listdir", session, path="/tmp/data")) == '["mine"]', principal
+            groups = {path.stat().st_gid for path in users.iterdir()}
+            with readable_directory("mcp-sessions-grants-") as beside:  # another gateway's USERS, the default gids
+                theirs = beside / "users"
+                theirs.mkdir(mode=0o700)
+                other = (*options[:-2], "--process-mount", f"{theirs}/{{user}}:/tmp/data:rw")
+                with gateway(server, *other) as second:
+                    bob = signed_in(second, "bob")
+                    his_session = bob.create_session()
+                    assert text(call(bob, "write", his_session, path="/tmp/data/his")) == "4"
+                    [his] = list(theirs.iterdir())
+                    assert his.stat().st_gid not in groups  # issue 100, finding 4: its first user had the first's
+                    hers = min(users.iterdir())
+                    tried = [
+                        text(call(bob, "listdir", his_session, path=str(users))),
+                        text(call(bob, "mode", his_session, path=str(hers))),
+                        text(call(bob, "read", his_session, path=f"{hers}/mine")),
+                        text(call(bob, "listdir", his_session, path=str(theirs))),
+                        text(call(mcp, "mode", session, path=str(his))),  # the first gateway's last user's process
+                        text(call(mcp, "read", session, path=f"{his}/his")),
+                    ]
+                    assert tried == ["denied: Permission denied"] * 6
         made = list(users.iterdir())
         assert len(made) == len(principals)
         assert all(re.fullmatch(r"[a-z2-7]{52}", path.name) for path in made)
@@ -282,7 +341,7 @@ MEMORY = CACHE / "memory/node_modules/@modelcontextprotocol/server-memory/dist/i
 PLAN = {"entities": [{"name": "alice-s-plan", "entityType": "plan", "observations": ["launch on Friday"]}]}
 
 
-def test_server_filesystem_edits_a_team_s_project_tree_through_the_gateway(jwks: str) -> None:
+def test_server_filesystem_edits_a_team_s_project_tree_through_the_gateway(jwks: str, tmp_path: Path) -> None:
     """docs/gateway.md's recipe: @modelcontextprotocol/server-filesystem given the team's project tree (``:rw``, its
     group the team's): alice's conversation writes a file, bob's edits it, hers reads his edit, and the host has it,
     the team's."""
@@ -291,6 +350,7 @@ def test_server_filesystem_edits_a_team_s_project_tree_through_the_gateway(jwks:
         os.chown(tree, 0, TEAM)
         tree.chmod(0o2770)
         options = (*verified(jwks), "--process-uids", UIDS, "--process-mount", f"{tree}:{tree}:rw")
+        options += ("--process-state", str(tmp_path))  # the uids kept for its users: the test's alone
         with gateway(f"{node()} {index} {tree}", *options) as process:
             alice, bob = client(process, user="alice"), client(process, user="bob")
             hers, his = alice.create_session(), bob.create_session()

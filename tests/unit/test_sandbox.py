@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 from pathlib import Path
 
 import anyio
 import pytest
 
 from mcp_sessions._gateway.sealed import _sandbox
+from mcp_sessions._gateway.sealed._grants import owner_name
 from mcp_sessions._gateway.sealed._sandbox import Place, Sandbox, SandboxError, Uids
 from mcp_sessions._gateway.stdio._child import Child, _ignored, _no_client, _taken
 
@@ -19,14 +21,40 @@ from mcp_sessions._gateway.stdio._child import Child, _ignored, _no_client, _tak
 def test_a_uid_a_process_still_runs_in_is_tried_again_later(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A killed gateway's processes end with their namespaces, a moment later: the uid one of them still holds is
     given out once none runs, the next one meanwhile."""
-    uids = Uids("61990-61991", locks=str(tmp_path))
+    uids = Uids("61990-61991", locks=str(tmp_path), state=str(tmp_path / "state"))
     running = {61990}
     monkeypatch.setattr(_sandbox, "running_uids", lambda: running)
-    assert uids.take() == 61991
+    assert uids.take("alice") == 61991
     running.clear()
-    assert uids.take() == 61990
+    assert uids.take("alice") == 61990
     with pytest.raises(SandboxError, match="no free uid in --process-uids 61990-61991"):
-        uids.take()
+        uids.take("alice")
+
+
+def test_a_uid_kept_for_a_user_goes_to_her_alone_across_restarts_and_gateways(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 100, finding 3: a uid given to a process that may write a team's tree (``keep``) is kept for its user
+    in ``STATE``, so that another gateway sharing it (or this one restarted: a new Uids) gives it to her processes
+    alone, hers first; a user has at most ``keep`` kept, and a process that keeps none (no ``:rw`` grant) is given
+    one kept for no one."""
+    monkeypatch.setattr(_sandbox, "running_uids", set)
+    locks, state = str(tmp_path / "locks"), str(tmp_path / "state")
+    alice, bob, carol = (owner_name(("token", name)) for name in ("alice", "bob", "carol"))
+    first = Uids("61990-61993", locks, state)
+    first.give_back(hers := first.take(alice, keep=2))
+    assert hers == 61990
+    second = Uids("61990-61993", locks, state)
+    assert [second.take(bob, keep=2), second.take(bob, keep=2)] == [61991, 61992]
+    with pytest.raises(SandboxError, match=r"every uid kept for this user \(2, twice --max-processes-per-principal"):
+        second.take(bob, keep=2)
+    assert second.take(carol) == 61993  # kept for no one, nor made hers
+    with pytest.raises(SandboxError, match="no free uid in --process-uids 61990-61993"):
+        second.take(carol)
+    assert second.take(alice, keep=2) == 61990
+    assert os.readlink(tmp_path / "state" / "uids" / "61990") == alice
+    assert sorted(os.listdir(tmp_path / "state" / "owners" / bob)) == ["61991", "61992"]
+    assert not (tmp_path / "state" / "uids" / "61993").exists()
 
 
 @pytest.mark.anyio
@@ -61,7 +89,7 @@ async def test_a_taken_uid_is_always_a_place_s(tmp_path: Path, monkeypatch: pyte
     """A request cancelled while its process's place is made still gets the place whole (each step is bounded), so
     its uid is left with it, never held by no one; a uid's lock that cannot be opened (no descriptor left) is a
     SandboxError, which that request gets, never an error of the process table's."""
-    uids = Uids("61990-61990", locks=str(tmp_path))
+    uids = Uids("61990-61990", locks=str(tmp_path), state=str(tmp_path / "state"))
     sandbox = Sandbox(uids=uids)
     with anyio.CancelScope() as scope:
         scope.cancel()

@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from .sealed._grants import USER_GIDS
+from .sealed._grants import STATE, USER_GIDS
 from .sealed._sandbox import CONTAINMENTS, DISK
 from .stdio._modes import PROCESSES, SESSIONLESS
 
@@ -178,6 +178,14 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
         metavar="FIRST-LAST",
         help=f"with a {{user}} --process-mount: the gids of the users' own directories, one each, which no user "
         f"or group of the system may have (default {USER_GIDS})",
+    )
+    gateway.add_argument(
+        "--process-state",
+        default=STATE,
+        metavar="DIR",
+        help="with --process-uids: where the host's gateways keep, for good, each user's group (a {user} "
+        "--process-mount) and the uids kept for a user (a :rw --process-mount); root's, mode 0700 (default "
+        f"{STATE}): give every gateway of the host the same",
     )
     gateway.add_argument(
         "--pass-env",
@@ -371,7 +379,8 @@ def _grants(args: argparse.Namespace, cwd: str | None, uids: Any, auth: GatewayA
     if args.processes == "shared" or args.sessionless == "shared":
         raise ValueError("--process-mount USERS/{user}: a process shared by every user is no one's: not with shared")
     process_uids = range(uids.first, uids.last + 1)
-    return grants, UserDirectories(os.path.dirname(per_user[0].source), args.process_user_gids, process_uids)
+    users = os.path.dirname(per_user[0].source)
+    return grants, UserDirectories(users, args.process_user_gids, process_uids, args.process_state)
 
 
 def _run_as(args: argparse.Namespace) -> tuple[Any, int | None, int | None]:
@@ -385,7 +394,9 @@ def _run_as(args: argparse.Namespace) -> tuple[Any, int | None, int | None]:
         raise ValueError("--process-uids gives each process a uid of its own: not with --process-user")
     if args.process_uids is not None:
         try:
-            uids = Uids(args.process_uids)
+            # a user's conversations' processes, and as many still ending (Uids: a uid kept for her)
+            per_user = 2 * max(1, args.max_processes_per_principal)
+            uids = Uids(args.process_uids, state=args.process_state, per_user=per_user)
         except OSError as exc:
             raise ValueError(f"--process-uids: {UID_LOCKS} could not be made: {exc.strerror}") from None
         if (someone := uids.taken_by_users()) is not None:

@@ -10,10 +10,13 @@ shared through a group, and a supplementary group is given where the operator ma
 A user's own directory is ``USERS/NAME``: ``NAME`` a digest of her identity (how she was authenticated, by whom, and
 her principal: :func:`directory_name`), which no other principal can take, and never her raw name (which may hold
 ``/`` or ``..``); made on first use, ``root:GID`` mode 2770, ``GID`` hers alone, allocated once from
-``--process-user-gids`` and recorded by the directory itself (its group). Each of her processes, whatever its uid,
-has ``GID`` as a supplementary group and a umask of 0007, and the directory's setgid bit gives what they make her
-group: every process of hers reads and writes there, no other user's is given the directory nor its group. A new
-user's group is allocated under a lock on ``USERS`` (``flock``), which the gateways of a host share.
+``--process-user-gids``. Each of her processes, whatever its uid, has ``GID`` as a supplementary group and a umask of
+0007, and the directory's setgid bit gives what they make her group: every process of hers reads and writes there, no
+other user's is given the directory nor its group. ``USERS`` is root's, mode 0700: no process searches it (a digest of
+a known name is no secret), and the sandbox, root, binds a user's directory in. Her group is recorded host-wide, in
+``STATE/gids/GID`` (a link naming her directory, under a lock the host's gateways share: :data:`STATE`), so that
+gateways of one host given other ``USERS`` never give one gid to two users; a record whose directory is gone, or has
+another group, holds nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import os
 import pwd
 import stat
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Final
 
@@ -37,6 +41,10 @@ unused (1879048192-2147483647, above the containers' of ``systemd-nspawn``), che
 users and groups and ``--process-uids``."""
 _KERNEL: Final = ("/proc", "/dev", "/sys")
 RESOLV: Final = "/etc/resolv.conf"  # a process's own under --process-network egress
+STATE: Final = "/var/lib/mcp-sessions"
+"""The default of ``--process-state``: where the gateways of a host keep what outlives them and their processes, each
+user's group (``gids/``) and the uids kept for a user (``uids/``, ``owners/``: ``_sandbox.Uids``); root's, mode 0700,
+on a disk (``/run`` is gone at the next boot, the files they guard are not)."""
 
 
 class GrantError(ValueError):
@@ -68,10 +76,10 @@ class Grant:
 
 def grant(spec: str, homes: str | None = None, own: Sequence[str] = ()) -> Grant:
     """The grant ``spec`` (``SOURCE:TARGET[:rw]``) says, checked: both absolute; ``SOURCE`` an existing directory,
-    or ``USERS/{user}`` with ``USERS`` an existing directory only root may write; ``TARGET`` not ``/``, not in the
-    kernel's views, neither holding nor under ``homes`` (the directory of the processes' homes), holding none of
-    ``own`` (the directories each process has of its own, a tmpfs each), and existing on the host unless under one
-    of those."""
+    or ``USERS/{user}`` with ``USERS`` an existing directory only root may search (0700); ``TARGET`` not ``/``, not
+    in the kernel's views, neither holding nor under ``homes`` (the directory of the processes' homes), holding none
+    of ``own`` (the directories each process has of its own, a tmpfs each), and existing on the host unless under
+    one of those."""
     flag = f"--process-mount {spec}"
     parts = spec.split(":")
     if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
@@ -101,9 +109,12 @@ def _source(flag: str, source: str) -> str:
         try:
             found = os.stat(users)
         except OSError as exc:
-            raise GrantError(f"{flag}: {users}: {exc.strerror}: make it, root's, mode 0711") from None
-        if not stat.S_ISDIR(found.st_mode) or found.st_uid != 0 or found.st_mode & 0o022:
-            raise GrantError(f"{flag}: {users} must be a directory root's alone may write (chown root; chmod 0711)")
+            raise GrantError(f"{flag}: {users}: {exc.strerror}: make it, root's, mode 0700") from None
+        if not stat.S_ISDIR(found.st_mode) or found.st_uid != 0 or found.st_mode & 0o077:
+            raise GrantError(
+                f"{flag}: {users} must be a directory root's alone may search (chown root; chmod 0700): "
+                "a process would reach each user's directory by its name"
+            )
         return os.path.join(users, USER)
     resolved = os.path.realpath(source)
     if not os.path.isdir(resolved):
@@ -147,15 +158,40 @@ def directory_name(identity: Sequence[str]) -> str:
     """The name of a user's own directory: a digest of her ``identity`` (how she was authenticated, and her
     principal with its issuer: ``stdio._models.Owner``), domain-separated, in base32 (a file name of 52 lowercase
     letters and digits, whatever her name)."""
-    digest = hashlib.sha256(b"mcp-sessions user directory\0" + json.dumps(list(identity)).encode())
+    return _digest(b"mcp-sessions user directory", identity)
+
+
+def owner_name(identity: Sequence[str]) -> str:
+    """Whom a uid is kept for (``_sandbox.Uids``), as :data:`STATE` records it: a digest of ``identity`` as
+    :func:`directory_name`'s, in another domain (a record names no directory)."""
+    return _digest(b"mcp-sessions uid owner", identity)
+
+
+def _digest(domain: bytes, identity: Sequence[str]) -> str:
+    digest = hashlib.sha256(domain + b"\0" + json.dumps(list(identity)).encode())
     return base64.b32encode(digest.digest()).decode().rstrip("=").lower()
+
+
+def state_directory(path: str, part: str) -> str:
+    """``path`` (``--process-state``)'s ``part``, made if missing, root's and mode 0700 each; ``GrantError`` where
+    another user could write either, or it cannot be made."""
+    made = os.path.join(path, part)
+    for directory in (path, made):  # each checked before anything is made in it
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)  # its mode to the last alone: one at a time
+            found = os.stat(directory)
+        except OSError as exc:
+            raise GrantError(f"--process-state {path}: {exc.strerror}") from None
+        if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid() or found.st_mode & 0o022:
+            raise GrantError(f"--process-state {path}: it must be the gateway's user's alone to write (chmod 0700)")
+    return made
 
 
 class UserDirectories:
     """Each user's own directory in ``users`` (the ``USERS`` of ``USERS/{user}``) and her group, from ``gids``
-    (``--process-user-gids FIRST-LAST``)."""
+    (``--process-user-gids FIRST-LAST``), recorded in ``state`` (``--process-state``) for the host's gateways."""
 
-    def __init__(self, users: str, gids: str, process_uids: range | None = None) -> None:
+    def __init__(self, users: str, gids: str, process_uids: range | None = None, state: str = STATE) -> None:
         first, _, last = gids.partition("-")
         if not (first.isdigit() and last.isdigit() and 0 < int(first) <= int(last) < 2**32 - 1):
             raise GrantError(f"--process-user-gids takes FIRST-LAST, two gids above 0: not {gids!r}")
@@ -168,38 +204,67 @@ class UserDirectories:
         taken += [user.pw_name for user in pwd.getpwall() if self.gids.start <= user.pw_gid < self.gids.stop]
         if taken:
             raise GrantError(f"--process-user-gids: the range is the gateway's alone, but {taken[0]}'s group is in it")
+        self.records = state_directory(state, "gids")
 
     def own(self, identity: Sequence[str]) -> tuple[str, int]:
-        """The user ``identity``'s directory and group, made on her first use. Blocking; ``OSError`` if it cannot
-        be made, and ``GrantError`` if what is there is not what the gateway made."""
+        """The user ``identity``'s directory and group, made on her first use, and recorded. Blocking; ``OSError``
+        if it cannot be made, and ``GrantError`` if what is there is not what the gateway made, or its group is
+        another directory's."""
         path = os.path.join(self.users, directory_name(identity))
-        lock = os.open(self.users, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        lock = os.open(self.records, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            fcntl.flock(lock, fcntl.LOCK_EX)  # every gateway's of the host, whatever its USERS
             try:
                 found = os.lstat(path)
             except FileNotFoundError:
                 return path, self._made(path)
+            mode = stat.S_IMODE(found.st_mode)
+            if not stat.S_ISDIR(found.st_mode) or found.st_uid != 0 or found.st_gid not in self.gids or mode != 0o2770:
+                raise GrantError(
+                    f"{path} is not a user's directory as the gateway makes it (root's, mode 2770, a group of "
+                    "--process-user-gids): move it away, or give it back its group"
+                )
+            holder = self._holder(found.st_gid)
+            if holder is None:  # made before groups were recorded: recorded at its user's next use
+                self._record(found.st_gid, path)
+            elif not os.path.samefile(holder, path):
+                raise GrantError(
+                    f"{path}'s group {found.st_gid} is also {holder}'s: give one of them another group of "
+                    "--process-user-gids (chgrp), each user's alone"
+                )
+            return path, found.st_gid
         finally:
             os.close(lock)
-        mode = stat.S_IMODE(found.st_mode)
-        if not stat.S_ISDIR(found.st_mode) or found.st_uid != 0 or found.st_gid not in self.gids or mode != 0o2770:
-            raise GrantError(
-                f"{path} is not a user's directory as the gateway makes it (root's, mode 2770, a group of "
-                "--process-user-gids): move it away, or give it back its group"
-            )
-        return path, found.st_gid
 
     def _made(self, path: str) -> int:
-        """A new user's directory at ``path``, and her group: the least of the range no directory has."""
+        """A new user's directory at ``path``, and her group: the least of the range that no directory of ``USERS``
+        has and no record holds."""
         taken = set()
         with os.scandir(self.users) as entries:
             for entry in entries:
                 taken.add(entry.stat(follow_symlinks=False).st_gid)
-        gid = next((gid for gid in self.gids if gid not in taken), None)
+        gid = next((gid for gid in self.gids if gid not in taken and self._holder(gid) is None), None)
         if gid is None:
             raise GrantError(f"--process-user-gids {self.gids.start}-{self.gids.stop - 1}: every gid is a user's")
+        self._record(gid, path)
         os.mkdir(path, 0o700)
         os.chown(path, 0, gid)
         os.chmod(path, 0o2770)  # noqa: S103 - her group's: every process of hers
         return gid
+
+    def _holder(self, gid: int) -> str | None:
+        """The directory the record of ``gid`` names, if it still has that group: else the record holds nothing (its
+        ``USERS`` removed, say)."""
+        try:
+            holder = os.readlink(os.path.join(self.records, str(gid)))
+            found = os.lstat(holder)
+        except OSError:
+            return None
+        return holder if stat.S_ISDIR(found.st_mode) and found.st_gid == gid else None
+
+    def _record(self, gid: int, path: str) -> None:
+        """``gid`` recorded as ``path``'s, in place of a record that holds nothing."""
+        record = os.path.join(self.records, str(gid))
+        with suppress(FileNotFoundError):
+            os.unlink(record)
+        os.symlink(path, record)

@@ -24,11 +24,13 @@ A process is started through a chain of them, each doing one thing and then runn
 :class:`Sandbox` is what the flags chose, checked once at startup (:meth:`Sandbox.check`); :class:`Place` is
 one process's: its uid (from :class:`Uids`), its directory, its control group. A contained process writes nothing
 that outlives its namespace, so nothing is swept after it: a uid is given out (:meth:`Uids.take`) once no process
-of it runs (a killed gateway's end with their namespaces), and tried again later while one still does.
+of it runs (a killed gateway's end with their namespaces), and tried again later while one still does. What it
+writes in a tree granted ``:rw`` outlives it, its uid's: that uid is kept for its user.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import pwd
@@ -41,13 +43,14 @@ from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from pathlib import Path
 from typing import Any, Final, Literal, NamedTuple, get_args
 
 import anyio
 
 from ._cgroups import Bound, Cgroup, Cgroups, read
-from ._grants import Grant, GrantError, UserDirectories
+from ._grants import STATE, Grant, GrantError, UserDirectories, owner_name, state_directory
 from ._kernel import SandboxError as SandboxError
 from ._kernel import above, locked, no_user_namespaces, running_uids, tool
 from ._network import CGROUPS_FIRST, EgressRules, Link, Network, NetworkError, ProcessNetwork, linkable, routed
@@ -226,9 +229,18 @@ def loads_code(name: str) -> bool:
 
 class Uids:
     """A range of uids the operator reserved (``--process-uids FIRST-LAST``): a free one per process, which no other
-    gateway of the host holds (:data:`UID_LOCKS`), and in which nothing of its last process is left."""
+    gateway of the host holds (:data:`UID_LOCKS`), and in which nothing of its last process is left.
 
-    def __init__(self, spec: str, locks: str = UID_LOCKS) -> None:
+    A process's uid owns nothing once it ends, but for what it wrote in a tree of the host's granted ``:rw`` (a
+    team's): files that outlive it, which the kernel gives that uid whoever has it next. So a uid given to a process
+    that may write there is kept for its user, for good (``STATE/uids/UID``, a link naming her: :func:`owner_name`,
+    and ``STATE/owners/OWNER/UID``, hers listed), and given to her processes alone, by every gateway of the host that
+    shares ``STATE``, across their restarts. No other owner's process is given it, ``:rw`` or not (the host's files
+    are each process's to read). A user has at most ``per_user`` kept (twice ``--max-processes-per-principal``:
+    her conversations' processes, and as many still ending), hers taken first; the operator gives a uid back to
+    everyone by removing both records, once its files are chowned or gone."""
+
+    def __init__(self, spec: str, locks: str = UID_LOCKS, state: str = STATE, per_user: int = 8) -> None:
         first, _, last = spec.partition("-")
         if not (first.isdigit() and last.isdigit() and 0 < int(first) <= int(last)):
             raise ValueError(f"--process-uids takes FIRST-LAST, two uids above 0: not {spec!r}")
@@ -237,8 +249,11 @@ class Uids:
         # The least recently used first.
         self.free = deque(range(self.first, self.last + 1))
         self.locks = locks
+        self.per_user = per_user
         self.held: dict[int, int] = {}  # each uid given out, and the descriptor of its lock
         os.makedirs(locks, mode=0o700, exist_ok=True)
+        self.kept = state_directory(state, "uids")  # each uid kept for an owner: a link naming her
+        self.owners = state_directory(state, "owners")  # each owner's, listed
 
     def taken_by_users(self) -> str | None:
         """A user of the system's in the range, if any (the range must be the gateway's alone)."""
@@ -247,24 +262,67 @@ class Uids:
                 return f"{user.pw_name} ({user.pw_uid})"
         return None
 
-    def take(self) -> int:
-        """A free uid, locked, in which no process runs: the processes a gateway killed by SIGKILL left end with
-        their namespaces, and a uid one of them still holds is tried again later. Blocking."""
-        for _ in range(len(self.free)):
-            uid = self.free.popleft()
-            if (lock := locked(os.path.join(self.locks, str(uid)))) is None:
-                self.free.append(uid)  # another gateway's, for now
-                continue
-            if uid not in running_uids():
-                self.held[uid] = lock
+    def take(self, owner: str, keep: int = 0) -> int:
+        """A free uid for a process of ``owner`` (:func:`owner_name`), locked, in which no process runs (the
+        processes a gateway killed by SIGKILL left end with their namespaces, and a uid one of them still holds is
+        tried again later), and kept for no one else: one kept for her first, else one kept for no one, which
+        ``keep`` > 0 makes hers while she has fewer than ``keep``. Blocking."""
+        lock = None
+        if keep:  # the count and the keeping: one take at a time, of every gateway of the host
+            lock = os.open(self.owners, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            hers = self._owned(owner)
+            free = list(self.free)  # as it is now: another thread's take, or a give_back, changes it meanwhile
+            # hers first, then the others, each the least recently used first
+            for uid in chain((uid for uid in free if uid in hers), (uid for uid in free if uid not in hers)):
+                kept = self._owner(uid)
+                if kept not in (None, owner) or (kept is None and keep and len(hers) >= keep):
+                    continue
+                if (held := locked(os.path.join(self.locks, str(uid)))) is None:
+                    continue  # another gateway's, for now
+                if uid in running_uids() or (kept is None and keep and not self._keep(uid, owner)):
+                    os.close(held)
+                    continue
+                self.free.remove(uid)
+                self.held[uid] = held
                 return uid
-            os.close(lock)
-            self.free.append(uid)
+        finally:
+            if lock is not None:
+                os.close(lock)
+        if keep and len(hers) >= keep:
+            raise SandboxError(f"every uid kept for this user ({keep}, twice --max-processes-per-principal) is in use")
         raise SandboxError(f"no free uid in --process-uids {self.first}-{self.last}: retry later")
 
     def give_back(self, uid: int) -> None:
         os.close(self.held.pop(uid))
         self.free.append(uid)
+
+    def _owner(self, uid: int) -> str | None:
+        """Whom ``uid`` is kept for, if anyone."""
+        try:
+            return os.readlink(os.path.join(self.kept, str(uid)))
+        except FileNotFoundError:
+            return None
+
+    def _owned(self, owner: str) -> set[int]:
+        """The uids of this range kept for ``owner``."""
+        try:
+            listed = os.listdir(os.path.join(self.owners, owner))
+        except FileNotFoundError:
+            return set()
+        return {int(name) for name in listed if name.isdigit() and self.first <= int(name) <= self.last}
+
+    def _keep(self, uid: int, owner: str) -> bool:
+        """``uid`` kept for ``owner`` from now on, unless another gateway kept it first (for her, or another)."""
+        try:
+            os.symlink(owner, os.path.join(self.kept, str(uid)))  # made once: the kernel refuses a second
+        except FileExistsError:
+            return self._owner(uid) == owner
+        os.makedirs(os.path.join(self.owners, owner), mode=0o700, exist_ok=True)
+        with open(os.path.join(self.owners, owner, str(uid)), "a"):  # there already if its link alone was removed
+            pass
+        return True
 
 
 @dataclass(frozen=True)
@@ -299,8 +357,15 @@ class Sandbox:
 
     @property
     def per_user(self) -> bool:
-        """Whether a process has its user's own directory (``{user}``): it is started for her, never ahead."""
-        return any(grant.per_user for grant in self.grants)
+        """Whether a process is started for its user, never ahead: it has her own directory (``{user}``), or its uid
+        is kept for her (:attr:`keeps_uids`)."""
+        return any(grant.per_user for grant in self.grants) or self.keeps_uids
+
+    @property
+    def keeps_uids(self) -> bool:
+        """Whether a process's uid is kept for its user (:class:`Uids`): it may write a tree of the host's (a grant
+        ``:rw`` but a user's own directory, which no other user's process reaches, whatever its uid)."""
+        return self.uids is not None and any(grant.writable and not grant.per_user for grant in self.grants)
 
     @property
     def said(self) -> str:
@@ -442,8 +507,15 @@ class Sandbox:
             uid = self.user
             gid = self.group
             if self.uids is not None:
+                # Whom its uid is kept for: her, else no one of this gateway's trees (its shared process, or every
+                # process where no one is authenticated), the same on its next start.
+                trees = sorted(grant.source for grant in self.grants if grant.writable and not grant.per_user)
+                owner = owner_name(user if user is not None else ("no one", *trees))
+                keep = 0
+                if self.keeps_uids:
+                    keep = self.uids.per_user if user is not None else self.uids.last - self.uids.first + 1
                 try:
-                    uid = gid = await anyio.to_thread.run_sync(self.uids.take)
+                    uid = gid = await anyio.to_thread.run_sync(self.uids.take, owner, keep)
                 except OSError as exc:  # its lock file (no descriptor left, say)
                     raise SandboxError(f"no uid could be taken: {exc.strerror or exc}") from None
             place = Place(self, uid, gid)
