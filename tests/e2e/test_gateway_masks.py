@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import http.server
+import importlib
 import json
 import os
 import re
@@ -44,8 +45,8 @@ SECTION = "Credentials that never enter the process"
 """docs/gateway.md's section, whose ``sh`` block makes the operator's authority."""
 TOKEN = "ghp_" + "Re4lT0kenValue" * 2 + "0123456789"  # a GitHub token's shape: 40 characters
 API, OTHER = NAMES
-PYTHON = ("env", f"PYTHONPATH={Path(httpx.__file__).parent.parent}", "/usr/bin/python3")
-"""The host's Python, with this checkout's httpx (pure Python): a uid of the process's reads it, not the venv's."""
+HTTPX_IMPORTS = ("httpx", "httpcore", "h11", "anyio", "sniffio", "idna", "certifi")
+"""What this checkout's httpx imports to make a request (pure Python), which the host's Python runs in a process."""
 HTTPX = """import httpx, os, sys
 print(httpx.get(sys.argv[1], headers={"Authorization": "Bearer " + os.environ["API_TOKEN"]}, timeout=30).text)"""
 POST = """headers = {"Authorization": "Bearer " + os.environ["API_TOKEN"]}
@@ -116,6 +117,18 @@ def masked_gateway(api: StandIn, uids: str, *options: str) -> Iterator[Masked]:
 
 
 @pytest.fixture(scope="module")
+def python() -> Iterator[tuple[str, ...]]:
+    """The host's Python (a uid of the process's runs it, not the venv's), with this checkout's httpx where that uid
+    reads it: in place, else linked into a directory every user may read. From a fresh clone under a 0700 home (the
+    venv is no other uid's) a process's ``import httpx`` failed, and with it two tests (issue 100, item 10)."""
+    with contextlib.ExitStack() as stack:
+        files = [Path(importlib.import_module(name).__file__ or name) for name in HTTPX_IMPORTS]
+        found = [stack.enter_context(for_every_uid(file, file.parent)) for file in files]
+        path = os.pathsep.join(dict.fromkeys(str(file.parent.parent) for file in found))
+        yield ("env", f"PYTHONPATH={path}", "/usr/bin/python3")
+
+
+@pytest.fixture(scope="module")
 def masked(stand_in: StandIn) -> Iterator[Masked]:
     """The gateway's client with the token, a conversation of its, and the stand-in API."""
     with masked_gateway(stand_in, UIDS, "--process-env-mask", f"API_TOKEN={API}:{stand_in.ports[0]}") as gateway:
@@ -160,7 +173,7 @@ def searched(mcp: ModernClient, session: dict[str, Any], value: str) -> list[str
 
 
 def test_each_client_reaches_the_api_with_the_value_and_the_process_holds_the_placeholder_alone(
-    masked: Masked,
+    masked: Masked, python: tuple[str, ...]
 ) -> None:
     mcp, session, secure = masked.mcp, masked.session, masked.secure
     placeholder = _sealed.text(_sealed.call(mcp, "env", session, variable="API_TOKEN"))
@@ -169,7 +182,7 @@ def test_each_client_reaches_the_api_with_the_value_and_the_process_holds_the_pl
     bearer = f"Authorization: Bearer {placeholder}"
     seen = {
         "curl": echoed(mcp, session, "curl", "-sS", "-H", bearer, url)["authorization"],
-        "httpx": echoed(mcp, session, *PYTHON, "-c", HTTPX, url)["authorization"],
+        "httpx": echoed(mcp, session, *python, "-c", HTTPX, url)["authorization"],
         "urllib": echoed(mcp, session, "/usr/bin/python3", "-c", URLLIB, url)["authorization"],
         "node fetch": echoed(mcp, session, masked.node, "-e", FETCH, url)["authorization"],
     }
@@ -184,10 +197,10 @@ def test_each_client_reaches_the_api_with_the_value_and_the_process_holds_the_pl
     assert "memory" in found["placeholder"]  # where the search looks
 
 
-def test_a_body_streams_through_with_the_value_in_the_head(masked: Masked) -> None:
+def test_a_body_streams_through_with_the_value_in_the_head(masked: Masked, python: tuple[str, ...]) -> None:
     """A POST of 4 MiB through the proxy: the body arrives whole, the head with the value."""
     post = "\n".join((HTTPX.split("\n")[0], POST))
-    done = ran(masked.mcp, masked.session, *PYTHON, "-c", post, f"https://{API}:{masked.secure}/upload")
+    done = ran(masked.mcp, masked.session, *python, "-c", post, f"https://{API}:{masked.secure}/upload")
     answer = json.loads(done["out"])
     headers = {name.lower(): value for name, value in answer["headers"].items()}
     assert (answer["size"], headers["authorization"]) == (4 << 20, f"Bearer {TOKEN}"), done

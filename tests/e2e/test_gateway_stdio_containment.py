@@ -67,8 +67,8 @@ def test_a_users_process_cannot_reach_anothers(server: str, jwks: str, containme
             assert she["environ"]["USER_SECRET"] == SECRETS["alice"]
             inherited = {"HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"} & set(os.environ)
             allowed = inherited | {"HOME", "TMPDIR", "PASSED", "USER_SECRET", "MCP_SESSION_ID"}
-            # Set in the process by bwrap, by python3's C locale coercion (PEP 538), and by the last helper, bash.
-            own = {"PWD", "LC_CTYPE", "SHLVL"}
+            # Set in the process by python3's C locale coercion (PEP 538); no shell's SHLVL nor PWD (issue 100's 10).
+            own = {"LC_CTYPE"}
             assert set(he["environ"]) - own == allowed, he["environ"]
             assert (he["environ"]["HOME"], he["environ"]["TMPDIR"]) == (he["cwd"], f"{he['cwd']}/tmp")
             parent = Path(she["cwd"]).parent
@@ -110,7 +110,7 @@ def test_root_runs_no_helper_a_user_chose_and_no_helper_reads_a_users_variable(
     fixed environment; the user's variables reach the server alone."""
     needs("root", containment)
     with readable_directory("mcp-sessions-path-") as planted:
-        for name in ("bwrap", "unshare", "setpriv", "prlimit", "mount", "mkdir", "ln", "ip", "sh"):
+        for name in ("bwrap", "unshare", "setpriv", "prlimit", "mount", "mkdir", "ln", "ip", "sh", "env"):
             Path(planted, name).write_text(f"#!/bin/sh\ntouch {planted}/ran-{name}\n")
             Path(planted, name).chmod(0o755)
         options = (*team(jwks), "--process-env", "PATH=header:X-Path", "--process-containment", containment)
@@ -182,7 +182,7 @@ def by_default(server: str, request: pytest.FixtureRequest) -> Iterator[tuple[st
     with readable_directory("mcp-sessions-path-") as directory:  # not in /tmp: the tools run in the namespace too
         environ = {"MCP_SESSIONS_SECRET": SECRET}
         if request.param == "unshare":  # the tools the gateway runs, bubblewrap not among them
-            for tool in ("sh", "bash", "unshare", "setpriv", "prlimit", "mount", "mkdir", "ln", "ip"):
+            for tool in ("sh", "bash", "env", "unshare", "setpriv", "prlimit", "mount", "mkdir", "ln", "ip"):
                 Path(directory, tool).symlink_to(shutil.which(tool) or tool)
             environ["PATH"] = str(directory)
         with gateway(server, environ=environ) as process:
@@ -443,8 +443,8 @@ def test_a_process_reads_neither_the_gateways_environment_nor_its_credentials(se
         seen = json.loads(text(call(mcp, "whoami")))
         parent = int(Path(f"/proc/{seen['pid']}/stat").read_text().rpartition(")")[2].split()[1])
         assert text(call(mcp, "read", path=f"/proc/{parent}/environ")).startswith("denied")
-        own = {"LC_CTYPE", "PWD", "SHLVL"}  # python3's (PEP 538), and the last helper's, bash (its default memory)
-        assert set(seen["environ"]) - own <= {"HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"}
+        own = {"LC_CTYPE"}  # python3's (PEP 538)
+        assert set(seen["environ"]) - own <= {"HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"}, seen["environ"]
 
 
 def test_process_user_and_cwd(server: str) -> None:
@@ -623,7 +623,8 @@ def test_a_containment_the_host_no_longer_gives_fails_the_request_that_would_sta
     needs("bwrap")
     with readable_directory("mcp-sessions-path-") as directory:  # the helpers that run in the namespace see it
         shutil.copy(shutil.which("bwrap") or "bwrap", directory)
-        for helper in ("setpriv", "unshare", "mount", "bash"):  # root's without a capability; its devpts; the last
+        # root's without a capability; its devpts; the last (bash, then env)
+        for helper in ("setpriv", "unshare", "mount", "bash", "env"):
             Path(directory, helper).symlink_to(shutil.which(helper) or helper)
         environ = {"MCP_SESSIONS_SECRET": SECRET, "PATH": str(directory)}
         options = ("--process-containment", "bwrap")

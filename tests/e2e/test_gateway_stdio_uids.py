@@ -21,7 +21,7 @@ import pytest
 from _uids import members, uids
 from _waits import WITHIN, until
 from conftest import SECRET
-from e2e._gateway import main_run, readable_directory
+from e2e._gateway import main_run, python_every_uid_runs, readable_directory
 from e2e._sealed import call, client, gateway, needs, of_uid, running, text
 from mcp_sessions._gateway.sealed._kernel import running_uids
 
@@ -74,27 +74,36 @@ def test_a_zombie_of_a_uid_is_not_a_process_of_it() -> None:
         held.wait(timeout=WITHIN)
 
 
-@pytest.mark.parametrize("how", ["its interpreter", "a script's #! line"])
+@pytest.mark.parametrize("how", ["its interpreter", "a script's #! line", "a link's middle"])
 def test_a_server_under_a_directory_its_uid_may_not_search_is_one_line_at_start(how: str) -> None:
     """Issue 94 (Why, 7): a server whose interpreter is under a 0700 directory (a virtual environment under /root)
     started, and each process failed with ``exec: <venv>/bin/python: Permission denied``, naming a 0777 link, never
-    the directory. Now the gateway searches the way as the processes' uid at startup, and says which directory."""
+    the directory. Now the gateway searches the way as the processes' uid at startup, and says which directory.
+    Issue 100 (10): every link's way too, where the first name and the last target are searchable but a link
+    between lies under a 0700 directory (a venv's ``python`` that leads to pyenv's, under /root, by another)."""
     needs("root")
     with readable_directory("mcp-sessions-private-") as readable:
         private = readable / "home"
         (private / "venv" / "bin").mkdir(parents=True)
         private.chmod(0o700)  # as /root is
         python = private / "venv" / "bin" / "python"
-        python.symlink_to(sys.executable)
+        python.symlink_to(sys.executable if how != "a link's middle" else python_every_uid_runs())
         script = readable / "server"  # where every user may read it, its interpreter not
         script.write_text(f"#!{python}\n")
         script.chmod(0o755)
-        command = f"{python} -c pass" if how == "its interpreter" else str(script)
-        # by main in this process (refused before the port is bound): a fresh interpreter cost a CPU-second a case
+        command = {"its interpreter": f"{python} -c pass", "a script's #! line": str(script)}.get(how)
+        if command is None:  # readable/python -> home/venv/bin/python -> the system's python3, which every uid runs
+            (readable / "python").symlink_to(python)
+            command, python = f"{readable}/python -c pass", readable / "python"
+        # by main in this process (refused before the port is bound): a fresh interpreter cost a CPU-second a case;
+        # with no containment, which the gateway refuses with --process-uids in another line, after this search
         environ = {"MCP_SESSIONS_SECRET": SECRET, "PATH": os.environ["PATH"]}
-        done = main_run("gateway", "--stdio", command, "--process-uids", sealed := uids(212, 2), environ=environ)
+        sealed = uids(212, 2)
+        line = ("gateway", "--stdio", command, "--process-uids", sealed, "--process-containment", "none")
+        done = main_run(*line, environ=environ)
     uid = members(sealed)[0]
-    said = f"mcp-sessions gateway: --stdio: {python} is under {private} (mode 700), which the processes' uid ({uid})"
+    where = "leads, by a link, through" if how == "a link's middle" else "is under"
+    said = f"mcp-sessions gateway: --stdio: {python} {where} {private} (mode 700), which the processes' uid ({uid})"
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(said), done.stderr
     assert len(done.stderr.splitlines()) == 1, done.stderr

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 _PR_SET_DUMPABLE: Final = 4
 _PR_SET_CHILD_SUBREAPER: Final = 36
+_MAX_LINKS: Final = 40
+"""The links path resolution follows at most (the kernel's ``MAXSYMLINKS``): more is ``ELOOP``."""
 
 
 def add_process_arguments(gateway: argparse.ArgumentParser) -> None:
@@ -317,8 +319,9 @@ def _seen_contained(command: Sequence[str], cwd: str | None) -> None:
 def _reached_as(command: Sequence[str], uid: int, gid: int) -> None:
     """The command's program, and a script's interpreter (its ``#!`` line), as named and as their links lead: each
     directory on the way searched as the processes' user (``test -x`` under ``setpriv``: the kernel's say, never the
-    mode bits read here). The first that is not: one line, and exit status 2, instead of a ``Permission denied``
-    at each process's start that names the last link, not the directory (a virtual environment under ``/root``)."""
+    mode bits read here), every link's on the way too (:func:`_walked`: a venv's ``python`` that leads to pyenv's
+    under ``/root``, through another link). The first that is not: one line, and exit status 2, instead of a
+    ``Permission denied`` at each process's start that names the last link, not the directory."""
     from .._wire import printable
     from .sealed._kernel import SandboxError, tool
 
@@ -329,21 +332,54 @@ def _reached_as(command: Sequence[str], uid: int, gid: int) -> None:
     program = shutil.which(command[0]) or command[0]
     seen: set[Path] = set()
     for path in (program, *_interpreter(program)):
-        for named in (os.path.abspath(path), os.path.realpath(path)):
-            for directory in reversed(Path(named).parents):
-                if directory in seen:
-                    continue
-                seen.add(directory)
-                searching = subprocess.run([*searched, str(directory)], capture_output=True, check=False)  # noqa: S603
-                if searching.returncode != 0 and directory == Path("/"):
-                    return  # the uid cannot be taken here at all (setpriv's failure): the containment's check says so
-                if searching.returncode != 0:
-                    mode = directory.stat().st_mode & 0o7777
-                    raise ValueError(
-                        f"--stdio: {printable(path)} is under {directory} (mode {mode:o}), which the processes' "
-                        f"uid ({uid}) may not search: put the server and its interpreter (a virtual environment) "
-                        "where every user may read them, under /opt or /srv say"
-                    )
+        for directory in _walked(path):
+            if directory in seen:
+                continue
+            seen.add(directory)
+            searching = subprocess.run([*searched, str(directory)], capture_output=True, check=False)  # noqa: S603
+            if searching.returncode != 0 and directory == Path("/"):
+                return  # the uid cannot be taken here at all (setpriv's failure): the containment's check says so
+            if searching.returncode != 0:
+                mode = directory.stat().st_mode & 0o7777
+                where = "is under" if directory in Path(os.path.abspath(path)).parents else "leads, by a link, through"
+                raise ValueError(
+                    f"--stdio: {printable(path)} {where} {printable(str(directory))} (mode {mode:o}), which the "
+                    f"processes' uid ({uid}) may not search: put the server and its interpreter (a virtual "
+                    "environment) where every user may read them, under /opt or /srv say"
+                )
+
+
+def _walked(path: str) -> list[Path]:
+    """Each directory the kernel searches to reach ``path``'s file, in order, as path resolution walks it: every
+    directory of the name, and of each link's target on the way (a relative one from its link's directory), to the
+    last; at most 40 links followed (the kernel's ``MAXSYMLINKS``), and a part that cannot be read ends the walk (the
+    start fails there, saying so)."""
+    walked: list[Path] = []
+    parts = list(Path(os.path.join(os.getcwd(), path)).parts)
+    at = Path("/")
+    links = 0
+    while parts:
+        part = parts.pop(0)
+        if part == "/":
+            at = Path("/")
+            continue
+        walked.append(at)  # searched to find part in it
+        if part == "..":
+            at = at.parent
+            continue
+        step = at / part
+        if not step.is_symlink():
+            at = step
+            continue
+        links += 1
+        try:
+            target = os.readlink(step)
+        except OSError:
+            break
+        if links > _MAX_LINKS:
+            break
+        parts = [*Path(target).parts, *parts]
+    return list(dict.fromkeys(walked))
 
 
 def _interpreter(program: str) -> list[str]:

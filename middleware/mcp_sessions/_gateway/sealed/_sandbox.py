@@ -17,7 +17,8 @@ A process is started through a chain of them, each doing one thing and then runn
 - ``setpriv``: its uid and gid, no supplementary group but its grants' (``_grants``), no capability, no new
   privileges;
 - a last ``bash``, as the server's own user: the server's environment, read from a file the gateway wrote (a
-  ``memfd``), then the server, that file closed (nothing of the gateway's reaches it). Every helper before it is
+  ``memfd``), then the server, that file closed (nothing of the gateway's reaches it), by ``env``, which takes out
+  what the shells on the way set of themselves (:data:`SHELL_OWN`). Every helper before it is
   run by the absolute path found at startup (:func:`tool`), with root's fixed environment (:data:`HELPER_ENV`): no
   variable of a user's reaches a program root runs.
 
@@ -194,9 +195,14 @@ HELPER_ENV: Final = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 """The whole environment of the helpers that start a process (``sh``, ``bwrap``, ``unshare``, ``prlimit``,
 ``setpriv``), root's whatever the users' (:meth:`Place.launch`)."""
 # The last helper, as the server's user: the server's environment from the file on descriptor {held}, then the
-# server, its stdin and stdout back where they belong and that file closed. By bash: dash closes no descriptor above 9
-# (bash's exec gives the server SHLVL=0, its own).
-_LAST: Final = '. /dev/fd/{held} || exit 125; exec "$@" <&3 >&4 3<&- 4>&- {held}<&-'
+# server, its stdin and stdout back where they belong and that file closed. By bash: dash closes no descriptor above 9.
+# Through env ($0), which takes out what the shells on the way add ({unset}: SHELL_OWN, but those the server is given):
+# bash exports its PWD and, whatever it was told, a SHLVL at exec (a SHLVL given reaches the server one less, as
+# through any shell's exec).
+_LAST: Final = '. /dev/fd/{held} || exit 125; exec "$0" {unset} -- "$@" <&3 >&4 3<&- 4>&- {held}<&-'
+SHELL_OWN: Final = ("SHLVL", "PWD", "OLDPWD", "_")
+"""The variables a shell sets of itself, which bash (the last helper) and bubblewrap (``PWD``) put in the server's
+environment: none reaches it unless it is given one (``--pass-env``), as the allow-list says."""
 
 
 class Mount(NamedTuple):
@@ -483,7 +489,7 @@ class Sandbox:
         """The helpers, besides the containment's own, that start each process."""
         helpers = ["setpriv"] if self.uids is not None or self.user is not None or self.contains_root else []
         if helpers or self.cgroups is not None or self.containment != "none":
-            helpers.append("bash")  # the last helper (_LAST)
+            helpers += ["bash", "env"]  # the last helper (_LAST)
         if self.pids is not None:
             helpers.append("prlimit")
         if self.containment == "unshare":
@@ -612,7 +618,9 @@ class Place:
             exports.append("umask 0007\n")
         held = _memfd(os.fsencode("".join(exports)))
         files = (held, *filters)
-        return [*line, tool("bash"), "-c", _LAST.format(held=held), "sh", *command], dict(HELPER_ENV), files
+        unset = " ".join(f"-u {name}" for name in SHELL_OWN if name not in environ)
+        last = [tool("bash"), "-c", _LAST.format(held=held, unset=unset), tool("env")]
+        return [*line, *last, *command], dict(HELPER_ENV), files
 
     @property
     def environ(self) -> dict[str, str]:
