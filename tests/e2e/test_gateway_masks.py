@@ -26,6 +26,7 @@ import httpx
 import jwt
 import pytest
 
+from _authorities import taken_leaf
 from _mcp import ModernClient
 from _redis import free_port, missing
 from _uids import members, uids
@@ -130,7 +131,8 @@ def operated(stand_in: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Ite
     files = tmp_path_factory.mktemp("operator-ca")
     section = (Path(__file__).parents[2] / "docs" / "gateway.md").read_text().partition(f"\n### {SECTION}\n")[2]
     made = section.partition("```sh\n")[2].partition("```")[0]
-    subprocess.run(["sh", "-ec", made], cwd=files, check=True, capture_output=True)
+    environ = {"PATH": os.environ["PATH"], "MASKED_HOST": API}
+    subprocess.run(["sh", "-ec", made], cwd=files, check=True, capture_output=True, env=environ)
     options = ("--process-env-mask", f"API_TOKEN={API}:{stand_in.ports[0]},http://{API}:{stand_in.ports[1]}")
     with masked_gateway(
         stand_in, OPERATED_UIDS, *options, "--process-env-mask-ca", f"{files}/ca.pem,{files}/ca.key"
@@ -354,6 +356,20 @@ def test_the_operator_s_authority_signs_what_the_process_sees_and_its_key_is_now
     assert found == []
 
 
+def test_the_recipe_s_authority_vouches_for_its_host_alone(operated: tuple[Masked, Path]) -> None:
+    """docs/gateway.md's ``openssl`` recipe constrains names and addresses both: a leaf its key signs for the
+    masked host is taken, one for a subdomain, an address, or another name is refused (OpenSSL, Python's ``ssl``)."""
+    _, files = operated
+    authority = Authority.given(f"{files}/ca.pem,{files}/ca.key")
+    try:
+        pem = (files / "ca.pem").read_text()
+        hosts = (API, f"sub.{API}", "10.0.0.1", "::1", OTHER)
+        outcome = {host: taken_leaf(pem, authority.context(host), host) for host in hosts}
+    finally:
+        authority.close()
+    assert outcome == {API: True, f"sub.{API}": False, "10.0.0.1": False, "::1": False, OTHER: False}
+
+
 def test_plain_http_gets_the_value_where_its_credential_opts_that_host_in_alone(
     operated: tuple[Masked, Path],
 ) -> None:
@@ -441,17 +457,27 @@ def verified(client: str, host: str, port: int, ca: str) -> bool:
 def test_the_made_authority_vouches_for_the_masked_hosts_alone(client: str, tmp_path: Path) -> None:
     """Its certificate permits the masked hosts' names and addresses alone (RFC 5280 name constraints): each client
     a process runs (OpenSSL's Python, curl and Node; git's GnuTLS) takes its leaf for a masked host and refuses one
-    it signed for any other, so even the gateway's own authority vouches for nothing else."""
+    it signed for any other, a subdomain of a masked name, an address where only names are masked, or a name where
+    only addresses are, so even the gateway's own authority vouches for nothing else."""
     _sealed.needs("root")
-    authority = Authority.made({"api.test", "127.0.0.9"})
-    ca = tmp_path / "ca.pem"  # a copy the test holds: /run/mcp-sessions is every gateway's of this host
-    ca.write_bytes(Path(authority.shared, "ca.pem").read_bytes())
-    authority.close()
+    masks = {"both": {"api.test", "127.0.0.9"}, "names": {"api.test"}, "addresses": {"127.0.0.9"}}
+    asked: dict[str, tuple[str, ...]] = {"both": ("api.test", "127.0.0.9", "other.test", "127.0.0.8", "sub.api.test")}
+    asked |= {"names": ("api.test", "127.0.0.9"), "addresses": ("127.0.0.9", "api.test")}
     outcome = {}
-    for host in ("api.test", "127.0.0.9", "other.test", "127.0.0.8"):
-        with serving(authority.context(host), "127.0.0.1" if host[0].isalpha() else host) as port:
-            outcome[host] = verified(client, host, port, str(ca))
-    assert outcome == {"api.test": True, "127.0.0.9": True, "other.test": False, "127.0.0.8": False}
+    for kind, hosts in masks.items():
+        authority = Authority.made(hosts)
+        ca = tmp_path / f"{kind}.pem"  # a copy the test holds: /run/mcp-sessions is every gateway's of this host
+        ca.write_bytes(Path(authority.shared, "ca.pem").read_bytes())
+        authority.close()
+        for host in asked[kind]:
+            with serving(authority.context(host), "127.0.0.1" if host[0].isalpha() else host) as port:
+                outcome[kind, host] = verified(client, host, port, str(ca))
+    assert [each for each, taken in outcome.items() if taken] == [
+        ("both", "api.test"),
+        ("both", "127.0.0.9"),
+        ("names", "api.test"),
+        ("addresses", "127.0.0.9"),
+    ]
 
 
 @contextlib.contextmanager

@@ -15,7 +15,7 @@ import anyio.abc
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
-from _authorities import PEM, authority, written_key
+from _authorities import PEM, authority, taken_leaf, written_key
 from mcp_sessions._gateway.sealed._edge import Edge
 from mcp_sessions._gateway.sealed._masks import Authority, Mask, Masks, placeholder
 from mcp_sessions._gateway.sealed._network import AllowedHost, EgressRules
@@ -221,3 +221,28 @@ async def test_a_proxy_connection_that_fails_unforeseen_ends_alone_and_its_messa
     where = f"test_masks.py:{failing.__code__.co_firstlineno + 1}"  # its raise
     assert ended == [f"the credentials' proxy: a connection ended on RuntimeError ({where})"] * 2
     assert "ghp_the-value" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("masked", "taken", "refused"),
+    [
+        (["api.test"], ["api.test", "API.test"], ["sub.api.test", "a.b.api.test", "10.0.0.1", "::1", "xapi.test"]),
+        (["127.0.0.9"], ["127.0.0.9"], ["127.0.0.8", "::1", "api.test", "localhost"]),
+        (["api.test", "127.0.0.9"], ["api.test", "127.0.0.9"], ["sub.api.test", "10.0.0.1", "::1", "other.test"]),
+        (["api.test", "eu.api.test"], ["api.test", "eu.api.test"], ["other.test", "eu.other.test", "10.0.0.1"]),
+        ([], [], ["invalid", "api.test", "10.0.0.1"]),
+    ],
+    ids=["names", "addresses", "both", "nested", "plain-alone"],
+)
+def test_the_made_authority_constrains_names_and_addresses_both_and_no_subdomain(
+    masked: list[str], taken: list[str], refused: list[str]
+) -> None:
+    """RFC 5280 leaves a form no subtree lists unconstrained, and a name's subtree permits its subdomains: an
+    authority permitting ``api.test`` alone once had OpenSSL take its leaf for ``10.0.0.1`` and ``sub.api.test``."""
+    authority = Authority.made(masked)
+    try:
+        pem = authority.certificate.public_bytes(PEM).decode()
+        outcome = {host: taken_leaf(pem, authority.context(host), host) for host in taken + refused}
+    finally:
+        authority.close()
+    assert outcome == {**dict.fromkeys(taken, True), **dict.fromkeys(refused, False)}

@@ -238,8 +238,8 @@ class Authority:
     @classmethod
     def made(cls, hosts: Collection[str], roots: str | None = None) -> Authority:
         """An authority of the gateway's own, made now (a P-256 key, a name no other gateway's has), whose
-        certificate permits ``hosts`` alone (RFC 5280's name constraints, critical): a leaf it signed for any other
-        name fails every client's verification, whoever made it."""
+        certificate permits ``hosts`` alone (RFC 5280's name constraints, critical: :func:`constraints`): a leaf it
+        signed for any other name or address fails every client's verification, whoever made it."""
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes
         from cryptography.hazmat.primitives.asymmetric import ec
@@ -247,8 +247,8 @@ class Authority:
 
         key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"mcp-sessions gateway {secrets.token_hex(4)}")])
-        # masks of plain HTTP hosts alone: a name no host has (RFC 2606), so that it vouches for none
-        permitted = [_constraint(host) for host in sorted(set(hosts))] or [x509.DNSName("invalid")]
+        permitted, excluded = constraints(hosts)
+        constrained = x509.NameConstraints(permitted_subtrees=permitted, excluded_subtrees=excluded)
         now = datetime.datetime.now(datetime.UTC)
         certificate = (
             x509.CertificateBuilder()
@@ -260,7 +260,7 @@ class Authority:
             .not_valid_after(now + datetime.timedelta(days=3650))
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(x509.KeyUsage(*(False,) * 5, True, True, False, False), critical=True)
-            .add_extension(x509.NameConstraints(permitted_subtrees=permitted, excluded_subtrees=None), critical=True)
+            .add_extension(constrained, critical=True)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .sign(key, hashes.SHA256())
         )
@@ -385,11 +385,30 @@ def held_directory(parent: str = SHARED) -> tuple[str, int | None]:
     return shared, lock
 
 
-def _constraint(host: str) -> x509.GeneralName:
-    """A name constraint's subtree permitting ``host`` alone: an address's own, else its name's."""
+def constraints(hosts: Collection[str]) -> tuple[list[x509.GeneralName], list[x509.GeneralName]]:
+    """The permitted and excluded subtrees of an authority for ``hosts`` alone (names and IPv4 addresses). RFC 5280
+    leaves a form no subtree lists unconstrained, and a name's subtree permits every name under it: so every
+    address is excluded where no address is masked (``0.0.0.0/0``, ``::/0``), every name where no name is (the
+    empty name, which OpenSSL, GnuTLS and Go match to every name), and the names under each masked name
+    (``.NAME``, which matches those alone), unless another masked name lies under it (an excluded subtree wins
+    over a permitted one: its other names stay permitted then)."""
     from cryptography import x509
 
-    try:
-        return x509.IPAddress(ipaddress.ip_network(host))
-    except ValueError:
-        return x509.DNSName(host)
+    names, addresses = [], []
+    for host in sorted(set(hosts)):
+        try:
+            addresses.append(ipaddress.ip_network(host))
+        except ValueError:
+            names.append(host)
+    permitted: list[x509.GeneralName] = [x509.DNSName(name) for name in names]
+    permitted += [x509.IPAddress(address) for address in addresses]
+    excluded: list[x509.GeneralName] = [
+        x509.DNSName(f".{name}") for name in names if not any(other.endswith(f".{name}") for other in names)
+    ]
+    if not names:
+        excluded.append(x509.DNSName(""))
+    if not addresses:
+        excluded += [x509.IPAddress(ipaddress.ip_network("0.0.0.0/0")), x509.IPAddress(ipaddress.ip_network("::/0"))]
+    if not permitted:  # masks of plain HTTP hosts alone: a name no host has (RFC 2606), so that it vouches for none
+        permitted.append(x509.DNSName("invalid"))
+    return permitted, excluded
