@@ -118,8 +118,10 @@ def masked_gateway(api: StandIn, uids: str, *options: str) -> Iterator[Masked]:
 
 @pytest.fixture(scope="module")
 def masked(stand_in: StandIn) -> Iterator[Masked]:
-    """The gateway's client with the token, a conversation of its, and the stand-in API."""
-    with masked_gateway(stand_in, UIDS, "--process-env-mask", f"API_TOKEN={API}:{stand_in.ports[0]}") as gateway:
+    """The gateway's client with the token, a conversation of its, and the stand-in API; its value goes in
+    ``X-Api-Key`` too."""
+    mask = f"API_TOKEN={API}:{stand_in.ports[0]},header=X-Api-Key"
+    with masked_gateway(stand_in, UIDS, "--process-env-mask", mask) as gateway:
         yield gateway
 
 
@@ -146,11 +148,13 @@ def ran(mcp: ModernClient, session: dict[str, Any], *argv: str) -> dict[str, Any
 
 
 def echoed(mcp: ModernClient, session: dict[str, Any], *argv: str) -> dict[str, Any]:
-    """What the stand-in API echoed of the request ``argv`` made (its headers, lower-cased)."""
+    """What the stand-in API echoed of the request ``argv`` made (its method, its target as ``path``, its headers,
+    lower-cased)."""
     done = ran(mcp, session, *argv)
     assert done["status"] == 0, done
     answer = json.loads(done["out"])
-    return {"method": answer["method"], **{name.lower(): value for name, value in answer["headers"].items()}}
+    headers = {name.lower(): value for name, value in answer["headers"].items()}
+    return {"method": answer["method"], "path": answer["path"], **headers}
 
 
 def searched(mcp: ModernClient, session: dict[str, Any], value: str) -> list[str]:
@@ -184,6 +188,27 @@ def test_each_client_reaches_the_api_with_the_value_and_the_process_holds_the_pl
     assert found["token"] == []  # not in its environment, its memory, nor its files
     assert "environ" in found["placeholder"]
     assert "memory" in found["placeholder"]  # where the search looks
+
+
+def test_the_value_goes_in_the_credential_s_headers_alone(masked: Masked) -> None:
+    """``Authorization`` and the header the mask names (``header=X-Api-Key``) get the value; the placeholder in
+    another header or the target stays one (the proxy once swapped it in every header: one an API echoes back or
+    logs among them)."""
+    mcp, session = masked.mcp, masked.session
+    placeholder = _sealed.text(_sealed.call(mcp, "env", session, variable="API_TOKEN"))
+    headers = [f"{name}: {prefix}{placeholder}" for name, prefix in CARRIED.items()]
+    url = f"https://{API}:{masked.secure}/?key={placeholder}"
+    got = echoed(mcp, session, "curl", "-sS", *(each for header in headers for each in ("-H", header)), url)
+    assert {name.lower(): got[name.lower()] for name in CARRIED} == {
+        "authorization": f"Bearer {TOKEN}",
+        "x-api-key": TOKEN,
+        "x-other": placeholder,
+        "cookie": f"session={placeholder}",
+    }
+    assert got["path"] == f"/?key={placeholder}"
+
+
+CARRIED = {"Authorization": "Bearer ", "X-Api-Key": "", "X-Other": "", "Cookie": "session="}
 
 
 def test_a_body_streams_through_with_the_value_in_the_head(masked: Masked) -> None:

@@ -16,7 +16,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from _authorities import PEM, authority, taken_leaf, written_key
-from mcp_sessions._gateway.sealed._edge import Edge
+from mcp_sessions._gateway.sealed._edge import Edge, _swapped
 from mcp_sessions._gateway.sealed._masks import Authority, Mask, Masks, placeholder
 from mcp_sessions._gateway.sealed._network import AllowedHost, EgressRules
 
@@ -58,7 +58,24 @@ def test_a_jwt_s_placeholder_keeps_its_header_and_claims_and_has_a_random_signat
     [
         (
             "GITHUB_TOKEN",
-            "--process-env-mask takes NAME=[http://]HOST[:PORT][,[http://]HOST[:PORT]...]: 'GITHUB_TOKEN'",
+            "--process-env-mask takes NAME=[http://]HOST[:PORT][,[http://]HOST[:PORT]...][,header=HEADER]: "
+            "'GITHUB_TOKEN'",
+        ),
+        (
+            "GITHUB_TOKEN=header=X-Api-Key",
+            "--process-env-mask GITHUB_TOKEN: no host to put the value in for: 'GITHUB_TOKEN=header=X-Api-Key'",
+        ),
+        (
+            "GITHUB_TOKEN=api.github.com,header=Host",
+            "--process-env-mask GITHUB_TOKEN: 'header=Host' names no header a credential goes in (header=X-Api-Key)",
+        ),
+        (
+            "GITHUB_TOKEN=api.github.com,header=Proxy-Authorization",
+            "--process-env-mask GITHUB_TOKEN: 'header=Proxy-Authorization' names no header a credential goes in",
+        ),
+        (
+            "GITHUB_TOKEN=api.github.com,header=X Key",
+            "--process-env-mask GITHUB_TOKEN: 'header=X Key' names no header a credential goes in",
         ),
         ("OTHER=api.github.com", "--process-env-mask OTHER: no --process-env OTHER=SOURCE gives it"),
         (
@@ -70,7 +87,7 @@ def test_a_jwt_s_placeholder_keeps_its_header_and_claims_and_has_a_random_signat
             "--process-env-mask GITHUB_TOKEN: 'api.github.com:0' is not [http://]HOST[:PORT]",
         ),
     ],
-    ids=["no-hosts", "not-given", "bad-name", "bad-port"],
+    ids=["no-hosts", "not-given", "bad-name", "bad-port", "headers-alone", "host", "proxy-header", "no-token"],
 )
 def test_a_mask_the_gateway_cannot_keep_is_one_line(given: str, said: str) -> None:
     with pytest.raises(ValueError) as raised:
@@ -83,6 +100,31 @@ def test_a_mask_s_hosts_are_on_443_unless_a_port_is_given() -> None:
     mask = Mask.parsed("GITHUB_TOKEN=API.github.com,uploads.github.com:8443", {"GITHUB_TOKEN"})
     assert mask.hosts == {("api.github.com", 443), ("uploads.github.com", 8443)}
     assert mask.plain == frozenset()
+    assert mask.headers == {b"authorization"}
+
+
+def test_a_mask_puts_its_value_in_authorization_and_the_headers_it_names_alone() -> None:
+    """``header=NAME`` adds a header the value goes in (an API's key header); a placeholder in any other header
+    stays one: the proxy once swapped it in every header, an echoed or logged one among them."""
+    mask = Mask.parsed("KEY=api.test,header=X-Api-Key", {"KEY"})
+    masks = Masks((mask,), authority=None)  # type: ignore[arg-type]
+    given, token = masks.give({"KEY": "value-0001"})
+    (swap,) = masks.swaps[str(token)]
+    held = given["KEY"].encode()
+    sent = {
+        name: _swapped(name, b"Bearer " + held, (swap,))
+        for name in (b"authorization", b"x-api-key", b"x-other", b"cookie", b"proxy-authorization")
+    }
+    basic = _swapped(b"authorization", b"Basic " + base64.b64encode(b"user:" + held), (swap,))
+    assert mask.headers == {b"authorization", b"x-api-key"}
+    assert sent == {
+        b"authorization": b"Bearer value-0001",
+        b"x-api-key": b"Bearer value-0001",
+        b"x-other": b"Bearer " + held,
+        b"cookie": b"Bearer " + held,
+        b"proxy-authorization": b"Bearer " + held,
+    }
+    assert base64.b64decode(basic.removeprefix(b"Basic ")) == b"user:value-0001"
 
 
 def test_plain_http_is_a_host_s_only_where_the_mask_names_it_with_http_and_then_the_process_has_http_proxy() -> None:

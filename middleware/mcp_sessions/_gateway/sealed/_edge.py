@@ -2,18 +2,19 @@
 
 A ``CONNECT`` must carry a live process's proxy token (``Proxy-Authorization: Basic``, as every client sends the
 password of its ``HTTPS_PROXY``), else 407. To a host a masked value of that process names, the proxy connects first
-(TLS verified against the gateway's own roots: ``SSL_CERT_FILE`` of the gateway's environment where set), answers 200,
-terminates the process's TLS with its authority's certificate, then relays HTTP/1.1 with ``h11`` (uvicorn's and
+(TLS verified against the gateway's own roots: ``SSL_CERT_FILE`` of the gateway's environment where set), answers
+200, terminates the process's TLS with its authority's certificate, then relays HTTP/1.1 with ``h11`` (uvicorn's and
 httpx's parser) both ways, streaming: each request's head at most :data:`HEAD_LIMIT` bytes, read within
 :data:`HEAD_WITHIN` seconds, ``TRACE`` and ``TRACK`` refused (they echo the head back), the hop-by-hop and
-``Proxy-*`` headers dropped, and in every other header the placeholder replaced by the value (inside an
-``Authorization: Basic``'s decoded pair too). To any other host, an opaque tunnel from a socket the kernel counts as
-the process's uid's (:func:`_socket_as`), so that its own rules judge the tunnel as they judge its own connections:
-one set of rules, the kernel's. A plain HTTP request (absolute form, from a process whose credential opted a host in:
-``http://HOST[:PORT]``, its ``HTTP_PROXY``) is relayed the same way, one a connection, its placeholders swapped for
-that host and port alone (to any other host, from a socket of the process's uid too). A failure is an answer the
-client reads (400, 405, 431, 502 naming the host), never a hang; nothing of a value, a placeholder or a token is
-logged.
+``Proxy-*`` headers dropped, and in the credential's headers (``Authorization``, and those its mask names) the
+placeholder replaced by the value (inside an ``Authorization: Basic``'s decoded pair too); anywhere else (another
+header, the target, the body) a placeholder stays one. To any other host, an opaque tunnel from a socket the kernel
+counts as the process's uid's (:func:`_socket_as`), so that its own rules judge the tunnel as they judge its own
+connections: one set of rules, the kernel's. A plain HTTP request (absolute form, from a process whose credential
+opted a host in: ``http://HOST[:PORT]``, its ``HTTP_PROXY``) is relayed the same way, one a connection, its
+placeholders swapped for that host and port alone (to any other host, from a socket of the process's uid too). A
+failure is an answer the client reads (400, 405, 431, 502 naming the host), never a hang; nothing of a value, a
+placeholder or a token is logged.
 """
 
 from __future__ import annotations
@@ -338,13 +339,16 @@ def _kept(headers: Any) -> Any:
 
 
 def _swapped(name: bytes, value: bytes, swaps: tuple[Swap, ...]) -> bytes:
-    """``value`` with each placeholder replaced by its value, in an ``Authorization: Basic``'s pair too."""
-    for swap in swaps:
+    """``value`` of the header ``name`` with the placeholder of each swap that goes in that header (``Authorization``,
+    and those its mask names) replaced by its value, in an ``Authorization: Basic``'s pair too; in any other header
+    a placeholder stays one (a header an API echoes back, or logs, never carries the value)."""
+    carried = [swap for swap in swaps if name in swap.headers]
+    for swap in carried:
         value = value.replace(swap.placeholder.encode(), swap.value.encode())
-    if name in (b"authorization", b"proxy-authorization") and value[:6].lower() == b"basic ":
+    if carried and name == b"authorization" and value[:6].lower() == b"basic ":
         with suppress(binascii.Error, ValueError):
             pair = base64.b64decode(value[6:].strip(), validate=True).decode()
-            for swap in swaps:
+            for swap in carried:
                 pair = pair.replace(swap.placeholder, swap.value)
             value = value[:6] + base64.b64encode(pair.encode())
     return value

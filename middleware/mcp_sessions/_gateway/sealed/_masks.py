@@ -8,7 +8,8 @@ that process was given, never by an address or a port a neighbour could reach to
 proxy's grant to its sandbox). For a masked credential's own hosts, the proxy terminates TLS with a certificate of the
 gateway's certificate authority (:class:`Authority`: made at startup, its key never written anywhere, or the operator's,
 read once; its certificate handed to the process through ``SSL_CERT_FILE`` and its peers, beside the host's roots), and
-puts the value where the placeholder is in the request's headers. The process's direct connections to those hosts are
+puts the value where the placeholder is in the request's credential headers (``Authorization``, and those the mask
+names: :class:`Mask`). The process's direct connections to those hosts are
 refused by its rules (``_network.EgressRules``), so the swap happens only where the proxy sends the answer back through
 TLS it verified itself. The certificates are made with ``cryptography`` (what PyJWT's ``crypto`` extra installs).
 """
@@ -23,6 +24,7 @@ import glob
 import ipaddress
 import json
 import os
+import re
 import secrets
 import shutil
 import ssl
@@ -53,28 +55,52 @@ SHARED: Final = "/run/mcp-sessions"
 _JWT_ALPHABET: Final = string.ascii_letters + string.digits + "-_"
 
 
+CARRIERS: Final = frozenset({b"authorization"})
+"""The headers a masked value is put in unless its mask names others (``header=NAME``): the credential's own."""
+_NEVER_CARRIERS: Final = frozenset(
+    {"host", "connection", "keep-alive", "te", "trailer", "upgrade", "transfer-encoding"}
+)
+"""Headers the proxy builds, drops or frames with: no value goes in them (``Proxy-*`` neither: never forwarded)."""
+_TOKEN: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110's field name
+
+
 @dataclass(frozen=True)
 class Mask:
-    """One ``--process-env-mask NAME=HOST[:PORT],...``: the variable, the hosts (port 443 unless given) where the
-    proxy puts its value back in HTTPS requests, and those (``http://HOST[:PORT]``, port 80 unless given) where it
-    does in plain HTTP ones too, as the operator opts each in."""
+    """One ``--process-env-mask NAME=HOST[:PORT],...[,header=HEADER]``: the variable, the hosts (port 443 unless
+    given) where the proxy puts its value back in HTTPS requests, those (``http://HOST[:PORT]``, port 80 unless
+    given) where it does in plain HTTP ones too, as the operator opts each in, and the headers it puts it in
+    (``Authorization`` and those named: an API's ``X-Api-Key``); a placeholder anywhere else stays one."""
 
     name: str
     hosts: frozenset[tuple[str, int]]
     plain: frozenset[tuple[str, int]] = frozenset()
+    headers: frozenset[bytes] = CARRIERS
 
     @classmethod
     def parsed(cls, given: str, env: set[str]) -> Mask:
-        """``GITHUB_TOKEN=api.github.com,uploads.github.com:443``, ``API_TOKEN=http://api.internal:8080``;
-        ``ValueError`` in one line, else. ``env``: the names ``--process-env`` gives."""
+        """``GITHUB_TOKEN=api.github.com,uploads.github.com:443``, ``API_TOKEN=http://api.internal:8080``,
+        ``API_KEY=api.example.com,header=X-Api-Key``; ``ValueError`` in one line, else. ``env``: the names
+        ``--process-env`` gives."""
         name, equals, listed = given.partition("=")
         if not equals or not listed:
-            raise ValueError(f"--process-env-mask takes NAME=[http://]HOST[:PORT][,[http://]HOST[:PORT]...]: {given!r}")
+            raise ValueError(
+                f"--process-env-mask takes NAME=[http://]HOST[:PORT][,[http://]HOST[:PORT]...][,header=HEADER]: "
+                f"{given!r}"
+            )
         if name not in env:
             raise ValueError(f"--process-env-mask {name}: no --process-env {name}=SOURCE gives it")
         hosts: set[tuple[str, int]] = set()
         plain: set[tuple[str, int]] = set()
+        headers = set(CARRIERS)
         for entry in listed.split(","):
+            if entry.lower().startswith("header="):
+                header = entry.partition("=")[2]
+                if not _TOKEN.fullmatch(header) or header.lower() in _NEVER_CARRIERS or header.lower()[:6] == "proxy-":
+                    raise ValueError(
+                        f"--process-env-mask {name}: {entry!r} names no header a credential goes in (header=X-Api-Key)"
+                    )
+                headers.add(header.lower().encode())
+                continue
             host = entry.removeprefix("http://")
             port = ("80" if host != entry else "443") if ":" not in host else host.rpartition(":")[2]
             try:
@@ -85,7 +111,9 @@ class Mask:
                     "api.example.com:8443, http://api.internal:8080)"
                 ) from None
             (plain if host != entry else hosts).add((each.name, each.port))
-        return cls(name, frozenset(hosts), frozenset(plain))
+        if not hosts | plain:
+            raise ValueError(f"--process-env-mask {name}: no host to put the value in for: {given!r}")
+        return cls(name, frozenset(hosts), frozenset(plain), frozenset(headers))
 
 
 def placeholder(value: str) -> str:
@@ -120,14 +148,15 @@ def _jwt_header(text: str) -> bool:
 
 @dataclass(frozen=True)
 class Swap:
-    """One process's masked value: its variable's ``name``, its ``placeholder``, the ``value``, and the hosts it is
-    put back for (``plain``: in plain HTTP)."""
+    """One process's masked value: its variable's ``name``, its ``placeholder``, the ``value``, the hosts it is
+    put back for (``plain``: in plain HTTP), and the headers it is put in (lower-case)."""
 
     name: str
     placeholder: str
     value: str
     hosts: frozenset[tuple[str, int]]
     plain: frozenset[tuple[str, int]] = frozenset()
+    headers: frozenset[bytes] = CARRIERS
 
 
 @dataclass
@@ -161,7 +190,7 @@ class Masks:
             return values, None
         token = secrets.token_urlsafe(32)
         swaps = tuple(
-            Swap(mask.name, placeholder(values[mask.name]), values[mask.name], mask.hosts, mask.plain)
+            Swap(mask.name, placeholder(values[mask.name]), values[mask.name], mask.hosts, mask.plain, mask.headers)
             for mask in masked
         )
         self.swaps[token] = swaps
