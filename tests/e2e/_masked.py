@@ -19,6 +19,7 @@ API = r"""
 import http.server, json, ssl, sys, threading
 SEEN = []
 class Echo(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # a connection kept alive, as an API's is
     def answer(self):
         SEEN.append(self.headers.get("Authorization", ""))
         size = len(self.rfile.read(int(self.headers.get("Content-Length") or 0)))

@@ -211,6 +211,68 @@ def test_the_value_goes_in_the_credential_s_headers_alone(masked: Masked) -> Non
 CARRIED = {"Authorization": "Bearer ", "X-Api-Key": "", "X-Other": "", "Cookie": "session="}
 
 
+def test_a_request_in_a_masked_tunnel_that_names_another_site_is_refused_and_never_reaches_it(
+    masked: Masked,
+) -> None:
+    """In the tunnel to the masked host (``CONNECT api.test:PORT``), a request naming another site the same front
+    serves (the stand-in API serves both names) by its ``Host``, its absolute target, its TLS server name, or as the
+    second request of a kept-alive tunnel, is refused (421, and the connection closed; the server name's at its
+    handshake) and never reaches the API: it got the value in 4 of 4 shapes. What goes on has an origin-form target
+    and the tunnel's ``Host``."""
+    mcp, session, secure = masked.mcp, masked.session, masked.secure
+    before = seen(masked.world, secure, masked.authority).count(f"Bearer {TOKEN}")
+    done = ran(mcp, session, "/usr/bin/python3", "-c", MISDIRECTED, API, OTHER, str(secure))
+    after = seen(masked.world, secure, masked.authority).count(f"Bearer {TOKEN}")
+    mine = f"{API}:{secure}"
+    assert json.loads(done["out"]) == {
+        "host": 421,
+        "absolute": 421,
+        "server name": "refused",
+        "kept-alive": [["/", mine], 421],
+        "origin form": ["/x?y", mine],
+    }, done
+    assert after - before == 2  # the kept-alive tunnel's first request and the last: none of the refused
+
+
+MISDIRECTED = r"""
+import base64, http.client, json, os, socket, ssl, sys, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+credential = base64.b64encode(f"{proxy.username}:{proxy.password}".encode()).decode()
+api, other, port = sys.argv[1:4]
+mine, theirs = f"{api}:{port}", f"{other}:{port}"
+loose = ssl.create_default_context()  # a hostile client's: it verifies nothing
+loose.check_hostname, loose.verify_mode = False, ssl.CERT_NONE
+def tunnel(name):
+    raw = socket.create_connection((proxy.hostname, proxy.port), timeout=30)
+    raw.sendall(f"CONNECT {mine} HTTP/1.1\r\nHost: {mine}\r\nProxy-Authorization: Basic {credential}\r\n\r\n".encode())
+    assert raw.recv(4096).startswith(b"HTTP/1.1 200"), "no tunnel"
+    return loose.wrap_socket(raw, server_hostname=name)
+def asked(tls, target, host):
+    key = os.environ["API_TOKEN"]
+    tls.sendall(f"GET {target} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n\r\n".encode())
+    answer = http.client.HTTPResponse(tls)
+    answer.begin()
+    body = answer.read()
+    if answer.status != 200:
+        return answer.status
+    echoed = json.loads(body)
+    return [echoed["path"], {name.lower(): value for name, value in echoed["headers"].items()}["host"]]
+def named(name):
+    try:
+        return asked(tunnel(name), "/", mine)
+    except ssl.SSLError:  # the handshake ended: no request was made
+        return "refused"
+kept = tunnel(api)
+print(json.dumps({
+    "host": asked(tunnel(api), "/", theirs),
+    "absolute": asked(tunnel(api), f"https://{theirs}/", mine),
+    "server name": named(other),
+    "kept-alive": [asked(kept, "/", mine), asked(kept, "/", theirs)],
+    "origin form": asked(tunnel(api), f"https://{mine}/x?y", mine),
+}))
+"""
+
+
 def test_a_body_streams_through_with_the_value_in_the_head(masked: Masked) -> None:
     """A POST of 4 MiB through the proxy: the body arrives whole, the head with the value."""
     post = "\n".join((HTTPX.split("\n")[0], POST))

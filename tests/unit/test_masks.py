@@ -288,3 +288,52 @@ def test_the_made_authority_constrains_names_and_addresses_both_and_no_subdomain
     finally:
         authority.close()
     assert outcome == {**dict.fromkeys(taken, True), **dict.fromkeys(refused, False)}
+
+
+@pytest.mark.parametrize(
+    ("target", "host", "sent"),
+    [
+        (b"/v1?q=1", b"api.test", (b"/v1?q=1", b"api.test")),
+        (b"/", b"API.test.", (b"/", b"api.test")),
+        (b"/", b"api.test:443", (b"/", b"api.test")),
+        (b"https://api.test/v1?q=1", b"api.test", (b"/v1?q=1", b"api.test")),
+        (b"https://API.test:443", b"api.test", (b"/", b"api.test")),
+        (b"/", b"other.test", None),
+        (b"/", b"api.test:8443", None),
+        (b"/", b"api.test:99999", None),
+        (b"/", b"user@api.test", None),
+        (b"/", b"[api.test", None),
+        (b"https://other.test/", b"api.test", None),
+        (b"https://api.test:8443/", b"api.test", None),
+        (b"http://api.test/", b"api.test", None),
+        (b"api.test:443", b"api.test", None),
+    ],
+)
+def test_a_request_in_a_masked_tunnel_goes_in_origin_form_to_its_host_or_is_refused(
+    target: bytes, host: bytes, sent: tuple[bytes, bytes] | None
+) -> None:
+    """The tunnel to ``api.test:443`` takes a request for that site alone, whichever way it names it, and sends it
+    on in origin form with the tunnel's ``Host``; another authority (421) never reaches it."""
+    import h11
+
+    from mcp_sessions._gateway.sealed._edge import _bound
+
+    asked = h11.Request(method=b"GET", target=target, headers=[(b"host", host), (b"authorization", b"Bearer x")])
+    bound = _bound(asked, "api.test", 443)
+    assert (None if bound is None else (bound.target, dict(bound.headers)[b"host"])) == sent
+    assert bound is None or list(bound.headers)[1:] == [(b"authorization", b"Bearer x")]
+
+
+def test_a_tunnel_s_own_port_is_in_its_host_and_an_options_asterisk_and_a_host_less_http_1_0_request_go_on() -> None:
+    import h11
+
+    from mcp_sessions._gateway.sealed._edge import _bound
+
+    options = _bound(
+        h11.Request(method=b"OPTIONS", target=b"*", headers=[(b"host", b"api.test:8443")]), "api.test", 8443
+    )
+    old = _bound(h11.Request(method=b"GET", target=b"/", headers=[], http_version=b"1.0"), "api.test", 8443)
+    star = _bound(h11.Request(method=b"GET", target=b"*", headers=[(b"host", b"api.test:8443")]), "api.test", 8443)
+    assert options is not None and (options.target, list(options.headers)) == (b"*", [(b"host", b"api.test:8443")])
+    assert old is not None and list(old.headers) == [(b"host", b"api.test:8443")]
+    assert star is None

@@ -142,7 +142,7 @@ class Edge:
             tls = await TLSStream.wrap(
                 client, server_side=True, ssl_context=self.masks.authority.context(host), standard_compatible=False
             )
-            await _relay(tls, upstream, mine, f"{host}:{port}")
+            await _relay(tls, upstream, mine, host, port)
 
     async def _plain(
         self,
@@ -249,8 +249,11 @@ def _socket_as(uid: int, family: int) -> socket.socket:
         _LIBC.setfsuid(previous)
 
 
-async def _relay(client: TLSStream, server: anyio.abc.ByteStream, swaps: tuple[Swap, ...], where: str) -> None:
-    """HTTP/1.1 requests of ``client`` to ``server``, each head's placeholders swapped, until either ends."""
+async def _relay(
+    client: TLSStream, server: anyio.abc.ByteStream, swaps: tuple[Swap, ...], host: str, port: int
+) -> None:
+    """HTTP/1.1 requests of ``client`` to ``server`` (the tunnel's ``host`` and ``port``), each head's placeholders
+    swapped, until either ends; one that names another site is refused (:func:`_bound`)."""
     down = h11.Connection(h11.SERVER, max_incomplete_event_size=HEAD_LIMIT)
     up = h11.Connection(h11.CLIENT, max_incomplete_event_size=HEAD_LIMIT)
     while True:
@@ -266,10 +269,45 @@ async def _relay(client: TLSStream, server: anyio.abc.ByteStream, swaps: tuple[S
             return None
         if asked.method in (b"TRACE", b"TRACK"):
             return await _refuse(down, client, 405, "TRACE and TRACK echo the request back: refused")
-        if not await _exchange(down, client, up, server, asked, swaps):
+        if (request := _bound(asked, host, port)) is None:
+            return await _refuse(down, client, 421, f"this tunnel is {host}:{port}'s: a request for it alone")
+        if not await _exchange(down, client, up, server, request, swaps):
             return None
         down.start_next_cycle()
         up.start_next_cycle()
+
+
+def _bound(asked: h11.Request, host: str, port: int) -> h11.Request | None:
+    """``asked`` as it goes to the tunnel's ``host`` and ``port``: its target in origin form, its ``Host`` theirs; None
+    where its ``Host`` or its absolute target names another site (a CDN's, a load balancer's other virtual host,
+    which would get the value: RFC 9110's 421 Misdirected Request) or its target is of no request's form. The
+    process's TLS server name was checked as its handshake was (``_masks.Authority.context``)."""
+    target = asked.target
+    if target[:8].lower() == b"https://":
+        url = urllib.parse.urlsplit(target.decode("ascii", "replace"))
+        if not _names(url.netloc, host, port):
+            return None
+        target = ((url.path or "/") + (f"?{url.query}" if url.query else "")).encode()
+    elif not (target[:1] == b"/" or (target == b"*" and asked.method == b"OPTIONS")):
+        return None
+    if not all(
+        _names(value.decode("ascii", "replace"), host, port) for name, value in asked.headers if name == b"host"
+    ):
+        return None
+    authority = (host if port == 443 else f"{host}:{port}").encode()
+    headers = [(b"host", authority), *((name, value) for name, value in asked.headers if name != b"host")]
+    return h11.Request(method=asked.method, target=target, headers=headers, http_version=asked.http_version)
+
+
+def _names(netloc: str, host: str, port: int) -> bool:
+    """Whether the authority ``netloc`` (a ``Host``'s, an absolute target's) is ``host`` and ``port`` (443 unless
+    it says another: the tunnel is HTTPS), and nothing else (no user)."""
+    try:
+        url = urllib.parse.urlsplit(f"//{netloc}")
+        named = (url.hostname or "").removesuffix("."), url.port or 443
+    except ValueError:  # a port out of range, a bracket left open
+        return False
+    return "@" not in netloc and named == (host, port)
 
 
 async def _exchange(

@@ -30,7 +30,7 @@ import shutil
 import ssl
 import string
 import tempfile
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -341,7 +341,8 @@ class Authority:
         return cls(key, certificate, roots)
 
     def context(self, host: str) -> ssl.SSLContext:
-        """A server context whose certificate names ``host``, signed by this authority (made once a host)."""
+        """A server context whose certificate names ``host``, signed by this authority (made once a host), whose
+        handshake a client that names another server refuses (:func:`_named`)."""
         if (found := self.contexts.get(host)) is not None:
             return found
         from cryptography import x509
@@ -382,6 +383,7 @@ class Authority:
         finally:
             os.close(held)
         context.set_alpn_protocols(["http/1.1"])
+        context.sni_callback = _named(host.lower().removesuffix("."))
         self.contexts[host] = context
         return context
 
@@ -390,6 +392,21 @@ class Authority:
         if self.lock is not None:
             os.close(self.lock)
             self.lock = None
+
+
+def _named(host: str) -> Callable[[ssl.SSLObject, str | None, ssl.SSLContext], int | None]:
+    """An ``sni_callback`` refusing a client whose TLS server name is not ``host``: a tunnel to a masked host is
+    that site's alone, and a request in it that names another (a CDN's, a load balancer's) would get the value.
+    RFC 6066 section 3's ``unrecognized_name``, as a server does for a name it does not serve: the handshake ends
+    before any request (anyio's TLS stream closes the connection without sending the alert). A client that sends
+    no name (as for an address) goes on, and its ``Host`` is checked (``_edge._bound``)."""
+
+    def named(connection: ssl.SSLObject, name: str | None, context: ssl.SSLContext) -> int | None:
+        if name is not None and name.lower().removesuffix(".") != host:
+            return ssl.ALERT_DESCRIPTION_UNRECOGNIZED_NAME
+        return None
+
+    return named
 
 
 def held_directory(parent: str = SHARED) -> tuple[str, int | None]:
