@@ -7,6 +7,7 @@ import base64
 import json
 import socket
 import string
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from _authorities import PEM, authority, taken_leaf, written_key
-from mcp_sessions._gateway.sealed._edge import Edge, _swapped
+from _waits import WITHIN
+from mcp_sessions._gateway.sealed._edge import ASKING, ASKING_PER_ADDRESS, Edge, _swapped
 from mcp_sessions._gateway.sealed._masks import Authority, Mask, Masks, placeholder
 from mcp_sessions._gateway.sealed._network import AllowedHost, EgressRules
 
@@ -240,7 +242,7 @@ async def test_a_proxy_connection_that_fails_unforeseen_ends_alone_and_its_messa
     ends that connection alone: the proxy serves the next, and the log names the exception's kind and place, never
     its message. An exception the handler did not list ended the listener's task group, and the gateway with it."""
 
-    async def failing(self: Edge, client: anyio.abc.SocketStream) -> None:
+    async def failing(self: Edge, *asked: Any) -> None:
         raise RuntimeError("ghp_the-value")
 
     monkeypatch.setattr(Edge, "_connection", failing)
@@ -252,7 +254,7 @@ async def test_a_proxy_connection_that_fails_unforeseen_ends_alone_and_its_messa
             tasks.start_soon(Edge(masks, listening).serve)
             for _ in range(2):
                 async with await anyio.connect_tcp("127.0.0.1", port) as stream:
-                    await stream.send(b"CONNECT api.test:443 HTTP/1.1\r\n\r\n")
+                    await stream.send(b"CONNECT api.test:443 HTTP/1.1\r\nHost: api.test:443\r\n\r\n")
                     with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
                         await stream.receive()
             tasks.cancel_scope.cancel()
@@ -337,3 +339,89 @@ def test_a_tunnel_s_own_port_is_in_its_host_and_an_options_asterisk_and_a_host_l
     assert options is not None and (options.target, list(options.headers)) == (b"*", [(b"host", b"api.test:8443")])
     assert old is not None and list(old.headers) == [(b"host", b"api.test:8443")]
     assert star is None
+
+
+REFUSED_PASSWORD = b"CONNECT api.test:443 HTTP/1.1\r\nHost: api.test:443\r\nProxy-Authorization: Basic bWNwOng=\r\n\r\n"
+"""A whole proxy request with a password no process has (``mcp:x``): a connection the proxy waits on answers it 407."""
+
+
+async def _answer(stream: anyio.abc.SocketStream) -> bytes:
+    """What the proxy sends ``stream`` until it closes it (b"" for a connection closed unanswered), bounded."""
+    received = b""
+    with anyio.fail_after(WITHIN):
+        while True:
+            try:
+                received += await stream.receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                return received
+
+
+@pytest.mark.anyio
+async def test_connections_before_their_password_are_bounded_per_address_and_in_all_and_closed_as_accepted() -> None:
+    """Before a connection's password is seen, an address (a process: each has its own on its link) has 64
+    waited on at once and all together 256: one past either is closed as it is accepted, unanswered, while those
+    held are still served (407 for a password no process has). A process held 2,500 idle connections for 30 s
+    each, every one a descriptor of the gateway's."""
+    masks = Masks((), Authority.made(["api.test"]))
+    listening = socket.create_server(("127.0.0.1", 0))
+    port = listening.getsockname()[1]
+    edge = Edge(masks, listening, asking_within=WITHIN * 10)  # a close seen here is the bound's, never the timeout's
+    answers: dict[str, list[bytes]] = {}
+    try:
+        async with anyio.create_task_group() as tasks, AsyncExitStack() as held:
+            tasks.start_soon(edge.serve)
+
+            async def opened(source: str) -> anyio.abc.SocketStream:
+                return await held.enter_async_context(await anyio.connect_tcp("127.0.0.1", port, local_host=source))
+
+            # the proxy counts each as it is accepted, in the order of their connect (asyncio runs them in turn)
+            first = [await opened("127.0.0.1") for _ in range(ASKING_PER_ADDRESS)]
+            answers["65th of one address"] = [await _answer(await opened("127.0.0.1"))]
+            others = [await opened(f"127.0.0.{host}") for host in (2, 3, 4) for _ in range(ASKING_PER_ADDRESS)]
+            answers["257th of all"] = [await _answer(await opened("127.0.0.5"))]
+            for stream in first + others:
+                await stream.send(REFUSED_PASSWORD)
+            answers["held"] = sorted({(await _answer(stream)).partition(b"\r\n")[0] for stream in first + others})
+            fresh = await opened("127.0.0.5")  # those answered are waited on no more
+            await fresh.send(REFUSED_PASSWORD)
+            answers["after"] = [(await _answer(fresh)).partition(b"\r\n")[0]]
+            tasks.cancel_scope.cancel()
+    finally:
+        masks.close()
+        listening.close()
+    assert ASKING_PER_ADDRESS * 4 == ASKING
+    assert answers == {
+        "65th of one address": [b""],
+        "257th of all": [b""],
+        "held": [b"HTTP/1.1 407 "],
+        "after": [b"HTTP/1.1 407 "],
+    }
+    assert edge.waiting == {}
+
+
+@pytest.mark.anyio
+async def test_a_connection_whose_proxy_request_is_not_whole_in_time_is_answered_400_and_closed() -> None:
+    """A connection idle after accept, or sending its head a byte at a time, is closed once its time is up
+    (``asking_within``: 10 s by default, as nginx's ``client_header_timeout`` bounds a head), and counted no more."""
+    masks = Masks((), Authority.made(["api.test"]))
+    listening = socket.create_server(("127.0.0.1", 0))
+    port = listening.getsockname()[1]
+    edge = Edge(masks, listening, asking_within=0.5)
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(edge.serve)
+            async with (
+                await anyio.connect_tcp("127.0.0.1", port) as idle,
+                await anyio.connect_tcp("127.0.0.1", port) as partial,
+            ):
+                await partial.send(REFUSED_PASSWORD[:20])
+                started = anyio.current_time()
+                said = [(await _answer(stream)).partition(b"\r\n")[0] for stream in (idle, partial)]
+                waited = anyio.current_time() - started
+            tasks.cancel_scope.cancel()
+    finally:
+        masks.close()
+        listening.close()
+    assert said == [b"HTTP/1.1 400 "] * 2
+    assert 0.4 <= waited < WITHIN
+    assert edge.waiting == {}

@@ -44,6 +44,15 @@ from ._masks import PROXY_USER, Masks, Swap
 
 HEAD_LIMIT: Final = 65536
 HEAD_WITHIN: Final = 30.0
+"""A request's head in a tunnel, whole, from the end of the last (an idle kept-alive tunnel's life)."""
+ASKING_WITHIN: Final = 10.0
+"""A connection's proxy request (its ``CONNECT`` and password), whole, from accept: nginx's
+``client_header_timeout`` is 60 s for a server of browsers; a process's client sends its head at once."""
+ASKING_PER_ADDRESS: Final = 64
+"""The connections of one address (one process: each has its own on its link) before their password: each holds
+a socket of the gateway's, which none of the process's own bounds counts."""
+ASKING: Final = 256
+"""The connections of every process together before their password."""
 CONNECT_WITHIN: Final = 15.0
 TUNNELS: Final = 64
 """A process's connections through the proxy at once: each holds two of the gateway's sockets, which none of the
@@ -56,11 +65,23 @@ _LIBC: Final = ctypes.CDLL(None, use_errno=True)
 
 
 class Edge:
-    """The proxy: ``masks`` say whose values go where, and as whose uid an opaque tunnel connects."""
+    """The proxy: ``masks`` say whose values go where, and as whose uid an opaque tunnel connects; a connection
+    sends its proxy request within ``asking_within`` seconds of accept, and at most ``asking_per_address`` of an
+    address and ``asking`` of all are waited for at once (one past them is closed as it is accepted)."""
 
-    def __init__(self, masks: Masks, listening: socket.socket) -> None:
+    def __init__(
+        self,
+        masks: Masks,
+        listening: socket.socket,
+        *,
+        asking_within: float = ASKING_WITHIN,
+        asking_per_address: int = ASKING_PER_ADDRESS,
+        asking: int = ASKING,
+    ) -> None:
         self.masks, self.listening = masks, listening
+        self.asking_within, self.asking_per_address, self.asking = asking_within, asking_per_address, asking
         self.tunnels: Counter[str] = Counter()  # a process's proxy token: its connections open now
+        self.waiting: Counter[str] = Counter()  # an address: its connections whose proxy request is not whole yet
         upstream = ssl.create_default_context()
         upstream.set_alpn_protocols(["http/1.1"])
         self.upstream = upstream
@@ -75,7 +96,9 @@ class Edge:
         gateway, whose task group runs it), logged by its kind and place, never its message (a value may be in it)."""
         async with client:
             try:
-                await self._connection(client)
+                down = h11.Connection(h11.SERVER, max_incomplete_event_size=HEAD_LIMIT)
+                if (asked := await self._asked(down, client)) is not None:
+                    await self._connection(down, client, asked)
             except (anyio.BrokenResourceError, anyio.EndOfStream, anyio.ClosedResourceError, OSError):
                 pass
             except Exception as exc:
@@ -87,15 +110,31 @@ class Edge:
                     where.lineno or 0,
                 )
 
-    async def _connection(self, client: anyio.abc.SocketStream) -> None:
-        down = h11.Connection(h11.SERVER, max_incomplete_event_size=HEAD_LIMIT)
+    async def _asked(self, down: h11.Connection, client: anyio.abc.SocketStream) -> h11.Request | None:
+        """The proxy request of ``client``, just accepted, read whole within :attr:`asking_within`; None where it
+        is not (a 400 sent), or where its address's connections waiting for theirs, or all of them, are at their
+        bound: then it is closed at once, before a byte is read. A process held 2,500 idle connections 30 s each
+        before its password was asked (issue 100): the descriptors are the gateway's, which none of its bounds
+        counts."""
+        address = client.extra(anyio.abc.SocketAttribute.remote_address)  # noqa: S610 - anyio's, not Django's
+        source = str(address[0] if isinstance(address, tuple) else address)
+        if self.waiting[source] >= self.asking_per_address or self.waiting.total() >= self.asking:
+            return None
+        self.waiting[source] += 1
         try:
-            with anyio.fail_after(HEAD_WITHIN):
+            with anyio.fail_after(self.asking_within):
                 asked = await _next(down, client)
         except (TimeoutError, h11.RemoteProtocolError):
-            return await _refuse(down, client, 400, "a proxy request's head, whole, in time")
-        if not isinstance(asked, h11.Request):
-            return None
+            asked = None
+        finally:
+            self.waiting[source] -= 1
+            if not self.waiting[source]:
+                del self.waiting[source]
+        if asked is None:
+            await _refuse(down, client, 400, "a proxy request's head, whole, in time")
+        return asked if isinstance(asked, h11.Request) else None
+
+    async def _connection(self, down: h11.Connection, client: anyio.abc.SocketStream, asked: h11.Request) -> None:
         plain = asked.method != b"CONNECT"
         if plain and asked.target[:7].lower() != b"http://":
             return await _refuse(down, client, 405, "this proxy takes CONNECT (HTTPS) and http:// URLs alone")
