@@ -76,6 +76,10 @@ def test_a_jwt_s_placeholder_keeps_its_header_and_claims_and_has_a_random_signat
             "--process-env-mask GITHUB_TOKEN: 'header=Proxy-Authorization' names no header a credential goes in",
         ),
         (
+            "GITHUB_TOKEN=api.github.com,header=Content-Length",
+            "--process-env-mask GITHUB_TOKEN: 'header=Content-Length' names no header a credential goes in",
+        ),
+        (
             "GITHUB_TOKEN=api.github.com,header=X Key",
             "--process-env-mask GITHUB_TOKEN: 'header=X Key' names no header a credential goes in",
         ),
@@ -89,7 +93,17 @@ def test_a_jwt_s_placeholder_keeps_its_header_and_claims_and_has_a_random_signat
             "--process-env-mask GITHUB_TOKEN: 'api.github.com:0' is not [http://]HOST[:PORT]",
         ),
     ],
-    ids=["no-hosts", "not-given", "bad-name", "bad-port", "headers-alone", "host", "proxy-header", "no-token"],
+    ids=[
+        "no-hosts",
+        "headers-alone",
+        "host",
+        "proxy-header",
+        "framing",
+        "no-token",
+        "not-given",
+        "bad-name",
+        "bad-port",
+    ],
 )
 def test_a_mask_the_gateway_cannot_keep_is_one_line(given: str, said: str) -> None:
     with pytest.raises(ValueError) as raised:

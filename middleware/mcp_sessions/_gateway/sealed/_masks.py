@@ -58,7 +58,7 @@ _JWT_ALPHABET: Final = string.ascii_letters + string.digits + "-_"
 CARRIERS: Final = frozenset({b"authorization"})
 """The headers a masked value is put in unless its mask names others (``header=NAME``): the credential's own."""
 _NEVER_CARRIERS: Final = frozenset(
-    {"host", "connection", "keep-alive", "te", "trailer", "upgrade", "transfer-encoding"}
+    {"host", "connection", "keep-alive", "te", "trailer", "upgrade", "transfer-encoding", "content-length"}
 )
 """Headers the proxy builds, drops or frames with: no value goes in them (``Proxy-*`` neither: never forwarded)."""
 _TOKEN: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110's field name
