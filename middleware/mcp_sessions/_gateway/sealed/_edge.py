@@ -14,7 +14,9 @@ connections: one set of rules, the kernel's. A plain HTTP request (absolute form
 opted a host in: ``http://HOST[:PORT]``, its ``HTTP_PROXY``) is relayed the same way, one a connection, its
 placeholders swapped for that host and port alone (to any other host, from a socket of the process's uid too). A
 failure is an answer the client reads (400, 405, 431, 502 naming the host), never a hang; nothing of a value, a
-placeholder or a token is logged.
+placeholder or a token is logged. A tunnel to a masked host is its site's alone (:func:`_bound`: 421 for a request
+that names another), and a connection is waited on for its proxy request a bounded time, in bounded numbers
+(:class:`Edge`).
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ proxy's grant to its sandbox). For a masked credential's own hosts, the proxy te
 gateway's certificate authority (:class:`Authority`: made at startup, its key never written anywhere, or the operator's,
 read once; its certificate handed to the process through ``SSL_CERT_FILE`` and its peers, beside the host's roots), and
 puts the value where the placeholder is in the request's credential headers (``Authorization``, and those the mask
-names: :class:`Mask`). The process's direct connections to those hosts are
-refused by its rules (``_network.EgressRules``), so the swap happens only where the proxy sends the answer back through
-TLS it verified itself. The certificates are made with ``cryptography`` (what PyJWT's ``crypto`` extra installs).
+names: :class:`Mask`). The process's direct connections to those hosts are refused by its rules
+(``_network.EgressRules``), so the swap happens only where the proxy sends the answer back through TLS it verified
+itself. The certificates are made with ``cryptography`` (what PyJWT's ``crypto`` extra installs).
 """
 
 from __future__ import annotations
