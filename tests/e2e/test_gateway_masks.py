@@ -37,7 +37,7 @@ from e2e._authorization import GATEWAY, authorization_server, login
 from e2e._dns import elsewhere, resolver
 from e2e._gateway import CACHE, NODE22, for_every_uid, gateway_run, installed, readable_directory
 from e2e._masked import NAMES, SERVER, stand_in_authority
-from mcp_sessions._gateway.sealed._edge import TUNNELS, _socket_as
+from mcp_sessions._gateway.sealed._edge import ASKING_PER_ADDRESS, TUNNELS, _socket_as
 from mcp_sessions._gateway.sealed._masks import SHARED, Authority
 
 UIDS, OPERATED_UIDS = uids(400, 20), uids(440, 8)
@@ -378,10 +378,12 @@ def test_a_malformed_or_huge_request_is_refused_and_the_next_is_served(
     proxy = _sealed.text(_sealed.call(mcp, "env", session, variable="HTTPS_PROXY"))
     forged = ran(mcp, session, "curl", *status, "--proxy", re.sub(r":[^:@/]+@", ":forged@", proxy), url)
     many = ran(mcp, session, "/usr/bin/python3", "-c", HOLDING.format(host=API, port=secure, count=TUNNELS + 1))
+    idle = ran(mcp, session, "/usr/bin/python3", "-c", IDLE.format(count=ASKING_PER_ADDRESS + 1))
     assert trace["out"] == "405"
     assert huge["out"] in ("431", "400")
     assert "CONNECT tunnel failed, response 407" in forged["err"], forged  # no live process's password
     assert many["out"].split() == [str(TUNNELS), "429"], many  # the gateway's sockets a process may hold: bounded
+    assert idle["out"].split() == ["open", "closed"], idle  # and those before a password, from accept
     assert echoed(mcp, session, "curl", "-sS", url)["method"] == "GET"  # its tunnels closed, counted no more
 
 
@@ -398,6 +400,25 @@ for _ in range({count}):
     held.append(tunnel)
 print(codes.count("200"), codes[-1])
 """
+
+
+IDLE = """
+import os, socket, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+held = [socket.create_connection((proxy.hostname, proxy.port), timeout=30) for _ in range({count})]
+held[0].setblocking(False)
+try:
+    first = "closed" if held[0].recv(64) == b"" else "answered"
+except BlockingIOError:
+    first = "open"
+try:
+    last = "closed" if held[-1].recv(64) == b"" else "answered"
+except ConnectionResetError:
+    last = "closed"
+print(first, last)
+"""
+"""A process's connections to the proxy, idle, one past the bound of an address's: the first held, the last closed
+as it is accepted (its read ends at once, never at its 30 s timeout)."""
 
 
 @pytest.mark.parametrize(
