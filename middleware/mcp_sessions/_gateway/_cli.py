@@ -182,11 +182,11 @@ def _auth_arguments(gateway: argparse.ArgumentParser) -> None:
         "--process-env-mask",
         action="append",
         default=[],
-        metavar="NAME=HOST[:PORT],...",
+        metavar="NAME=HOST[:PORT],...[,header=HEADER]",
         help="with --process-env NAME and --process-network egress: the process gets a placeholder of NAME's "
-        "shape, and the gateway's HTTPS proxy puts the value in its requests' headers to these hosts (port 443 "
-        "unless given) alone, which it reaches through that proxy alone; plain HTTP too for a host given as "
-        "http://HOST[:PORT] (port 80 unless given); repeat",
+        "shape, and the gateway's HTTPS proxy puts the value in its requests' Authorization header (and each "
+        "header=HEADER given) to these hosts (port 443 unless given) alone, which it reaches through that proxy "
+        "alone; plain HTTP too for a host given as http://HOST[:PORT] (port 80 unless given); repeat",
     )
     users.add_argument(
         "--process-env-mask-ca",
