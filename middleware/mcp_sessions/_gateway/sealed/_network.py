@@ -153,8 +153,18 @@ logger = logging.getLogger("mcp_sessions.gateway")
 LOOPBACK: Final = tuple(ipaddress.ip_network(net) for net in ("127.0.0.0/8", "::1/128", "::ffff:127.0.0.0/104"))
 
 
-# A new network namespace's loopback brought up ($0: ip), then the command (bubblewrap, which runs in it).
-_LOOPBACK: Final = '"$0" link set lo up || exit 125; exec "$@"'
+TCP_BUFFERS: Final = ("4096 16384 6291456", "4096 16384 4194304")
+"""A process's own network namespace's ``net.ipv4.tcp_rmem`` and ``tcp_wmem`` (least, first, most: bytes), written as
+its loopback comes up: the kernel's defaults, but a socket's first receive buffer 16 KiB, where a new namespace copies
+the host's (128 KiB by the kernel's default, more on a host tuned for throughput). The kernel charges each socket's
+first buffer past any bound (``_cgroups._sockets_past``): 72 KiB a connection unread on loopback at 128 KiB, 16 at 16;
+later buffers grow as the kernel's autotuning does, within the bound."""
+# A new network namespace's loopback brought up ($0: ip) and its TCP buffers' sizes written ($1, $2: TCP_BUFFERS),
+# then the command (bubblewrap, which runs in it).
+_LOOPBACK: Final = (
+    '"$0" link set lo up && echo "$1" > /proc/sys/net/ipv4/tcp_rmem && echo "$2" > /proc/sys/net/ipv4/tcp_wmem '
+    '|| exit 125; shift 2; exec "$@"'
+)
 
 
 @dataclass(frozen=True)
@@ -189,14 +199,15 @@ class ProcessNetwork:
         return ["--net"] if self.isolated and self.link is None else []
 
     def loopback(self) -> list[str]:
-        """Before bubblewrap, in its network namespace: its loopback up (:data:`_LOOPBACK`)."""
-        return ["/bin/sh", "-c", _LOOPBACK, tool("ip")] if self.isolated else []
+        """Before bubblewrap, in its network namespace: its loopback up and its TCP buffers (:data:`_LOOPBACK`)."""
+        return ["/bin/sh", "-c", _LOOPBACK, tool("ip"), *TCP_BUFFERS] if self.isolated else []
 
     def unshare_mounts(self) -> list[str]:
-        """Its part of ``unshare``'s mounts (``_sandbox._UNSHARE_MOUNTS``), named: its loopback up, its resolver."""
+        """Its part of ``unshare``'s mounts (``_sandbox._UNSHARE_MOUNTS``), named: its loopback up and its TCP
+        buffers (:data:`TCP_BUFFERS`), its resolver."""
         resolver, at = self.resolver()
         return [
-            *(["--loopback", tool("ip")] if self.isolated else []),
+            *(["--loopback", tool("ip"), *TCP_BUFFERS] if self.isolated else []),
             *(["--resolver", resolver, at] if resolver else []),
         ]
 

@@ -288,6 +288,10 @@ class Child:
             await anyio.sleep(BOUNDS_POLL)
             bound = await anyio.to_thread.run_sync(place.exceeded)
         logger.warning("%s: its conversation is %s: it ends", self.label, OVER[bound].text)
+        if bound == "memory" and place.cgroup is not None:
+            # At once, as the kernel's OOM killer ends a process: what pins memory past the bound (unread socket
+            # buffers, which no OOM kill counts under cgroup v1) would pin more for stdin's and SIGTERM's graces.
+            await anyio.to_thread.run_sync(place.cgroup.killed, 0)
         self.stop(OVER[bound])
 
     async def _initialize(self, link: JSONRPCDispatcher[Any]) -> None:
