@@ -23,9 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from _redis import free_port
 from _uids import uids
 from _waits import until
-from e2e._gateway import Process
+from e2e._gateway import Process, gateway_run
 from e2e._sealed import UIDS, call, client, gateway, needs, shared, text
 from mcp_sessions._gateway._process_flags import default_memory
 from mcp_sessions._gateway.sealed._network import TCP_BUFFERS
@@ -176,26 +177,48 @@ def tcp_peak(gateway: int) -> Iterator[Callable[[], int]]:
 
 def test_by_default_a_conversations_directories_count_in_its_memory_bound(server: str) -> None:
     """With no --process-memory, the five tmpfs directories of one conversation pinned 1.25 GiB of the host's memory.
-    Its default is half the host's memory shared by the processes that may run at once (here ``--max-processes``
-    chosen for some 100 MiB each), said in the startup line; what the process writes in its directories is memory of
-    its control group's: it fills a third of its bound in ``/tmp``, and the other two thirds in ``/dev/shm`` are
-    refused (or end the conversation), far below the 256 MiB each directory may hold. (A third, not a half: under
-    cgroup v1 a quarter of the bound is kept for its TCP buffers, and the interpreter's own pages count too.)"""
+    Its default, under cgroup v1, is at least 512 MiB each (``ROOM``; half the host's memory shared by the processes
+    that may run at once gave 59 MiB with ``--max-processes 200`` on a 24 GB host, under which a Python server on the
+    ``mcp`` SDK was killed at its start), and half the host's memory for them together, the gateway's own group's
+    (theirs are in it), both said in the startup line; what the process writes in its directories is memory of its
+    control group's: it fills a third of its bound in ``/tmp``, and the other two thirds in ``/dev/shm`` are refused
+    (or end the conversation), below the 512 MiB each directory may hold here. (A third, not a half: under cgroup v1
+    a quarter of the bound is kept for its TCP buffers, and the interpreter's own pages count too.)"""
     needs("root", "bwrap", "cgroup-memory")
+    from mcp_sessions._gateway.sealed._cgroups import Cgroups
+
     host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    count = max(host // 2 // (100 << 20) - 1, 1)
-    bound = default_memory(count + 1) >> 20  # the tests' gateway: --warm 0
-    sealed = ("--process-containment", "bwrap", "--process-uids", UIDS, "--max-processes", str(count))
-    with gateway(server, *sealed) as process:  # egress: nothing of its network is charged to it
-        assert f"memory {bound} MiB each" in process.output()
+    bound = default_memory(201, together=True) >> 20  # the tests' gateway: --warm 0
+    sealed = ("--process-containment", "bwrap", "--process-uids", UIDS, "--max-processes", "200")
+    with gateway(server, *sealed, "--process-disk", "512") as process:  # egress: nothing of its network is charged
+        assert bound == min(512, host // 4 >> 20)
+        assert f"; {host // 2 >> 20} MiB together), memory {bound} MiB each" in process.output()
         mcp = client(process)
         session = mcp.create_session()
+        assert process.process is not None
+        cgroups = Cgroups.found(64 << 20, None)
+        assert cgroups is not None
+        [own] = cgroups.parents[0].glob(f"mcp-sessions-{process.process.pid}-*-gateway")
+        assert int((own / "memory.limit_in_bytes").read_text()) == host // 2 >> 12 << 12  # in pages
+        assert [group.name for group in own.iterdir() if group.is_dir()]  # the conversation's, in it
         assert text(call(mcp, "fill", session, path="/tmp/third", mib=bound // 3)) == "filled"
         refused = call(mcp, "fill", session, path="/dev/shm/rest", mib=bound - bound // 3)
         if "error" in refused:  # the kernel's OOM killer ended it
             until(lambda: "over its memory bound (--process-memory)" in process.output(), process.output)
         else:
             assert text(refused).startswith("denied: "), refused
+
+
+def test_a_server_its_memory_bound_kills_at_its_start_is_told_in_the_gateways_last_line() -> None:
+    """A server the kernel killed at its start for its memory bound ended the gateway with "the server failed to
+    initialize: Connection closed", the bound unsaid; the last line now says it, and the flag that raises it."""
+    needs("cgroup-memory")
+    server = f"{sys.executable} -c 'import json, sys; sys.stdin.readline(); bytearray(64 << 20)'"
+    done = gateway_run("--port", str(free_port()), "--stdio", server, "--process-memory", "16")
+    said = done.stderr.splitlines()
+    assert done.returncode == 2, done.stderr
+    assert said[-1].startswith(f"mcp-sessions gateway: {server}: the server "), said[-1]
+    assert "; it was killed over its memory bound, 16 MiB: raise --process-memory" in said[-1], said[-1]
 
 
 @pytest.mark.parametrize("containment", CONTAINMENTS)
