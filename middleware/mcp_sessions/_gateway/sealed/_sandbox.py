@@ -109,8 +109,8 @@ CGROUPS: Final = "/sys/fs/cgroup"
 # where SOURCE is ""); and its network's (_network.ProcessNetwork): --loopback IP-PATH RMEM WMEM, its own loopback up
 # (a new network namespace's is down) and its TCP buffers' sizes (net.ipv4.tcp_rmem, tcp_wmem), and --resolver FILE
 # WHERE, the resolver configuration it reads, opened before /run is hidden and bound there after (by /proc/self/fd:
-# its path is hidden then). Named, the network's part is added by
-# the one module that decides it, and no value's meaning hangs on its place among nine.
+# its path is hidden then). Named, the network's part is added by the one module that decides it, and no value's
+# meaning hangs on its place among nine.
 _UNSHARE_MOUNTS: Final = """\
 (
 read_only=() tmpfs=() binds=() dev="" home="" ip="" resolver=""
