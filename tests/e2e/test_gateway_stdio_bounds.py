@@ -130,10 +130,11 @@ def test_what_a_process_leaves_unread_in_its_sockets_counts_in_its_memory(server
     """A process under ``--process-memory 150`` held 393 MiB unread in 5,727 loopback TCP connections of its own
     namespace while its group counted 48: cgroup v1 counts TCP buffers apart (``memory.kmem.tcp``), and the kernel
     charges each socket's first buffer of a queue past their bound (72 KiB a connection at the host's first receive
-    buffer, 128 KiB). Now its namespace's first receive buffer is 16 KiB, and the conversation ends once the kernel's
-    count is past its share (a quarter of the bound), killed at once, as the kernel's OOM killer would end it: 9,000
-    connections under ``--process-memory 100`` reached 63-145 MiB of TCP buffers in 8 runs on a busy 2-core host (the
-    kernel's count, read every 50 ms) before the gateway's poll (twice a second) saw them past it; they held 648."""
+    buffer, 128 KiB). Now its namespace's first receive buffer is 32 KiB (24 KiB a connection), and the conversation
+    ends once the kernel's count is past its share (a quarter of the bound), killed at once, as the kernel's OOM killer
+    would end it: 9,000 connections under ``--process-memory 100`` reached 46-152 MiB of TCP buffers in 8 runs on a
+    busy 2-core host (the kernel's count, read every 50 ms) before the gateway's poll (twice a second) saw them past
+    it; they held 648."""
     needs("root", "bwrap", "cgroup-memory")
     sealed = ("--process-containment", "bwrap", "--process-uids", UIDS, "--process-network", "none")
     with gateway(server, *sealed, "--process-memory", "100") as process:

@@ -153,12 +153,13 @@ logger = logging.getLogger("mcp_sessions.gateway")
 LOOPBACK: Final = tuple(ipaddress.ip_network(net) for net in ("127.0.0.0/8", "::1/128", "::ffff:127.0.0.0/104"))
 
 
-TCP_BUFFERS: Final = ("4096 16384 6291456", "4096 16384 4194304")
+TCP_BUFFERS: Final = ("4096 32768 6291456", "4096 16384 4194304")
 """A process's own network namespace's ``net.ipv4.tcp_rmem`` and ``tcp_wmem`` (least, first, most: bytes), written as
-its loopback comes up: the kernel's defaults, but a socket's first receive buffer 16 KiB, where a new namespace copies
+its loopback comes up: the kernel's defaults, but a socket's first receive buffer 32 KiB, where a new namespace copies
 the host's (128 KiB by the kernel's default, more on a host tuned for throughput). The kernel charges each socket's
-first buffer past any bound (``_cgroups._sockets_past``): 72 KiB a connection unread on loopback at 128 KiB, 16 at 16;
-later buffers grow as the kernel's autotuning does, within the bound."""
+first buffer past any bound (``_cgroups._sockets_past``): 72 KiB a connection unread on loopback at 128 KiB, 24 at 32,
+16 at 16. 32 KiB is the least whose window (about half of it) still takes a sender's whole first flight (10 segments,
+some 14.5 KB): no round trip more for a reply; later buffers grow as the kernel's autotuning does, within the bound."""
 # A new network namespace's loopback brought up ($0: ip) and its TCP buffers' sizes written ($1, $2: TCP_BUFFERS),
 # then the command (bubblewrap, which runs in it).
 _LOOPBACK: Final = (
