@@ -133,7 +133,8 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
         metavar="MIB",
         help="with --stdio: a conversation's memory at most (MiB), all its processes together, its directories and "
         "socket buffers included (a control group); default: half the host's memory shared by --max-processes, "
-        "--warm and the shared process, where the host gives a control group (the startup line says it)",
+        "--warm and the shared process, where the host gives a control group, and under cgroup v1, where they are "
+        "bounded together by half the host's memory, at least 512 MiB (the startup line says it)",
     )
     gateway.add_argument(
         "--process-pids",
@@ -462,13 +463,17 @@ def _bounds(args: argparse.Namespace, *, per_uid: bool) -> Any:
     if cpu is not None and not (math.isfinite(cpu) and cpu * CPU_PERIOD >= 1000):
         raise ValueError(f"--process-cpu takes a number of cores, at least {1000 / CPU_PERIOD:g}")
     memory = None if args.process_memory is None else args.process_memory << 20
-    if memory is None:
-        shared = default_memory(max(args.max_processes + args.warm + 1, 1))  # a bad count is said later
-        if (cgroups := Cgroups.found(shared, args.process_pids, cpu)) is not None:
-            return cgroups
+    processes = max(args.max_processes + args.warm + 1, 1)  # a bad count is said later
+    if memory is None and (cgroups := Cgroups.found(1, args.process_pids, cpu)) is not None:
+        together = cgroups.version == 1  # v1: the gateway's own group bounds them together (Cgroups.together)
+        cgroups.memory = default_memory(processes, together=together)
+        cgroups.together = _host_memory() // 2 if together else None
+        return cgroups
     if memory is None and args.process_pids is None and cpu is None:
         return None
     cgroups = Cgroups.found(memory, args.process_pids, cpu)
+    if cgroups is not None and memory is not None and cgroups.version == 1:
+        cgroups.together = _host_memory() // 2
     if cgroups is None and (memory is not None or cpu is not None or not per_uid):
         flag = "--process-pids (without --process-uids)"
         if memory is not None or cpu is not None:
@@ -496,12 +501,28 @@ def _seccomp(args: argparse.Namespace) -> tuple[bytes, str]:
         raise ValueError(f"--process-seccomp: {exc}" if given else f"the processes' seccomp filter: {exc}") from None
 
 
-def default_memory(processes: int) -> int:
+def default_memory(processes: int, *, together: bool) -> int:
     """``--process-memory`` unless given (bytes): half of this host's memory shared by the ``processes`` that may run
-    at once (``--max-processes``, ``--warm`` and the shared one), so that the host keeps the other half whatever they
-    hold: their tmpfs directories and socket buffers are counted in it. A 4 GB host's default flags: 102 MiB each."""
-    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return host // 2 // processes >> 20 << 20
+    at once (``--max-processes``, ``--warm`` and the shared one), where nothing bounds them ``together``; where
+    something does (the gateway's own group, half the host's memory: :attr:`Cgroups.together`), at least
+    :data:`ROOM`, for a Python or Node server runs in no less (at most a quarter of the host). A 24 GB host's
+    ``--max-processes 200`` gave 59 MiB each, under which a Python server on the ``mcp`` SDK was killed at its start."""
+    host = _host_memory()
+    shared = host // 2 // processes
+    if together:
+        shared = min(max(shared, ROOM), host // 4)
+    return shared >> 20 << 20
+
+
+ROOM: Final = 512 << 20
+"""The least default ``--process-memory`` where the processes are bounded together: a Python server on the ``mcp``
+SDK peaked at 48 MiB at its start and a call, Node ones from npm (server-memory, -filesystem, -everything) at 30-31
+MiB (their control groups' ``max_usage``, cgroup v1): room for ten times that, and for what they write in their
+directories and hold in socket buffers, which count with it."""
+
+
+def _host_memory() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def _private_parent(template: str) -> None:

@@ -179,8 +179,19 @@ logger = logging.getLogger("mcp_sessions.gateway")
 LOOPBACK: Final = tuple(ipaddress.ip_network(net) for net in ("127.0.0.0/8", "::1/128", "::ffff:127.0.0.0/104"))
 
 
-# A new network namespace's loopback brought up ($0: ip), then the command (bubblewrap, which runs in it).
-_LOOPBACK: Final = '"$0" link set lo up || exit 125; exec "$@"'
+TCP_BUFFERS: Final = ("4096 32768 6291456", "4096 16384 4194304")
+"""A process's own network namespace's ``net.ipv4.tcp_rmem`` and ``tcp_wmem`` (least, first, most: bytes), written as
+its loopback comes up: the kernel's defaults, but a socket's first receive buffer 32 KiB, where a new namespace copies
+the host's (128 KiB by the kernel's default, more on a host tuned for throughput). The kernel charges each socket's
+first buffer past any bound (``_cgroups._sockets_past``): 72 KiB a connection unread on loopback at 128 KiB, 24 at 32,
+16 at 16. 32 KiB is the least whose window (about half of it) still takes a sender's whole first flight (10 segments,
+some 14.5 KB): no round trip more for a reply; later buffers grow as the kernel's autotuning does, within the bound."""
+# A new network namespace's loopback brought up ($0: ip) and its TCP buffers' sizes written ($1, $2: TCP_BUFFERS),
+# then the command (bubblewrap, which runs in it).
+_LOOPBACK: Final = (
+    '"$0" link set lo up && echo "$1" > /proc/sys/net/ipv4/tcp_rmem && echo "$2" > /proc/sys/net/ipv4/tcp_wmem '
+    '|| exit 125; shift 2; exec "$@"'
+)
 
 
 @dataclass(frozen=True)
@@ -215,14 +226,15 @@ class ProcessNetwork:
         return ["--net"] if self.isolated and self.link is None else []
 
     def loopback(self) -> list[str]:
-        """Before bubblewrap, in its network namespace: its loopback up (:data:`_LOOPBACK`)."""
-        return ["/bin/sh", "-c", _LOOPBACK, tool("ip")] if self.isolated else []
+        """Before bubblewrap, in its network namespace: its loopback up and its TCP buffers (:data:`_LOOPBACK`)."""
+        return ["/bin/sh", "-c", _LOOPBACK, tool("ip"), *TCP_BUFFERS] if self.isolated else []
 
     def unshare_mounts(self) -> list[str]:
-        """Its part of ``unshare``'s mounts (``_sandbox._UNSHARE_MOUNTS``), named: its loopback up, its resolver."""
+        """Its part of ``unshare``'s mounts (``_sandbox._UNSHARE_MOUNTS``), named: its loopback up and its TCP
+        buffers (:data:`TCP_BUFFERS`), its resolver."""
         resolver, at = self.resolver()
         return [
-            *(["--loopback", tool("ip")] if self.isolated else []),
+            *(["--loopback", tool("ip"), *TCP_BUFFERS] if self.isolated else []),
             *(["--resolver", resolver, at] if resolver else []),
         ]
 

@@ -110,10 +110,11 @@ CGROUPS: Final = "/sys/fs/cgroup"
 # --tmpfs DIRECTORY OPTIONS, each a tmpfs (made where missing: /run/lock in its /run); --home DIRECTORY OPTIONS, a
 # tmpfs (its parents under a tmpfs 0711, as on the host), its working directory; --bind ro|rw SOURCE TARGET, a grant
 # (--process-mount), bound last, so that a target under one of its own directories is made there (an empty tmpfs
-# where SOURCE is ""); and its network's (_network.ProcessNetwork): --loopback IP-PATH, its own loopback up (a new
-# network namespace's is down), and --resolver FILE WHERE, the resolver configuration it reads, opened before /run is
-# hidden and bound there after (by /proc/self/fd: its path is hidden then). Named, the network's part is added by
-# the one module that decides it, and no value's meaning hangs on its place among nine.
+# where SOURCE is ""); and its network's (_network.ProcessNetwork): --loopback IP-PATH RMEM WMEM, its own loopback up
+# (a new network namespace's is down) and its TCP buffers' sizes (net.ipv4.tcp_rmem, tcp_wmem), and --resolver FILE
+# WHERE, the resolver configuration it reads, opened before /run is hidden and bound there after (by /proc/self/fd:
+# its path is hidden then). Named, the network's part is added by the one module that decides it, and no value's
+# meaning hangs on its place among nine.
 _UNSHARE_MOUNTS: Final = """\
 (
 read_only=() tmpfs=() binds=() dev="" home="" ip="" resolver=""
@@ -127,7 +128,7 @@ while [ "$1" != -- ]; do
         --tmpfs) tmpfs+=("$2" "$3"); shift 3 || exit 125 ;;
         --home) home=$2 home_options=$3; shift 3 || exit 125 ;;
         --bind) binds+=("$2" "$3" "$4"); shift 4 || exit 125 ;;
-        --loopback) ip=$2; shift 2 || exit 125 ;;
+        --loopback) ip=$2 rmem=$3 wmem=$4; shift 4 || exit 125 ;;
         --resolver) resolver=$2 resolver_at=$3; shift 3 || exit 125 ;;
         *) echo "unshare's mounts: $1 is not an option of theirs" >&2; exit 125 ;;
     esac
@@ -167,7 +168,10 @@ for ((i = 0; i < ${#binds[@]}; i += 3)); do
     else "$mount" -t tmpfs -o mode=0555,size=4k tmpfs "$target" || exit 125; fi
     "$mount" --no-canonicalize -o "remount,bind,nosuid,nodev,$mode" "$target" || exit 125
 done
-if [ -n "$ip" ]; then "$ip" link set lo up || exit 125; fi
+if [ -n "$ip" ]; then
+    "$ip" link set lo up && echo "$rmem" > /proc/sys/net/ipv4/tcp_rmem && echo "$wmem" > /proc/sys/net/ipv4/tcp_wmem \
+        || exit 125
+fi
 exec -c "$@"
 ) &
 exec 3<&- 4>&-
