@@ -7,6 +7,10 @@ call it runs), a batch does not get around it, and a bad policy is a one-line us
 from __future__ import annotations
 
 import os
+import re
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -23,8 +27,10 @@ from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 
 from _mcp import legacy_request, messages
+from _redis import free_port, listens
+from _waits import WITHIN, until
 from conftest import serve
-from e2e._gateway import SECRET, legacy_initialize, main_run
+from e2e._gateway import MAIN, SECRET, legacy_initialize, main_run, readable_directory
 from e2e._issuer import ISSUER, KEY, jwks
 from e2e._stdio import ENVIRON, SERVER, stdio_gateway, text_of
 from mcp_sessions import SessionsConfig, gateway_app
@@ -165,3 +171,32 @@ def test_a_bad_policy_is_refused_at_startup_in_one_line(flags: list[str], said: 
     assert done.returncode == 2, done
     assert said in done.stderr
     assert len(done.stderr.splitlines()) == 1, done.stderr
+
+
+def test_the_docs_recipe_runs_as_written() -> None:
+    """docs/gateway.md's "Tools by policy", its blocks as written but for their ports (8000, 9000) and the pip line,
+    in a directory its processes see as the host does (not under /tmp): its output is the page's."""
+    section = (MAIN / "docs/gateway.md").read_text(encoding="utf-8").split("## Tools by policy")[1].split("\n## ")[0]
+    start, use = re.findall(r"```sh\n(.*?)```", section, re.S)
+    [shown] = re.findall(r"```text\n(.*?)```", section, re.S)
+    port, jwks_port = free_port(), free_port()
+    ports = {"8000": str(port), "9000": str(jwks_port)}
+    start, use = (re.sub("8000|9000", lambda m: ports[m[0]], block) for block in (start, use))
+    start = "\n".join(line for line in start.splitlines() if not line.startswith("pip install")) + "\nwait\n"
+    environ = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    with readable_directory("mcp-sessions-tools-") as directory:
+        started = subprocess.Popen(["bash", "-c", start], cwd=directory, env=environ, start_new_session=True)
+        try:
+
+            def listening() -> bool:
+                assert started.poll() is None, "the recipe's gateway exited"
+                return (directory / "carol.jwt").exists() and listens(port, started.pid)
+
+            until(listening, "the recipe's gateway listening")
+            done = subprocess.run(
+                ["bash", "-c", use], cwd=directory, env=environ, capture_output=True, text=True, timeout=120
+            )
+        finally:
+            os.killpg(started.pid, signal.SIGTERM)  # the stand-in and the gateway, which stops its processes
+            started.wait(timeout=WITHIN)
+    assert done.stdout == shown, done.stderr[-2000:]
