@@ -219,3 +219,25 @@ async def test_an_answer_past_the_bound_is_an_error() -> None:
         await app(scope, receive, send)
     assert sent[0]["status"] == 502
     assert json.loads(sent[1]["body"])["error"]["code"] == -32603
+
+
+async def test_a_resumed_stream_lists_her_tools_alone_and_a_coded_body_is_refused() -> None:
+    """A stream resumed with ``Last-Event-ID`` replays answers whose requests the gateway did not see: any list in it
+    is filtered; a request body it could not read reaches nothing."""
+    listed = {"jsonrpc": "2.0", "id": 3, "result": {"tools": [{"name": name} for name in TOOLS]}}
+    reached: list[str] = []
+
+    async def replaying(scope: Scope, receive: Receive, send: Send) -> None:
+        reached.append(scope["method"])
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        event = b"id: 9\nevent: message\ndata: " + json.dumps(listed).encode() + b"\n\n"
+        await send({"type": "http.response.body", "body": event, "more_body": False})
+
+    assert POLICY is not None
+    app = Signed(POLICY.wrap(replaying, max_body=1 << 20, max_response=1 << 20), {"roles": ["reader"]})
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gateway") as http:
+        resumed = await http.get("/mcp", headers={"Last-Event-ID": "8", "Accept": "text/event-stream"})
+        coded = await http.post("/mcp", content=b"\x1f\x8b", headers={"Content-Encoding": "gzip"})
+    assert [tool["name"] for tool in data_of(resumed)["result"]["tools"]] == ["read_file", "search"]
+    assert coded.status_code == 415
+    assert reached == ["GET"]
