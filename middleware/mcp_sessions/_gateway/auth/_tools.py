@@ -38,6 +38,7 @@ from ..._wire import jsonrpc, printable
 from ..._wire.protocol import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, MCP_PROTOCOL_VERSION_HEADER, http_status
 from ..._wire.sse import SSERewriter
 from ...profiles import Era
+from ._users import ProxiedUser
 
 if TYPE_CHECKING:
     from ..._config import SessionsConfig
@@ -158,8 +159,6 @@ def guarded(app: ASGIApp, auth: GatewayAuth | None, tools: ToolPolicy | None, co
 
 def claims_of(scope: Scope) -> Mapping[str, object]:
     """The claims of the request's verified token; none for a user an auth proxy named, who has no token."""
-    from ._users import ProxiedUser
-
     user = scope.get("user")
     if isinstance(user, AuthenticatedUser) and not isinstance(user, ProxiedUser):
         return user.access_token.claims or {}
