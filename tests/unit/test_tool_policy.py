@@ -6,6 +6,7 @@ event stream with its cursor kept, an answer it cannot read refused)."""
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import httpx
@@ -24,6 +25,7 @@ POLICY = ToolPolicy.from_specs(
 )
 TOOLS = ["read_file", "write_file", "search", "drop_table"]
 LIST_JSON = "application/json"
+BEARER = "a-bearer-value-never-logged"
 
 
 @pytest.mark.parametrize(
@@ -114,7 +116,7 @@ class Signed:
         self.app, self.claims = app, claims
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        token = AccessToken(token="t", client_id="alice", scopes=[], subject="alice", claims=self.claims)
+        token = AccessToken(token=BEARER, client_id="alice\x1b[2J", scopes=[], subject="alice", claims=self.claims)
         scope["user"] = AuthenticatedUser(token)
         await self.app(scope, receive, send)
 
@@ -164,6 +166,18 @@ async def test_a_refused_call_never_reaches_the_server_and_names_the_policy() ->
     assert server.bodies == []
     assert (await posted(server, call("read_file"), {"groups": ["eng"]})).json()["result"] == {}
     assert server.bodies == [call("read_file")]
+
+
+async def test_a_refusal_is_logged_once_per_caller_her_name_escaped(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "mcp_sessions.gateway")
+    assert POLICY is not None
+    app = Signed(POLICY.wrap(Server(), max_body=1 << 20, max_response=1 << 20), {})
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gateway") as http:
+        for _ in range(3):
+            assert (await http.post("/mcp", json=call("drop_table"))).json()["error"]["code"] == -32602
+    [logged] = [record.getMessage() for record in caplog.records]
+    assert logged.startswith("mcp-sessions gateway: refused to alice\\x1b[2J: Tool 'drop_table' is not one"), logged
+    assert BEARER not in caplog.text
 
 
 async def test_a_batch_with_a_refused_call_is_refused_whole() -> None:

@@ -24,6 +24,7 @@ tools alone, its ``nextCursor`` kept: a page may list fewer, or none, and the cl
 from __future__ import annotations
 
 import fnmatch
+import functools
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -51,6 +52,8 @@ MAX_PATTERN: Final = 256
 """The longest pattern a rule takes: twice the longest tool name MCP recommends (128)."""
 MAX_SHOWN: Final = 128
 """The most characters of a caller's tool name an error repeats."""
+LOGGED: Final = 1024
+"""How many (caller, refusal) pairs a refusal is logged once for: the most recent, so the log stays bounded."""
 NEEDS_TOKENS: Final = (
     "--tool-allow and --tool-deny name callers by claims of the tokens the gateway verifies: give --auth-jwks"
 )
@@ -175,6 +178,9 @@ class _ByPolicy:
 
     def __init__(self, app: ASGIApp, policy: ToolPolicy, max_body: int, max_response: int) -> None:
         self.app, self.policy, self.max_body, self.max_response = app, policy, max_body, max_response
+        # Once per caller and refusal, among the most recent: an operator sees why a user is refused, a loop of
+        # refused calls does not fill the log.
+        self._log_once = functools.lru_cache(maxsize=LOGGED)(_log_refusal)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -191,6 +197,7 @@ class _ByPolicy:
         named = header(scope["headers"], _MCP_NAME)
         for index, element in enumerate(elements):
             if (refusal := _refused(element, allowed, named)) is not None:
+                self._log_once(_caller(scope), refusal["message"])
                 return await _refuse(scope, send, elements, index, refusal, batch=isinstance(parsed, list))
         lists = {jsonrpc.hashable_id(e.get("id")) for e in elements if isinstance(e, dict) and e.get("method") == _LIST}
         resumed = scope["method"] == "GET" and header(scope["headers"], b"last-event-id") is not None
@@ -203,6 +210,16 @@ class _ByPolicy:
 
             send = _Listed(send, answers, allowed, self.max_response)
         await self.app(scope, Replay(body, receive), send)
+
+
+def _caller(scope: Scope) -> str:
+    user = scope.get("user")
+    name = user.display_name if isinstance(user, AuthenticatedUser) else "an unknown caller"
+    return printable(name[:MAX_SHOWN])
+
+
+def _log_refusal(caller: str, message: str) -> None:
+    logger.info("mcp-sessions gateway: refused to %s: %s", caller, message)
 
 
 def _refused(element: object, allowed: Callable[[str], bool], named: bytes | None) -> dict[str, Any] | None:
