@@ -193,19 +193,21 @@ async def test_a_batch_with_a_refused_call_is_refused_whole() -> None:
     [
         # a name the header says otherwise: a server that read the header would run that one
         (call("read_file"), {"Mcp-Name": "drop_table"}),
+        (call("read_file"), [("Mcp-Name", "read_file"), ("Mcp-Name", "drop_table")]),  # the last, to another reader
         # a name given twice: parsers differ on which one counts
         ('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"drop_table","name":"read_file"}}', {}),
         ('{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"ping","params":{"name":"drop_table"}}', {}),
         ({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": ["read_file"]}}, {}),
     ],
 )
-async def test_what_two_readers_could_read_two_ways_is_refused(body: Any, headers: dict[str, str]) -> None:
+async def test_what_two_readers_could_read_two_ways_is_refused(body: Any, headers: Any) -> None:
     server = Server()
     content = body if isinstance(body, str) else json.dumps(body)
     assert POLICY is not None
     app = Signed(POLICY.wrap(server, max_body=1 << 20, max_response=1 << 20), {"groups": ["eng"]})
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gateway") as http:
-        response = await http.post("/mcp", content=content, headers={"content-type": LIST_JSON, **headers})
+        sent = [("content-type", LIST_JSON), *(headers.items() if isinstance(headers, dict) else headers)]
+        response = await http.post("/mcp", content=content, headers=sent)
     assert response.json()["error"]["code"] in (-32600, -32602)
     assert server.bodies == []
 

@@ -194,7 +194,7 @@ class _ByPolicy:
         allowed = self.policy.of(claims_of(scope))
         parsed = jsonrpc.loads(body) if body else None
         elements = parsed if isinstance(parsed, list) else [parsed]
-        named = header(scope["headers"], _MCP_NAME)
+        named = [value.decode("latin-1") for name, value in scope["headers"] if name.lower() == _MCP_NAME]
         for index, element in enumerate(elements):
             if (refusal := _refused(element, allowed, named)) is not None:
                 self._log_once(_caller(scope), refusal["message"])
@@ -222,7 +222,7 @@ def _log_refusal(caller: str, message: str) -> None:
     logger.info("mcp-sessions gateway: refused to %s: %s", caller, message)
 
 
-def _refused(element: object, allowed: Callable[[str], bool], named: bytes | None) -> dict[str, Any] | None:
+def _refused(element: object, allowed: Callable[[str], bool], named: list[str]) -> dict[str, Any] | None:
     """The error (code, message, data) for a call the policy refuses; ``None`` for any other element."""
     if not isinstance(element, dict):
         return None
@@ -234,9 +234,9 @@ def _refused(element: object, allowed: Callable[[str], bool], named: bytes | Non
     tool = params.get("name") if isinstance(params, dict) else None
     if type(tool) is not str or "name" in getattr(params, "repeated", set()):
         return {"code": INVALID_PARAMS, "message": "tools/call names its tool in params.name, once, as a string"}
-    # A 2026-07-28 request repeats it in Mcp-Name: a server that read the header would run that one.
-    said = None if named is None else named.decode("latin-1")
-    if allowed(tool) and (said is None or said == tool or allowed(said)):
+    # A 2026-07-28 request repeats it in Mcp-Name (every one, if a client sent several): a server that read the
+    # header would run that one.
+    if allowed(tool) and all(said == tool or allowed(said) for said in named):
         return None
     shown = printable(tool[:MAX_SHOWN])
     message = f"Tool {shown!r} is not one this caller may call: the gateway's tool policy (--tool-allow, --tool-deny)"
