@@ -72,6 +72,11 @@ def test_a_bad_rule_says_how_to_spell_one(spec: str) -> None:
         ToolPolicy.from_specs(deny=[spec])
 
 
+def test_a_file_s_lists_are_named_by_their_keys() -> None:
+    with pytest.raises(ValueError, match=r"^servers.notes.tools.deny takes CLAIM=VALUE:PATTERN"):
+        ToolPolicy.from_specs(deny=["groups"], names=("servers.notes.tools.allow", "servers.notes.tools.deny"))
+
+
 def test_a_rule_names_a_claim_and_its_value_or_neither() -> None:
     with pytest.raises(ValueError, match="names a claim and its value"):
         ToolRule("groups", None, ("x",))

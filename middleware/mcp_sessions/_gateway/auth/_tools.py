@@ -123,11 +123,18 @@ class ToolPolicy:
     deny: tuple[ToolRule, ...] = ()
 
     @classmethod
-    def from_specs(cls, allow: Iterable[str] = (), deny: Iterable[str] = ()) -> ToolPolicy | None:
-        """The policy the rules spelt as flags give (``--tool-allow``, ``--tool-deny``); ``None`` without any, where
-        every caller has every tool."""
-        allowed = tuple(ToolRule.parsed(spec, "--tool-allow") for spec in allow)
-        denied = tuple(ToolRule.parsed(spec, "--tool-deny") for spec in deny)
+    def from_specs(
+        cls,
+        allow: Iterable[str] = (),
+        deny: Iterable[str] = (),
+        *,
+        names: tuple[str, str] = ("--tool-allow", "--tool-deny"),
+    ) -> ToolPolicy | None:
+        """The policy the rules spelt as flags give (``--tool-allow``, ``--tool-deny``; a file's lists in the same
+        spellings, their keys the ``names`` its errors give); ``None`` without any, where every caller has every
+        tool."""
+        allowed = tuple(ToolRule.parsed(spec, names[0]) for spec in allow)
+        denied = tuple(ToolRule.parsed(spec, names[1]) for spec in deny)
         return cls(allowed, denied) if allowed or denied else None
 
     def of(self, claims: Mapping[str, object]) -> Callable[[str], bool]:
