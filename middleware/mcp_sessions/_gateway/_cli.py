@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
     from .auth._exchange import TokenExchange, UpstreamToken
+    from .auth._tools import ToolPolicy
     from .auth._users import GatewayAuth
     from .sealed._network import EgressRules
     from .sealed._sandbox import Sandbox
@@ -170,6 +171,16 @@ def _auth_arguments(gateway: argparse.ArgumentParser) -> None:
     users.add_argument(
         "--auth-server", action="append", metavar="URL", help="an authorization server (default: the issuer); repeat"
     )
+    for flag, verb in (("--tool-allow", "may list and call"), ("--tool-deny", "may neither list nor call")):
+        users.add_argument(
+            flag,
+            action="append",
+            default=[],
+            metavar="CLAIM=VALUE:PATTERN,...",
+            help=f"with --auth-jwks: the tools (names, or globs as fnmatch's) a caller whose token's CLAIM is VALUE "
+            f"(or a list that holds it) {verb}; '*:PATTERN,...' for every caller; repeat. Deny wins; where allow "
+            "rules exist, a caller none names has no tool (default: every tool to every caller)",
+        )
     users.add_argument(
         "--process-env",
         action="append",
@@ -290,6 +301,7 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
         hosts, origins = hosts or (), origins or ()
     forwarded = environ.get("FORWARDED_ALLOW_IPS") if args.forwarded_allow_ips is None else args.forwarded_allow_ips
     auth = _auth(args, environ)
+    tools = _tools(args, auth)
     _stdio_only(args)
     upstream_token, exchange = _upstream_token(args, environ, auth)
     serves: Forwarding | StdioProcesses
@@ -327,6 +339,7 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
         forwarded_allow_ips=forwarded,
         auth=auth,
         exchange=exchange,
+        tools=tools,
     )
 
 
@@ -367,6 +380,7 @@ def _app(config: GatewayConfig) -> ASGIApp:
             exchange_scope=serves.exchange_scope,
             status_port=config.listening.status_port,
             status_socket=config.listening.status_socket,
+            tools=config.tools,
         )
         app = stdio_gateway_app(gateway)
     else:
@@ -382,6 +396,7 @@ def _app(config: GatewayConfig) -> ASGIApp:
             forwarded_allow_ips=config.forwarded_allow_ips,
             auth=config.auth,
             upstream_token=serves.upstream_token,
+            tools=config.tools,
         )
     if config.exchange is not None:  # its client closed as the app stops, in either mode
         app = config.exchange.wrap(app)
@@ -461,6 +476,18 @@ def _auth(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayAuth |
 
     jwks = given.pop("jwks", None)
     return GatewayAuth(jwks_url=jwks, authorization_servers=servers, **given)
+
+
+def _tools(args: argparse.Namespace, auth: GatewayAuth | None) -> ToolPolicy | None:
+    """The tool policy of ``--tool-allow`` and ``--tool-deny`` (``_tools``), which reads claims of the tokens the
+    gateway verifies; ``None`` without either flag."""
+    if not args.tool_allow and not args.tool_deny:
+        return None
+    from .auth._tools import NEEDS_TOKENS, ToolPolicy
+
+    if auth is None or auth.verifier is None:
+        raise ValueError(NEEDS_TOKENS)
+    return ToolPolicy.from_specs(args.tool_allow, args.tool_deny)
 
 
 def _upstream_token(

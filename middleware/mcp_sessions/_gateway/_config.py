@@ -16,6 +16,7 @@ from .stdio._modes import Processes, Sessionless
 
 if TYPE_CHECKING:
     from .auth._exchange import TokenExchange, UpstreamToken
+    from .auth._tools import ToolPolicy
     from .auth._users import GatewayAuth
     from .sealed._cgroups import Cgroups
     from .sealed._edge import Edge
@@ -75,8 +76,9 @@ class StdioProcesses:
 class GatewayConfig:
     """Everything ``mcp-sessions gateway`` serves with, in either mode: what it serves (``serves``: an upstream's
     replicas, or a stdio server's processes), how it listens (``listening``), the sessions (``sessions``, the
-    ``MCP_SESSIONS_*`` variables), the hosts, origins and proxies in front it trusts, who is asking (``auth``) and
-    the token exchange (``exchange``, closed with the app)."""
+    ``MCP_SESSIONS_*`` variables), the hosts, origins and proxies in front it trusts, who is asking (``auth``),
+    the token exchange (``exchange``, closed with the app), and which of the server's tools each caller lists and
+    calls (``tools``: the one server's, as a server's table of a file will carry its own)."""
 
     serves: Forwarding | StdioProcesses
     listening: Listening
@@ -86,6 +88,7 @@ class GatewayConfig:
     forwarded_allow_ips: str | None = None
     auth: GatewayAuth | None = None
     exchange: TokenExchange | None = None
+    tools: ToolPolicy | None = None
 
     @property
     def egress(self) -> EgressRules | None:

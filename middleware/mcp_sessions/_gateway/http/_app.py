@@ -6,7 +6,7 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Final
 
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Scope
+from starlette.types import Scope
 
 from ..._config import SessionsConfig
 from ..._middleware import MCPSessionMiddleware
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ..._session import Session
     from ...sources import CallView, RequestView
     from ..auth._exchange import UpstreamToken
+    from ..auth._tools import ToolPolicy
     from ..auth._users import GatewayAuth
 
 DEFAULT_KEEPALIVE: Final = 15.0
@@ -41,6 +42,7 @@ def gateway_app(
     forwarded_allow_ips: str | Collection[str] | None = None,
     auth: GatewayAuth | None = None,
     upstream_token: UpstreamToken | None = None,
+    tools: ToolPolicy | None = None,
 ) -> GatewayFront:
     """Sessions for an MCP server anywhere on the network: the ASGI app ``mcp-sessions gateway`` serves.
 
@@ -61,7 +63,8 @@ def gateway_app(
     ``upstream_token`` (``_exchange.UpstreamToken``) is what the upstream gets as ``Authorization``: none, or the
     user's token exchanged for one issued for the upstream (RFC 8693). Default: with ``auth``, none (the user's
     token was issued for the gateway: MCP's security best practices forbid passing it on); without, the
-    client's as it came (the upstream is the resource server that checks it).
+    client's as it came (the upstream is the resource server that checks it). ``tools`` (``_tools.ToolPolicy``,
+    with ``auth``'s tokens): which tools each caller lists and calls, by a claim of her token.
     Serve it with lifespan on: it closes the pooled connections at shutdown.
     """
     for name, value in (
@@ -73,6 +76,7 @@ def gateway_app(
             raise ValueError(f"{name} must be a positive number of seconds")
     # httpx: the gateway's extra, imported when a gateway is built.
     from ..auth._exchange import UpstreamToken
+    from ..auth._tools import guarded
     from ._proxy import UpstreamProxy
 
     trusted = trusted_proxies(forwarded_allow_ips)
@@ -91,10 +95,7 @@ def gateway_app(
         upstream_token=upstream_token,
     )
     sessions = MCPSessionMiddleware(proxy, config=_at_gateway(config, replicas, auth))
-    app: ASGIApp = sessions
-    if auth is not None:
-        app = auth.wrap(sessions)
-    return GatewayFront(app, trusted=trusted)
+    return GatewayFront(guarded(sessions, auth, tools, config), trusted=trusted)
 
 
 def _at_gateway(config: SessionsConfig, replicas: Replicas, auth: GatewayAuth | None) -> SessionsConfig:

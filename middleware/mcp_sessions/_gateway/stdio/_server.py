@@ -65,6 +65,7 @@ from ...subscriptions import SessionSubscriptionBus
 from .._front import GatewayFront, HostCheck, trusted_proxies
 from .._serving import REFUSING, RESTARTING, RETRY_AFTER, STOPPING
 from ..auth._exchange import TokenExchange
+from ..auth._tools import ToolPolicy, guarded
 from ..auth._users import REQUEST, FrontedConversations, GatewayAuth, ProcessEnv
 from ..sealed._sandbox import environment
 from ._child import START_TIMEOUT, ProcessOptions
@@ -209,8 +210,9 @@ class StdioGateway:
     process. ``NAME=exchange:AUDIENCE`` is the user's token exchanged by ``token_exchange`` for AUDIENCE (and
     ``exchange_scope``). ``auth`` (:class:`GatewayAuth`): who is asking; with it, each user lists and ends her own
     conversations (``_status.OwnConversations``). ``status_port`` (a loopback socket's), ``status_socket`` (a Unix
-    socket's): where the operator's view is served (``_status.OperatorStatus``). ``config`` is the sessions' (default:
-    ``SessionsConfig.from_env()``); the other fields are :func:`gateway_app`'s arguments."""
+    socket's): where the operator's view is served (``_status.OperatorStatus``). ``tools`` (``_tools.ToolPolicy``,
+    with ``auth``'s tokens): which tools each caller lists and calls, by a claim of her token. ``config`` is the
+    sessions' (default: ``SessionsConfig.from_env()``); the other fields are :func:`gateway_app`'s arguments."""
 
     command: Sequence[str]
     config: SessionsConfig | None = None
@@ -232,6 +234,7 @@ class StdioGateway:
     exchange_scope: str | None = None
     status_port: int | None = None
     status_socket: str | None = None
+    tools: ToolPolicy | None = None
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -284,7 +287,9 @@ def stdio_gateway_app(gateway: StdioGateway) -> GatewayFront:
     )
     check = HostCheck(gateway.allowed_hosts, gateway.allowed_origins)
     status = (gateway.status_port, gateway.status_socket)
-    return _layered(table, config, idle=idle, auth=gateway.auth, check=check, trusted=trusted, status=status)
+    return _layered(
+        table, config, idle=idle, auth=gateway.auth, tools=gateway.tools, check=check, trusted=trusted, status=status
+    )
 
 
 def _sessions_config(config: SessionsConfig, *, replica: bool) -> SessionsConfig:
@@ -303,13 +308,14 @@ def _layered(
     *,
     idle: float,
     auth: GatewayAuth | None,
+    tools: ToolPolicy | None,
     check: HostCheck,
     trusted: list[str],
     status: tuple[int | None, str | None],
 ) -> GatewayFront:
     """The SDK's app for :class:`StdioServer`, and the layers around it, outermost last: the sessions, the
-    gateway's auth, its Host and Origin check (as in front of an HTTP upstream), its front door. The table
-    (``table``, given how to end a 2025 transport session) ends one through the sessions, which it sits in."""
+    gateway's auth and tool policy, its Host and Origin check (as in front of an HTTP upstream), its front door. The
+    table (``table``, given how to end a 2025 transport session) ends one through the sessions, which it sits in."""
 
     async def end_transport(transport: bytes, user: object) -> None:
         await _end_transport(sessions, transport, user)
@@ -325,8 +331,8 @@ def _layered(
     config = config.replace(on_create=children.created, fronts_upstream=True)
     sessions = MCPSessionMiddleware(_Opening(requests, children), config=config)
     exchanged = children.process_env.wrap(sessions)  # exchanges, once the user is known
-    guarded = sessions if auth is None else auth.wrap(OwnConversations(exchanged, children))
-    checked: ASGIApp = _HostChecked(guarded, check)
+    own = sessions if auth is None else OwnConversations(exchanged, children)
+    checked: ASGIApp = _HostChecked(guarded(own, auth, tools, config), check)
     # without a status port or socket too: a status request at the clients' port is told where it is
     verifier = None if auth is None else auth.verifier
     keys = None if verifier is None else verifier.state
