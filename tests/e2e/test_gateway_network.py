@@ -386,14 +386,20 @@ def routed_to(interface: str) -> set[str]:
 def test_two_gateways_give_distinct_addresses_and_each_pair_goes_with_its_process_or_its_gateway() -> None:
     """Two gateways at once, on overlapping uid ranges: each process has a host end and an address of its own, and
     reaches the world (a namespace of the test's own, by a route of this host's). A conversation's end deletes its
-    pair, its route and its set's element; a gateway's SIGKILL its processes' pairs (they go with the namespaces)."""
+    pair, its route and its set's element; a gateway's SIGKILL its processes' pairs (they go with the namespaces).
+    The killed gateway's table stays while a process of its range runs (as on a team's host, whose gateways share
+    one) and judges nothing of a live gateway's: the other's next conversation and a third gateway's process, each on
+    a uid the killed one's processes had (their pairs' names), reach the port their gateway grants (its rules refuse
+    it), and its sets ``uids`` and ``links`` hold none of theirs."""
     needs_root_and_nft()
     first = members(UIDS)[0]
     before = interfaces()
     with contextlib.ExitStack() as stack:
         world, (port,) = stack.enter_context(elsewhere())
+        granted = stack.enter_context(listening())
+        grant = ("--process-allow-net", f"127.0.0.1:{granted}")
         http = stack.enter_context(httpx.Client(timeout=30))
-        a = stack.enter_context(gateway("--process-uids", f"{first}-{first + 3}"))
+        a = stack.enter_context(gateway("--process-uids", f"{first}-{first + 3}", *grant))
         b = stack.enter_context(gateway("--process-uids", f"{first + 1}-{first + 5}"))
         sessions = [legacy_initialize(http, each.url()) for each in (a, b)]
         reached = [tried(http, each, session, world, port) for each, session in zip((a, b), sessions, strict=True)]
@@ -408,6 +414,18 @@ def test_two_gateways_give_distinct_addresses_and_each_pair_goes_with_its_proces
         os.killpg(b.process.pid, signal.SIGKILL)
         b.process.wait(timeout=WITHIN)
         until(lambda: not (interfaces() - before) & links[1], "b's pairs gone with its namespaces")
+        again = legacy_initialize(http, a.url())
+        after_kill = {"a's": tried(http, a, again, GATEWAY, granted)}  # on first + 3, b's conversation's uid
+        server = stack.enter_context(_sealed.hostile())
+        third = ("--process-uids", f"{first + 1}-{first + 1}", "--sessionless", "shared", *grant)  # b's shared one's
+        c = stack.enter_context(_sealed.gateway(server, *third))  # b's table stays: a process of its range runs
+        after_kill["c's"] = _sealed.text(_sealed.call(_sealed.client(c), "connect", host=GATEWAY, port=granted))
+        uids_held = [held(name) for name in (*tables, table_of(c))]
+        live_links = links_of(tables[0]) | links_of(table_of(c))
+        killed_links = links_of(tables[1])
+    assert after_kill == {"a's": "connected", "c's": "connected"}, after_kill
+    assert uids_held == [[first, first + 3], [], [first + 1]], uids_held
+    assert links[1] <= live_links and not killed_links, (links[1], live_links, killed_links)  # its names, live's
     assert reached == ["connected", "connected"], reached
     assert len(links[0]) == len(links[1]) == 2 and not links[0] & links[1], links  # a shared process, a conversation's
     assert all(len(routes) == 1 for routes in addresses.values()), addresses

@@ -15,7 +15,8 @@ for the sockets the credentials' proxy makes as them. The rules are a table of t
 gateway's own, ``inet mcp_sessions_<random>``, made in one ``nft -f -`` transaction as it starts and deleted as it
 stops; while it lives the gateway holds a lock (``flock``) on a file named for it under :data:`TABLE_LOCKS`, so that
 another gateway deletes a table only on proof its owner is gone (it can take that lock) and once no process of its uids
-runs (:func:`_stale_tables`). The rules' text is built from parsed values alone (an ``ipaddress`` network or address, a
+runs (:func:`_stale_tables`); meanwhile what a live gateway holds, a uid and a host end, leaves its sets as it is taken
+(:meth:`EgressRules.disown`). The rules' text is built from parsed values alone (an ``ipaddress`` network or address, a
 port number, uids, a checked name), never from what the operator typed.
 """
 
@@ -530,7 +531,8 @@ class EgressRules:
 
     def install(self) -> None:
         """This gateway's table made, its lock held; then the tables of gateways that are gone deleted, each once
-        no process of its uids runs (until then, its rules hold for the processes a killed gateway left)."""
+        no process of its uids runs (until then, its rules hold for the processes a killed gateway left, never for
+        this gateway's: :meth:`disown`)."""
         if shutil.which("nft") is None:  # found once (tool), where _nft runs it
             raise NetworkError("--process-network egress: nft is not installed (Debian: apt-get install nftables)")
         if shutil.which("conntrack") is None:  # found once (tool), where a link is closed
@@ -559,6 +561,7 @@ class EgressRules:
             with suppress(OSError):
                 os.unlink(os.path.join(self.locks, stale))
             os.close(lock)
+        self.disown()  # the uids from the start (--process-user's), which a killed gateway's table may hold
         self.dropping = _dropping()
         if self.hosts or self.masked:
             self.refresh()
@@ -623,12 +626,35 @@ class EgressRules:
             routed_for_processes(turned_on)
 
     def hold(self, uid: int) -> None:
-        """``uid`` under the rules (added to the set ``uids``), before a process of it starts: one ``nft`` call.
-        ``NetworkError`` if nft refuses: no process starts that the rules would not hold."""
+        """``uid`` under the rules (added to the set ``uids``), before a process of it starts: one ``nft`` call, and
+        under no gone gateway's (:meth:`disown`). ``NetworkError`` if nft refuses: no process starts that the rules
+        would not hold."""
         done = _nft(["add", "element", "inet", self.table, "uids", f"{{ {uid} }}"])
         if done.returncode != 0:
             said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[0]
             raise NetworkError(f"--process-network egress: nft did not put uid {uid} under the rules: {said[:200]}")
+        self.disown()
+
+    def disown(self, interface: str = "") -> None:
+        """The tables of gateways that are gone (:func:`_orphans`: a killed one's stays while a process of its uids
+        runs, :func:`_stale_tables`, always on a host where gateways share a range) made to judge nothing of this
+        gateway's: their sets ``uids`` emptied (what their rules judge by uid is the sockets their own gateway's
+        credentials proxy made, gone with it; a uid in it is a live gateway's by now) and ``interface``, a process's
+        host end this gateway has just made (so no process of theirs has it: the kernel makes one interface of a
+        name, and it is named for its uid), out of their sets ``links``, before it is up. One ``nft -f`` transaction
+        each, under its lock; ``NetworkError`` if nft refuses one: no process starts under a dead gateway's rules."""
+        for name, lock in _orphans(self.locks):
+            given = f"flush set inet {name} uids\n"
+            if interface:  # added first, so that its deletion holds whether it was there or not
+                element = f'links {{ "{interface}" }}'
+                given += f"add element inet {name} {element}\ndelete element inet {name} {element}\n"
+            try:
+                done = _nft(["-f", "-"], given)
+            finally:
+                os.close(lock)
+            if done.returncode != 0:
+                said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[0]
+                raise NetworkError(f"--process-network egress: nft left table {name} judging a process: {said[:200]}")
 
     def let_go(self, uid: int) -> None:
         """``uid`` out of the set, as it is given back, so that another gateway's process may have it with its own
@@ -682,23 +708,32 @@ class EgressRules:
         return said
 
 
-def _stale_tables(locks: str) -> list[tuple[str, int]]:
-    """The tables of gateways that are gone, each with its lock, now held: a table whose lock file another holds
-    (its gateway lives), or has none (not proven: an older gateway's, another program's), is not one; nor is one
-    while a process of its uids runs (a killed gateway's, which its rules still seal)."""
+def _orphans(locks: str) -> list[tuple[str, int]]:
+    """The tables of gateways that are gone, each with its lock, now held (no other gateway deletes it meanwhile): a
+    table whose lock file another holds (its gateway lives), or has none (not proven: an older gateway's, another
+    program's), is not one."""
     names = [table.get("name", "") for table in _listed("table", "inet")]
-    running = None
-    stale = []
+    found = []
     for name in names:
         path = os.path.join(locks, name)
-        if not name.startswith(TABLE_PREFIX) or not os.path.isfile(path):
+        ours = name.isascii() and name.replace("_", "").isalnum()  # a name the rules' text may hold
+        if not ours or not name.startswith(TABLE_PREFIX) or not os.path.isfile(path):
             continue
         try:
             lock = locked(path)
         except OSError:
             continue
-        if lock is None:
-            continue
+        if lock is not None:
+            found.append((name, lock))
+    return found
+
+
+def _stale_tables(locks: str) -> list[tuple[str, int]]:
+    """The tables of gateways that are gone (:func:`_orphans`), each with its lock, now held, once no process of its
+    uids runs (a killed gateway's, which its rules still seal)."""
+    running = None
+    stale = []
+    for name, lock in _orphans(locks):
         first, _, last = os.pread(lock, 64, 0).decode(errors="replace").strip().partition("-")
         running = running_uids() if running is None else running
         if first.isdigit() and last.isdigit() and not any(int(first) <= uid <= int(last) for uid in running):
@@ -862,6 +897,7 @@ class Link:
             done = subprocess.run(line, capture_output=True, text=True, check=False, timeout=30)  # noqa: S603
             if done.returncode == 0:
                 self.interface = interface
+                self.rules.disown(interface)  # no rules of a gone gateway's judge it, whose process had its name
                 for version, name, value in HOST_END_CONF:
                     Path(CONF.format(version=version, interface=interface, name=name)).write_text(value)
                 self.rules.forward()
