@@ -803,23 +803,48 @@ REBINDING = {
     "reserved.test": ("240.0.0.1", "reserved and documentation ranges"),
 }
 """Rebinding answers: a name of the world's that resolves to what a process may not reach by its number."""
+STILL_REFUSED = {
+    "metadata.private.test": ("169.254.169.254", "the clouds' metadata and platform services"),
+    "alibaba.private.test": ("100.100.100.200", "the clouds' metadata and platform services"),
+    "ec2.private.test": ("fd00:ec2::254", "the clouds' metadata and platform services"),
+    "loopback.private.test": ("127.0.0.1", "this host's own"),
+    "link.private.test": (
+        "169.254.7.7",
+        "link-local, multicast and broadcast (the cloud's metadata address, mDNS, DHCP)",
+    ),
+    "multicast.private.test": (
+        "224.0.0.251",
+        "link-local, multicast and broadcast (the cloud's metadata address, mDNS, DHCP)",
+    ),
+    "this-network.private.test": ("0.0.0.1", "private ranges"),
+    "reserved.private.test": ("240.0.0.1", "reserved and documentation ranges"),
+}
+"""What a name granted with its private answers (``--process-allow-private-host``) still may not answer."""
 
 
 def test_a_name_never_grants_what_its_number_would_not() -> None:
     """A granted name whose answer is the metadata address, Azure's WireServer, this host's loopback (as IPv4, as
     ``::1``, IPv4-mapped), this host's own address, a private, transition or reserved address is not granted: its set
     holds none of them, the log says each once with why, and a process that connects to this host's address by such a
-    name (a listener there) is refused; unless ``--process-allow-net`` grants that address and port by its number."""
+    name (a listener there) is refused; unless ``--process-allow-net`` grants that address and port by its number.
+    ``--process-allow-private-host`` grants a name's private answer (a private address that a network namespace of
+    the test's own holds: the process connects, the startup line says so), and none of :data:`STILL_REFUSED`: the
+    metadata addresses (those within the private ranges too), loopback, the link, this network, reserved ones."""
     needs_root_and_nft()
     address = host_address()
     with contextlib.ExitStack() as stack:
         refused, allowed = stack.enter_context(listening(address)), stack.enter_context(listening(address))
-        names = {name: answer for name, (answer, _) in REBINDING.items()}
-        prefix = stack.enter_context(resolver({**names, "own.test": address, "allowed.test": address}))
+        wiki, (internal,) = stack.enter_context(elsewhere(address=f"10.77.{os.getpid() % 250}.2"))
+        names = {name: answer for name, (answer, _) in {**REBINDING, **STILL_REFUSED}.items()}
+        others = {"own.test": address, "allowed.test": address, "wiki.private.test": wiki, "own.private.test": address}
+        prefix = stack.enter_context(resolver({**names, **others}))
         server = stack.enter_context(_sealed.hostile())
+        still = [*STILL_REFUSED, "own.private.test"]
         granted = [
             *(f"--process-allow-host={name}:{refused}" for name in [*REBINDING, "own.test"]),
             *("--process-allow-host", f"allowed.test:{allowed}", "--process-allow-net", f"{address}:{allowed}"),
+            *(f"--process-allow-private-host={name}:{refused}" for name in still),
+            *("--process-allow-private-host", f"wiki.private.test:{internal}"),
         ]
         process = stack.enter_context(_sealed.gateway(server, "--process-uids", UIDS, *granted, prefix=prefix))
         mcp = _sealed.client(process)
@@ -827,16 +852,25 @@ def test_a_name_never_grants_what_its_number_would_not() -> None:
         seen = {
             "own": _sealed.text(_sealed.call(mcp, "connect", session, host="own.test", port=refused)),
             "allowed": _sealed.text(_sealed.call(mcp, "connect", session, host="allowed.test", port=allowed)),
+            "own, private": _sealed.text(_sealed.call(mcp, "connect", session, host="own.private.test", port=refused)),
+            "wiki": _sealed.text(_sealed.call(mcp, "connect", session, host="wiki.private.test", port=internal)),
         }
         listing = table(table_of(process)).stdout
-        said = process.output()
+        said = process.log().decode()  # whole: its lines of refused answers fill more than output()'s tail
     assert seen["own"].startswith("denied: "), seen
+    assert seen["own, private"].startswith("denied: "), seen
     assert seen["allowed"] == "connected", seen
-    assert re.search(r"set hostports\d \{[^}]*elements", listing) is None, listing  # both sets empty
-    for name, (answer, why) in [*REBINDING.items(), ("own.test", (address, "this host's own"))]:
-        line = f"--process-allow-host {name}: its answer {ipaddress.ip_address(answer)} is not granted ({why})"
+    assert seen["wiki"] == "connected", seen
+    assert re.findall(r"([^\s{,]+) \. \d+ timeout", listing) == [wiki], listing  # the private answer alone
+    private = f"; the private answers of {', '.join(f'{name}:{refused}' for name in still)}, wiki.private.test:"
+    assert f"{private}{internal} granted too (--process-allow-private-host)" in said, said
+    answers = [*REBINDING.items(), ("own.test", (address, "this host's own"))]
+    for name, (answer, why) in [*answers, *STILL_REFUSED.items(), ("own.private.test", (address, "this host's own"))]:
+        flag = "--process-allow-private-host" if name.endswith(".private.test") else "--process-allow-host"
+        line = f"{flag} {name}: its answer {ipaddress.ip_address(answer)} is not granted ({why})"
         assert said.count(line) == 1, (line, said)
     assert "allowed.test: its answer" not in said
+    assert "wiki.private.test: its answer" not in said
 
 
 def test_a_refused_answer_is_said_once_not_at_every_refresh(caplog: pytest.LogCaptureFixture) -> None:
@@ -911,6 +945,15 @@ def test_the_status_socket_serves_the_status_and_gateway_status_reads_it(tmp_pat
             "--process-allow-host wiki.internal: a name is granted for one port: give it (wiki.internal:443, say)",
         ),
         (
+            ("--process-allow-private-host", "wiki.internal"),
+            "--process-allow-private-host wiki.internal: a name is granted for one port: give it (wiki.internal:443, "
+            "say)",
+        ),
+        (
+            ("--process-allow-private-host", "wiki.internal:443"),
+            "--process-allow-private-host makes exceptions to --process-network egress, not to host",
+        ),
+        (
             ("--process-allow-net", "127.0.0.1:70000"),
             "--process-allow-net: '127.0.0.1:70000': a port is a number from 1 to 65535",
         ),
@@ -925,6 +968,8 @@ def test_the_status_socket_serves_the_status_and_gateway_status_reads_it(tmp_pat
         "host-trusting-all",
         "cidr",
         "name-without-port",
+        "private-name-without-port",
+        "private-name-without-egress",
         "port",
         "own-port",
     ],
@@ -946,6 +991,7 @@ def test_a_network_that_cannot_hold_is_one_line_and_exit_status_2(options: tuple
         "--process-network=none",
         "--process-allow-net=10.0.0.0/8",
         "--process-allow-host=wiki.internal:443",
+        "--process-allow-private-host=wiki.internal:443",
     ],
 )
 def test_an_upstream_s_gateway_refuses_the_processes_flags_in_one_line(flag: str) -> None:

@@ -86,6 +86,12 @@ ANSWERS_REFUSED: Final = {
 }
 """What a granted name's answer may not be (:meth:`EgressRules.refresh`), by why: what :data:`REFUSED` and this host's
 own addresses are, and the forms that reach them by another name."""
+PRIVATE_ANSWERS: Final = ("10.0.0.0/8", "100.64.0.0/10", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7")
+"""What of :data:`ANSWERS_REFUSED` a name granted with its private answers (``--process-allow-private-host``) may
+answer: the private networks, where a team's internal services are (RFC 1918's, RFC 6598's shared address space, IPv6's
+unique local addresses). Never what is refused for another reason as well (:func:`refused_answer`): this host's own
+addresses, loopback, link-local, the clouds' metadata addresses within these (Alibaba's ``100.100.100.200``, AWS's
+``fd00:ec2::254``), ``0.0.0.0/8`` (this host, to Linux)."""
 TABLE_LOCKS: Final = "/run/mcp-sessions/tables"
 """Where each gateway holds a lock on a file named for its table, for its whole life, its uids in it."""
 RESOLV_CONF: Final = "/etc/resolv.conf"
@@ -276,6 +282,15 @@ def add_network_arguments(gateway: argparse.ArgumentParser) -> None:
         "same, at the addresses the gateway resolves it to, kept current, but for an address a number would not "
         "reach (this host's, a private or link-local one...) unless --process-allow-net grants it; repeat",
     )
+    gateway.add_argument(
+        "--process-allow-private-host",
+        action="append",
+        default=[],
+        metavar="NAME:PORT",
+        help="as --process-allow-host, and that name's private answers too (10.0.0.0/8, 100.64.0.0/10, "
+        "172.16.0.0/12, 192.168.0.0/16, fc00::/7: an internal service's), never loopback, link-local, a metadata "
+        "address or this host's own; repeat",
+    )
 
 
 def egress_rules(
@@ -285,17 +300,20 @@ def egress_rules(
     trusted: Sequence[str],
     port: int,
     hosts: Sequence[str] = (),
+    private_hosts: Sequence[str] = (),
 ) -> EgressRules | None:
     """The rules for processes of ``uids`` (a range, or one) under ``egress``, with the exceptions ``allow``
-    (``--process-allow-net``) and ``hosts`` (``--process-allow-host``); None for ``host`` and ``none``. Whatever
+    (``--process-allow-net``), ``hosts`` (``--process-allow-host``) and ``private_hosts``
+    (``--process-allow-private-host``); None for ``host`` and ``none``. Whatever
     the network, no process may pass for a proxy the gateway ``trusted`` (``--forwarded-allow-ips``) and that
     listens on ``port``: under ``host``, a trusted address it could connect from is refused (``ValueError``);
     under ``egress``, an exception that reaches the gateway's port from one (a name's address that does is never
     granted)."""
     allowed = [Allowed.parsed(given) for given in allow]
     granted = tuple(AllowedHost.parsed(given) for given in hosts)
+    granted += tuple(AllowedHost.parsed(given, private=True) for given in private_hosts)
     if (allowed or granted) and network != "egress":
-        flag = "--process-allow-net" if allowed else "--process-allow-host"
+        flag = "--process-allow-net" if allowed else granted[0].flag
         raise ValueError(f"{flag} makes exceptions to --process-network egress, not to {network}")
     local = local_addresses() if trusted and network != "none" else []
     front = trusts_a_local_peer(trusted, local)
@@ -370,25 +388,31 @@ class Allowed:
 
 @dataclass(frozen=True)
 class AllowedHost:
-    """One ``--process-allow-host NAME:PORT``: a host name, and the one port (tcp and udp) it is granted for."""
+    """One ``--process-allow-host NAME:PORT``: a host name, and the one port (tcp and udp) it is granted for; with
+    ``private`` (``--process-allow-private-host``), its private answers too (:data:`PRIVATE_ANSWERS`)."""
 
     name: str
     port: int
+    private: bool = False
 
     @classmethod
-    def parsed(cls, given: str) -> AllowedHost:
+    def parsed(cls, given: str, private: bool = False) -> AllowedHost:
         """``api.github.com:443``, ``db.internal:5432``; ``ValueError``, in one line, else."""
+        flag = cls("", 0, private).flag
         text, colon, port = given.strip().partition(":")
         labels = text.lower().removesuffix(".").split(".")
         if len(text) > 253 or not all(_label(label) for label in labels):
-            raise ValueError(f"--process-allow-host takes NAME:PORT (api.github.com:443, db.internal:5432): {given!r}")
+            raise ValueError(f"{flag} takes NAME:PORT (api.github.com:443, db.internal:5432): {given!r}")
         if not colon:
-            raise ValueError(
-                f"--process-allow-host {given}: a name is granted for one port: give it ({given}:443, say)"
-            )
+            raise ValueError(f"{flag} {given}: a name is granted for one port: give it ({given}:443, say)")
         if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
-            raise ValueError(f"--process-allow-host: {given!r}: a port is a number from 1 to 65535")
-        return cls(".".join(labels), int(port))
+            raise ValueError(f"{flag}: {given!r}: a port is a number from 1 to 65535")
+        return cls(".".join(labels), int(port), private)
+
+    @property
+    def flag(self) -> str:
+        """The flag that grants it, as what is said of it names it."""
+        return "--process-allow-private-host" if self.private else "--process-allow-host"
 
     def addresses(self) -> set[IPAddress]:
         """The addresses it resolves to now (none where it does not)."""
@@ -399,13 +423,15 @@ class AllowedHost:
         return {ipaddress.ip_address(str(info[4][0]).partition("%")[0]) for info in found}
 
 
-def refused_answer(address: IPAddress, local: Iterable[IPNetwork]) -> str | None:
+def refused_answer(address: IPAddress, local: Iterable[IPNetwork], private: bool = False) -> str | None:
     """Why a name's answer ``address`` is not granted (one of :data:`ANSWERS_REFUSED`, or this host's own: one of
-    ``local``), or None: a name never opens what its number would not."""
+    ``local``), or None: a name never opens what its number would not, but where it is granted with its ``private``
+    answers, what of :data:`PRIVATE_ANSWERS` is refused for no other reason."""
     if _overlap([ipaddress.ip_network(address)], local):
         return "this host's own"
+    admitted = PRIVATE_ANSWERS if private else ()
     for why, refused in ANSWERS_REFUSED.items():
-        if any(address in ipaddress.ip_network(net) for net in refused):
+        if any(address in ipaddress.ip_network(net) for net in refused if net not in admitted):
             return why
     return None
 
@@ -585,12 +611,12 @@ class EgressRules:
             elif found:
                 self.unresolved.discard(host.name)
             for address in sorted(found, key=lambda each: (each.version, each)):
-                if (why := refused_answer(address, self.local)) is not None:
+                if (why := refused_answer(address, self.local, host.private)) is not None:
                     granted = any(each.grants(address, host.port) for each in self.allowed)
                     if not granted and (host.name, address) not in self.refused:
                         logger.warning(
-                            "--process-allow-host %s: its answer %s is not granted (%s): --process-allow-net grants "
-                            "it by number",
+                            "%s %s: its answer %s is not granted (%s): --process-allow-net grants it by number",
+                            host.flag,
                             host.name,
                             address,
                             why,
@@ -694,12 +720,17 @@ class EgressRules:
     def said(self) -> str:
         """How the startup line says it: its table, and what the gateway changed of the host's (IPv4 forwarding, on
         each process's interface and where its packets leave; never turned off again: another program may rely on
-        it by then)."""
+        it by then), and the names granted with their private answers (an exception to a rule the docs state)."""
         uplinks_said = ", ".join(each + " (turned on)" * (each in self.turned_on) for each in uplinks(self.granted))
         said = (
             f"network egress (nft table inet {self.table}), a veth pair each ({PROCESSES}, IPv4 alone), forwarding "
             f"on each pair's host end and on {uplinks_said or 'no interface: no default route'}"
         )
+        if private := [f"{host.name}:{host.port}" for host in self.hosts if host.private]:
+            said += (
+                f"; the private answers of {', '.join(private)} granted too (--process-allow-private-host), never "
+                "loopback, link-local, a metadata address or this host's own"
+            )
         if self.dropping:  # another table's drop is final, whatever this one accepts
             said += (
                 f"; the host's chains {', '.join(self.dropping)} drop by policy what they do not accept: a process "
