@@ -652,23 +652,24 @@ class EgressRules:
             routed_for_processes(turned_on)
 
     def hold(self, uid: int) -> None:
-        """``uid`` under the rules (added to the set ``uids``), before a process of it starts: one ``nft`` call, and
-        under no gone gateway's (:meth:`disown`). ``NetworkError`` if nft refuses: no process starts that the rules
-        would not hold."""
+        """``uid`` under the rules (added to the set ``uids``), before a process of it starts: one ``nft`` call (and
+        under no gone gateway's as its link is made: :meth:`disown`). ``NetworkError`` if nft refuses: no process
+        starts that the rules would not hold."""
         done = _nft(["add", "element", "inet", self.table, "uids", f"{{ {uid} }}"])
         if done.returncode != 0:
             said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[0]
             raise NetworkError(f"--process-network egress: nft did not put uid {uid} under the rules: {said[:200]}")
-        self.disown()
 
     def disown(self, interface: str = "") -> None:
         """The tables of gateways that are gone (:func:`_orphans`: a killed one's stays while a process of its uids
         runs, :func:`_stale_tables`, always on a host where gateways share a range) made to judge nothing of this
-        gateway's: their sets ``uids`` emptied (what their rules judge by uid is the sockets their own gateway's
-        credentials proxy made, gone with it; a uid in it is a live gateway's by now) and ``interface``, a process's
-        host end this gateway has just made (so no process of theirs has it: the kernel makes one interface of a
-        name, and it is named for its uid), out of their sets ``links``, before it is up. One ``nft -f`` transaction
-        each, under its lock; ``NetworkError`` if nft refuses one: no process starts under a dead gateway's rules."""
+        gateway's, at startup and as each process's link is made (every process under ``egress`` has one, made after
+        its uid is held): their sets ``uids`` emptied (what their rules judge by uid is the sockets their own
+        gateway's credentials proxy made, gone with it; a uid in it is a live gateway's by now) and ``interface``, a
+        process's host end this gateway has just made (so no process of theirs has it: the kernel makes one
+        interface of a name, and it is named for its uid), out of their sets ``links``, before it is up. One ``nft
+        -f`` transaction each, under its lock; ``NetworkError`` if nft refuses one that is there: no process starts
+        under a dead gateway's rules."""
         for name, lock in _orphans(self.locks):
             given = f"flush set inet {name} uids\n"
             if interface:  # added first, so that its deletion holds whether it was there or not
@@ -678,7 +679,7 @@ class EgressRules:
                 done = _nft(["-f", "-"], given)
             finally:
                 os.close(lock)
-            if done.returncode != 0:
+            if done.returncode != 0 and name in {table.get("name") for table in _listed("table", "inet")}:
                 said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[0]
                 raise NetworkError(f"--process-network egress: nft left table {name} judging a process: {said[:200]}")
 
@@ -740,18 +741,22 @@ class EgressRules:
 
 
 def _orphans(locks: str) -> list[tuple[str, int]]:
-    """The tables of gateways that are gone, each with its lock, now held (no other gateway deletes it meanwhile): a
-    table whose lock file another holds (its gateway lives), or has none (not proven: an older gateway's, another
-    program's), is not one."""
-    names = [table.get("name", "") for table in _listed("table", "inet")]
+    """The tables of gateways that are gone, by their lock files, each with its lock, now held (no other gateway
+    deletes it meanwhile): a table whose lock file another holds (its gateway lives), or has none (not proven: an older
+    gateway's, another program's), is not one; nor is one whose file is empty, which its gateway has made and not yet
+    written (it writes its uids once it holds the lock, then makes its table). No ``nft`` call: a gateway asks before
+    each process starts (:meth:`EgressRules.disown`)."""
+    try:
+        names = sorted(os.listdir(locks))
+    except OSError:  # none made yet
+        return []
     found = []
     for name in names:
         path = os.path.join(locks, name)
-        ours = name.isascii() and name.replace("_", "").isalnum()  # a name the rules' text may hold
-        if not ours or not name.startswith(TABLE_PREFIX) or not os.path.isfile(path):
-            continue
+        ours = name.isascii() and name.replace("_", "").isalnum() and name.startswith(TABLE_PREFIX)  # the rules' text
         try:
-            lock = locked(path)
+            written = ours and os.path.isfile(path) and os.path.getsize(path) > 0
+            lock = locked(path) if written else None
         except OSError:
             continue
         if lock is not None:
