@@ -387,10 +387,11 @@ def test_two_gateways_give_distinct_addresses_and_each_pair_goes_with_its_proces
     """Two gateways at once, on overlapping uid ranges: each process has a host end and an address of its own, and
     reaches the world (a namespace of the test's own, by a route of this host's). A conversation's end deletes its
     pair, its route and its set's element; a gateway's SIGKILL its processes' pairs (they go with the namespaces).
-    The killed gateway's table stays while a process of its range runs (as on a team's host, whose gateways share
-    one) and judges nothing of a live gateway's: the other's next conversation and a third gateway's process, each on
-    a uid the killed one's processes had (their pairs' names), reach the port their gateway grants (its rules refuse
-    it), and its sets ``uids`` and ``links`` hold none of theirs."""
+    The killed gateway's table judges nothing of a live gateway's while it stays: the other's next conversation, on a
+    uid the killed one's processes had (its pair's name), reaches the port its gateway grants (the killed one's rules
+    refuse it), and the killed table's sets ``uids`` and ``links`` hold none of its; and it goes with a third
+    gateway's start, though a process of its range runs (as on a team's host, whose gateways share one), whose
+    process, on the other uid the killed one's had, reaches that grant too."""
     needs_root_and_nft()
     first = members(UIDS)[0]
     before = interfaces()
@@ -416,16 +417,18 @@ def test_two_gateways_give_distinct_addresses_and_each_pair_goes_with_its_proces
         until(lambda: not (interfaces() - before) & links[1], "b's pairs gone with its namespaces")
         again = legacy_initialize(http, a.url())
         after_kill = {"a's": tried(http, a, again, GATEWAY, granted)}  # on first + 3, b's conversation's uid
+        killed_sets, live_links = (held(tables[1]), links_of(tables[1])), links_of(tables[0])
         server = stack.enter_context(_sealed.hostile())
         third = ("--process-uids", f"{first + 1}-{first + 1}", "--sessionless", "shared", *grant)  # b's shared one's
-        c = stack.enter_context(_sealed.gateway(server, *third))  # b's table stays: a process of its range runs
+        c = stack.enter_context(_sealed.gateway(server, *third))
+        gone = table(tables[1]).returncode  # at c's start: no host end of its is there, a process of its range runs
         after_kill["c's"] = _sealed.text(_sealed.call(_sealed.client(c), "connect", host=GATEWAY, port=granted))
-        uids_held = [held(name) for name in (*tables, table_of(c))]
-        live_links = links_of(tables[0]) | links_of(table_of(c))
-        killed_links = links_of(tables[1])
+        uids_held = [held(tables[0]), held(table_of(c))]
     assert after_kill == {"a's": "connected", "c's": "connected"}, after_kill
-    assert uids_held == [[first, first + 3], [], [first + 1]], uids_held
-    assert links[1] <= live_links and not killed_links, (links[1], live_links, killed_links)  # its names, live's
+    assert len(links[1] & live_links) == 1, (links[1], live_links)  # a's new conversation's host end: b's name
+    assert killed_sets == ([], links[1] - live_links), killed_sets  # a's uid and host end out of b's sets
+    assert gone != 0
+    assert uids_held == [[first, first + 3], [first + 1]], uids_held
     assert reached == ["connected", "connected"], reached
     assert len(links[0]) == len(links[1]) == 2 and not links[0] & links[1], links  # a shared process, a conversation's
     assert all(len(routes) == 1 for routes in addresses.values()), addresses
@@ -723,20 +726,23 @@ def test_gateways_with_overlapping_uid_ranges_each_grant_their_own_processes_alo
     assert seen["b's to a's grant"] == "refused: Connection refused", seen
 
 
-def test_a_gateway_deletes_only_the_tables_of_gateways_that_are_gone_once_their_uids_run_nothing() -> None:
+def test_a_gateway_deletes_only_the_tables_of_gateways_that_are_gone_once_their_links_are() -> None:
     """Two gateways at once, one in a PID namespace of its own (a pid read across namespaces proves nothing): each
-    its own table, and one's stop leaves the other's. A SIGKILLed gateway's table stays while a process of its uids
-    runs (it still seals it), and goes with the next start once none does; a table whose owner cannot be proven gone
-    (no lock file) is left alone. A SIGTERM deletes a gateway's own."""
+    its own table, and one's stop leaves the other's. A SIGKILLed gateway's table stays while a host end of its set
+    ``links`` is there (a process that outlived it: here an interface of the test's own of that name), and goes with
+    the next start once none is, though a process of its uid range runs (on a host whose gateways share a range, one
+    always does); a table whose owner cannot be proven gone (no lock file) is left alone. A SIGTERM deletes a
+    gateway's own."""
     needs_root_and_nft()
-    # A gateway in a PID namespace sees none of the host's processes, so takes any killed gateway's table for gone
-    # (_network._stale_tables reads its own /proc): two runs' copies of this test, one at a time.
+    # Another checkout's gateways (their rule: a table goes once no process of its uids runs) leave it while the
+    # survivor below runs; and two runs' copies of this test, one at a time.
     lock = open("/run/mcp-sessions/test-pid-namespace.lock", "w")  # noqa: SIM115 - closed below
     fcntl.flock(lock, fcntl.LOCK_EX)  # the other run's copy ends within its own timeout
     unproven = f"mcp_sessions_unproven_{os.getpid()}"  # no lock file: an older gateway's, another program's
     subprocess.run(["nft", "add", "table", "inet", unproven], check=True)
     uid = int(UIDS.split("-")[0]) + 99  # a process of its uids that outlives the killed gateway (the test's own)
     survivor = subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "600"])
+    outlived = f"mst{os.getpid()}-o"[-15:]  # a host end that outlives its gateway, as a surviving process's would
     try:  # running before the kill: no gateway of this host, another run's neither, may take the table for gone
         until(lambda: survivor.pid in _sealed.of_uid(uid), "the survivor to run as its uid")
         with _sealed.hostile() as server:
@@ -747,21 +753,25 @@ def test_a_gateway_deletes_only_the_tables_of_gateways_that_are_gone_once_their_
                     assert tables[0] != tables[1]
                     assert [table(name).returncode for name in tables] == [0, 0]
                 assert [table(name).returncode for name in tables] == [1, 0]  # the first's stop left the other's
+                pair = ["ip", "link", "add", outlived, "type", "veth", "peer", "name", f"{outlived[:-1]}p"]
+                subprocess.run(pair, check=True)
+                subprocess.run(["nft", "add", "element", "inet", tables[1], "links", f'{{ "{outlived}" }}'], check=True)
                 assert killed.process is not None  # SIGKILLed, the gateway with its PID namespace (unshare ignores
                 os.killpg(killed.process.pid, signal.SIGKILL)  # the SIGTERM the block's end would send it)
                 killed.process.wait(timeout=WITHIN)
             assert table(tables[1]).returncode == 0  # killed: its table is left
             with _sealed.gateway(server, "--process-uids", UIDS) as following:
-                assert table(tables[1]).returncode == 0, "kept while a process of its uids runs"
+                assert table(tables[1]).returncode == 0, "kept while a host end of its links is there"
                 assert table(table_of(following)).returncode == 0
-            survivor.kill()
-            survivor.wait(timeout=WITHIN)
+            subprocess.run(["ip", "link", "delete", outlived], check=True)
             with _sealed.gateway(server, "--process-uids", UIDS):
-                assert table(tables[1]).returncode != 0, "deleted once none runs"
+                assert table(tables[1]).returncode != 0, "deleted once none is, a process of its range running"
                 assert table(unproven).returncode == 0, "no lock file: not proven gone"
+            assert survivor.poll() is None
     finally:
         survivor.kill()
         survivor.wait(timeout=WITHIN)
+        subprocess.run(["ip", "link", "delete", outlived], check=False, capture_output=True)
         subprocess.run(["nft", "delete", "table", "inet", unproven], check=False)
         lock.close()
 

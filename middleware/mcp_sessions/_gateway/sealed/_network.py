@@ -14,10 +14,10 @@ name: :func:`refused_answer`): rules on the processes' interfaces (``iifname``),
 for the sockets the credentials' proxy makes as them. The rules are a table of the
 gateway's own, ``inet mcp_sessions_<random>``, made in one ``nft -f -`` transaction as it starts and deleted as it
 stops; while it lives the gateway holds a lock (``flock``) on a file named for it under :data:`TABLE_LOCKS`, so that
-another gateway deletes a table only on proof its owner is gone (it can take that lock) and once no process of its uids
-runs (:func:`_stale_tables`); meanwhile what a live gateway holds, a uid and a host end, leaves its sets as it is taken
-(:meth:`EgressRules.disown`). The rules' text is built from parsed values alone (an ``ipaddress`` network or address, a
-port number, uids, a checked name), never from what the operator typed.
+another gateway deletes a table only on proof its owner is gone (it can take that lock) and once no host end of its
+processes is there (:func:`_stale_tables`); meanwhile what a live gateway holds, a uid and a host end, leaves its sets
+as it is taken (:meth:`EgressRules.disown`). The rules' text is built from parsed values alone (an ``ipaddress``
+network or address, a port number, uids, a checked name), never from what the operator typed.
 """
 
 from __future__ import annotations
@@ -557,8 +557,8 @@ class EgressRules:
 
     def install(self) -> None:
         """This gateway's table made, its lock held; then the tables of gateways that are gone deleted, each once
-        no process of its uids runs (until then, its rules hold for the processes a killed gateway left, never for
-        this gateway's: :meth:`disown`)."""
+        no host end of its processes is there (until then, its rules hold for the processes a killed gateway left,
+        never for this gateway's: :meth:`disown`)."""
         if shutil.which("nft") is None:  # found once (tool), where _nft runs it
             raise NetworkError("--process-network egress: nft is not installed (Debian: apt-get install nftables)")
         if shutil.which("conntrack") is None:  # found once (tool), where a link is closed
@@ -661,8 +661,8 @@ class EgressRules:
             raise NetworkError(f"--process-network egress: nft did not put uid {uid} under the rules: {said[:200]}")
 
     def disown(self, interface: str = "") -> None:
-        """The tables of gateways that are gone (:func:`_orphans`: a killed one's stays while a process of its uids
-        runs, :func:`_stale_tables`, always on a host where gateways share a range) made to judge nothing of this
+        """The tables of gateways that are gone (:func:`_orphans`: a killed one's stays while a host end of its
+        processes is there, :func:`_stale_tables`) made to judge nothing of this
         gateway's, at startup and as each process's link is made (every process under ``egress`` has one, made after
         its uid is held): their sets ``uids`` emptied (what their rules judge by uid is the sockets their own
         gateway's credentials proxy made, gone with it; a uid in it is a live gateway's by now) and ``interface``, a
@@ -765,18 +765,42 @@ def _orphans(locks: str) -> list[tuple[str, int]]:
 
 
 def _stale_tables(locks: str) -> list[tuple[str, int]]:
-    """The tables of gateways that are gone (:func:`_orphans`), each with its lock, now held, once no process of its
-    uids runs (a killed gateway's, which its rules still seal)."""
-    running = None
+    """The tables of gateways that are gone (:func:`_orphans`), each with its lock, now held, once no host end in its
+    set ``links`` is there: a process of a killed gateway's that outlived it would still have its own, which its
+    rules seal (one a live gateway has made since is out of the set: :meth:`EgressRules.disown`). Not a process of its
+    uids: its rules judge a uid's sockets on this host's network alone, its own gateway's proxy's, and on a host
+    whose gateways share a range one of its uids always runs, so that such a table never went."""
     stale = []
     for name, lock in _orphans(locks):
-        first, _, last = os.pread(lock, 64, 0).decode(errors="replace").strip().partition("-")
-        running = running_uids() if running is None else running
-        if first.isdigit() and last.isdigit() and not any(int(first) <= uid <= int(last) for uid in running):
-            stale.append((name, lock))
-        else:
+        links = _links(name)
+        if links is None or any(_there(interface) for interface in links):
             os.close(lock)
+        else:
+            stale.append((name, lock))
     return stale
+
+
+def _links(table: str) -> list[str] | None:
+    """The host ends in the set ``links`` of ``table``: none where the table is gone (its lock file left), None
+    where nft says nothing readable of one that is there."""
+    done = _nft(["-j", "list", "set", "inet", table, "links"])
+    if done.returncode != 0 and table not in {each.get("name") for each in _listed("table", "inet")}:
+        return []
+    try:
+        listed = json.loads(done.stdout)["nftables"]
+        found = [entry["set"].get("elem", []) for entry in listed if isinstance(entry, dict) and "set" in entry]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return [each for elements in found for each in elements if isinstance(each, str)]
+
+
+def _there(interface: str) -> bool:
+    """Whether this host's network namespace has an interface ``interface``."""
+    try:
+        socket.if_nametoindex(interface)
+    except OSError:
+        return False
+    return True
 
 
 def _dropping() -> list[str]:
