@@ -691,7 +691,8 @@ class EgressRules:
             _nft(["delete", "element", "inet", self.table, "uids", f"{{ {uid} }}"])
 
     def link(self, interface: str) -> None:
-        """A process's host end, ``interface``, under the rules (added to the set ``links``) before it is made."""
+        """A process's host end, ``interface``, under the rules (added to the set ``links``) once made, before it is
+        up (:meth:`Link._paired`)."""
         done = _nft(["add", "element", "inet", self.table, "links", f'{{ "{interface}" }}'])
         if done.returncode != 0:
             said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[0]
@@ -885,11 +886,11 @@ class Link:
     end in the namespace, ``eth0``, has the process's own address (:data:`PROCESSES`) and its gateway
     (:data:`GATEWAY`); the host's end, ``mcs<N>``, no address, a route to the process's, and forwarding on. The kernel
     forwards what the process sends, as the gateway's table allows it (:class:`EgressRules`: the interface is in its
-    set ``links`` first, out of it last); nothing of userspace reads it, holds a capability for it, binds a port of the
-    host's for it, or is charged to the conversation for it. ``N`` is the first free from the process's uid on: the
-    kernel makes one interface of a name (another gateway's ``ip link add`` of it fails), so that no two processes of
-    the host have one address. The namespaces are held by a shell of their own (:attr:`holder`) until :meth:`close`;
-    the pair goes with the namespace, or with :meth:`close`, whichever is first."""
+    set ``links`` before it is up, out of it last); nothing of userspace reads it, holds a capability for it, binds a
+    port of the host's for it, or is charged to the conversation for it. ``N`` is the first free from the process's uid
+    on: the kernel makes one interface of a name (another gateway's ``ip link add`` of it fails), so that no two
+    processes of the host have one address. The namespaces are held by a shell of their own (:attr:`holder`) until
+    :meth:`close`; the pair goes with the namespace, or with :meth:`close`, whichever is first."""
 
     def __init__(self, uid: int, rules: EgressRules) -> None:
         self.uid, self.rules = uid, rules
@@ -945,24 +946,26 @@ class Link:
         _run([tool("ip"), "-batch", "-"], host_end)
 
     def _paired(self, holder: int) -> int:
-        """The veth pair made, its host end ``mcs<N>`` in the gateway's set ``links`` from before it is (the rules
-        hold for it from its first packet) and its settings made: N, the first free from the uid's on."""
+        """The veth pair made (both ends down, as the kernel makes them), then its host end ``mcs<N>`` in the
+        gateway's set ``links`` and out of a gone gateway's, before either end is up (the rules hold for it from its
+        first packet), and its settings made: N, the first free from the uid's on. A name goes in the set only once
+        this gateway made it: put there first, another gateway's process's of that name was under this gateway's
+        rules too until ``ip`` refused it, and for good if this gateway was killed meanwhile."""
         slots = PROCESSES.num_addresses - 2
         for step in range(slots):
             number = (self.uid + step) % slots + 1
             interface = f"{INTERFACE}{number}"
-            self.rules.link(interface)
             pair = ["link", "add", interface, "address", HOST_END, "type", "veth", "peer", "name", "eth0"]
             line = [tool("ip"), *pair, "netns", str(holder)]
             done = subprocess.run(line, capture_output=True, text=True, check=False, timeout=30)  # noqa: S603
             if done.returncode == 0:
-                self.interface = interface
+                self.interface = interface  # deleted by close, whatever fails next
+                self.rules.link(interface)
                 self.rules.disown(interface)  # no rules of a gone gateway's judge it, whose process had its name
                 for version, name, value in HOST_END_CONF:
                     Path(CONF.format(version=version, interface=interface, name=name)).write_text(value)
                 self.rules.forward()
                 return number
-            self.rules.unlink(interface)
             if "File exists" not in done.stderr:
                 said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
                 raise NetworkError(f"--process-network egress: ip did not make the process's veth pair: {said[:200]}")
