@@ -662,14 +662,13 @@ class EgressRules:
 
     def disown(self, interface: str = "") -> None:
         """The tables of gateways that are gone (:func:`_orphans`: a killed one's stays while a host end of its
-        processes is there, :func:`_stale_tables`) made to judge nothing of this
-        gateway's, at startup and as each process's link is made (every process under ``egress`` has one, made after
-        its uid is held): their sets ``uids`` emptied (what their rules judge by uid is the sockets their own
-        gateway's credentials proxy made, gone with it; a uid in it is a live gateway's by now) and ``interface``, a
-        process's host end this gateway has just made (so no process of theirs has it: the kernel makes one
-        interface of a name, and it is named for its uid), out of their sets ``links``, before it is up. One ``nft
-        -f`` transaction each, under its lock; ``NetworkError`` if nft refuses one that is there: no process starts
-        under a dead gateway's rules."""
+        processes is there, :func:`_stale_tables`) made to judge nothing of this gateway's, at startup and as each
+        process's link is made (every process under ``egress`` has one, made after its uid is held): their sets
+        ``uids`` emptied (what their rules judge by uid is the sockets their own gateway's credentials proxy made, gone
+        with it; a uid in it is a live gateway's by now) and ``interface``, a process's host end this gateway has just
+        made (so no process of theirs has it: the kernel makes one interface of a name, and it is named for its uid),
+        out of their sets ``links``, before it is up. One ``nft -f`` transaction each, under its lock;
+        ``NetworkError`` if nft refuses one that is there: no process starts under a dead gateway's rules."""
         for name, lock in _orphans(self.locks):
             given = f"flush set inet {name} uids\n"
             if interface:  # added first, so that its deletion holds whether it was there or not
