@@ -414,7 +414,13 @@ def _egress(args: argparse.Namespace, sandbox: Sandbox, forwarded: str | None) -
     uids = None if sandbox.uids is None else (sandbox.uids.first, sandbox.uids.last)
     trusted = trusted_proxies(forwarded)
     return egress_rules(
-        sandbox.network, uids or sandbox.user, args.process_allow_net, trusted, args.port, args.process_allow_host
+        sandbox.network,
+        uids or sandbox.user,
+        args.process_allow_net,
+        trusted,
+        args.port,
+        args.process_allow_host,
+        args.process_allow_private_host,
     )
 
 
@@ -454,6 +460,7 @@ def _stdio_only(args: argparse.Namespace) -> None:
     if args.status_port is not None and (args.stdio is None or args.status_port == args.port):
         raise ValueError("--status-port serves --stdio processes' status, on a port other than --port")
     network = args.process_network or args.process_allow_net or args.process_allow_host
+    network = network or args.process_allow_private_host
     if args.stdio is None and (args.status_socket or network):
         raise ValueError(
             "--status-socket, --process-network and its grants are for --stdio processes; an --upstream has none"
