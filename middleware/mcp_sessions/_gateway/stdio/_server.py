@@ -205,7 +205,7 @@ class StdioGateway:
     gets ``MCP_SESSION_ID``, the process's own random id (none in the shared child). ``process_options``: how each child
     runs and is contained (``mcp-sessions gateway``'s ``--process-*``). ``process_env`` (``NAME=claim:CLAIM``,
     ``NAME=header:HEADER-NAME``) sets each conversation's own values of those variables, from the request that starts it
-    (``_auth.ProcessEnv``; no child is started ahead then, as it could not know them); the gateway's own never reach a
+    (``_users.ProcessEnv``; no child is started ahead then, as it could not know them); the gateway's own never reach a
     process. ``NAME=exchange:AUDIENCE`` is the user's token exchanged by ``token_exchange`` for AUDIENCE (and
     ``exchange_scope``). ``auth`` (:class:`GatewayAuth`): who is asking; with it, each user lists and ends her own
     conversations (``_status.OwnConversations``). ``status_port`` (a loopback socket's), ``status_socket`` (a Unix
