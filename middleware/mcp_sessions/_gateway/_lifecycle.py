@@ -120,7 +120,8 @@ class Gateway(uvicorn.Server):
                 reset_contextvars=True,
             )
         )
-        self.app, self.gateway = app, config
+        self.app = app
+        self.gateway = config
         self.failure: BaseException | None = None  # the app's failure to start, said in one line
         self.stopped = False  # its start ended by a signal
         self._stop_asked = False
@@ -358,7 +359,9 @@ class Gateway(uvicorn.Server):
         # a stream would hold the stop: its client opens it again at the next gateway
         if self._stop_asked and (_opens(scope) or not call):
             return await _SHUTTING_DOWN.send(send)
-        scope[STOPPING], scope[DRAINING], scope[REFUSING] = self.drained, self.stop_asked, self.refusing
+        scope[STOPPING] = self.drained
+        scope[DRAINING] = self.stop_asked
+        scope[REFUSING] = self.refusing
         task = asyncio.current_task()
         if call and task is not None:
             self.calls.add(task)
@@ -411,7 +414,9 @@ class _Responding:
     goes as 503 with ``Retry-After``, as the front's own refusal does, so that a client retries it elsewhere."""
 
     def __init__(self, send: Send, *, draining: bool, stopping: Callable[[], bool]) -> None:
-        self._send, self._draining, self._stopping = send, draining, stopping
+        self._send = send
+        self._draining = draining
+        self._stopping = stopping
         self._held: Message | None = None  # the start of a JSON answer, until its body says what it is
         self.started = self.ended = False
 

@@ -99,7 +99,8 @@ def gateway_app(
 
 def _at_gateway(config: SessionsConfig, replicas: Replicas, auth: GatewayAuth | None) -> SessionsConfig:
     """The session configuration in front of ``replicas``: ``config``, as a proxy needs it."""
-    principal, limit = config.principal, config.create_limit
+    principal = config.principal
+    limit = config.create_limit
     # Nothing signs a user in in front of the proxy.
     if auth is None and principal is authenticated_user:
         principal = credential_principal
