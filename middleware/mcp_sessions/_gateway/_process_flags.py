@@ -1,7 +1,8 @@
 """``mcp-sessions gateway --stdio``'s process flags: which process a request reaches, how many run and for how
 long (``--processes``, ``--max-processes``, ...), and how each runs and is contained (``--process-*``), checked
-into the :class:`~._sandbox.Sandbox` every process is started in. What ``_cli`` calls, as it calls ``_network``
-for ``--process-network`` and ``_serving`` to serve."""
+into the :class:`~.sealed._sandbox.Sandbox` every process is started in, and the variables no process is given
+(:func:`loads_code`: ``--pass-env``'s here, ``--process-env``'s in ``auth._users``). What ``_cli`` calls, as it
+calls ``sealed._network`` for ``--process-network`` and ``_lifecycle`` to serve."""
 
 from __future__ import annotations
 
@@ -26,13 +27,26 @@ from .sealed._sandbox import CONTAINMENTS, DISK
 from .stdio._modes import PROCESSES, SESSIONLESS
 
 if TYPE_CHECKING:
-    from .auth._users import GatewayAuth
     from .sealed._sandbox import Sandbox
 
 _PR_SET_DUMPABLE: Final = 4
 _PR_SET_CHILD_SUBREAPER: Final = 36
 _MAX_LINKS: Final = 40
 """The links path resolution follows at most (the kernel's ``MAXSYMLINKS``): more is ``ELOOP``."""
+LOADER: Final = frozenset(
+    {
+        *("GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH", "NIS_PATH"),
+        *("NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TZDIR"),
+    }
+)
+"""What glibc drops from a setuid program's environment (its ``UNSECURE_ENVVARS``, less ``TMPDIR``, a directory),
+besides every ``LD_*`` and ``MALLOC_*``: the dynamic loader and libc read them, and the helpers that start a
+process (``sh``, ``bwrap``, ``setpriv``) run as root. Never given to a process (:func:`loads_code`)."""
+
+
+def loads_code(name: str) -> bool:
+    """Whether the variable ``name`` tells the dynamic loader or libc what to load or read (:data:`LOADER`)."""
+    return name.startswith(("LD_", "MALLOC_")) or name in LOADER
 
 
 def add_process_arguments(gateway: argparse.ArgumentParser) -> None:
@@ -200,11 +214,13 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
     )
 
 
-def process_options(args: argparse.Namespace, command: Sequence[str], auth: GatewayAuth | None) -> Sandbox:
+def process_options(args: argparse.Namespace, command: Sequence[str], auth: object | None) -> Sandbox:
     """How the stdio processes run (``--process-*``), checked, the containment tried once (``auto`` resolved to
     the one that works here). Nothing of the gateway's own process changes here: :func:`seal_gateway` does, as the
-    command starts."""
-    from .sealed._sandbox import Sandbox, SandboxError, loads_code, private_under
+    command starts. ``auth`` is the gateway's users' authentication (a ``GatewayAuth``), of which only whether there
+    is one counts here: typed so, the flags import nothing of ``auth/``, which imports :func:`loads_code` from
+    them."""
+    from .sealed._sandbox import Sandbox, SandboxError, private_under
 
     if command and shutil.which(command[0]) is None:
         raise ValueError(f"--stdio: {command[0]}: no such command (or not executable)")
@@ -397,7 +413,7 @@ def _interpreter(program: str) -> list[str]:
     return words[:1]
 
 
-def _grants(args: argparse.Namespace, cwd: str | None, uids: Any, auth: GatewayAuth | None) -> tuple[Any, Any]:
+def _grants(args: argparse.Namespace, cwd: str | None, uids: Any, auth: object | None) -> tuple[Any, Any]:
     """The host's directories granted to each process (``--process-mount``), checked, and with ``{user}``, the
     users' directories (``--process-user-gids``): only for callers the gateway authenticates, a uid each, and a
     process per conversation of one caller's."""

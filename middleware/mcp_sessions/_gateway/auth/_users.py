@@ -59,7 +59,7 @@ from ..._bounded import BoundedDict
 from ..._wire import printable
 from ...sources import HostConversationSource
 from .._front import PEER, Peer
-from ..sealed._sandbox import loads_code
+from .._process_flags import loads_code
 from ._exchange import ExchangeRefused, Target, TokenExchange, subject_token
 from ._expiry import until_expiry
 

@@ -59,7 +59,7 @@ def gateway_app(
     ``keepalive`` is the idle time after which an event stream gets an SSE comment (``None``: never);
     ``connect_timeout`` and ``first_byte_timeout`` bound the connect and the wait for the response's
     headers; a replica that cannot be connected to is out of service for ``failure_cooldown`` seconds.
-    ``auth`` authenticates every request at the gateway (``_auth``): the principal hook then reads its user.
+    ``auth`` authenticates every request at the gateway (``auth._users``): the principal hook then reads its user.
     ``upstream_token`` (``_exchange.UpstreamToken``) is what the upstream gets as ``Authorization``: none, or the
     user's token exchanged for one issued for the upstream (RFC 8693). Default: with ``auth``, none (the user's
     token was issued for the gateway: MCP's security best practices forbid passing it on); without, the
@@ -100,7 +100,8 @@ def gateway_app(
 
 def _at_gateway(config: SessionsConfig, replicas: Replicas, auth: GatewayAuth | None) -> SessionsConfig:
     """The session configuration in front of ``replicas``: ``config``, as a proxy needs it."""
-    principal, limit = config.principal, config.create_limit
+    principal = config.principal
+    limit = config.create_limit
     # Nothing signs a user in in front of the proxy.
     if auth is None and principal is authenticated_user:
         principal = credential_principal

@@ -63,15 +63,6 @@ Containment = Literal["auto", "bwrap", "unshare", "none"]
 CONTAINMENTS: Final = get_args(Containment)  # --containment's choices
 INHERITED: Final = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 """The gateway's variables every process gets: the ``mcp`` SDK's ``DEFAULT_INHERITED_ENV_VARS`` (POSIX)."""
-LOADER: Final = frozenset(
-    {
-        *("GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH", "NIS_PATH"),
-        *("NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TZDIR"),
-    }
-)
-"""What glibc drops from a setuid program's environment (its ``UNSECURE_ENVVARS``, less ``TMPDIR``, a directory),
-besides every ``LD_*`` and ``MALLOC_*``: the dynamic loader and libc read them, and the helpers that start a
-process (``sh``, ``bwrap``, ``setpriv``) run as root. Never given to a process (:func:`loads_code`)."""
 END_WITHIN: Final = 5.0
 """How long the processes of a control group have to be gone once killed, before it is removed; and how long a
 process's directory (an empty mount point) has to be removed."""
@@ -230,11 +221,6 @@ def environment(environ: Mapping[str, str], passed: Collection[str] = ()) -> dic
         if not value.startswith("()"):
             reached[name] = value
     return reached
-
-
-def loads_code(name: str) -> bool:
-    """Whether the variable ``name`` tells the dynamic loader or libc what to load or read (:data:`LOADER`)."""
-    return name.startswith(("LD_", "MALLOC_")) or name in LOADER
 
 
 class Uids:

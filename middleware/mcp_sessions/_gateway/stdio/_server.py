@@ -164,9 +164,14 @@ class StdioServer(Server[Any]):
         """Startup: the shared process's ``initialize`` answer made the gateway's: its identity and capabilities,
         and a handler relaying each method they advertise (any other is the SDK's "Method not found")."""
         info = answer.server_info
-        self.name, self.version, self.title = info.name, info.version, info.title
-        self.description, self.website_url, self.icons = info.description, info.website_url, info.icons
-        self.instructions, self.child_capabilities = answer.instructions, answer.capabilities
+        self.name = info.name
+        self.version = info.version
+        self.title = info.title
+        self.description = info.description
+        self.website_url = info.website_url
+        self.icons = info.icons
+        self.instructions = answer.instructions
+        self.child_capabilities = answer.capabilities
         for capability, methods in _RELAYED.items():
             if getattr(answer.capabilities, capability) is not None:
                 for method, params_type in methods:
@@ -206,7 +211,7 @@ class StdioGateway:
     gets ``MCP_SESSION_ID``, the process's own random id (none in the shared child). ``process_options``: how each child
     runs and is contained (``mcp-sessions gateway``'s ``--process-*``). ``process_env`` (``NAME=claim:CLAIM``,
     ``NAME=header:HEADER-NAME``) sets each conversation's own values of those variables, from the request that starts it
-    (``_auth.ProcessEnv``; no child is started ahead then, as it could not know them); the gateway's own never reach a
+    (``_users.ProcessEnv``; no child is started ahead then, as it could not know them); the gateway's own never reach a
     process. ``NAME=exchange:AUDIENCE`` is the user's token exchanged by ``token_exchange`` for AUDIENCE (and
     ``exchange_scope``). ``auth`` (:class:`GatewayAuth`): who is asking; with it, each user lists and ends her own
     conversations (``_status.OwnConversations``). ``status_port`` (a loopback socket's), ``status_socket`` (a Unix
@@ -347,7 +352,8 @@ class _Opening:
     (:data:`AFTER_ANSWER`)."""
 
     def __init__(self, app: ASGIApp, children: Table) -> None:
-        self.app, self.children = app, children
+        self.app = app
+        self.children = children
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -408,7 +414,8 @@ class _HostChecked:
     """The gateway's DNS-rebinding protection (:class:`HostCheck`) in front of ``app``."""
 
     def __init__(self, app: ASGIApp, check: HostCheck) -> None:
-        self.app, self.check = app, check
+        self.app = app
+        self.check = check
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and (refused := self.check.check(scope["headers"])) is not None:
@@ -438,7 +445,9 @@ class _TransportRequests:
     def __init__(
         self, app: ASGIApp, unanswered: Callable[[bytes, Callable[[], bool]], MCPError], max_body: int
     ) -> None:
-        self.app, self.unanswered, self.max_body = app, unanswered, max_body
+        self.app = app
+        self.unanswered = unanswered
+        self.max_body = max_body
         # (transport session id, its principal as the SDK's transport compares it, request id as the SDK keys it)
         self.in_flight: set[tuple[bytes, tuple[object, ...], str]] = set()
 
@@ -487,7 +496,9 @@ class _Answered:
     inside an event ends as it is). Any other answer passes as it is."""
 
     def __init__(self, send: Send, request_id: str | int, unanswered: Callable[[], MCPError]) -> None:
-        self._send, self.request_id, self.unanswered = send, request_id, unanswered
+        self._send = send
+        self.request_id = request_id
+        self.unanswered = unanswered
         self.events: SSERewriter | None = None  # reads the answer's events, once it starts as a stream
         self.answered = self.ended = False
 
