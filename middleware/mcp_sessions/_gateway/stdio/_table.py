@@ -190,13 +190,13 @@ class Table:
             found = self._holder(key, caller)
             if found is not None and found.child.done.is_set():  # its end not yet handled: ended all the same
                 found = None
-            return Reached(self._found(found, caller, self.not_found))
+            return self._found(found, caller, self.not_found)
         # a host's: its name is no secret, its caller's
         if session is not None and session.source != "transport":
             key = Key("host-conversation", _bound(session.id, caller.id))
             if (found := self._holder(key, caller)) is None and key not in self._ended:
                 return self.open(key, asked, counted=True)  # its first request spent the operation
-            return Reached(self._found(found, caller, partial(self.gone, key)))
+            return self._found(found, caller, partial(self.gone, key))
         if raw is not None:
             return self._transported(raw, asked, method=method)
         if self.mode == "per-caller":
@@ -206,19 +206,20 @@ class Table:
         # a retry that brings input reaches the request that asked
         if state is not None:
             waiting = self._retained.get(state) if isinstance(state, str) else None
-            found = self._found(waiting, caller, _no_state)
+            reached = self._found(waiting, caller, _no_state)
             del self._retained[str(state)]  # still good for its owner until it is taken
-            return Reached(found)
+            return reached
         return self.open(Key("request", secrets.token_hex(12)), asked)  # a request's own child
 
-    def _found(self, found: Conversation | None, caller: Caller, missing: Callable[[], MCPError]) -> Conversation:
+    def _found(self, found: Conversation | None, caller: Caller, missing: Callable[[], MCPError]) -> Reached:
         """The one check of who may reach a process, for every kind of name: the conversation ``found`` is the
-        caller's own; another's is refused as a name that names none (no one learns whose it is)."""
+        caller's own (reached, with nothing to do); another's is refused as a name that names none (no one learns
+        whose it is)."""
         if found is None:
             raise missing()
         if not caller.same_as(found.owner):
             raise _no_state() if found.key.kind == "request" else self.not_found()
-        return found
+        return Reached(found)
 
     def _transported(self, raw: bytes, asked: Asking, counted: bool = False, method: str = "") -> Reached:
         """A 2025 transport session's conversation: its process, started by its first request that needs one (its
@@ -231,7 +232,7 @@ class Table:
                 return self.shared_conversation()
             self._connections.pop(transport, None)  # a process's now: the limits count it
             return self.open(transport, asked, transport=raw, counted=counted)
-        return Reached(self._found(found, asked.caller, partial(self.gone, transport)))
+        return self._found(found, asked.caller, partial(self.gone, transport))
 
     def _holder(self, key: Key, caller: Caller) -> Conversation | None:
         """The live conversation ``key`` names: its own process's, or (per-caller) its caller's, that serves it."""
