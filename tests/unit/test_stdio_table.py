@@ -20,7 +20,7 @@ from mcp_types.version import LATEST_MODERN_VERSION
 from conftest import SECRET
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway.stdio import _admission
-from mcp_sessions._gateway.stdio._models import Asking, Caller, End, EndReason, Owner
+from mcp_sessions._gateway.stdio._models import Asking, Caller, End, EndReason, Key, Owner
 from mcp_sessions._gateway.stdio._table import AFTER_ANSWER, NOTHING, Actions, Table
 from mcp_sessions._session import SCOPE_KEY
 from mcp_sessions._tokens import SessionClaims
@@ -202,6 +202,23 @@ async def test_answered_returns_its_end_or_its_retention_with_no_task_group() ->
     assert children.answered(shared.conversation) is NOTHING
     with pytest.raises(MCPError):  # taken once
         children.route(Asking(ALICE, None, None), "tools/call", "a-state")
+
+
+async def test_process_ended_returns_the_conversations_whose_sessions_end_with_it() -> None:
+    """A process's end is a decision too: it leaves the pool and the table, its conversation remembered as ended;
+    a crash's conversation is returned, for the lifetimes to end its session with it, and an end the gateway
+    asked for (idle) returns none (that end ended it). No task group runs."""
+    children = idle_table()
+    opened = [children.open(Key("data-layer-session", sid), Asking(ALICE, None, None)) for sid in ("s1", "s2")]
+    [crashed], [idled] = [reached.actions.start for reached in opened]
+    crashed.child.crash()  # type: ignore[attr-defined]
+    idled.child.stop(EndReason.IDLE)
+
+    assert children.process_ended(crashed) == [opened[0].conversation]
+    assert children.process_ended(idled) == []
+    assert not children.pool.live
+    assert crashed.gone.is_set() and idled.gone.is_set()
+    assert "(crash: it exited)" in children.gone(Key("data-layer-session", "s1")).error.message
 
 
 async def test_perform_ends_an_answered_process_once_the_answer_is_sent() -> None:
