@@ -302,7 +302,7 @@ class Conversation:
                 key = str(next(self._tokens))
                 params["_meta"] = {**(jsonrpc.meta(params) or {}), "progressToken": key}
                 self.progressing[key] = call
-            assert self.tasks is not None  # its process was launched before it was ready (Table.carry_out)
+            assert self.tasks is not None  # its process was launched before it was ready (Table.perform)
             self.tasks.start_soon(call.run, partial(self.child.link.send_raw_request, ctx.method, params))
         self.calls.append(call)
         self.latest = ctx

@@ -66,13 +66,12 @@ from .._front import GatewayFront, HostCheck, trusted_proxies
 from .._serving import REFUSING, RESTARTING, RETRY_AFTER, STOPPING
 from ..auth._exchange import TokenExchange
 from ..auth._tools import ToolPolicy, guarded
-from ..auth._users import REQUEST, FrontedConversations, GatewayAuth, ProcessEnv
+from ..auth._users import FrontedConversations, GatewayAuth, ProcessEnv
 from ..sealed._sandbox import environment
 from ._child import START_TIMEOUT, ProcessOptions
 from ._modes import PROCESSES, SESSIONLESS, Processes, Sessionless
-from ._pool import AFTER_ANSWER
 from ._status import OperatorStatus, OwnConversations, ProcessMetrics
-from ._table import Table
+from ._table import AFTER_ANSWER, Table
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -346,10 +345,9 @@ def _layered(
 
 
 class _Opening:
-    """In front of the SDK's app (the sessions place their work at its endpoint, inside it): each request's scope,
-    for the sessions' ``on_create`` and the table; each 2025 transport session opened, for the table's count of those
-    with no process (``Table.connected``); and, once the answer is sent, what the request left to do
-    (:data:`AFTER_ANSWER`)."""
+    """In front of the SDK's app (the sessions place their work at its endpoint, inside it): each 2025 transport
+    session opened, for the table's count of those with no process (``Table.connected``); and, once the answer is
+    sent, what the request left to do (:data:`AFTER_ANSWER`, in its scope: the table is handed it)."""
 
     def __init__(self, app: ASGIApp, children: Table) -> None:
         self.app = app
@@ -358,7 +356,6 @@ class _Opening:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        token = REQUEST.set(scope)
         scope[AFTER_ANSWER] = []
         try:
             opens = self.children.mode != "shared" and scope["method"] == "POST"
@@ -366,7 +363,6 @@ class _Opening:
                 send = self._opening(scope, send)
             await self.app(scope, receive, send)
         finally:
-            REQUEST.reset(token)
             for action in scope.pop(AFTER_ANSWER):  # what comes later is done at once
                 action()
 
