@@ -62,6 +62,8 @@ EXCHANGE_VARIABLES: Final = {
     "client_id": "MCP_SESSIONS_EXCHANGE_CLIENT_ID",
     "client_secret_file": "MCP_SESSIONS_EXCHANGE_CLIENT_SECRET_FILE",
     "client_auth": "MCP_SESSIONS_EXCHANGE_CLIENT_AUTH",
+    "client_key_file": "MCP_SESSIONS_EXCHANGE_CLIENT_KEY_FILE",
+    "client_key_id": "MCP_SESSIONS_EXCHANGE_CLIENT_KEY_ID",
 }
 """The variable each ``--exchange-*`` flag falls back to (the secret's is ``MCP_SESSIONS_EXCHANGE_CLIENT_SECRET``)."""
 
@@ -232,6 +234,11 @@ def _exchange_arguments(gateway: argparse.ArgumentParser) -> None:
         ("--exchange-scope", "the scope the issued tokens are asked for (space-separated)"),
         ("--exchange-client-id", "the gateway's own client id at the authorization server"),
         ("--exchange-client-secret-file", "a file holding the gateway's client secret"),
+        (
+            "--exchange-client-key-file",
+            "with private_key_jwt: the gateway's unencrypted RSA or EC private key (PEM, mode 0600), read at startup",
+        ),
+        ("--exchange-client-key-id", "with private_key_jwt: the key's id (kid) at the authorization server"),
     ):
         exchange.add_argument(flag, metavar=flag.removeprefix("--exchange-").upper(), help=text)
     # Refused, never read: a command line is every local user's to read (and without it, argparse would take
@@ -239,8 +246,9 @@ def _exchange_arguments(gateway: argparse.ArgumentParser) -> None:
     exchange.add_argument("--exchange-client-secret", help=argparse.SUPPRESS)
     exchange.add_argument(
         "--exchange-client-auth",
-        choices=("client_secret_basic", "client_secret_post"),
-        help="how the gateway authenticates to the token endpoint (default client_secret_basic)",
+        choices=("client_secret_basic", "client_secret_post", "private_key_jwt"),
+        help="how the gateway authenticates to the token endpoint: with its secret (client_secret_basic, the "
+        "default; client_secret_post) or a JWT signed with its key (private_key_jwt, RFC 7523)",
     )
 
 
@@ -518,21 +526,19 @@ def _upstream_token(
         return UpstreamToken(mode), None
     if auth is None or auth.verifier is None:
         raise ValueError("the token exchange exchanges the bearer tokens the gateway verifies: give --auth-jwks")
-    secret = environ.get("MCP_SESSIONS_EXCHANGE_CLIENT_SECRET", "")
-    if (secret_file := _setting(args, environ, "client_secret_file")) is not None:
-        try:
-            with open(secret_file, encoding="utf-8") as file:
-                secret = file.read().strip()
-        except OSError as exc:
-            raise ValueError(f"--exchange-client-secret-file: {exc.strerror}") from None
-    issuer = _setting(args, environ, "issuer") or _setting(args, environ, "issuer", "auth")
-    exchange = TokenExchange(
-        client_id=_setting(args, environ, "client_id") or "",
-        client_secret=secret,
-        token_endpoint=_setting(args, environ, "token_endpoint"),
-        issuer=issuer,
-        client_auth=_setting(args, environ, "client_auth") or "client_secret_basic",
+    from .auth._client import ClientAuth
+
+    client = ClientAuth.given(
+        "--exchange-client",
+        _setting(args, environ, "client_auth"),
+        _setting(args, environ, "client_id"),
+        secret=environ.get("MCP_SESSIONS_EXCHANGE_CLIENT_SECRET", "").strip() or None,
+        secret_file=_setting(args, environ, "client_secret_file"),
+        key_file=_setting(args, environ, "client_key_file"),
+        key_id=_setting(args, environ, "client_key_id"),
     )
+    issuer = _setting(args, environ, "issuer") or _setting(args, environ, "issuer", "auth")
+    exchange = TokenExchange(client=client, token_endpoint=_setting(args, environ, "token_endpoint"), issuer=issuer)
     # for --process-env NAME=exchange:AUDIENCE alone
     if mode is None:
         return None, exchange

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, TypeAlias
 from urllib.parse import urlsplit
 
+from .._keys import private_key
 from ._grants import Grant
 from ._network import GATEWAY, AllowedHost
 
@@ -301,20 +302,16 @@ class Authority:
         once; ``ValueError`` in one line (never a byte of the key) for a file that cannot be read, a key others may
         read, a certificate that is no authority's or has expired, or a key that is not its."""
         from cryptography import x509
-        from cryptography.exceptions import UnsupportedAlgorithm
         from cryptography.hazmat.primitives import serialization
-        from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
         flag = "--process-env-mask-ca CERT.pem[,KEY.pem]"
         certificate_file, _, key_file = files.partition(",")
         key_file = key_file or certificate_file
+        key = private_key(key_file, flag)
         try:
-            mode = os.stat(key_file).st_mode & 0o777
-            text, private = Path(certificate_file).read_bytes(), Path(key_file).read_bytes()
+            text = Path(certificate_file).read_bytes()
         except OSError as exc:
             raise ValueError(f"{flag}: {exc.filename} cannot be read ({exc.strerror})") from None
-        if mode & 0o077:  # the processes read the host's files, each as a uid and groups of its own
-            raise ValueError(f"{flag}: {key_file} is open to others (mode {mode:o}): chmod 600 it")
         try:
             certificate = x509.load_pem_x509_certificate(text)
         except ValueError:
@@ -327,14 +324,6 @@ class Authority:
             raise ValueError(f"{flag}: {certificate_file}'s keyUsage does not let it sign certificates (keyCertSign)")
         if certificate.not_valid_after_utc <= datetime.datetime.now(datetime.UTC):
             raise ValueError(f"{flag}: {certificate_file} expired on {certificate.not_valid_after_utc:%Y-%m-%d}")
-        try:
-            key = serialization.load_pem_private_key(private, password=None)
-        except TypeError:
-            raise ValueError(f"{flag}: {key_file}'s key is encrypted: the gateway takes it unencrypted") from None
-        except (ValueError, UnsupportedAlgorithm):
-            raise ValueError(f"{flag}: {key_file} holds no PEM private key") from None
-        if not isinstance(key, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey):
-            raise ValueError(f"{flag}: {key_file}'s key is neither RSA nor EC")
         spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
         if key.public_key().public_bytes(*spki) != certificate.public_key().public_bytes(*spki):
             raise ValueError(f"{flag}: {key_file}'s key is not {certificate_file}'s certificate's")
