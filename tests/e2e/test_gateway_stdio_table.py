@@ -23,7 +23,7 @@ import pytest
 from mcp import Client
 
 from _mcp import legacy_request, modern_headers, modern_request, session_meta
-from _waits import WITHIN, until
+from _waits import WITHIN, Deadline, until
 from conftest import SECRET
 from e2e._gateway import created, gateway_process, legacy_initialize, result_of
 from e2e._issuer import ISSUER, jwks, signed
@@ -31,8 +31,9 @@ from e2e._stdio import COUNT, ENVIRON, SERVER, SERVER_PATH, stdio_gateway
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway.auth._users import GatewayAuth
 from mcp_sessions._gateway.stdio import _admission
+from mcp_sessions._gateway.stdio._modes import default_max_processes
 from mcp_sessions._gateway.stdio._table import Table
-from mcp_sessions.profiles import SESSION_META_KEY
+from mcp_sessions.profiles import SESSION_META_KEY, SESSION_NOT_FOUND
 from mcp_sessions.subscriptions import SessionSubscriptionBus
 
 pytestmark = pytest.mark.anyio
@@ -239,6 +240,96 @@ def test_a_caller_at_its_limit_gets_its_oldest_idle_conversation_ended_to_make_r
     assert within_grace.status_code == 429
     assert result_of(within_grace, 1)["error"]["code"] == -32011
     assert back["code"] == -32043, back
+
+
+def test_a_team_of_twenty_and_six_runs_of_a_script_are_served_under_a_4_gib_hosts_defaults() -> None:
+    """Issue 101, item 3: 16 processes a gateway and 4 a user, an idle one ended only after 60 s, refused a team's
+    new conversations within a minute, and the fifth run of the docs' ``call.py`` (which ended none). Under the
+    defaults of a 4 GiB host (``--max-processes`` 29, its memory's), 20 users open two conversations each (a
+    data-layer session and a 2025 transport session) and one of them six more, none ended: each is served, the
+    first 29 at once, each later one once the conversation idle longest has been idle ``EVICT_AFTER`` seconds (that
+    one ended for it, the first 17 in all); until then a new one is refused, naming the limit and its flag."""
+    most = default_max_processes(4 << 30)
+    auth = ("--auth-issuer", ISSUER, "--auth-audience", "{url}")
+    with (
+        jwks() as keys,
+        gateway_process(
+            [],
+            "--stdio",
+            shlex.join(SERVER),
+            "--warm",
+            "2",
+            "--max-processes",
+            str(most),
+            "--auth-jwks",
+            keys,
+            *auth,
+            environ={"PYTHONPATH": SERVER_PATH["PYTHONPATH"]},
+        ) as gateway,
+        httpx.Client(timeout=WITHIN) as http,
+    ):
+        url = gateway.url()
+
+        def bearer(user: str) -> dict[str, str]:
+            claims = {"iss": ISSUER, "aud": url, "sub": user, "exp": int(time.time()) + 300}
+            return {"Authorization": f"Bearer {signed(claims)}"}
+
+        def transport_call(headers: dict[str, str]) -> dict[str, Any]:
+            response = http.post(url, json=legacy_request("tools/call", COUNT), headers=headers)
+            if response.status_code == 404:  # its transport session ended with its process
+                return {"code": SESSION_NOT_FOUND}
+            answer = result_of(response, 1)
+            found: dict[str, Any] = answer.get("result") or answer["error"]
+            return found
+
+        def session_call(user: str, session: str) -> dict[str, Any]:
+            return modern_call(http, url, "count", bearer(user), session, arguments={})
+
+        refusals: list[str] = []
+
+        def opened(user: str, kind: str) -> Any:
+            """A new conversation of ``user``'s and its first call's answer; None if it is refused."""
+            if kind == "transport":
+                headers = legacy_initialize(http, url, bearer(user))
+                answer = transport_call(headers)
+                conversation: Any = headers
+            else:
+                body = modern_request("sessions/create")
+                response = http.post(url, json=body, headers={**modern_headers(body), **bearer(user)})
+                answer = result_of(response, 1)
+                if "error" in answer:
+                    refusals.append(answer["error"]["message"])
+                    return None
+                conversation = answer["result"]["session"]["sessionId"]
+                answer = session_call(user, conversation)
+            if "code" in answer:
+                refusals.append(answer["message"])
+                return None
+            return kind, user, conversation, answer["content"][0]["text"]
+
+        def told(user: str, kind: str) -> Any:
+            """:func:`opened`, sent again a second after each refusal (its ``retryAfter``), as its client would."""
+            deadline = Deadline(f"{user}'s new conversation served")
+            while (answer := opened(user, kind)) is None:
+                deadline.check()
+                time.sleep(1)
+            return answer
+
+        team = [(f"user-{n}", kind) for n in range(20) for kind in ("session", "transport")]
+        team[5:5] = [("user-0", "session")] * 6  # user-0 runs a script six times that ends none
+        served = [opened(*each) for each in team[:most]]
+        served += [told(*each) for each in team[most:]]
+        seconds = [
+            session_call(user, conversation) if kind == "session" else transport_call(conversation)
+            for kind, user, conversation, _ in served
+        ]
+
+    assert [answer for *_, answer in served] == ["1"] * len(team), served
+    assert refusals, "none refused before EVICT_AFTER"
+    assert all("(the limit max_processes, flag --max-processes)" in refusal for refusal in refusals), refusals
+    ended = len(team) - most
+    assert [answer.get("code") for answer in seconds[:ended]] == [SESSION_NOT_FOUND] * ended, seconds
+    assert [answer["content"][0]["text"] for answer in seconds[ended:]] == ["2"] * most, seconds
 
 
 def test_a_transport_session_a_session_was_opened_in_is_not_ended_at_once_for_a_new_one() -> None:

@@ -68,20 +68,23 @@ from ..auth._exchange import TokenExchange
 from ..auth._users import REQUEST, FrontedConversations, GatewayAuth, ProcessEnv
 from ..sealed._sandbox import environment
 from ._child import START_TIMEOUT, ProcessOptions
-from ._modes import PROCESSES, SESSIONLESS, Processes, Sessionless
+from ._modes import (
+    DEFAULT_MAX_PROCESSES_PER_CALLER,
+    DEFAULT_PROCESS_IDLE,
+    DEFAULT_WARM,
+    PROCESSES,
+    SESSIONLESS,
+    Processes,
+    Sessionless,
+    default_max_processes,
+)
 from ._pool import AFTER_ANSWER
 from ._status import OperatorStatus, OwnConversations, ProcessMetrics
 from ._table import Table
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
-DEFAULT_PROCESS_IDLE: Final = 600.0
-DEFAULT_MAX_PROCESSES: Final = 16
-DEFAULT_WARM: Final = 2
-"""Table started ahead for new conversations and requests of every kind."""
-DEFAULT_MAX_PROCESSES_PER_CALLER: Final = 4
-"""A caller's processes at once: a person runs a few conversations at a time, and one caller cannot take every
-slot of the default ``max_processes``."""
+DEFAULT_MAX_PROCESSES: Final = default_max_processes()
 _RELAYED: Final[dict[str, tuple[tuple[str, type[types.RequestParams]], ...]]] = {
     "tools": (("tools/list", types.PaginatedRequestParams), ("tools/call", types.CallToolRequestParams)),
     "resources": (
@@ -195,7 +198,7 @@ class StdioGateway:
     ``command`` is the server's program and its arguments (run without a shell). ``processes``: a child per
     conversation, or one ``"shared"`` by all, or (``"auto"``, the default) as ``Table.choose`` says.
     ``process_idle``: how long a conversation's child (and a 2025 transport session) lives without a request (default:
-    the sessions' ``idle_ttl``, else 600 s). ``max_processes``: how many conversations' children may run at once;
+    the sessions' ``idle_ttl``, else 300 s). ``max_processes``: how many conversations' children may run at once;
     ``max_processes_per_principal``: how many of them one caller (its principal, else its client address) may have.
     ``sessionless``: the requests of a caller that name no conversation reach that caller's own child (``"per-caller"``,
     the default: a conversation of hers), or each a child of its own (``"per-request"``: ended once it is answered, or
