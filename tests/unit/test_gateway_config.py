@@ -34,14 +34,14 @@ def config_of(flags: list[str], environ: Mapping[str, str] | None = None) -> Gat
     ("flags", "listening"),
     [
         (UPSTREAM, Listening("127.0.0.1", 8000, "info", 10.0)),
-        (STDIO, Listening("127.0.0.1", 8000, "info", 4.0)),
+        (STDIO, Listening("127.0.0.1", 8000, "info", 30.0)),
         (
             [*UPSTREAM, "--host", "::1", "--port", "9000", "--log-level", "debug", "--shutdown-timeout", "2.5"],
             Listening("::1", 9000, "debug", 2.5),
         ),
         (
             [*STDIO, "--status-port", "9001", "--status-socket", "/run/gw/status.sock"],
-            Listening("127.0.0.1", 8000, "info", 4.0, 9001, "/run/gw/status.sock"),
+            Listening("127.0.0.1", 8000, "info", 30.0, 9001, "/run/gw/status.sock"),
         ),
     ],
 )
