@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -39,14 +40,15 @@ from mcp_sessions.subscriptions import SessionSubscriptionBus
 pytestmark = pytest.mark.anyio
 
 AUDIENCE = "https://gateway.example/mcp"  # the gateway's public URL, as its tokens name it
+DOCS_URL = "http://127.0.0.1:8000/mcp"  # the docs' gateway's, in their scripts
 
 
 @contextlib.contextmanager
-def team(command: Sequence[str] = SERVER) -> Iterator[str]:
+def team(command: Sequence[str] = SERVER, **options: Any) -> Iterator[str]:
     """The gateway in front of ``command``, tokens verified against the JWKS (alice and bob two principals): its URL."""
     with (
         jwks() as keys,
-        stdio_gateway(command, auth=GatewayAuth(jwks_url=keys, issuer=ISSUER, audience=AUDIENCE)) as url,
+        stdio_gateway(command, auth=GatewayAuth(jwks_url=keys, issuer=ISSUER, audience=AUDIENCE), **options) as url,
     ):
         yield url
 
@@ -330,6 +332,26 @@ def test_a_team_of_twenty_and_six_runs_of_a_script_are_served_under_a_4_gib_host
     ended = len(team) - most
     assert [answer.get("code") for answer in seconds[:ended]] == [SESSION_NOT_FOUND] * ended, seconds
     assert [answer["content"][0]["text"] for answer in seconds[ended:]] == ["2"] * most, seconds
+
+
+def test_the_docs_call_py_ends_its_conversation(tmp_path: Path) -> None:
+    """Issue 101, item 3: the docs' ``call.py`` (gateway.md's team recipe) left its conversation behind, its session
+    and its process, so that a few runs in a minute were refused "Too many server processes". Now it ends it as it
+    ends (``delete_on_close``): run three times by one user allowed one process, each is served."""
+    recipe = Path(__file__).parents[2].joinpath("docs", "gateway.md").read_text()
+    script = recipe.split("cat > call.py <<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0]
+    assert script.count(DOCS_URL) == 1
+    (tmp_path / "alice.jwt").write_text(as_user("alice")["Authorization"].removeprefix("Bearer "))
+    with team(max_processes_per_principal=1) as url:
+        (tmp_path / "call.py").write_text(script.replace(DOCS_URL, url))
+        runs = [
+            subprocess.run(
+                [sys.executable, "call.py", "alice", "count", "{}"], cwd=tmp_path, capture_output=True, check=False
+            )
+            for _ in range(3)
+        ]
+
+    assert [(run.returncode, run.stdout) for run in runs] == [(0, b'alice count "1"\n')] * 3, runs[-1].stderr
 
 
 def test_a_transport_session_a_session_was_opened_in_is_not_ended_at_once_for_a_new_one() -> None:
