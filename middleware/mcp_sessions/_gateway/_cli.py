@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from .._config import SessionsConfig
 from ._config import LOG_LEVELS, Forwarding, GatewayConfig, Listening, StdioProcesses
+from ._node import node_without_proxy
 from ._process_flags import add_process_arguments, process_options, seal_gateway
 from ._serving import EXIT_USAGE, bind, private_directory
 from .http._app import (
@@ -276,6 +277,8 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
             logger.warning("mcp-sessions gateway: %s", NO_ROUTE)
         if options.profile:
             logger.info("mcp-sessions gateway: each process's seccomp profile: %s", options.profile)
+        if options.edge is not None and (old := node_without_proxy(config.serves.command, config.serves.environ)):
+            logger.warning("mcp-sessions gateway: %s", old)  # its masks reach no fetch of its
     return serve(app, bound, config, stderr)
 
 
