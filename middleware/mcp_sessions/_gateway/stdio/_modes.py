@@ -16,8 +16,9 @@ SESSIONLESS: Final = get_args(Sessionless)
 
 ROOM: Final = 64 << 20
 """What a conversation's process is given at least under ``--process-memory``'s default, which shares half the host's
-memory among the processes that may run at once: a Python server on the ``mcp`` SDK peaks at 48 MiB, Node ones
-from npm at about 30 MiB (their control groups' ``max_usage``)."""
+memory among the processes that may run at once. Measured in a control group of 64 MiB (cgroup v1's
+``max_usage_in_bytes``, through ``initialize``, ``tools/list`` and a call): a Python server on the ``mcp`` SDK 47 MiB,
+npm's server-memory and server-filesystem 23 MiB each, none killed."""
 DEFAULT_WARM: Final = 2
 """Processes started ahead for new conversations and requests of every kind (``--warm``)."""
 DEFAULT_MAX_PROCESSES_PER_CALLER: Final = 8
