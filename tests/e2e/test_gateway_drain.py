@@ -32,10 +32,12 @@ from _waits import WITHIN, until, until_awaited
 from e2e._gateway import INITIALIZE, JSON_SSE, PYTHONPATH, SECRET, Process, gateway_process
 from e2e._issuer import ISSUER, jwks
 from e2e._stdio import SERVER_PATH, text_of
+from mcp_sessions._gateway._serving import CUT, CUT_DATA
 
 pytestmark = pytest.mark.anyio
 
 RESTARTING = -32014
+INTERNAL_ERROR = -32603
 
 
 @contextlib.contextmanager
@@ -199,14 +201,18 @@ def text_of_answer(answer: httpx.Response) -> str:
     return str(answer.json()["result"]["content"][0]["text"])
 
 
-async def test_a_second_ctrl_c_ends_the_drain_at_once_quietly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_second_ctrl_c_ends_the_drain_at_once_quietly(mode: str, tmp_path: Path) -> None:
     """Issue 94, item 6 (Why, 5): the first Ctrl-C drains; a second, as uvicorn's own line invites, ends the drain
-    at once: the call in flight is told the gateway restarts (``-32014``), and the gateway ends with 0 and no
-    traceback (it printed the lifespan's ``CancelledError``), every cancellation of a planned stop said as INFO."""
+    at once, and the gateway ends with 0 and no traceback (it printed the lifespan's ``CancelledError``), every
+    cancellation of a planned stop said as INFO. Issue 101, item 7: the call in flight, which its server may have
+    run, was told "send the request again" (``-32014``), which ran a ``write_file`` twice; now, in either era, it is
+    told that it may have run (``-32603``, ``data.mayHaveRun``), in its answer (a 2025 client's event stream, a
+    2026-07-28 client's JSON), never a 503 its client would send again."""
     with holding_gateway(tmp_path, "--shutdown-timeout", "120") as gateway:
         process = gateway.process
         assert process is not None
-        async with Client(gateway.url(), mode="legacy") as client, anyio.create_task_group() as tasks:
+        async with Client(gateway.url(), mode=mode) as client, anyio.create_task_group() as tasks:
             cut: list[MCPError] = []
 
             async def held() -> None:
@@ -225,7 +231,9 @@ async def test_a_second_ctrl_c_ends_the_drain_at_once_quietly(tmp_path: Path) ->
     assert status == 0, said
     assert "Traceback" not in said, said
     assert "ERROR" not in said, said
-    assert [error.error.code for error in cut] == [RESTARTING], cut
+    assert [(error.error.code, error.error.message, error.error.data) for error in cut] == [
+        (INTERNAL_ERROR, CUT, CUT_DATA)
+    ]
 
 
 def test_the_probes_answer_without_credentials_and_say_nothing_more(tmp_path: Path) -> None:

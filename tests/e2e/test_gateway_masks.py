@@ -13,6 +13,7 @@ import importlib
 import json
 import os
 import re
+import shutil
 import socket
 import ssl
 import subprocess
@@ -38,6 +39,7 @@ from e2e._authorization import GATEWAY, authorization_server, login
 from e2e._dns import elsewhere, resolver
 from e2e._gateway import CACHE, NODE22, for_every_uid, gateway_run, installed, readable_directory
 from e2e._masked import NAMES, SERVER, stand_in_authority
+from mcp_sessions._gateway._node import node_without_proxy
 from mcp_sessions._gateway.sealed._edge import ASKING_PER_ADDRESS, TUNNELS, _socket_as
 from mcp_sessions._gateway.sealed._masks import SHARED, Authority
 
@@ -704,3 +706,22 @@ def certificates_of(pid: int) -> str:
     held = {os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir() if os.readlink(fd).startswith(SHARED)}
     (found,) = (each for each in held if os.path.basename(each).startswith("ca-"))
     return found
+
+
+@pytest.mark.parametrize(
+    ("program", "node", "told"),
+    [("node", "host", True), ("npx", "host", True), ("node", "22", False), ("python3", "host", False)],
+)
+def test_the_startup_says_when_the_servers_node_reads_no_proxy(program: str, node: str, told: bool) -> None:
+    """Issue 101, item 8: under Node 20, ``fetch`` ignores ``HTTPS_PROXY`` (``NODE_USE_ENV_PROXY`` came in 22.21 and
+    24.5), so a masked host is out of its reach, and nothing said so. With masks, the startup warns where the
+    server's command is ``node`` or ``npx`` whose ``node`` (the processes' ``PATH``'s) is older: the host's Node 20
+    is told, the tests' Node 22.23 and another program are not."""
+    binary = shutil.which("node") if node == "host" else str(installed(NODE22, "node 22"))
+    if binary is None:
+        missing("node is not installed: run scripts/system-deps.sh")
+    environ = {"PATH": f"{Path(binary).parent}{os.pathsep}{os.defpath}"}
+    said = node_without_proxy([program, "server.js"], environ)
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout.strip()
+    assert (said is not None) == told, said
+    assert said is None or said.startswith(f"the server's Node is {version} ({binary}): its own fetch ignores"), said

@@ -57,6 +57,7 @@ from mcp_sessions._gateway.sealed._network import (
     egress_rules,
     resolvers,
 )
+from mcp_sessions._gateway.stdio._modes import default_max_processes
 
 UIDS = uids(0, 100)
 """The gateways of this file's tests: a gateway's rules hold for the uids its processes hold, none else's."""
@@ -913,9 +914,9 @@ def test_the_status_socket_serves_the_status_and_gateway_status_reads_it(tmp_pat
         seen = json.loads(main_run("gateway", "status", "--status-socket", str(path), "--json").stdout)
         shown = main_run("gateway", "status", "--status-socket", str(path))
     assert "transport-session" in [each["kind"] for each in seen["processes"]]
-    assert seen["total"] == {"processes": 1, "limit": 16}
+    assert seen["total"] == {"processes": 1, "limit": default_max_processes()}  # this host's memory's
     assert (shown.returncode, shown.stderr) == (0, "")
-    assert "processes: 1 of 16 (--max-processes)" in shown.stdout
+    assert f"processes: 1 of {default_max_processes()} (--max-processes)" in shown.stdout
     assert not path.exists()  # removed as the gateway stopped
 
     path.parent.chmod(0o711)

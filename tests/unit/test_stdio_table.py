@@ -290,6 +290,31 @@ async def test_her_idle_conversation_makes_room_and_is_then_not_found(monkeypatc
     assert made[1].end == End(EndReason.EVICTED)
 
 
+async def test_a_full_table_ends_the_conversation_idle_longest_for_a_new_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 101, item 3: at ``--max-processes``, a new conversation was refused however long the others had been
+    idle (until ``--process-idle``: a team's scripts that end none filled it for ten minutes). Now the one idle
+    longest, anyone's, ends for it, once idle ``EVICT_AFTER`` seconds; before that, the refusal names the limit and its
+    flag."""
+    async with table(max_processes=2) as (children, made):
+        await create(children, "hers", "10.0.0.1")
+        await create(children, "his", "10.0.0.2")
+        with pytest.raises(Refusal) as refused:  # both idle less than EVICT_AFTER
+            await create(children, "theirs", "10.0.0.3")
+        monkeypatch.setattr(_admission, "EVICT_AFTER", 0.0)
+        await create(children, "theirs", "10.0.0.3")  # hers, idle longest, ends for it
+        with pytest.raises(MCPError) as gone:
+            await children.conversation_for(scope(session=data_layer("hers")), "tools/call")
+        kept = await children.conversation_for(scope("10.0.0.2", session=data_layer("his")), "tools/call")
+        ends = [child.end for child in made[1:]]
+
+    assert refused.value.code == RATE_LIMITED
+    assert "at most 2 conversations' processes" in str(refused.value), refused.value
+    assert "max_processes, flag --max-processes)" in str(refused.value), refused.value
+    assert gone.value.error.code == SESSION_NOT_FOUND
+    assert kept.key.id == "his"
+    assert ends == [End(EndReason.EVICTED), None, None]
+
+
 async def test_another_callers_session_is_not_found() -> None:
     async with table() as (children, _):
         await create(children, "hers")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from .._config import SessionsConfig
 from ._config import LOG_LEVELS, Forwarding, GatewayConfig, Listening, StdioProcesses
+from ._node import node_without_proxy
 from ._process_flags import add_process_arguments, process_options, seal_gateway
 from ._serving import EXIT_USAGE, bind, private_directory
 from .http._app import (
@@ -39,9 +40,11 @@ DEFAULT_SHUTDOWN_TIMEOUT: Final = 10.0
 """On SIGTERM, the gateway drains (``_serving``): it waits for the calls in flight for this long at most, then
 cancels what still runs (each upstream request closed) and stops."""
 
-STDIO_SHUTDOWN_TIMEOUT: Final = 4.0
-"""With --stdio: then every child gets its stdin closed, SIGTERM and SIGKILL (``stdio._child.stop_group``): all
-gone within 10 s of the gateway's SIGTERM."""
+STDIO_SHUTDOWN_TIMEOUT: Final = 30.0
+"""With --stdio: long enough for a tool call of a team's usual length (a build, a search, a model's answer) to end, as
+Kubernetes gives a pod 30 s (``terminationGracePeriodSeconds``): 4 s cut such calls, each then told to send it again,
+which ran a ``write_file`` twice. Then every child gets its stdin closed, SIGTERM and SIGKILL
+(``stdio._child.stop_group``): all gone within 36 s of the gateway's SIGTERM, at once with no call in flight."""
 
 AUTH_VARIABLES: Final = {
     "jwks": "MCP_SESSIONS_AUTH_JWKS",
@@ -293,6 +296,8 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
             logger.warning("mcp-sessions gateway: %s", NO_ROUTE)
         if options.profile:
             logger.info("mcp-sessions gateway: each process's seccomp profile: %s", options.profile)
+        if options.edge is not None and (old := node_without_proxy(config.serves.command, config.serves.environ)):
+            logger.warning("mcp-sessions gateway: %s", old)  # its masks reach no fetch of its
     return serve(app, bound, config, stderr)
 
 

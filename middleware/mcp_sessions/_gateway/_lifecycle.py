@@ -10,9 +10,10 @@ than a ``GET`` stream or a ``subscriptions/listen``) may end, for ``--shutdown-t
 call is served until every call that was in flight at the signal is answered; from then ``--stdio``'s table refuses a
 new request as it would a new conversation (``REFUSING``), so the calls in flight only end, and conversations that call
 back to back do not hold the drain to its bound. Then the streams are ended and uvicorn stops: it closes the listener
-and waits for a call that came meanwhile for what is left of the bound. A call past the bound is told ``-32014`` (503
-where its answer has not started), never uvicorn's 500. A second Ctrl-C (or SIGTERM) ends the drain at once, its calls
-told so.
+and waits for a call that came meanwhile for what is left of the bound. A call past the bound is told that it may have
+run (``-32603``, ``_serving.CUT``; 502 where its answer has not started), never uvicorn's 500, nor a 503 with
+``Retry-After``, which a client or a front would send again. A second Ctrl-C (or SIGTERM) ends the drain at once, its
+calls told so.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._asgi import header
-from .._pipeline import unavailable
+from .._pipeline import error_answer, unavailable
 from .._wire import jsonrpc
 from .._wire.protocol import (
+    INTERNAL_ERROR,
     MCP_METHOD_HEADER,
     MCP_PROTOCOL_VERSION_HEADER,
     MCP_SESSION_ID_HEADER,
@@ -44,13 +46,26 @@ from .._wire.protocol import (
 from ..profiles import Era
 from ._config import GatewayConfig
 from ._front import QueryDropped, StartupFailed
-from ._serving import DRAINING, EXIT_USAGE, REFUSING, RESTARTING, RETRY_AFTER, STOPPING, bind, private_socket
+from ._serving import (
+    CUT,
+    CUT_DATA,
+    DRAINING,
+    EXIT_USAGE,
+    REFUSING,
+    RESTARTING,
+    RETRY_AFTER,
+    STOPPING,
+    bind,
+    private_socket,
+)
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
 STARTUP_FAILURE: Final = 3
 """uvicorn's exit status for an app that failed to start in another way (a bug: its traceback is logged)."""
 _SHUTTING_DOWN = unavailable(503, RESTARTING, RETRY_AFTER, None, "shutting_down")
+# a call cut before its answer started, its id unread here (--stdio's name theirs: _server), with no Retry-After
+_CUT = error_answer(502, INTERNAL_ERROR, CUT, "cut", data=CUT_DATA)
 _PROBES: Final = {"/healthz", "/readyz"}
 _LISTEN: Final = b"subscriptions/listen"
 
@@ -372,7 +387,7 @@ class Gateway(uvicorn.Server):
             if not self._stop_asked:
                 raise
             if not responding.started:
-                return await _SHUTTING_DOWN.send(send)
+                return await (_CUT if call else _SHUTTING_DOWN).send(send)
             if not responding.ended:  # a stream: ended where it is, not left for uvicorn to call an error
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             return None

@@ -24,7 +24,15 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .sealed._grants import STATE, USER_GIDS
 from .sealed._sandbox import CONTAINMENTS, DISK
-from .stdio._modes import PROCESSES, SESSIONLESS
+from .stdio._modes import (
+    DEFAULT_MAX_PROCESSES_PER_CALLER,
+    DEFAULT_PROCESS_IDLE,
+    DEFAULT_WARM,
+    EVICT_AFTER,
+    PROCESSES,
+    SESSIONLESS,
+    default_max_processes,
+)
 
 if TYPE_CHECKING:
     from .sealed._sandbox import Sandbox
@@ -71,21 +79,25 @@ def _process_arguments(gateway: argparse.ArgumentParser) -> None:
         type=float,
         metavar="SECONDS",
         help="with --stdio: how long a conversation's process lives without a request (default: "
-        "MCP_SESSIONS_IDLE_TTL, else 600)",
+        f"MCP_SESSIONS_IDLE_TTL, else {DEFAULT_PROCESS_IDLE:g})",
     )
     gateway.add_argument(
         "--max-processes",
         type=int,
-        default=16,
+        default=(most := default_max_processes()),
         metavar="N",
-        help="with --stdio: how many conversations' processes may run at once (default 16)",
+        help="with --stdio: how many conversations' processes may run at once; when all do, a new one ends the one "
+        f"idle longest, if idle {EVICT_AFTER:g} s (default: half the host's memory at 64 MiB each, from 16 to 64: "
+        f"{most} here)",
     )
     gateway.add_argument(
         "--max-processes-per-principal",
         type=int,
-        default=4,
+        default=DEFAULT_MAX_PROCESSES_PER_CALLER,
         metavar="N",
-        help="with --stdio: how many of them one caller (its principal, else its client address) may have (default 4)",
+        help="with --stdio: how many of them one caller (its principal, else its client address) may have; at it, "
+        f"her new one ends her own idle longest, if idle {EVICT_AFTER:g} s "
+        f"(default {DEFAULT_MAX_PROCESSES_PER_CALLER})",
     )
     gateway.add_argument(
         "--sessionless",
@@ -97,9 +109,9 @@ def _process_arguments(gateway: argparse.ArgumentParser) -> None:
     gateway.add_argument(
         "--warm",
         type=int,
-        default=2,
+        default=DEFAULT_WARM,
         metavar="N",
-        help="with --stdio: processes started ahead for new conversations and such requests (default 2)",
+        help=f"with --stdio: processes started ahead for new conversations and such requests (default {DEFAULT_WARM})",
     )
 
 

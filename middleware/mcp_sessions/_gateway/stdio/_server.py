@@ -69,19 +69,22 @@ from ..auth._tools import ToolPolicy, guarded
 from ..auth._users import FrontedConversations, GatewayAuth, ProcessEnv
 from ..sealed._sandbox import environment
 from ._child import START_TIMEOUT, ProcessOptions
-from ._modes import PROCESSES, SESSIONLESS, Processes, Sessionless
+from ._modes import (
+    DEFAULT_MAX_PROCESSES_PER_CALLER,
+    DEFAULT_PROCESS_IDLE,
+    DEFAULT_WARM,
+    PROCESSES,
+    SESSIONLESS,
+    Processes,
+    Sessionless,
+    default_max_processes,
+)
 from ._status import OperatorStatus, OwnConversations, ProcessMetrics
-from ._table import AFTER_ANSWER, Table
+from ._table import AFTER_ANSWER, Table, cut
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
-DEFAULT_PROCESS_IDLE: Final = 600.0
-DEFAULT_MAX_PROCESSES: Final = 16
-DEFAULT_WARM: Final = 2
-"""Table started ahead for new conversations and requests of every kind."""
-DEFAULT_MAX_PROCESSES_PER_CALLER: Final = 4
-"""A caller's processes at once: a person runs a few conversations at a time, and one caller cannot take every
-slot of the default ``max_processes``."""
+DEFAULT_MAX_PROCESSES: Final = default_max_processes()
 _RELAYED: Final[dict[str, tuple[tuple[str, type[types.RequestParams]], ...]]] = {
     "tools": (("tools/list", types.PaginatedRequestParams), ("tools/call", types.CallToolRequestParams)),
     "resources": (
@@ -200,7 +203,7 @@ class StdioGateway:
     ``command`` is the server's program and its arguments (run without a shell). ``processes``: a child per
     conversation, or one ``"shared"`` by all, or (``"auto"``, the default) as ``Table.choose`` says.
     ``process_idle``: how long a conversation's child (and a 2025 transport session) lives without a request (default:
-    the sessions' ``idle_ttl``, else 600 s). ``max_processes``: how many conversations' children may run at once;
+    the sessions' ``idle_ttl``, else 300 s). ``max_processes``: how many conversations' children may run at once;
     ``max_processes_per_principal``: how many of them one caller (its principal, else its client address) may have.
     ``sessionless``: the requests of a caller that name no conversation reach that caller's own child (``"per-caller"``,
     the default: a conversation of hers), or each a child of its own (``"per-request"``: ended once it is answered, or
@@ -420,7 +423,8 @@ class _HostChecked:
 
 
 class _TransportRequests:
-    """The requests POSTed in a 2025 transport session, where the ``mcp`` SDK's transport would lose an answer:
+    """The requests POSTed in a 2025 transport session, where the ``mcp`` SDK's transport would lose an answer, and
+    the calls of the gateway's stop cuts (of either era):
 
     - it keys a session's requests in flight by ``str(id)``, so that ``7`` and ``"7"`` would share one stream and
       cross, or hang: a request whose id reads as one in flight in its transport session gets a JSON-RPC error
@@ -430,6 +434,8 @@ class _TransportRequests:
     - a request in flight as its session ends (its process exited, it idled out, its client's ``DELETE``) gets an
       event stream that ends without its answer, or one left unfinished: it gets ``unanswered``'s error for its
       transport session (its conversation's end, or the gateway's stop: ``STOPPING``) instead (:class:`_Answered`);
+    - a call the stop cuts (a 2026-07-28 one too) is told that it may have run (``Table.cut``), in its stream, or as
+      its JSON answer, with its id: never the drain's 503 with ``Retry-After``, which would have it sent again;
     - a request that comes once the drain takes no new one (``REFUSING``) is refused here, as the table would refuse
       it, but as 503 with ``Retry-After``, which a client sends again: the SDK's transport would answer it in an
       event stream, whose 200 has started before the refusal is known.
@@ -448,8 +454,11 @@ class _TransportRequests:
         self.in_flight: set[tuple[bytes, tuple[object, ...], str]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        transport = header(scope["headers"], MCP_SESSION_ID_HEADER) if scope["type"] == "http" else None
-        if transport is None or scope["method"] != "POST" or _era(scope) is not Era.LEGACY:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await self.app(scope, receive, send)
+        transport = header(scope["headers"], MCP_SESSION_ID_HEADER)
+        legacy = _era(scope) is Era.LEGACY
+        if transport is None and legacy:  # an initialize, which opens one
             return await self.app(scope, receive, send)
         length = header(scope["headers"], b"content-length")
         body = await read_body(receive, length, self.max_body)
@@ -462,6 +471,8 @@ class _TransportRequests:
         replay = Replay(body, receive)
         if request_id is None:
             return await self.app(scope, replay, send)
+        if not legacy or transport is None:  # a 2026-07-28 call: its Mcp-Session-Id is no transport session's
+            return await self._told_if_cut(scope, replay, _Answered(send, request_id, partial(_cut, scope)))
         if scope.get(REFUSING, bool)():  # as the table refuses it, but before its answer would start a 200 stream
             return await unavailable(503, RESTARTING, RETRY_AFTER, request_id, "refusing").send(send)
         user = scope.get("user")
@@ -475,15 +486,22 @@ class _TransportRequests:
         stopping = scope.get(STOPPING, bool)
         answer = _Answered(send, request_id, partial(self.unanswered, transport, stopping))
         try:
-            await self.app(scope, replay, answer)
+            await self._told_if_cut(scope, replay, answer)
+        finally:
+            self.in_flight.discard(key)
+
+    async def _told_if_cut(self, scope: Scope, receive: Receive, answer: _Answered) -> None:
+        """The app's answer; a call the gateway's stop cuts (``STOPPING``) is told it may have run (``Table.cut``), in
+        its stream, or in a JSON answer where none has started: never the drain's 503 with ``Retry-After``, which a
+        client or a front would send again (a ``write_file`` twice)."""
+        try:
+            await self.app(scope, receive, answer)
         except anyio.get_cancelled_exc_class():
-            if stopping():  # cut by the gateway's stop: told so
-                await answer.end()
+            if scope.get(STOPPING, bool)():
+                await answer.end(cut=True)
             raise
         else:
             await answer.end()
-        finally:
-            self.in_flight.discard(key)
 
 
 class _Answered:
@@ -491,15 +509,16 @@ class _Answered:
     without it, or that the app leaves unfinished, ends with ``unanswered``'s error as its last event (one cut
     inside an event ends as it is). Any other answer passes as it is."""
 
-    def __init__(self, send: Send, request_id: str | int, unanswered: Callable[[], MCPError]) -> None:
+    def __init__(self, send: Send, request_id: str | int, unanswered: Callable[[], MCPError | None]) -> None:
         self._send = send
         self.request_id = request_id
         self.unanswered = unanswered
         self.events: SSERewriter | None = None  # reads the answer's events, once it starts as a stream
-        self.answered = self.ended = False
+        self.answered = self.started = self.ended = False
 
     async def __call__(self, message: Message) -> None:
         if message["type"] == "http.response.start":
+            self.started = True
             kind = header(message.get("headers", ()), b"content-type") or b""
             if kind.startswith(b"text/event-stream"):
                 self.events = SSERewriter(self._read)
@@ -511,9 +530,13 @@ class _Answered:
                 message = {**message, "body": body + self._last(self.events)}
         await self._send(message)
 
-    async def end(self) -> None:
-        """Once the app has returned: the end of a stream it left unfinished."""
-        if self.events is not None and not self.ended:
+    async def end(self, *, cut: bool = False) -> None:
+        """Once the app has returned, or was ``cut``: the end of a stream it left unfinished; a cut one's answer in
+        JSON where none had started."""
+        if cut and not self.started and (error := self.unanswered()) is not None:
+            told = jsonrpc.error(self.request_id, error.error.code, error.error.message, error.error.data)
+            await send_json(self._send, 200, told, b"")
+        elif self.events is not None and not self.ended:
             await self._send({"type": "http.response.body", "body": self._last(self.events), "more_body": False})
 
     def _read(self, data: str) -> None:
@@ -523,11 +546,16 @@ class _Answered:
 
     def _last(self, events: SSERewriter) -> bytes:
         """The stream's last event: the error, unless it was answered or is cut inside an event."""
-        if self.answered or events.flush():
+        if self.answered or events.flush() or (unanswered := self.unanswered()) is None:
             return b""
-        error = self.unanswered().error
-        unanswered = jsonrpc.error(self.request_id, error.code, error.message)
-        return sse_event(unanswered)
+        error = unanswered.error
+        return sse_event(jsonrpc.error(self.request_id, error.code, error.message, error.data))
+
+
+def _cut(scope: Scope) -> MCPError | None:
+    """What a 2026-07-28 call (or a 2025 one outside a transport session) left unanswered is told: that the stop cut
+    it, once the gateway stops (``STOPPING``); else nothing (its stream ends as the app ended it)."""
+    return cut() if scope.get(STOPPING, bool)() else None
 
 
 def _era(scope: Scope) -> Era:

@@ -47,7 +47,7 @@ from ..._wire import Refusal
 from ..._wire.protocol import RATE_LIMITED, UPSTREAM_UNAVAILABLE
 from ...subscriptions import SessionSubscriptionBus
 from .._front import StartupFailed
-from .._serving import RESTARTING
+from .._serving import CUT, CUT_DATA, RESTARTING
 from ..auth._users import ProcessEnv
 from ._admission import Admission
 from ._child import EXIT_DRAIN, Child, ChildFactory, ChildProcess, ProcessOptions
@@ -477,9 +477,9 @@ class Table:
             conversation.holds_sessions = True
 
     def unanswered(self, raw: bytes, stopping: Callable[[], bool]) -> MCPError:
-        """The error of a request in flight as the 2025 transport session ``raw`` names ended: its conversation's, or
-        the gateway's shutdown once it has been asked to stop (``stopping``: it leaves no tombstone)."""
-        return self.gone(self.transport_key(raw), End(EndReason.SHUTDOWN) if stopping() else None)
+        """The error of a request in flight as the 2025 transport session ``raw`` names ended: its conversation's, or,
+        once the gateway has been asked to stop (``stopping``: it leaves no tombstone), that the stop cut it."""
+        return cut() if stopping() else self.gone(self.transport_key(raw))
 
     async def connected(self, raw: bytes, scope: Scope) -> None:
         """A 2025 transport session just opened (its ``initialize`` answered), which has no process until a call
@@ -619,8 +619,13 @@ def _told(key: Key, why: EndReason) -> bool:
 
 
 def restarting() -> MCPError:
-    """A conversation the gateway's stop refuses or cuts: ``-32014``, which a client may send again."""
+    """A conversation the gateway's stop refuses: ``-32014``, which a client may send again."""
     return MCPError(UPSTREAM_UNAVAILABLE, RESTARTING)
+
+
+def cut() -> MCPError:
+    """A call the gateway's stop cut: ``-32603``, which says it may have run (``_serving.CUT``)."""
+    return MCPError(types.INTERNAL_ERROR, CUT, CUT_DATA)
 
 
 def _no_state() -> MCPError:
