@@ -267,6 +267,7 @@ class Uids:
         if keep:  # the count and the keeping: one take at a time, of every gateway of the host
             lock = os.open(self.owners, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             fcntl.flock(lock, fcntl.LOCK_EX)
+        busy: set[int] = set()  # tried, but another gateway's or still running: to the back, tried again later
         try:
             hers = self._owned(owner)
             free = list(self.free)  # as it is now: another thread's take, or a give_back, changes it meanwhile
@@ -276,9 +277,11 @@ class Uids:
                 if kept not in (None, owner) or (kept is None and keep and len(hers) >= keep):
                     continue
                 if (held := locked(os.path.join(self.locks, str(uid)))) is None:
-                    continue  # another gateway's, for now
+                    busy.add(uid)  # another gateway's, for now
+                    continue
                 if uid in running_uids() or (kept is None and keep and not self._keep(uid, owner)):
                     os.close(held)
+                    busy.add(uid)
                     continue
                 self.free.remove(uid)
                 self.held[uid] = held
@@ -286,6 +289,10 @@ class Uids:
         finally:
             if lock is not None:
                 os.close(lock)
+            for uid in busy:  # in place: a give_back on another thread appends meanwhile
+                with suppress(ValueError):
+                    self.free.remove(uid)
+                    self.free.append(uid)
         if keep and len(hers) >= keep:
             raise SandboxError(f"every uid kept for this user ({keep}, twice --max-processes-per-principal) is in use")
         raise SandboxError(f"no free uid in --process-uids {self.first}-{self.last}: retry later")
