@@ -81,8 +81,11 @@ class Edge:
         asking_per_address: int = ASKING_PER_ADDRESS,
         asking: int = ASKING,
     ) -> None:
-        self.masks, self.listening = masks, listening
-        self.asking_within, self.asking_per_address, self.asking = asking_within, asking_per_address, asking
+        self.masks = masks
+        self.listening = listening
+        self.asking_within = asking_within
+        self.asking_per_address = asking_per_address
+        self.asking = asking
         self.tunnels: Counter[str] = Counter()  # a process's proxy token: its connections open now
         self.waiting: Counter[str] = Counter()  # an address: its connections whose proxy request is not whole yet
         upstream = ssl.create_default_context()
@@ -199,7 +202,8 @@ class Edge:
         and port in (``http://HOST[:PORT]``), else as it came; one request a connection."""
         try:  # a bracket left open, a port out of range
             url = urllib.parse.urlsplit(asked.target.decode("ascii", "replace"))
-            host, port = (url.hostname or "").removesuffix("."), url.port or 80
+            host = (url.hostname or "").removesuffix(".")
+            port = url.port or 80
         except ValueError:
             return await _refuse(down, client, 400, "an absolute http://HOST[:PORT]/PATH")
         if not host:

@@ -71,8 +71,14 @@ def no_user_namespaces() -> bytes:
     ``unshare`` and ``clone`` with ``CLONE_NEWUSER`` get ``EPERM``, ``clone3`` (whose flags a filter cannot read)
     ``ENOSYS``, so that the C library falls back to ``clone``; so do x86_64's x32 calls, and every call of an
     architecture it does not know. Docker's default profile does the same."""
-    load, equal, has, jump, give = 0x20, 0x15, 0x45, 0x05, 0x06
-    allow, refuse, absent = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
+    load = 0x20  # BPF_LD | BPF_W | BPF_ABS: a word of the call's seccomp_data
+    equal = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
+    has = 0x45  # BPF_JMP | BPF_JSET | BPF_K
+    jump = 0x05  # BPF_JMP | BPF_JA
+    give = 0x06  # BPF_RET | BPF_K: the filter's say
+    allow = 0x7FFF0000  # SECCOMP_RET_ALLOW
+    refuse = 0x00050000 | errno.EPERM  # SECCOMP_RET_ERRNO, each with its errno
+    absent = 0x00050000 | errno.ENOSYS
     count = len(_CALLS)
     code = [(load, 0, 0, 4)]  # the architecture: each one's block follows the dispatch, 11 instructions each
     for index, arch in enumerate(_CALLS):

@@ -364,7 +364,8 @@ class Allowed:
     @classmethod
     def parsed(cls, given: str) -> Allowed:
         """``10.0.0.0/8``, ``10.1.2.3:5432``, ``fd00::/8``, ``[::1]:8080``; ``ValueError``, in one line, else."""
-        text, port = given.strip(), None
+        text = given.strip()
+        port = None
         if text.startswith("["):
             text, bracket, rest = text[1:].partition("]")
             if not bracket or (rest and not rest.startswith(":")):
@@ -558,7 +559,8 @@ class EgressRules:
         addresses (:meth:`refresh` keeps them current) refused on their ports, whatever grants them below."""
         if self.proxy is None:
             return [], []
-        sets, rules = [], [f'ip daddr 127.0.0.1 tcp dport {self.proxy} accept comment "the credentials\' proxy"']
+        sets = []
+        rules = [f'ip daddr 127.0.0.1 tcp dport {self.proxy} accept comment "the credentials\' proxy"']
         for version, family, kind in ((4, "ip", "ipv4_addr"), (6, "ip6", "ipv6_addr")):
             sets.append(f"set maskedports{version} {{ type {kind} . inet_service; flags timeout; }}")
             rules.append(
@@ -610,7 +612,8 @@ class EgressRules:
         transaction; a name that resolves to nothing is said once, until it resolves again. An answer a process could
         not reach by its number (:func:`refused_answer`: a rebinding answer, say) is not added, and said once, unless
         ``--process-allow-net`` grants it (its rule does, before the sets)."""
-        elements, answers = [], set()
+        elements = []
+        answers = set()
         with suppress(ValueError):  # ip is missing or said nothing readable: the addresses read last
             self.local = local_addresses()
         for host in self.hosts:
@@ -902,7 +905,8 @@ class Link:
     :meth:`close`; the pair goes with the namespace, or with :meth:`close`, whichever is first."""
 
     def __init__(self, uid: int, rules: EgressRules) -> None:
-        self.uid, self.rules = uid, rules
+        self.uid = uid
+        self.rules = rules
         self.holder: anyio.abc.Process | None = None
         self.interface = ""  # its host end, once made
         self.address: ipaddress.IPv4Address | None = None  # the process's, once its pair is made
@@ -1080,7 +1084,8 @@ def _overlapping() -> str | None:
     try:
         routes = json.loads(done.stdout or "[]")
         for route in routes:
-            destination, interface = route.get("dst", "default"), str(route.get("dev", ""))
+            destination = route.get("dst", "default")
+            interface = str(route.get("dev", ""))
             if destination == "default" or interface.removeprefix(INTERFACE).isdigit():
                 continue
             if ipaddress.ip_network(destination, strict=False).overlaps(PROCESSES):

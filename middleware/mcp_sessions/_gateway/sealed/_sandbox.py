@@ -563,7 +563,8 @@ class Place:
     def granted(self, user: Sequence[str] | None) -> None:
         """Its grants' mounts and groups, ``user``'s own directory among them (:meth:`Sandbox.enter`)."""
         for grant in self.sandbox.grants:
-            source, group = grant.source, grant.group
+            source = grant.source
+            group = grant.group
             if grant.per_user and self.sandbox.users is not None:
                 source, group = self.sandbox.users.own(user) if user is not None else ("", None)
             self.mounts.append(Mount(source, grant.target, grant.writable and source != ""))
