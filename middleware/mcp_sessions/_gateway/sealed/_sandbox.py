@@ -52,8 +52,8 @@ import anyio
 
 from ._cgroups import Bound, Cgroup, Cgroups, read
 from ._grants import STATE, Grant, GrantError, UserDirectories, owner_name, state_directory
+from ._kernel import HELPER_ENV, above, locked, no_user_namespaces, run_helper, running_uids, tool
 from ._kernel import SandboxError as SandboxError
-from ._kernel import above, locked, no_user_namespaces, running_uids, tool
 from ._network import CGROUPS_FIRST, EgressRules, Link, Network, NetworkError, ProcessNetwork, linkable, routed
 from ._seccomp import applied
 
@@ -186,9 +186,6 @@ _KERNEL_VIEWS: Final = frozenset(
     }
 )
 _NO_PRIVILEGE: Final = ("--no-new-privs", "--inh-caps=-all", "--bounding-set=-all")
-HELPER_ENV: Final = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-"""The whole environment of the helpers that start a process (``sh``, ``bwrap``, ``unshare``, ``prlimit``,
-``setpriv``), root's whatever the users' (:meth:`Place.launch`)."""
 # The last helper, as the server's user: the server's environment from the file on descriptor {held}, then the
 # server, its stdin and stdout back where they belong and that file closed. By bash: dash closes no descriptor above 9.
 # Through env ($0), which takes out what the shells on the way add ({unset}: SHELL_OWN, but those the server is given):
@@ -559,7 +556,8 @@ class Place:
     def granted(self, user: Sequence[str] | None) -> None:
         """Its grants' mounts and groups, ``user``'s own directory among them (:meth:`Sandbox.enter`)."""
         for grant in self.sandbox.grants:
-            source, group = grant.source, grant.group
+            source = grant.source
+            group = grant.group
             if grant.per_user and self.sandbox.users is not None:
                 source, group = self.sandbox.users.own(user) if user is not None else ("", None)
             self.mounts.append(Mount(source, grant.target, grant.writable and source != ""))
@@ -571,7 +569,7 @@ class Place:
         it has its own loopback alone."""
         if self.uid is not None and self.sandbox.egress is not None and routed():
             self.link = Link(self.uid, self.sandbox.egress)
-            await self.link.open(HELPER_ENV)
+            await self.link.open()
 
     @property
     def workdir(self) -> str | None:
@@ -812,6 +810,5 @@ def _removed(path: str) -> bool:
     recursion of Python's, which a deep tree ended), following no link a process planted."""
     remove = [tool("rm"), "-rf", "--one-file-system", "--", path]
     with suppress(OSError, subprocess.TimeoutExpired):
-        # Our own command line.
-        subprocess.run(remove, capture_output=True, check=False, timeout=END_WITHIN)  # noqa: S603
+        run_helper(remove, timeout=END_WITHIN)
     return not os.path.lexists(path)
