@@ -440,9 +440,10 @@ class _TransportRequests:
       it, but as 503 with ``Retry-After``, which a client sends again: the SDK's transport would answer it in an
       event stream, whose 200 has started before the refusal is known.
 
-    It reads the body whole (the sessions, placed at the SDK's endpoint, read it after this layer), as the sessions
-    do: up to ``max_body`` bytes, then 413. A 2026-07-28 request has no transport session (its ``Mcp-Session-Id``,
-    if any, is no transport session's)."""
+    It reads a 2025 request's body whole (the sessions, placed at the SDK's endpoint, read it after this layer), as the
+    sessions do: up to ``max_body`` bytes, then 413. A 2026-07-28 request has no transport session (its
+    ``Mcp-Session-Id``, if any, is no transport session's): its body passes as the app reads it, kept by reference,
+    and its id is read only where the stop cuts it (:class:`_Teed`)."""
 
     def __init__(
         self, app: ASGIApp, unanswered: Callable[[bytes, Callable[[], bool]], MCPError], max_body: int
@@ -456,23 +457,21 @@ class _TransportRequests:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
             return await self.app(scope, receive, send)
+        if _era(scope) is not Era.LEGACY:  # a 2026-07-28 request: its Mcp-Session-Id, if any, is no transport session's
+            teed = _Teed(receive)  # its id read only if the stop cuts it, not at every call
+            return await self._told_if_cut(scope, teed, _Answered(send, teed.request_id, partial(_cut, scope)))
         transport = header(scope["headers"], MCP_SESSION_ID_HEADER)
-        legacy = _era(scope) is Era.LEGACY
-        if transport is None and legacy:  # an initialize, which opens one
+        if transport is None:  # an initialize, which opens one
             return await self.app(scope, receive, send)
         length = header(scope["headers"], b"content-length")
         body = await read_body(receive, length, self.max_body)
         # gone (the client disconnected: nothing to answer), or too large
         if type(body) is not bytes:
             return None if body is None else await too_large(send, self.max_body)
-        parsed = jsonrpc.loads(body)
-        request = jsonrpc.is_request_or_notification(parsed)
-        request_id = jsonrpc.echoable_id(jsonrpc.request_id_of(parsed)) if request else None
+        request_id = _request_id(body)
         replay = Replay(body, receive)
         if request_id is None:
             return await self.app(scope, replay, send)
-        if not legacy or transport is None:  # a 2026-07-28 call: its Mcp-Session-Id is no transport session's
-            return await self._told_if_cut(scope, replay, _Answered(send, request_id, partial(_cut, scope)))
         if scope.get(REFUSING, bool)():  # as the table refuses it, but before its answer would start a 200 stream
             return await unavailable(503, RESTARTING, RETRY_AFTER, request_id, "refusing").send(send)
         user = scope.get("user")
@@ -484,7 +483,8 @@ class _TransportRequests:
         self.in_flight.add(key)
         # whether the gateway was asked to stop (by its command's uvicorn)
         stopping = scope.get(STOPPING, bool)
-        answer = _Answered(send, request_id, partial(self.unanswered, transport, stopping))
+        answered = partial(self.unanswered, transport, stopping)
+        answer = _Answered(send, lambda: request_id, answered, answer_id=request_id)
         try:
             await self._told_if_cut(scope, replay, answer)
         finally:
@@ -504,15 +504,50 @@ class _TransportRequests:
             await answer.end()
 
 
-class _Answered:
-    """A request's ``send`` that reads its event stream for its answer (a response with its id): a stream that ends
-    without it, or that the app leaves unfinished, ends with ``unanswered``'s error as its last event (one cut
-    inside an event ends as it is). Any other answer passes as it is."""
+def _request_id(body: bytes) -> str | int | None:
+    """The id of the request ``body`` holds, as an answer echoes it; ``None`` for anything else."""
+    parsed = jsonrpc.loads(body)
+    return jsonrpc.echoable_id(jsonrpc.request_id_of(parsed)) if jsonrpc.is_request_or_notification(parsed) else None
 
-    def __init__(self, send: Send, request_id: str | int, unanswered: Callable[[], MCPError | None]) -> None:
+
+class _Teed:
+    """A ``receive`` that keeps the body the app reads (the chunks themselves, no copy), so that its request's id is
+    read (:meth:`request_id`) only where an answer must be made for it."""
+
+    def __init__(self, receive: Receive) -> None:
+        self.receive = receive
+        self.chunks: list[bytes] = []
+
+    async def __call__(self) -> Message:
+        message = await self.receive()
+        if message["type"] == "http.request":
+            self.chunks.append(message.get("body", b""))
+        return message
+
+    def request_id(self) -> str | int | None:
+        return _request_id(b"".join(self.chunks))
+
+
+class _Answered:
+    """A request's ``send`` that reads its event stream for its answer (the one response a request's stream carries):
+    a stream that ends without it, or that the app leaves unfinished, ends with ``unanswered``'s error as its last
+    event (one cut inside an event ends as it is), with the request's id (``request_id``, read only then). Any other
+    answer passes as it is."""
+
+    def __init__(
+        self,
+        send: Send,
+        request_id: Callable[[], str | int | None],
+        unanswered: Callable[[], MCPError | None],
+        *,
+        answer_id: str | int | None = None,
+    ) -> None:
         self._send = send
         self.request_id = request_id
         self.unanswered = unanswered
+        self.answer_id = (
+            answer_id  # the id its answer has, where two requests' streams could cross (2025); else its one response
+        )
         self.events: SSERewriter | None = None  # reads the answer's events, once it starts as a stream
         self.answered = self.started = self.ended = False
 
@@ -534,27 +569,30 @@ class _Answered:
         """Once the app has returned, or was ``cut``: the end of a stream it left unfinished; a cut one's answer in
         JSON where none had started."""
         if cut and not self.started and (error := self.unanswered()) is not None:
-            told = jsonrpc.error(self.request_id, error.error.code, error.error.message, error.error.data)
-            await send_json(self._send, 200, told, b"")
+            if (request_id := self.request_id()) is not None:
+                told = jsonrpc.error(request_id, error.error.code, error.error.message, error.error.data)
+                await send_json(self._send, 200, told, b"")
         elif self.events is not None and not self.ended:
             await self._send({"type": "http.response.body", "body": self._last(self.events), "more_body": False})
 
     def _read(self, data: str) -> None:
         answer = jsonrpc.loads(data, answer=True)
-        if jsonrpc.is_response(answer) and answer["id"] == self.request_id:
+        if jsonrpc.is_response(answer) and (self.answer_id is None or answer["id"] == self.answer_id):
             self.answered = True
 
     def _last(self, events: SSERewriter) -> bytes:
         """The stream's last event: the error, unless it was answered or is cut inside an event."""
         if self.answered or events.flush() or (unanswered := self.unanswered()) is None:
             return b""
+        if (request_id := self.request_id()) is None:
+            return b""
         error = unanswered.error
-        return sse_event(jsonrpc.error(self.request_id, error.code, error.message, error.data))
+        return sse_event(jsonrpc.error(request_id, error.code, error.message, error.data))
 
 
 def _cut(scope: Scope) -> MCPError | None:
-    """What a 2026-07-28 call (or a 2025 one outside a transport session) left unanswered is told: that the stop cut
-    it, once the gateway stops (``STOPPING``); else nothing (its stream ends as the app ended it)."""
+    """What a 2026-07-28 call left unanswered is told: that the stop cut it, once the gateway stops (``STOPPING``);
+    else nothing (its stream ends as the app ended it)."""
     return cut() if scope.get(STOPPING, bool)() else None
 
 
