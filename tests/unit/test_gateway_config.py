@@ -98,6 +98,7 @@ def test_a_stdio_server_s_processes(flags: list[str], expected: dict[str, Any]) 
     serves = config_of([*STDIO, *flags]).serves
     assert isinstance(serves, StdioProcesses)
     assert {name: getattr(serves, name) for name in defaults} == {**defaults, **expected}
+    assert serves.sandbox is not None
     assert serves.sandbox.containment == "none"
 
 
@@ -169,3 +170,14 @@ def test_the_modes_choices_are_their_literal_s(flag: str, choices: tuple[str, ..
     assert action.choices is choices
     with pytest.raises(SystemExit):
         parser.parse_args([*UPSTREAM, flag, "bogus"])
+
+
+@pytest.mark.parametrize(("flags", "part"), [(STDIO, "serves"), (UPSTREAM, "serves"), (UPSTREAM, "listening")])
+def test_without_its_flag_each_value_is_the_configuration_s_default(flags: list[str], part: str) -> None:
+    """Issue 102, item 3: each default is written once, in the configuration, and the flags take it from there (the
+    stdio processes' were written in the flags and again in the app's ``StdioGateway``, the configuration had none)."""
+    built = getattr(config_of(flags), part)
+    given = {"command", "upstreams", "sandbox", "environ"}  # what a flag must give, or what is built from them
+    defaults = {field.name: field.default for field in dataclasses.fields(built) if field.name not in given}
+    assert dataclasses.MISSING not in defaults.values()
+    assert {name: getattr(built, name) for name in defaults} == defaults

@@ -21,6 +21,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from ._config import (
+    DEFAULT_MAX_PROCESSES,
+    DEFAULT_MAX_PROCESSES_PER_CALLER,
+    DEFAULT_PROCESS_IDLE,
+    DEFAULT_WARM,
+    StdioProcesses,
+)
 from .sealed._grants import STATE, USER_GIDS
 from .sealed._sandbox import CONTAINMENTS, DISK
 from .stdio._modes import PROCESSES, SESSIONLESS
@@ -46,7 +53,7 @@ def _process_arguments(gateway: argparse.ArgumentParser) -> None:
     gateway.add_argument(
         "--processes",
         choices=PROCESSES,
-        default="auto",
+        default=StdioProcesses.processes,
         help="with --stdio: a process per conversation, or one shared by every client (each "
         "request names its conversation in _meta); auto (default): if the server speaks "
         "2026-07-28 and no --process-env or --process-uids, a process per caller (its "
@@ -57,35 +64,36 @@ def _process_arguments(gateway: argparse.ArgumentParser) -> None:
         type=float,
         metavar="SECONDS",
         help="with --stdio: how long a conversation's process lives without a request (default: "
-        "MCP_SESSIONS_IDLE_TTL, else 600)",
+        f"MCP_SESSIONS_IDLE_TTL, else {DEFAULT_PROCESS_IDLE:g})",
     )
     gateway.add_argument(
         "--max-processes",
         type=int,
-        default=16,
+        default=DEFAULT_MAX_PROCESSES,
         metavar="N",
-        help="with --stdio: how many conversations' processes may run at once (default 16)",
+        help=f"with --stdio: how many conversations' processes may run at once (default {DEFAULT_MAX_PROCESSES})",
     )
     gateway.add_argument(
         "--max-processes-per-principal",
         type=int,
-        default=4,
+        default=DEFAULT_MAX_PROCESSES_PER_CALLER,
         metavar="N",
-        help="with --stdio: how many of them one caller (its principal, else its client address) may have (default 4)",
+        help="with --stdio: how many of them one caller (its principal, else its client address) may have (default "
+        f"{DEFAULT_MAX_PROCESSES_PER_CALLER})",
     )
     gateway.add_argument(
         "--sessionless",
         choices=SESSIONLESS,
-        default="per-caller",
+        default=StdioProcesses.sessionless,
         help="with --stdio: the 2026-07-28 requests of a caller that name no conversation reach "
         "that caller's own process (default), or each a process of its own, or the shared one",
     )
     gateway.add_argument(
         "--warm",
         type=int,
-        default=2,
+        default=DEFAULT_WARM,
         metavar="N",
-        help="with --stdio: processes started ahead for new conversations and such requests (default 2)",
+        help=f"with --stdio: processes started ahead for new conversations and such requests (default {DEFAULT_WARM})",
     )
 
 
