@@ -28,14 +28,14 @@ from ._config import (
 from ._process_flags import add_process_arguments, process_options, seal_gateway
 from ._serving import EXIT_USAGE, bind, private_directory
 from .http._app import forwarding_app
-from .sealed._network import NO_ROUTE, NetworkError, add_network_arguments, routed
+from .sealed._network import NO_ROUTE, AllowedHost, EgressRules, NetworkError, add_network_arguments, routed
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
     from .auth._exchange import TokenExchange, UpstreamToken
     from .auth._users import GatewayAuth
-    from .sealed._network import EgressRules
+    from .sealed._network import EgressPolicy
     from .sealed._sandbox import Sandbox
 
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -296,10 +296,11 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
     if args.stdio is not None:
         command = shlex.split(args.stdio)
         sandbox = process_options(args, command, auth)
-        # each process's uid put under the egress rules as it is taken
-        sandbox = replace(sandbox, egress=(egress := _egress(args, sandbox, forwarded)))
-        if edge := _edge(args, sandbox, egress):  # the masked credentials' proxy
-            sandbox = replace(sandbox, grants=(*sandbox.grants, edge.masks.grant), edge=edge)
+        edge, policy = _edge(args, sandbox, _egress(args, sandbox, forwarded))  # the masked credentials' proxy
+        grants = sandbox.grants if edge is None else (*sandbox.grants, edge.masks.grant)
+        # each process's uid put under the egress table's rules as it is taken
+        egress = None if policy is None else EgressRules(policy)
+        sandbox = replace(sandbox, grants=grants, edge=edge, egress=egress)
         serves = StdioProcesses(
             command=tuple(command),
             processes=args.processes,
@@ -353,7 +354,7 @@ def _app(config: GatewayConfig) -> ASGIApp:
     return app
 
 
-def _egress(args: argparse.Namespace, sandbox: Sandbox, forwarded: str | None) -> EgressRules | None:
+def _egress(args: argparse.Namespace, sandbox: Sandbox, forwarded: str | None) -> EgressPolicy | None:
     """``_network.egress_rules`` for ``sandbox``'s processes (``None`` unless its network is ``egress``); and the
     status socket's directory checked."""
     from ._front import trusted_proxies
@@ -368,16 +369,16 @@ def _egress(args: argparse.Namespace, sandbox: Sandbox, forwarded: str | None) -
     )
 
 
-def _edge(args: argparse.Namespace, sandbox: Any, egress: Any) -> Any:
-    """The proxy of ``--process-env-mask``'s credentials (``_edge``), its port bound on this host's loopback and
-    granted by ``egress``'s rules, which refuse the masked hosts' direct connections; None without the flag."""
+def _edge(args: argparse.Namespace, sandbox: Any, egress: EgressPolicy | None) -> tuple[Any, EgressPolicy | None]:
+    """The proxy of ``--process-env-mask``'s credentials (``_edge``), its port bound on this host's loopback, and
+    ``egress`` that grants it and refuses the masked hosts' direct connections; None and ``egress`` as it is without
+    the flag."""
     if not args.process_env_mask:
         if args.process_env_mask_ca:
             raise ValueError("--process-env-mask-ca signs the certificates of --process-env-mask's hosts: give both")
-        return None
+        return None, egress
     from .sealed._edge import Edge
     from .sealed._masks import Authority, Mask, Masks
-    from .sealed._network import AllowedHost
 
     env = {spec.partition("=")[0] for spec in args.process_env}
     masks = tuple(Mask.parsed(given, env) for given in args.process_env_mask)
@@ -390,9 +391,8 @@ def _edge(args: argparse.Namespace, sandbox: Any, egress: Any) -> Any:
     authority = Authority.given(args.process_env_mask_ca) if args.process_env_mask_ca else Authority.made(names)
     listening = socket.create_server(("127.0.0.1", 0))
     masked = Masks(masks, authority, port=listening.getsockname()[1])
-    egress.proxy = masked.port
-    egress.masked = tuple(AllowedHost(host, port) for host, port in sorted(masked.hosts))
-    return Edge(masked, listening)
+    hosts = tuple(AllowedHost(host, port) for host, port in sorted(masked.hosts))
+    return Edge(masked, listening), replace(egress, proxy=masked.port, masked=hosts)
 
 
 def _stdio_only(args: argparse.Namespace) -> None:
