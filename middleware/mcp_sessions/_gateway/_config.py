@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal, get_args
 
 from .._config import SessionsConfig
-from .stdio._modes import PROCESSES, SESSIONLESS, Processes, Sessionless
 
 if TYPE_CHECKING:
     from .auth._exchange import TokenExchange, UpstreamToken
@@ -32,6 +31,13 @@ if TYPE_CHECKING:
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 LOG_LEVELS: Final = get_args(LogLevel)  # --log-level's choices
+Processes = Literal["auto", "per-conversation", "shared"]
+"""Whose conversations a process serves (``--processes``): ``"auto"`` becomes ``"per-conversation"`` or
+``"per-caller"`` (``stdio._table.Table.choose``)."""
+PROCESSES: Final = get_args(Processes)
+Sessionless = Literal["per-caller", "per-request", "shared"]
+"""Where the requests that name no conversation go (``--sessionless``)."""
+SESSIONLESS: Final = get_args(Sessionless)
 
 DEFAULT_SHUTDOWN_TIMEOUT: Final = 10.0
 """On SIGTERM, the gateway drains (``_lifecycle``): it waits for the calls in flight for this long at most, then

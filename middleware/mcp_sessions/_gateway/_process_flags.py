@@ -26,11 +26,12 @@ from ._config import (
     DEFAULT_MAX_PROCESSES_PER_CALLER,
     DEFAULT_PROCESS_IDLE,
     DEFAULT_WARM,
+    PROCESSES,
+    SESSIONLESS,
     StdioProcesses,
 )
 from .sealed._grants import STATE, USER_GIDS
 from .sealed._sandbox import CONTAINMENTS, DISK
-from .stdio._modes import PROCESSES, SESSIONLESS
 
 if TYPE_CHECKING:
     from .auth._users import GatewayAuth
