@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
 
+from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway._cli import add_arguments, configured
 from mcp_sessions._gateway._config import LOG_LEVELS, Forwarding, GatewayConfig, Listening, StdioProcesses
+from mcp_sessions._gateway.http._app import forwarding_app, gateway_app
 from mcp_sessions._gateway.stdio._modes import PROCESSES, SESSIONLESS
 
 URL = "http://127.0.0.1:3001/mcp"
@@ -181,3 +183,33 @@ def test_without_its_flag_each_value_is_the_configuration_s_default(flags: list[
     defaults = {field.name: field.default for field in dataclasses.fields(built) if field.name not in given}
     assert dataclasses.MISSING not in defaults.values()
     assert {name: getattr(built, name) for name in defaults} == defaults
+
+
+@pytest.mark.parametrize(
+    ("made", "refusal"),
+    [
+        (lambda: StdioProcesses(command=()), "--stdio needs a command"),
+        (lambda: StdioProcesses(command=("cat",), processes="bogus"), "processes is 'auto'"),  # type: ignore[arg-type]
+        (lambda: StdioProcesses(command=("cat",), max_processes=0), "max_processes and max_processes_per_principal"),
+        (lambda: StdioProcesses(command=("cat",), warm=-1), "sessionless is 'per-caller'"),
+        (lambda: StdioProcesses(command=("cat",), process_idle=0), "process_idle must be a positive number"),
+        (lambda: Forwarding((URL,), connect_timeout=0), "connect_timeout must be a positive number"),
+        (lambda: gateway_app([URL], keepalive=0), "keepalive must be a positive number"),
+    ],
+)
+def test_what_no_gateway_could_serve_with_is_refused_as_it_is_made_whoever_makes_it(
+    made: Callable[[], object], refusal: str
+) -> None:
+    with pytest.raises(ValueError, match=refusal):
+        made()
+
+
+def test_each_app_takes_the_configuration_of_what_it_serves() -> None:
+    from mcp_sessions._gateway.stdio._server import stdio_gateway_app
+
+    upstream = GatewayConfig(serves=Forwarding((URL,)), sessions=SessionsConfig(secret="x" * 32))
+    with pytest.raises(TypeError, match=r"config\.serves is a StdioProcesses"):
+        stdio_gateway_app(upstream)
+    stdio = dataclasses.replace(upstream, serves=StdioProcesses(command=("cat",)))
+    with pytest.raises(TypeError, match=r"config\.serves is a Forwarding"):
+        forwarding_app(stdio)
