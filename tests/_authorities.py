@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import ssl
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -81,3 +82,22 @@ def _general_name(name: str) -> x509.GeneralName:
         return x509.IPAddress(ipaddress.ip_address(name))
     except ValueError:
         return x509.DNSName(name)
+
+
+def taken_leaf(authority: str, leaf: ssl.SSLContext, host: str) -> bool:
+    """Whether OpenSSL (Python's ``ssl``, as a process's client), trusting ``authority`` (PEM) alone, takes the
+    certificate the server context ``leaf`` shows for ``host``: a handshake between memory buffers."""
+    trusting = ssl.create_default_context(cadata=authority)
+    client_in, client_out, server_in, server_out = (ssl.MemoryBIO() for _ in range(4))
+    client = trusting.wrap_bio(client_in, client_out, server_hostname=host)
+    server = leaf.wrap_bio(server_in, server_out, server_side=True)
+    for _ in range(4):  # TLS 1.3: two flights each way
+        for ends, inbox, outbox in ((client, client_in, server_out), (server, server_in, client_out)):
+            inbox.write(outbox.read())
+            try:
+                ends.do_handshake()
+            except ssl.SSLWantReadError:
+                pass
+            except ssl.SSLCertVerificationError:
+                return False
+    return client.version() is not None

@@ -30,7 +30,7 @@ RUN_BY: dict[str, dict[str, str]] = {
         "# server.py": DOCS,
         "StreamableHTTPASGIApp(": DOCS,
         "class CreateSession(": DOCS,
-        "SessionTransport()": DOCS,
+        "SessionTransport(delete_on_close=True)": DOCS,
     },
     "docs/application-code.md": {
         '"mode": "focus"': DOCS,

@@ -88,6 +88,26 @@ async def test_the_on_create_hook_sees_each_new_session_and_may_refuse_it() -> N
     assert failed.json()["error"] == {"code": -32603, "message": "Internal error"}  # a hook that fails: refused
 
 
+async def test_an_on_create_hook_that_takes_the_scope_is_given_the_creates_request() -> None:
+    """A hook with a ``scope`` keyword is given the create's ASGI scope (who asks, through what: the stdio gateway
+    starts the conversation's process for that caller); a hook of one argument, as before, is called as it was."""
+    given: list[tuple[str, Any]] = []
+
+    async def scoped(claims: SessionClaims, *, scope: Any) -> None:
+        given.append((claims.session_id, scope["client"]))
+
+    async def plain(claims: SessionClaims) -> None:
+        given.append((claims.session_id, None))
+
+    scoped_token = (await call(middleware(Downstream(), on_create=scoped), CREATE, from_address("10.3.3.3"))).json()
+    plain_token = (await call(middleware(Downstream(), on_create=plain), CREATE, from_address("10.3.3.3"))).json()
+
+    assert given == [
+        (jwt_claims(scoped_token["result"]["session"]["sessionId"])["sid"], ("10.3.3.3", 40000)),
+        (jwt_claims(plain_token["result"]["session"]["sessionId"])["sid"], None),
+    ]
+
+
 async def test_an_unreachable_store_is_reported_at_startup(caplog: pytest.LogCaptureFixture) -> None:
     store = RedisStore(f"redis://:hunter2@127.0.0.1:{free_port()}/0", timeout=0.5)  # a port nothing listens on
     mw = middleware(Starlette(), store=store)

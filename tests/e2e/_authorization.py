@@ -20,9 +20,12 @@ REDIRECT = "http://127.0.0.1/callback"
 
 
 @contextlib.contextmanager
-def authorization_server(lifetime: int, audiences: list[str]) -> Iterator[Process]:
-    """idpyoidc's server, its access tokens living ``lifetime`` seconds, exchanged for ``audiences`` alone (its
-    environment: ``make test`` builds it; a missing one skips, or fails under CI)."""
+def authorization_server(
+    lifetime: int, audiences: list[str], keys: dict[str, dict[str, str]] | None = None
+) -> Iterator[Process]:
+    """idpyoidc's server, its access tokens living ``lifetime`` seconds, exchanged for ``audiences`` alone, with the
+    clients ``APP`` and ``GATEWAY`` (by their secrets) and ``keys``' (client id to public JWK: ``private_key_jwt``)
+    (its environment: ``make test`` builds it; a missing one skips, or fails under CI)."""
     __tracebackhide__ = only_skips
     venvs = os.environ.get("AUTH_SERVER_VENVS", str(MAIN / ".venv-idpyoidc")).split()
     python = Path(next((v for v in venvs if v.endswith("-idpyoidc")), MAIN / ".venv-idpyoidc")) / "bin" / "python"
@@ -32,7 +35,7 @@ def authorization_server(lifetime: int, audiences: list[str]) -> Iterator[Proces
     clients = dict([APP, GATEWAY])
 
     def command(port: int) -> tuple[list[str], dict[str, str]]:
-        settings = {"port": port, "lifetime": lifetime, "audiences": audiences, "clients": clients}
+        settings = {"port": port, "lifetime": lifetime, "audiences": audiences, "clients": clients, "keys": keys or {}}
         return [str(python), script, json.dumps(settings)], {}
 
     server = started("idpyoidc", command)

@@ -2,17 +2,19 @@
 environment (pyproject's group ``idpyoidc``; ``make test`` builds ``.venv-idpyoidc``).
 
 idpyoidc does the OAuth: its token endpoint (the ``authorization_code`` grant, and RFC 8693's token exchange with
-its default policy: the audiences the command line allows), its client authentication (``client_secret_basic``
-and ``client_secret_post``), its JWT access tokens (signed by its keys, the ``aud`` the request's audience or
-resource), its revocation endpoint (RFC 7009), its metadata (RFC 8414) and its JWKS. The standard library's HTTP
-server carries them. One thing stands in: ``POST /login`` (form ``user``) signs a user in, as the interactive
-login that tests cannot click through would, and answers an authorization code for the client ``app`` (idpyoidc's
-own session and code, as its tests make them), which the test redeems at the token endpoint. ``GET /exchanges``
-says how many token exchanges its token endpoint was asked for.
+its default policy: the audiences the command line allows), its client authentication (``client_secret_basic``,
+``client_secret_post``, and ``private_key_jwt`` for a client registered with its public key alone: the assertion's
+signature, ``aud`` (the token endpoint, or the issuer as rfc7523bis asks), ``exp``, and each ``jti`` once), its JWT
+access tokens (signed by its keys, the ``aud`` the request's audience or resource), its revocation endpoint
+(RFC 7009), its metadata (RFC 8414) and its JWKS. The standard library's HTTP server carries them. One thing
+stands in: ``POST /login`` (form ``user``) signs a user in, as the interactive login that tests cannot click
+through would, and answers an authorization code for the client ``app`` (idpyoidc's own session and code, as its
+tests make them), which the test redeems at the token endpoint. ``GET /exchanges`` says how many token exchanges
+its token endpoint was asked for.
 
-``python _idpyoidc_server.py SETTINGS``: SETTINGS is JSON, ``{"port", "lifetime", "audiences", "clients"}``
-(seconds an access token lives; the audiences a token may be exchanged for; client id to secret). It prints
-``ready`` once it listens.
+``python _idpyoidc_server.py SETTINGS``: SETTINGS is JSON, ``{"port", "lifetime", "audiences", "clients", "keys"}``
+(seconds an access token lives; the audiences a token may be exchanged for; client id to secret; client id to its
+public JWK, a ``private_key_jwt`` client). It prints ``ready`` once it listens.
 """
 
 # mypy: ignore-errors
@@ -59,7 +61,7 @@ def _with_audience(create):
 SessionManager.create_exchange_grant = _with_audience(SessionManager.create_exchange_grant)
 
 
-def server(issuer: str, lifetime: int, audiences: list[str], clients: dict[str, str]) -> Server:
+def server(issuer: str, lifetime: int, audiences: list[str], clients: dict[str, str], keys: dict[str, dict]) -> Server:
     exchange = {
         "requested_token_types_supported": ["urn:ietf:params:oauth:token-type:access_token"],
         "default_requested_token_type": "urn:ietf:params:oauth:token-type:access_token",
@@ -82,7 +84,7 @@ def server(issuer: str, lifetime: int, audiences: list[str], clients: dict[str, 
                 "path": "token",
                 "class": "idpyoidc.server.oauth2.token.Token",
                 "kwargs": {
-                    "client_authn_method": ["client_secret_basic", "client_secret_post"],
+                    "client_authn_method": ["client_secret_basic", "client_secret_post", "private_key_jwt"],
                     "grant_types_helpers": {
                         "authorization_code": {
                             "class": "idpyoidc.server.oauth2.token_helper.access_token.AccessTokenHelper"
@@ -135,6 +137,20 @@ def server(issuer: str, lifetime: int, audiences: list[str], clients: dict[str, 
             "response_types": ["code"],
             "allowed_scopes": ["openid", "tools"],
         }
+    for client_id, jwk in keys.items():  # no secret: its assertions alone authenticate it
+        built.context.cdb[client_id] = {
+            "client_id": client_id,
+            "redirect_uris": [(REDIRECT, {})],
+            "token_endpoint_auth_method": "private_key_jwt",
+            "client_authn_method": ["private_key_jwt"],
+            "grant_types_supported": [TOKEN_EXCHANGE],
+            "response_types": ["code"],
+            "allowed_scopes": ["openid", "tools"],
+        }
+        built.keyjar.import_jwks({"keys": [jwk]}, client_id)
+    # An assertion's aud: the token endpoint (idpyoidc's default), or the issuer, which rfc7523bis has servers take
+    # (idpyoidc's own way to add a target, as its userinfo endpoint does).
+    built.get_endpoint("token").allowed_targets.append("")
     return built
 
 
@@ -226,7 +242,8 @@ class Handler(BaseHTTPRequestHandler):
 def main() -> None:
     settings = json.loads(sys.argv[1])
     issuer = f"http://127.0.0.1:{settings['port']}"
-    Handler.built = server(issuer, settings["lifetime"], settings["audiences"], settings["clients"])
+    built = server(issuer, settings["lifetime"], settings["audiences"], settings["clients"], settings.get("keys", {}))
+    Handler.built = built
     listening = ThreadingHTTPServer(("127.0.0.1", settings["port"]), Handler)
     print("ready", flush=True)
     listening.serve_forever()

@@ -1,11 +1,10 @@
 """What the tests of masked credentials (``--process-env-mask``) share: a stand-in HTTPS API with a certificate
-authority of its own (:func:`stand_in_authority`, :data:`API`: each request's method, headers and body's size echoed
-back as JSON (but at ``/unechoed``: ``{}``), every ``Authorization`` it got listed at ``/seen``, a ``git`` fetch asked
-for its credential; a second
-port answers plain HTTP), and a hostile stdio server (:data:`SERVER`) whose tools run a command in the
-process (``run``) and search everything it can read of itself for a value (``search``: its environment, its memory
-through ``/proc/self/mem``, and the files of its home, ``/tmp`` and the gateway's certificates; the value asked in two
-halves, so that the asking puts it whole nowhere)."""
+authority of its own (:func:`stand_in_authority`, :data:`API`: each request's method, target, headers and body's
+size echoed back as JSON (but at ``/unechoed``: ``{}``), every ``Authorization`` it got listed at ``/seen``, a
+``git`` fetch asked for its credential; a second port answers plain HTTP), and a hostile stdio server
+(:data:`SERVER`) whose tools run a command in the process (``run``) and search everything it can read of itself for
+a value (``search``: its environment, its memory through ``/proc/self/mem``, and the files of its home, ``/tmp`` and
+the gateway's certificates; the value asked in two halves, so that the asking puts it whole nowhere)."""
 
 from __future__ import annotations
 
@@ -20,10 +19,12 @@ API = r"""
 import http.server, json, ssl, sys, threading
 SEEN = []
 class Echo(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # a connection kept alive, as an API's is
     def answer(self):
         SEEN.append(self.headers.get("Authorization", ""))
         size = len(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-        body = json.dumps({"method": self.command, "headers": dict(self.headers.items()), "size": size}).encode()
+        echoed = {"method": self.command, "path": self.path, "headers": dict(self.headers.items()), "size": size}
+        body = json.dumps(echoed).encode()
         if self.path == "/seen":
             body = json.dumps(SEEN).encode()
         elif self.path == "/unechoed":

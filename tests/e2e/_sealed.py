@@ -177,6 +177,9 @@ def unix(path):
     with socket.socket(socket.AF_UNIX) as unix: unix.connect(path)
     return "connected"
 def buffered(count):
+    import resource
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     with socket.create_server(("127.0.0.1", 0), backlog=count) as listener:
         for _ in range(count):
             sender = socket.create_connection(listener.getsockname(), 5)

@@ -236,17 +236,18 @@ def test_the_session_transport_client_counts_with_a_session_it_created(
     counter_server: tuple[str, ExchangeRecorder],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """The snippet hard-codes its URL: it runs with that URL replaced, textually, by the served one."""
+    """The snippet hard-codes its URL: it runs with that URL replaced, textually, by the served one. It ends its
+    conversation as it ends (``delete_on_close``): one left behind each run held a gateway's process (issue 101)."""
     page = "docs/getting-started.md"
     url, recorded = counter_server
-    snippet = snippet_with(page, "SessionTransport()")
+    snippet = snippet_with(page, "SessionTransport(delete_on_close=True)")
     assert snippet.count(DOCS_URL) == 1
     capsys.readouterr()
     run(snippet.replace(DOCS_URL, url), page=page)
     assert capsys.readouterr().out == "{'result': 1}\n"
     methods = [body.get("method") for body in recorded.seen]
     assert "sessions/create" in methods
-    assert methods.index("sessions/create") < methods.index("tools/call")
+    assert methods.index("sessions/create") < methods.index("tools/call") < methods.index("sessions/delete")
     [(sent, call)] = recorded.find("tools/call")
     assert sent["mcp-session-id"] == call["params"]["_meta"][SESSION_KEY]["sessionId"]
 

@@ -9,8 +9,11 @@ would open a conversation gets 503 with ``Retry-After`` (``-32014``); then the g
 from __future__ import annotations
 
 import contextlib
+import io
+import os
 import signal
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from functools import partial
 from pathlib import Path
@@ -29,10 +32,12 @@ from _waits import WITHIN, until, until_awaited
 from e2e._gateway import INITIALIZE, JSON_SSE, PYTHONPATH, SECRET, Process, gateway_process
 from e2e._issuer import ISSUER, jwks
 from e2e._stdio import SERVER_PATH, text_of
+from mcp_sessions._gateway._serving import CUT, CUT_DATA
 
 pytestmark = pytest.mark.anyio
 
 RESTARTING = -32014
+INTERNAL_ERROR = -32603
 
 
 @contextlib.contextmanager
@@ -196,14 +201,18 @@ def text_of_answer(answer: httpx.Response) -> str:
     return str(answer.json()["result"]["content"][0]["text"])
 
 
-async def test_a_second_ctrl_c_ends_the_drain_at_once_quietly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_second_ctrl_c_ends_the_drain_at_once_quietly(mode: str, tmp_path: Path) -> None:
     """Issue 94, item 6 (Why, 5): the first Ctrl-C drains; a second, as uvicorn's own line invites, ends the drain
-    at once: the call in flight is told the gateway restarts (``-32014``), and the gateway ends with 0 and no
-    traceback (it printed the lifespan's ``CancelledError``), every cancellation of a planned stop said as INFO."""
+    at once, and the gateway ends with 0 and no traceback (it printed the lifespan's ``CancelledError``), every
+    cancellation of a planned stop said as INFO. Issue 101, item 7: the call in flight, which its server may have
+    run, was told "send the request again" (``-32014``), which ran a ``write_file`` twice; now, in either era, it is
+    told that it may have run (``-32603``, ``data.mayHaveRun``), in its answer (a 2025 client's event stream, a
+    2026-07-28 client's JSON), never a 503 its client would send again."""
     with holding_gateway(tmp_path, "--shutdown-timeout", "120") as gateway:
         process = gateway.process
         assert process is not None
-        async with Client(gateway.url(), mode="legacy") as client, anyio.create_task_group() as tasks:
+        async with Client(gateway.url(), mode=mode) as client, anyio.create_task_group() as tasks:
             cut: list[MCPError] = []
 
             async def held() -> None:
@@ -222,7 +231,9 @@ async def test_a_second_ctrl_c_ends_the_drain_at_once_quietly(tmp_path: Path) ->
     assert status == 0, said
     assert "Traceback" not in said, said
     assert "ERROR" not in said, said
-    assert [error.error.code for error in cut] == [RESTARTING], cut
+    assert [(error.error.code, error.error.message, error.error.data) for error in cut] == [
+        (INTERNAL_ERROR, CUT, CUT_DATA)
+    ]
 
 
 def test_the_probes_answer_without_credentials_and_say_nothing_more(tmp_path: Path) -> None:
@@ -292,3 +303,57 @@ async def test_a_restart_within_connects_bound_costs_a_new_conversation_nothing(
     finally:
         first.stop()
     assert answers == ["held", "1"]
+
+
+def test_a_drained_stop_writes_nothing_of_uvicorns_and_no_other_librarys_setting() -> None:
+    """Issue 102, item 4: the drain wrote uvicorn's ``config.timeout_graceful_shutdown`` (what was left of its bound)
+    and its private ``_captured_signals``, and turned sse-starlette's ``AppStatus.enable_automatic_graceful_drain``
+    off for the whole process while the gateway served: each breaks silently as they change. Now the gateway, run in
+    this process, drains through what uvicorn lets a subclass override: the call in flight at Ctrl-C is answered,
+    then the gateway stops and raises the signal again (here to the test's handler), and uvicorn's configuration,
+    its private list and sse-starlette's setting are as they were, during the drain and after it."""
+    from sse_starlette.sse import AppStatus
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    from mcp_sessions import SessionsConfig
+    from mcp_sessions._gateway._config import Forwarding, GatewayConfig, Listening
+    from mcp_sessions._gateway._lifecycle import Gateway
+    from mcp_sessions._gateway._serving import bind
+
+    during: list[bool] = []
+
+    async def hold(request: Request) -> PlainTextResponse:
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, with this call in flight
+        await until_awaited(gateway.stop_asked, "the drain to begin")
+        during.append(AppStatus.enable_automatic_graceful_drain)
+        return PlainTextResponse("held")
+
+    bound = bind("127.0.0.1", 0)
+    port = bound.getsockname()[1]
+    upstream = Forwarding(("http://127.0.0.1:9/mcp",), None, 1.0, 1.0, 1.0)
+    config = GatewayConfig(
+        serves=upstream, listening=Listening("127.0.0.1", port, "info", 30.0), sessions=SessionsConfig(secret=SECRET)
+    )
+    gateway = Gateway(Starlette(routes=[Route("/hold", hold, methods=["POST"])]), config)
+    answers: list[str] = []
+
+    def call() -> None:
+        until(lambda: gateway.started, "the gateway to start")
+        answers.append(httpx.post(f"http://127.0.0.1:{port}/hold", timeout=WITHIN).text)
+
+    raised: list[int] = []
+    caller = threading.Thread(target=call)
+    interrupted = signal.signal(signal.SIGINT, lambda sig, _: raised.append(sig))
+    try:
+        caller.start()
+        status = gateway.run_until_stopped(bound, io.StringIO())
+    finally:
+        signal.signal(signal.SIGINT, interrupted)
+        caller.join(WITHIN)
+    assert (status, answers, raised) == (0, ["held"], [signal.SIGINT])
+    assert during == [AppStatus.enable_automatic_graceful_drain] == [True]
+    assert gateway.config.timeout_graceful_shutdown == 30.0
+    assert vars(gateway)["_captured_signals"] == []  # uvicorn's own, never the gateway's to write

@@ -18,6 +18,7 @@ import socket
 import threading
 from collections import defaultdict
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import unquote
 
@@ -30,6 +31,7 @@ from conftest import SECRET, serve
 from e2e._gateway import Process, created, gateway_process, rss_kib
 from e2e._hostile import Request, raw_server
 from mcp_sessions import SessionsConfig, gateway_app
+from mcp_sessions._gateway._serving import CUT
 
 MIB = 1024 * 1024
 MAX_RESPONSE_SIZE = 8 * MIB  # the documented default
@@ -239,18 +241,30 @@ def test_a_client_that_goes_away_closes_the_upstream_connection(
 
 
 def test_sigterm_stops_the_gateway_while_an_answer_streams(upstream: HostileUpstream, http: httpx.Client) -> None:
+    """A stream is cut where it is; a call whose answer had not started as the drain ended, which its server may
+    have run, is told so (502, ``-32603``, ``data.mayHaveRun``), never 503 with ``Retry-After`` and "send the
+    request again", which a client or a front did (issue 101, item 7)."""
     tag = "sigterm"
+    held = tool_call("held", None)
     with (
         gateway_process([upstream.origin + "/mcp"], "--shutdown-timeout", "0.5") as process,
         http.stream("GET", process.url("/endless"), headers={"X-Tag": tag}) as response,
+        ThreadPoolExecutor(1) as pool,
     ):
         assert response.status_code == 200
         assert process.process is not None
         next(response.iter_raw())
+        headers = {**modern_headers(held), "X-Tag": "sigterm-held"}
+        cut = pool.submit(http.post, process.url(), json=held, headers=headers)
+        until(upstream.opened["sigterm-held"].is_set, "the call to reach the upstream")
         running = process.process
         running.send_signal(signal.SIGTERM)
         until(lambda: running.poll() is not None, "the gateway's exit")
+        told = cut.result(WITHIN)
     until(upstream.closed[tag].is_set, "the upstream seeing the gateway go")
+    assert (told.status_code, told.headers.get("retry-after")) == (502, None), told.text
+    error = {"code": -32603, "message": CUT, "data": {"reason": "gateway_stopped", "mayHaveRun": True}}
+    assert told.json() == {"jsonrpc": "2.0", "id": None, "error": error}
 
 
 # -- bounded memory ---------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import importlib
 import json
 import os
 import re
+import shutil
 import socket
 import ssl
 import subprocess
@@ -27,6 +28,7 @@ import httpx
 import jwt
 import pytest
 
+from _authorities import taken_leaf
 from _mcp import ModernClient
 from _redis import free_port, missing
 from _uids import members, uids
@@ -37,7 +39,8 @@ from e2e._authorization import GATEWAY, authorization_server, login
 from e2e._dns import elsewhere, resolver
 from e2e._gateway import CACHE, NODE22, for_every_uid, gateway_run, installed, readable_directory
 from e2e._masked import NAMES, SERVER, stand_in_authority
-from mcp_sessions._gateway.sealed._edge import TUNNELS, _socket_as
+from mcp_sessions._gateway._node import node_without_proxy
+from mcp_sessions._gateway.sealed._edge import ASKING_PER_ADDRESS, TUNNELS, _socket_as
 from mcp_sessions._gateway.sealed._masks import SHARED, Authority
 
 UIDS, OPERATED_UIDS = uids(400, 20), uids(440, 8)
@@ -130,8 +133,10 @@ def python() -> Iterator[tuple[str, ...]]:
 
 @pytest.fixture(scope="module")
 def masked(stand_in: StandIn) -> Iterator[Masked]:
-    """The gateway's client with the token, a conversation of its, and the stand-in API."""
-    with masked_gateway(stand_in, UIDS, "--process-env-mask", f"API_TOKEN={API}:{stand_in.ports[0]}") as gateway:
+    """The gateway's client with the token, a conversation of its, and the stand-in API; its value goes in
+    ``X-Api-Key`` too."""
+    mask = f"API_TOKEN={API}:{stand_in.ports[0]},header=X-Api-Key"
+    with masked_gateway(stand_in, UIDS, "--process-env-mask", mask) as gateway:
         yield gateway
 
 
@@ -143,7 +148,8 @@ def operated(stand_in: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Ite
     files = tmp_path_factory.mktemp("operator-ca")
     section = (Path(__file__).parents[2] / "docs" / "gateway.md").read_text().partition(f"\n### {SECTION}\n")[2]
     made = section.partition("```sh\n")[2].partition("```")[0]
-    subprocess.run(["sh", "-ec", made], cwd=files, check=True, capture_output=True)
+    environ = {"PATH": os.environ["PATH"], "MASKED_HOST": API}
+    subprocess.run(["sh", "-ec", made], cwd=files, check=True, capture_output=True, env=environ)
     options = ("--process-env-mask", f"API_TOKEN={API}:{stand_in.ports[0]},http://{API}:{stand_in.ports[1]}")
     with masked_gateway(
         stand_in, OPERATED_UIDS, *options, "--process-env-mask-ca", f"{files}/ca.pem,{files}/ca.key"
@@ -157,11 +163,13 @@ def ran(mcp: ModernClient, session: dict[str, Any], *argv: str) -> dict[str, Any
 
 
 def echoed(mcp: ModernClient, session: dict[str, Any], *argv: str) -> dict[str, Any]:
-    """What the stand-in API echoed of the request ``argv`` made (its headers, lower-cased)."""
+    """What the stand-in API echoed of the request ``argv`` made (its method, its target as ``path``, its headers,
+    lower-cased)."""
     done = ran(mcp, session, *argv)
     assert done["status"] == 0, done
     answer = json.loads(done["out"])
-    return {"method": answer["method"], **{name.lower(): value for name, value in answer["headers"].items()}}
+    headers = {name.lower(): value for name, value in answer["headers"].items()}
+    return {"method": answer["method"], "path": answer["path"], **headers}
 
 
 def searched(mcp: ModernClient, session: dict[str, Any], value: str) -> list[str]:
@@ -195,6 +203,89 @@ def test_each_client_reaches_the_api_with_the_value_and_the_process_holds_the_pl
     assert found["token"] == []  # not in its environment, its memory, nor its files
     assert "environ" in found["placeholder"]
     assert "memory" in found["placeholder"]  # where the search looks
+
+
+def test_the_value_goes_in_the_credential_s_headers_alone(masked: Masked) -> None:
+    """``Authorization`` and the header the mask names (``header=X-Api-Key``) get the value; the placeholder in
+    another header or the target stays one (the proxy once swapped it in every header: one an API echoes back or
+    logs among them)."""
+    mcp, session = masked.mcp, masked.session
+    placeholder = _sealed.text(_sealed.call(mcp, "env", session, variable="API_TOKEN"))
+    headers = [f"{name}: {prefix}{placeholder}" for name, prefix in CARRIED.items()]
+    url = f"https://{API}:{masked.secure}/?key={placeholder}"
+    got = echoed(mcp, session, "curl", "-sS", *(each for header in headers for each in ("-H", header)), url)
+    assert {name.lower(): got[name.lower()] for name in CARRIED} == {
+        "authorization": f"Bearer {TOKEN}",
+        "x-api-key": TOKEN,
+        "x-other": placeholder,
+        "cookie": f"session={placeholder}",
+    }
+    assert got["path"] == f"/?key={placeholder}"
+
+
+CARRIED = {"Authorization": "Bearer ", "X-Api-Key": "", "X-Other": "", "Cookie": "session="}
+
+
+def test_a_request_in_a_masked_tunnel_that_names_another_site_is_refused_and_never_reaches_it(
+    masked: Masked,
+) -> None:
+    """In the tunnel to the masked host (``CONNECT api.test:PORT``), a request naming another site the same front
+    serves (the stand-in API serves both names) by its ``Host``, its absolute target, its TLS server name, or as the
+    second request of a kept-alive tunnel, is refused (421, and the connection closed; the server name's at its
+    handshake) and never reaches the API: it got the value in 4 of 4 shapes. What goes on has an origin-form target
+    and the tunnel's ``Host``."""
+    mcp, session, secure = masked.mcp, masked.session, masked.secure
+    before = seen(masked.world, secure, masked.authority).count(f"Bearer {TOKEN}")
+    done = ran(mcp, session, "/usr/bin/python3", "-c", MISDIRECTED, API, OTHER, str(secure))
+    after = seen(masked.world, secure, masked.authority).count(f"Bearer {TOKEN}")
+    mine = f"{API}:{secure}"
+    assert json.loads(done["out"]) == {
+        "host": 421,
+        "absolute": 421,
+        "server name": "refused",
+        "kept-alive": [["/", mine], 421],
+        "origin form": ["/x?y", mine],
+    }, done
+    assert after - before == 2  # the kept-alive tunnel's first request and the last: none of the refused
+
+
+MISDIRECTED = r"""
+import base64, http.client, json, os, socket, ssl, sys, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+credential = base64.b64encode(f"{proxy.username}:{proxy.password}".encode()).decode()
+api, other, port = sys.argv[1:4]
+mine, theirs = f"{api}:{port}", f"{other}:{port}"
+loose = ssl.create_default_context()  # a hostile client's: it verifies nothing
+loose.check_hostname, loose.verify_mode = False, ssl.CERT_NONE
+def tunnel(name):
+    raw = socket.create_connection((proxy.hostname, proxy.port), timeout=30)
+    raw.sendall(f"CONNECT {mine} HTTP/1.1\r\nHost: {mine}\r\nProxy-Authorization: Basic {credential}\r\n\r\n".encode())
+    assert raw.recv(4096).startswith(b"HTTP/1.1 200"), "no tunnel"
+    return loose.wrap_socket(raw, server_hostname=name)
+def asked(tls, target, host):
+    key = os.environ["API_TOKEN"]
+    tls.sendall(f"GET {target} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n\r\n".encode())
+    answer = http.client.HTTPResponse(tls)
+    answer.begin()
+    body = answer.read()
+    if answer.status != 200:
+        return answer.status
+    echoed = json.loads(body)
+    return [echoed["path"], {name.lower(): value for name, value in echoed["headers"].items()}["host"]]
+def named(name):
+    try:
+        return asked(tunnel(name), "/", mine)
+    except ssl.SSLError:  # the handshake ended: no request was made
+        return "refused"
+kept = tunnel(api)
+print(json.dumps({
+    "host": asked(tunnel(api), "/", theirs),
+    "absolute": asked(tunnel(api), f"https://{theirs}/", mine),
+    "server name": named(other),
+    "kept-alive": [asked(kept, "/", mine), asked(kept, "/", theirs)],
+    "origin form": asked(tunnel(api), f"https://{mine}/x?y", mine),
+}))
+"""
 
 
 def test_a_body_streams_through_with_the_value_in_the_head(masked: Masked, python: tuple[str, ...]) -> None:
@@ -302,10 +393,12 @@ def test_a_malformed_or_huge_request_is_refused_and_the_next_is_served(
     proxy = _sealed.text(_sealed.call(mcp, "env", session, variable="HTTPS_PROXY"))
     forged = ran(mcp, session, "curl", *status, "--proxy", re.sub(r":[^:@/]+@", ":forged@", proxy), url)
     many = ran(mcp, session, "/usr/bin/python3", "-c", HOLDING.format(host=API, port=secure, count=TUNNELS + 1))
+    idle = ran(mcp, session, "/usr/bin/python3", "-c", IDLE.format(count=ASKING_PER_ADDRESS + 1))
     assert trace["out"] == "405"
     assert huge["out"] in ("431", "400")
     assert "CONNECT tunnel failed, response 407" in forged["err"], forged  # no live process's password
     assert many["out"].split() == [str(TUNNELS), "429"], many  # the gateway's sockets a process may hold: bounded
+    assert idle["out"].split() == ["open", "closed"], idle  # and those before a password, from accept
     assert echoed(mcp, session, "curl", "-sS", url)["method"] == "GET"  # its tunnels closed, counted no more
 
 
@@ -322,6 +415,25 @@ for _ in range({count}):
     held.append(tunnel)
 print(codes.count("200"), codes[-1])
 """
+
+
+IDLE = """
+import os, socket, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+held = [socket.create_connection((proxy.hostname, proxy.port), timeout=30) for _ in range({count})]
+held[0].setblocking(False)
+try:
+    first = "closed" if held[0].recv(64) == b"" else "answered"
+except BlockingIOError:
+    first = "open"
+try:
+    last = "closed" if held[-1].recv(64) == b"" else "answered"
+except ConnectionResetError:
+    last = "closed"
+print(first, last)
+"""
+"""A process's connections to the proxy, idle, one past the bound of an address's: the first held, the last closed
+as it is accepted (its read ends at once, never at its 30 s timeout)."""
 
 
 @pytest.mark.parametrize(
@@ -365,6 +477,20 @@ def test_the_operator_s_authority_signs_what_the_process_sees_and_its_key_is_now
     assert given == (files / "ca.pem").read_text()
     assert alone["authorization"] == urllib["authorization"] == f"Bearer {TOKEN}"
     assert found == []
+
+
+def test_the_recipe_s_authority_vouches_for_its_host_alone(operated: tuple[Masked, Path]) -> None:
+    """docs/gateway.md's ``openssl`` recipe constrains names and addresses both: a leaf its key signs for the
+    masked host is taken, one for a subdomain, an address, or another name is refused (OpenSSL, Python's ``ssl``)."""
+    _, files = operated
+    authority = Authority.given(f"{files}/ca.pem,{files}/ca.key")
+    try:
+        pem = (files / "ca.pem").read_text()
+        hosts = (API, f"sub.{API}", "10.0.0.1", "::1", OTHER)
+        outcome = {host: taken_leaf(pem, authority.context(host), host) for host in hosts}
+    finally:
+        authority.close()
+    assert outcome == {API: True, f"sub.{API}": False, "10.0.0.1": False, "::1": False, OTHER: False}
 
 
 def test_plain_http_gets_the_value_where_its_credential_opts_that_host_in_alone(
@@ -454,17 +580,27 @@ def verified(client: str, host: str, port: int, ca: str) -> bool:
 def test_the_made_authority_vouches_for_the_masked_hosts_alone(client: str, tmp_path: Path) -> None:
     """Its certificate permits the masked hosts' names and addresses alone (RFC 5280 name constraints): each client
     a process runs (OpenSSL's Python, curl and Node; git's GnuTLS) takes its leaf for a masked host and refuses one
-    it signed for any other, so even the gateway's own authority vouches for nothing else."""
+    it signed for any other, a subdomain of a masked name, an address where only names are masked, or a name where
+    only addresses are, so even the gateway's own authority vouches for nothing else."""
     _sealed.needs("root")
-    authority = Authority.made({"api.test", "127.0.0.9"})
-    ca = tmp_path / "ca.pem"  # a copy the test holds: /run/mcp-sessions is every gateway's of this host
-    ca.write_bytes(Path(authority.shared, "ca.pem").read_bytes())
-    authority.close()
+    masks = {"both": {"api.test", "127.0.0.9"}, "names": {"api.test"}, "addresses": {"127.0.0.9"}}
+    asked: dict[str, tuple[str, ...]] = {"both": ("api.test", "127.0.0.9", "other.test", "127.0.0.8", "sub.api.test")}
+    asked |= {"names": ("api.test", "127.0.0.9"), "addresses": ("127.0.0.9", "api.test")}
     outcome = {}
-    for host in ("api.test", "127.0.0.9", "other.test", "127.0.0.8"):
-        with serving(authority.context(host), "127.0.0.1" if host[0].isalpha() else host) as port:
-            outcome[host] = verified(client, host, port, str(ca))
-    assert outcome == {"api.test": True, "127.0.0.9": True, "other.test": False, "127.0.0.8": False}
+    for kind, hosts in masks.items():
+        authority = Authority.made(hosts)
+        ca = tmp_path / f"{kind}.pem"  # a copy the test holds: /run/mcp-sessions is every gateway's of this host
+        ca.write_bytes(Path(authority.shared, "ca.pem").read_bytes())
+        authority.close()
+        for host in asked[kind]:
+            with serving(authority.context(host), "127.0.0.1" if host[0].isalpha() else host) as port:
+                outcome[kind, host] = verified(client, host, port, str(ca))
+    assert [each for each, taken in outcome.items() if taken] == [
+        ("both", "api.test"),
+        ("both", "127.0.0.9"),
+        ("names", "api.test"),
+        ("addresses", "127.0.0.9"),
+    ]
 
 
 @contextlib.contextmanager
@@ -570,3 +706,22 @@ def certificates_of(pid: int) -> str:
     held = {os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir() if os.readlink(fd).startswith(SHARED)}
     (found,) = (each for each in held if os.path.basename(each).startswith("ca-"))
     return found
+
+
+@pytest.mark.parametrize(
+    ("program", "node", "told"),
+    [("node", "host", True), ("npx", "host", True), ("node", "22", False), ("python3", "host", False)],
+)
+def test_the_startup_says_when_the_servers_node_reads_no_proxy(program: str, node: str, told: bool) -> None:
+    """Issue 101, item 8: under Node 20, ``fetch`` ignores ``HTTPS_PROXY`` (``NODE_USE_ENV_PROXY`` came in 22.21 and
+    24.5), so a masked host is out of its reach, and nothing said so. With masks, the startup warns where the
+    server's command is ``node`` or ``npx`` whose ``node`` (the processes' ``PATH``'s) is older: the host's Node 20
+    is told, the tests' Node 22.23 and another program are not."""
+    binary = shutil.which("node") if node == "host" else str(installed(NODE22, "node 22"))
+    if binary is None:
+        missing("node is not installed: run scripts/system-deps.sh")
+    environ = {"PATH": f"{Path(binary).parent}{os.pathsep}{os.defpath}"}
+    said = node_without_proxy([program, "server.js"], environ)
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout.strip()
+    assert (said is not None) == told, said
+    assert said is None or said.startswith(f"the server's Node is {version} ({binary}): its own fetch ignores"), said

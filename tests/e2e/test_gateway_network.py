@@ -58,6 +58,7 @@ from mcp_sessions._gateway.sealed._network import (
     egress_rules,
     resolvers,
 )
+from mcp_sessions._gateway.stdio._modes import default_max_processes
 
 UIDS = uids(0, 100)
 """The gateways of this file's tests: a gateway's rules hold for the uids its processes hold, none else's."""
@@ -387,14 +388,21 @@ def routed_to(interface: str) -> set[str]:
 def test_two_gateways_give_distinct_addresses_and_each_pair_goes_with_its_process_or_its_gateway() -> None:
     """Two gateways at once, on overlapping uid ranges: each process has a host end and an address of its own, and
     reaches the world (a namespace of the test's own, by a route of this host's). A conversation's end deletes its
-    pair, its route and its set's element; a gateway's SIGKILL its processes' pairs (they go with the namespaces)."""
+    pair, its route and its set's element; a gateway's SIGKILL its processes' pairs (they go with the namespaces).
+    The killed gateway's table judges nothing of a live gateway's while it stays: the other's next conversation, on a
+    uid the killed one's processes had (its pair's name), reaches the port its gateway grants (the killed one's rules
+    refuse it), and the killed table's sets ``uids`` and ``links`` hold none of its; and it goes with a third
+    gateway's start, though a process of its range runs (as on a team's host, whose gateways share one), whose
+    process, on the other uid the killed one's had, reaches that grant too."""
     needs_root_and_nft()
     first = members(UIDS)[0]
     before = interfaces()
     with contextlib.ExitStack() as stack:
         world, (port,) = stack.enter_context(elsewhere())
+        granted = stack.enter_context(listening())
+        grant = ("--process-allow-net", f"127.0.0.1:{granted}")
         http = stack.enter_context(httpx.Client(timeout=30))
-        a = stack.enter_context(gateway("--process-uids", f"{first}-{first + 3}"))
+        a = stack.enter_context(gateway("--process-uids", f"{first}-{first + 3}", *grant))
         b = stack.enter_context(gateway("--process-uids", f"{first + 1}-{first + 5}"))
         sessions = [legacy_initialize(http, each.url()) for each in (a, b)]
         reached = [tried(http, each, session, world, port) for each, session in zip((a, b), sessions, strict=True)]
@@ -409,6 +417,20 @@ def test_two_gateways_give_distinct_addresses_and_each_pair_goes_with_its_proces
         os.killpg(b.process.pid, signal.SIGKILL)
         b.process.wait(timeout=WITHIN)
         until(lambda: not (interfaces() - before) & links[1], "b's pairs gone with its namespaces")
+        again = legacy_initialize(http, a.url())
+        after_kill = {"a's": tried(http, a, again, GATEWAY, granted)}  # on first + 3, b's conversation's uid
+        killed_sets, live_links = (held(tables[1]), links_of(tables[1])), links_of(tables[0])
+        server = stack.enter_context(_sealed.hostile())
+        third = ("--process-uids", f"{first + 1}-{first + 1}", "--sessionless", "shared", *grant)  # b's shared one's
+        c = stack.enter_context(_sealed.gateway(server, *third))
+        gone = table(tables[1]).returncode  # at c's start: no host end of its is there, a process of its range runs
+        after_kill["c's"] = _sealed.text(_sealed.call(_sealed.client(c), "connect", host=GATEWAY, port=granted))
+        uids_held = [held(tables[0]), held(table_of(c))]
+    assert after_kill == {"a's": "connected", "c's": "connected"}, after_kill
+    assert len(links[1] & live_links) == 1, (links[1], live_links)  # a's new conversation's host end: b's name
+    assert killed_sets == ([], links[1] - live_links), killed_sets  # a's uid and host end out of b's sets
+    assert gone != 0
+    assert uids_held == [[first, first + 3], [first + 1]], uids_held
     assert reached == ["connected", "connected"], reached
     assert len(links[0]) == len(links[1]) == 2 and not links[0] & links[1], links  # a shared process, a conversation's
     assert all(len(routes) == 1 for routes in addresses.values()), addresses
@@ -706,20 +728,23 @@ def test_gateways_with_overlapping_uid_ranges_each_grant_their_own_processes_alo
     assert seen["b's to a's grant"] == "refused: Connection refused", seen
 
 
-def test_a_gateway_deletes_only_the_tables_of_gateways_that_are_gone_once_their_uids_run_nothing() -> None:
+def test_a_gateway_deletes_only_the_tables_of_gateways_that_are_gone_once_their_links_are() -> None:
     """Two gateways at once, one in a PID namespace of its own (a pid read across namespaces proves nothing): each
-    its own table, and one's stop leaves the other's. A SIGKILLed gateway's table stays while a process of its uids
-    runs (it still seals it), and goes with the next start once none does; a table whose owner cannot be proven gone
-    (no lock file) is left alone. A SIGTERM deletes a gateway's own."""
+    its own table, and one's stop leaves the other's. A SIGKILLed gateway's table stays while a host end of its set
+    ``links`` is there (a process that outlived it: here an interface of the test's own of that name), and goes with
+    the next start once none is, though a process of its uid range runs (on a host whose gateways share a range, one
+    always does); a table whose owner cannot be proven gone (no lock file) is left alone. A SIGTERM deletes a
+    gateway's own."""
     needs_root_and_nft()
-    # A gateway in a PID namespace sees none of the host's processes, so takes any killed gateway's table for gone
-    # (_network._stale_tables reads its own /proc): two runs' copies of this test, one at a time.
+    # Another checkout's gateways (their rule: a table goes once no process of its uids runs) leave it while the
+    # survivor below runs; and two runs' copies of this test, one at a time.
     lock = open("/run/mcp-sessions/test-pid-namespace.lock", "w")  # noqa: SIM115 - closed below
     fcntl.flock(lock, fcntl.LOCK_EX)  # the other run's copy ends within its own timeout
     unproven = f"mcp_sessions_unproven_{os.getpid()}"  # no lock file: an older gateway's, another program's
     subprocess.run(["nft", "add", "table", "inet", unproven], check=True)
     uid = int(UIDS.split("-")[0]) + 99  # a process of its uids that outlives the killed gateway (the test's own)
     survivor = subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "600"])
+    outlived = f"mst{os.getpid()}-o"[-15:]  # a host end that outlives its gateway, as a surviving process's would
     try:  # running before the kill: no gateway of this host, another run's neither, may take the table for gone
         until(lambda: survivor.pid in _sealed.of_uid(uid), "the survivor to run as its uid")
         with _sealed.hostile() as server:
@@ -730,21 +755,25 @@ def test_a_gateway_deletes_only_the_tables_of_gateways_that_are_gone_once_their_
                     assert tables[0] != tables[1]
                     assert [table(name).returncode for name in tables] == [0, 0]
                 assert [table(name).returncode for name in tables] == [1, 0]  # the first's stop left the other's
+                pair = ["ip", "link", "add", outlived, "type", "veth", "peer", "name", f"{outlived[:-1]}p"]
+                subprocess.run(pair, check=True)
+                subprocess.run(["nft", "add", "element", "inet", tables[1], "links", f'{{ "{outlived}" }}'], check=True)
                 assert killed.process is not None  # SIGKILLed, the gateway with its PID namespace (unshare ignores
                 os.killpg(killed.process.pid, signal.SIGKILL)  # the SIGTERM the block's end would send it)
                 killed.process.wait(timeout=WITHIN)
             assert table(tables[1]).returncode == 0  # killed: its table is left
             with _sealed.gateway(server, "--process-uids", UIDS) as following:
-                assert table(tables[1]).returncode == 0, "kept while a process of its uids runs"
+                assert table(tables[1]).returncode == 0, "kept while a host end of its links is there"
                 assert table(table_of(following)).returncode == 0
-            survivor.kill()
-            survivor.wait(timeout=WITHIN)
+            subprocess.run(["ip", "link", "delete", outlived], check=True)
             with _sealed.gateway(server, "--process-uids", UIDS):
-                assert table(tables[1]).returncode != 0, "deleted once none runs"
+                assert table(tables[1]).returncode != 0, "deleted once none is, a process of its range running"
                 assert table(unproven).returncode == 0, "no lock file: not proven gone"
+            assert survivor.poll() is None
     finally:
         survivor.kill()
         survivor.wait(timeout=WITHIN)
+        subprocess.run(["ip", "link", "delete", outlived], check=False, capture_output=True)
         subprocess.run(["nft", "delete", "table", "inet", unproven], check=False)
         lock.close()
 
@@ -786,23 +815,48 @@ REBINDING = {
     "reserved.test": ("240.0.0.1", "reserved and documentation ranges"),
 }
 """Rebinding answers: a name of the world's that resolves to what a process may not reach by its number."""
+STILL_REFUSED = {
+    "metadata.private.test": ("169.254.169.254", "the clouds' metadata and platform services"),
+    "alibaba.private.test": ("100.100.100.200", "the clouds' metadata and platform services"),
+    "ec2.private.test": ("fd00:ec2::254", "the clouds' metadata and platform services"),
+    "loopback.private.test": ("127.0.0.1", "this host's own"),
+    "link.private.test": (
+        "169.254.7.7",
+        "link-local, multicast and broadcast (the cloud's metadata address, mDNS, DHCP)",
+    ),
+    "multicast.private.test": (
+        "224.0.0.251",
+        "link-local, multicast and broadcast (the cloud's metadata address, mDNS, DHCP)",
+    ),
+    "this-network.private.test": ("0.0.0.1", "private ranges"),
+    "reserved.private.test": ("240.0.0.1", "reserved and documentation ranges"),
+}
+"""What a name granted with its private answers (``--process-allow-private-host``) still may not answer."""
 
 
 def test_a_name_never_grants_what_its_number_would_not() -> None:
     """A granted name whose answer is the metadata address, Azure's WireServer, this host's loopback (as IPv4, as
     ``::1``, IPv4-mapped), this host's own address, a private, transition or reserved address is not granted: its set
     holds none of them, the log says each once with why, and a process that connects to this host's address by such a
-    name (a listener there) is refused; unless ``--process-allow-net`` grants that address and port by its number."""
+    name (a listener there) is refused; unless ``--process-allow-net`` grants that address and port by its number.
+    ``--process-allow-private-host`` grants a name's private answer (a private address that a network namespace of
+    the test's own holds: the process connects, the startup line says so), and none of :data:`STILL_REFUSED`: the
+    metadata addresses (those within the private ranges too), loopback, the link, this network, reserved ones."""
     needs_root_and_nft()
     address = host_address()
     with contextlib.ExitStack() as stack:
         refused, allowed = stack.enter_context(listening(address)), stack.enter_context(listening(address))
-        names = {name: answer for name, (answer, _) in REBINDING.items()}
-        prefix = stack.enter_context(resolver({**names, "own.test": address, "allowed.test": address}))
+        wiki, (internal,) = stack.enter_context(elsewhere(address=f"10.77.{os.getpid() % 250}.2"))
+        names = {name: answer for name, (answer, _) in {**REBINDING, **STILL_REFUSED}.items()}
+        others = {"own.test": address, "allowed.test": address, "wiki.private.test": wiki, "own.private.test": address}
+        prefix = stack.enter_context(resolver({**names, **others}))
         server = stack.enter_context(_sealed.hostile())
+        still = [*STILL_REFUSED, "own.private.test"]
         granted = [
             *(f"--process-allow-host={name}:{refused}" for name in [*REBINDING, "own.test"]),
             *("--process-allow-host", f"allowed.test:{allowed}", "--process-allow-net", f"{address}:{allowed}"),
+            *(f"--process-allow-private-host={name}:{refused}" for name in still),
+            *("--process-allow-private-host", f"wiki.private.test:{internal}"),
         ]
         process = stack.enter_context(_sealed.gateway(server, "--process-uids", UIDS, *granted, prefix=prefix))
         mcp = _sealed.client(process)
@@ -810,16 +864,25 @@ def test_a_name_never_grants_what_its_number_would_not() -> None:
         seen = {
             "own": _sealed.text(_sealed.call(mcp, "connect", session, host="own.test", port=refused)),
             "allowed": _sealed.text(_sealed.call(mcp, "connect", session, host="allowed.test", port=allowed)),
+            "own, private": _sealed.text(_sealed.call(mcp, "connect", session, host="own.private.test", port=refused)),
+            "wiki": _sealed.text(_sealed.call(mcp, "connect", session, host="wiki.private.test", port=internal)),
         }
         listing = table(table_of(process)).stdout
-        said = process.output()
+        said = process.log().decode()  # whole: its lines of refused answers fill more than output()'s tail
     assert seen["own"].startswith("denied: "), seen
+    assert seen["own, private"].startswith("denied: "), seen
     assert seen["allowed"] == "connected", seen
-    assert re.search(r"set hostports\d \{[^}]*elements", listing) is None, listing  # both sets empty
-    for name, (answer, why) in [*REBINDING.items(), ("own.test", (address, "this host's own"))]:
-        line = f"--process-allow-host {name}: its answer {ipaddress.ip_address(answer)} is not granted ({why})"
+    assert seen["wiki"] == "connected", seen
+    assert re.findall(r"([^\s{,]+) \. \d+ timeout", listing) == [wiki], listing  # the private answer alone
+    private = f"; the private answers of {', '.join(f'{name}:{refused}' for name in still)}, wiki.private.test:"
+    assert f"{private}{internal} granted too (--process-allow-private-host)" in said, said
+    answers = [*REBINDING.items(), ("own.test", (address, "this host's own"))]
+    for name, (answer, why) in [*answers, *STILL_REFUSED.items(), ("own.private.test", (address, "this host's own"))]:
+        flag = "--process-allow-private-host" if name.endswith(".private.test") else "--process-allow-host"
+        line = f"{flag} {name}: its answer {ipaddress.ip_address(answer)} is not granted ({why})"
         assert said.count(line) == 1, (line, said)
     assert "allowed.test: its answer" not in said
+    assert "wiki.private.test: its answer" not in said
 
 
 def test_a_refused_answer_is_said_once_not_at_every_refresh(caplog: pytest.LogCaptureFixture) -> None:
@@ -853,9 +916,9 @@ def test_the_status_socket_serves_the_status_and_gateway_status_reads_it(tmp_pat
         seen = json.loads(main_run("gateway", "status", "--status-socket", str(path), "--json").stdout)
         shown = main_run("gateway", "status", "--status-socket", str(path))
     assert "transport-session" in [each["kind"] for each in seen["processes"]]
-    assert seen["total"] == {"processes": 1, "limit": 16}
+    assert seen["total"] == {"processes": 1, "limit": default_max_processes()}  # this host's memory's
     assert (shown.returncode, shown.stderr) == (0, "")
-    assert "processes: 1 of 16 (--max-processes)" in shown.stdout
+    assert f"processes: 1 of {default_max_processes()} (--max-processes)" in shown.stdout
     assert not path.exists()  # removed as the gateway stopped
 
     path.parent.chmod(0o711)
@@ -895,6 +958,15 @@ def test_the_status_socket_serves_the_status_and_gateway_status_reads_it(tmp_pat
             "--process-allow-host wiki.internal: a name is granted for one port: give it (wiki.internal:443, say)",
         ),
         (
+            ("--process-allow-private-host", "wiki.internal"),
+            "--process-allow-private-host wiki.internal: a name is granted for one port: give it (wiki.internal:443, "
+            "say)",
+        ),
+        (
+            ("--process-allow-private-host", "wiki.internal:443"),
+            "--process-allow-private-host makes exceptions to --process-network egress, not to host",
+        ),
+        (
             ("--process-allow-net", "127.0.0.1:70000"),
             "--process-allow-net: '127.0.0.1:70000': a port is a number from 1 to 65535",
         ),
@@ -909,6 +981,8 @@ def test_the_status_socket_serves_the_status_and_gateway_status_reads_it(tmp_pat
         "host-trusting-all",
         "cidr",
         "name-without-port",
+        "private-name-without-port",
+        "private-name-without-egress",
         "port",
         "own-port",
     ],
@@ -930,6 +1004,7 @@ def test_a_network_that_cannot_hold_is_one_line_and_exit_status_2(options: tuple
         "--process-network=none",
         "--process-allow-net=10.0.0.0/8",
         "--process-allow-host=wiki.internal:443",
+        "--process-allow-private-host=wiki.internal:443",
     ],
 )
 def test_an_upstream_s_gateway_refuses_the_processes_flags_in_one_line(flag: str) -> None:

@@ -44,6 +44,7 @@ from e2e._stdio import SERVER, stdio_config, stdio_gateway
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway.sealed._cgroups import Cgroups
 from mcp_sessions._gateway.sealed._sandbox import Sandbox
+from mcp_sessions._gateway.stdio._modes import default_max_processes
 from mcp_sessions._gateway.stdio._server import stdio_gateway_app
 
 
@@ -131,10 +132,10 @@ def test_the_status_lists_each_process_with_its_user_and_each_user_sees_and_ends
     assert all(isinstance(p["pid"], int) and p["memory"] > 1 << 20 for p in processes)  # RSS, in bytes
     assert all(re.fullmatch("[0-9a-f]{12}", p["conversation"]) for p in processes if p["conversation"])
     assert seen["users"] == [
-        {"principal": "alice", "processes": 2, "limit": 4},
-        {"principal": "bob", "processes": 1, "limit": 4},
+        {"principal": "alice", "processes": 2, "limit": 8},
+        {"principal": "bob", "processes": 1, "limit": 8},
     ]
-    assert seen["total"] == {"processes": 3, "limit": 16}
+    assert seen["total"] == {"processes": 3, "limit": default_max_processes()}
     keys = seen["keys"]  # the key set the gateway verifies tokens with, as it stands
     assert keys["keys"] == 1
     assert keys["error"] is None
@@ -146,7 +147,7 @@ def test_the_status_lists_each_process_with_its_user_and_each_user_sees_and_ends
         assert bearer not in everything
     assert table.returncode == 0
     assert re.search(r"^data-layer-session +alice +[0-9a-f]{12} +\d+ .* MiB +3$", table.stdout, re.M), table.stdout
-    assert "alice: 2 of 4 (--max-processes-per-principal)" in table.stdout
+    assert "alice: 2 of 8 (--max-processes-per-principal)" in table.stdout
     assert her_table.stdout.startswith("CONVERSATION  KIND"), her_table.stderr  # age and idle time with their unit
     assert re.search(r"^[0-9a-f]{12} +data-layer-session +\d+ s +\d+ s +3$", her_table.stdout, re.M), her_table.stdout
 

@@ -537,9 +537,10 @@ def test_sigterm_ends_every_process_even_one_that_ignores_it() -> None:
         assert "process " in process.output()
 
 
-def test_a_call_unanswered_when_the_shutdown_timeout_ends_gets_503_and_32014(tmp_path: Path) -> None:
-    """A call its process has not answered when ``--shutdown-timeout`` ends is answered 503 with ``-32014``, which
-    a client may retry elsewhere: not uvicorn's 500, and no traceback in the log."""
+def test_a_call_unanswered_when_the_shutdown_timeout_ends_is_told_it_may_have_run(tmp_path: Path) -> None:
+    """A call its process has not answered when ``--shutdown-timeout`` ends is answered ``-32603``, which says it may
+    have run (it was 503 with ``Retry-After`` and ``-32014``, "send the request again", which a client or a front
+    did, running a ``write_file`` twice: issue 101, item 7), with its id: not uvicorn's 500, and no traceback."""
     environ = {**SERVER_PATH, "STDIO_TEST_FILES": str(tmp_path)}
     server = shlex.join(SERVER)
     body = modern_request("tools/call", {"name": "hold", "arguments": {}})
@@ -552,13 +553,14 @@ def test_a_call_unanswered_when_the_shutdown_timeout_ends_gets_503_and_32014(tmp
             answer = pending.result()
         process.process.wait(timeout=WITHIN)
         output = process.output()
-    assert answer.status_code == 503, output
-    assert answer.headers["retry-after"] == "1", output
+    assert answer.status_code == 200, output
+    assert "retry-after" not in answer.headers, output
     error = {
-        "code": -32014,
-        "message": "The gateway is restarting: send the request again, and the next one answers it",
+        "code": -32603,
+        "message": "The gateway stopped while the call ran: it may have run; check before sending it again",
+        "data": {"reason": "gateway_stopped", "mayHaveRun": True},
     }
-    assert answer.json() == {"jsonrpc": "2.0", "id": None, "error": error}
+    assert answer.json() == {"jsonrpc": "2.0", "id": body["id"], "error": error}
     assert "Traceback" not in output, output
     assert "Exception in ASGI application" not in output, output
 

@@ -9,6 +9,7 @@ What a test needs of the host it says through :func:`needs`: skipped without it,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -16,16 +17,19 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from _redis import free_port
 from _uids import uids
 from _waits import until
-from e2e._gateway import Process
+from e2e._gateway import Process, gateway_run
 from e2e._sealed import UIDS, call, client, gateway, needs, shared, text
 from mcp_sessions._gateway._process_flags import default_memory
+from mcp_sessions._gateway.sealed._network import TCP_BUFFERS
 from mcp_sessions._gateway.sealed._sandbox import PTYS
 
 CONTAINMENTS = ["bwrap", "unshare"]
@@ -56,15 +60,18 @@ def process(sealed: Process, request: pytest.FixtureRequest) -> Iterator[Process
 @pytest.mark.parametrize("sealed", EGRESS, indirect=True, ids=CONTAINMENTS)
 def test_a_process_holds_no_descriptor_of_the_gateways_and_has_a_hostname_of_its_own(process: Process) -> None:
     """The server's open descriptors are its stdin, stdout and stderr (and the one it lists them by): the memfd that
-    held its environment (fd 14) reached it; its hostname is a neutral one of its own UTS namespace, not the host's."""
+    held its environment (fd 14) reached it; its hostname is a neutral one of its own UTS namespace, not the host's;
+    its network namespace's TCP buffers are the gateway's (:data:`TCP_BUFFERS`), not the host's."""
     mcp = client(process)
     session = mcp.create_session()
     held = json.loads(text(call(mcp, "fds", session)))
     hostname = text(call(mcp, "hostname", session))
+    buffers = [text(call(mcp, "read", session, path=f"/proc/sys/net/ipv4/{name}")) for name in ("tcp_rmem", "tcp_wmem")]
 
     listing = [fd for fd, target in held.items() if target.endswith("/fd")]
     assert sorted(set(held) - set(listing), key=int) == ["0", "1", "2"], held
     assert hostname == "localhost" != socket.gethostname()
+    assert [found.split() for found in buffers] == [given.split() for given in TCP_BUFFERS]
 
 
 # A contained process's /dev, as bubblewrap's --dev makes it (and unshare's script): bubblewrap adds "core", a link.
@@ -120,53 +127,99 @@ def test_a_process_opens_ptys_of_its_own_devpts_up_to_its_bound(process: Process
 
 
 def test_what_a_process_leaves_unread_in_its_sockets_counts_in_its_memory(server: str) -> None:
-    """A process under ``--process-memory 150`` held 395 MiB of unread data in loopback TCP connections of its own
-    namespace, outside its control group's count (cgroup v1 counts TCP buffers apart, and bounds them only when told
-    to). Its 100 connections, each filled until the kernel refuses more, now hold the host's TCP memory (its
-    ``/proc/net/sockstat``) within its bound; unbounded they held some 380 MiB."""
+    """A process under ``--process-memory 150`` held 393 MiB unread in 5,727 loopback TCP connections of its own
+    namespace while its group counted 48: cgroup v1 counts TCP buffers apart (``memory.kmem.tcp``), and the kernel
+    charges each socket's first buffer of a queue past their bound (72 KiB a connection at the host's first receive
+    buffer, 128 KiB). Now its namespace's first receive buffer is 32 KiB (24 KiB a connection), and the conversation
+    ends once the kernel's count is past its share (a quarter of the bound), killed at once, as the kernel's OOM killer
+    would end it: 9,000 connections under ``--process-memory 100`` reached 46-152 MiB of TCP buffers in 8 runs on a
+    busy 2-core host (the kernel's count, read every 50 ms) before the gateway's poll (twice a second) saw them past
+    it; they held 648."""
     needs("root", "bwrap", "cgroup-memory")
     sealed = ("--process-containment", "bwrap", "--process-uids", UIDS, "--process-network", "none")
     with gateway(server, *sealed, "--process-memory", "100") as process:
         mcp = client(process)
         session = mcp.create_session()
-        before = tcp_memory()
-        assert text(call(mcp, "buffered", session, count=100)) == "held"
-        held = tcp_memory() - before
+        assert process.process is not None
+        assert text(call(mcp, "read", session, path="/proc/sys/net/ipv4/tcp_rmem")).split() == TCP_BUFFERS[0].split()
+        with tcp_peak(process.process.pid) as peak:
+            held = call(mcp, "buffered", session, count=9000)
+        assert "error" in held, f"{held}: {peak() >> 20} MiB"
+        until(lambda: "over its memory bound (--process-memory)" in process.output(), process.output)
 
-    assert held < 100 << 20, f"{held >> 20} MiB"
+    assert 25 << 20 < peak() < 200 << 20, f"{peak() >> 20} MiB"
 
 
-def tcp_memory() -> int:
-    """The host's TCP buffers, every namespace's (bytes): ``/proc/net/sockstat``'s pages."""
-    for line in Path("/proc/net/sockstat").read_text().splitlines():
-        if line.startswith("TCP:"):
-            fields = line.split()
-            return int(fields[fields.index("mem") + 1]) * os.sysconf("SC_PAGE_SIZE")
-    raise AssertionError("no TCP line in /proc/net/sockstat")
+@contextlib.contextmanager
+def tcp_peak(gateway: int) -> Iterator[Callable[[], int]]:
+    """The most TCP buffers the kernel counted (``memory.kmem.tcp.max_usage_in_bytes``) in the v1 groups of the
+    ``gateway``'s processes meanwhile, read every 50 ms (once a group is removed its count is gone)."""
+    from mcp_sessions._gateway.sealed._cgroups import Cgroups
+
+    cgroups = Cgroups.found(64 << 20, None)
+    assert cgroups is not None and cgroups.version == 1, "v2 counts TCP buffers in memory.current"
+    peaks: list[int] = [0]
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.05):
+            for group in cgroups.parents[0].glob(f"mcp-sessions-{gateway}-*"):
+                with contextlib.suppress(OSError, ValueError):
+                    peaks.append(int((group / "memory.kmem.tcp.max_usage_in_bytes").read_text()))
+
+    watching = threading.Thread(target=watch)
+    watching.start()
+    try:
+        yield lambda: max(peaks)
+    finally:
+        done.set()
+        watching.join()
 
 
 def test_by_default_a_conversations_directories_count_in_its_memory_bound(server: str) -> None:
     """With no --process-memory, the five tmpfs directories of one conversation pinned 1.25 GiB of the host's memory.
-    Its default is half the host's memory shared by the processes that may run at once (here ``--max-processes``
-    chosen for some 100 MiB each), said in the startup line; what the process writes in its directories is memory of
-    its control group's: it fills a third of its bound in ``/tmp``, and the other two thirds in ``/dev/shm`` are
-    refused (or end the conversation), far below the 256 MiB each directory may hold. (A third, not a half: under
-    cgroup v1 a quarter of the bound is kept for its TCP buffers, and the interpreter's own pages count too.)"""
+    Its default, under cgroup v1, is at least 512 MiB each (``ROOM``; half the host's memory shared by the processes
+    that may run at once gave 59 MiB with ``--max-processes 200`` on a 24 GB host, under which a Python server on the
+    ``mcp`` SDK was killed at its start), and half the host's memory for them together, the gateway's own group's
+    (theirs are in it), both said in the startup line; what the process writes in its directories is memory of its
+    control group's: it fills a third of its bound in ``/tmp``, and the other two thirds in ``/dev/shm`` are refused
+    (or end the conversation), below the 512 MiB each directory may hold here. (A third, not a half: under cgroup v1
+    a quarter of the bound is kept for its TCP buffers, and the interpreter's own pages count too.)"""
     needs("root", "bwrap", "cgroup-memory")
+    from mcp_sessions._gateway.sealed._cgroups import Cgroups
+
     host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    count = max(host // 2 // (100 << 20) - 1, 1)
-    bound = default_memory(count + 1) >> 20  # the tests' gateway: --warm 0
-    sealed = ("--process-containment", "bwrap", "--process-uids", UIDS, "--max-processes", str(count))
-    with gateway(server, *sealed) as process:  # egress: nothing of its network is charged to it
-        assert f"memory {bound} MiB each" in process.output()
+    bound = default_memory(201, together=True) >> 20  # the tests' gateway: --warm 0
+    sealed = ("--process-containment", "bwrap", "--process-uids", UIDS, "--max-processes", "200")
+    with gateway(server, *sealed, "--process-disk", "512") as process:  # egress: nothing of its network is charged
+        assert bound == min(512, host // 4 >> 20)
+        assert f"; {host // 2 >> 20} MiB together), memory {bound} MiB each" in process.output()
         mcp = client(process)
         session = mcp.create_session()
+        assert process.process is not None
+        cgroups = Cgroups.found(64 << 20, None)
+        assert cgroups is not None
+        [own] = cgroups.parents[0].glob(f"mcp-sessions-{process.process.pid}-*-gateway")
+        assert int((own / "memory.limit_in_bytes").read_text()) == host // 2 >> 12 << 12  # in pages
+        assert [group.name for group in own.iterdir() if group.is_dir()]  # the conversation's, in it
         assert text(call(mcp, "fill", session, path="/tmp/third", mib=bound // 3)) == "filled"
         refused = call(mcp, "fill", session, path="/dev/shm/rest", mib=bound - bound // 3)
         if "error" in refused:  # the kernel's OOM killer ended it
             until(lambda: "over its memory bound (--process-memory)" in process.output(), process.output)
         else:
             assert text(refused).startswith("denied: "), refused
+
+
+def test_a_server_its_memory_bound_kills_at_its_start_is_told_in_the_gateways_last_line() -> None:
+    """A server the kernel killed at its start for its memory bound ended the gateway with "the server failed to
+    initialize: Connection closed", the bound unsaid; the last line now says it, and the flag that raises it."""
+    needs("cgroup-memory")
+    server = f"{sys.executable} -c 'import json, sys; sys.stdin.readline(); bytearray(64 << 20)'"
+    done = gateway_run("--port", str(free_port()), "--stdio", server, "--process-memory", "16")
+    said = done.stderr.splitlines()
+    assert done.returncode == 2, done.stderr
+    assert said[-1].startswith(f"mcp-sessions gateway: {server}: the server "), said[-1]
+    assert "; it was killed over its memory bound, 16 MiB: raise --process-memory" in said[-1], said[-1]
 
 
 @pytest.mark.parametrize("containment", CONTAINMENTS)

@@ -117,12 +117,13 @@ def test_ordinary_servers_work_under_the_filter(
     containment: str, command: object, tool: str, arguments: dict[str, str], answered: str
 ) -> None:
     """The tests' plain server, the SDK's and node's server-everything, each started under the filter (Python's and
-    node's start: threads, epoll, their memory calls) and answering a call."""
+    node's start: threads, epoll, their memory calls) and answering a call, under the default memory bound of
+    ``--max-processes 200`` (59 MiB each on a 24 GB host killed the SDK's at its start; now 512 MiB)."""
     needs("root", containment)
     line = " ".join(command())  # type: ignore[operator]  # one of the three above
     environ = {"MCP_SESSIONS_SECRET": SECRET, "PATH": os.environ["PATH"], "PYTHONPATH": str(MAIN / "tests")}
     options = ("--process-containment", containment, "--pass-env", "PYTHONPATH", "--processes", "per-conversation")
-    with gateway(line, *options, environ=environ) as process:
+    with gateway(line, *options, "--max-processes", "200", environ=environ) as process:
         mcp = client(process)
         assert text(call(mcp, tool, mcp.create_session(), **arguments)) == answered
 

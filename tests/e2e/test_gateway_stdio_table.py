@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -23,7 +24,7 @@ import pytest
 from mcp import Client
 
 from _mcp import legacy_request, modern_headers, modern_request, session_meta
-from _waits import WITHIN, until
+from _waits import WITHIN, Deadline, until
 from conftest import SECRET
 from e2e._gateway import created, gateway_process, legacy_initialize, result_of
 from e2e._issuer import ISSUER, jwks, signed
@@ -31,21 +32,23 @@ from e2e._stdio import COUNT, ENVIRON, SERVER, SERVER_PATH, stdio_gateway
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway.auth._users import GatewayAuth
 from mcp_sessions._gateway.stdio import _admission
+from mcp_sessions._gateway.stdio._modes import default_max_processes
 from mcp_sessions._gateway.stdio._table import Table
-from mcp_sessions.profiles import SESSION_META_KEY
+from mcp_sessions.profiles import SESSION_META_KEY, SESSION_NOT_FOUND
 from mcp_sessions.subscriptions import SessionSubscriptionBus
 
 pytestmark = pytest.mark.anyio
 
 AUDIENCE = "https://gateway.example/mcp"  # the gateway's public URL, as its tokens name it
+DOCS_URL = "http://127.0.0.1:8000/mcp"  # the docs' gateway's, in their scripts
 
 
 @contextlib.contextmanager
-def team(command: Sequence[str] = SERVER) -> Iterator[str]:
+def team(command: Sequence[str] = SERVER, **options: Any) -> Iterator[str]:
     """The gateway in front of ``command``, tokens verified against the JWKS (alice and bob two principals): its URL."""
     with (
         jwks() as keys,
-        stdio_gateway(command, auth=GatewayAuth(jwks_url=keys, issuer=ISSUER, audience=AUDIENCE)) as url,
+        stdio_gateway(command, auth=GatewayAuth(jwks_url=keys, issuer=ISSUER, audience=AUDIENCE), **options) as url,
     ):
         yield url
 
@@ -239,6 +242,116 @@ def test_a_caller_at_its_limit_gets_its_oldest_idle_conversation_ended_to_make_r
     assert within_grace.status_code == 429
     assert result_of(within_grace, 1)["error"]["code"] == -32011
     assert back["code"] == -32043, back
+
+
+def test_a_team_of_twenty_and_six_runs_of_a_script_are_served_under_a_4_gib_hosts_defaults() -> None:
+    """Issue 101, item 3: 16 processes a gateway and 4 a user, an idle one ended only after 60 s, refused a team's
+    new conversations within a minute, and the fifth run of the docs' ``call.py`` (which ended none). Under the
+    defaults of a 4 GiB host (``--max-processes`` 29, its memory's), 20 users open two conversations each (a
+    data-layer session and a 2025 transport session) and one of them six more, none ended: each is served, the
+    first 29 at once, each later one once the conversation idle longest has been idle ``EVICT_AFTER`` seconds (that
+    one ended for it, the first 17 in all); until then a new one is refused, naming the limit and its flag."""
+    most = default_max_processes(4 << 30)
+    auth = ("--auth-issuer", ISSUER, "--auth-audience", "{url}")
+    with (
+        jwks() as keys,
+        gateway_process(
+            [],
+            "--stdio",
+            shlex.join(SERVER),
+            "--warm",
+            "2",
+            "--max-processes",
+            str(most),
+            "--auth-jwks",
+            keys,
+            *auth,
+            environ={"PYTHONPATH": SERVER_PATH["PYTHONPATH"]},
+        ) as gateway,
+        httpx.Client(timeout=WITHIN) as http,
+    ):
+        url = gateway.url()
+
+        def bearer(user: str) -> dict[str, str]:
+            claims = {"iss": ISSUER, "aud": url, "sub": user, "exp": int(time.time()) + 300}
+            return {"Authorization": f"Bearer {signed(claims)}"}
+
+        def transport_call(headers: dict[str, str]) -> dict[str, Any]:
+            response = http.post(url, json=legacy_request("tools/call", COUNT), headers=headers)
+            if response.status_code == 404:  # its transport session ended with its process
+                return {"code": SESSION_NOT_FOUND}
+            answer = result_of(response, 1)
+            found: dict[str, Any] = answer.get("result") or answer["error"]
+            return found
+
+        def session_call(user: str, session: str) -> dict[str, Any]:
+            return modern_call(http, url, "count", bearer(user), session, arguments={})
+
+        refusals: list[str] = []
+
+        def opened(user: str, kind: str) -> Any:
+            """A new conversation of ``user``'s and its first call's answer; None if it is refused."""
+            if kind == "transport":
+                headers = legacy_initialize(http, url, bearer(user))
+                answer = transport_call(headers)
+                conversation: Any = headers
+            else:
+                body = modern_request("sessions/create")
+                response = http.post(url, json=body, headers={**modern_headers(body), **bearer(user)})
+                answer = result_of(response, 1)
+                if "error" in answer:
+                    refusals.append(answer["error"]["message"])
+                    return None
+                conversation = answer["result"]["session"]["sessionId"]
+                answer = session_call(user, conversation)
+            if "code" in answer:
+                refusals.append(answer["message"])
+                return None
+            return kind, user, conversation, answer["content"][0]["text"]
+
+        def told(user: str, kind: str) -> Any:
+            """:func:`opened`, sent again a second after each refusal (its ``retryAfter``), as its client would."""
+            deadline = Deadline(f"{user}'s new conversation served")
+            while (answer := opened(user, kind)) is None:
+                deadline.check()
+                time.sleep(1)
+            return answer
+
+        team = [(f"user-{n}", kind) for n in range(20) for kind in ("session", "transport")]
+        team[5:5] = [("user-0", "session")] * 6  # user-0 runs a script six times that ends none
+        served = [opened(*each) for each in team[:most]]
+        served += [told(*each) for each in team[most:]]
+        seconds = [
+            session_call(user, conversation) if kind == "session" else transport_call(conversation)
+            for kind, user, conversation, _ in served
+        ]
+
+    assert [answer for *_, answer in served] == ["1"] * len(team), served
+    assert refusals, "none refused before EVICT_AFTER"
+    assert all("(the limit max_processes, flag --max-processes)" in refusal for refusal in refusals), refusals
+    ended = len(team) - most
+    assert [answer.get("code") for answer in seconds[:ended]] == [SESSION_NOT_FOUND] * ended, seconds
+    assert [answer["content"][0]["text"] for answer in seconds[ended:]] == ["2"] * most, seconds
+
+
+def test_the_docs_call_py_ends_its_conversation(tmp_path: Path) -> None:
+    """Issue 101, item 3: the docs' ``call.py`` (gateway.md's team recipe) left its conversation behind, its session
+    and its process, so that a few runs in a minute were refused "Too many server processes". Now it ends it as it
+    ends (``delete_on_close``): run three times by one user allowed one process, each is served."""
+    recipe = Path(__file__).parents[2].joinpath("docs", "gateway.md").read_text()
+    script = recipe.split("cat > call.py <<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0]
+    assert script.count(DOCS_URL) == 1
+    (tmp_path / "alice.jwt").write_text(as_user("alice")["Authorization"].removeprefix("Bearer "))
+    with team(max_processes_per_principal=1) as url:
+        (tmp_path / "call.py").write_text(script.replace(DOCS_URL, url))
+        runs = [
+            subprocess.run(
+                [sys.executable, "call.py", "alice", "count", "{}"], cwd=tmp_path, capture_output=True, check=False
+            )
+            for _ in range(3)
+        ]
+
+    assert [(run.returncode, run.stdout) for run in runs] == [(0, b'alice count "1"\n')] * 3, runs[-1].stderr
 
 
 def test_a_transport_session_a_session_was_opened_in_is_not_ended_at_once_for_a_new_one() -> None:

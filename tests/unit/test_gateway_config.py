@@ -15,7 +15,7 @@ from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway._cli import add_arguments, configured
 from mcp_sessions._gateway._config import LOG_LEVELS, Forwarding, GatewayConfig, Listening, StdioProcesses
 from mcp_sessions._gateway.http._app import forwarding_app, gateway_app
-from mcp_sessions._gateway.stdio._modes import PROCESSES, SESSIONLESS
+from mcp_sessions._gateway.stdio._modes import PROCESSES, SESSIONLESS, default_max_processes
 
 URL = "http://127.0.0.1:3001/mcp"
 UPSTREAM = ["--upstream", URL]
@@ -36,14 +36,14 @@ def config_of(flags: list[str], environ: Mapping[str, str] | None = None) -> Gat
     ("flags", "listening"),
     [
         (UPSTREAM, Listening("127.0.0.1", 8000, "info", 10.0)),
-        (STDIO, Listening("127.0.0.1", 8000, "info", 4.0)),
+        (STDIO, Listening("127.0.0.1", 8000, "info", 30.0)),
         (
             [*UPSTREAM, "--host", "::1", "--port", "9000", "--log-level", "debug", "--shutdown-timeout", "2.5"],
             Listening("::1", 9000, "debug", 2.5),
         ),
         (
             [*STDIO, "--status-port", "9001", "--status-socket", "/run/gw/status.sock"],
-            Listening("127.0.0.1", 8000, "info", 4.0, 9001, "/run/gw/status.sock"),
+            Listening("127.0.0.1", 8000, "info", 30.0, 9001, "/run/gw/status.sock"),
         ),
     ],
 )
@@ -90,8 +90,8 @@ def test_a_stdio_server_s_processes(flags: list[str], expected: dict[str, Any]) 
         "processes": "auto",
         "sessionless": "per-caller",
         "process_idle": None,
-        "max_processes": 16,
-        "max_processes_per_principal": 4,
+        "max_processes": default_max_processes(),  # this host's memory: from 16 to 64
+        "max_processes_per_principal": 8,
         "warm": 2,
         "pass_env": (),
         "process_env": (),
@@ -180,7 +180,9 @@ def test_without_its_flag_each_value_is_the_configuration_s_default(flags: list[
     stdio processes' were written in the flags and again in the app's ``StdioGateway``, the configuration had none)."""
     built = getattr(config_of(flags), part)
     given = {"command", "upstreams", "sandbox", "environ"}  # what a flag must give, or what is built from them
-    defaults = {field.name: field.default for field in dataclasses.fields(built) if field.name not in given}
+    fields = [field for field in dataclasses.fields(built) if field.name not in given]
+    # max_processes's default is the host's memory's (default_max_processes), made as the configuration is
+    defaults = {f.name: f.default if f.default_factory is dataclasses.MISSING else f.default_factory() for f in fields}
     assert dataclasses.MISSING not in defaults.values()
     assert {name: getattr(built, name) for name in defaults} == defaults
 

@@ -102,6 +102,20 @@ def test_no_import_cycle_inside_a_part(part: str) -> None:
     assert_acyclic(edges)
 
 
+def test_who_is_asking_imports_nothing_of_the_sealing() -> None:
+    """Issue 102, item 5: ``auth/`` imported ``loads_code`` from ``sealed/``, which it uses for no process of its
+    own: the names no process is given are checked with ``--pass-env``, in ``_process_flags``."""
+    gateway = f"{NAME}._gateway"
+    found = [
+        f"{module}: from {target} import {name}"
+        for module, path, tree in modules()
+        if module.startswith(f"{gateway}.auth")
+        for target, name in imported(module, path, tree)
+        if f"{target}.{name}".startswith(f"{gateway}.sealed")
+    ]
+    assert found == []
+
+
 def test_no_part_imports_another_parts_private_names() -> None:
     offenders = []
     for module, path, tree in modules():

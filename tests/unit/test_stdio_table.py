@@ -19,10 +19,9 @@ from mcp_types.version import LATEST_MODERN_VERSION
 
 from conftest import SECRET
 from mcp_sessions import SessionsConfig
-from mcp_sessions._gateway.auth._users import REQUEST
 from mcp_sessions._gateway.stdio import _admission
-from mcp_sessions._gateway.stdio._models import Asking, Caller, End, EndReason, Owner
-from mcp_sessions._gateway.stdio._table import Table
+from mcp_sessions._gateway.stdio._models import Asking, Caller, End, EndReason, Key, Owner
+from mcp_sessions._gateway.stdio._table import AFTER_ANSWER, NOTHING, Actions, Table
 from mcp_sessions._session import SCOPE_KEY
 from mcp_sessions._tokens import SessionClaims
 from mcp_sessions._wire import Refusal
@@ -111,24 +110,29 @@ def data_layer(session_id: str) -> SimpleNamespace:
 
 
 async def create(children: Table, session_id: str, address: str = "10.0.0.1") -> None:
-    """A ``sessions/create`` from ``address``, as the sessions' ``on_create`` is called: in its request."""
+    """A ``sessions/create`` from ``address``, as the sessions' ``on_create`` is called: given its request's scope."""
     now = int(time.time())
-    token = REQUEST.set(scope(address))
-    try:
-        await children.created(SessionClaims(session_id=session_id, issued_at=now, expires_at=now + 600, extra={}))
-    finally:
-        REQUEST.reset(token)
+    claims = SessionClaims(session_id=session_id, issued_at=now, expires_at=now + 600, extra={})
+    await children.created(claims, scope=scope(address))
+
+
+def idle_table(factory: Any = MemoryChild, **options: Any) -> Table:
+    """A table that is not running (no task group: nothing it decides can start), ``per-request`` by default."""
+    settings: dict[str, Any] = {"processes": "per-conversation", "idle": 600.0, "max_processes": 16, "per_caller": 4}
+    settings |= {"sessionless": "per-request", "warm": 0, "environ": {}, **options}
+    return Table(
+        ["server"], config=SessionsConfig(secret=SECRET), bus=SessionSubscriptionBus(), factory=factory, **settings
+    )
+
+
+ALICE = Caller("10.0.0.1", Owner("10.0.0.1", ("address", "10.0.0.1")))
 
 
 def test_route_decides_from_what_it_is_given_with_no_task_group() -> None:
     """The table's decision is synchronous and reads no context: the caller, the drain, the request's names are
     its arguments; a retry names no request waiting; a drain opens no new conversation; another caller's name
     names none. None of these starts a process, so no task group runs."""
-    config = SessionsConfig(secret=SECRET)
-    settings: dict[str, Any] = {"processes": "per-conversation", "idle": 600.0, "max_processes": 16, "per_caller": 4}
-    settings |= {"sessionless": "per-request", "warm": 0, "environ": {}}
-    children = Table(["server"], config=config, bus=SessionSubscriptionBus(), factory=MemoryChild, **settings)
-    alice = Caller("10.0.0.1", Owner("10.0.0.1", ("address", "10.0.0.1")))
+    children, alice = idle_table(), ALICE
 
     with pytest.raises(MCPError) as no_state:
         children.route(Asking(alice, None, None), "tools/call", "a-state-no-one-was-given")
@@ -143,10 +147,10 @@ def test_route_decides_from_what_it_is_given_with_no_task_group() -> None:
     assert not children.pool.live  # no process was started
 
 
-async def test_route_says_start_this_and_carry_out_starts_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A decision that opens a conversation makes its process and says to start it, and one that evicts says to
-    close the evicted one; it starts and closes nothing itself: no task group runs while it decides (the event loop
-    only gives the clock). ``carry_out`` then launches what it made, in the task group of the running pool."""
+async def test_route_returns_what_to_start_and_end_and_perform_does_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decision that opens a conversation makes its process and returns it to start, and one that evicts returns
+    the evicted one to end: it starts and ends nothing itself, and no task group runs while it decides (the event
+    loop only gives the clock). ``perform`` then launches and ends what it was given, in one place."""
     monkeypatch.setattr(_admission, "EVICT_AFTER", 0.0)
     made: list[MemoryChild] = []
 
@@ -155,27 +159,81 @@ async def test_route_says_start_this_and_carry_out_starts_it(monkeypatch: pytest
         child.started.set()
         return child
 
-    config = SessionsConfig(secret=SECRET)
-    settings: dict[str, Any] = {"processes": "per-conversation", "idle": 600.0, "max_processes": 16, "per_caller": 1}
-    settings |= {"sessionless": "per-request", "warm": 0, "environ": {}}
-    children = Table(["server"], config=config, bus=SessionSubscriptionBus(), factory=factory, **settings)
-    alice = Caller("10.0.0.1", Owner("10.0.0.1", ("address", "10.0.0.1")))
+    children = idle_table(factory, per_caller=1)
 
-    first = children.route(Asking(alice, None, None), "tools/call", None)
-    second = children.route(Asking(alice, None, None), "tools/call", None)  # her limit is one: the first is evicted
+    first = children.route(Asking(ALICE, None, None), "tools/call", None)
+    second = children.route(Asking(ALICE, None, None), "tools/call", None)  # her limit is one: the first is evicted
 
-    assert [first.key.kind, second.key.kind] == ["request", "request"]
-    assert len(made) == 2
-    assert len(children.pool.live) == 2  # made, counted live...
-    assert [process.tasks for process in children.pool.live] == [None, None]  # ...and not launched
+    [one, two] = sorted(children.pool.live, key=lambda process: process.child is made[1])
+    assert first.actions == Actions(start=(one,), refill=True)
+    assert second.actions == Actions(start=(two,), end=((first.conversation, EndReason.EVICTED),), refill=True)
+    assert [first.conversation.key.kind, second.conversation.key.kind] == ["request", "request"]
+    assert [one.tasks, two.tasks] == [None, None]  # made, counted live, and not launched
+    assert [child.end for child in made] == [None, None]  # nor ended: the decision returned it
     assert not any(child.ready.is_set() for child in made)
-    assert made[0].end == End(EndReason.EVICTED)
-    assert made[1].end is None
     async with children.pool.running():
-        children.carry_out()
+        children.perform(second.actions)
+        assert made[0].end == End(EndReason.EVICTED)  # at once: its next request is refused
         with anyio.fail_after(5):
             await made[1].ready.wait()
-        assert second.tasks is children.pool.tasks
+        assert second.conversation.tasks is children.pool.tasks
+
+
+async def test_answered_returns_its_end_or_its_retention_with_no_task_group() -> None:
+    """Once a request's own process has answered, the decision says to end it once the answer is sent, or to keep
+    it for the retry that brings the input it asked for (which then reaches it, and is taken); a conversation's
+    process, or the shared one, serves on: nothing to do. No task group runs (the event loop only gives the
+    clock)."""
+    children = idle_table()
+    asked = children.route(Asking(ALICE, None, None), "tools/call", None).conversation
+    answered = children.route(Asking(ALICE, None, None), "tools/call", None).conversation
+    asked.parked["a-state"] = None  # type: ignore[assignment]  # a call of it waits for the client's input
+    shared = children.shared_conversation()
+
+    retained, released = children.answered(asked), children.answered(answered)
+    retry = children.route(Asking(ALICE, None, None), "tools/call", "a-state")
+
+    assert retained == Actions(retain=(asked,))
+    assert released == Actions(release=(answered,))
+    assert [process.child.end for process in children.pool.live] == [None] * 3  # ended by none of it
+    assert retry == (asked, NOTHING)
+    [made_shared] = [process for process in children.pool.live if process.conversation is shared.conversation]
+    assert shared.actions == Actions(start=(made_shared,))  # none yet: the shared one is made too
+    assert children.answered(shared.conversation) is NOTHING
+    with pytest.raises(MCPError):  # taken once
+        children.route(Asking(ALICE, None, None), "tools/call", "a-state")
+
+
+async def test_process_ended_returns_the_conversations_whose_sessions_end_with_it() -> None:
+    """A process's end is a decision too: it leaves the pool and the table, its conversation remembered as ended;
+    a crash's conversation is returned, for the lifetimes to end its session with it, and an end the gateway
+    asked for (idle) returns none (that end ended it). No task group runs."""
+    children = idle_table()
+    opened = [children.open(Key("data-layer-session", sid), Asking(ALICE, None, None)) for sid in ("s1", "s2")]
+    [crashed], [idled] = [reached.actions.start for reached in opened]
+    crashed.child.crash()  # type: ignore[attr-defined]
+    idled.child.stop(EndReason.IDLE)
+
+    assert children.process_ended(crashed) == [opened[0].conversation]
+    assert children.process_ended(idled) == []
+    assert not children.pool.live
+    assert crashed.gone.is_set() and idled.gone.is_set()
+    assert "(crash: it exited)" in children.gone(Key("data-layer-session", "s1")).error.message
+
+
+async def test_perform_ends_an_answered_process_once_the_answer_is_sent() -> None:
+    """What a request leaves for after its answer (its own process's end, the refill) waits in its scope's
+    ``AFTER_ANSWER`` until the answer is sent (``_server._Opening`` runs it); with no request, it is done at once."""
+    async with table(sessionless="per-request") as (children, _):
+        request = scope() | {AFTER_ANSWER: []}
+        reached = await children.conversation_for(request, "tools/call")
+        children.perform(children.answered(reached), request)
+
+        assert not reached.child.done.is_set()
+        assert len(request[AFTER_ANSWER]) == 2  # the refill its start asked for, and its end
+        for action in request[AFTER_ANSWER]:
+            action()
+        assert reached.child.end == End(EndReason.ANSWERED)
 
 
 async def test_a_callers_requests_that_name_nothing_are_one_conversation_of_hers() -> None:
@@ -194,9 +252,9 @@ async def test_a_callers_requests_that_name_nothing_are_one_conversation_of_hers
 async def test_per_request_each_request_has_a_process_ended_once_answered() -> None:
     async with table(sessionless="per-request") as (children, made):
         first = await children.conversation_for(scope(), "tools/call")
-        children.answered(first)
-        assert not first.child.done.is_set()  # answered decides; carry_out ends it
-        children.carry_out()
+        actions = children.answered(first)
+        assert not first.child.done.is_set()  # answered decides; perform ends it
+        children.perform(actions)
         with anyio.fail_after(5):
             await first.child.done.wait()
         second = await children.conversation_for(scope(), "tools/call")
@@ -230,6 +288,31 @@ async def test_her_idle_conversation_makes_room_and_is_then_not_found(monkeypatc
     assert gone.value.error.code == SESSION_NOT_FOUND
     assert kept.key.id == "s2"
     assert made[1].end == End(EndReason.EVICTED)
+
+
+async def test_a_full_table_ends_the_conversation_idle_longest_for_a_new_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 101, item 3: at ``--max-processes``, a new conversation was refused however long the others had been
+    idle (until ``--process-idle``: a team's scripts that end none filled it for ten minutes). Now the one idle
+    longest, anyone's, ends for it, once idle ``EVICT_AFTER`` seconds; before that, the refusal names the limit and its
+    flag."""
+    async with table(max_processes=2) as (children, made):
+        await create(children, "hers", "10.0.0.1")
+        await create(children, "his", "10.0.0.2")
+        with pytest.raises(Refusal) as refused:  # both idle less than EVICT_AFTER
+            await create(children, "theirs", "10.0.0.3")
+        monkeypatch.setattr(_admission, "EVICT_AFTER", 0.0)
+        await create(children, "theirs", "10.0.0.3")  # hers, idle longest, ends for it
+        with pytest.raises(MCPError) as gone:
+            await children.conversation_for(scope(session=data_layer("hers")), "tools/call")
+        kept = await children.conversation_for(scope("10.0.0.2", session=data_layer("his")), "tools/call")
+        ends = [child.end for child in made[1:]]
+
+    assert refused.value.code == RATE_LIMITED
+    assert "at most 2 conversations' processes" in str(refused.value), refused.value
+    assert "max_processes, flag --max-processes)" in str(refused.value), refused.value
+    assert gone.value.error.code == SESSION_NOT_FOUND
+    assert kept.key.id == "his"
+    assert ends == [End(EndReason.EVICTED), None, None]
 
 
 async def test_another_callers_session_is_not_found() -> None:

@@ -1,6 +1,6 @@
 """The gateway: the session pipeline in front of a streaming reverse proxy to an MCP server anywhere.
 
-``mcp-sessions gateway`` serves it (``_cli``, ``_serving``) in front of an upstream over HTTP (``http/``:
+``mcp-sessions gateway`` serves it (``_cli``, ``_lifecycle``) in front of an upstream over HTTP (``http/``:
 ``gateway_app``, the proxy and its replicas) or a stdio server's processes (``stdio/``, each sealed by ``sealed/``).
 Its front door (``_front``) refuses what may not be forwarded (a target that is not a path, ambiguous framing) and
 decides whose forwarded headers count; who is asking, and what they may carry to a server, is ``auth/``'s. The

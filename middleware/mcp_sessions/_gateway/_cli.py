@@ -25,6 +25,7 @@ from ._config import (
     Listening,
     StdioProcesses,
 )
+from ._node import node_without_proxy
 from ._process_flags import add_process_arguments, process_options, seal_gateway
 from ._serving import EXIT_USAGE, bind, private_directory
 from .http._app import forwarding_app
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
     from .auth._exchange import TokenExchange, UpstreamToken
+    from .auth._tools import ToolPolicy
     from .auth._users import GatewayAuth
     from .sealed._network import EgressPolicy
     from .sealed._sandbox import Sandbox
@@ -59,6 +61,8 @@ EXCHANGE_VARIABLES: Final = {
     "client_id": "MCP_SESSIONS_EXCHANGE_CLIENT_ID",
     "client_secret_file": "MCP_SESSIONS_EXCHANGE_CLIENT_SECRET_FILE",
     "client_auth": "MCP_SESSIONS_EXCHANGE_CLIENT_AUTH",
+    "client_key_file": "MCP_SESSIONS_EXCHANGE_CLIENT_KEY_FILE",
+    "client_key_id": "MCP_SESSIONS_EXCHANGE_CLIENT_KEY_ID",
 }
 """The variable each ``--exchange-*`` flag falls back to (the secret's is ``MCP_SESSIONS_EXCHANGE_CLIENT_SECRET``)."""
 
@@ -169,6 +173,16 @@ def _auth_arguments(gateway: argparse.ArgumentParser) -> None:
     users.add_argument(
         "--auth-server", action="append", metavar="URL", help="an authorization server (default: the issuer); repeat"
     )
+    for flag, verb in (("--tool-allow", "may list and call"), ("--tool-deny", "may neither list nor call")):
+        users.add_argument(
+            flag,
+            action="append",
+            default=[],
+            metavar="CLAIM=VALUE:PATTERN,...",
+            help=f"with --auth-jwks: the tools (names, or globs as fnmatch's) a caller whose token's CLAIM is VALUE "
+            f"(or a list that holds it) {verb}; '*:PATTERN,...' for every caller; repeat. Deny wins; where allow "
+            "rules exist, a caller none names has no tool (default: every tool to every caller)",
+        )
     users.add_argument(
         "--process-env",
         action="append",
@@ -181,11 +195,11 @@ def _auth_arguments(gateway: argparse.ArgumentParser) -> None:
         "--process-env-mask",
         action="append",
         default=[],
-        metavar="NAME=HOST[:PORT],...",
+        metavar="NAME=HOST[:PORT],...[,header=HEADER]",
         help="with --process-env NAME and --process-network egress: the process gets a placeholder of NAME's "
-        "shape, and the gateway's HTTPS proxy puts the value in its requests' headers to these hosts (port 443 "
-        "unless given) alone, which it reaches through that proxy alone; plain HTTP too for a host given as "
-        "http://HOST[:PORT] (port 80 unless given); repeat",
+        "shape, and the gateway's HTTPS proxy puts the value in its requests' Authorization header (and each "
+        "header=HEADER given) to these hosts (port 443 unless given) alone, which it reaches through that proxy "
+        "alone; plain HTTP too for a host given as http://HOST[:PORT] (port 80 unless given); repeat",
     )
     users.add_argument(
         "--process-env-mask-ca",
@@ -220,6 +234,11 @@ def _exchange_arguments(gateway: argparse.ArgumentParser) -> None:
         ("--exchange-scope", "the scope the issued tokens are asked for (space-separated)"),
         ("--exchange-client-id", "the gateway's own client id at the authorization server"),
         ("--exchange-client-secret-file", "a file holding the gateway's client secret"),
+        (
+            "--exchange-client-key-file",
+            "with private_key_jwt: the gateway's unencrypted RSA or EC private key (PEM, mode 0600), read at startup",
+        ),
+        ("--exchange-client-key-id", "with private_key_jwt: the key's id (kid) at the authorization server"),
     ):
         exchange.add_argument(flag, metavar=flag.removeprefix("--exchange-").upper(), help=text)
     # Refused, never read: a command line is every local user's to read (and without it, argparse would take
@@ -227,8 +246,9 @@ def _exchange_arguments(gateway: argparse.ArgumentParser) -> None:
     exchange.add_argument("--exchange-client-secret", help=argparse.SUPPRESS)
     exchange.add_argument(
         "--exchange-client-auth",
-        choices=("client_secret_basic", "client_secret_post"),
-        help="how the gateway authenticates to the token endpoint (default client_secret_basic)",
+        choices=("client_secret_basic", "client_secret_post", "private_key_jwt"),
+        help="how the gateway authenticates to the token endpoint: with its secret (client_secret_basic, the "
+        "default; client_secret_post) or a JWT signed with its key (private_key_jwt, RFC 7523)",
     )
 
 
@@ -274,6 +294,9 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
             logger.warning("mcp-sessions gateway: %s", NO_ROUTE)
         if options.profile:
             logger.info("mcp-sessions gateway: each process's seccomp profile: %s", options.profile)
+        stdio = serves if isinstance(serves, StdioProcesses) else None
+        if options.edge is not None and stdio and (old := node_without_proxy(stdio.command, stdio.environ)):
+            logger.warning("mcp-sessions gateway: %s", old)  # its masks reach no fetch of its
     return serve(app, bound, config, stderr)
 
 
@@ -290,6 +313,7 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
         hosts, origins = hosts or (), origins or ()
     forwarded = environ.get("FORWARDED_ALLOW_IPS") if args.forwarded_allow_ips is None else args.forwarded_allow_ips
     auth = _auth(args, environ)
+    tools = _tools(args, auth)
     _stdio_only(args)
     upstream_token, exchange = _upstream_token(args, environ, auth)
     serves: Forwarding | StdioProcesses
@@ -328,6 +352,7 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
         forwarded_allow_ips=forwarded,
         auth=auth,
         exchange=exchange,
+        tools=tools,
     )
 
 
@@ -365,7 +390,13 @@ def _egress(args: argparse.Namespace, sandbox: Sandbox, forwarded: str | None) -
     uids = None if sandbox.uids is None else (sandbox.uids.first, sandbox.uids.last)
     trusted = trusted_proxies(forwarded)
     return egress_rules(
-        sandbox.network, uids or sandbox.user, args.process_allow_net, trusted, args.port, args.process_allow_host
+        sandbox.network,
+        uids or sandbox.user,
+        args.process_allow_net,
+        trusted,
+        args.port,
+        args.process_allow_host,
+        args.process_allow_private_host,
     )
 
 
@@ -404,6 +435,7 @@ def _stdio_only(args: argparse.Namespace) -> None:
     if args.status_port is not None and (args.stdio is None or args.status_port == args.port):
         raise ValueError("--status-port serves --stdio processes' status, on a port other than --port")
     network = args.process_network or args.process_allow_net or args.process_allow_host
+    network = network or args.process_allow_private_host
     if args.stdio is None and (args.status_socket or network):
         raise ValueError(
             "--status-socket, --process-network and its grants are for --stdio processes; an --upstream has none"
@@ -428,6 +460,18 @@ def _auth(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayAuth |
     return GatewayAuth(jwks_url=jwks, authorization_servers=servers, **given)
 
 
+def _tools(args: argparse.Namespace, auth: GatewayAuth | None) -> ToolPolicy | None:
+    """The tool policy of ``--tool-allow`` and ``--tool-deny`` (``_tools``), which reads claims of the tokens the
+    gateway verifies; ``None`` without either flag."""
+    if not args.tool_allow and not args.tool_deny:
+        return None
+    from .auth._tools import NEEDS_TOKENS, ToolPolicy
+
+    if auth is None or auth.verifier is None:
+        raise ValueError(NEEDS_TOKENS)
+    return ToolPolicy.from_specs(args.tool_allow, args.tool_deny)
+
+
 def _upstream_token(
     args: argparse.Namespace, environ: Mapping[str, str], auth: GatewayAuth | None
 ) -> tuple[UpstreamToken | None, TokenExchange | None]:
@@ -449,21 +493,19 @@ def _upstream_token(
         return UpstreamToken(mode), None
     if auth is None or auth.verifier is None:
         raise ValueError("the token exchange exchanges the bearer tokens the gateway verifies: give --auth-jwks")
-    secret = environ.get("MCP_SESSIONS_EXCHANGE_CLIENT_SECRET", "")
-    if (secret_file := _setting(args, environ, "client_secret_file")) is not None:
-        try:
-            with open(secret_file, encoding="utf-8") as file:
-                secret = file.read().strip()
-        except OSError as exc:
-            raise ValueError(f"--exchange-client-secret-file: {exc.strerror}") from None
-    issuer = _setting(args, environ, "issuer") or _setting(args, environ, "issuer", "auth")
-    exchange = TokenExchange(
-        client_id=_setting(args, environ, "client_id") or "",
-        client_secret=secret,
-        token_endpoint=_setting(args, environ, "token_endpoint"),
-        issuer=issuer,
-        client_auth=_setting(args, environ, "client_auth") or "client_secret_basic",
+    from .auth._client import ClientAuth
+
+    client = ClientAuth.given(
+        "--exchange-client",
+        _setting(args, environ, "client_auth"),
+        _setting(args, environ, "client_id"),
+        secret=environ.get("MCP_SESSIONS_EXCHANGE_CLIENT_SECRET", "").strip() or None,
+        secret_file=_setting(args, environ, "client_secret_file"),
+        key_file=_setting(args, environ, "client_key_file"),
+        key_id=_setting(args, environ, "client_key_id"),
     )
+    issuer = _setting(args, environ, "issuer") or _setting(args, environ, "issuer", "auth")
+    exchange = TokenExchange(client=client, token_endpoint=_setting(args, environ, "token_endpoint"), issuer=issuer)
     # for --process-env NAME=exchange:AUDIENCE alone
     if mode is None:
         return None, exchange

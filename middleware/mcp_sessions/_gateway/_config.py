@@ -23,6 +23,7 @@ from .._config import SessionsConfig
 
 if TYPE_CHECKING:
     from .auth._exchange import TokenExchange, UpstreamToken
+    from .auth._tools import ToolPolicy
     from .auth._users import GatewayAuth
     from .sealed._cgroups import Cgroups
     from .sealed._edge import Edge
@@ -42,24 +43,45 @@ SESSIONLESS: Final = get_args(Sessionless)
 DEFAULT_SHUTDOWN_TIMEOUT: Final = 10.0
 """On SIGTERM, the gateway drains (``_lifecycle``): it waits for the calls in flight for this long at most, then
 cancels what still runs (each upstream request closed) and stops."""
-STDIO_SHUTDOWN_TIMEOUT: Final = 4.0
-"""With --stdio: then every child gets its stdin closed, SIGTERM and SIGKILL (``stdio._child.stop_group``): all
-gone within 10 s of the gateway's SIGTERM."""
+STDIO_SHUTDOWN_TIMEOUT: Final = 30.0
+"""With --stdio: long enough for a tool call of a team's usual length (a build, a search, a model's answer) to end, as
+Kubernetes gives a pod 30 s (``terminationGracePeriodSeconds``): 4 s cut such calls, each then told to send it again,
+which ran a ``write_file`` twice. Then every child gets its stdin closed, SIGTERM and SIGKILL
+(``stdio._child.stop_group``): all gone within 36 s of the gateway's SIGTERM, at once with no call in flight."""
 
 DEFAULT_KEEPALIVE: Final = 15.0
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 DEFAULT_FIRST_BYTE_TIMEOUT: Final = 300.0
 DEFAULT_FAILURE_COOLDOWN: Final = 10.0
 
-DEFAULT_PROCESS_IDLE: Final = 600.0
-"""A conversation's process without a request this long ends, unless ``process_idle`` or the sessions' ``idle_ttl``
-says otherwise."""
-DEFAULT_MAX_PROCESSES: Final = 16
+ROOM: Final = 64 << 20
+"""What a conversation's process is given at least under ``--process-memory``'s default, which shares half the host's
+memory among the processes that may run at once. Measured in a control group of 64 MiB (cgroup v1's
+``max_usage_in_bytes``, through ``initialize``, ``tools/list`` and a call): a Python server on the ``mcp`` SDK 47 MiB,
+npm's server-memory and server-filesystem 23 MiB each, none killed."""
 DEFAULT_WARM: Final = 2
-"""Processes started ahead for new conversations and requests of every kind."""
-DEFAULT_MAX_PROCESSES_PER_CALLER: Final = 4
-"""A caller's processes at once: a person runs a few conversations at a time, and one caller cannot take every
-slot of the default ``max_processes``."""
+"""Processes started ahead for new conversations and requests of every kind (``--warm``)."""
+DEFAULT_MAX_PROCESSES_PER_CALLER: Final = 8
+"""A caller's processes at once (``--max-processes-per-principal``): a person's few conversations, and the scripts she
+runs that end none (the docs' ``call.py`` six times in a minute, before it ended its own), within one caller's
+share of :func:`default_max_processes`."""
+EVICT_AFTER: Final = 10.0
+"""How long a conversation may be idle before a new one ends it to make room, at its caller's
+``--max-processes-per-principal`` or the gateway's ``--max-processes`` (``stdio._admission``): long enough that two
+calls of one turn keep it, short enough that a team's new conversations in a minute find room."""
+DEFAULT_PROCESS_IDLE: Final = 300.0
+"""How long a conversation's process lives without a request (``--process-idle``): at most five minutes, as the
+docs say, unless ``process_idle`` or the sessions' ``idle_ttl`` says otherwise."""
+
+
+def default_max_processes(memory: int | None = None) -> int:
+    """``max_processes`` (``--max-processes``) unless given: as many processes as half the host's ``memory`` (in
+    bytes; this host's unless given) gives :data:`ROOM` each, beside :data:`DEFAULT_WARM` started ahead and the shared
+    one (so that ``--process-memory``'s default stays at least that), from 16 to 64. A 4 GiB host's 29 serve a team
+    of 20 opening two conversations each in a minute, and one of them six more, an idle one ended for a new one when
+    all run (``stdio._admission``); a 16 GB host's and more, 64."""
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if memory is None else memory
+    return min(max(host // 2 // ROOM - DEFAULT_WARM - 1, 16), 64)
 
 
 @dataclass(frozen=True)
@@ -106,11 +128,13 @@ class StdioProcesses:
     a process per conversation, or one ``"shared"`` by all, or (``"auto"``, the default) as ``Table.choose`` says.
     ``process_idle``: how long a conversation's process (and a 2025 transport session) lives without a request
     (default: the sessions' ``idle_ttl``, else :data:`DEFAULT_PROCESS_IDLE`). ``max_processes``: how many
-    conversations' processes may run at once; ``max_processes_per_principal``: how many of them one caller (its
-    principal, else its client address) may have. ``sessionless``: the requests of a caller that name no
-    conversation reach that caller's own process (``"per-caller"``, the default: a conversation of hers), or each a
-    process of its own (``"per-request"``: ended once it is answered, or retained for the retry that brings the input
-    it asked for), or the ``"shared"`` one; each new conversation takes one of ``warm`` started ahead. ``environ``
+    conversations' processes may run at once (default :func:`default_max_processes`, from the host's memory);
+    ``max_processes_per_principal``: how many of them one caller (its principal, else its client address) may have;
+    at either, a new conversation ends the one idle longest, if idle :data:`EVICT_AFTER` seconds. ``sessionless``:
+    the requests of a caller that name no conversation reach that caller's own process (``"per-caller"``, the
+    default: a conversation of hers), or each a process of its own (``"per-request"``: ended once it is answered, or
+    retained for the retry that brings the input it asked for), or the ``"shared"`` one; each new conversation takes
+    one of ``warm`` started ahead. ``environ``
     (default ``os.environ``; never printed) is where the processes' variables come from, by allow-list: the ``mcp``
     SDK's defaults (``PATH``, ``HOME``...) and ``pass_env``'s names; and each gets ``MCP_SESSION_ID``, the process's
     own random id (none in the shared one). ``process_env`` (``NAME=claim:CLAIM``, ``NAME=header:HEADER-NAME``,
@@ -123,7 +147,7 @@ class StdioProcesses:
     processes: Processes = "auto"
     sessionless: Sessionless = "per-caller"
     process_idle: float | None = None
-    max_processes: int = DEFAULT_MAX_PROCESSES
+    max_processes: int = field(default_factory=default_max_processes)
     max_processes_per_principal: int = DEFAULT_MAX_PROCESSES_PER_CALLER
     warm: int = DEFAULT_WARM
     pass_env: tuple[str, ...] = ()
@@ -151,8 +175,9 @@ class GatewayConfig:
     replicas, or a stdio server's processes), how it listens (``listening``), the sessions (``sessions``, default
     the ``MCP_SESSIONS_*`` variables), the hosts and origins it serves (its DNS-rebinding allow-lists, default
     localhost names; empty: no check), the proxies in front whose forwarded headers count (``forwarded_allow_ips``,
-    uvicorn's option; default none), who is asking (``auth``) and the token exchange (``exchange``, closed with the
-    app)."""
+    uvicorn's option; default none), who is asking (``auth``), the token exchange (``exchange``, closed with the
+    app), and which of the server's tools each caller lists and calls (``tools``, default every tool: the one
+    server's, as a server's table of a file will carry its own)."""
 
     serves: Forwarding | StdioProcesses
     listening: Listening = field(default_factory=Listening)
@@ -162,6 +187,7 @@ class GatewayConfig:
     forwarded_allow_ips: str | Collection[str] | None = None
     auth: GatewayAuth | None = None
     exchange: TokenExchange | None = None
+    tools: ToolPolicy | None = None
 
     @property
     def sandbox(self) -> Sandbox | None:

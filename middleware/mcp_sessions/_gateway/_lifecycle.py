@@ -10,9 +10,10 @@ than a ``GET`` stream or a ``subscriptions/listen``) may end, for ``--shutdown-t
 call is served until every call that was in flight at the signal is answered; from then ``--stdio``'s table refuses a
 new request as it would a new conversation (``REFUSING``), so the calls in flight only end, and conversations that call
 back to back do not hold the drain to its bound. Then the streams are ended and uvicorn stops: it closes the listener
-and waits for a call that came meanwhile for what is left of the bound. A call past the bound is told ``-32014`` (503
-where its answer has not started), never uvicorn's 500. A second Ctrl-C (or SIGTERM) ends the drain at once, its calls
-told so.
+and waits for a call that came meanwhile for what is left of the bound. A call past the bound is told that it may have
+run (``-32603``, ``_serving.CUT``; 502 where its answer has not started), never uvicorn's 500, nor a 503 with
+``Retry-After``, which a client or a front would send again. A second Ctrl-C (or SIGTERM) ends the drain at once, its
+calls told so.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import contextlib
 import copy
 import logging
 import os
+import signal
 import socket
 from collections.abc import Callable, Iterator
 from types import FrameType
@@ -32,9 +34,10 @@ import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._asgi import header
-from .._pipeline import unavailable
+from .._pipeline import error_answer, unavailable
 from .._wire import jsonrpc
 from .._wire.protocol import (
+    INTERNAL_ERROR,
     MCP_METHOD_HEADER,
     MCP_PROTOCOL_VERSION_HEADER,
     MCP_SESSION_ID_HEADER,
@@ -43,13 +46,26 @@ from .._wire.protocol import (
 from ..profiles import Era
 from ._config import GatewayConfig
 from ._front import QueryDropped, StartupFailed
-from ._serving import DRAINING, EXIT_USAGE, REFUSING, RESTARTING, RETRY_AFTER, STOPPING, bind, private_socket
+from ._serving import (
+    CUT,
+    CUT_DATA,
+    DRAINING,
+    EXIT_USAGE,
+    REFUSING,
+    RESTARTING,
+    RETRY_AFTER,
+    STOPPING,
+    bind,
+    private_socket,
+)
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
 STARTUP_FAILURE: Final = 3
 """uvicorn's exit status for an app that failed to start in another way (a bug: its traceback is logged)."""
 _SHUTTING_DOWN = unavailable(503, RESTARTING, RETRY_AFTER, None, "shutting_down")
+# a call cut before its answer started, its id unread here (--stdio's name theirs: _server), with no Retry-After
+_CUT = error_answer(502, INTERNAL_ERROR, CUT, "cut", data=CUT_DATA)
 _PROBES: Final = {"/healthz", "/readyz"}
 _LISTEN: Final = b"subscriptions/listen"
 
@@ -67,10 +83,18 @@ class Gateway(uvicorn.Server):
     refused is one line and exit status 2, before anything starts); uvicorn's ``startup``, which starts the app
     (``_lifespan``: with ``--stdio``, the app's own start, ``StdioServer._running``, runs its first process), a
     failure to start (``StartupFailed``) held and said in one line, exit status 2, never uvicorn's traceback; then
-    it listens. **Main loop**: uvicorn's, until a signal. **Shutdown**: ``_drain`` (see the module), uvicorn's
-    ``shutdown`` (the listener closed, the calls left waited for what is left of the bound, then the app's lifespan
-    ended: every process stopped), ``_gone`` (the status socket's file and the processes' egress rules removed), and
-    the signal that stopped it raised again: SIGTERM ends the process by it, Ctrl-C with exit status 0.
+    it listens. **Main loop**: uvicorn's, until a signal, and then until the drain has ended (:meth:`on_tick`).
+    **Shutdown**: ``_drain`` (see the module), :meth:`shutdown` (uvicorn's: the listener closed, the calls left
+    waited for what is left of the bound, then the app's lifespan ended: every process stopped), ``_gone`` (the
+    status socket's file and the processes' egress rules removed), and the signal that stopped it raised again
+    (:meth:`capture_signals`): SIGTERM ends the process by it, Ctrl-C with exit status 0.
+
+    It drives uvicorn through what uvicorn lets a subclass override (``handle_exit``, ``capture_signals``,
+    ``on_tick``, ``shutdown``) and reads its ``server_state``; it writes neither uvicorn's configuration nor its
+    private attributes, and it sets uvicorn's ``should_exit`` only before the app has started: sse-starlette, whose
+    event streams carry the ``mcp`` SDK's answers, ends every stream of the process once that is set (it finds the
+    server by its SIGTERM handler), the answer of a call that came as the drain ended among them (told ``-32014``
+    in a 200), and turning that off is a setting of the whole process; the drain ends the streams itself.
 
     What a signal does (:meth:`handle_exit`), whichever it is, SIGTERM or SIGINT (Ctrl-C):
 
@@ -111,10 +135,12 @@ class Gateway(uvicorn.Server):
                 reset_contextvars=True,
             )
         )
-        self.app, self.gateway = app, config
+        self.app = app
+        self.gateway = config
         self.failure: BaseException | None = None  # the app's failure to start, said in one line
         self.stopped = False  # its start ended by a signal
         self._stop_asked = False
+        self._signals: list[int] = []  # raised again once stopped, as uvicorn raises those it caught
         self._starting: anyio.CancelScope | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.calls: set[asyncio.Task[Any]] = set()  # in flight: every request but a stream that waits for events
@@ -122,6 +148,7 @@ class Gateway(uvicorn.Server):
         self._refusing = False
         self._drained = self._hurried = False
         self._drain_ends = asyncio.Event()  # set once no call is in flight, or by a second signal
+        self._bound: float | None = None  # the loop's time at which the drain's bound (--shutdown-timeout) ends
         self._draining: asyncio.Task[None] | None = None
         self._status_socket: str | None = None  # its file, once bound, removed by _gone
 
@@ -138,13 +165,6 @@ class Gateway(uvicorn.Server):
         except ValueError as exc:
             print(f"mcp-sessions gateway: {exc}", file=stderr)
             return EXIT_USAGE
-        # sse-starlette, whose event streams carry the mcp SDK's answers, ends every stream once uvicorn's should_exit
-        # is set (it finds the server by its SIGTERM handler), the answer of a call that came as the drain ended among
-        # them (told -32014 in a 200): the drain ends the streams itself, and uvicorn waits for the calls.
-        from sse_starlette.sse import AppStatus
-
-        automatic = AppStatus.enable_automatic_graceful_drain
-        AppStatus.enable_automatic_graceful_drain = False
         try:
             self.run(sockets=sockets)
         except KeyboardInterrupt:  # Ctrl-C, raised again once stopped: ended quietly, as uvicorn's own command ends
@@ -154,8 +174,6 @@ class Gateway(uvicorn.Server):
                 return 0
             if self.failure is None:
                 raise
-        finally:
-            AppStatus.enable_automatic_graceful_drain = automatic
         if self.failure is not None:
             print(f"mcp-sessions gateway: {self.failure}", file=stderr)
             return EXIT_USAGE
@@ -179,7 +197,7 @@ class Gateway(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         """A signal, as the class says: before the app has started, the start ended; then the drain, or its end."""
-        self._captured_signals.append(sig)  # raised again once stopped, as uvicorn does
+        self._signals.append(sig)
         if not self.started:  # uvicorn's own stop, never its force quit; a first process that never answers keeps
             self.should_exit = True  # no one waiting
             return self._stop_starting()
@@ -194,12 +212,32 @@ class Gateway(uvicorn.Server):
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
-        """uvicorn's, which raises the signals again as it ends: the shutdown's last step, ``_gone``, before that."""
+        """uvicorn's, its handler :meth:`handle_exit`; once uvicorn has stopped, the shutdown's last step,
+        ``_gone``; then, uvicorn's handlers given back, the signals that stopped it raised again, the last first, as
+        uvicorn raises those it caught (SIGTERM ends the process by it, Ctrl-C raises ``KeyboardInterrupt``)."""
         with super().capture_signals():
             try:
                 yield
             finally:
                 self._gone()
+        for sig in reversed(self._signals):
+            signal.raise_signal(sig)
+
+    async def on_tick(self, counter: int) -> bool:
+        """uvicorn's, and the main loop's end once the drain has ended (``should_exit`` left unset: see the
+        class)."""
+        return await super().on_tick(counter) or self._drained
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's, the calls that came as the drain ended told so once its bound has passed. uvicorn's own
+        bound, ``--shutdown-timeout`` from here, is only a last resort, for a call that outlives its cancellation."""
+        loop = asyncio.get_running_loop()
+        bounded = loop.call_at(self._bound, self._end, True) if self._bound is not None else None
+        try:
+            await super().shutdown(sockets)
+        finally:
+            if bounded is not None:
+                bounded.cancel()
 
     def _gone(self) -> None:
         """Shutdown, once uvicorn has stopped (every process ended): the status socket's file removed, the
@@ -227,28 +265,31 @@ class Gateway(uvicorn.Server):
         )
         self._signalled = set(self.calls)
         self._answered_signalled()
-        self._draining = asyncio.get_running_loop().create_task(self._drain(timeout))
+        loop = asyncio.get_running_loop()
+        self._bound = loop.time() + timeout
+        self._draining = loop.create_task(self._drain(timeout))
 
     async def _drain(self, within: float) -> None:
-        """Wait for the calls in flight (at most ``within`` seconds), then end the streams, and let uvicorn stop: it
-        closes the listener, and waits for a call that came meanwhile for what is left of ``within``. Past it, or at
-        a second signal, the calls are ended too."""
-        loop = asyncio.get_running_loop()
-        ends = loop.time() + within
+        """Wait for the calls in flight (at most ``within`` seconds), then end the streams, and let uvicorn stop
+        (:meth:`on_tick`): it closes the listener, and waits for a call that came meanwhile for what is left of
+        ``within`` (:meth:`shutdown`). Past it, or at a second signal, the calls are ended too."""
         try:
             await asyncio.wait_for(self._drain_ends.wait(), within)
         except TimeoutError:
             self._hurried = True
         self._drained = True
-        if self._hurried and self.calls:
+        self._end(self._hurried)
+
+    def _end(self, calls: bool) -> None:
+        """The streams ended where they are, and with ``calls`` the calls still in flight too, each told so as the
+        module says (``_request``)."""
+        if calls and self.calls:
             logger.info(
                 "mcp-sessions gateway: %d call(s) still in flight are told the gateway restarts", len(self.calls)
             )
-        for task in self.server_state.tasks:  # each ends as the module says
-            if self._hurried or task not in self.calls:
+        for task in self.server_state.tasks:
+            if calls or task not in self.calls:
                 task.cancel()
-        self.config.timeout_graceful_shutdown = max(ends - loop.time(), 0.1)  # type: ignore[assignment]  # a float too
-        self.should_exit = True
 
     def _answered_signalled(self) -> None:
         """The drain's steps as its calls end: once those in flight at the signal are answered, a new request is
@@ -333,7 +374,9 @@ class Gateway(uvicorn.Server):
         # a stream would hold the stop: its client opens it again at the next gateway
         if self._stop_asked and (_opens(scope) or not call):
             return await _SHUTTING_DOWN.send(send)
-        scope[STOPPING], scope[DRAINING], scope[REFUSING] = self.drained, self.stop_asked, self.refusing
+        scope[STOPPING] = self.drained
+        scope[DRAINING] = self.stop_asked
+        scope[REFUSING] = self.refusing
         task = asyncio.current_task()
         if call and task is not None:
             self.calls.add(task)
@@ -344,7 +387,7 @@ class Gateway(uvicorn.Server):
             if not self._stop_asked:
                 raise
             if not responding.started:
-                return await _SHUTTING_DOWN.send(send)
+                return await (_CUT if call else _SHUTTING_DOWN).send(send)
             if not responding.ended:  # a stream: ended where it is, not left for uvicorn to call an error
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             return None
@@ -357,7 +400,8 @@ class Gateway(uvicorn.Server):
 
     def planned(self, record: logging.LogRecord) -> bool:
         """A logging filter: uvicorn's cancellations at the end of a stop the gateway drained for are INFO, as
-        planned (its "Cancel N running task(s), timeout graceful shutdown exceeded" is an ERROR)."""
+        planned (its "Cancel N running task(s), timeout graceful shutdown exceeded" is an ERROR): its bound is
+        reached at once with ``--shutdown-timeout 0``, else by a call that outlives its cancellation alone."""
         if self._stop_asked and record.levelno == logging.ERROR and record.getMessage().startswith("Cancel "):
             record.levelno, record.levelname = logging.INFO, "INFO"
         return True
@@ -385,7 +429,9 @@ class _Responding:
     goes as 503 with ``Retry-After``, as the front's own refusal does, so that a client retries it elsewhere."""
 
     def __init__(self, send: Send, *, draining: bool, stopping: Callable[[], bool]) -> None:
-        self._send, self._draining, self._stopping = send, draining, stopping
+        self._send = send
+        self._draining = draining
+        self._stopping = stopping
         self._held: Message | None = None  # the start of a JSON answer, until its body says what it is
         self.started = self.ended = False
 

@@ -1,7 +1,8 @@
 """``mcp-sessions gateway --stdio``'s process flags: which process a request reaches, how many run and for how
 long (``--processes``, ``--max-processes``, ...), and how each runs and is contained (``--process-*``), checked
-into the :class:`~._sandbox.Sandbox` every process is started in. What ``_cli`` calls, as it calls ``_network``
-for ``--process-network`` and ``_serving`` to serve."""
+into the :class:`~.sealed._sandbox.Sandbox` every process is started in, and the variables no process is given
+(``_loader.loads_code``: ``--pass-env``'s here, ``--process-env``'s in ``auth._users``). What ``_cli`` calls, as it
+calls ``sealed._network`` for ``--process-network`` and ``_lifecycle`` to serve."""
 
 from __future__ import annotations
 
@@ -22,19 +23,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from ._config import (
-    DEFAULT_MAX_PROCESSES,
     DEFAULT_MAX_PROCESSES_PER_CALLER,
     DEFAULT_PROCESS_IDLE,
     DEFAULT_WARM,
+    EVICT_AFTER,
     PROCESSES,
     SESSIONLESS,
     StdioProcesses,
+    default_max_processes,
 )
+from ._loader import loads_code
 from .sealed._grants import STATE, USER_GIDS
 from .sealed._sandbox import CONTAINMENTS, DISK
 
 if TYPE_CHECKING:
-    from .auth._users import GatewayAuth
     from .sealed._sandbox import Sandbox
 
 _PR_SET_DUMPABLE: Final = 4
@@ -70,17 +72,20 @@ def _process_arguments(gateway: argparse.ArgumentParser) -> None:
     gateway.add_argument(
         "--max-processes",
         type=int,
-        default=DEFAULT_MAX_PROCESSES,
+        default=(most := default_max_processes()),
         metavar="N",
-        help=f"with --stdio: how many conversations' processes may run at once (default {DEFAULT_MAX_PROCESSES})",
+        help="with --stdio: how many conversations' processes may run at once; when all do, a new one ends the one "
+        f"idle longest, if idle {EVICT_AFTER:g} s (default: half the host's memory at 64 MiB each, from 16 to 64: "
+        f"{most} here)",
     )
     gateway.add_argument(
         "--max-processes-per-principal",
         type=int,
         default=DEFAULT_MAX_PROCESSES_PER_CALLER,
         metavar="N",
-        help="with --stdio: how many of them one caller (its principal, else its client address) may have (default "
-        f"{DEFAULT_MAX_PROCESSES_PER_CALLER})",
+        help="with --stdio: how many of them one caller (its principal, else its client address) may have; at it, "
+        f"her new one ends her own idle longest, if idle {EVICT_AFTER:g} s "
+        f"(default {DEFAULT_MAX_PROCESSES_PER_CALLER})",
     )
     gateway.add_argument(
         "--sessionless",
@@ -142,7 +147,8 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
         metavar="MIB",
         help="with --stdio: a conversation's memory at most (MiB), all its processes together, its directories and "
         "socket buffers included (a control group); default: half the host's memory shared by --max-processes, "
-        "--warm and the shared process, where the host gives a control group (the startup line says it)",
+        "--warm and the shared process, where the host gives a control group, and under cgroup v1, where they are "
+        "bounded together by half the host's memory, at least 512 MiB (the startup line says it)",
     )
     gateway.add_argument(
         "--process-pids",
@@ -208,11 +214,13 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
     )
 
 
-def process_options(args: argparse.Namespace, command: Sequence[str], auth: GatewayAuth | None) -> Sandbox:
+def process_options(args: argparse.Namespace, command: Sequence[str], auth: object | None) -> Sandbox:
     """How the stdio processes run (``--process-*``), checked, the containment tried once (``auto`` resolved to
     the one that works here). Nothing of the gateway's own process changes here: :func:`seal_gateway` does, as the
-    command starts."""
-    from .sealed._sandbox import Sandbox, SandboxError, loads_code, private_under
+    command starts. ``auth`` is the gateway's users' authentication (a ``GatewayAuth``), of which only whether there
+    is one counts here: typed so, the flags import nothing of ``auth/``, which imports the configuration's types
+    (``_config``), whose defaults the flags read."""
+    from .sealed._sandbox import Sandbox, SandboxError, private_under
 
     if command and shutil.which(command[0]) is None:
         raise ValueError(f"--stdio: {command[0]}: no such command (or not executable)")
@@ -405,7 +413,7 @@ def _interpreter(program: str) -> list[str]:
     return words[:1]
 
 
-def _grants(args: argparse.Namespace, cwd: str | None, uids: Any, auth: GatewayAuth | None) -> tuple[Any, Any]:
+def _grants(args: argparse.Namespace, cwd: str | None, uids: Any, auth: object | None) -> tuple[Any, Any]:
     """The host's directories granted to each process (``--process-mount``), checked, and with ``{user}``, the
     users' directories (``--process-user-gids``): only for callers the gateway authenticates, a uid each, and a
     process per conversation of one caller's."""
@@ -471,13 +479,17 @@ def _bounds(args: argparse.Namespace, *, per_uid: bool) -> Any:
     if cpu is not None and not (math.isfinite(cpu) and cpu * CPU_PERIOD >= 1000):
         raise ValueError(f"--process-cpu takes a number of cores, at least {1000 / CPU_PERIOD:g}")
     memory = None if args.process_memory is None else args.process_memory << 20
-    if memory is None:
-        shared = default_memory(max(args.max_processes + args.warm + 1, 1))  # a bad count is said later
-        if (cgroups := Cgroups.found(shared, args.process_pids, cpu)) is not None:
-            return cgroups
+    processes = max(args.max_processes + args.warm + 1, 1)  # a bad count is said later
+    if memory is None and (cgroups := Cgroups.found(1, args.process_pids, cpu)) is not None:
+        together = cgroups.version == 1  # v1: the gateway's own group bounds them together (Cgroups.together)
+        cgroups.memory = default_memory(processes, together=together)
+        cgroups.together = _host_memory() // 2 if together else None
+        return cgroups
     if memory is None and args.process_pids is None and cpu is None:
         return None
     cgroups = Cgroups.found(memory, args.process_pids, cpu)
+    if cgroups is not None and memory is not None and cgroups.version == 1:
+        cgroups.together = _host_memory() // 2
     if cgroups is None and (memory is not None or cpu is not None or not per_uid):
         flag = "--process-pids (without --process-uids)"
         if memory is not None or cpu is not None:
@@ -505,12 +517,28 @@ def _seccomp(args: argparse.Namespace) -> tuple[bytes, str]:
         raise ValueError(f"--process-seccomp: {exc}" if given else f"the processes' seccomp filter: {exc}") from None
 
 
-def default_memory(processes: int) -> int:
+def default_memory(processes: int, *, together: bool) -> int:
     """``--process-memory`` unless given (bytes): half of this host's memory shared by the ``processes`` that may run
-    at once (``--max-processes``, ``--warm`` and the shared one), so that the host keeps the other half whatever they
-    hold: their tmpfs directories and socket buffers are counted in it. A 4 GB host's default flags: 102 MiB each."""
-    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return host // 2 // processes >> 20 << 20
+    at once (``--max-processes``, ``--warm`` and the shared one), where nothing bounds them ``together``; where
+    something does (the gateway's own group, half the host's memory: :attr:`Cgroups.together`), at least
+    :data:`ROOM`, for a Python or Node server runs in no less (at most a quarter of the host). A 24 GB host's
+    ``--max-processes 200`` gave 59 MiB each, under which a Python server on the ``mcp`` SDK was killed at its start."""
+    host = _host_memory()
+    shared = host // 2 // processes
+    if together:
+        shared = min(max(shared, ROOM), host // 4)
+    return shared >> 20 << 20
+
+
+ROOM: Final = 512 << 20
+"""The least default ``--process-memory`` where the processes are bounded together: a Python server on the ``mcp``
+SDK peaked at 48 MiB at its start and a call, Node ones from npm (server-memory, -filesystem, -everything) at 30-31
+MiB (their control groups' ``max_usage``, cgroup v1): room for ten times that, and for what they write in their
+directories and hold in socket buffers, which count with it."""
+
+
+def _host_memory() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def _private_parent(template: str) -> None:

@@ -21,7 +21,12 @@ logger = logging.getLogger("mcp_sessions.gateway")
 EXIT_USAGE = 2
 """A usage or startup error the gateway says in one line: a flag, its port in use, a server that does not start."""
 RESTARTING: Final = "The gateway is restarting: send the request again, and the next one answers it"
-"""What a request refused by a drain, or cut by the stop that ends it, is told (with ``-32014``)."""
+"""What a request a drain refused is told (with ``-32014``): it reached no server, and the next gateway answers it."""
+CUT: Final = "The gateway stopped while the call ran: it may have run; check before sending it again"
+"""What a call the stop cut is told (with ``-32603`` and :data:`CUT_DATA`): it reached the server, which may have done
+what it asked (a ``write_file``), so that sending it again may do it twice; no ``Retry-After``, which a client or a
+front would take as leave to send it again."""
+CUT_DATA: Final = {"reason": "gateway_stopped", "mayHaveRun": True}
 RETRY_AFTER: Final = b"1"
 STOPPING: Final = "mcp_sessions.gateway.stopping"
 """The scope key of a callable that says whether the gateway's drain has ended (it stops): a request still unanswered

@@ -101,11 +101,17 @@ class Rejection:
 
 
 def error_answer(
-    status: int, code: int, message: str, reason: str, request_id: object = None, *extra: tuple[bytes, bytes]
+    status: int,
+    code: int,
+    message: str,
+    reason: str,
+    request_id: object = None,
+    *extra: tuple[bytes, bytes],
+    data: object = None,
 ) -> Rejection:
-    """A JSON-RPC error answered with HTTP ``status``, its id the request's if one can repeat it; ``extra``
-    headers after the body's own."""
-    body = jsonrpc.dumps(jsonrpc.error(jsonrpc.echoable_id(request_id), code, message))
+    """A JSON-RPC error (with ``data``, if any) answered with HTTP ``status``, its id the request's if one can repeat
+    it; ``extra`` headers after the body's own."""
+    body = jsonrpc.dumps(jsonrpc.error(jsonrpc.echoable_id(request_id), code, message, data))
     headers = ((b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *extra)
     return Rejection(status, headers, body, reason, code, message)
 

@@ -29,7 +29,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol
 
 from starlette.authentication import SimpleUser
 from starlette.types import Scope
@@ -51,8 +51,18 @@ MAX_TRACKED: Final = 100_000  # callers remembered at once; the least recently s
 MAX_TRACKED_RECORDS: Final = 1_000_000  # a quota's records remembered at once, all callers together
 
 PrincipalHook = Callable[[Scope], "str | Awaitable[str | None] | None"]
-CreateHook = Callable[[SessionClaims], Awaitable[None]]
-"""Awaited as a session is minted, before anything is handed out; it may raise :class:`Refusal` to refuse it."""
+
+
+class ScopedCreateHook(Protocol):
+    """An ``on_create`` hook that takes the create's request too: its ASGI ``scope``, a keyword."""
+
+    def __call__(self, claims: SessionClaims, *, scope: Scope) -> Awaitable[None]: ...
+
+
+CreateHook = Callable[[SessionClaims], Awaitable[None]] | ScopedCreateHook
+"""Awaited as a session is minted, before anything is handed out; it may raise :class:`Refusal` to refuse it. One
+that takes a ``scope`` keyword is given the create's request's ASGI scope (who asks, through what), as the
+principal hook is; one that does not is called with the claims alone, as before that keyword was offered."""
 PRINCIPAL_CLAIM: Final = "pbh"
 ENDPOINT_CLAIM: Final = "mep"
 """The MCP endpoint a session was minted at (the request's path), when sessions are bound to one."""
@@ -136,6 +146,16 @@ async def principal_digest(hook: PrincipalHook | None, scope: Scope, audience: s
     return None if principal is None else digest_of(str(principal), audience)
 
 
+def _takes_scope(hook: CreateHook) -> bool:
+    """Whether an ``on_create`` hook takes the create's ``scope`` (a keyword, or ``**kwargs``): asked once, of its
+    signature, so that a hook written before the keyword was offered is called as it always was."""
+    try:
+        inspect.signature(hook).bind(None, scope=None)
+    except (TypeError, ValueError):  # ValueError: a callable with no signature to read
+        return False
+    return True
+
+
 def digest_of(principal: str, audience: str) -> str:
     """The pseudonymous digest of ``principal`` for ``audience``: what tokens and handles are bound to."""
     digest = hashlib.sha256(
@@ -192,6 +212,7 @@ class SessionService:
         )
         self.limit = limit
         self.on_create = on_create
+        self._create_takes_scope = on_create is not None and _takes_scope(on_create)
 
     def owns(self, session: Session, scope: Scope) -> bool:
         """Whether ``session`` (resolved with ``owner_later``) is the caller's, as ``scope`` says now."""
@@ -234,8 +255,9 @@ class SessionService:
             claims.expires_at if self.idle_ttl is None else min(claims.expires_at, claims.issued_at + self.idle_ttl)
         )
         if self.on_create is not None:
+            hook: Callable[..., Awaitable[None]] = self.on_create
             try:
-                await self.on_create(claims)
+                await (hook(claims, scope=scope) if self._create_takes_scope else hook(claims))
             except Refusal:
                 raise
             except Exception:

@@ -1,8 +1,8 @@
 """Each user's upstream credentials: the user's token exchanged for one issued for the upstream (RFC 8693).
 
-The gateway is an OAuth client of the authorization server (its own client id and secret) and asks its token
-endpoint (given, or read from the server's metadata, RFC 8414) for a token for the upstream in place of the
-user's: ``grant_type`` ``urn:ietf:params:oauth:grant-type:token-exchange``, the user's access token as
+The gateway is an OAuth client of the authorization server (its own client id, and its secret or key: ``_client``)
+and asks its token endpoint (given, or read from the server's metadata, RFC 8414) for a token for the upstream in
+place of the user's: ``grant_type`` ``urn:ietf:params:oauth:grant-type:token-exchange``, the user's access token as
 ``subject_token`` (§2.1), the upstream as ``audience`` and/or ``resource`` (RFC 8707), and ``scope``. The
 answer (§2.2.1) is cached per user token and target (by a digest, never the token) until shortly before it
 expires (``expires_in``, else the issued JWT's ``exp``; neither: not cached), and sent as the upstream's
@@ -22,7 +22,6 @@ user's or an issued one, is logged or put in an error.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import logging
@@ -31,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import TYPE_CHECKING, Any, Final, Literal, get_args
-from urllib.parse import quote_plus, urlsplit
+from urllib.parse import urlsplit
 
 import anyio
 import jwt
@@ -43,6 +42,8 @@ from ..._wire.protocol import INVALID_REQUEST
 
 if TYPE_CHECKING:
     import httpx
+
+    from ._client import ClientAuth
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -111,8 +112,8 @@ class _Exchanging:
 class TokenExchange:
     """The gateway as the authorization server's client, exchanging user tokens (see the module).
 
-    ``token_endpoint``, or ``issuer`` whose metadata names it; ``client_id`` and ``client_secret``, sent as
-    ``client_auth`` says: ``client_secret_basic`` (RFC 6749 §2.3.1, the default) or ``client_secret_post``.
+    ``token_endpoint``, or ``issuer`` whose metadata names it; ``client``, how the gateway authenticates there
+    (``_client``: a client assertion names the issuer when its metadata named the endpoint, else the endpoint).
     Its HTTP client is its maker's to close: :meth:`aclose`, or serve the app :meth:`wrap` returns. httpx is
     imported as one is made, not as the gateway starts: a gateway that exchanges nothing never loads it (nor what
     httpx's own command line loads where it is installed, rich and pygments: 50 ms of a start).
@@ -121,22 +122,16 @@ class TokenExchange:
     def __init__(
         self,
         *,
-        client_id: str,
-        client_secret: str,
+        client: ClientAuth,
         token_endpoint: str | None = None,
         issuer: str | None = None,
-        client_auth: str = "client_secret_basic",
         timeout: float = TIMEOUT,
     ) -> None:
-        if not client_id or not client_secret:
-            raise ValueError("the token exchange needs the gateway's client id and client secret")
         if token_endpoint is None and issuer is None:
             raise ValueError("the token exchange needs the token endpoint, or the issuer whose metadata names it")
         for url in (token_endpoint, issuer):
             if url is not None and urlsplit(url).scheme not in ("http", "https"):
                 raise ValueError(f"{url!r} is not an http(s) URL")
-        if client_auth not in ("client_secret_basic", "client_secret_post"):
-            raise ValueError("the client authentication is client_secret_basic or client_secret_post")
         try:
             import httpx
         except ModuleNotFoundError as exc:
@@ -145,21 +140,20 @@ class TokenExchange:
             raise ImportError("the gateway needs httpx: pip install 'mcp-sessions[gateway]'") from exc
         self._endpoint = token_endpoint
         self._issuer = issuer
+        # Whom a client assertion names: the endpoint given, else (once its metadata is read) the issuer.
+        self._audience = token_endpoint
         self._timeout = timeout
-        self._client_auth = _client_auth(client_auth, client_id, client_secret)
-        # The secret as each client authentication sends it: a server that echoes one of them is not quoted.
-        basic = self._client_auth.get("headers", {}).get("authorization", "")
-        self._secrets = (client_secret, quote_plus(client_secret), *basic.split()[1:])
+        self._client = client
         # Per key: the issued token, and when to renew it (monotonic).
         self._issued: BoundedDict[bytes, tuple[str, float]] = BoundedDict(MAX_CACHED)
         self._exchanging: BoundedDict[bytes, _Exchanging] = BoundedDict(MAX_CACHED)
         # trust_env off: no proxy variable or .netrc credential; no redirect followed with the client's secret; a
         # jar that keeps no cookie, so that none the endpoint set in answer to one user's exchange goes with another's.
         keeps_none = CookieJar(DefaultCookiePolicy(allowed_domains=[]))
-        self._client = httpx.AsyncClient(trust_env=False, follow_redirects=False, timeout=timeout, cookies=keeps_none)
+        self._http = httpx.AsyncClient(trust_env=False, follow_redirects=False, timeout=timeout, cookies=keeps_none)
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._http.aclose()
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
         """``app``, this exchange's client closed as its lifespan ends (stopped, or failed to start)."""
@@ -231,6 +225,7 @@ class TokenExchange:
         if self._endpoint is None:
             assert self._issuer is not None
             self._endpoint = await self._discover(self._issuer)
+            self._audience = self._issuer
         return self._endpoint
 
     async def _discover(self, issuer: str) -> str:
@@ -243,7 +238,7 @@ class TokenExchange:
             f"{origin}{path}/.well-known/openid-configuration",
         )
         for url in urls:
-            request = self._client.build_request("GET", url)
+            request = self._http.build_request("GET", url)
             try:
                 status, metadata = await self._read(request)
             except ExchangeRefused:
@@ -261,16 +256,17 @@ class TokenExchange:
         raise _server_error("the authorization server's metadata names no token endpoint")
 
     async def _post(self, endpoint: str, form: dict[str, str]) -> dict[str, Any]:
-        data = form | self._client_auth.get("data", {})
-        headers = self._client_auth.get("headers")
-        request = self._client.build_request("POST", endpoint, data=data, headers=headers)
+        assert self._audience is not None  # the endpoint is known: given, or read from the issuer's metadata
+        authentication = self._client.request(self._audience)
+        data = form | authentication.data
+        request = self._http.build_request("POST", endpoint, data=data, headers=authentication.headers)
         status, answer = await self._read(request)
         if status == 200 and isinstance(answer, dict):
             return answer
         error = _refusal(status, answer)
-        # A server that echoes a credential (the user's token, the gateway's secret): none of its text is sent on,
-        # to the client or to the log.
-        credentials = (form["subject_token"], *self._secrets)
+        # A server that echoes a credential (the user's token, the gateway's secret or assertion): none of its text
+        # is sent on, to the client or to the log.
+        credentials = (form["subject_token"], *authentication.sent)
         if error is None or any(secret in error for secret in credentials):
             logger.warning("mcp-sessions gateway: the token endpoint answered %d to an exchange", status)
             raise _server_error(f"the authorization server answered {status}")
@@ -296,7 +292,7 @@ class TokenExchange:
         body = b""
         try:
             with anyio.fail_after(self._timeout):
-                response = await self._client.send(request, stream=True)
+                response = await self._http.send(request, stream=True)
                 try:
                     async for chunk in response.aiter_bytes():
                         body += chunk
@@ -322,16 +318,6 @@ class TokenExchange:
         except (ValueError, RecursionError):
             # Not JSON: judged by its status alone.
             return response.status_code, None
-
-
-def _client_auth(method: str, client_id: str, client_secret: str) -> dict[str, Any]:
-    """How the gateway authenticates to the token endpoint: ``httpx`` keyword arguments for ``method``."""
-    if method == "client_secret_post":
-        return {"data": {"client_id": client_id, "client_secret": client_secret}}
-    # RFC 6749 §2.3.1: each part form-encoded, then joined and base64-encoded.
-    credentials = f"{quote_plus(client_id)}:{quote_plus(client_secret)}"
-    pair = base64.b64encode(credentials.encode()).decode()
-    return {"headers": {"authorization": "Basic " + pair}}
 
 
 def _server_error(description: str, status: int = 502) -> ExchangeRefused:

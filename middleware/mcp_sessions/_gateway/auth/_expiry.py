@@ -61,9 +61,11 @@ class _Answer:
     """What a request's answer sent so far: whether it started and ended, its last bytes; a listen request."""
 
     def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self._receive, self._send = receive, send
+        self._receive = receive
+        self._send = send
         self.started = self.ended = False
-        self.tail, self.request = b"\n\n", b""
+        self.tail = b"\n\n"
+        self.request = b""
         listen = header(scope["headers"], MCP_METHOD_HEADER) == b"subscriptions/listen"
         self.receive = self._keeping if listen else receive
 

@@ -19,8 +19,7 @@ token its verified token is exchanged for, for an audience (``exchange:AUDIENCE`
 :meth:`ProcessEnv.wrap` as each request arrives, cached per user). The conversation keeps a digest of the
 values, never the values (of an exchanged token, its user's issuer and principal: the token itself changes as
 it is renewed), and a later request of it whose values differ is refused. The process table is handed each
-request's (:meth:`ProcessEnv.of`); :data:`REQUEST`, which :meth:`ProcessEnv.wrap` sets for each request, is for
-what the sessions call with no request in hand (their ``on_create``).
+request's (:meth:`ProcessEnv.of`), the sessions' ``on_create`` too (it is given the create's scope).
 
 **Which peer names a conversation** (:class:`FrontedConversations`): a stdio gateway behind a front (``gateway
 --upstream``) takes a host's conversation id only from the peers ``--forwarded-allow-ips`` trusts.
@@ -37,7 +36,6 @@ import re
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 import anyio.abc
@@ -59,7 +57,7 @@ from ..._bounded import BoundedDict
 from ..._wire import printable
 from ...sources import HostConversationSource
 from .._front import PEER, Peer
-from ..sealed._sandbox import loads_code
+from .._loader import loads_code
 from ._exchange import ExchangeRefused, Target, TokenExchange, subject_token
 from ._expiry import until_expiry
 
@@ -80,9 +78,6 @@ VERIFIED_KEPT: Final = 1024
 and that the key that verified it is still the set's."""
 DEFAULT_LEEWAY: Final = 60.0
 """The clock skew allowed between the authorization server and the gateway, for ``exp``, ``nbf`` and ``iat``."""
-REQUEST: ContextVar[Scope | None] = ContextVar("mcp_sessions.gateway.request", default=None)
-"""The request being served, for what is called with none in hand (the sessions' ``on_create``, what is left to
-do once its answer is sent): set by :meth:`ProcessEnv.wrap`, and by the stdio relay."""
 # In a request's scope: its exchange: values, by name.
 _EXCHANGED: Final = "mcp_sessions.gateway.exchanged"
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -486,8 +481,8 @@ class ProcessEnv:
         self._exchange_scope = exchange_scope
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
-        """``app``, each of whose requests is :data:`REQUEST` while it runs (a process starts inside it), its
-        ``exchange:`` values exchanged first (a refusal is the request's answer)."""
+        """``app``, each of whose requests has its ``exchange:`` values exchanged first, in its scope (a refusal is
+        the request's answer)."""
         if not self.sources:
             return app
         targets = {}
@@ -502,11 +497,7 @@ class ProcessEnv:
                 return await refused.answer().send(send)
             if exchanged is not None:
                 scope[_EXCHANGED] = exchanged
-            token = REQUEST.set(scope)
-            try:
-                await app(scope, receive, send)
-            finally:
-                REQUEST.reset(token)
+            await app(scope, receive, send)
 
         return with_request
 

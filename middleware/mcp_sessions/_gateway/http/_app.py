@@ -6,7 +6,7 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Scope
+from starlette.types import Scope
 
 from ..._config import SessionsConfig
 from ..._middleware import MCPSessionMiddleware
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ..._session import Session
     from ...sources import CallView, RequestView
     from ..auth._exchange import UpstreamToken
+    from ..auth._tools import ToolPolicy
     from ..auth._users import GatewayAuth
 
 
@@ -44,6 +45,7 @@ def gateway_app(
     forwarded_allow_ips: str | Collection[str] | None = None,
     auth: GatewayAuth | None = None,
     upstream_token: UpstreamToken | None = None,
+    tools: ToolPolicy | None = None,
 ) -> GatewayFront:
     """Sessions for an MCP server anywhere on the network: the ASGI app ``mcp-sessions gateway`` serves.
 
@@ -60,11 +62,12 @@ def gateway_app(
     ``keepalive`` is the idle time after which an event stream gets an SSE comment (``None``: never);
     ``connect_timeout`` and ``first_byte_timeout`` bound the connect and the wait for the response's
     headers; a replica that cannot be connected to is out of service for ``failure_cooldown`` seconds.
-    ``auth`` authenticates every request at the gateway (``_auth``): the principal hook then reads its user.
+    ``auth`` authenticates every request at the gateway (``auth._users``): the principal hook then reads its user.
     ``upstream_token`` (``_exchange.UpstreamToken``) is what the upstream gets as ``Authorization``: none, or the
     user's token exchanged for one issued for the upstream (RFC 8693). Default: with ``auth``, none (the user's
     token was issued for the gateway: MCP's security best practices forbid passing it on); without, the
-    client's as it came (the upstream is the resource server that checks it).
+    client's as it came (the upstream is the resource server that checks it). ``tools`` (``_tools.ToolPolicy``,
+    with ``auth``'s tokens): which tools each caller lists and calls, by a claim of her token.
     Serve it with lifespan on: it closes the pooled connections at shutdown.
     """
     forwarding = Forwarding(
@@ -78,6 +81,7 @@ def gateway_app(
             allowed_origins=allowed_origins,
             forwarded_allow_ips=forwarded_allow_ips,
             auth=auth,
+            tools=tools,
         )
     )
 
@@ -90,6 +94,7 @@ def forwarding_app(config: GatewayConfig) -> GatewayFront:
         raise TypeError("forwarding_app serves an upstream's replicas: config.serves is a Forwarding")
     # httpx: the gateway's extra, imported when a gateway is built.
     from ..auth._exchange import UpstreamToken
+    from ..auth._tools import guarded
     from ._proxy import UpstreamProxy
 
     sessions, auth = config.sessions, config.auth
@@ -106,15 +111,15 @@ def forwarding_app(config: GatewayConfig) -> GatewayFront:
         retry_after=sessions.retry_after,
         upstream_token=upstream_token,
     )
-    app: ASGIApp = MCPSessionMiddleware(proxy, config=_at_gateway(sessions, replicas, auth))
-    if auth is not None:
-        app = auth.wrap(app)
-    return GatewayFront(app, trusted=trusted_proxies(config.forwarded_allow_ips))
+    app = MCPSessionMiddleware(proxy, config=_at_gateway(sessions, replicas, auth))
+    trusted = trusted_proxies(config.forwarded_allow_ips)
+    return GatewayFront(guarded(app, auth, config.tools, sessions), trusted=trusted)
 
 
 def _at_gateway(config: SessionsConfig, replicas: Replicas, auth: GatewayAuth | None) -> SessionsConfig:
     """The session configuration in front of ``replicas``: ``config``, as a proxy needs it."""
-    principal, limit = config.principal, config.create_limit
+    principal = config.principal
+    limit = config.create_limit
     # Nothing signs a user in in front of the proxy.
     if auth is None and principal is authenticated_user:
         principal = credential_principal

@@ -45,6 +45,9 @@ class Cgroups:
     memory: int | None = None
     pids: int | None = None
     cpu: float | None = None
+    # The processes' memory together (v1: the gateway's own group's, which theirs are in), so that the host keeps the
+    # rest however many run; None: unbounded together (v2, where the gateway runs in its own group, a leaf).
+    together: int | None = None
     # The parents readied for its processes (:meth:`_ready`), at the first; its own groups' locks held from then on.
     ready: bool = field(default=False, init=False)
     locks: list[int] = field(default_factory=list, init=False)
@@ -77,7 +80,9 @@ class Cgroups:
             if not self.ready:
                 self._ready()
         name = f"{self.name}-{next(self._ids)}"
-        cgroup = Cgroup(self.version, tuple(parent / name for parent in self.parents))
+        # Under v1 in the gateway's own group, which bounds them together; under v2 beside it (it runs in its own).
+        under = [parent / f"{self.name}-{_OWN}" if self.version == 1 else parent for parent in self.parents]
+        cgroup = Cgroup(self.version, tuple(parent / name for parent in under))
         try:
             for directory in cgroup.dirs:
                 directory.mkdir()
@@ -102,6 +107,9 @@ class Cgroups:
                     raise BlockingIOError(f"{own}: its lock is another's")
                 self.locks.append(lock)
                 _remove_dead(parent, self.name)
+            for name in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):  # v1's memory hierarchy's
+                if self.version == 1 and self.together is not None and (own / name).exists():
+                    (own / name).write_text(str(self.together))
         if self.version == 2:  # one parent: the last own group made is its
             (own / "cgroup.procs").write_text(str(os.getpid()))
             enabled = [f"+{name}" for name in _controllers(self.memory, self.pids, self.cpu)]
@@ -125,8 +133,16 @@ class Cgroups:
         # The kernel's switch that leaves socket buffers out of cgroup v2's memory: then nothing bounds them.
         if self.version == 2 and "cgroup.memory=nosocket" in read("/proc/cmdline").split():
             parents += "; socket buffers uncounted: cgroup.memory=nosocket"
+        if self.together is not None:  # in their parent's words: its own group's
+            parents += f"; {self.together >> 20} MiB together"
         memory = "" if self.memory is None else f", memory {self.memory >> 20} MiB each"
         return f"cgroup v{self.version} ({parents}){memory}"
+
+    def told(self, bound: Bound) -> str:
+        """What a process's start that ``bound`` ended says of it: the bound, and the flag that raises it."""
+        if bound == "memory":
+            return f"it was killed over its memory bound, {(self.memory or 0) >> 20} MiB: raise --process-memory"
+        return f"it reached its process bound, {self.pids}: raise --process-pids"
 
 
 @dataclass
@@ -167,10 +183,11 @@ class Cgroup:
         return [str(directory / "cgroup.procs") for directory in self.dirs]
 
     def exceeded(self) -> Bound | None:
-        """Which bound the processes reached: the kernel's counts of OOM kills and of refused forks."""
+        """Which bound the processes reached: the kernel's counts of OOM kills and of refused forks, and under v1 its
+        count of their TCP buffers past their share (:func:`_sockets_past`)."""
         events = "memory.oom_control" if self.version == 1 else "memory.events"
         for directory in self.dirs:
-            if _count(directory / events, "oom_kill"):
+            if _count(directory / events, "oom_kill") or _sockets_past(directory):
                 return "memory"
             if _count(directory / "pids.events", "max"):
                 return "pids"
@@ -224,7 +241,7 @@ def _remove_dead(parent: Path, live: str) -> None:
         if lock is None:  # its gateway lives
             continue
         try:
-            others = [group for group in groups if group != own]
+            others = [*own.glob("mcp-sessions-*"), *(group for group in groups if group != own)]
             for group in others:
                 with suppress(OSError):  # a process left in it
                     group.rmdir()
@@ -283,6 +300,17 @@ def own(controller: str = "", pid: int | str = "self") -> Path | None:
         if path == root or path.startswith(root.rstrip("/") + "/"):
             return Path(point) / path[len(root) :].lstrip("/")
     return None
+
+
+def _sockets_past(directory: Path) -> bool:
+    """Whether cgroup v1's count of a group's TCP buffers is past its bound (``memory.kmem.tcp``): the kernel charges
+    each socket's first buffer of a queue, sent or received, whatever the bound (it forces that charge, so that every
+    connection moves), and ends no process for it, as it does for memory: 5,727 connections unread pinned 393 MiB under
+    a 150 MiB bound. The gateway ends the conversation once the count is past, as the OOM killer ends a process past
+    its memory. Not in a v1 memory hierarchy (no such files): never."""
+    usage = read(directory / "memory.kmem.tcp.usage_in_bytes")
+    limit = read(directory / "memory.kmem.tcp.limit_in_bytes")
+    return bool(usage and limit) and int(usage) > int(limit)
 
 
 def _count(path: Path, key: str) -> int:

@@ -2,18 +2,21 @@
 
 A ``CONNECT`` must carry a live process's proxy token (``Proxy-Authorization: Basic``, as every client sends the
 password of its ``HTTPS_PROXY``), else 407. To a host a masked value of that process names, the proxy connects first
-(TLS verified against the gateway's own roots: ``SSL_CERT_FILE`` of the gateway's environment where set), answers 200,
-terminates the process's TLS with its authority's certificate, then relays HTTP/1.1 with ``h11`` (uvicorn's and
+(TLS verified against the gateway's own roots: ``SSL_CERT_FILE`` of the gateway's environment where set), answers
+200, terminates the process's TLS with its authority's certificate, then relays HTTP/1.1 with ``h11`` (uvicorn's and
 httpx's parser) both ways, streaming: each request's head at most :data:`HEAD_LIMIT` bytes, read within
 :data:`HEAD_WITHIN` seconds, ``TRACE`` and ``TRACK`` refused (they echo the head back), the hop-by-hop and
-``Proxy-*`` headers dropped, and in every other header the placeholder replaced by the value (inside an
-``Authorization: Basic``'s decoded pair too). To any other host, an opaque tunnel from a socket the kernel counts as
-the process's uid's (:func:`_socket_as`), so that its own rules judge the tunnel as they judge its own connections:
-one set of rules, the kernel's. A plain HTTP request (absolute form, from a process whose credential opted a host in:
-``http://HOST[:PORT]``, its ``HTTP_PROXY``) is relayed the same way, one a connection, its placeholders swapped for
-that host and port alone (to any other host, from a socket of the process's uid too). A failure is an answer the
-client reads (400, 405, 431, 502 naming the host), never a hang; nothing of a value, a placeholder or a token is
-logged.
+``Proxy-*`` headers dropped, and in the credential's headers (``Authorization``, and those its mask names) the
+placeholder replaced by the value (inside an ``Authorization: Basic``'s decoded pair too); anywhere else (another
+header, the target, the body) a placeholder stays one. To any other host, an opaque tunnel from a socket the kernel
+counts as the process's uid's (:func:`_socket_as`), so that its own rules judge the tunnel as they judge its own
+connections: one set of rules, the kernel's. A plain HTTP request (absolute form, from a process whose credential
+opted a host in: ``http://HOST[:PORT]``, its ``HTTP_PROXY``) is relayed the same way, one a connection, its
+placeholders swapped for that host and port alone (to any other host, from a socket of the process's uid too). A
+failure is an answer the client reads (400, 405, 431, 502 naming the host), never a hang; nothing of a value, a
+placeholder or a token is logged. A tunnel to a masked host is its site's alone (:func:`_bound`: 421 for a request
+that names another), and a connection is waited on for its proxy request a bounded time, in bounded numbers
+(:class:`Edge`).
 """
 
 from __future__ import annotations
@@ -43,6 +46,15 @@ from ._masks import PROXY_USER, Masks, Swap
 
 HEAD_LIMIT: Final = 65536
 HEAD_WITHIN: Final = 30.0
+"""A request's head in a tunnel, whole, from the end of the last (an idle kept-alive tunnel's life)."""
+ASKING_WITHIN: Final = 10.0
+"""A connection's proxy request (its ``CONNECT`` and password), whole, from accept: nginx's
+``client_header_timeout`` is 60 s for a server of browsers; a process's client sends its head at once."""
+ASKING_PER_ADDRESS: Final = 64
+"""The connections of one address (one process: each has its own on its link) before their password: each holds
+a socket of the gateway's, which none of the process's own bounds counts."""
+ASKING: Final = 256
+"""The connections of every process together before their password."""
 CONNECT_WITHIN: Final = 15.0
 TUNNELS: Final = 64
 """A process's connections through the proxy at once: each holds two of the gateway's sockets, which none of the
@@ -55,11 +67,23 @@ _LIBC: Final = ctypes.CDLL(None, use_errno=True)
 
 
 class Edge:
-    """The proxy: ``masks`` say whose values go where, and as whose uid an opaque tunnel connects."""
+    """The proxy: ``masks`` say whose values go where, and as whose uid an opaque tunnel connects; a connection
+    sends its proxy request within ``asking_within`` seconds of accept, and at most ``asking_per_address`` of an
+    address and ``asking`` of all are waited for at once (one past them is closed as it is accepted)."""
 
-    def __init__(self, masks: Masks, listening: socket.socket) -> None:
+    def __init__(
+        self,
+        masks: Masks,
+        listening: socket.socket,
+        *,
+        asking_within: float = ASKING_WITHIN,
+        asking_per_address: int = ASKING_PER_ADDRESS,
+        asking: int = ASKING,
+    ) -> None:
         self.masks, self.listening = masks, listening
+        self.asking_within, self.asking_per_address, self.asking = asking_within, asking_per_address, asking
         self.tunnels: Counter[str] = Counter()  # a process's proxy token: its connections open now
+        self.waiting: Counter[str] = Counter()  # an address: its connections whose proxy request is not whole yet
         upstream = ssl.create_default_context()
         upstream.set_alpn_protocols(["http/1.1"])
         self.upstream = upstream
@@ -74,7 +98,9 @@ class Edge:
         gateway, whose task group runs it), logged by its kind and place, never its message (a value may be in it)."""
         async with client:
             try:
-                await self._connection(client)
+                down = h11.Connection(h11.SERVER, max_incomplete_event_size=HEAD_LIMIT)
+                if (asked := await self._asked(down, client)) is not None:
+                    await self._connection(down, client, asked)
             except (anyio.BrokenResourceError, anyio.EndOfStream, anyio.ClosedResourceError, OSError):
                 pass
             except Exception as exc:
@@ -86,15 +112,31 @@ class Edge:
                     where.lineno or 0,
                 )
 
-    async def _connection(self, client: anyio.abc.SocketStream) -> None:
-        down = h11.Connection(h11.SERVER, max_incomplete_event_size=HEAD_LIMIT)
+    async def _asked(self, down: h11.Connection, client: anyio.abc.SocketStream) -> h11.Request | None:
+        """The proxy request of ``client``, just accepted, read whole within :attr:`asking_within`; None where it
+        is not (a 400 sent), or where its address's connections waiting for theirs, or all of them, are at their
+        bound: then it is closed at once, before a byte is read. A process held 2,500 idle connections 30 s each
+        before its password was asked (issue 100): the descriptors are the gateway's, which none of its bounds
+        counts."""
+        address = client.extra(anyio.abc.SocketAttribute.remote_address)  # noqa: S610 - anyio's, not Django's
+        source = str(address[0] if isinstance(address, tuple) else address)
+        if self.waiting[source] >= self.asking_per_address or self.waiting.total() >= self.asking:
+            return None
+        self.waiting[source] += 1
         try:
-            with anyio.fail_after(HEAD_WITHIN):
+            with anyio.fail_after(self.asking_within):
                 asked = await _next(down, client)
         except (TimeoutError, h11.RemoteProtocolError):
-            return await _refuse(down, client, 400, "a proxy request's head, whole, in time")
-        if not isinstance(asked, h11.Request):
-            return None
+            asked = None
+        finally:
+            self.waiting[source] -= 1
+            if not self.waiting[source]:
+                del self.waiting[source]
+        if asked is None:
+            await _refuse(down, client, 400, "a proxy request's head, whole, in time")
+        return asked if isinstance(asked, h11.Request) else None
+
+    async def _connection(self, down: h11.Connection, client: anyio.abc.SocketStream, asked: h11.Request) -> None:
         plain = asked.method != b"CONNECT"
         if plain and asked.target[:7].lower() != b"http://":
             return await _refuse(down, client, 405, "this proxy takes CONNECT (HTTPS) and http:// URLs alone")
@@ -141,7 +183,7 @@ class Edge:
             tls = await TLSStream.wrap(
                 client, server_side=True, ssl_context=self.masks.authority.context(host), standard_compatible=False
             )
-            await _relay(tls, upstream, mine, f"{host}:{port}")
+            await _relay(tls, upstream, mine, host, port)
 
     async def _plain(
         self,
@@ -248,8 +290,11 @@ def _socket_as(uid: int, family: int) -> socket.socket:
         _LIBC.setfsuid(previous)
 
 
-async def _relay(client: TLSStream, server: anyio.abc.ByteStream, swaps: tuple[Swap, ...], where: str) -> None:
-    """HTTP/1.1 requests of ``client`` to ``server``, each head's placeholders swapped, until either ends."""
+async def _relay(
+    client: TLSStream, server: anyio.abc.ByteStream, swaps: tuple[Swap, ...], host: str, port: int
+) -> None:
+    """HTTP/1.1 requests of ``client`` to ``server`` (the tunnel's ``host`` and ``port``), each head's placeholders
+    swapped, until either ends; one that names another site is refused (:func:`_bound`)."""
     down = h11.Connection(h11.SERVER, max_incomplete_event_size=HEAD_LIMIT)
     up = h11.Connection(h11.CLIENT, max_incomplete_event_size=HEAD_LIMIT)
     while True:
@@ -265,10 +310,45 @@ async def _relay(client: TLSStream, server: anyio.abc.ByteStream, swaps: tuple[S
             return None
         if asked.method in (b"TRACE", b"TRACK"):
             return await _refuse(down, client, 405, "TRACE and TRACK echo the request back: refused")
-        if not await _exchange(down, client, up, server, asked, swaps):
+        if (request := _bound(asked, host, port)) is None:
+            return await _refuse(down, client, 421, f"this tunnel is {host}:{port}'s: a request for it alone")
+        if not await _exchange(down, client, up, server, request, swaps):
             return None
         down.start_next_cycle()
         up.start_next_cycle()
+
+
+def _bound(asked: h11.Request, host: str, port: int) -> h11.Request | None:
+    """``asked`` as it goes to the tunnel's ``host`` and ``port``: its target in origin form, its ``Host`` theirs; None
+    where its ``Host`` or its absolute target names another site (a CDN's, a load balancer's other virtual host,
+    which would get the value: RFC 9110's 421 Misdirected Request) or its target is of no request's form. The
+    process's TLS server name was checked as its handshake was (``_masks.Authority.context``)."""
+    target = asked.target
+    if target[:8].lower() == b"https://":
+        url = urllib.parse.urlsplit(target.decode("ascii", "replace"))
+        if not _names(url.netloc, host, port):
+            return None
+        target = ((url.path or "/") + (f"?{url.query}" if url.query else "")).encode()
+    elif not (target[:1] == b"/" or (target == b"*" and asked.method == b"OPTIONS")):
+        return None
+    if not all(
+        _names(value.decode("ascii", "replace"), host, port) for name, value in asked.headers if name == b"host"
+    ):
+        return None
+    authority = (host if port == 443 else f"{host}:{port}").encode()
+    headers = [(b"host", authority), *((name, value) for name, value in asked.headers if name != b"host")]
+    return h11.Request(method=asked.method, target=target, headers=headers, http_version=asked.http_version)
+
+
+def _names(netloc: str, host: str, port: int) -> bool:
+    """Whether the authority ``netloc`` (a ``Host``'s, an absolute target's) is ``host`` and ``port`` (443 unless
+    it says another: the tunnel is HTTPS), and nothing else (no user)."""
+    try:
+        url = urllib.parse.urlsplit(f"//{netloc}")
+        named = (url.hostname or "").removesuffix("."), url.port or 443
+    except ValueError:  # a port out of range, a bracket left open
+        return False
+    return "@" not in netloc and named == (host, port)
 
 
 async def _exchange(
@@ -338,13 +418,16 @@ def _kept(headers: Any) -> Any:
 
 
 def _swapped(name: bytes, value: bytes, swaps: tuple[Swap, ...]) -> bytes:
-    """``value`` with each placeholder replaced by its value, in an ``Authorization: Basic``'s pair too."""
-    for swap in swaps:
+    """``value`` of the header ``name`` with the placeholder of each swap that goes in that header (``Authorization``,
+    and those its mask names) replaced by its value, in an ``Authorization: Basic``'s pair too; in any other header
+    a placeholder stays one (a header an API echoes back, or logs, never carries the value)."""
+    carried = [swap for swap in swaps if name in swap.headers]
+    for swap in carried:
         value = value.replace(swap.placeholder.encode(), swap.value.encode())
-    if name in (b"authorization", b"proxy-authorization") and value[:6].lower() == b"basic ":
+    if carried and name == b"authorization" and value[:6].lower() == b"basic ":
         with suppress(binascii.Error, ValueError):
             pair = base64.b64decode(value[6:].strip(), validate=True).decode()
-            for swap in swaps:
+            for swap in carried:
                 pair = pair.replace(swap.placeholder, swap.value)
             value = value[:6] + base64.b64encode(pair.encode())
     return value

@@ -8,9 +8,10 @@ that process was given, never by an address or a port a neighbour could reach to
 proxy's grant to its sandbox). For a masked credential's own hosts, the proxy terminates TLS with a certificate of the
 gateway's certificate authority (:class:`Authority`: made at startup, its key never written anywhere, or the operator's,
 read once; its certificate handed to the process through ``SSL_CERT_FILE`` and its peers, beside the host's roots), and
-puts the value where the placeholder is in the request's headers. The process's direct connections to those hosts are
-refused by its rules (``_network.EgressRules``), so the swap happens only where the proxy sends the answer back through
-TLS it verified itself. The certificates are made with ``cryptography`` (what PyJWT's ``crypto`` extra installs).
+puts the value where the placeholder is in the request's credential headers (``Authorization``, and those the mask
+names: :class:`Mask`). The process's direct connections to those hosts are refused by its rules
+(``_network.EgressRules``), so the swap happens only where the proxy sends the answer back through TLS it verified
+itself. The certificates are made with ``cryptography`` (what PyJWT's ``crypto`` extra installs).
 """
 
 from __future__ import annotations
@@ -23,18 +24,20 @@ import glob
 import ipaddress
 import json
 import os
+import re
 import secrets
 import shutil
 import ssl
 import string
 import tempfile
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TypeAlias
 from urllib.parse import urlsplit
 
+from .._keys import private_key
 from ._grants import Grant
 from ._network import GATEWAY, AllowedHost
 
@@ -53,28 +56,52 @@ SHARED: Final = "/run/mcp-sessions"
 _JWT_ALPHABET: Final = string.ascii_letters + string.digits + "-_"
 
 
+CARRIERS: Final = frozenset({b"authorization"})
+"""The headers a masked value is put in unless its mask names others (``header=NAME``): the credential's own."""
+_NEVER_CARRIERS: Final = frozenset(
+    {"host", "connection", "keep-alive", "te", "trailer", "upgrade", "transfer-encoding", "content-length"}
+)
+"""Headers the proxy builds, drops or frames with: no value goes in them (``Proxy-*`` neither: never forwarded)."""
+_TOKEN: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110's field name
+
+
 @dataclass(frozen=True)
 class Mask:
-    """One ``--process-env-mask NAME=HOST[:PORT],...``: the variable, the hosts (port 443 unless given) where the
-    proxy puts its value back in HTTPS requests, and those (``http://HOST[:PORT]``, port 80 unless given) where it
-    does in plain HTTP ones too, as the operator opts each in."""
+    """One ``--process-env-mask NAME=HOST[:PORT],...[,header=HEADER]``: the variable, the hosts (port 443 unless
+    given) where the proxy puts its value back in HTTPS requests, those (``http://HOST[:PORT]``, port 80 unless
+    given) where it does in plain HTTP ones too, as the operator opts each in, and the headers it puts it in
+    (``Authorization`` and those named: an API's ``X-Api-Key``); a placeholder anywhere else stays one."""
 
     name: str
     hosts: frozenset[tuple[str, int]]
     plain: frozenset[tuple[str, int]] = frozenset()
+    headers: frozenset[bytes] = CARRIERS
 
     @classmethod
     def parsed(cls, given: str, env: set[str]) -> Mask:
-        """``GITHUB_TOKEN=api.github.com,uploads.github.com:443``, ``API_TOKEN=http://api.internal:8080``;
-        ``ValueError`` in one line, else. ``env``: the names ``--process-env`` gives."""
+        """``GITHUB_TOKEN=api.github.com,uploads.github.com:443``, ``API_TOKEN=http://api.internal:8080``,
+        ``API_KEY=api.example.com,header=X-Api-Key``; ``ValueError`` in one line, else. ``env``: the names
+        ``--process-env`` gives."""
         name, equals, listed = given.partition("=")
         if not equals or not listed:
-            raise ValueError(f"--process-env-mask takes NAME=[http://]HOST[:PORT][,[http://]HOST[:PORT]...]: {given!r}")
+            raise ValueError(
+                f"--process-env-mask takes NAME=[http://]HOST[:PORT][,[http://]HOST[:PORT]...][,header=HEADER]: "
+                f"{given!r}"
+            )
         if name not in env:
             raise ValueError(f"--process-env-mask {name}: no --process-env {name}=SOURCE gives it")
         hosts: set[tuple[str, int]] = set()
         plain: set[tuple[str, int]] = set()
+        headers = set(CARRIERS)
         for entry in listed.split(","):
+            if entry.lower().startswith("header="):
+                header = entry.partition("=")[2]
+                if not _TOKEN.fullmatch(header) or header.lower() in _NEVER_CARRIERS or header.lower()[:6] == "proxy-":
+                    raise ValueError(
+                        f"--process-env-mask {name}: {entry!r} names no header a credential goes in (header=X-Api-Key)"
+                    )
+                headers.add(header.lower().encode())
+                continue
             host = entry.removeprefix("http://")
             port = ("80" if host != entry else "443") if ":" not in host else host.rpartition(":")[2]
             try:
@@ -85,7 +112,9 @@ class Mask:
                     "api.example.com:8443, http://api.internal:8080)"
                 ) from None
             (plain if host != entry else hosts).add((each.name, each.port))
-        return cls(name, frozenset(hosts), frozenset(plain))
+        if not hosts | plain:
+            raise ValueError(f"--process-env-mask {name}: no host to put the value in for: {given!r}")
+        return cls(name, frozenset(hosts), frozenset(plain), frozenset(headers))
 
 
 def placeholder(value: str) -> str:
@@ -120,14 +149,15 @@ def _jwt_header(text: str) -> bool:
 
 @dataclass(frozen=True)
 class Swap:
-    """One process's masked value: its variable's ``name``, its ``placeholder``, the ``value``, and the hosts it is
-    put back for (``plain``: in plain HTTP)."""
+    """One process's masked value: its variable's ``name``, its ``placeholder``, the ``value``, the hosts it is
+    put back for (``plain``: in plain HTTP), and the headers it is put in (lower-case)."""
 
     name: str
     placeholder: str
     value: str
     hosts: frozenset[tuple[str, int]]
     plain: frozenset[tuple[str, int]] = frozenset()
+    headers: frozenset[bytes] = CARRIERS
 
 
 @dataclass
@@ -161,7 +191,7 @@ class Masks:
             return values, None
         token = secrets.token_urlsafe(32)
         swaps = tuple(
-            Swap(mask.name, placeholder(values[mask.name]), values[mask.name], mask.hosts, mask.plain)
+            Swap(mask.name, placeholder(values[mask.name]), values[mask.name], mask.hosts, mask.plain, mask.headers)
             for mask in masked
         )
         self.swaps[token] = swaps
@@ -238,8 +268,8 @@ class Authority:
     @classmethod
     def made(cls, hosts: Collection[str], roots: str | None = None) -> Authority:
         """An authority of the gateway's own, made now (a P-256 key, a name no other gateway's has), whose
-        certificate permits ``hosts`` alone (RFC 5280's name constraints, critical): a leaf it signed for any other
-        name fails every client's verification, whoever made it."""
+        certificate permits ``hosts`` alone (RFC 5280's name constraints, critical: :func:`constraints`): a leaf it
+        signed for any other name or address fails every client's verification, whoever made it."""
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes
         from cryptography.hazmat.primitives.asymmetric import ec
@@ -247,8 +277,8 @@ class Authority:
 
         key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"mcp-sessions gateway {secrets.token_hex(4)}")])
-        # masks of plain HTTP hosts alone: a name no host has (RFC 2606), so that it vouches for none
-        permitted = [_constraint(host) for host in sorted(set(hosts))] or [x509.DNSName("invalid")]
+        permitted, excluded = constraints(hosts)
+        constrained = x509.NameConstraints(permitted_subtrees=permitted, excluded_subtrees=excluded)
         now = datetime.datetime.now(datetime.UTC)
         certificate = (
             x509.CertificateBuilder()
@@ -260,7 +290,7 @@ class Authority:
             .not_valid_after(now + datetime.timedelta(days=3650))
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(x509.KeyUsage(*(False,) * 5, True, True, False, False), critical=True)
-            .add_extension(x509.NameConstraints(permitted_subtrees=permitted, excluded_subtrees=None), critical=True)
+            .add_extension(constrained, critical=True)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .sign(key, hashes.SHA256())
         )
@@ -272,20 +302,16 @@ class Authority:
         once; ``ValueError`` in one line (never a byte of the key) for a file that cannot be read, a key others may
         read, a certificate that is no authority's or has expired, or a key that is not its."""
         from cryptography import x509
-        from cryptography.exceptions import UnsupportedAlgorithm
         from cryptography.hazmat.primitives import serialization
-        from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
         flag = "--process-env-mask-ca CERT.pem[,KEY.pem]"
         certificate_file, _, key_file = files.partition(",")
         key_file = key_file or certificate_file
+        key = private_key(key_file, flag)
         try:
-            mode = os.stat(key_file).st_mode & 0o777
-            text, private = Path(certificate_file).read_bytes(), Path(key_file).read_bytes()
+            text = Path(certificate_file).read_bytes()
         except OSError as exc:
             raise ValueError(f"{flag}: {exc.filename} cannot be read ({exc.strerror})") from None
-        if mode & 0o077:  # the processes read the host's files, each as a uid and groups of its own
-            raise ValueError(f"{flag}: {key_file} is open to others (mode {mode:o}): chmod 600 it")
         try:
             certificate = x509.load_pem_x509_certificate(text)
         except ValueError:
@@ -298,21 +324,14 @@ class Authority:
             raise ValueError(f"{flag}: {certificate_file}'s keyUsage does not let it sign certificates (keyCertSign)")
         if certificate.not_valid_after_utc <= datetime.datetime.now(datetime.UTC):
             raise ValueError(f"{flag}: {certificate_file} expired on {certificate.not_valid_after_utc:%Y-%m-%d}")
-        try:
-            key = serialization.load_pem_private_key(private, password=None)
-        except TypeError:
-            raise ValueError(f"{flag}: {key_file}'s key is encrypted: the gateway takes it unencrypted") from None
-        except (ValueError, UnsupportedAlgorithm):
-            raise ValueError(f"{flag}: {key_file} holds no PEM private key") from None
-        if not isinstance(key, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey):
-            raise ValueError(f"{flag}: {key_file}'s key is neither RSA nor EC")
         spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
         if key.public_key().public_bytes(*spki) != certificate.public_key().public_bytes(*spki):
             raise ValueError(f"{flag}: {key_file}'s key is not {certificate_file}'s certificate's")
         return cls(key, certificate, roots)
 
     def context(self, host: str) -> ssl.SSLContext:
-        """A server context whose certificate names ``host``, signed by this authority (made once a host)."""
+        """A server context whose certificate names ``host``, signed by this authority (made once a host), whose
+        handshake a client that names another server refuses (:func:`_named`)."""
         if (found := self.contexts.get(host)) is not None:
             return found
         from cryptography import x509
@@ -353,6 +372,7 @@ class Authority:
         finally:
             os.close(held)
         context.set_alpn_protocols(["http/1.1"])
+        context.sni_callback = _named(host.lower().removesuffix("."))
         self.contexts[host] = context
         return context
 
@@ -361,6 +381,21 @@ class Authority:
         if self.lock is not None:
             os.close(self.lock)
             self.lock = None
+
+
+def _named(host: str) -> Callable[[ssl.SSLObject, str | None, ssl.SSLContext], int | None]:
+    """An ``sni_callback`` refusing a client whose TLS server name is not ``host``: a tunnel to a masked host is
+    that site's alone, and a request in it that names another (a CDN's, a load balancer's) would get the value.
+    RFC 6066 section 3's ``unrecognized_name``, as a server does for a name it does not serve: the handshake ends
+    before any request (anyio's TLS stream closes the connection without sending the alert). A client that sends
+    no name (as for an address) goes on, and its ``Host`` is checked (``_edge._bound``)."""
+
+    def named(connection: ssl.SSLObject, name: str | None, context: ssl.SSLContext) -> int | None:
+        if name is not None and name.lower().removesuffix(".") != host:
+            return ssl.ALERT_DESCRIPTION_UNRECOGNIZED_NAME
+        return None
+
+    return named
 
 
 def held_directory(parent: str = SHARED) -> tuple[str, int | None]:
@@ -385,11 +420,30 @@ def held_directory(parent: str = SHARED) -> tuple[str, int | None]:
     return shared, lock
 
 
-def _constraint(host: str) -> x509.GeneralName:
-    """A name constraint's subtree permitting ``host`` alone: an address's own, else its name's."""
+def constraints(hosts: Collection[str]) -> tuple[list[x509.GeneralName], list[x509.GeneralName]]:
+    """The permitted and excluded subtrees of an authority for ``hosts`` alone (names and IPv4 addresses). RFC 5280
+    leaves a form no subtree lists unconstrained, and a name's subtree permits every name under it: so every
+    address is excluded where no address is masked (``0.0.0.0/0``, ``::/0``), every name where no name is (the
+    empty name, which OpenSSL, GnuTLS and Go match to every name), and the names under each masked name
+    (``.NAME``, which matches those alone), unless another masked name lies under it (an excluded subtree wins
+    over a permitted one: its other names stay permitted then)."""
     from cryptography import x509
 
-    try:
-        return x509.IPAddress(ipaddress.ip_network(host))
-    except ValueError:
-        return x509.DNSName(host)
+    names, addresses = [], []
+    for host in sorted(set(hosts)):
+        try:
+            addresses.append(ipaddress.ip_network(host))
+        except ValueError:
+            names.append(host)
+    permitted: list[x509.GeneralName] = [x509.DNSName(name) for name in names]
+    permitted += [x509.IPAddress(address) for address in addresses]
+    excluded: list[x509.GeneralName] = [
+        x509.DNSName(f".{name}") for name in names if not any(other.endswith(f".{name}") for other in names)
+    ]
+    if not names:
+        excluded.append(x509.DNSName(""))
+    if not addresses:
+        excluded += [x509.IPAddress(ipaddress.ip_network("0.0.0.0/0")), x509.IPAddress(ipaddress.ip_network("::/0"))]
+    if not permitted:  # masks of plain HTTP hosts alone: a name no host has (RFC 2606), so that it vouches for none
+        permitted.append(x509.DNSName("invalid"))
+    return permitted, excluded

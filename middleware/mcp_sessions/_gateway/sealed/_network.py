@@ -14,9 +14,10 @@ name: :func:`refused_answer`): rules on the processes' interfaces (``iifname``),
 for the sockets the credentials' proxy makes as them. The rules are a table of the
 gateway's own, ``inet mcp_sessions_<random>``, made in one ``nft -f -`` transaction as it starts and deleted as it
 stops; while it lives the gateway holds a lock (``flock``) on a file named for it under :data:`TABLE_LOCKS`, so that
-another gateway deletes a table only on proof its owner is gone (it can take that lock) and once no process of its uids
-runs (:func:`_stale_tables`). The rules' text is built from parsed values alone (an ``ipaddress`` network or address, a
-port number, uids, a checked name), never from what the operator typed.
+another gateway deletes a table only on proof its owner is gone (it can take that lock) and once no host end of its
+processes is there (:func:`_stale_tables`); meanwhile what a live gateway holds, a uid and a host end, leaves its sets
+as it is taken (:meth:`EgressRules.disown`). The rules' text is built from parsed values alone (an ``ipaddress``
+network or address, a port number, uids, a checked name), never from what the operator typed.
 """
 
 from __future__ import annotations
@@ -85,6 +86,12 @@ ANSWERS_REFUSED: Final = {
 }
 """What a granted name's answer may not be (:meth:`EgressRules.refresh`), by why: what :data:`REFUSED` and this host's
 own addresses are, and the forms that reach them by another name."""
+PRIVATE_ANSWERS: Final = ("10.0.0.0/8", "100.64.0.0/10", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7")
+"""What of :data:`ANSWERS_REFUSED` a name granted with its private answers (``--process-allow-private-host``) may
+answer: the private networks, where a team's internal services are (RFC 1918's, RFC 6598's shared address space, IPv6's
+unique local addresses). Never what is refused for another reason as well (:func:`refused_answer`): this host's own
+addresses, loopback, link-local, the clouds' metadata addresses within these (Alibaba's ``100.100.100.200``, AWS's
+``fd00:ec2::254``), ``0.0.0.0/8`` (this host, to Linux)."""
 TABLE_LOCKS: Final = "/run/mcp-sessions/tables"
 """Where each gateway holds a lock on a file named for its table, for its whole life, its uids in it."""
 RESOLV_CONF: Final = "/etc/resolv.conf"
@@ -179,8 +186,19 @@ logger = logging.getLogger("mcp_sessions.gateway")
 LOOPBACK: Final = tuple(ipaddress.ip_network(net) for net in ("127.0.0.0/8", "::1/128", "::ffff:127.0.0.0/104"))
 
 
-# A new network namespace's loopback brought up ($0: ip), then the command (bubblewrap, which runs in it).
-_LOOPBACK: Final = '"$0" link set lo up || exit 125; exec "$@"'
+TCP_BUFFERS: Final = ("4096 32768 6291456", "4096 16384 4194304")
+"""A process's own network namespace's ``net.ipv4.tcp_rmem`` and ``tcp_wmem`` (least, first, most: bytes), written as
+its loopback comes up: the kernel's defaults, but a socket's first receive buffer 32 KiB, where a new namespace copies
+the host's (128 KiB by the kernel's default, more on a host tuned for throughput). The kernel charges each socket's
+first buffer past any bound (``_cgroups._sockets_past``): 72 KiB a connection unread on loopback at 128 KiB, 24 at 32,
+16 at 16. 32 KiB is the least whose window (about half of it) still takes a sender's whole first flight (10 segments,
+some 14.5 KB): no round trip more for a reply; later buffers grow as the kernel's autotuning does, within the bound."""
+# A new network namespace's loopback brought up ($0: ip) and its TCP buffers' sizes written ($1, $2: TCP_BUFFERS),
+# then the command (bubblewrap, which runs in it).
+_LOOPBACK: Final = (
+    '"$0" link set lo up && echo "$1" > /proc/sys/net/ipv4/tcp_rmem && echo "$2" > /proc/sys/net/ipv4/tcp_wmem '
+    '|| exit 125; shift 2; exec "$@"'
+)
 
 
 @dataclass(frozen=True)
@@ -215,14 +233,15 @@ class ProcessNetwork:
         return ["--net"] if self.isolated and self.link is None else []
 
     def loopback(self) -> list[str]:
-        """Before bubblewrap, in its network namespace: its loopback up (:data:`_LOOPBACK`)."""
-        return ["/bin/sh", "-c", _LOOPBACK, tool("ip")] if self.isolated else []
+        """Before bubblewrap, in its network namespace: its loopback up and its TCP buffers (:data:`_LOOPBACK`)."""
+        return ["/bin/sh", "-c", _LOOPBACK, tool("ip"), *TCP_BUFFERS] if self.isolated else []
 
     def unshare_mounts(self) -> list[str]:
-        """Its part of ``unshare``'s mounts (``_sandbox._UNSHARE_MOUNTS``), named: its loopback up, its resolver."""
+        """Its part of ``unshare``'s mounts (``_sandbox._UNSHARE_MOUNTS``), named: its loopback up and its TCP
+        buffers (:data:`TCP_BUFFERS`), its resolver."""
         resolver, at = self.resolver()
         return [
-            *(["--loopback", tool("ip")] if self.isolated else []),
+            *(["--loopback", tool("ip"), *TCP_BUFFERS] if self.isolated else []),
             *(["--resolver", resolver, at] if resolver else []),
         ]
 
@@ -275,6 +294,15 @@ def add_network_arguments(gateway: argparse.ArgumentParser) -> None:
         "same, at the addresses the gateway resolves it to, kept current, but for an address a number would not "
         "reach (this host's, a private or link-local one...) unless --process-allow-net grants it; repeat",
     )
+    gateway.add_argument(
+        "--process-allow-private-host",
+        action="append",
+        default=[],
+        metavar="NAME:PORT",
+        help="as --process-allow-host, and that name's private answers too (10.0.0.0/8, 100.64.0.0/10, "
+        "172.16.0.0/12, 192.168.0.0/16, fc00::/7: an internal service's), never loopback, link-local, a metadata "
+        "address or this host's own; repeat",
+    )
 
 
 def egress_rules(
@@ -284,17 +312,20 @@ def egress_rules(
     trusted: Sequence[str],
     port: int,
     hosts: Sequence[str] = (),
+    private_hosts: Sequence[str] = (),
 ) -> EgressPolicy | None:
     """The policy for processes of ``uids`` (a range, or one) under ``egress``, with the exceptions ``allow``
-    (``--process-allow-net``) and ``hosts`` (``--process-allow-host``); None for ``host`` and ``none``. Whatever
+    (``--process-allow-net``), ``hosts`` (``--process-allow-host``) and ``private_hosts``
+    (``--process-allow-private-host``); None for ``host`` and ``none``. Whatever
     the network, no process may pass for a proxy the gateway ``trusted`` (``--forwarded-allow-ips``) and that
     listens on ``port``: under ``host``, a trusted address it could connect from is refused (``ValueError``);
     under ``egress``, an exception that reaches the gateway's port from one (a name's address that does is never
     granted)."""
     allowed = [Allowed.parsed(given) for given in allow]
     granted = tuple(AllowedHost.parsed(given) for given in hosts)
+    granted += tuple(AllowedHost.parsed(given, private=True) for given in private_hosts)
     if (allowed or granted) and network != "egress":
-        flag = "--process-allow-net" if allowed else "--process-allow-host"
+        flag = "--process-allow-net" if allowed else granted[0].flag
         raise ValueError(f"{flag} makes exceptions to --process-network egress, not to {network}")
     local = local_addresses() if trusted and network != "none" else []
     front = trusts_a_local_peer(trusted, local)
@@ -369,25 +400,31 @@ class Allowed:
 
 @dataclass(frozen=True)
 class AllowedHost:
-    """One ``--process-allow-host NAME:PORT``: a host name, and the one port (tcp and udp) it is granted for."""
+    """One ``--process-allow-host NAME:PORT``: a host name, and the one port (tcp and udp) it is granted for; with
+    ``private`` (``--process-allow-private-host``), its private answers too (:data:`PRIVATE_ANSWERS`)."""
 
     name: str
     port: int
+    private: bool = False
 
     @classmethod
-    def parsed(cls, given: str) -> AllowedHost:
+    def parsed(cls, given: str, private: bool = False) -> AllowedHost:
         """``api.github.com:443``, ``db.internal:5432``; ``ValueError``, in one line, else."""
+        flag = cls("", 0, private).flag
         text, colon, port = given.strip().partition(":")
         labels = text.lower().removesuffix(".").split(".")
         if len(text) > 253 or not all(_label(label) for label in labels):
-            raise ValueError(f"--process-allow-host takes NAME:PORT (api.github.com:443, db.internal:5432): {given!r}")
+            raise ValueError(f"{flag} takes NAME:PORT (api.github.com:443, db.internal:5432): {given!r}")
         if not colon:
-            raise ValueError(
-                f"--process-allow-host {given}: a name is granted for one port: give it ({given}:443, say)"
-            )
+            raise ValueError(f"{flag} {given}: a name is granted for one port: give it ({given}:443, say)")
         if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
-            raise ValueError(f"--process-allow-host: {given!r}: a port is a number from 1 to 65535")
-        return cls(".".join(labels), int(port))
+            raise ValueError(f"{flag}: {given!r}: a port is a number from 1 to 65535")
+        return cls(".".join(labels), int(port), private)
+
+    @property
+    def flag(self) -> str:
+        """The flag that grants it, as what is said of it names it."""
+        return "--process-allow-private-host" if self.private else "--process-allow-host"
 
     def addresses(self) -> set[IPAddress]:
         """The addresses it resolves to now (none where it does not)."""
@@ -398,13 +435,15 @@ class AllowedHost:
         return {ipaddress.ip_address(str(info[4][0]).partition("%")[0]) for info in found}
 
 
-def refused_answer(address: IPAddress, local: Iterable[IPNetwork]) -> str | None:
+def refused_answer(address: IPAddress, local: Iterable[IPNetwork], private: bool = False) -> str | None:
     """Why a name's answer ``address`` is not granted (one of :data:`ANSWERS_REFUSED`, or this host's own: one of
-    ``local``), or None: a name never opens what its number would not."""
+    ``local``), or None: a name never opens what its number would not, but where it is granted with its ``private``
+    answers, what of :data:`PRIVATE_ANSWERS` is refused for no other reason."""
     if _overlap([ipaddress.ip_network(address)], local):
         return "this host's own"
+    admitted = PRIVATE_ANSWERS if private else ()
     for why, refused in ANSWERS_REFUSED.items():
-        if any(address in ipaddress.ip_network(net) for net in refused):
+        if any(address in ipaddress.ip_network(net) for net in refused if net not in admitted):
             return why
     return None
 
@@ -542,7 +581,8 @@ class EgressRules:
 
     def install(self) -> None:
         """This gateway's table made, its lock held; then the tables of gateways that are gone deleted, each once
-        no process of its uids runs (until then, its rules hold for the processes a killed gateway left)."""
+        no host end of its processes is there (until then, its rules hold for the processes a killed gateway left,
+        never for this gateway's: :meth:`disown`)."""
         if shutil.which("nft") is None:  # found once (tool), where _nft runs it
             raise NetworkError("--process-network egress: nft is not installed (Debian: apt-get install nftables)")
         if shutil.which("conntrack") is None:  # found once (tool), where a link is closed
@@ -571,6 +611,7 @@ class EgressRules:
             with suppress(OSError):
                 os.unlink(os.path.join(self.locks, stale))
             os.close(lock)
+        self.disown()  # the uids from the start (--process-user's), which a killed gateway's table may hold
         self.dropping = _dropping()
         if self.policy.hosts or self.policy.masked:
             self.refresh()
@@ -594,12 +635,12 @@ class EgressRules:
             elif found:
                 self.unresolved.discard(host.name)
             for address in sorted(found, key=lambda each: (each.version, each)):
-                if (why := refused_answer(address, self.local)) is not None:
+                if (why := refused_answer(address, self.local, host.private)) is not None:
                     granted = any(each.grants(address, host.port) for each in self.policy.allowed)
                     if not granted and (host.name, address) not in self.refused:
                         logger.warning(
-                            "--process-allow-host %s: its answer %s is not granted (%s): --process-allow-net grants "
-                            "it by number",
+                            "%s %s: its answer %s is not granted (%s): --process-allow-net grants it by number",
+                            host.flag,
                             host.name,
                             address,
                             why,
@@ -635,12 +676,35 @@ class EgressRules:
             routed_for_processes(turned_on)
 
     def hold(self, uid: int) -> None:
-        """``uid`` under the rules (added to the set ``uids``), before a process of it starts: one ``nft`` call.
-        ``NetworkError`` if nft refuses: no process starts that the rules would not hold."""
+        """``uid`` under the rules (added to the set ``uids``), before a process of it starts: one ``nft`` call (and
+        under no gone gateway's as its link is made: :meth:`disown`). ``NetworkError`` if nft refuses: no process
+        starts that the rules would not hold."""
         done = _nft(["add", "element", "inet", self.table, "uids", f"{{ {uid} }}"])
         if done.returncode != 0:
             said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[0]
             raise NetworkError(f"--process-network egress: nft did not put uid {uid} under the rules: {said[:200]}")
+
+    def disown(self, interface: str = "") -> None:
+        """The tables of gateways that are gone (:func:`_orphans`: a killed one's stays while a host end of its
+        processes is there, :func:`_stale_tables`) made to judge nothing of this gateway's, at startup and as each
+        process's link is made (every process under ``egress`` has one, made after its uid is held): their sets
+        ``uids`` emptied (what their rules judge by uid is the sockets their own gateway's credentials proxy made, gone
+        with it; a uid in it is a live gateway's by now) and ``interface``, a process's host end this gateway has just
+        made (so no process of theirs has it: the kernel makes one interface of a name, and it is named for its uid),
+        out of their sets ``links``, before it is up. One ``nft -f`` transaction each, under its lock;
+        ``NetworkError`` if nft refuses one that is there: no process starts under a dead gateway's rules."""
+        for name, lock in _orphans(self.locks):
+            given = f"flush set inet {name} uids\n"
+            if interface:  # added first, so that its deletion holds whether it was there or not
+                element = f'links {{ "{interface}" }}'
+                given += f"add element inet {name} {element}\ndelete element inet {name} {element}\n"
+            try:
+                done = _nft(["-f", "-"], given)
+            finally:
+                os.close(lock)
+            if done.returncode != 0 and name in {table.get("name") for table in _listed("table", "inet")}:
+                said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[0]
+                raise NetworkError(f"--process-network egress: nft left table {name} judging a process: {said[:200]}")
 
     def let_go(self, uid: int) -> None:
         """``uid`` out of the set, as it is given back, so that another gateway's process may have it with its own
@@ -650,7 +714,8 @@ class EgressRules:
             _nft(["delete", "element", "inet", self.table, "uids", f"{{ {uid} }}"])
 
     def link(self, interface: str) -> None:
-        """A process's host end, ``interface``, under the rules (added to the set ``links``) before it is made."""
+        """A process's host end, ``interface``, under the rules (added to the set ``links``) once made, before it is
+        up (:meth:`Link._paired`)."""
         done = _nft(["add", "element", "inet", self.table, "links", f'{{ "{interface}" }}'])
         if done.returncode != 0:
             said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[0]
@@ -680,12 +745,17 @@ class EgressRules:
     def said(self) -> str:
         """How the startup line says it: its table, and what the gateway changed of the host's (IPv4 forwarding, on
         each process's interface and where its packets leave; never turned off again: another program may rely on
-        it by then)."""
+        it by then), and the names granted with their private answers (an exception to a rule the docs state)."""
         uplinks_said = ", ".join(each + " (turned on)" * (each in self.turned_on) for each in uplinks(self.granted))
         said = (
             f"network egress (nft table inet {self.table}), a veth pair each ({PROCESSES}, IPv4 alone), forwarding "
             f"on each pair's host end and on {uplinks_said or 'no interface: no default route'}"
         )
+        if private := [f"{host.name}:{host.port}" for host in self.policy.hosts if host.private]:
+            said += (
+                f"; the private answers of {', '.join(private)} granted too (--process-allow-private-host), never "
+                "loopback, link-local, a metadata address or this host's own"
+            )
         if self.dropping:  # another table's drop is final, whatever this one accepts
             said += (
                 f"; the host's chains {', '.join(self.dropping)} drop by policy what they do not accept: a process "
@@ -694,30 +764,67 @@ class EgressRules:
         return said
 
 
-def _stale_tables(locks: str) -> list[tuple[str, int]]:
-    """The tables of gateways that are gone, each with its lock, now held: a table whose lock file another holds
-    (its gateway lives), or has none (not proven: an older gateway's, another program's), is not one; nor is one
-    while a process of its uids runs (a killed gateway's, which its rules still seal)."""
-    names = [table.get("name", "") for table in _listed("table", "inet")]
-    running = None
-    stale = []
+def _orphans(locks: str) -> list[tuple[str, int]]:
+    """The tables of gateways that are gone, by their lock files, each with its lock, now held (no other gateway
+    deletes it meanwhile): a table whose lock file another holds (its gateway lives), or has none (not proven: an older
+    gateway's, another program's), is not one; nor is one whose file is empty, which its gateway has made and not yet
+    written (it writes its uids once it holds the lock, then makes its table). No ``nft`` call: a gateway asks before
+    each process starts (:meth:`EgressRules.disown`)."""
+    try:
+        names = sorted(os.listdir(locks))
+    except OSError:  # none made yet
+        return []
+    found = []
     for name in names:
         path = os.path.join(locks, name)
-        if not name.startswith(TABLE_PREFIX) or not os.path.isfile(path):
-            continue
+        ours = name.isascii() and name.replace("_", "").isalnum() and name.startswith(TABLE_PREFIX)  # the rules' text
         try:
-            lock = locked(path)
+            written = ours and os.path.isfile(path) and os.path.getsize(path) > 0
+            lock = locked(path) if written else None
         except OSError:
             continue
-        if lock is None:
-            continue
-        first, _, last = os.pread(lock, 64, 0).decode(errors="replace").strip().partition("-")
-        running = running_uids() if running is None else running
-        if first.isdigit() and last.isdigit() and not any(int(first) <= uid <= int(last) for uid in running):
-            stale.append((name, lock))
-        else:
+        if lock is not None:
+            found.append((name, lock))
+    return found
+
+
+def _stale_tables(locks: str) -> list[tuple[str, int]]:
+    """The tables of gateways that are gone (:func:`_orphans`), each with its lock, now held, once no host end in its
+    set ``links`` is there: a process of a killed gateway's that outlived it would still have its own, which its
+    rules seal (one a live gateway has made since is out of the set: :meth:`EgressRules.disown`). Not a process of its
+    uids: its rules judge a uid's sockets on this host's network alone, its own gateway's proxy's, and on a host
+    whose gateways share a range one of its uids always runs, so that such a table never went."""
+    stale = []
+    for name, lock in _orphans(locks):
+        links = _links(name)
+        if links is None or any(_there(interface) for interface in links):
             os.close(lock)
+        else:
+            stale.append((name, lock))
     return stale
+
+
+def _links(table: str) -> list[str] | None:
+    """The host ends in the set ``links`` of ``table``: none where the table is gone (its lock file left), None
+    where nft says nothing readable of one that is there."""
+    done = _nft(["-j", "list", "set", "inet", table, "links"])
+    if done.returncode != 0 and table not in {each.get("name") for each in _listed("table", "inet")}:
+        return []
+    try:
+        listed = json.loads(done.stdout)["nftables"]
+        found = [entry["set"].get("elem", []) for entry in listed if isinstance(entry, dict) and "set" in entry]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return [each for elements in found for each in elements if isinstance(each, str)]
+
+
+def _there(interface: str) -> bool:
+    """Whether this host's network namespace has an interface ``interface``."""
+    try:
+        socket.if_nametoindex(interface)
+    except OSError:
+        return False
+    return True
 
 
 def _dropping() -> list[str]:
@@ -802,11 +909,11 @@ class Link:
     end in the namespace, ``eth0``, has the process's own address (:data:`PROCESSES`) and its gateway
     (:data:`GATEWAY`); the host's end, ``mcs<N>``, no address, a route to the process's, and forwarding on. The kernel
     forwards what the process sends, as the gateway's table allows it (:class:`EgressRules`: the interface is in its
-    set ``links`` first, out of it last); nothing of userspace reads it, holds a capability for it, binds a port of the
-    host's for it, or is charged to the conversation for it. ``N`` is the first free from the process's uid on: the
-    kernel makes one interface of a name (another gateway's ``ip link add`` of it fails), so that no two processes of
-    the host have one address. The namespaces are held by a shell of their own (:attr:`holder`) until :meth:`close`;
-    the pair goes with the namespace, or with :meth:`close`, whichever is first."""
+    set ``links`` before it is up, out of it last); nothing of userspace reads it, holds a capability for it, binds a
+    port of the host's for it, or is charged to the conversation for it. ``N`` is the first free from the process's uid
+    on: the kernel makes one interface of a name (another gateway's ``ip link add`` of it fails), so that no two
+    processes of the host have one address. The namespaces are held by a shell of their own (:attr:`holder`) until
+    :meth:`close`; the pair goes with the namespace, or with :meth:`close`, whichever is first."""
 
     def __init__(self, uid: int, rules: EgressRules) -> None:
         self.uid, self.rules = uid, rules
@@ -862,23 +969,26 @@ class Link:
         _run([tool("ip"), "-batch", "-"], host_end)
 
     def _paired(self, holder: int) -> int:
-        """The veth pair made, its host end ``mcs<N>`` in the gateway's set ``links`` from before it is (the rules
-        hold for it from its first packet) and its settings made: N, the first free from the uid's on."""
+        """The veth pair made (both ends down, as the kernel makes them), then its host end ``mcs<N>`` in the
+        gateway's set ``links`` and out of a gone gateway's, before either end is up (the rules hold for it from its
+        first packet), and its settings made: N, the first free from the uid's on. A name goes in the set only once
+        this gateway made it: put there first, another gateway's process's of that name was under this gateway's
+        rules too until ``ip`` refused it, and for good if this gateway was killed meanwhile."""
         slots = PROCESSES.num_addresses - 2
         for step in range(slots):
             number = (self.uid + step) % slots + 1
             interface = f"{INTERFACE}{number}"
-            self.rules.link(interface)
             pair = ["link", "add", interface, "address", HOST_END, "type", "veth", "peer", "name", "eth0"]
             line = [tool("ip"), *pair, "netns", str(holder)]
             done = subprocess.run(line, capture_output=True, text=True, check=False, timeout=30)  # noqa: S603
             if done.returncode == 0:
-                self.interface = interface
+                self.interface = interface  # deleted by close, whatever fails next
+                self.rules.link(interface)
+                self.rules.disown(interface)  # no rules of a gone gateway's judge it, whose process had its name
                 for version, name, value in HOST_END_CONF:
                     Path(CONF.format(version=version, interface=interface, name=name)).write_text(value)
                 self.rules.forward()
                 return number
-            self.rules.unlink(interface)
             if "File exists" not in done.stderr:
                 said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
                 raise NetworkError(f"--process-network egress: ip did not make the process's veth pair: {said[:200]}")

@@ -63,15 +63,6 @@ Containment = Literal["auto", "bwrap", "unshare", "none"]
 CONTAINMENTS: Final = get_args(Containment)  # --containment's choices
 INHERITED: Final = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 """The gateway's variables every process gets: the ``mcp`` SDK's ``DEFAULT_INHERITED_ENV_VARS`` (POSIX)."""
-LOADER: Final = frozenset(
-    {
-        *("GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH", "NIS_PATH"),
-        *("NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TZDIR"),
-    }
-)
-"""What glibc drops from a setuid program's environment (its ``UNSECURE_ENVVARS``, less ``TMPDIR``, a directory),
-besides every ``LD_*`` and ``MALLOC_*``: the dynamic loader and libc read them, and the helpers that start a
-process (``sh``, ``bwrap``, ``setpriv``) run as root. Never given to a process (:func:`loads_code`)."""
 END_WITHIN: Final = 5.0
 """How long the processes of a control group have to be gone once killed, before it is removed; and how long a
 process's directory (an empty mount point) has to be removed."""
@@ -110,10 +101,11 @@ CGROUPS: Final = "/sys/fs/cgroup"
 # --tmpfs DIRECTORY OPTIONS, each a tmpfs (made where missing: /run/lock in its /run); --home DIRECTORY OPTIONS, a
 # tmpfs (its parents under a tmpfs 0711, as on the host), its working directory; --bind ro|rw SOURCE TARGET, a grant
 # (--process-mount), bound last, so that a target under one of its own directories is made there (an empty tmpfs
-# where SOURCE is ""); and its network's (_network.ProcessNetwork): --loopback IP-PATH, its own loopback up (a new
-# network namespace's is down), and --resolver FILE WHERE, the resolver configuration it reads, opened before /run is
-# hidden and bound there after (by /proc/self/fd: its path is hidden then). Named, the network's part is added by
-# the one module that decides it, and no value's meaning hangs on its place among nine.
+# where SOURCE is ""); and its network's (_network.ProcessNetwork): --loopback IP-PATH RMEM WMEM, its own loopback up
+# (a new network namespace's is down) and its TCP buffers' sizes (net.ipv4.tcp_rmem, tcp_wmem), and --resolver FILE
+# WHERE, the resolver configuration it reads, opened before /run is hidden and bound there after (by /proc/self/fd:
+# its path is hidden then). Named, the network's part is added by the one module that decides it, and no value's
+# meaning hangs on its place among nine.
 _UNSHARE_MOUNTS: Final = """\
 (
 read_only=() tmpfs=() binds=() dev="" home="" ip="" resolver=""
@@ -127,7 +119,7 @@ while [ "$1" != -- ]; do
         --tmpfs) tmpfs+=("$2" "$3"); shift 3 || exit 125 ;;
         --home) home=$2 home_options=$3; shift 3 || exit 125 ;;
         --bind) binds+=("$2" "$3" "$4"); shift 4 || exit 125 ;;
-        --loopback) ip=$2; shift 2 || exit 125 ;;
+        --loopback) ip=$2 rmem=$3 wmem=$4; shift 4 || exit 125 ;;
         --resolver) resolver=$2 resolver_at=$3; shift 3 || exit 125 ;;
         *) echo "unshare's mounts: $1 is not an option of theirs" >&2; exit 125 ;;
     esac
@@ -167,7 +159,10 @@ for ((i = 0; i < ${#binds[@]}; i += 3)); do
     else "$mount" -t tmpfs -o mode=0555,size=4k tmpfs "$target" || exit 125; fi
     "$mount" --no-canonicalize -o "remount,bind,nosuid,nodev,$mode" "$target" || exit 125
 done
-if [ -n "$ip" ]; then "$ip" link set lo up || exit 125; fi
+if [ -n "$ip" ]; then
+    "$ip" link set lo up && echo "$rmem" > /proc/sys/net/ipv4/tcp_rmem && echo "$wmem" > /proc/sys/net/ipv4/tcp_wmem \
+        || exit 125
+fi
 exec -c "$@"
 ) &
 exec 3<&- 4>&-
@@ -226,11 +221,6 @@ def environment(environ: Mapping[str, str], passed: Collection[str] = ()) -> dic
         if not value.startswith("()"):
             reached[name] = value
     return reached
-
-
-def loads_code(name: str) -> bool:
-    """Whether the variable ``name`` tells the dynamic loader or libc what to load or read (:data:`LOADER`)."""
-    return name.startswith(("LD_", "MALLOC_")) or name in LOADER
 
 
 class Uids:

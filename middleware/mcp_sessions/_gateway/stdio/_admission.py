@@ -1,11 +1,13 @@
 """Admission to the process table of ``mcp-sessions gateway --stdio``: whether a caller's new conversation may
-have a process now, and which of the caller's idle ones end to make room for it; and which 2025 transport sessions
-with no process end to make room for a new one.
+have a process now, and which idle ones end to make room for it; and which 2025 transport sessions with no process
+end to make room for a new one.
 
-:class:`Admission` answers those questions for ``_table.Table``: the limits overall
-(``--max-processes``) and per caller (``--max-processes-per-principal``), the create limit
-(``MCP_SESSIONS_CREATE_LIMIT``) and eviction, in that order of refusal, eviction last: a caller's idle
-conversation ends only once nothing else refuses the new one; and :data:`MAX_CONNECTIONS`.
+:class:`Admission` answers those questions for ``_table.Table``: the limits per caller
+(``--max-processes-per-principal``) and overall (``--max-processes``), the create limit (``MCP_SESSIONS_CREATE_LIMIT``)
+and eviction, in that order of refusal, eviction last: an idle conversation ends only once nothing else refuses the
+new one. At a limit, the conversation idle longest ends for the new one, if idle :data:`EVICT_AFTER` seconds: the
+caller's own at hers, anyone's when every process of the gateway's runs, as httpcore's pool closes its idle
+connections for a new one rather than refuse it; and :data:`MAX_CONNECTIONS`.
 """
 
 from __future__ import annotations
@@ -20,11 +22,9 @@ from mcp.shared.exceptions import MCPError
 from ..._session import RateLimit
 from ..._wire.protocol import RATE_LIMITED
 from ._models import Caller, Key, ProcessEvents
+from ._modes import EVICT_AFTER
 from ._relay import Conversation
 
-EVICT_AFTER: Final = 60.0
-"""How long a caller's conversation, at its ``--max-processes-per-principal``, may be idle before a new one of the
-caller's ends it to make room."""
 MAX_CONNECTIONS: Final = 1024
 """2025 transport sessions open with no process (a connection that has made no call, or whose calls all name
 another conversation, as ``connect``'s): past it, the oldest is ended (its client gets 404, and initializes again);
@@ -65,14 +65,18 @@ class Admission:
                 self.events,
                 "max_processes_per_principal",
                 f"Too many server processes for this caller: each caller may have at most {self.per_caller} "
-                "conversations' processes at once (--max-processes-per-principal); end one or retry later",
+                f"conversations' processes at once, and none of hers has been idle {EVICT_AFTER:g} s "
+                "(the limit max_processes_per_principal, flag --max-processes-per-principal); end one (DELETE, "
+                "sessions/delete) or retry later",
             )
+        evicted += _room(live, evicted, len(live) - len(evicted) - self.max_processes + 1)
         if len(live) - len(evicted) >= self.max_processes:
             raise _refused(
                 self.events,
                 "max_processes",
                 f"Too many server processes: the gateway runs at most {self.max_processes} conversations' "
-                "processes at once (--max-processes); end one (sessions/delete) or retry later",
+                f"processes at once, and none has been idle {EVICT_AFTER:g} s (the limit max_processes, flag "
+                "--max-processes); end one (DELETE, sessions/delete) or retry later",
             )
         limit = None if counted else self.create_limit
         if limit is not None and (wait := limit.take(caller.id)):
@@ -89,6 +93,16 @@ def _refused(events: ProcessEvents, limit: str, message: str, retry: int = 1) ->
     """A refusal answered in-band (HTTP 200), with when to try again, in seconds."""
     events.refused(limit)
     return MCPError(RATE_LIMITED, message, {"retryAfter": retry})
+
+
+def _room(live: Sequence[Conversation], evicted: Sequence[Conversation], needed: int) -> list[Conversation]:
+    """At ``--max-processes``, the ``needed`` conversations (anyone's) idle longest, beyond those ``evicted``
+    already, that may end to make room: each idle :data:`EVICT_AFTER` seconds at least (as :func:`_spare` says)."""
+    if needed <= 0:
+        return []
+    ending = {id(conversation) for conversation in evicted}
+    spare = (c for c in live if id(c) not in ending and _spare(c, transport=False))
+    return sorted(spare, key=lambda c: c.last_request)[:needed]
 
 
 def _spare(conversation: Conversation, transport: bool) -> bool:

@@ -245,6 +245,10 @@ class Child:
             exceeded = await anyio.to_thread.run_sync(place.exceeded)
             if exceeded is not None:
                 self._caused(End(OVER[exceeded]))
+            cgroups = self.options.cgroups
+            if exceeded is not None and self.end is not None and self.end.failure is not None and cgroups is not None:
+                # Its start ended by its bound ("Connection closed" at initialize): the gateway's last line says which.
+                self.end = End(self.end.reason, f"{self.end}; {cgroups.told(exceeded)}")
         except Exception:
             # This conversation's alone: the process table's task group, everyone's, must not end with it.
             logger.exception("%s: its process group could not be stopped", self.label)
@@ -288,6 +292,10 @@ class Child:
             await anyio.sleep(BOUNDS_POLL)
             bound = await anyio.to_thread.run_sync(place.exceeded)
         logger.warning("%s: its conversation is %s: it ends", self.label, OVER[bound].text)
+        if bound == "memory" and place.cgroup is not None:
+            # At once, as the kernel's OOM killer ends a process: what pins memory past the bound (unread socket
+            # buffers, which no OOM kill counts under cgroup v1) would pin more for stdin's and SIGTERM's graces.
+            await anyio.to_thread.run_sync(place.cgroup.killed, 0)
         self.stop(OVER[bound])
 
     async def _initialize(self, link: JSONRPCDispatcher[Any]) -> None:

@@ -144,7 +144,8 @@ class EndReason(Enum):
     UNANSWERED = "other", "it did not answer server/discover"
 
     def __init__(self, label: str, text: str) -> None:
-        self.label, self.text = label, text
+        self.label = label
+        self.text = text
 
 
 STARTS_FAILED: Final = frozenset({EndReason.FAILED, EndReason.NOT_INITIALIZED, EndReason.UNANSWERED})

@@ -1,7 +1,8 @@
-"""The stdio gateway's modes, as the gateway's configuration defines them once (``_config``): what ``--processes``
-and ``--sessionless`` offer (their choices are these ``Literal``'s arguments), what the table is given and what the
-status says. The configuration imports nothing of ``stdio/``, which is built from it."""
+"""The stdio gateway's modes and limits, as the gateway's configuration defines them once (``_config``): what
+``--processes`` and ``--sessionless`` offer (their choices are these ``Literal``'s arguments), what the table is given
+and what the status says, how long a conversation idles before a new one may end it, and how many processes run by
+default. The configuration imports nothing of ``stdio/``, which is built from it."""
 
-from .._config import PROCESSES, SESSIONLESS, Processes, Sessionless
+from .._config import EVICT_AFTER, PROCESSES, SESSIONLESS, Processes, Sessionless, default_max_processes
 
-__all__ = ["PROCESSES", "SESSIONLESS", "Processes", "Sessionless"]
+__all__ = ["EVICT_AFTER", "PROCESSES", "SESSIONLESS", "Processes", "Sessionless", "default_max_processes"]

@@ -11,23 +11,20 @@ from __future__ import annotations
 
 import secrets
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any, Final
+from typing import Any
 
 import anyio
 import anyio.abc
 from mcp.shared.exceptions import MCPError
 
 from ...subscriptions import SessionSubscriptionBus
-from ..auth._users import REQUEST, Credentials, ProcessEnv
+from ..auth._users import Credentials, ProcessEnv
 from ._child import Child, ChildFactory, ChildProcess, ProcessOptions, _ignored, _no_client, _taken
 from ._models import EndReason, Key, Owner, ProcessEvents, ProcessView
 from ._relay import CHILD_EXITED, Conversation, Process
-
-AFTER_ANSWER: Final = "mcp_sessions.gateway.after_answer"
-"""In a request's scope, what it leaves to do once its answer is sent (``_server._Opening`` does it)."""
 
 
 class Pool:
@@ -59,7 +56,6 @@ class Pool:
         self.ends: Counter[str] = Counter()  # the processes ended, by their end's label: what the status shows
         self.tasks: anyio.abc.TaskGroup | None = None  # while the gateway runs (running)
         self.stopped = False  # once the gateway stops (running's end): no process is made after
-        self._starting: list[Process] = []  # made by a decision (start), to be launched (launch)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[anyio.abc.TaskGroup]:
@@ -82,10 +78,10 @@ class Pool:
         owner: Owner | None = None,
         credentials: Credentials | None = None,
     ) -> Process:
-        """A new process, made and counted live, to be launched (:meth:`launch`: a decision makes it, the I/O after
-        runs it): the shared one, or one a conversation or a request takes (started ahead, or by the request that
-        starts its conversation: with ``--process-env``, that user's ``credentials``; ``owner``'s, whose directory it
-        is given, if she was authenticated)."""
+        """A new process, made and counted live, to be launched (:meth:`launch`: a decision makes it and names it in
+        what it returns, ``Actions.start``; the I/O after runs it): the shared one, or one a conversation or a
+        request takes (started ahead, or by the request that starts its conversation: with ``--process-env``, that
+        user's ``credentials``; ``owner``'s, whose directory it is given, if she was authenticated)."""
         if self.stopped:
             raise MCPError(CHILD_EXITED, "the gateway is shutting down")
         values, digest = credentials or self.process_env.nobody  # none but a request's: none is started ahead then
@@ -107,13 +103,12 @@ class Pool:
         if shared:  # no one's conversation: every caller's lists, and with "shared" every request
             started.take(Conversation(Key("shared", ""), started.child, owner=None, bus=self.bus))
         self.live.add(started)
-        self._starting.append(started)
         return started
 
-    def launch(self) -> None:
-        """Run each process made since (:meth:`start`), in the task group of :meth:`running`; none once it has
+    def launch(self, starting: Iterable[Process]) -> None:
+        """Run each process a decision made (:meth:`start`), in the task group of :meth:`running`; none once it has
         ended (the gateway stops): those are dropped, and the request that made them is told so."""
-        starting, self._starting, tasks = self._starting, [], self.tasks
+        starting, tasks = list(starting), self.tasks
         if tasks is None:
             if starting:
                 self.live.difference_update(starting)
@@ -141,8 +136,8 @@ class Pool:
         return probe
 
     def take(self, owner: Owner, credentials: Callable[[], Credentials]) -> Process:
-        """A process for a new conversation, ``owner``'s: one started ahead, else one started now, hers, with what
-        her request gives it (``credentials``)."""
+        """A process for a new conversation, ``owner``'s: one started ahead (launched already), else one made now
+        (to be launched), hers, with what her request gives it (``credentials``)."""
         return self.warm.popleft() if self.warm else self.start(owner=owner, credentials=credentials())
 
     def renew(self, masked: str, values: dict[str, str]) -> None:
@@ -153,17 +148,13 @@ class Pool:
             self.options.edge.masks.renew(masked, values)
 
     def fill(self) -> None:
-        """Start processes ahead, up to ``warm``, once the answer of the request being served is sent (a process
-        start takes a core for most of a second)."""
-
-        def fill() -> None:
-            if self.tasks is None:  # not yet running (a decision tested alone), or stopped
-                return
-            while len(self.warm) < self.warm_count:
-                self.warm.append(self.start())
-            self.launch()
-
-        after_answer(fill)
+        """Start processes ahead, up to ``warm``: the table asks for it once the answer of the request that took one
+        is sent (``Actions.refill``: a process start takes a core for most of a second)."""
+        if self.tasks is None:  # not yet running (a decision tested alone), or stopped
+            return
+        started = [self.start() for _ in range(self.warm_count - len(self.warm))]
+        self.warm.extend(started)
+        self.launch(started)
 
     def ended(self, process: Process, why: EndReason) -> None:
         """``process`` has ended, for ``why``: it is no longer live, nor waiting to be taken."""
@@ -184,11 +175,3 @@ class Pool:
     def kinds(self) -> Counter[str]:
         """How many live processes of each kind: what the metrics read, on their own thread (so with no clock)."""
         return Counter(process.kind for process in list(self.live))
-
-
-def after_answer(action: Callable[[], None]) -> None:
-    """``action`` once the current request's answer is sent, or now outside a request (or after its answer): what a
-    request leaves to do (stop its own process, refill the pool) takes no CPU from its answer."""
-    if (pending := (REQUEST.get() or {}).get(AFTER_ANSWER)) is None:
-        return action()
-    pending.append(action)

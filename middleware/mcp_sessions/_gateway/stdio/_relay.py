@@ -83,7 +83,8 @@ class Call:
     """
 
     def __init__(self, ctx: ServerRequestContext[Any, Any], label: str, progress_token: object = None) -> None:
-        self.ctx, self.label = ctx, label
+        self.ctx = ctx
+        self.label = label
         # the client's, under which the child's progress reaches it
         self.progress_token = progress_token
         self.in_rounds = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and ctx.method in INPUT_REQUIRED_METHODS
@@ -131,7 +132,9 @@ class Call:
             raise MCPError(types.INVALID_REQUEST, f"at most {MAX_ASKED} requests may wait for the client at once")
         if not self.in_rounds and self.ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             raise MCPError(types.INVALID_REQUEST, f"a 2026-07-28 client cannot be asked this during {self.ctx.method}")
-        key, answered, answer = secrets.token_hex(4), anyio.Event(), list[dict[str, Any]]()
+        key = secrets.token_hex(4)
+        answered = anyio.Event()
+        answer = list[dict[str, Any]]()
         self.waiting[key] = (answered, answer)
         try:
             if not self.in_rounds:
@@ -213,7 +216,9 @@ class Conversation:
         transport: bytes | None = None,
         user: object = None,
     ) -> None:
-        self.key, self.child, self.owner = key, child, owner  # owner: None for the shared one
+        self.key = key
+        self.child = child
+        self.owner = owner  # None for the shared one
         # the authenticated user who opened it (scope["user"]): who may end its transport session
         self.user = user
         # its session token's expiry, in the store's time (for its revocation)
@@ -272,7 +277,8 @@ class Conversation:
             meta[SESSION_META_KEY] = {"sessionId": conversation}
         if meta:
             params["_meta"] = meta
-        state, responses = params.pop("requestState", None), params.pop("inputResponses", None)
+        state = params.pop("requestState", None)
+        responses = params.pop("inputResponses", None)
         # a 2026-07-28 retry: the answers for the child, then its call goes on
         if state is not None:
             call = self.parked.pop(state, None) if isinstance(state, str) else None
@@ -296,7 +302,7 @@ class Conversation:
                 key = str(next(self._tokens))
                 params["_meta"] = {**(jsonrpc.meta(params) or {}), "progressToken": key}
                 self.progressing[key] = call
-            assert self.tasks is not None  # its process was launched before it was ready (Table.carry_out)
+            assert self.tasks is not None  # its process was launched before it was ready (Table.perform)
             self.tasks.start_soon(call.run, partial(self.child.link.send_raw_request, ctx.method, params))
         self.calls.append(call)
         self.latest = ctx
@@ -372,7 +378,8 @@ class Conversation:
         if target is None or (event is not None and target.protocol_version in MODERN_PROTOCOL_VERSIONS):
             return True
         if (notification := _notification(method, params)) is None:
-            label, text = self.child.label, printable(method[:100])
+            label = self.child.label
+            text = printable(method[:100])
             logger.warning("%s: dropped a notification that is not MCP's (%s)", label, text)
         # else the standalone stream of the connection the conversation's latest request came through
         elif not (self.calls and self.calls[-1].tell(notification)):
@@ -444,13 +451,17 @@ class Process:
         return "warm" if self.conversation is None else self.conversation.key.kind
 
     def view(self, now: float) -> ProcessView:
-        conversation, pid, age = self.conversation, self.child.pid, now - self.started
+        conversation = self.conversation
+        pid = self.child.pid
+        age = now - self.started
         if conversation is None:
             return ProcessView(self.kind, None, None, pid, age, age, 0)
-        idle, served = now - conversation.last_request, conversation.requests
+        idle = now - conversation.last_request
+        served = conversation.requests
         if conversation.owner is None:
             return ProcessView(conversation.key.kind, None, None, pid, age, idle, served)
-        name, digest = conversation.owner.name, key_digest(conversation.key)
+        name = conversation.owner.name
+        digest = key_digest(conversation.key)
         return ProcessView(conversation.key.kind, name, digest, pid, age, idle, served)
 
 

@@ -63,12 +63,12 @@ from ...subscriptions import SessionSubscriptionBus
 from .._config import DEFAULT_PROCESS_IDLE, GatewayConfig, StdioProcesses
 from .._front import GatewayFront, HostCheck, trusted_proxies
 from .._serving import REFUSING, RESTARTING, RETRY_AFTER, STOPPING
-from ..auth._users import REQUEST, FrontedConversations, GatewayAuth, ProcessEnv
+from ..auth._tools import ToolPolicy, guarded
+from ..auth._users import FrontedConversations, GatewayAuth, ProcessEnv
 from ..sealed._sandbox import environment
 from ._child import START_TIMEOUT
-from ._pool import AFTER_ANSWER
 from ._status import OperatorStatus, OwnConversations, ProcessMetrics
-from ._table import Table
+from ._table import AFTER_ANSWER, Table, cut
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -153,9 +153,14 @@ class StdioServer(Server[Any]):
         """Startup: the shared process's ``initialize`` answer made the gateway's: its identity and capabilities,
         and a handler relaying each method they advertise (any other is the SDK's "Method not found")."""
         info = answer.server_info
-        self.name, self.version, self.title = info.name, info.version, info.title
-        self.description, self.website_url, self.icons = info.description, info.website_url, info.icons
-        self.instructions, self.child_capabilities = answer.instructions, answer.capabilities
+        self.name = info.name
+        self.version = info.version
+        self.title = info.title
+        self.description = info.description
+        self.website_url = info.website_url
+        self.icons = info.icons
+        self.instructions = answer.instructions
+        self.child_capabilities = answer.capabilities
         for capability, methods in _RELAYED.items():
             if getattr(answer.capabilities, capability) is not None:
                 for method, params_type in methods:
@@ -214,7 +219,9 @@ def stdio_gateway_app(config: GatewayConfig) -> GatewayFront:
     )
     check = HostCheck(config.allowed_hosts, config.allowed_origins)
     status = (config.listening.status_port, config.listening.status_socket)
-    return _layered(table, sessions, idle=idle, auth=config.auth, check=check, trusted=trusted, status=status)
+    return _layered(
+        table, sessions, idle=idle, auth=config.auth, tools=config.tools, check=check, trusted=trusted, status=status
+    )
 
 
 def _sessions_config(config: SessionsConfig, bus: SessionSubscriptionBus | None, *, replica: bool) -> SessionsConfig:
@@ -240,13 +247,14 @@ def _layered(
     *,
     idle: float,
     auth: GatewayAuth | None,
+    tools: ToolPolicy | None,
     check: HostCheck,
     trusted: list[str],
     status: tuple[int | None, str | None],
 ) -> GatewayFront:
     """The SDK's app for :class:`StdioServer`, and the layers around it, outermost last: the sessions, the
-    gateway's auth, its Host and Origin check (as in front of an HTTP upstream), its front door. The table
-    (``table``, given how to end a 2025 transport session) ends one through the sessions, which it sits in."""
+    gateway's auth and tool policy, its Host and Origin check (as in front of an HTTP upstream), its front door. The
+    table (``table``, given how to end a 2025 transport session) ends one through the sessions, which it sits in."""
 
     async def end_transport(transport: bytes, user: object) -> None:
         await _end_transport(sessions, transport, user)
@@ -262,8 +270,8 @@ def _layered(
     config = config.replace(on_create=children.created, fronts_upstream=True)
     sessions = MCPSessionMiddleware(_Opening(requests, children), config=config)
     exchanged = children.process_env.wrap(sessions)  # exchanges, once the user is known
-    guarded = sessions if auth is None else auth.wrap(OwnConversations(exchanged, children))
-    checked: ASGIApp = _HostChecked(guarded, check)
+    own = sessions if auth is None else OwnConversations(exchanged, children)
+    checked: ASGIApp = _HostChecked(guarded(own, auth, tools, config), check)
     # without a status port or socket too: a status request at the clients' port is told where it is
     verifier = None if auth is None else auth.verifier
     keys = None if verifier is None else verifier.state
@@ -272,18 +280,17 @@ def _layered(
 
 
 class _Opening:
-    """In front of the SDK's app (the sessions place their work at its endpoint, inside it): each request's scope,
-    for the sessions' ``on_create`` and the table; each 2025 transport session opened, for the table's count of those
-    with no process (``Table.connected``); and, once the answer is sent, what the request left to do
-    (:data:`AFTER_ANSWER`)."""
+    """In front of the SDK's app (the sessions place their work at its endpoint, inside it): each 2025 transport
+    session opened, for the table's count of those with no process (``Table.connected``); and, once the answer is
+    sent, what the request left to do (:data:`AFTER_ANSWER`, in its scope: the table is handed it)."""
 
     def __init__(self, app: ASGIApp, children: Table) -> None:
-        self.app, self.children = app, children
+        self.app = app
+        self.children = children
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        token = REQUEST.set(scope)
         scope[AFTER_ANSWER] = []
         try:
             opens = self.children.mode != "shared" and scope["method"] == "POST"
@@ -291,7 +298,6 @@ class _Opening:
                 send = self._opening(scope, send)
             await self.app(scope, receive, send)
         finally:
-            REQUEST.reset(token)
             for action in scope.pop(AFTER_ANSWER):  # what comes later is done at once
                 action()
 
@@ -339,7 +345,8 @@ class _HostChecked:
     """The gateway's DNS-rebinding protection (:class:`HostCheck`) in front of ``app``."""
 
     def __init__(self, app: ASGIApp, check: HostCheck) -> None:
-        self.app, self.check = app, check
+        self.app = app
+        self.check = check
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and (refused := self.check.check(scope["headers"])) is not None:
@@ -348,7 +355,8 @@ class _HostChecked:
 
 
 class _TransportRequests:
-    """The requests POSTed in a 2025 transport session, where the ``mcp`` SDK's transport would lose an answer:
+    """The requests POSTed in a 2025 transport session, where the ``mcp`` SDK's transport would lose an answer, and
+    the calls of the gateway's stop cuts (of either era):
 
     - it keys a session's requests in flight by ``str(id)``, so that ``7`` and ``"7"`` would share one stream and
       cross, or hang: a request whose id reads as one in flight in its transport session gets a JSON-RPC error
@@ -358,6 +366,8 @@ class _TransportRequests:
     - a request in flight as its session ends (its process exited, it idled out, its client's ``DELETE``) gets an
       event stream that ends without its answer, or one left unfinished: it gets ``unanswered``'s error for its
       transport session (its conversation's end, or the gateway's stop: ``STOPPING``) instead (:class:`_Answered`);
+    - a call the stop cuts (a 2026-07-28 one too) is told that it may have run (``Table.cut``), in its stream, or as
+      its JSON answer, with its id: never the drain's 503 with ``Retry-After``, which would have it sent again;
     - a request that comes once the drain takes no new one (``REFUSING``) is refused here, as the table would refuse
       it, but as 503 with ``Retry-After``, which a client sends again: the SDK's transport would answer it in an
       event stream, whose 200 has started before the refusal is known.
@@ -369,13 +379,18 @@ class _TransportRequests:
     def __init__(
         self, app: ASGIApp, unanswered: Callable[[bytes, Callable[[], bool]], MCPError], max_body: int
     ) -> None:
-        self.app, self.unanswered, self.max_body = app, unanswered, max_body
+        self.app = app
+        self.unanswered = unanswered
+        self.max_body = max_body
         # (transport session id, its principal as the SDK's transport compares it, request id as the SDK keys it)
         self.in_flight: set[tuple[bytes, tuple[object, ...], str]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        transport = header(scope["headers"], MCP_SESSION_ID_HEADER) if scope["type"] == "http" else None
-        if transport is None or scope["method"] != "POST" or _era(scope) is not Era.LEGACY:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await self.app(scope, receive, send)
+        transport = header(scope["headers"], MCP_SESSION_ID_HEADER)
+        legacy = _era(scope) is Era.LEGACY
+        if transport is None and legacy:  # an initialize, which opens one
             return await self.app(scope, receive, send)
         length = header(scope["headers"], b"content-length")
         body = await read_body(receive, length, self.max_body)
@@ -388,6 +403,8 @@ class _TransportRequests:
         replay = Replay(body, receive)
         if request_id is None:
             return await self.app(scope, replay, send)
+        if not legacy or transport is None:  # a 2026-07-28 call: its Mcp-Session-Id is no transport session's
+            return await self._told_if_cut(scope, replay, _Answered(send, request_id, partial(_cut, scope)))
         if scope.get(REFUSING, bool)():  # as the table refuses it, but before its answer would start a 200 stream
             return await unavailable(503, RESTARTING, RETRY_AFTER, request_id, "refusing").send(send)
         user = scope.get("user")
@@ -401,15 +418,22 @@ class _TransportRequests:
         stopping = scope.get(STOPPING, bool)
         answer = _Answered(send, request_id, partial(self.unanswered, transport, stopping))
         try:
-            await self.app(scope, replay, answer)
+            await self._told_if_cut(scope, replay, answer)
+        finally:
+            self.in_flight.discard(key)
+
+    async def _told_if_cut(self, scope: Scope, receive: Receive, answer: _Answered) -> None:
+        """The app's answer; a call the gateway's stop cuts (``STOPPING``) is told it may have run (``Table.cut``), in
+        its stream, or in a JSON answer where none has started: never the drain's 503 with ``Retry-After``, which a
+        client or a front would send again (a ``write_file`` twice)."""
+        try:
+            await self.app(scope, receive, answer)
         except anyio.get_cancelled_exc_class():
-            if stopping():  # cut by the gateway's stop: told so
-                await answer.end()
+            if scope.get(STOPPING, bool)():
+                await answer.end(cut=True)
             raise
         else:
             await answer.end()
-        finally:
-            self.in_flight.discard(key)
 
 
 class _Answered:
@@ -417,13 +441,16 @@ class _Answered:
     without it, or that the app leaves unfinished, ends with ``unanswered``'s error as its last event (one cut
     inside an event ends as it is). Any other answer passes as it is."""
 
-    def __init__(self, send: Send, request_id: str | int, unanswered: Callable[[], MCPError]) -> None:
-        self._send, self.request_id, self.unanswered = send, request_id, unanswered
+    def __init__(self, send: Send, request_id: str | int, unanswered: Callable[[], MCPError | None]) -> None:
+        self._send = send
+        self.request_id = request_id
+        self.unanswered = unanswered
         self.events: SSERewriter | None = None  # reads the answer's events, once it starts as a stream
-        self.answered = self.ended = False
+        self.answered = self.started = self.ended = False
 
     async def __call__(self, message: Message) -> None:
         if message["type"] == "http.response.start":
+            self.started = True
             kind = header(message.get("headers", ()), b"content-type") or b""
             if kind.startswith(b"text/event-stream"):
                 self.events = SSERewriter(self._read)
@@ -435,9 +462,13 @@ class _Answered:
                 message = {**message, "body": body + self._last(self.events)}
         await self._send(message)
 
-    async def end(self) -> None:
-        """Once the app has returned: the end of a stream it left unfinished."""
-        if self.events is not None and not self.ended:
+    async def end(self, *, cut: bool = False) -> None:
+        """Once the app has returned, or was ``cut``: the end of a stream it left unfinished; a cut one's answer in
+        JSON where none had started."""
+        if cut and not self.started and (error := self.unanswered()) is not None:
+            told = jsonrpc.error(self.request_id, error.error.code, error.error.message, error.error.data)
+            await send_json(self._send, 200, told, b"")
+        elif self.events is not None and not self.ended:
             await self._send({"type": "http.response.body", "body": self._last(self.events), "more_body": False})
 
     def _read(self, data: str) -> None:
@@ -447,11 +478,16 @@ class _Answered:
 
     def _last(self, events: SSERewriter) -> bytes:
         """The stream's last event: the error, unless it was answered or is cut inside an event."""
-        if self.answered or events.flush():
+        if self.answered or events.flush() or (unanswered := self.unanswered()) is None:
             return b""
-        error = self.unanswered().error
-        unanswered = jsonrpc.error(self.request_id, error.code, error.message)
-        return sse_event(unanswered)
+        error = unanswered.error
+        return sse_event(jsonrpc.error(self.request_id, error.code, error.message, error.data))
+
+
+def _cut(scope: Scope) -> MCPError | None:
+    """What a 2026-07-28 call (or a 2025 one outside a transport session) left unanswered is told: that the stop cut
+    it, once the gateway stops (``STOPPING``); else nothing (its stream ends as the app ended it)."""
+    return cut() if scope.get(STOPPING, bool)() else None
 
 
 def _era(scope: Scope) -> Era:

@@ -63,7 +63,11 @@ class OperatorStatus:
         path: str | None = None,
         keys: Callable[[], dict[str, object]] | None = None,
     ) -> None:
-        self.app, self.children, self.port, self.path, self.keys = app, children, port, path, keys
+        self.app = app
+        self.children = children
+        self.port = port
+        self.path = path
+        self.keys = keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         server = scope.get("server") or ("", None)
@@ -113,7 +117,8 @@ class OwnConversations:
     """``app``, and at :data:`USER_PATH` the caller's own conversations: listed, and one ended (see the module)."""
 
     def __init__(self, app: ASGIApp, children: Table) -> None:
-        self.app, self.children = app, children
+        self.app = app
+        self.children = children
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""

@@ -8,10 +8,12 @@ started ahead; ``_admission`` says whether a new conversation may have one (the 
 process's messages do for its client is ``_relay``'s.
 
 Who may reach a process is decided in one place, :meth:`Table.conversation_for`, which every relayed request
-walks once (:meth:`Table.relay`): the request's name for its conversation becomes a typed :class:`Key` (a 2025
-transport session on the 2025 path only, a data-layer session, a host's conversation, the caller's requests that
-name none, a request's own, the shared one); each conversation is created whole, its owner in it; and the caller
-is checked against that owner, for every kind, before any process is reached.
+walks once (:meth:`Table.relay`), as httpcore's pool serves a request: one synchronous decision that returns what
+it leaves to do (:class:`Actions`), then one method that does it (:meth:`Table.perform`). There, the request's
+name for its conversation becomes a typed :class:`Key` (a 2025 transport session on the 2025 path only, a
+data-layer session, a host's conversation, the caller's requests that name none, a request's own, the shared
+one); each conversation is created whole, its owner in it; and the caller is checked against that owner, for
+every kind, before any process is reached.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ import shlex
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from functools import partial
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 import anyio
 import anyio.abc
@@ -44,8 +47,8 @@ from ..._wire import Refusal
 from ..._wire.protocol import RATE_LIMITED, UPSTREAM_UNAVAILABLE
 from ...subscriptions import SessionSubscriptionBus
 from .._front import StartupFailed
-from .._serving import RESTARTING
-from ..auth._users import REQUEST, ProcessEnv
+from .._serving import CUT, CUT_DATA, RESTARTING
+from ..auth._users import ProcessEnv
 from ._admission import Admission
 from ._child import EXIT_DRAIN, Child, ChildFactory, ChildProcess, ProcessOptions
 from ._lifetimes import EndTransport, Lifetimes
@@ -64,7 +67,7 @@ from ._models import (
     known_as,
 )
 from ._modes import Processes, Sessionless
-from ._pool import Pool, after_answer
+from ._pool import Pool
 from ._relay import ANSWER_WITHIN, CHILD_EXITED, Conversation, Process
 
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -80,19 +83,44 @@ EXPECTED: Final = (EndReason.IDLE, EndReason.EXPIRED, EndReason.BY_USER)
 new one. Any other end (a crash, a bound, eviction) is told to her next request once (``Table._own``)."""
 Metrics = Callable[[Callable[[], Counter[str]]], ProcessEvents]
 """What counts the table's processes, given how many of each kind live (``_status.ProcessMetrics``)."""
+AFTER_ANSWER: Final = "mcp_sessions.gateway.after_answer"
+"""In a request's scope, what it leaves to do once its answer is sent (``_server._Opening`` does it)."""
+
+
+@dataclass(frozen=True)
+class Actions:
+    """Everything a decision of the table leaves to do, which :meth:`Table.perform` does: a decision starts,
+    ends and waits for nothing, as httpcore's pool's assignment of requests to connections returns the connections
+    to close, and its request closes them in one place."""
+
+    start: tuple[Process, ...] = ()  # made and counted live (``Pool.start``): to run, in the pool's task group
+    end: tuple[tuple[Conversation, EndReason], ...] = ()  # to end now (their next request is refused), sessions too
+    release: tuple[Conversation, ...] = ()  # requests' own, answered: ended once that answer is sent
+    retain: tuple[Conversation, ...] = ()  # requests' own that asked for input: kept for the retry that brings it
+    refill: bool = False  # one started ahead may have been taken: more are started once the answer is sent
+
+
+NOTHING: Final = Actions()
+
+
+class Reached(NamedTuple):
+    """A decision's answer for a request: the conversation it reaches, and what the decision leaves to do."""
+
+    conversation: Conversation
+    actions: Actions = NOTHING
 
 
 class Table:
     """Which process a request reaches: one table of conversations, each keyed by its :class:`Key` with its owner
     in it, and of what ended conversations leave (their tombstones, the requests kept for their input), the one
     owner of them all. Each event (a request, a process's end, an answer) is one synchronous decision here, from
-    what it is handed (:class:`Asking`: :meth:`route`, :meth:`open`, :meth:`process_ended`), which starts and
-    closes nothing: it makes the processes to start (``pool``) and names the conversations to close (one evicted
-    by ``admission``); :meth:`carry_out` then launches and closes them, each process's life run by ``lifetimes``.
-    Around the decisions, the async methods as the gateway runs it: what a request names and who
-    asks read before the table decides (:meth:`conversation_for`), its process awaited after (:meth:`ready`); its
-    shared process started and every process stopped with the gateway, what the server speaks chosen, each
-    request relayed, and the operator's and each user's views."""
+    what it is handed (:class:`Asking`: :meth:`route`, :meth:`open`, :meth:`answered`, :meth:`process_ended`),
+    which starts and ends nothing: it returns what to do (:class:`Actions`: the processes it made, through
+    ``pool``, to launch; the conversations to end, one evicted by ``admission``), and :meth:`perform` does it, each
+    process's life run by ``lifetimes``. Around the decisions, the async methods as the gateway runs it: what a
+    request names and who asks read before the table decides (:meth:`conversation_for`), its process awaited
+    after (:meth:`ready`); its shared process started and every process stopped with the gateway, what the server
+    speaks chosen, each request relayed, and the operator's and each user's views."""
 
     def __init__(
         self,
@@ -143,22 +171,17 @@ class Table:
         self._moved: BoundedDict[str, Key] = BoundedDict(MAX_ENDED)  # a session opened in a transport session: its key
         # 2025 transport sessions with no process yet, oldest first: their callers, ids and users
         self._connections: dict[Key, tuple[str, bytes, object]] = {}
-        # what the decisions leave to do (carry_out), beside the processes they made (the pool's, to launch)
-        self._closing: list[tuple[Conversation, EndReason]] = []
-        self._answered: list[Conversation] = []  # requests' own, answered: ended once the answer is sent
-        self._retaining: list[Conversation] = []  # requests' own, answered with a question: kept for the retry
-        self._refill = False  # whether to start processes ahead again, once the answer is sent
 
     def transport_key(self, raw: bytes) -> Key:
         """The key of the 2025 transport session whose ``Mcp-Session-Id`` is ``raw``: a digest, never the id."""
         return Key("transport-session", self.digests.transport(raw))
 
-    def route(self, asked: Asking, method: str, state: object) -> Conversation:
-        """The decision: the conversation a caller's request reaches, named by its ``session``, its 2025 transport
-        session (``raw``) or ``state``, or none; opened (within the limits) where it may be. With
-        ``processes="per-caller"``, the caller's own process, for a request that names no conversation or one of
-        those it serves; a conversation it does not serve, or served before it ended, is refused as in the
-        per-conversation table, never served by another process."""
+    def route(self, asked: Asking, method: str, state: object) -> Reached:
+        """The decision: the conversation a caller's request reaches (and what reaching it leaves to do), named by
+        its ``session``, its 2025 transport session (``raw``) or ``state``, or none; opened (within the limits)
+        where it may be. With ``processes="per-caller"``, the caller's own process, for a request that names no
+        conversation or one of those it serves; a conversation it does not serve, or served before it ended, is
+        refused as in the per-conversation table, never served by another process."""
         caller, session, raw = asked.caller, asked.session, asked.transport
         if session is not None and session.source == "data-layer":
             # ended: "not found" at once, as the session's revocation (under way) will say; the call that ended its
@@ -183,21 +206,22 @@ class Table:
         # a retry that brings input reaches the request that asked
         if state is not None:
             waiting = self._retained.get(state) if isinstance(state, str) else None
-            found = self._found(waiting, caller, _no_state)
+            reached = self._found(waiting, caller, _no_state)
             del self._retained[str(state)]  # still good for its owner until it is taken
-            return found
+            return reached
         return self.open(Key("request", secrets.token_hex(12)), asked)  # a request's own child
 
-    def _found(self, found: Conversation | None, caller: Caller, missing: Callable[[], MCPError]) -> Conversation:
+    def _found(self, found: Conversation | None, caller: Caller, missing: Callable[[], MCPError]) -> Reached:
         """The one check of who may reach a process, for every kind of name: the conversation ``found`` is the
-        caller's own; another's is refused as a name that names none (no one learns whose it is)."""
+        caller's own (reached, with nothing to do); another's is refused as a name that names none (no one learns
+        whose it is)."""
         if found is None:
             raise missing()
         if not caller.same_as(found.owner):
             raise _no_state() if found.key.kind == "request" else self.not_found()
-        return found
+        return Reached(found)
 
-    def _transported(self, raw: bytes, asked: Asking, counted: bool = False, method: str = "") -> Conversation:
+    def _transported(self, raw: bytes, asked: Asking, counted: bool = False, method: str = "") -> Reached:
         """A 2025 transport session's conversation: its process, started by its first request that needs one (its
         ``initialize`` starts none, nor a list, which the shared process answers as a fresh one would: a client that
         only lists, or names another conversation in each request, such as ``mcp-sessions connect``'s, costs none),
@@ -219,7 +243,7 @@ class Table:
 
     def _own(
         self, kind: Literal["caller", "sessionless"], asked: Asking, counted: bool = False, *, told: bool = True
-    ) -> Conversation:
+    ) -> Reached:
         """The caller's own process of ``kind``, started (within the limits) if it has none that lives. One that has
         ended leaves its conversations ended (:meth:`process_ended`), not the caller: her next request that names
         none is told why once (unless it ended as she would expect: ``EXPECTED``), and the one after gets a new one;
@@ -229,18 +253,22 @@ class Table:
         if (end := self._ended.pop(key, None)) is not None and told:
             raise self.gone(key, end)
         if (own := self._conversations.get(key)) is not None and not own.child.done.is_set():
-            return own
+            return Reached(own)
         if own is not None:
             for ridden in own.riders:
                 self._ended[ridden] = own.child.end or End(EndReason.EXITED)
             del self._conversations[key]
         return self.open(key, asked, counted=counted)
 
-    def shared_conversation(self) -> Conversation:
+    def shared_conversation(self) -> Reached:
+        """The shared process's conversation; a new one made (to start) if it has ended: no one's, a new one is as
+        good."""
+        started: tuple[Process, ...] = ()
         if self._shared is None or (self._shared.child.done.is_set() and self._shared.child.ready.is_set()):
-            self._shared = self.pool.start(shared=True)  # no one's: a new one is as good
+            self._shared = self.pool.start(shared=True)
+            started = (self._shared,)
         assert self._shared.conversation is not None
-        return self._shared.conversation
+        return Reached(self._shared.conversation, Actions(start=started))
 
     def open(
         self,
@@ -250,7 +278,7 @@ class Table:
         expires_at: float = math.inf,
         transport: bytes | None = None,
         counted: bool = False,
-    ) -> Conversation:
+    ) -> Reached:
         """A new conversation, ``caller``'s, its child taken from those started ahead or started: within the limits,
         and spending the caller's create-limit slot (unless its create has, ``counted``); with
         ``processes="per-caller"``, in the caller's own process, which starts (within the limits) if it has none
@@ -268,15 +296,13 @@ class Table:
         )
         if self.mode == "per-caller" and key.kind != "caller":
             own = self._own("caller", asked, counted, told=False)
-            own.riders[key] = begun(own.child)
+            own.conversation.riders[key] = begun(own.conversation.child)
             return own
         live = [found for found in self._conversations.values() if not found.child.done.is_set()]
         evicted = self.admission.admit(live, caller, transport=transport is not None, counted=counted)
         process = self.pool.take(caller.name, asked.credentials)
         for conversation in evicted:  # the start is certain now
             logger.info("%s: ended to make room for a new conversation of %s", conversation.child.label, caller.name)
-            conversation.end(EndReason.EVICTED)  # at once: its next request is refused
-            self._closing.append((conversation, EndReason.EVICTED))  # its session ended by carry_out
         conversation = begun(process.child, credentials=process.credentials)
         self._conversations[key] = process.take(conversation)
         # from now: its session's end (a DELETE while its process starts too) ends it
@@ -284,42 +310,46 @@ class Table:
             conversation.unwatch = self.bus.watch(key.id, partial(conversation.end, EndReason.SESSION_ENDED))
         named = key_digest(key) if key.kind in ("caller", "sessionless") else key.id  # a caller's: her digest
         logger.info("%s: serves the conversation %s", process.child.label, named)
-        self._refill = True  # one started ahead may have been taken
-        return conversation
+        started = (process,) if process.tasks is None else ()  # one started ahead runs already
+        ended = tuple((conversation, EndReason.EVICTED) for conversation in evicted)
+        return Reached(conversation, Actions(start=started, end=ended, refill=True))
 
-    def carry_out(self) -> None:
-        """What the decisions since asked for (a refusal asks for nothing), done: the processes they made launched
-        (``Pool.launch``), the sessions of the conversations they ended for another (evicted) ended, each in the task
-        group (a session's end is a store's write, or a 2025 transport session's ``DELETE``), a request's own
-        process ended once its answer is sent (``after_answer``) or kept for its retry (``Lifetimes.retain``), and
-        those started ahead refilled once the answer is sent (``Pool.fill``): as httpcore's pool first assigns
-        requests to connections, then opens and closes what that assignment named."""
-        closing, self._closing = self._closing, []
-        for conversation, why in closing:
+    def perform(self, actions: Actions, scope: Scope | None = None) -> None:
+        """Do what a decision returned (nothing, for a refusal, which returns none), in one place: the processes it
+        made launched (``Pool.launch``); the conversations it ended ended at once, their sessions each in a task (a
+        store's write, or a 2025 transport session's ``DELETE``: the request that evicted them does not wait for
+        it); a request's own process kept for its retry (``Lifetimes.retain``); and, once the answer of the request
+        ``scope`` is sent (its :data:`AFTER_ANSWER`; at once with none), a request's own process ended and those
+        started ahead refilled (``Pool.fill``), which takes no CPU from that answer. Synchronous, as nothing here
+        waits: what takes time runs in the pool's task group."""
+        for conversation, why in actions.end:
             self.lifetimes.close_soon(conversation, why)
-        answered, self._answered = self._answered, []
-        for conversation in answered:
-            after_answer(partial(self.lifetimes.close_soon, conversation, EndReason.ANSWERED))
-        retaining, self._retaining = self._retaining, []
-        for conversation in retaining:
+        for conversation in actions.retain:
             self.lifetimes.retain(conversation)
-        self.pool.launch()
-        if self._refill:
-            self._refill = False
-            self.pool.fill()
+        self.pool.launch(actions.start)
+        later: list[Callable[[], None]] = [
+            partial(self.lifetimes.close_soon, answered, EndReason.ANSWERED) for answered in actions.release
+        ]
+        if actions.refill:
+            later.append(self.pool.fill)
+        pending: list[Callable[[], None]] | None = None if scope is None else scope.get(AFTER_ANSWER)
+        if pending is not None:
+            pending.extend(later)
+            return
+        for action in later:
+            action()
 
-    def answered(self, conversation: Conversation) -> None:
+    def answered(self, conversation: Conversation) -> Actions:
         """The decision once a request's own child has answered: ended once that answer is sent, or retained for the
-        retry that brings the input it asked for (until that retry, or ``ANSWER_WITHIN``), by :meth:`carry_out`."""
+        retry that brings the input it asked for (until that retry, or ``ANSWER_WITHIN``)."""
         if conversation.key.kind != "request":
             # a conversation's child, or the shared one: it serves the next request too
-            return
+            return NOTHING
         if not conversation.parked:
-            self._answered.append(conversation)
-            return
+            return Actions(release=(conversation,))
         for state in conversation.parked:
             self._retained[state] = conversation
-        self._retaining.append(conversation)
+        return Actions(retain=(conversation,))
 
     def process_ended(self, process: Process) -> list[Conversation]:
         """The decision at a process's end: it leaves the pool; its conversation, and a caller's process's every
@@ -376,20 +406,19 @@ class Table:
         child ran elsewhere (another replica, or before a restart) or has ended gets no new one: a data-layer
         session's is "not found" here; a host's, which the store the replicas share records as another start's
         (:data:`_HELD`), has ended. What the request's names and caller are is read first; which conversation they
-        reach is then one decision (:meth:`route`), and what it asks for is carried out (:meth:`carry_out`)."""
+        reach is then one decision (:meth:`route`), and what it returns is done (:meth:`perform`)."""
         asked = await asking(scope, self.config, self.process_env)
         if asked.refusing and state is None:  # a retry that brings input is part of a call in flight
             raise restarting()
         nameless = asked.session is None and asked.transport is None and state is None
         sessionless = self.sessionless if self.mode != "per-caller" else "per-caller"
         if self.mode == "shared" or (nameless and (method in LISTS or sessionless == "shared")):
-            conversation = self.shared_conversation()
+            reached = self.shared_conversation()
         else:
             if asked.session is not None and asked.session.source not in ("data-layer", "transport"):
                 await self._claim(asked.session, asked.caller, asked.draining)
-            conversation = self.route(asked, method, state)
-        self.carry_out()
-        return await self.ready(conversation)
+            reached = self.route(asked, method, state)
+        return await self.reach(reached, scope)
 
     async def _claim(self, session: Session, caller: Caller, draining: bool) -> None:
         """A host conversation this table has not served: claimed for this start in the store the replicas share
@@ -405,6 +434,12 @@ class Table:
                 raise self.gone(key, End(EndReason.ELSEWHERE))
             await session.data.set(_HELD, self.instance)
 
+    async def reach(self, reached: Reached, scope: Scope | None = None) -> Conversation:
+        """What a decision returned done (:meth:`perform`: for the request ``scope``, if one asked), then the
+        conversation it reaches once its process is ready (:meth:`ready`)."""
+        self.perform(reached.actions, scope)
+        return await self.ready(reached.conversation)
+
     async def ready(self, conversation: Conversation) -> Conversation:
         """``conversation`` once its process is ready to serve it; the error of its end if it has ended."""
         await conversation.child.ready.wait()
@@ -416,39 +451,35 @@ class Table:
         conversation.last_request = anyio.current_time()
         return conversation
 
-    async def created(self, claims: SessionClaims) -> None:
-        """The sessions' ``on_create``: a new conversation's child, started and initialized before its session is
-        handed out; beyond the limits (or when the child fails to start), the create is refused. A session opened in
-        a 2025 transport session of the same caller is that conversation (one conversation, one process): its child
-        serves it (started now if it has none), as it serves a reconnect that names the session while it lives. Its
-        create spent the caller's create-limit slot already."""
+    async def created(self, claims: SessionClaims, *, scope: Scope) -> None:
+        """The sessions' ``on_create``, given the create's request (``scope``): a new conversation's child, started
+        and initialized before its session is handed out; beyond the limits (or when the child fails to start), the
+        create is refused. A session opened in a 2025 transport session of the same caller is that conversation (one
+        conversation, one process): its child serves it (started now if it has none), as it serves a reconnect that
+        names the session while it lives. Its create spent the caller's create-limit slot already."""
         if self.mode == "shared":
             return
-        scope = REQUEST.get() or {}  # the sessions call it with no request in hand
         caller = Caller(caller_of(scope, claims.extra.get(PRINCIPAL_CLAIM)), known_as(scope))
         asked = asked_by(scope, caller, None, self.process_env)
         raw = asked.transport
         try:
-            # one conversation, one process
             if raw is not None and self.mode == "per-conversation":
-                found = self._transported(raw, asked, counted=True)
-                self.carry_out()
-                await self.ready(found)
-                self._moved[claims.session_id] = found.key
-                found.holds_sessions = True
-                return
-            key = Key("data-layer-session", claims.session_id)
-            opened = self.open(key, asked, expires_at=claims.expires_at, counted=True)
-            self.carry_out()
-            await self.ready(opened)
+                reached = self._transported(raw, asked, counted=True)
+            else:
+                key = Key("data-layer-session", claims.session_id)
+                reached = self.open(key, asked, expires_at=claims.expires_at, counted=True)
+            conversation = await self.reach(reached, scope)
         except MCPError as exc:
             retry = 1 if exc.error.code == RATE_LIMITED else None
             raise Refusal(exc.error.code, exc.error.message, reason="process_refused", retry_after=retry) from None
+        if conversation.key.kind == "transport-session":  # one conversation, one process
+            self._moved[claims.session_id] = conversation.key
+            conversation.holds_sessions = True
 
     def unanswered(self, raw: bytes, stopping: Callable[[], bool]) -> MCPError:
-        """The error of a request in flight as the 2025 transport session ``raw`` names ended: its conversation's, or
-        the gateway's shutdown once it has been asked to stop (``stopping``: it leaves no tombstone)."""
-        return self.gone(self.transport_key(raw), End(EndReason.SHUTDOWN) if stopping() else None)
+        """The error of a request in flight as the 2025 transport session ``raw`` names ended: its conversation's, or,
+        once the gateway has been asked to stop (``stopping``: it leaves no tombstone), that the stop cut it."""
+        return cut() if stopping() else self.gone(self.transport_key(raw))
 
     async def connected(self, raw: bytes, scope: Scope) -> None:
         """A 2025 transport session just opened (its ``initialize`` answered), which has no process until a call
@@ -468,16 +499,16 @@ class Table:
         async with self.pool.running():
             try:
                 self._shared = first = self.pool.start(shared=True, start_deadline=start_deadline)
+                assert first.conversation is not None
                 try:
-                    shared = self.shared_conversation()
-                    self.carry_out()
+                    self.pool.launch((first,))
                     # beside it: a first conversation's process is no second start in a row
                     self.pool.fill()
-                    await self.ready(shared)
+                    await self.ready(first.conversation)
                 except MCPError as exc:
                     raise await self.failed(exc.error.message, first.child) from None
-                assert shared.child.initialized is not None
-                yield shared.child.initialized
+                assert first.child.initialized is not None
+                yield first.child.initialized
             finally:
                 for conversation in self._conversations.values():
                     conversation.end(EndReason.SHUTDOWN)
@@ -524,8 +555,7 @@ class Table:
                 self.pool.renew(conversation.masked, given)
             return await conversation.relay(ctx)
         finally:
-            self.answered(conversation)
-            self.carry_out()
+            self.perform(self.answered(conversation), scope)
 
     async def named(self, scope: Scope, owner: Caller | None) -> str | None:
         """A request's conversation as a process of many sees it: a digest of its session's name and its caller
@@ -549,9 +579,7 @@ class Table:
         """The input schemas of the shared child's tools (its first page), for the SDK's check of a 2026-07-28
         ``tools/call``'s ``Mcp-Param`` headers: without them, the SDK would ask ``tools/list`` of a process at
         every ``tools/call`` (a request's own process too). None if it lists none in time."""
-        shared = self.shared_conversation()
-        self.carry_out()
-        await self.ready(shared)
+        shared = await self.reach(self.shared_conversation())
         assert shared.child.link is not None
         try:
             with anyio.fail_after(ANSWER_WITHIN):
@@ -591,8 +619,13 @@ def _told(key: Key, why: EndReason) -> bool:
 
 
 def restarting() -> MCPError:
-    """A conversation the gateway's stop refuses or cuts: ``-32014``, which a client may send again."""
+    """A conversation the gateway's stop refuses: ``-32014``, which a client may send again."""
     return MCPError(UPSTREAM_UNAVAILABLE, RESTARTING)
+
+
+def cut() -> MCPError:
+    """A call the gateway's stop cut: ``-32603``, which says it may have run (``_serving.CUT``)."""
+    return MCPError(types.INTERNAL_ERROR, CUT, CUT_DATA)
 
 
 def _no_state() -> MCPError:

@@ -1,0 +1,165 @@
+"""The gateway as an OAuth client at a token endpoint: how it authenticates (:class:`ClientAuth`), one value that
+every token endpoint client of the gateway takes (the token exchange's, ``_exchange``; the ID-JAG grant's to come).
+
+``client_secret_basic`` (RFC 6749 §2.3.1, the default) and ``client_secret_post`` send a shared secret;
+``private_key_jwt`` (RFC 7523 §2.2, OpenID Connect Core §9) sends none: each request carries a JWT the gateway signs
+with its own key (RSA: RS256; EC: ES256, ES384 or ES512 by the key's curve), whose public half the authorization
+server holds. Its claims: ``iss`` and ``sub`` the client id, ``aud`` the server it goes to, a fresh ``jti``, ``iat``,
+and ``exp`` :data:`ASSERTION_LIFETIME` seconds later; its header ``typ`` ``client-authentication+jwt``
+(draft-ietf-oauth-rfc7523bis §4's explicit type, so that no other JWT of the key is taken for it) and ``kid`` when
+given. ``aud`` is one string: the server's issuer identifier when the gateway read the token endpoint from that
+issuer's metadata (rfc7523bis's choice, the fix for the audience injection of assertions it describes; FAPI 2.0's
+too), else the token endpoint it was given (RFC 7523 §3's other reading, which some servers take alone). Either way
+the assertion names the server it is sent to, and no other.
+
+Neither the secret nor an assertion nor the key is logged or put in an error; :meth:`ClientAuth.request` says what
+each request sent, so that an answer that echoes it is not quoted.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple, get_args
+from urllib.parse import quote_plus
+
+import jwt
+
+from .._keys import private_key
+
+if TYPE_CHECKING:
+    from .._keys import PrivateKey
+
+ClientAuthMethod = Literal["client_secret_basic", "client_secret_post", "private_key_jwt"]
+METHODS: Final = get_args(ClientAuthMethod)  # --exchange-client-auth's choices
+ASSERTION_TYPE: Final = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+ASSERTION_JWT_TYPE: Final = "client-authentication+jwt"
+ASSERTION_LIFETIME: Final = 60
+"""Seconds an assertion holds (RFC 7523 asks for a short one; servers keep each ``jti`` until its ``exp``)."""
+_CURVES: Final = {"secp256r1": "ES256", "secp384r1": "ES384", "secp521r1": "ES512"}  # RFC 7518 §3.4
+
+
+class Authentication(NamedTuple):
+    """What one request to a token endpoint carries to authenticate the gateway: form parameters, headers, and the
+    credentials as sent (what an answer must not be quoted for)."""
+
+    data: dict[str, str]
+    headers: dict[str, str]
+    sent: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ClientAuth:
+    """The gateway's client at one authorization server: ``method``, ``client_id``, and its ``secret`` (the secret
+    methods) or ``key`` (``private_key_jwt``: RSA of 2048 bits or more, or EC on P-256, P-384 or P-521) with an
+    optional ``key_id``. Neither the secret nor the key is in its ``repr``."""
+
+    method: ClientAuthMethod
+    client_id: str
+    secret: str | None = field(default=None, repr=False)
+    key: PrivateKey | None = field(default=None, repr=False)
+    key_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"the client authentication is one of {', '.join(METHODS)}, not {self.method!r}")
+        if not self.client_id:
+            raise ValueError("the gateway's client needs its client id")
+        if self.method == "private_key_jwt":
+            if self.key is None or self.secret is not None:
+                raise ValueError("private_key_jwt signs with the client's key, and sends no secret")
+            _algorithm(self.key)
+        elif not self.secret or self.key is not None:
+            raise ValueError(f"{self.method} sends the client's secret, and signs nothing")
+
+    @classmethod
+    def given(
+        cls,
+        flag: str,
+        method: str | None,
+        client_id: str | None,
+        *,
+        secret: str | None = None,
+        secret_file: str | None = None,
+        key_file: str | None = None,
+        key_id: str | None = None,
+    ) -> ClientAuth:
+        """The client of the flags ``FLAG-id``, ``FLAG-auth``, ``FLAG-secret-file``, ``FLAG-key-file`` and
+        ``FLAG-key-id`` (``flag`` is ``--exchange-client``), and the secret from elsewhere (its variable);
+        ``ValueError`` in one line, naming the flag, for what does not go together or cannot be read."""
+        method = method or "client_secret_basic"
+        if method not in METHODS:
+            raise ValueError(f"{flag}-auth is one of {', '.join(METHODS)}, not {method!r}")
+        if not client_id:
+            raise ValueError(f"{flag}-id is missing: the token endpoint needs the gateway's client id")
+        if method != "private_key_jwt":
+            if key_file is not None or key_id is not None:
+                raise ValueError(f"{flag}-key-file and {flag}-key-id are private_key_jwt's, not {method}'s")
+            if secret_file is not None:
+                try:
+                    with open(secret_file, encoding="utf-8") as file:
+                        secret = file.read().strip()
+                except OSError as exc:
+                    raise ValueError(f"{flag}-secret-file: {exc.strerror}") from None
+            if not secret:
+                raise ValueError(f"the gateway's client needs its client secret for {method}: give {flag}-secret-file")
+            return cls(method, client_id, secret=secret)  # type: ignore[arg-type]
+        if secret_file is not None or secret:
+            raise ValueError(f"private_key_jwt sends no secret: give {flag}-key-file, and no client secret")
+        if key_file is None:
+            raise ValueError(f"private_key_jwt signs with the gateway's key: give {flag}-key-file")
+        key = private_key(key_file, f"{flag}-key-file")
+        try:
+            _algorithm(key)
+        except ValueError as exc:
+            raise ValueError(f"{flag}-key-file: {key_file}'s {exc}") from None
+        return cls("private_key_jwt", client_id, key=key, key_id=key_id or None)
+
+    def request(self, audience: str) -> Authentication:
+        """What a request to the token endpoint of the server ``audience`` names carries: the secret, or a new
+        assertion for that audience."""
+        if self.method == "client_secret_post":
+            assert self.secret is not None
+            data = {"client_id": self.client_id, "client_secret": self.secret}
+            return Authentication(data, {}, (self.secret, quote_plus(self.secret)))
+        if self.method == "client_secret_basic":
+            assert self.secret is not None
+            # RFC 6749 §2.3.1: each part form-encoded, then joined and base64-encoded.
+            credentials = f"{quote_plus(self.client_id)}:{quote_plus(self.secret)}"
+            pair = base64.b64encode(credentials.encode()).decode()
+            return Authentication({}, {"authorization": "Basic " + pair}, (self.secret, quote_plus(self.secret), pair))
+        assertion = self.assertion(audience)
+        data = {"client_id": self.client_id, "client_assertion_type": ASSERTION_TYPE, "client_assertion": assertion}
+        return Authentication(data, {}, (assertion,))
+
+    def assertion(self, audience: str) -> str:
+        """A new client assertion for ``audience`` (RFC 7523 §3), signed with the gateway's key."""
+        assert self.key is not None
+        now = int(time.time())
+        claims = {
+            "iss": self.client_id,
+            "sub": self.client_id,
+            "aud": audience,
+            "jti": secrets.token_urlsafe(32),
+            "iat": now,
+            "exp": now + ASSERTION_LIFETIME,
+        }
+        header = {"typ": ASSERTION_JWT_TYPE} | ({"kid": self.key_id} if self.key_id else {})
+        return jwt.encode(claims, self.key, algorithm=_algorithm(self.key), headers=header)
+
+
+def _algorithm(key: PrivateKey) -> str:
+    """The JWS algorithm of ``key``: RS256 for RSA of 2048 bits or more (RFC 7518 §3.3), ES256, ES384 or ES512 for
+    EC by its curve (§3.4); ``ValueError`` for another."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        found = _CURVES.get(key.curve.name)
+        if found is None:
+            raise ValueError(f"key is on the curve {key.curve.name}: private_key_jwt signs with P-256, P-384 or P-521")
+        return found
+    if key.key_size < 2048:
+        raise ValueError(f"key has {key.key_size} bits: RS256 takes 2048 or more (RFC 7518 §3.3)")
+    return "RS256"

@@ -1,0 +1,202 @@
+"""A server's tools by policy (issue 101, item 4; docs/gateway.md, "Tools by policy"): ``--tool-allow`` and
+``--tool-deny`` by a claim of each caller's verified token, in front of a real upstream (``--upstream``) and of real
+stdio processes (``--stdio``), through the ``mcp`` SDK's client of either era and raw 2025 requests: each caller lists
+her tools alone, a call of another is ``-32602`` naming the policy and never reaches the server (which records every
+call it runs), a batch does not get around it, and a bad policy is a one-line usage error."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import jwt
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError
+
+from _mcp import legacy_request, messages
+from _redis import free_port, listens
+from _waits import WITHIN, until
+from conftest import serve
+from e2e._gateway import MAIN, SECRET, legacy_initialize, main_run, readable_directory
+from e2e._issuer import ISSUER, KEY, jwks
+from e2e._stdio import ENVIRON, SERVER, stdio_gateway, text_of
+from mcp_sessions import SessionsConfig, gateway_app
+from mcp_sessions._gateway.auth._tools import ToolPolicy
+from mcp_sessions._gateway.auth._users import GatewayAuth
+
+pytestmark = pytest.mark.anyio
+
+AUDIENCE = "http://gateway.example/mcp"
+TOOLS = ["read_file", "write_file", "search", "drop_table"]
+# Engineers call every tool, readers read and search; contractors write nothing, and no one drops a table.
+ALLOW = ["groups=eng:*", "roles=reader:read_*,search"]
+DENY = ["groups=contractors:write_*", "*:drop_*"]
+CALLERS: dict[str, tuple[dict[str, Any], list[str]]] = {
+    "alice": ({"groups": ["eng", "contractors"]}, ["read_file", "search"]),  # deny over allow, a list claim
+    "bob": ({"roles": "reader"}, ["read_file", "search"]),  # a string claim
+    "carol": ({"groups": ["eng"]}, ["read_file", "write_file", "search"]),
+    "dave": ({}, []),  # allow rules exist, and none names him
+}
+
+
+def token(user: str, **claims: Any) -> str:
+    now = int(time.time())
+    payload = {"iss": ISSUER, "aud": AUDIENCE, "sub": user, "exp": now + 300, **claims}
+    return jwt.encode(payload, KEY, algorithm="RS256", headers={"kid": "k1"})
+
+
+def bearer(user: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token(user, **CALLERS[user][0])}"}
+
+
+def recording_server(called: list[str]) -> MCPServer:
+    """An upstream whose every tool records its name as it runs."""
+    server = MCPServer("team-tools")
+    for name in TOOLS:
+
+        def run(name: str = name) -> str:
+            called.append(name)
+            return name
+
+        server.add_tool(run, name=name)
+    return server
+
+
+class Upstream:
+    """The gateway's MCP URL in front of the recording server, and the calls the server ran."""
+
+    def __init__(self, url: str, called: list[str]) -> None:
+        self.url, self.called = url, called
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[Upstream]:
+    called: list[str] = []
+    policy = ToolPolicy.from_specs(ALLOW, DENY)
+    with jwks() as keys, serve(recording_server(called).streamable_http_app()) as base:
+        auth = GatewayAuth(jwks_url=keys, issuer=ISSUER, audience=AUDIENCE)
+        app = gateway_app([base + "/mcp"], config=SessionsConfig(secret=SECRET), auth=auth, tools=policy)
+        with serve(app) as front:
+            yield Upstream(front + "/mcp", called)
+
+
+@asynccontextmanager
+async def connected(url: str, user: str, mode: str = "auto") -> AsyncIterator[Client]:
+    async with (
+        httpx2.AsyncClient(headers=bearer(user), timeout=30) as http,
+        Client(streamable_http_client(url, http_client=http), mode=mode) as client,
+    ):
+        yield client
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"], ids=["2026-07-28", "2025"])
+async def test_each_caller_lists_and_calls_her_tools_alone(upstream: Upstream, mode: str) -> None:
+    upstream.called.clear()
+    for user, (_, hers) in CALLERS.items():
+        async with connected(upstream.url, user, mode) as client:
+            assert [tool.name for tool in (await client.list_tools()).tools] == hers, user
+            for tool in TOOLS:
+                if tool in hers:
+                    assert text_of(await client.call_tool(tool, {})) == tool
+                    continue
+                with pytest.raises(MCPError) as refused:
+                    await client.call_tool(tool, {})
+                assert refused.value.code == -32602, (user, tool)
+                assert "the gateway's tool policy" in refused.value.message
+    assert upstream.called == [tool for _, hers in CALLERS.values() for tool in hers]  # no refused call ran
+
+
+def test_a_2025_batch_and_an_event_stream_get_around_nothing(upstream: Upstream) -> None:
+    upstream.called.clear()
+    with httpx.Client(timeout=30) as http:
+        headers = legacy_initialize(http, upstream.url, bearer("alice"))
+        listed = http.post(upstream.url, json=legacy_request("tools/list", id=7), headers=headers)
+        batch = [legacy_request("tools/call", {"name": "read_file"}, id=1)]
+        batch.append(legacy_request("tools/call", {"name": "write_file"}, id=2))
+        refused = http.post(upstream.url, json=batch, headers=headers)
+    assert listed.headers["content-type"].startswith("text/event-stream")  # the SDK's 2025 answer: a stream
+    [answer] = [message for message in messages(listed) if message.get("id") == 7]
+    assert [tool["name"] for tool in answer["result"]["tools"]] == ["read_file", "search"]
+    assert [(answer["id"], answer["error"]["code"]) for answer in refused.json()] == [(1, -32600), (2, -32602)]
+    assert upstream.called == []
+
+
+async def test_a_stdio_server_s_process_never_gets_a_refused_call(tmp_path: Path) -> None:
+    """The tests' stdio server, whose ``keep`` writes its line to a file: alice's is refused and writes nothing."""
+    policy = ToolPolicy.from_specs(["groups=eng:*"], ["groups=contractors:keep,spawn,crash"])
+    environ = {**ENVIRON, "STDIO_TEST_FILES": str(tmp_path)}
+    with jwks() as keys:
+        auth = GatewayAuth(jwks_url=keys, issuer=ISSUER, audience=AUDIENCE)
+        with stdio_gateway(SERVER, environ=environ, auth=auth, tools=policy) as url:
+            async with connected(url, "alice") as alice:
+                listed = [tool.name for tool in (await alice.list_tools()).tools]
+                with pytest.raises(MCPError) as refused:
+                    await alice.call_tool("keep", {"line": "alice's"})
+                assert text_of(await alice.call_tool("count", {})) == "1"
+            kept_by = os.listdir(tmp_path)
+            async with connected(url, "carol") as carol:
+                assert text_of(await carol.call_tool("keep", {"line": "carol's"})) == "carol's\n"
+    assert "keep" not in listed and {"whoami", "count"} <= set(listed), listed
+    assert refused.value.code == -32602
+    assert kept_by == []  # alice's process never ran it
+    assert len(os.listdir(tmp_path)) == 1  # carol's, which her call wrote
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--tool-allow", "groups=eng:*"], "name callers by claims of the tokens the gateway verifies"),
+        (["--tool-deny", "*:x", "--auth-principal-header", "X-User"], "give --auth-jwks"),
+        (["--tool-allow", "groups:read_*", *("--auth-jwks", "http://127.0.0.1:9/k", "--auth-issuer", ISSUER)], "CLAIM"),
+        (["--tool-deny", "*:a b", *("--auth-jwks", "http://127.0.0.1:9/k", "--auth-issuer", ISSUER)], "no space"),
+    ],
+)
+def test_a_bad_policy_is_refused_at_startup_in_one_line(flags: list[str], said: str) -> None:
+    audience = ["--auth-audience", AUDIENCE] if "--auth-jwks" in flags else []
+    environ = {"MCP_SESSIONS_SECRET": SECRET}
+    done = main_run("gateway", "--upstream", "http://127.0.0.1:9/mcp", *flags, *audience, environ=environ)
+    assert done.returncode == 2, done
+    assert said in done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+
+
+def test_the_docs_recipe_runs_as_written() -> None:
+    """docs/gateway.md's "Tools by policy", its blocks as written but for their ports (8000, 9000) and the pip line,
+    in a directory its processes see as the host does (not under /tmp): its output is the page's."""
+    section = (MAIN / "docs/gateway.md").read_text(encoding="utf-8").split("## Tools by policy")[1].split("\n## ")[0]
+    start, use = re.findall(r"```sh\n(.*?)```", section, re.S)
+    [shown] = re.findall(r"```text\n(.*?)```", section, re.S)
+    port, jwks_port = free_port(), free_port()
+    ports = {"8000": str(port), "9000": str(jwks_port)}
+    start, use = (re.sub("8000|9000", lambda m: ports[m[0]], block) for block in (start, use))
+    start = "\n".join(line for line in start.splitlines() if not line.startswith("pip install")) + "\nwait\n"
+    environ = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    with readable_directory("mcp-sessions-tools-") as directory:
+        started = subprocess.Popen(["bash", "-c", start], cwd=directory, env=environ, start_new_session=True)
+        try:
+
+            def listening() -> bool:
+                assert started.poll() is None, "the recipe's gateway exited"
+                return (directory / "carol.jwt").exists() and listens(port, started.pid)
+
+            until(listening, "the recipe's gateway listening")
+            done = subprocess.run(
+                ["bash", "-c", use], cwd=directory, env=environ, capture_output=True, text=True, timeout=120
+            )
+        finally:
+            os.killpg(started.pid, signal.SIGTERM)  # the stand-in and the gateway, which stops its processes
+            started.wait(timeout=WITHIN)
+    assert done.stdout == shown, done.stderr[-2000:]
