@@ -107,14 +107,24 @@ def test_root_runs_no_helper_a_user_chose_and_no_helper_reads_a_users_variable(
 ) -> None:
     """A user's ``PATH`` (``--process-env PATH=header:X-Path``) leads to programs named as every helper that starts a
     process: none runs, each helper is the one found at startup, and every wrapper of the server runs with root's
-    fixed environment; the user's variables reach the server alone."""
+    fixed environment; the user's variables reach the server alone. Nor does the gateway's own environment (its
+    secret, a marker) reach a program root runs: each helper found on the gateway's ``PATH`` records what it was
+    given, then runs the real one (what runs in a namespace cannot write there, and records nothing)."""
     needs("root", containment)
-    with readable_directory("mcp-sessions-path-") as planted:
+    with readable_directory("mcp-sessions-path-") as planted, readable_directory("mcp-sessions-seen-") as recording:
         for name in ("bwrap", "unshare", "setpriv", "prlimit", "mount", "mkdir", "ln", "ip", "sh", "env"):
             Path(planted, name).write_text(f"#!/bin/sh\ntouch {planted}/ran-{name}\n")
             Path(planted, name).chmod(0o755)
+        for name in ("bwrap", "unshare", "setpriv", "prlimit", "nsenter", "ip", "nft", "conntrack", "rm"):
+            if (real := shutil.which(name)) is not None:
+                Path(recording, name).write_text(
+                    f'#!/bin/sh\n{{ env >"{recording}/{name}.$$"; }} 2>/dev/null\nexec {real} "$@"\n'
+                )
+                Path(recording, name).chmod(0o755)
+        environ = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_TEST_MARKER": "1"}
+        environ["PATH"] = f"{recording}:{os.environ['PATH']}"
         options = (*team(jwks), "--process-env", "PATH=header:X-Path", "--process-containment", containment)
-        with gateway(server, *options, "--process-pids", "64") as process:
+        with gateway(server, *options, "--process-pids", "64", environ=environ) as process:
             alice = client(process, user="alice")
             alice.http.headers["X-Path"] = f"{planted}:/usr/bin:/bin"
             seen = json.loads(text(call(alice, "whoami", alice.create_session())))
@@ -122,11 +132,17 @@ def test_root_runs_no_helper_a_user_chose_and_no_helper_reads_a_users_variable(
             servers = (b"/usr/bin/python3", os.fsencode(sys.executable))  # the hostile ones, and the gateway
             wrappers = [pid for pid, line in lines.items() if not line.startswith(servers)]
             environs = [Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") for pid in wrappers]
+        recorded = {path.name: path.read_text() for path in recording.glob("*.*")}  # the links' too, closed at its end
     assert (seen["environ"]["PATH"], seen["environ"]["USER_SECRET"]) == (f"{planted}:/usr/bin:/bin", SECRETS["alice"])
     assert environs
     assert all(b"PATH=/usr/sbin:/usr/bin:/sbin:/bin" in environ for environ in environs)
     assert {name.split(b"=")[0] for environ in environs for name in environ if name} <= {b"PATH", b"PWD"}  # bwrap's
     assert not list(planted.glob("ran-*"))
+    # setpriv: the processes' uid checked at startup; ip, nft, nsenter, conntrack: egress, each process's network
+    assert {containment, "setpriv", "ip", "nft", "nsenter", "conntrack"} <= {name.split(".")[0] for name in recorded}
+    given = sorted(name for name, said in recorded.items() if "MCP_SESSIONS_" in said or SECRET in said)
+    assert given == []  # their names alone: what they were given holds the gateway's secret
+    assert [name for name, said in recorded.items() if "PATH=/usr/sbin:/usr/bin:/sbin:/bin\n" not in said] == []
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,6 @@ import math
 import os
 import pwd
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -340,7 +339,7 @@ def _reached_as(command: Sequence[str], uid: int, gid: int) -> None:
     under ``/root``, through another link). The first that is not: one line, and exit status 2, instead of a
     ``Permission denied`` at each process's start that names the last link, not the directory."""
     from .._wire import printable
-    from .sealed._kernel import SandboxError, tool
+    from .sealed._kernel import SandboxError, run_helper, tool
 
     try:
         searched = [tool("setpriv"), f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--", tool("test"), "-x"]
@@ -353,7 +352,7 @@ def _reached_as(command: Sequence[str], uid: int, gid: int) -> None:
             if directory in seen:
                 continue
             seen.add(directory)
-            searching = subprocess.run([*searched, str(directory)], capture_output=True, check=False)  # noqa: S603
+            searching = run_helper([*searched, str(directory)])
             if searching.returncode != 0 and directory == Path("/"):
                 return  # the uid cannot be taken here at all (setpriv's failure): the containment's check says so
             if searching.returncode != 0:

@@ -32,9 +32,10 @@ import ssl
 import traceback
 import urllib.parse
 from collections import Counter
+from collections.abc import Iterator, Sequence
 from contextlib import suppress
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import anyio
 import anyio.abc
@@ -80,8 +81,11 @@ class Edge:
         asking_per_address: int = ASKING_PER_ADDRESS,
         asking: int = ASKING,
     ) -> None:
-        self.masks, self.listening = masks, listening
-        self.asking_within, self.asking_per_address, self.asking = asking_within, asking_per_address, asking
+        self.masks = masks
+        self.listening = listening
+        self.asking_within = asking_within
+        self.asking_per_address = asking_per_address
+        self.asking = asking
         self.tunnels: Counter[str] = Counter()  # a process's proxy token: its connections open now
         self.waiting: Counter[str] = Counter()  # an address: its connections whose proxy request is not whole yet
         upstream = ssl.create_default_context()
@@ -198,7 +202,8 @@ class Edge:
         and port in (``http://HOST[:PORT]``), else as it came; one request a connection."""
         try:  # a bracket left open, a port out of range
             url = urllib.parse.urlsplit(asked.target.decode("ascii", "replace"))
-            host, port = (url.hostname or "").removesuffix("."), url.port or 80
+            host = (url.hostname or "").removesuffix(".")
+            port = url.port or 80
         except ValueError:
             return await _refuse(down, client, 400, "an absolute http://HOST[:PORT]/PATH")
         if not host:
@@ -353,9 +358,9 @@ def _names(netloc: str, host: str, port: int) -> bool:
 
 async def _exchange(
     down: h11.Connection,
-    client: Any,
+    client: anyio.abc.ByteStream,
     up: h11.Connection,
-    server: Any,
+    server: anyio.abc.ByteStream,
     asked: h11.Request,
     swaps: tuple[Swap, ...],
     *,
@@ -374,7 +379,13 @@ async def _exchange(
     return all(state is h11.DONE for state in (down.our_state, up.our_state, down.their_state, up.their_state))
 
 
-async def _body(down: h11.Connection, client: Any, up: h11.Connection, server: Any, tasks: Any) -> None:
+async def _body(
+    down: h11.Connection,
+    client: anyio.abc.ByteStream,
+    up: h11.Connection,
+    server: anyio.abc.ByteStream,
+    tasks: anyio.abc.TaskGroup,
+) -> None:
     """The request's body and its end, from the client to the server, as it comes; a client gone before its end
     ends the exchange (the server would wait for the rest)."""
     while True:
@@ -388,7 +399,12 @@ async def _body(down: h11.Connection, client: Any, up: h11.Connection, server: A
 
 
 async def _answer(
-    up: h11.Connection, server: Any, down: h11.Connection, client: Any, tasks: Any, closing: bool = False
+    up: h11.Connection,
+    server: anyio.abc.ByteStream,
+    down: h11.Connection,
+    client: anyio.abc.ByteStream,
+    tasks: anyio.abc.TaskGroup,
+    closing: bool = False,
 ) -> None:
     """The server's answer, from it to the client, as it comes; its head's hop-by-hop headers dropped."""
     while True:
@@ -399,7 +415,7 @@ async def _answer(
                 kept.append((b"connection", b"close"))
             kind = type(event)
             event = kind(status_code=event.status_code, headers=kept, reason=event.reason)
-        if event is h11.PAUSED or isinstance(event, h11.ConnectionClosed):
+        if not isinstance(event, h11.Event) or isinstance(event, h11.ConnectionClosed):  # h11.PAUSED is no event
             tasks.cancel_scope.cancel()
             return
         await _send(down, client, event)
@@ -409,7 +425,7 @@ async def _answer(
             return
 
 
-def _kept(headers: Any) -> Any:
+def _kept(headers: Sequence[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
     """``headers`` but the hop-by-hop ones, those ``Connection`` names, and the ``Proxy-*``."""
     named = {word.strip().lower() for name, value in headers if name == b"connection" for word in value.split(b",")}
     for name, value in headers:
@@ -447,23 +463,25 @@ async def _tunnel(client: anyio.abc.ByteStream, server: anyio.abc.ByteStream) ->
         tasks.start_soon(pump, server, client, tasks)
 
 
-async def _next(connection: h11.Connection, stream: Any) -> Any:
-    """``connection``'s next event, reading ``stream`` as it needs."""
+async def _next(connection: h11.Connection, stream: anyio.abc.ByteStream) -> h11.Event | type[h11.PAUSED]:
+    """``connection``'s next event (or ``h11.PAUSED``), reading ``stream`` as it needs."""
     while (event := connection.next_event()) is h11.NEED_DATA:
         try:
             data = await stream.receive(_CHUNK)
         except (anyio.EndOfStream, anyio.BrokenResourceError, ssl.SSLError):
             data = b""
         connection.receive_data(data)
-    return event
+    return event  # type: ignore[return-value]  # NEED_DATA is not: mypy narrows no sentinel class (httpcore's too)
 
 
-async def _send(connection: h11.Connection, stream: Any, event: Any) -> None:
+async def _send(connection: h11.Connection, stream: anyio.abc.ByteStream, event: h11.Event) -> None:
     if (data := connection.send(event)) is not None:
         await stream.send(data)
 
 
-async def _refuse(connection: h11.Connection, stream: Any, status: int, why: str, *, proxy: bool = False) -> None:
+async def _refuse(
+    connection: h11.Connection, stream: anyio.abc.ByteStream, status: int, why: str, *, proxy: bool = False
+) -> None:
     """A short answer the client reads (``why``), if the connection may still answer, then its end."""
     if connection.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
         return None

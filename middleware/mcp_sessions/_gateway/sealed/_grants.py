@@ -84,7 +84,7 @@ def grant(spec: str, homes: str | None = None, own: Sequence[str] = ()) -> Grant
     parts = spec.split(":")
     if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
         raise GrantError(f"{flag}: give SOURCE:TARGET, SOURCE:TARGET:ro or SOURCE:TARGET:rw (no ':' in a path)")
-    source, target = parts[0], parts[1]
+    source, target = parts[:2]
     if not (os.path.isabs(source) and os.path.isabs(target)):
         raise GrantError(f"{flag}: SOURCE and TARGET are absolute paths")
     if USER in target or ".." in target.split("/"):

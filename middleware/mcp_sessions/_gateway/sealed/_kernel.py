@@ -1,8 +1,9 @@
 """What the gateway holds and reads of the host's kernel as it seals its processes: a lock on a file (:func:`locked`),
 the uids of the host's processes (:func:`running_uids`), a descriptor above the ones its first helper takes
 (:func:`above`), and a seccomp filter that refuses a sealed process a new user namespace
-(:func:`no_user_namespaces`), where its uid would be root, with the kernel's attack surface of a root user; and
-where each program root runs is (:func:`tool`)."""
+(:func:`no_user_namespaces`), where its uid would be root, with the kernel's attack surface of a root user; where
+each program root runs is (:func:`tool`), and the one way root runs one to its end (:func:`run_helper`), in its own
+fixed environment (:data:`HELPER_ENV`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import functools
 import os
 import shutil
 import struct
+import subprocess
+from collections.abc import Sequence
 from contextlib import suppress
 from pathlib import Path
 from typing import Final
@@ -25,6 +28,10 @@ _CALLS: Final = {
     0x40000028: (337, 120, 435),  # arm, on aarch64
 }
 _CLONE_NEWUSER: Final = 0x10000000
+HELPER_ENV: Final = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+"""The whole environment of every program root runs (``sh``, ``bwrap``, ``unshare``, ``prlimit``, ``setpriv``,
+``ip``, ``nft``, ``conntrack``, ``rm``), whatever the gateway's own and the users' hold: neither a user's variable nor
+the gateway's (its secret, a ``LD_PRELOAD``, an ``NFT_DEBUG``) reaches a helper."""
 
 
 class SandboxError(Exception):
@@ -41,14 +48,37 @@ def tool(name: str) -> str:
     return os.path.abspath(found)
 
 
+def run_helper(line: Sequence[str], given: str = "", timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """``line`` (a helper found by :func:`tool`, with arguments of the gateway's own) run to its end, given
+    ``given`` on its standard input, in :data:`HELPER_ENV` alone; what it said captured (as UTF-8, a byte it is not
+    replaced: a name a process chose may be in it), its exit status for the caller to judge; ``TimeoutExpired``
+    after ``timeout`` seconds (it is killed)."""
+    return subprocess.run(  # noqa: S603 - our own command line
+        line,
+        input=given,
+        env=HELPER_ENV,
+        capture_output=True,
+        encoding="utf-8",
+        errors="replace",
+        check=False,
+        timeout=timeout,
+    )
+
+
 @functools.cache
 def no_user_namespaces() -> bytes:
     """A seccomp filter (classic BPF, as bubblewrap's ``--seccomp`` takes it) that refuses a new user namespace:
     ``unshare`` and ``clone`` with ``CLONE_NEWUSER`` get ``EPERM``, ``clone3`` (whose flags a filter cannot read)
     ``ENOSYS``, so that the C library falls back to ``clone``; so do x86_64's x32 calls, and every call of an
     architecture it does not know. Docker's default profile does the same."""
-    load, equal, has, jump, give = 0x20, 0x15, 0x45, 0x05, 0x06
-    allow, refuse, absent = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
+    load = 0x20  # BPF_LD | BPF_W | BPF_ABS: a word of the call's seccomp_data
+    equal = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
+    has = 0x45  # BPF_JMP | BPF_JSET | BPF_K
+    jump = 0x05  # BPF_JMP | BPF_JA
+    give = 0x06  # BPF_RET | BPF_K: the filter's say
+    allow = 0x7FFF0000  # SECCOMP_RET_ALLOW
+    refuse = 0x00050000 | errno.EPERM  # SECCOMP_RET_ERRNO, each with its errno
+    absent = 0x00050000 | errno.ENOSYS
     count = len(_CALLS)
     code = [(load, 0, 0, 4)]  # the architecture: each one's block follows the dispatch, 11 instructions each
     for index, arch in enumerate(_CALLS):

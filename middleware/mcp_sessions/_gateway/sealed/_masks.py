@@ -198,7 +198,8 @@ class Masks:
         proxy = f"http://{PROXY_USER}:{token}@{GATEWAY}:{self.port}"
         # plain HTTP through the proxy only where a credential opted a host in: the rest goes out as it did
         plain = ("HTTP_PROXY", "http_proxy") if any(mask.plain for mask in masked) else ()
-        bundle, ca = f"{CA_IN_PROCESS}/bundle.pem", f"{CA_IN_PROCESS}/ca.pem"
+        bundle = f"{CA_IN_PROCESS}/bundle.pem"
+        ca = f"{CA_IN_PROCESS}/ca.pem"
         given = {
             **values,
             **{mask.name: swap.placeholder for mask, swap in zip(masked, swaps, strict=True)},
@@ -248,7 +249,8 @@ class Authority:
         from cryptography.hazmat.primitives import serialization
         from cryptography.hazmat.primitives.asymmetric import ec
 
-        self.key, self.certificate = key, certificate
+        self.key = key
+        self.certificate = certificate
         try:  # a verifier matches a leaf's issuer by this identifier where it has one: the operator's may be any
             known = certificate.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
             self.identifier = x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(known)
@@ -317,7 +319,8 @@ class Authority:
         except ValueError:
             raise ValueError(f"{flag}: {certificate_file} holds no PEM certificate") from None
         extensions = {type(each.value): each.value for each in certificate.extensions}
-        basic, usage = extensions.get(x509.BasicConstraints), extensions.get(x509.KeyUsage)
+        basic = extensions.get(x509.BasicConstraints)
+        usage = extensions.get(x509.KeyUsage)
         if not isinstance(basic, x509.BasicConstraints) or not basic.ca:
             raise ValueError(f"{flag}: {certificate_file} is no certificate authority's (no basicConstraints CA:TRUE)")
         if isinstance(usage, x509.KeyUsage) and not usage.key_cert_sign:
@@ -344,7 +347,8 @@ class Authority:
             alt: x509.GeneralName = x509.IPAddress(ipaddress.ip_address(host))
             subject = x509.Name([])
         except ValueError:
-            alt, subject = x509.DNSName(host), x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
+            alt = x509.DNSName(host)
+            subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
         now = datetime.datetime.now(datetime.UTC)
         leaf = (
             x509.CertificateBuilder()
@@ -429,7 +433,8 @@ def constraints(hosts: Collection[str]) -> tuple[list[x509.GeneralName], list[x5
     over a permitted one: its other names stay permitted then)."""
     from cryptography import x509
 
-    names, addresses = [], []
+    names = []
+    addresses = []
     for host in sorted(set(hosts)):
         try:
             addresses.append(ipaddress.ip_network(host))

@@ -32,7 +32,7 @@ import shutil
 import socket
 import subprocess
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +41,7 @@ from typing import Any, Final, Literal, get_args
 import anyio
 
 from ..._wire import printable
-from ._kernel import locked, running_uids, tool
+from ._kernel import HELPER_ENV, locked, run_helper, running_uids, tool
 
 Network = Literal["host", "none", "egress"]
 NETWORKS: Final = get_args(Network)
@@ -364,7 +364,8 @@ class Allowed:
     @classmethod
     def parsed(cls, given: str) -> Allowed:
         """``10.0.0.0/8``, ``10.1.2.3:5432``, ``fd00::/8``, ``[::1]:8080``; ``ValueError``, in one line, else."""
-        text, port = given.strip(), None
+        text = given.strip()
+        port = None
         if text.startswith("["):
             text, bracket, rest = text[1:].partition("]")
             if not bracket or (rest and not rest.startswith(":")):
@@ -570,7 +571,8 @@ class EgressRules:
         addresses (:meth:`refresh` keeps them current) refused on their ports, whatever grants them below."""
         if (proxy := self.policy.proxy) is None:
             return [], []
-        sets, rules = [], [f'ip daddr 127.0.0.1 tcp dport {proxy} accept comment "the credentials\' proxy"']
+        sets = []
+        rules = [f'ip daddr 127.0.0.1 tcp dport {proxy} accept comment "the credentials\' proxy"']
         for version, family, kind in ((4, "ip", "ipv4_addr"), (6, "ip6", "ipv6_addr")):
             sets.append(f"set maskedports{version} {{ type {kind} . inet_service; flags timeout; }}")
             rules.append(
@@ -622,7 +624,8 @@ class EgressRules:
         transaction; a name that resolves to nothing is said once, until it resolves again. An answer a process could
         not reach by its number (:func:`refused_answer`: a rebinding answer, say) is not added, and said once, unless
         ``--process-allow-net`` grants it (its rule does, before the sets)."""
-        elements, answers = [], set()
+        elements = []
+        answers = set()
         with suppress(ValueError):  # ip is missing or said nothing readable: the addresses read last
             self.local = local_addresses()
         for host in self.policy.hosts:
@@ -862,18 +865,16 @@ def resolvers(path: str = RESOLV_CONF) -> tuple[IPAddress, ...]:
     return tuple(found)
 
 
-def _nft(arguments: Sequence[str], given: str | None = None) -> subprocess.CompletedProcess[str]:
+def _nft(arguments: Sequence[str], given: str = "") -> subprocess.CompletedProcess[str]:
     # nft (tool), with arguments of our own.
-    line = [tool("nft"), *arguments]
-    return subprocess.run(line, input=given, capture_output=True, text=True, check=False, timeout=30)  # noqa: S603
+    return run_helper([tool("nft"), *arguments], given)
 
 
 def local_addresses() -> list[IPNetwork]:
     """This host's own addresses, and its loopback networks: where its processes may connect from."""
     if shutil.which("ip") is None:  # found once (tool), and run by that path
         raise ValueError("this host's addresses are read with ip (iproute2), which is not installed")
-    line = [tool("ip"), "-j", "address", "show"]
-    done = subprocess.run(line, capture_output=True, text=True, check=False, timeout=30)  # noqa: S603
+    done = run_helper([tool("ip"), "-j", "address", "show"])
     found: list[IPNetwork] = list(LOOPBACK)
     try:
         interfaces = json.loads(done.stdout or "[]")
@@ -916,7 +917,8 @@ class Link:
     :meth:`close`; the pair goes with the namespace, or with :meth:`close`, whichever is first."""
 
     def __init__(self, uid: int, rules: EgressRules) -> None:
-        self.uid, self.rules = uid, rules
+        self.uid = uid
+        self.rules = rules
         self.holder: anyio.abc.Process | None = None
         self.interface = ""  # its host end, once made
         self.address: ipaddress.IPv4Address | None = None  # the process's, once its pair is made
@@ -927,21 +929,21 @@ class Link:
         assert self.holder is not None
         return f"/proc/{self.holder.pid}/ns/net"
 
-    async def open(self, environ: Mapping[str, str]) -> None:
+    async def open(self) -> None:
         """The namespaces made and connected, within :data:`LINK_WITHIN` seconds; ``NetworkError`` if they could not
-        be, then closed (:meth:`close`). ``environ``: root's, the helpers'."""
+        be, then closed (:meth:`close`). Its helpers run in root's fixed environment (:data:`HELPER_ENV`)."""
         try:
             with anyio.fail_after(LINK_WITHIN):
-                await self._open(environ)
+                await self._open()
         except TimeoutError:
             raise NetworkError(f"--process-network egress: its network was not made within {LINK_WITHIN:g} s") from None
 
-    async def _open(self, environ: Mapping[str, str]) -> None:
+    async def _open(self) -> None:
         try:
             try:
                 self.holder = holder = await anyio.open_process(
                     [tool("unshare"), "--user", "--net", "--", "/bin/sh", "-c", _HOLD],
-                    env=environ,
+                    env=HELPER_ENV,
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.DEVNULL,
@@ -950,21 +952,21 @@ class Link:
                 await holder.stdout.receive()  # "made": they are
             except (OSError, anyio.EndOfStream):
                 raise NetworkError("--process-network egress: the process's network namespace was not made") from None
-            await anyio.to_thread.run_sync(self._connect, holder.pid, dict(environ))
+            await anyio.to_thread.run_sync(self._connect, holder.pid)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self.close()
             raise
 
-    def _connect(self, holder: int, environ: dict[str, str]) -> None:
+    def _connect(self, holder: int) -> None:
         """The pair made, from the namespace of ``holder`` (its child still: its pid is not another's) to the host,
         each end's address and routes set, and the namespace's own rules."""
         number = self._paired(holder)
         inside = [tool("nsenter"), f"--net=/proc/{holder}/ns/net", "--"]
         self.address = address = PROCESSES[number]
-        _run([*inside, "/bin/sh", "-c", _NO_IPV6], "", environ)
-        _run([*inside, tool("ip"), "-batch", "-"], _NAMESPACE_LINK.format(address=address), environ)
-        _run([*inside, tool("nft"), "-f", "-"], NAMESPACE_RULES, environ)
+        _run([*inside, "/bin/sh", "-c", _NO_IPV6])
+        _run([*inside, tool("ip"), "-batch", "-"], _NAMESPACE_LINK.format(address=address))
+        _run([*inside, tool("nft"), "-f", "-"], NAMESPACE_RULES)
         host_end = f"link set {self.interface} up\nroute add {address}/32 dev {self.interface}\n"
         _run([tool("ip"), "-batch", "-"], host_end)
 
@@ -979,8 +981,7 @@ class Link:
             number = (self.uid + step) % slots + 1
             interface = f"{INTERFACE}{number}"
             pair = ["link", "add", interface, "address", HOST_END, "type", "veth", "peer", "name", "eth0"]
-            line = [tool("ip"), *pair, "netns", str(holder)]
-            done = subprocess.run(line, capture_output=True, text=True, check=False, timeout=30)  # noqa: S603
+            done = run_helper([tool("ip"), *pair, "netns", str(holder)])
             if done.returncode == 0:
                 self.interface = interface  # deleted by close, whatever fails next
                 self.rules.link(interface)
@@ -1015,16 +1016,16 @@ class Link:
         it for their timeouts, an established connection's whose peer stays silent 5 days, and a user ending
         conversation after conversation would add :data:`PROCESS_FLOWS` entries each), then the pair deleted: the
         address stays this link's, no other process's flows among those deleted, until the name is free again."""
-        _run([tool("ip"), "link", "set", interface, "down"], "", None, False)
+        _run([tool("ip"), "link", "set", interface, "down"], check=False)
         if self.address is not None:
-            _run([tool("conntrack"), "-D", "--orig-src", str(self.address)], "", None, False)
-        _run([tool("ip"), "link", "delete", interface], "", None, False)
+            _run([tool("conntrack"), "-D", "--orig-src", str(self.address)], check=False)
+        _run([tool("ip"), "link", "delete", interface], check=False)
 
 
-def _run(line: Sequence[str], given: str, environ: Mapping[str, str] | None = None, check: bool = True) -> None:
-    """``line`` (a helper found by :func:`tool`, with arguments of the gateway's own) run, given ``given``;
-    ``NetworkError`` in one line if it fails and ``check``."""
-    done = subprocess.run(line, input=given, env=environ, capture_output=True, text=True, check=False, timeout=30)  # noqa: S603
+def _run(line: Sequence[str], given: str = "", check: bool = True) -> None:
+    """``line`` (a helper found by :func:`tool`, with arguments of the gateway's own) run (:func:`run_helper`), given
+    ``given``; ``NetworkError`` in one line if it fails and ``check``."""
+    done = run_helper(line, given)
     if check and done.returncode != 0:
         said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[0]
         name = os.path.basename(line[3] if line[0].endswith("nsenter") else line[0])
@@ -1091,12 +1092,12 @@ def routed_for_processes(interfaces: Sequence[str]) -> None:
 def _overlapping() -> str | None:
     """What of this host's routes (its own addresses among them: the local table's) overlaps :data:`PROCESSES`, but
     a process's own (``mcs<N>``'s, whichever gateway's), if any."""
-    line = [tool("ip"), "-j", "-4", "route", "show", "table", "all"]
-    done = subprocess.run(line, capture_output=True, text=True, check=False, timeout=30)  # noqa: S603
+    done = run_helper([tool("ip"), "-j", "-4", "route", "show", "table", "all"])
     try:
         routes = json.loads(done.stdout or "[]")
         for route in routes:
-            destination, interface = route.get("dst", "default"), str(route.get("dev", ""))
+            destination = route.get("dst", "default")
+            interface = str(route.get("dev", ""))
             if destination == "default" or interface.removeprefix(INTERFACE).isdigit():
                 continue
             if ipaddress.ip_network(destination, strict=False).overlaps(PROCESSES):
@@ -1110,7 +1111,7 @@ def linkable(unshare: str) -> None:
     """Whether this host lets root make a process's user and network namespaces (``unshare``: util-linux's, by its
     absolute path); and the namespaces' :data:`RESOLV` written, unless it already holds what it must: a file
     replaced while another gateway's bubblewrap binds it fails that process's start."""
-    made = subprocess.run([unshare, "--user", "--net", "--", "/bin/true"], capture_output=True, text=True, check=False)  # noqa: S603
+    made = run_helper([unshare, "--user", "--net", "--", "/bin/true"])
     if made.returncode != 0:
         said = (made.stderr.strip().splitlines() or [f"exit status {made.returncode}"])[-1]
         raise NetworkError(

@@ -52,8 +52,8 @@ import anyio
 
 from ._cgroups import Bound, Cgroup, Cgroups, read
 from ._grants import STATE, Grant, GrantError, UserDirectories, owner_name, state_directory
+from ._kernel import HELPER_ENV, above, locked, no_user_namespaces, run_helper, running_uids, tool
 from ._kernel import SandboxError as SandboxError
-from ._kernel import above, locked, no_user_namespaces, running_uids, tool
 from ._network import CGROUPS_FIRST, EgressRules, Link, Network, NetworkError, ProcessNetwork, linkable, routed
 from ._seccomp import applied
 
@@ -186,9 +186,6 @@ _KERNEL_VIEWS: Final = frozenset(
     }
 )
 _NO_PRIVILEGE: Final = ("--no-new-privs", "--inh-caps=-all", "--bounding-set=-all")
-HELPER_ENV: Final = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-"""The whole environment of the helpers that start a process (``sh``, ``bwrap``, ``unshare``, ``prlimit``,
-``setpriv``), root's whatever the users' (:meth:`Place.launch`)."""
 # The last helper, as the server's user: the server's environment from the file on descriptor {held}, then the
 # server, its stdin and stdout back where they belong and that file closed. By bash: dash closes no descriptor above 9.
 # Through env ($0), which takes out what the shells on the way add ({unset}: SHELL_OWN, but those the server is given):
@@ -267,6 +264,7 @@ class Uids:
         if keep:  # the count and the keeping: one take at a time, of every gateway of the host
             lock = os.open(self.owners, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             fcntl.flock(lock, fcntl.LOCK_EX)
+        busy: set[int] = set()  # tried, but another gateway's or still running: to the back, tried again later
         try:
             hers = self._owned(owner)
             free = list(self.free)  # as it is now: another thread's take, or a give_back, changes it meanwhile
@@ -276,9 +274,11 @@ class Uids:
                 if kept not in (None, owner) or (kept is None and keep and len(hers) >= keep):
                     continue
                 if (held := locked(os.path.join(self.locks, str(uid)))) is None:
-                    continue  # another gateway's, for now
+                    busy.add(uid)  # another gateway's, for now
+                    continue
                 if uid in running_uids() or (kept is None and keep and not self._keep(uid, owner)):
                     os.close(held)
+                    busy.add(uid)
                     continue
                 self.free.remove(uid)
                 self.held[uid] = held
@@ -286,6 +286,10 @@ class Uids:
         finally:
             if lock is not None:
                 os.close(lock)
+            for uid in busy:  # in place: a give_back on another thread appends meanwhile
+                with suppress(ValueError):
+                    self.free.remove(uid)
+                    self.free.append(uid)
         if keep and len(hers) >= keep:
             raise SandboxError(f"every uid kept for this user ({keep}, twice --max-processes-per-principal) is in use")
         raise SandboxError(f"no free uid in --process-uids {self.first}-{self.last}: retry later")
@@ -552,7 +556,8 @@ class Place:
     def granted(self, user: Sequence[str] | None) -> None:
         """Its grants' mounts and groups, ``user``'s own directory among them (:meth:`Sandbox.enter`)."""
         for grant in self.sandbox.grants:
-            source, group = grant.source, grant.group
+            source = grant.source
+            group = grant.group
             if grant.per_user and self.sandbox.users is not None:
                 source, group = self.sandbox.users.own(user) if user is not None else ("", None)
             self.mounts.append(Mount(source, grant.target, grant.writable and source != ""))
@@ -564,7 +569,7 @@ class Place:
         it has its own loopback alone."""
         if self.uid is not None and self.sandbox.egress is not None and routed():
             self.link = Link(self.uid, self.sandbox.egress)
-            await self.link.open(HELPER_ENV)
+            await self.link.open()
 
     @property
     def workdir(self) -> str | None:
@@ -805,6 +810,5 @@ def _removed(path: str) -> bool:
     recursion of Python's, which a deep tree ended), following no link a process planted."""
     remove = [tool("rm"), "-rf", "--one-file-system", "--", path]
     with suppress(OSError, subprocess.TimeoutExpired):
-        # Our own command line.
-        subprocess.run(remove, capture_output=True, check=False, timeout=END_WITHIN)  # noqa: S603
+        run_helper(remove, timeout=END_WITHIN)
     return not os.path.lexists(path)

@@ -194,7 +194,8 @@ def _add(library: Any, context: int, rule: Mapping[str, Any], default: int, arch
     """``rule`` of the profile added to ``context``, as runc adds it: only where its ``includes`` hold (none of
     its capabilities: the process holds none), and its ``excludes`` do not; a call libseccomp does not know left
     out; two conditions on one argument as two rules (either allows)."""
-    includes, excludes = rule.get("includes") or {}, rule.get("excludes") or {}
+    includes = rule.get("includes") or {}
+    excludes = rule.get("excludes") or {}
     if includes.get("caps") or (includes.get("arches") and arch not in includes["arches"]):
         return
     if arch in (excludes.get("arches") or []):
@@ -208,7 +209,8 @@ def _add(library: Any, context: int, rule: Mapping[str, Any], default: int, arch
     for arg in rule.get("args") or []:
         if arg.get("op") not in _OPERATORS:
             raise ProfileError(f"op {arg.get('op')!r} is not one of libseccomp's ({', '.join(_OPERATORS)})")
-        operator, second = _OPERATORS[arg["op"]], int(arg.get("valueTwo") or 0)
+        operator = _OPERATORS[arg["op"]]
+        second = int(arg.get("valueTwo") or 0)
         comparisons.append(_Comparison(int(arg["index"]), operator, int(arg["value"]), second))
     indexes = [comparison.arg for comparison in comparisons]
     groups = [[comparison] for comparison in comparisons] if len(set(indexes)) < len(indexes) else [comparisons]

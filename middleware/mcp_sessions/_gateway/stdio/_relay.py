@@ -134,7 +134,7 @@ class Call:
             raise MCPError(types.INVALID_REQUEST, f"a 2026-07-28 client cannot be asked this during {self.ctx.method}")
         key = secrets.token_hex(4)
         answered = anyio.Event()
-        answer = list[dict[str, Any]]()
+        answer: list[dict[str, Any]] = []
         self.waiting[key] = (answered, answer)
         try:
             if not self.in_rounds:
