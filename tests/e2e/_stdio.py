@@ -6,6 +6,7 @@ the gateways of this test process started."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -18,7 +19,8 @@ from _redis import only_skips
 from conftest import SECRET, serve
 from e2e._gateway import CACHE, MAIN, installed, node
 from mcp_sessions import SessionsConfig
-from mcp_sessions._gateway.stdio._server import StdioGateway, stdio_gateway_app
+from mcp_sessions._gateway._config import GatewayConfig, Listening, StdioProcesses
+from mcp_sessions._gateway.stdio._server import stdio_gateway_app
 
 SERVER = [sys.executable, "-m", "e2e._plain_stdio"]
 SDK_SERVER = [sys.executable, "-m", "e2e._stdio_server"]
@@ -26,6 +28,8 @@ FILESYSTEM = CACHE / "filesystem/node_modules/@modelcontextprotocol/server-files
 # What a gateway process (which inherits the tests' environment) passes on for its server to import the tests' modules.
 SERVER_PATH = {"PYTHONPATH": os.pathsep.join(filter(None, [str(MAIN / "tests"), os.environ.get("PYTHONPATH")]))}
 COUNT = {"name": "count", "arguments": {}}  # the tests' server's counter, as a tools/call's params
+GATEWAY_FIELDS = {field.name for field in dataclasses.fields(GatewayConfig)}
+LISTENING_FIELDS = {field.name for field in dataclasses.fields(Listening)}
 ENVIRON = {"PATH": os.environ["PATH"], "PYTHONPATH": str(MAIN / "tests"), "MCP_SESSIONS_SECRET": SECRET}
 
 
@@ -37,15 +41,29 @@ def stdio_gateway(
     **options: Any,
 ) -> Iterator[str]:
     """``stdio_gateway_app`` in front of ``command`` (the tests' server) on a real uvicorn in a thread: its MCP URL.
-    ``PYTHONPATH`` and ``STDIO_TEST_FILES`` reach its processes (``pass_env``), as the tests' server needs; a
-    process per conversation unless ``processes`` says otherwise, none started ahead unless ``warm`` says so."""
+    ``options``: :func:`stdio_config`'s."""
+    with serve(stdio_gateway_app(stdio_config(command, config, environ, **options))) as url:
+        yield url + "/mcp"
+
+
+def stdio_config(
+    command: Sequence[str] = SERVER,
+    config: SessionsConfig | None = None,
+    environ: Mapping[str, str] = ENVIRON,
+    **options: Any,
+) -> GatewayConfig:
+    """The configuration of a gateway in front of ``command``: ``options`` are ``GatewayConfig``'s, ``Listening``'s
+    and ``StdioProcesses``' fields, each where it belongs. ``PYTHONPATH`` and ``STDIO_TEST_FILES`` reach its
+    processes (``pass_env``), as the tests' server needs; a process per conversation unless ``processes`` says
+    otherwise, none started ahead unless ``warm`` says so."""
     options.setdefault("pass_env", ("PYTHONPATH", "STDIO_TEST_FILES"))
     options.setdefault("processes", "per-conversation")  # the tests' server speaks 2026-07-28: not the default's
     options.setdefault("warm", 0)  # the pool's own tests ask for one; the others start only what they use
-    config = config or SessionsConfig(secret=SECRET)
-    app = stdio_gateway_app(StdioGateway(command=command, config=config, environ=environ, **options))
-    with serve(app) as url:
-        yield url + "/mcp"
+    gateway = {name: options.pop(name) for name in GATEWAY_FIELDS & options.keys()}
+    listening = Listening(**{name: options.pop(name) for name in LISTENING_FIELDS & options.keys()})
+    serves = StdioProcesses(command=tuple(command), environ=environ, **options)
+    sessions = config or SessionsConfig(secret=SECRET)
+    return GatewayConfig(serves=serves, listening=listening, sessions=sessions, **gateway)
 
 
 def text_of(result: types.CallToolResult) -> str:

@@ -410,7 +410,7 @@ def test_the_principal_header_counts_from_a_trusted_proxy_alone() -> None:
     auth = GatewayAuth(principal_header="X-Forwarded-User")
     contained = Sandbox("bwrap", network="none")  # on the host's network, a process would pass for the proxy
     with (
-        stdio_gateway(auth=auth, forwarded_allow_ips="127.0.0.1", process_options=contained) as url,
+        stdio_gateway(auth=auth, forwarded_allow_ips="127.0.0.1", sandbox=contained) as url,
         httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30) as around,
     ):
         named = {**modern_headers(DISCOVER), "X-Forwarded-User": "alice"}

@@ -54,6 +54,7 @@ from mcp_sessions._gateway.sealed._network import (
     NO_ROUTE,
     PROCESS_FLOWS,
     PROCESSES,
+    EgressRules,
     egress_rules,
     resolvers,
 )
@@ -888,8 +889,9 @@ def test_a_refused_answer_is_said_once_not_at_every_refresh(caplog: pytest.LogCa
     """The gateway's table, in process, for a name this host resolves itself (``localhost``: its loopback, from
     /etc/hosts): resolved again and again, its answers are said once each, and never granted."""
     needs_root_and_nft()
-    rules = egress_rules("egress", members(UIDS)[0], (), (), 1, ("localhost:443",))
-    assert rules is not None
+    policy = egress_rules("egress", members(UIDS)[0], (), (), 1, ("localhost:443",))
+    assert policy is not None
+    rules = EgressRules(policy)
     caplog.set_level(logging.WARNING, "mcp_sessions.gateway")
     rules.install()
     try:

@@ -40,12 +40,12 @@ from e2e._gateway import PYTHONPATH, Process, accepted_option, gateway_process, 
 from e2e._gateway import main_run as command
 from e2e._issuer import ISSUER, jwks, signed
 from e2e._sealed import needs
-from e2e._stdio import ENVIRON, SERVER, stdio_gateway
+from e2e._stdio import SERVER, stdio_config, stdio_gateway
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway.sealed._cgroups import Cgroups
 from mcp_sessions._gateway.sealed._sandbox import Sandbox
 from mcp_sessions._gateway.stdio._modes import default_max_processes
-from mcp_sessions._gateway.stdio._server import StdioGateway, stdio_gateway_app
+from mcp_sessions._gateway.stdio._server import stdio_gateway_app
 
 
 @pytest.fixture(scope="module")
@@ -260,19 +260,10 @@ def test_an_end_is_one_word_in_the_metric_the_status_the_log_and_the_clients_err
     options: dict[str, Any] = {}
     if tool == "allocate":
         needs("root", "cgroup-memory")
-        options["process_options"] = Sandbox(cgroups=Cgroups.found(64 << 20, None))
+        options["sandbox"] = Sandbox(cgroups=Cgroups.found(64 << 20, None))
     reader = InMemoryMetricReader()
     config = SessionsConfig(secret=SECRET, meter_provider=MeterProvider(metric_readers=[reader]))
-    gateway = StdioGateway(  # pass_env: the tests' server imports the tests' modules
-        pass_env=["PYTHONPATH"],
-        command=SERVER,
-        config=config,
-        processes="per-conversation",
-        warm=0,
-        environ=ENVIRON,
-        status_port=8001,
-        **options,
-    )
+    gateway = stdio_config(SERVER, config, pass_env=("PYTHONPATH",), status_port=8001, **options)
     with in_process(stdio_gateway_app(gateway)) as http:  # the status on its port, 8001, in process too
         url = "/mcp"
         host = {"vscode.conversationId": f"chat-{tool}"}

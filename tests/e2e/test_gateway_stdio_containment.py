@@ -273,7 +273,7 @@ def test_a_server_that_closes_its_stdout_is_ended_and_its_call_answered_at_once(
     call was never answered. The gateway in process: its command is not the point."""
     needs(*([containment] if containment != "none" else []))
     contained = Sandbox(containment)  # type: ignore[arg-type]  # one of the three
-    with stdio_gateway(server.split(), process_options=contained) as url, httpx.Client(timeout=30) as http:
+    with stdio_gateway(server.split(), sandbox=contained) as url, httpx.Client(timeout=30) as http:
         mcp = ModernClient(http, url, path="")
         answer = call(mcp, "hangup", mcp.create_session())
         assert answer["error"]["code"] == -32603, answer

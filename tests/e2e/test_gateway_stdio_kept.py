@@ -43,7 +43,7 @@ async def test_a_stock_client_that_names_nothing_keeps_its_server_memory_graph(
     ``create_entities`` wrote; with ``per-request``, as before, each call had a process of its own: an empty graph."""
     index = installed(MEMORY, "@modelcontextprotocol/server-memory")
     server = ["sh", "-c", f"MEMORY_FILE_PATH=$HOME/memory.jsonl exec {node()} {index}"]  # $HOME: the process's own
-    with stdio_gateway(server, sessionless=sessionless, process_options=Sandbox(cwd=f"{tmp_path}/{{id}}")) as url:
+    with stdio_gateway(server, sessionless=sessionless, sandbox=Sandbox(cwd=f"{tmp_path}/{{id}}")) as url:
         async with Client(url) as client:
             await client.call_tool("create_entities", PLAN)
             graph = json.dumps((await client.call_tool("read_graph", {})).model_dump(mode="json"))
@@ -158,7 +158,7 @@ def test_a_caller_looping_on_initialize_holds_a_bounded_number_of_connections(tm
 
 
 def test_the_sessionless_argument_is_one_of_three() -> None:
-    from mcp_sessions._gateway.stdio._server import StdioGateway
+    from mcp_sessions._gateway._config import StdioProcesses
 
     with pytest.raises(ValueError, match="'per-caller', 'per-request' or 'shared'"):
-        StdioGateway(command=[sys.executable], sessionless="per-host")  # type: ignore[arg-type]
+        StdioProcesses(command=(sys.executable,), sessionless="per-host")  # type: ignore[arg-type]

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
 
+from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway._cli import add_arguments, configured
 from mcp_sessions._gateway._config import LOG_LEVELS, Forwarding, GatewayConfig, Listening, StdioProcesses
+from mcp_sessions._gateway.http._app import forwarding_app, gateway_app
 from mcp_sessions._gateway.stdio._modes import PROCESSES, SESSIONLESS, default_max_processes
 
 URL = "http://127.0.0.1:3001/mcp"
@@ -98,6 +100,7 @@ def test_a_stdio_server_s_processes(flags: list[str], expected: dict[str, Any]) 
     serves = config_of([*STDIO, *flags]).serves
     assert isinstance(serves, StdioProcesses)
     assert {name: getattr(serves, name) for name in defaults} == {**defaults, **expected}
+    assert serves.sandbox is not None
     assert serves.sandbox.containment == "none"
 
 
@@ -169,3 +172,46 @@ def test_the_modes_choices_are_their_literal_s(flag: str, choices: tuple[str, ..
     assert action.choices is choices
     with pytest.raises(SystemExit):
         parser.parse_args([*UPSTREAM, flag, "bogus"])
+
+
+@pytest.mark.parametrize(("flags", "part"), [(STDIO, "serves"), (UPSTREAM, "serves"), (UPSTREAM, "listening")])
+def test_without_its_flag_each_value_is_the_configuration_s_default(flags: list[str], part: str) -> None:
+    """Issue 102, item 3: each default is written once, in the configuration, and the flags take it from there (the
+    stdio processes' were written in the flags and again in the app's ``StdioGateway``, the configuration had none)."""
+    built = getattr(config_of(flags), part)
+    given = {"command", "upstreams", "sandbox", "environ"}  # what a flag must give, or what is built from them
+    fields = [field for field in dataclasses.fields(built) if field.name not in given]
+    # max_processes's default is the host's memory's (default_max_processes), made as the configuration is
+    defaults = {f.name: f.default if f.default_factory is dataclasses.MISSING else f.default_factory() for f in fields}
+    assert dataclasses.MISSING not in defaults.values()
+    assert {name: getattr(built, name) for name in defaults} == defaults
+
+
+@pytest.mark.parametrize(
+    ("made", "refusal"),
+    [
+        (lambda: StdioProcesses(command=()), "--stdio needs a command"),
+        (lambda: StdioProcesses(command=("cat",), processes="bogus"), "processes is 'auto'"),  # type: ignore[arg-type]
+        (lambda: StdioProcesses(command=("cat",), max_processes=0), "max_processes and max_processes_per_principal"),
+        (lambda: StdioProcesses(command=("cat",), warm=-1), "sessionless is 'per-caller'"),
+        (lambda: StdioProcesses(command=("cat",), process_idle=0), "process_idle must be a positive number"),
+        (lambda: Forwarding((URL,), connect_timeout=0), "connect_timeout must be a positive number"),
+        (lambda: gateway_app([URL], keepalive=0), "keepalive must be a positive number"),
+    ],
+)
+def test_what_no_gateway_could_serve_with_is_refused_as_it_is_made_whoever_makes_it(
+    made: Callable[[], object], refusal: str
+) -> None:
+    with pytest.raises(ValueError, match=refusal):
+        made()
+
+
+def test_each_app_takes_the_configuration_of_what_it_serves() -> None:
+    from mcp_sessions._gateway.stdio._server import stdio_gateway_app
+
+    upstream = GatewayConfig(serves=Forwarding((URL,)), sessions=SessionsConfig(secret="x" * 32))
+    with pytest.raises(TypeError, match=r"config\.serves is a StdioProcesses"):
+        stdio_gateway_app(upstream)
+    stdio = dataclasses.replace(upstream, serves=StdioProcesses(command=("cat",)))
+    with pytest.raises(TypeError, match=r"config\.serves is a Forwarding"):
+        forwarding_app(stdio)

@@ -267,7 +267,7 @@ async def test_a_request_in_flight_as_its_transport_session_ends_gets_its_answer
     server = MCPServer("racing")
     unprotected = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     ended = MCPError(-32603, "the server process of this conversation has ended (exited)")
-    config = _sessions_config(SessionsConfig(secret=SECRET), replica=False)
+    config = _sessions_config(SessionsConfig(secret=SECRET), None, replica=False)
     sdk = server.streamable_http_app(transport_security=unprotected)
     app = MCPSessionMiddleware(_TransportRequests(sdk, lambda raw, stopping: ended, max_body=1000), config=config)
 

@@ -20,7 +20,7 @@ from _authorities import PEM, authority, taken_leaf, written_key
 from _waits import WITHIN
 from mcp_sessions._gateway.sealed._edge import ASKING, ASKING_PER_ADDRESS, Edge, _swapped
 from mcp_sessions._gateway.sealed._masks import Authority, Mask, Masks, placeholder
-from mcp_sessions._gateway.sealed._network import AllowedHost, EgressRules
+from mcp_sessions._gateway.sealed._network import AllowedHost, EgressPolicy, EgressRules
 
 
 def _segment(claims: dict[str, object]) -> str:
@@ -160,13 +160,13 @@ def test_plain_http_is_a_host_s_only_where_the_mask_names_it_with_http_and_then_
 
 
 def test_the_rules_grant_the_proxy_and_refuse_the_masked_hosts_before_any_grant() -> None:
-    rules = EgressRules(1000, 1001, proxy=4567, masked=(AllowedHost("api.github.com", 443),))
+    rules = EgressRules(EgressPolicy(1000, 1001, proxy=4567, masked=(AllowedHost("api.github.com", 443),)))
     text = rules.text()
     proxy = text.index("ip daddr 127.0.0.1 tcp dport 4567 accept")
     masked = text.index("ip daddr . th dport @maskedports4 reject")
     assert proxy < masked < text.index("fib daddr type local goto refuse")
     assert "set maskedports6 { type ipv6_addr . inet_service; flags timeout; }" in text
-    assert "maskedports" not in EgressRules(1000, 1001).text()
+    assert "maskedports" not in EgressRules(EgressPolicy(1000, 1001)).text()
 
 
 def test_a_renewed_value_replaces_the_old_under_the_same_placeholder_and_an_ended_process_s_is_forgotten() -> None:

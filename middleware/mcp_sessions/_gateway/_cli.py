@@ -12,18 +12,24 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from .._config import SessionsConfig
-from ._config import LOG_LEVELS, Forwarding, GatewayConfig, Listening, StdioProcesses
-from ._node import node_without_proxy
-from ._process_flags import add_process_arguments, process_options, seal_gateway
-from ._serving import EXIT_USAGE, bind, private_directory
-from .http._app import (
+from ._config import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_FAILURE_COOLDOWN,
     DEFAULT_FIRST_BYTE_TIMEOUT,
     DEFAULT_KEEPALIVE,
-    gateway_app,
+    DEFAULT_SHUTDOWN_TIMEOUT,
+    LOG_LEVELS,
+    STDIO_SHUTDOWN_TIMEOUT,
+    Forwarding,
+    GatewayConfig,
+    Listening,
+    StdioProcesses,
 )
-from .sealed._network import NO_ROUTE, NetworkError, add_network_arguments, routed
+from ._node import node_without_proxy
+from ._process_flags import add_process_arguments, process_options, seal_gateway
+from ._serving import EXIT_USAGE, bind, private_directory
+from .http._app import forwarding_app
+from .sealed._network import NO_ROUTE, AllowedHost, EgressRules, NetworkError, add_network_arguments, routed
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
@@ -31,20 +37,10 @@ if TYPE_CHECKING:
     from .auth._exchange import TokenExchange, UpstreamToken
     from .auth._tools import ToolPolicy
     from .auth._users import GatewayAuth
-    from .sealed._network import EgressRules
+    from .sealed._network import EgressPolicy
     from .sealed._sandbox import Sandbox
 
 logger = logging.getLogger("mcp_sessions.gateway")
-
-DEFAULT_SHUTDOWN_TIMEOUT: Final = 10.0
-"""On SIGTERM, the gateway drains (``_serving``): it waits for the calls in flight for this long at most, then
-cancels what still runs (each upstream request closed) and stops."""
-
-STDIO_SHUTDOWN_TIMEOUT: Final = 30.0
-"""With --stdio: long enough for a tool call of a team's usual length (a build, a search, a model's answer) to end, as
-Kubernetes gives a pod 30 s (``terminationGracePeriodSeconds``): 4 s cut such calls, each then told to send it again,
-which ran a ``write_file`` twice. Then every child gets its stdin closed, SIGTERM and SIGKILL
-(``stdio._child.stop_group``): all gone within 36 s of the gateway's SIGTERM, at once with no call in flight."""
 
 AUTH_VARIABLES: Final = {
     "jwks": "MCP_SESSIONS_AUTH_JWKS",
@@ -101,8 +97,9 @@ def add_arguments(gateway: argparse.ArgumentParser) -> None:
 
 def _serving_arguments(gateway: argparse.ArgumentParser) -> None:
     """Where the gateway listens, whom it serves, how long it waits for its upstream and for its answers."""
-    gateway.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
-    gateway.add_argument("--port", type=int, default=8000, help="the port to listen on (default 8000)")
+    host, port = Listening.host, Listening.port
+    gateway.add_argument("--host", default=host, help=f"the address to listen on (default {host})")
+    gateway.add_argument("--port", type=int, default=port, help=f"the port to listen on (default {port})")
     gateway.add_argument(
         "--allowed-host",
         action="append",
@@ -141,7 +138,7 @@ def _serving_arguments(gateway: argparse.ArgumentParser) -> None:
         f"{DEFAULT_SHUTDOWN_TIMEOUT:g}; {STDIO_SHUTDOWN_TIMEOUT:g} with --stdio, whose processes "
         "then have 5 s to end)",
     )
-    gateway.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    gateway.add_argument("--log-level", default=Listening.log_level, choices=LOG_LEVELS)
     gateway.add_argument(
         "--status-port",
         type=int,
@@ -268,8 +265,8 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         app = _app(config)
         listening = config.listening
         bound = bind(listening.host, listening.port)  # a port in use: before anything starts
-        if isinstance(config.serves, StdioProcesses):
-            seal_gateway(config.serves.sandbox.containment)
+        if config.sandbox is not None:
+            seal_gateway(config.sandbox.containment)
         if config.egress is not None:  # before any process starts
             config.egress.install()
     except ModuleNotFoundError as exc:
@@ -278,7 +275,7 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     except (ImportError, ValueError, TypeError, RuntimeError, NetworkError) as exc:
         print(f"mcp-sessions gateway: {exc}", file=stderr)
         return EXIT_USAGE
-    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s: %(message)s")
+    logging.basicConfig(level=listening.log_level.upper(), format="%(levelname)s: %(message)s")
     # a line per forwarded request, its query string in it
     logging.getLogger("httpx").setLevel(logging.WARNING)
     # with --stdio: the SDK's lines name transport session ids
@@ -286,17 +283,19 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     # and so do its session manager's warnings and errors (an id sent with another user's credential, a crash): a
     # bearer value in no log line; the gateway logs each conversation's end itself.
     logging.getLogger("mcp.server.streamable_http_manager").setLevel(logging.CRITICAL)
-    served = f"stdio {args.stdio}" if args.stdio is not None else ", ".join(args.upstream)
-    logger.info("mcp-sessions gateway: %s on http://%s:%d", served, args.host, args.port)
-    if isinstance(config.serves, StdioProcesses):
-        options, egress = config.serves.sandbox, config.egress
+    serves = config.serves
+    served = ", ".join(serves.upstreams) if isinstance(serves, Forwarding) else f"stdio {shlex.join(serves.command)}"
+    logger.info("mcp-sessions gateway: %s on http://%s:%d", served, listening.host, listening.port)
+    if (options := config.sandbox) is not None:
+        egress = config.egress
         network = f"network {options.network}" if egress is None else egress.said
         logger.info("mcp-sessions gateway: each process: %s, %s", options.said, network)
         if egress is not None and options.containment in ("bwrap", "unshare") and not routed():
             logger.warning("mcp-sessions gateway: %s", NO_ROUTE)
         if options.profile:
             logger.info("mcp-sessions gateway: each process's seccomp profile: %s", options.profile)
-        if options.edge is not None and (old := node_without_proxy(config.serves.command, config.serves.environ)):
+        stdio = serves if isinstance(serves, StdioProcesses) else None
+        if options.edge is not None and stdio and (old := node_without_proxy(stdio.command, stdio.environ)):
             logger.warning("mcp-sessions gateway: %s", old)  # its masks reach no fetch of its
     return serve(app, bound, config, stderr)
 
@@ -321,10 +320,11 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
     if args.stdio is not None:
         command = shlex.split(args.stdio)
         sandbox = process_options(args, command, auth)
-        # each process's uid put under the egress rules as it is taken
-        sandbox = replace(sandbox, egress=(egress := _egress(args, sandbox, forwarded)))
-        if edge := _edge(args, sandbox, egress):  # the masked credentials' proxy
-            sandbox = replace(sandbox, grants=(*sandbox.grants, edge.masks.grant), edge=edge)
+        edge, policy = _edge(args, sandbox, _egress(args, sandbox, forwarded))  # the masked credentials' proxy
+        grants = sandbox.grants if edge is None else (*sandbox.grants, edge.masks.grant)
+        # each process's uid put under the egress table's rules as it is taken
+        egress = None if policy is None else EgressRules(policy)
+        sandbox = replace(sandbox, grants=grants, edge=edge, egress=egress)
         serves = StdioProcesses(
             command=tuple(command),
             processes=args.processes,
@@ -365,58 +365,21 @@ def _listening(args: argparse.Namespace) -> Listening:
 
 
 def _app(config: GatewayConfig) -> ASGIApp:
-    """The app ``config`` serves: a proxy to its upstream (``gateway_app``), or its stdio server's processes
+    """The app ``config`` serves: a proxy to its upstream (``forwarding_app``), or its stdio server's processes
     (``stdio_gateway_app``, which needs the ``mcp`` SDK); closing the token exchange's client as it stops."""
-    serves = config.serves
     app: ASGIApp
-    if isinstance(serves, StdioProcesses):
-        from .stdio._server import StdioGateway, stdio_gateway_app
+    if isinstance(config.serves, StdioProcesses):
+        from .stdio._server import stdio_gateway_app
 
-        gateway = StdioGateway(
-            command=serves.command,
-            config=config.sessions,
-            processes=serves.processes,
-            process_idle=serves.process_idle,
-            max_processes=serves.max_processes,
-            max_processes_per_principal=serves.max_processes_per_principal,
-            sessionless=serves.sessionless,
-            warm=serves.warm,
-            allowed_hosts=config.allowed_hosts,
-            allowed_origins=config.allowed_origins,
-            forwarded_allow_ips=config.forwarded_allow_ips,
-            environ=serves.environ,
-            pass_env=serves.pass_env,
-            process_options=serves.sandbox,
-            auth=config.auth,
-            process_env=serves.process_env,
-            token_exchange=config.exchange,
-            exchange_scope=serves.exchange_scope,
-            status_port=config.listening.status_port,
-            status_socket=config.listening.status_socket,
-            tools=config.tools,
-        )
-        app = stdio_gateway_app(gateway)
+        app = stdio_gateway_app(config)
     else:
-        app = gateway_app(
-            serves.upstreams,
-            config=config.sessions,
-            allowed_hosts=config.allowed_hosts,
-            allowed_origins=config.allowed_origins,
-            keepalive=serves.keepalive,
-            connect_timeout=serves.connect_timeout,
-            first_byte_timeout=serves.first_byte_timeout,
-            failure_cooldown=serves.failure_cooldown,
-            forwarded_allow_ips=config.forwarded_allow_ips,
-            auth=config.auth,
-            upstream_token=serves.upstream_token,
-            tools=config.tools,
-        )
+        app = forwarding_app(config)
     if config.exchange is not None:  # its client closed as the app stops, in either mode
         app = config.exchange.wrap(app)
     return app
 
 
-def _egress(args: argparse.Namespace, sandbox: Sandbox, forwarded: str | None) -> EgressRules | None:
+def _egress(args: argparse.Namespace, sandbox: Sandbox, forwarded: str | None) -> EgressPolicy | None:
     """``_network.egress_rules`` for ``sandbox``'s processes (``None`` unless its network is ``egress``); and the
     status socket's directory checked."""
     from ._front import trusted_proxies
@@ -437,16 +400,16 @@ def _egress(args: argparse.Namespace, sandbox: Sandbox, forwarded: str | None) -
     )
 
 
-def _edge(args: argparse.Namespace, sandbox: Any, egress: Any) -> Any:
-    """The proxy of ``--process-env-mask``'s credentials (``_edge``), its port bound on this host's loopback and
-    granted by ``egress``'s rules, which refuse the masked hosts' direct connections; None without the flag."""
+def _edge(args: argparse.Namespace, sandbox: Any, egress: EgressPolicy | None) -> tuple[Any, EgressPolicy | None]:
+    """The proxy of ``--process-env-mask``'s credentials (``_edge``), its port bound on this host's loopback, and
+    ``egress`` that grants it and refuses the masked hosts' direct connections; None and ``egress`` as it is without
+    the flag."""
     if not args.process_env_mask:
         if args.process_env_mask_ca:
             raise ValueError("--process-env-mask-ca signs the certificates of --process-env-mask's hosts: give both")
-        return None
+        return None, egress
     from .sealed._edge import Edge
     from .sealed._masks import Authority, Mask, Masks
-    from .sealed._network import AllowedHost
 
     env = {spec.partition("=")[0] for spec in args.process_env}
     masks = tuple(Mask.parsed(given, env) for given in args.process_env_mask)
@@ -459,9 +422,8 @@ def _edge(args: argparse.Namespace, sandbox: Any, egress: Any) -> Any:
     authority = Authority.given(args.process_env_mask_ca) if args.process_env_mask_ca else Authority.made(names)
     listening = socket.create_server(("127.0.0.1", 0))
     masked = Masks(masks, authority, port=listening.getsockname()[1])
-    egress.proxy = masked.port
-    egress.masked = tuple(AllowedHost(host, port) for host, port in sorted(masked.hosts))
-    return Edge(masked, listening)
+    hosts = tuple(AllowedHost(host, port) for host, port in sorted(masked.hosts))
+    return Edge(masked, listening), replace(egress, proxy=masked.port, masked=hosts)
 
 
 def _stdio_only(args: argparse.Namespace) -> None:

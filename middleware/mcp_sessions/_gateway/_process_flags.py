@@ -1,7 +1,7 @@
 """``mcp-sessions gateway --stdio``'s process flags: which process a request reaches, how many run and for how
 long (``--processes``, ``--max-processes``, ...), and how each runs and is contained (``--process-*``), checked
 into the :class:`~.sealed._sandbox.Sandbox` every process is started in, and the variables no process is given
-(:func:`loads_code`: ``--pass-env``'s here, ``--process-env``'s in ``auth._users``). What ``_cli`` calls, as it
+(``_loader.loads_code``: ``--pass-env``'s here, ``--process-env``'s in ``auth._users``). What ``_cli`` calls, as it
 calls ``sealed._network`` for ``--process-network`` and ``_lifecycle`` to serve."""
 
 from __future__ import annotations
@@ -21,17 +21,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from .sealed._grants import STATE, USER_GIDS
-from .sealed._sandbox import CONTAINMENTS, DISK
-from .stdio._modes import (
+from ._config import (
     DEFAULT_MAX_PROCESSES_PER_CALLER,
     DEFAULT_PROCESS_IDLE,
     DEFAULT_WARM,
     EVICT_AFTER,
     PROCESSES,
     SESSIONLESS,
+    StdioProcesses,
     default_max_processes,
 )
+from ._loader import loads_code
+from .sealed._grants import STATE, USER_GIDS
+from .sealed._sandbox import CONTAINMENTS, DISK
 
 if TYPE_CHECKING:
     from .sealed._sandbox import Sandbox
@@ -40,20 +42,6 @@ _PR_SET_DUMPABLE: Final = 4
 _PR_SET_CHILD_SUBREAPER: Final = 36
 _MAX_LINKS: Final = 40
 """The links path resolution follows at most (the kernel's ``MAXSYMLINKS``): more is ``ELOOP``."""
-LOADER: Final = frozenset(
-    {
-        *("GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH", "NIS_PATH"),
-        *("NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TZDIR"),
-    }
-)
-"""What glibc drops from a setuid program's environment (its ``UNSECURE_ENVVARS``, less ``TMPDIR``, a directory),
-besides every ``LD_*`` and ``MALLOC_*``: the dynamic loader and libc read them, and the helpers that start a
-process (``sh``, ``bwrap``, ``setpriv``) run as root. Never given to a process (:func:`loads_code`)."""
-
-
-def loads_code(name: str) -> bool:
-    """Whether the variable ``name`` tells the dynamic loader or libc what to load or read (:data:`LOADER`)."""
-    return name.startswith(("LD_", "MALLOC_")) or name in LOADER
 
 
 def add_process_arguments(gateway: argparse.ArgumentParser) -> None:
@@ -67,7 +55,7 @@ def _process_arguments(gateway: argparse.ArgumentParser) -> None:
     gateway.add_argument(
         "--processes",
         choices=PROCESSES,
-        default="auto",
+        default=StdioProcesses.processes,
         help="with --stdio: a process per conversation, or one shared by every client (each "
         "request names its conversation in _meta); auto (default): if the server speaks "
         "2026-07-28 and no --process-env or --process-uids, a process per caller (its "
@@ -101,7 +89,7 @@ def _process_arguments(gateway: argparse.ArgumentParser) -> None:
     gateway.add_argument(
         "--sessionless",
         choices=SESSIONLESS,
-        default="per-caller",
+        default=StdioProcesses.sessionless,
         help="with --stdio: the 2026-07-28 requests of a caller that name no conversation reach "
         "that caller's own process (default), or each a process of its own, or the shared one",
     )
@@ -229,8 +217,8 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: obje
     """How the stdio processes run (``--process-*``), checked, the containment tried once (``auto`` resolved to
     the one that works here). Nothing of the gateway's own process changes here: :func:`seal_gateway` does, as the
     command starts. ``auth`` is the gateway's users' authentication (a ``GatewayAuth``), of which only whether there
-    is one counts here: typed so, the flags import nothing of ``auth/``, which imports :func:`loads_code` from
-    them."""
+    is one counts here: typed so, the flags import nothing of ``auth/``, which imports the configuration's types
+    (``_config``), whose defaults the flags read."""
     from .sealed._sandbox import Sandbox, SandboxError, private_under
 
     if command and shutil.which(command[0]) is None:

@@ -57,7 +57,7 @@ from ..._bounded import BoundedDict
 from ..._wire import printable
 from ...sources import HostConversationSource
 from .._front import PEER, Peer
-from .._process_flags import loads_code
+from .._loader import loads_code
 from ._exchange import ExchangeRefused, Target, TokenExchange, subject_token
 from ._expiry import until_expiry
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from starlette.datastructures import Headers
 from starlette.types import Scope
@@ -13,6 +13,14 @@ from ..._middleware import MCPSessionMiddleware
 from ..._session import RateLimit, authenticated_user
 from ..._wire import jsonrpc
 from ...sources import HostConversationSource, SourceContext
+from .._config import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_FAILURE_COOLDOWN,
+    DEFAULT_FIRST_BYTE_TIMEOUT,
+    DEFAULT_KEEPALIVE,
+    Forwarding,
+    GatewayConfig,
+)
 from .._front import GatewayFront, HostCheck, RoutedPaths, trusted_proxies
 from ._replicas import Replicas
 
@@ -22,11 +30,6 @@ if TYPE_CHECKING:
     from ..auth._exchange import UpstreamToken
     from ..auth._tools import ToolPolicy
     from ..auth._users import GatewayAuth
-
-DEFAULT_KEEPALIVE: Final = 15.0
-DEFAULT_CONNECT_TIMEOUT: Final = 5.0
-DEFAULT_FIRST_BYTE_TIMEOUT: Final = 300.0
-DEFAULT_FAILURE_COOLDOWN: Final = 10.0
 
 
 def gateway_app(
@@ -67,35 +70,50 @@ def gateway_app(
     with ``auth``'s tokens): which tools each caller lists and calls, by a claim of her token.
     Serve it with lifespan on: it closes the pooled connections at shutdown.
     """
-    for name, value in (
-        ("connect_timeout", connect_timeout),
-        ("first_byte_timeout", first_byte_timeout),
-        ("keepalive", 1.0 if keepalive is None else keepalive),
-    ):
-        if not value > 0:
-            raise ValueError(f"{name} must be a positive number of seconds")
+    forwarding = Forwarding(
+        tuple(upstreams), keepalive, connect_timeout, first_byte_timeout, failure_cooldown, upstream_token
+    )
+    return forwarding_app(
+        GatewayConfig(
+            serves=forwarding,
+            sessions=SessionsConfig.from_env() if config is None else config,
+            allowed_hosts=allowed_hosts,
+            allowed_origins=allowed_origins,
+            forwarded_allow_ips=forwarded_allow_ips,
+            auth=auth,
+            tools=tools,
+        )
+    )
+
+
+def forwarding_app(config: GatewayConfig) -> GatewayFront:
+    """:func:`gateway_app`, from the gateway's configuration whole (``config.serves`` an upstream's): what
+    ``mcp-sessions gateway --upstream`` serves."""
+    forwarding = config.serves
+    if not isinstance(forwarding, Forwarding):
+        raise TypeError("forwarding_app serves an upstream's replicas: config.serves is a Forwarding")
     # httpx: the gateway's extra, imported when a gateway is built.
     from ..auth._exchange import UpstreamToken
     from ..auth._tools import guarded
     from ._proxy import UpstreamProxy
 
-    trusted = trusted_proxies(forwarded_allow_ips)
-    if config is None:
-        config = SessionsConfig.from_env()
+    sessions, auth = config.sessions, config.auth
+    upstream_token = forwarding.upstream_token
     if upstream_token is None:
         upstream_token = UpstreamToken("passthrough" if auth is None else "none")
-    replicas = Replicas(upstreams, keys=config.keys, cooldown=failure_cooldown)
+    replicas = Replicas(forwarding.upstreams, keys=sessions.keys, cooldown=forwarding.failure_cooldown)
     proxy = UpstreamProxy(
         replicas,
-        host_check=HostCheck(allowed_hosts, allowed_origins),
-        keepalive=keepalive,
-        connect_timeout=connect_timeout,
-        first_byte_timeout=first_byte_timeout,
-        retry_after=config.retry_after,
+        host_check=HostCheck(config.allowed_hosts, config.allowed_origins),
+        keepalive=forwarding.keepalive,
+        connect_timeout=forwarding.connect_timeout,
+        first_byte_timeout=forwarding.first_byte_timeout,
+        retry_after=sessions.retry_after,
         upstream_token=upstream_token,
     )
-    sessions = MCPSessionMiddleware(proxy, config=_at_gateway(config, replicas, auth))
-    return GatewayFront(guarded(sessions, auth, tools, config), trusted=trusted)
+    app = MCPSessionMiddleware(proxy, config=_at_gateway(sessions, replicas, auth))
+    trusted = trusted_proxies(config.forwarded_allow_ips)
+    return GatewayFront(guarded(app, auth, config.tools, sessions), trusted=trusted)
 
 
 def _at_gateway(config: SessionsConfig, replicas: Replicas, auth: GatewayAuth | None) -> SessionsConfig:

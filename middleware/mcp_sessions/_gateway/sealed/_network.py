@@ -313,8 +313,8 @@ def egress_rules(
     port: int,
     hosts: Sequence[str] = (),
     private_hosts: Sequence[str] = (),
-) -> EgressRules | None:
-    """The rules for processes of ``uids`` (a range, or one) under ``egress``, with the exceptions ``allow``
+) -> EgressPolicy | None:
+    """The policy for processes of ``uids`` (a range, or one) under ``egress``, with the exceptions ``allow``
     (``--process-allow-net``), ``hosts`` (``--process-allow-host``) and ``private_hosts``
     (``--process-allow-private-host``); None for ``host`` and ``none``. Whatever
     the network, no process may pass for a proxy the gateway ``trusted`` (``--forwarded-allow-ips``) and that
@@ -347,7 +347,7 @@ def egress_rules(
             raise ValueError(f"--process-allow-net {given}: the gateway's own port, from {front}, which it trusts")
     first, last = uids if isinstance(uids, tuple) else (uids, uids)
     held = () if isinstance(uids, tuple) else (uids,)  # --process-uids' are held as they are taken
-    return EgressRules(first, last, tuple(allowed), held, resolvers(), granted)
+    return EgressPolicy(first, last, tuple(allowed), held, resolvers(), granted)
 
 
 class NetworkError(Exception):
@@ -455,10 +455,12 @@ def _label(label: str) -> bool:
     return inner and label.isascii() and label.replace("-", "").isalnum()
 
 
-@dataclass
-class EgressRules:
-    """The ``egress`` table of one gateway: for the uids of ``first`` to ``last`` it holds (:meth:`hold`), ``allowed``
-    first, then the host's ``resolvers`` on port 53; its name random, so that no other gateway's can be it."""
+@dataclass(frozen=True)
+class EgressPolicy:
+    """What the processes of the uids ``first`` to ``last`` are granted under ``egress`` (:func:`egress_rules`, once,
+    at startup): ``allowed`` first, then the host's ``resolvers`` on port 53, and the names ``hosts``; with masked
+    credentials (``--process-env-mask``), the gateway's ``proxy`` and the hosts ``masked`` reached through it alone.
+    The table that holds it, while the gateway runs, is :class:`EgressRules`."""
 
     first: int
     last: int
@@ -466,6 +468,17 @@ class EgressRules:
     held: tuple[int, ...] = ()  # the uids under the rules from the start (--process-user's)
     resolvers: tuple[IPAddress, ...] = ()
     hosts: tuple[AllowedHost, ...] = ()
+    proxy: int | None = None  # the port of the gateway's proxy for masked credentials (_edge), on 127.0.0.1
+    masked: tuple[AllowedHost, ...] = ()  # the masked credentials' hosts, reached through that proxy alone
+
+
+@dataclass
+class EgressRules:
+    """The ``egress`` table of one gateway, as it runs: ``policy`` for the uids it holds (:meth:`hold`); its name
+    random, so that no other gateway's can be it; its lock, the thread that keeps the names' answers current, and
+    the interfaces whose forwarding it turned on."""
+
+    policy: EgressPolicy
     table: str = field(default_factory=lambda: f"{TABLE_PREFIX}{secrets.token_hex(6)}")
     locks: str = TABLE_LOCKS
     lock: int | None = None
@@ -473,8 +486,6 @@ class EgressRules:
     unresolved: set[str] = field(default_factory=set)
     refused: set[tuple[str, IPAddress]] = field(default_factory=set)  # each name's answers said to be refused
     local: list[IPNetwork] = field(default_factory=lambda: list(LOOPBACK))  # this host's addresses, as last read
-    proxy: int | None = None  # the port of the gateway's proxy for masked credentials (_edge), on 127.0.0.1
-    masked: tuple[AllowedHost, ...] = ()  # the masked credentials' hosts, reached through that proxy alone
     turned_on: list[str] = field(default_factory=list)  # the interfaces whose forwarding the gateway turned on
     answers: set[IPAddress] = field(default_factory=set)  # the granted names' answers, as last added to their sets
     dropping: list[str] = field(default_factory=list)  # the host's chains that drop by policy what they do not accept
@@ -491,7 +502,8 @@ class EgressRules:
         :data:`PROCESS_FLOWS` of the host's conntrack entries (the set ``flows``: a count per link), a packet of its
         link from another's address is dropped before conntrack sees it (``links``), and each refusal goes through one
         chain (``refuse``): TCP by a reset."""
-        held = f" elements = {{ {', '.join(map(str, self.held))} }};" if self.held else ""
+        policy = self.policy
+        held = f" elements = {{ {', '.join(map(str, policy.held))} }};" if policy.held else ""
         sets = [
             f"set uids {{ type uid;{held} }}",
             "set links { type ifname; }",
@@ -502,8 +514,8 @@ class EgressRules:
         # refusal of their hosts' direct connections before the grants below.
         masked_sets, rules = self.credential_rules()
         sets += masked_sets
-        rules += [allowed.rule() for allowed in self.allowed]
-        if self.hosts:  # each name's addresses and port, kept current by refresh
+        rules += [allowed.rule() for allowed in policy.allowed]
+        if policy.hosts:  # each name's addresses and port, kept current by refresh
             for version, family, kind in ((4, "ip", "ipv4_addr"), (6, "ip6", "ipv6_addr")):
                 sets.append(f"set hostports{version} {{ type {kind} . inet_service; flags timeout; }}")
                 rules.append(
@@ -512,7 +524,7 @@ class EgressRules:
                 )
         dns = "meta l4proto { tcp, udp } th dport 53"
         for family, version in (("ip", 4), ("ip6", 6)):
-            if found := [str(address) for address in self.resolvers if address.version == version]:
+            if found := [str(address) for address in policy.resolvers if address.version == version]:
                 listed = ", ".join(found)
                 rules.append(f'{family} daddr {{ {listed} }} {dns} accept comment "the host\'s resolvers"')
         rules.append(f'{dns} goto refuse comment "DNS but to the host\'s resolvers"')
@@ -523,7 +535,7 @@ class EgressRules:
                 if nets := [str(net) for net in map(ipaddress.ip_network, refused) if net.version == version]:
                     rules.append(f'{family} daddr {{ {", ".join(nets)} }} goto refuse comment "{why}"')
         to_gateway = f"iifname @links ip daddr {GATEWAY} meta l4proto {{ tcp, udp }}"
-        resolver = next((address for address in self.resolvers if address.version == 4), None)
+        resolver = next((address for address in policy.resolvers if address.version == 4), None)
         sent_on = [f'{to_gateway} th dport 53 dnat ip to {resolver} comment "the host\'s resolver"'] if resolver else []
         sent_on.append(f'{to_gateway} dnat ip to 127.0.0.1 comment "this host\'s loopback"')
         flows = (
@@ -557,10 +569,10 @@ class EgressRules:
         """The sets and the first rules for masked credentials (``--process-env-mask``): the gateway's proxy
         reached (what the process sends to its gateway goes to this host's loopback), and the masked hosts'
         addresses (:meth:`refresh` keeps them current) refused on their ports, whatever grants them below."""
-        if self.proxy is None:
+        if (proxy := self.policy.proxy) is None:
             return [], []
         sets = []
-        rules = [f'ip daddr 127.0.0.1 tcp dport {self.proxy} accept comment "the credentials\' proxy"']
+        rules = [f'ip daddr 127.0.0.1 tcp dport {proxy} accept comment "the credentials\' proxy"']
         for version, family, kind in ((4, "ip", "ipv4_addr"), (6, "ip6", "ipv6_addr")):
             sets.append(f"set maskedports{version} {{ type {kind} . inet_service; flags timeout; }}")
             rules.append(
@@ -591,7 +603,7 @@ class EgressRules:
         self.lock = locked(os.path.join(self.locks, self.table))
         if self.lock is None:
             raise NetworkError(f"--process-network egress: the lock of table {self.table} is another's")
-        os.write(self.lock, f"{self.first}-{self.last}\n".encode())
+        os.write(self.lock, f"{self.policy.first}-{self.policy.last}\n".encode())
         done = _nft(["-f", "-"], self.text())
         if done.returncode != 0:
             said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[0]
@@ -603,7 +615,7 @@ class EgressRules:
             os.close(lock)
         self.disown()  # the uids from the start (--process-user's), which a killed gateway's table may hold
         self.dropping = _dropping()
-        if self.hosts or self.masked:
+        if self.policy.hosts or self.policy.masked:
             self.refresh()
             threading.Thread(target=self._keep_current, name="mcp-sessions allow-host", daemon=True).start()
 
@@ -616,7 +628,7 @@ class EgressRules:
         answers = set()
         with suppress(ValueError):  # ip is missing or said nothing readable: the addresses read last
             self.local = local_addresses()
-        for host in self.hosts:
+        for host in self.policy.hosts:
             found = host.addresses()
             if not found and host.name not in self.unresolved:
                 logger.warning(
@@ -627,7 +639,7 @@ class EgressRules:
                 self.unresolved.discard(host.name)
             for address in sorted(found, key=lambda each: (each.version, each)):
                 if (why := refused_answer(address, self.local, host.private)) is not None:
-                    granted = any(each.grants(address, host.port) for each in self.allowed)
+                    granted = any(each.grants(address, host.port) for each in self.policy.allowed)
                     if not granted and (host.name, address) not in self.refused:
                         logger.warning(
                             "%s %s: its answer %s is not granted (%s): --process-allow-net grants it by number",
@@ -641,7 +653,7 @@ class EgressRules:
                 element = f"{address} . {host.port} timeout {HOST_TTL}s"
                 elements.append(f"add element inet {self.table} hostports{address.version} {{ {element} }}")
                 answers.add(address)
-        for host in self.masked:  # every answer refused, whatever it is
+        for host in self.policy.masked:  # every answer refused, whatever it is
             for address in host.addresses():
                 element = f"{address} . {host.port} timeout {HOST_TTL}s"
                 elements.append(f"add element inet {self.table} maskedports{address.version} {{ {element} }}")
@@ -654,7 +666,7 @@ class EgressRules:
     def granted(self) -> list[IPNetwork]:
         """What the grants reach past the refusals, IPv4's (a process has no IPv6): ``--process-allow-net``'s
         networks and the granted names' answers (a VPN's interface, a private link's)."""
-        granted: list[IPNetwork] = [allowed.network for allowed in self.allowed]
+        granted: list[IPNetwork] = [allowed.network for allowed in self.policy.allowed]
         granted += map(ipaddress.ip_network, self.answers)
         return [net for net in granted if net.version == 4]
 
@@ -742,7 +754,7 @@ class EgressRules:
             f"network egress (nft table inet {self.table}), a veth pair each ({PROCESSES}, IPv4 alone), forwarding "
             f"on each pair's host end and on {uplinks_said or 'no interface: no default route'}"
         )
-        if private := [f"{host.name}:{host.port}" for host in self.hosts if host.private]:
+        if private := [f"{host.name}:{host.port}" for host in self.policy.hosts if host.private]:
             said += (
                 f"; the private answers of {', '.join(private)} granted too (--process-allow-private-host), never "
                 "loopback, link-local, a metadata address or this host's own"

@@ -32,10 +32,8 @@ shutdown; whatever ended it, its conversations are over: their later requests ge
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final, cast
 
@@ -62,29 +60,18 @@ from ..._wire.sse import SSERewriter
 from ...profiles import Era
 from ...sources import HostConversationSource
 from ...subscriptions import SessionSubscriptionBus
+from .._config import DEFAULT_PROCESS_IDLE, GatewayConfig, StdioProcesses
 from .._front import GatewayFront, HostCheck, trusted_proxies
 from .._serving import REFUSING, RESTARTING, RETRY_AFTER, STOPPING
-from ..auth._exchange import TokenExchange
 from ..auth._tools import ToolPolicy, guarded
 from ..auth._users import FrontedConversations, GatewayAuth, ProcessEnv
 from ..sealed._sandbox import environment
-from ._child import START_TIMEOUT, ProcessOptions
-from ._modes import (
-    DEFAULT_MAX_PROCESSES_PER_CALLER,
-    DEFAULT_PROCESS_IDLE,
-    DEFAULT_WARM,
-    PROCESSES,
-    SESSIONLESS,
-    Processes,
-    Sessionless,
-    default_max_processes,
-)
+from ._child import START_TIMEOUT
 from ._status import OperatorStatus, OwnConversations, ProcessMetrics
 from ._table import AFTER_ANSWER, Table, cut
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
-DEFAULT_MAX_PROCESSES: Final = default_max_processes()
 _RELAYED: Final[dict[str, tuple[tuple[str, type[types.RequestParams]], ...]]] = {
     "tools": (("tools/list", types.PaginatedRequestParams), ("tools/call", types.CallToolRequestParams)),
     "resources": (
@@ -195,118 +182,63 @@ class StdioServer(Server[Any]):
         return await self.children.relay(ctx)
 
 
-@dataclass(frozen=True, kw_only=True)
-class StdioGateway:
-    """Everything a stdio gateway is built from (:func:`stdio_gateway_app`), whole: refused as it is made when no
-    gateway could serve with it (a ``ValueError`` that says which value).
-
-    ``command`` is the server's program and its arguments (run without a shell). ``processes``: a child per
-    conversation, or one ``"shared"`` by all, or (``"auto"``, the default) as ``Table.choose`` says.
-    ``process_idle``: how long a conversation's child (and a 2025 transport session) lives without a request (default:
-    the sessions' ``idle_ttl``, else 300 s). ``max_processes``: how many conversations' children may run at once;
-    ``max_processes_per_principal``: how many of them one caller (its principal, else its client address) may have.
-    ``sessionless``: the requests of a caller that name no conversation reach that caller's own child (``"per-caller"``,
-    the default: a conversation of hers), or each a child of its own (``"per-request"``: ended once it is answered, or
-    retained for the retry that brings the input it asked for), or the ``"shared"`` one; each new conversation takes one
-    of ``warm`` started ahead. ``environ`` (default ``os.environ``) is where the children's variables come from, by
-    allow-list: the ``mcp`` SDK's defaults (``PATH``, ``HOME``...) and ``pass_env``'s names (``--pass-env``); and each
-    gets ``MCP_SESSION_ID``, the process's own random id (none in the shared child). ``process_options``: how each child
-    runs and is contained (``mcp-sessions gateway``'s ``--process-*``). ``process_env`` (``NAME=claim:CLAIM``,
-    ``NAME=header:HEADER-NAME``) sets each conversation's own values of those variables, from the request that starts it
-    (``_users.ProcessEnv``; no child is started ahead then, as it could not know them); the gateway's own never reach a
-    process. ``NAME=exchange:AUDIENCE`` is the user's token exchanged by ``token_exchange`` for AUDIENCE (and
-    ``exchange_scope``). ``auth`` (:class:`GatewayAuth`): who is asking; with it, each user lists and ends her own
-    conversations (``_status.OwnConversations``). ``status_port`` (a loopback socket's), ``status_socket`` (a Unix
-    socket's): where the operator's view is served (``_status.OperatorStatus``). ``tools`` (``_tools.ToolPolicy``,
-    with ``auth``'s tokens): which tools each caller lists and calls, by a claim of her token. ``config`` is the
-    sessions' (default: ``SessionsConfig.from_env()``); the other fields are :func:`gateway_app`'s arguments."""
-
-    command: Sequence[str]
-    config: SessionsConfig | None = None
-    processes: Processes = "auto"
-    process_idle: float | None = None
-    max_processes: int = DEFAULT_MAX_PROCESSES
-    max_processes_per_principal: int = DEFAULT_MAX_PROCESSES_PER_CALLER
-    sessionless: Sessionless = "per-caller"
-    warm: int = DEFAULT_WARM
-    allowed_hosts: Collection[str] | None = None
-    allowed_origins: Collection[str] | None = None
-    forwarded_allow_ips: str | Collection[str] | None = None
-    environ: Mapping[str, str] | None = None
-    pass_env: Collection[str] = ()
-    process_options: ProcessOptions | None = None
-    auth: GatewayAuth | None = None
-    process_env: Collection[str] = ()
-    token_exchange: TokenExchange | None = None
-    exchange_scope: str | None = None
-    status_port: int | None = None
-    status_socket: str | None = None
-    tools: ToolPolicy | None = None
-
-    def __post_init__(self) -> None:
-        if not self.command:
-            raise ValueError("--stdio needs a command")
-        if self.processes not in PROCESSES:
-            raise ValueError("processes is 'auto', 'per-conversation' or 'shared'")
-        if min(self.max_processes, self.max_processes_per_principal) < 1:
-            raise ValueError("max_processes and max_processes_per_principal must be at least 1")
-        if self.sessionless not in SESSIONLESS or self.warm < 0:
-            raise ValueError("sessionless is 'per-caller', 'per-request' or 'shared', and warm is 0 or more")
-        if self.process_idle is not None and not self.process_idle > 0:
-            raise ValueError("process_idle must be a positive number of seconds")
-
-
-def stdio_gateway_app(gateway: StdioGateway) -> GatewayFront:
+def stdio_gateway_app(config: GatewayConfig) -> GatewayFront:
     """Sessions for a stdio MCP server: the ASGI app ``mcp-sessions gateway --stdio`` serves (see the module), as
-    ``gateway`` says. Serve it with lifespan on: it starts and stops the children."""
-    credentials = ProcessEnv(
-        gateway.process_env,
-        exchange=gateway.token_exchange,
-        exchange_scope=gateway.exchange_scope,
-    )
-    if credentials.sources and gateway.processes == "shared":
+    ``config`` says, whole (``config.serves``, the server's processes: :class:`StdioProcesses`). Serve it with
+    lifespan on: it starts and stops the children."""
+    serves = config.serves
+    if not isinstance(serves, StdioProcesses):
+        raise TypeError("stdio_gateway_app serves a stdio server's processes: config.serves is a StdioProcesses")
+    credentials = ProcessEnv(serves.process_env, exchange=config.exchange, exchange_scope=serves.exchange_scope)
+    if credentials.sources and serves.processes == "shared":
         raise ValueError("--process-env gives each conversation's process its own values: not with one shared")
-    trusted = trusted_proxies(gateway.forwarded_allow_ips)
-    given = SessionsConfig.from_env() if gateway.config is None else gateway.config
+    trusted = trusted_proxies(config.forwarded_allow_ips)
     # a conversation's listen streams get its child's changes: the bus's
-    bus = given.subscriptions or SessionSubscriptionBus()
-    config = _sessions_config(given, replica=bool(trusted)).replace(subscriptions=bus)
-    idle = gateway.process_idle or config.idle_ttl or DEFAULT_PROCESS_IDLE
-    environ = os.environ if gateway.environ is None else gateway.environ
-    passed = environment(environ, gateway.pass_env)  # by allow-list
+    bus = config.sessions.subscriptions or SessionSubscriptionBus()
+    sessions = _sessions_config(config.sessions, bus, replica=bool(trusted))
+    idle = serves.process_idle or sessions.idle_ttl or DEFAULT_PROCESS_IDLE
+    passed = environment(serves.environ, serves.pass_env)  # by allow-list
+    sandbox = serves.sandbox
     table = partial(
         Table,
-        gateway.command,
-        config=config,
-        processes=gateway.processes,
+        serves.command,
+        config=sessions,
+        processes=serves.processes,
         idle=idle,
-        max_processes=gateway.max_processes,
-        per_caller=gateway.max_processes_per_principal,
-        sessionless=gateway.sessionless,
+        max_processes=serves.max_processes,
+        per_caller=serves.max_processes_per_principal,
+        sessionless=serves.sessionless,
         # a child started ahead cannot know its user's values, nor her directory
-        warm=0 if credentials.sources or getattr(gateway.process_options, "per_user", False) else gateway.warm,
+        warm=0 if credentials.sources or (sandbox is not None and sandbox.per_user) else serves.warm,
         environ={name: value for name, value in passed.items() if name not in credentials.sources},
         bus=bus,
-        options=gateway.process_options,
+        options=sandbox,
         process_env=credentials,
         fronted=bool(trusted),
-        metrics=partial(ProcessMetrics, meter_provider=config.meter_provider),
+        metrics=partial(ProcessMetrics, meter_provider=sessions.meter_provider),
     )
-    check = HostCheck(gateway.allowed_hosts, gateway.allowed_origins)
-    status = (gateway.status_port, gateway.status_socket)
+    check = HostCheck(config.allowed_hosts, config.allowed_origins)
+    status = (config.listening.status_port, config.listening.status_socket)
     return _layered(
-        table, config, idle=idle, auth=gateway.auth, tools=gateway.tools, check=check, trusted=trusted, status=status
+        table, sessions, idle=idle, auth=config.auth, tools=config.tools, check=check, trusted=trusted, status=status
     )
 
 
-def _sessions_config(config: SessionsConfig, *, replica: bool) -> SessionsConfig:
-    """``config`` as the sessions in front of stdio processes need it: every conversation named, however its client
-    names it (each gets its process, or in a process of many, the shared one too, its name, bound to its caller: see
-    Table.conversation_for and Table.named), and on a replica, host conversations from its front alone."""
+def _sessions_config(config: SessionsConfig, bus: SessionSubscriptionBus | None, *, replica: bool) -> SessionsConfig:
+    """``config`` as the sessions in front of stdio processes need it, in one change: every conversation named,
+    however its client names it (each gets its process, or in a process of many, the shared one too, its name, bound
+    to its caller: see Table.conversation_for and Table.named), on a replica host conversations from its front alone,
+    and the listen streams on ``bus``. At the sessions' layer alone (:func:`_layered`, once the table is made), what
+    the table does at a ``sessions/create`` (``on_create``), and no wire's session member reaching a process."""
     fronted = FrontedConversations.from_context
     sources = [fronted if replica and s == HostConversationSource.from_context else s for s in config.sources]
     data = "anonymous" if config.conversation_data == "off" else config.conversation_data
-    return config.replace(adopt_transport_sessions=True, conversation_data=data, sources=tuple(sources))
+    return config.replace(
+        adopt_transport_sessions=True,
+        conversation_data=data,
+        sources=tuple(sources),
+        subscriptions=bus,
+    )
 
 
 def _layered(
@@ -600,4 +532,4 @@ def _era(scope: Scope) -> Era:
     return Era.of(header(scope["headers"], MCP_PROTOCOL_VERSION_HEADER))
 
 
-__all__ = ["StdioGateway", "stdio_gateway_app"]
+__all__ = ["stdio_gateway_app"]
