@@ -115,6 +115,18 @@ def table_of(gateway: Process) -> str:
     return found[1]
 
 
+def startup_line(gateway: subprocess.Popen[str]) -> str:
+    """The gateway's line that states its network (or uvicorn's "Started", where it says none), read from its
+    stderr; a gateway that never says either is killed at ``WITHIN``, which ends the wait."""
+    assert gateway.stderr is not None
+    timer = threading.Timer(WITHIN, gateway.kill)
+    timer.start()
+    try:
+        return next((each for each in gateway.stderr if "network egress" in each or "Started" in each), "")
+    finally:
+        timer.cancel()
+
+
 def test_a_process_reaches_neither_the_gateway_nor_its_status_nor_a_local_service() -> None:
     """Behind an auth proxy on loopback, bob's process (the default network with --process-uids: egress, a network
     namespace of its own) cannot connect to the gateway from the proxy's address (to name carol, list her
@@ -533,13 +545,9 @@ def test_a_host_chain_that_drops_by_policy_is_said_at_startup() -> None:
     wanted = "the host's chains ip filter FORWARD drop by policy what they do not accept: a process reaches nothing "
     wanted += 'through them until they accept iifname "mcs*" (docs/security.md)'
     with subprocess.Popen(line, stderr=subprocess.PIPE, text=True, env=environ) as gateway:
-        assert gateway.stderr is not None
-        timer = threading.Timer(WITHIN, gateway.kill)  # a gateway that never says it ends the wait
-        timer.start()
         try:
-            said = next((each for each in gateway.stderr if "network egress" in each or "Started" in each), "")
+            said = startup_line(gateway)
         finally:
-            timer.cancel()
             gateway.terminate()
     assert wanted in said, said
 
@@ -598,13 +606,7 @@ def test_a_host_routes_for_its_processes_alone_where_a_gateway_turned_its_forwar
         before = subprocess.run(asked, capture_output=True, text=True, check=True).stdout
         environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
         with subprocess.Popen(line, stderr=subprocess.PIPE, text=True, env=environ) as gateway:
-            assert gateway.stderr is not None
-            timer = threading.Timer(WITHIN, gateway.kill)  # a gateway that never says it ends the wait
-            timer.start()
-            try:
-                said = next((each for each in gateway.stderr if "network egress" in each or "Started" in each), "")
-            finally:
-                timer.cancel()
+            said = startup_line(gateway)
             subprocess.run(sending, check=True, timeout=WITHIN)
             while_up = until(lambda: (counts := seen()) != (0, 0) and counts, "the datagram routed or dropped")
             gateway.terminate()
