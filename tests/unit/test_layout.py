@@ -23,6 +23,7 @@ PACK = ROOT / "conformance" / "mcp_sessions_conformance"
 NAME = "mcp_sessions"
 MAX_CALL_LINES = 40
 MAX_ANY_SHARE = 0.05
+GATEWAY = f"{NAME}._gateway"
 
 
 @functools.cache
@@ -204,4 +205,25 @@ def test_no_private_class_in_a_public_all() -> None:
             home = public_home(value.__module__)
             if home != name and exported not in importlib.import_module(home).__all__:
                 offenders.append(f"{name}.{exported} is {value.__module__}.{value.__qualname__}")
+    assert offenders == []
+
+
+def folded(tree: ast.Module) -> Iterator[tuple[ast.Assign, list[ast.expr], list[ast.expr]]]:
+    """``a, b = x, y``: an assignment of a tuple of names to a tuple of values; with its targets and values."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Assign) or not isinstance(node.value, ast.Tuple):
+            continue
+        if isinstance(targets := node.targets[0], ast.Tuple):
+            yield node, targets.elts, node.value.elts
+
+
+def test_the_gateway_folds_no_unrelated_values_into_one_line() -> None:
+    """Issue 102, item 5: one assignment a line, as httpcore writes them; a tuple line stays where it is one step, a
+    swap or a take-and-reset (``start, self._held = self._held, None``), where a value is one of the targets."""
+    offenders = []
+    for module, path, tree in modules():
+        if module.startswith(GATEWAY):
+            for node, targets, values in folded(tree):
+                if not {ast.unparse(each) for each in targets} & {ast.unparse(each) for each in values}:
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
     assert offenders == []
