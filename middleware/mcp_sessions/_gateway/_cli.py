@@ -157,7 +157,7 @@ def _serving_arguments(gateway: argparse.ArgumentParser) -> None:
 
 
 def _auth_arguments(gateway: argparse.ArgumentParser) -> None:
-    """Who is asking (``_auth``), and what of it a stdio process gets (``--process-env``)."""
+    """Who is asking (``auth._users``), and what of it a stdio process gets (``--process-env``)."""
     users = gateway.add_argument_group("who is asking (each also from its MCP_SESSIONS_AUTH_* variable)")
     for flag, text in (
         ("--auth-jwks", "the authorization server's JWKS: bearer tokens are JWTs signed by one of its keys"),
@@ -212,7 +212,7 @@ def _auth_arguments(gateway: argparse.ArgumentParser) -> None:
 
 
 def _exchange_arguments(gateway: argparse.ArgumentParser) -> None:
-    """What the upstream gets as ``Authorization``, and the token exchange (``_exchange``, RFC 8693)."""
+    """What the upstream gets as ``Authorization``, and the token exchange (``auth._exchange``, RFC 8693)."""
     exchange = gateway.add_argument_group(
         "the upstream's credentials (each also from its MCP_SESSIONS_* variable; the client secret "
         "from MCP_SESSIONS_EXCHANGE_CLIENT_SECRET or a file, never a flag)"

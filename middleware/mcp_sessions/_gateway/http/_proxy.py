@@ -565,7 +565,8 @@ def _conversation(scope: Scope) -> str | None:
 
 def _trace_headers() -> dict[str, str]:
     """The trace context of the gateway's span for the upstream, when one records; else the client's goes as it
-    came (a probe, under an unsampled parent that records nothing, has none: ``_probe`` leaves the client's out)."""
+    came (a probe, under an unsampled parent that records nothing, has none: ``mcp_sessions._pipeline._probe``
+    leaves the client's out)."""
     carrier: dict[str, str] = {}
     if trace.get_current_span().is_recording():
         propagate.inject(carrier)
