@@ -12,6 +12,10 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
+import importlib.util
+import inspect
+import itertools
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +27,11 @@ PACK = ROOT / "conformance" / "mcp_sessions_conformance"
 NAME = "mcp_sessions"
 MAX_CALL_LINES = 40
 MAX_ANY_SHARE = 0.05
+GATEWAY = f"{NAME}._gateway"
+ROLE = re.compile(r":(?:mod|func|class|meth|attr|data|exc|obj):`~?([\w.]+)(?:\(\))?`")
+# ``_serving.CUT``, ``_sandbox``, ``stdio._models.Owner``: a private module's name
+MODULE_LIKE = re.compile(r"``((?:auth\.|http\.|sealed\.|stdio\.)?_[a-z]\w*(?:\.\w+)*)``")
+NOT_MODULES = {"_meta"}  # MCP's field
 
 
 @functools.cache
@@ -205,3 +214,110 @@ def test_no_private_class_in_a_public_all() -> None:
             if home != name and exported not in importlib.import_module(home).__all__:
                 offenders.append(f"{name}.{exported} is {value.__module__}.{value.__qualname__}")
     assert offenders == []
+
+
+def folded(tree: ast.Module) -> Iterator[tuple[ast.Assign, list[ast.expr], list[ast.expr]]]:
+    """``a, b = x, y``: an assignment of a tuple of names to a tuple of values; with its targets and values."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Assign) or not isinstance(node.value, ast.Tuple):
+            continue
+        if isinstance(targets := node.targets[0], ast.Tuple):
+            yield node, targets.elts, node.value.elts
+
+
+def test_the_gateway_folds_no_unrelated_values_into_one_line() -> None:
+    """Issue 102, item 5: one assignment a line, as httpcore writes them; a tuple line stays where it is one step, a
+    swap or a take-and-reset (``start, self._held = self._held, None``), where a value is one of the targets."""
+    offenders = []
+    for module, path, tree in modules():
+        if module.startswith(GATEWAY):
+            for node, targets, values in folded(tree):
+                if not {ast.unparse(each) for each in targets} & {ast.unparse(each) for each in values}:
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    assert offenders == []
+
+
+def has(owner: object, name: str) -> tuple[bool, object]:
+    """Whether ``owner`` has ``name``: an attribute, a class's annotated field or one its methods set on ``self``;
+    and its value where it has one at hand."""
+    if hasattr(owner, name):
+        return True, getattr(owner, name)
+    for klass in owner.__mro__ if isinstance(owner, type) else ():
+        if name in vars(klass).get("__annotations__", {}):
+            return True, None
+        source = inspect.getsource(klass) if klass.__module__.startswith(NAME) else ""
+        if re.search(rf"self\.{name}\b(: [^=]+)? = ", source):
+            return True, None
+    return False, None
+
+
+def found(place: str, target: str) -> bool:
+    """Whether ``target`` names what exists in ``place`` (a module): its longest module prefix, then each attribute
+    in turn; a class or function a module the target names only imports is not found there."""
+    pieces = [*place.split("."), *target.split(".")] if place else target.split(".")
+    for end in range(len(pieces), 0, -1):
+        prefix = ".".join(pieces[:end])
+        try:
+            if importlib.util.find_spec(prefix) is None:
+                continue
+        except (ImportError, ValueError):
+            continue
+        owner: object = importlib.import_module(prefix)
+        for piece in pieces[end:]:
+            if owner is None:  # an instance attribute's own: not followed
+                return True
+            there, owner = has(owner, piece)
+            if not there:
+                return False
+            imported = (inspect.isclass(owner) or inspect.isfunction(owner)) and owner.__module__ != prefix
+            if piece == pieces[end] and end > len(place.split(".")) and imported:
+                return False  # named in a module that imports it
+        return True
+    return False
+
+
+def named(target: str, module: str, package: str, klass: str | None) -> bool:
+    """Whether a docstring's ``target`` in ``module`` names what exists: with leading dots, relative to ``package``
+    as an import is; else in its class, its module, its package, the gateway or one of its parts, the package."""
+    if target.startswith("."):
+        dots = len(target) - len(target.lstrip("."))
+        base = package.split(".")
+        return found(".".join(base[: len(base) - dots + 1]), target.lstrip("."))
+    places = [f"{module}.{klass}"] if klass else []
+    places += [module, package, GATEWAY, *(f"{GATEWAY}.{part}" for part in ("auth", "http", "sealed", "stdio"))]
+    return any(found(place, target) for place in [*places, NAME, "builtins"]) or found("", target)
+
+
+def docstrings(node: ast.AST, klass: str | None = None) -> Iterator[tuple[int, str | None, str]]:
+    """Each docstring under ``node`` (a module's, a class's, a function's, an attribute's), its line, and the class
+    it is read in."""
+    if isinstance(node, ast.ClassDef):
+        klass = node.name
+    if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+        if (text := ast.get_docstring(node, clean=False)) is not None:
+            yield getattr(node, "lineno", 1), klass, text
+        for assigned, after in itertools.pairwise(node.body):
+            said = after.value.value if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) else None
+            if isinstance(assigned, ast.Assign | ast.AnnAssign) and isinstance(said, str):
+                yield after.lineno, klass, said
+    for child in ast.iter_child_nodes(node):
+        yield from docstrings(child, klass)
+
+
+def test_the_gateways_docstrings_name_what_exists() -> None:
+    """Issue 102, item 5: ``_auth`` was named where ``auth._users`` is, ``~._process_flags`` where it is
+    ``~.._process_flags``. Every Sphinx reference, and every private module's name between double back-quotes,
+    names a module, and a name in it, that exists."""
+    missing = []
+    for module, path, tree in modules():
+        if not module.startswith(GATEWAY):
+            continue
+        package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+        for line, klass, text in docstrings(tree):
+            targets = ROLE.findall(text) + [name for name in MODULE_LIKE.findall(text) if name not in NOT_MODULES]
+            missing += [
+                f"{path.relative_to(ROOT)}:{line}: {target}"
+                for target in targets
+                if not named(target, module, package, klass)
+            ]
+    assert missing == [], "\n".join(missing)

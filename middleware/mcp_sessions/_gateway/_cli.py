@@ -97,7 +97,8 @@ def add_arguments(gateway: argparse.ArgumentParser) -> None:
 
 def _serving_arguments(gateway: argparse.ArgumentParser) -> None:
     """Where the gateway listens, whom it serves, how long it waits for its upstream and for its answers."""
-    host, port = Listening.host, Listening.port
+    host = Listening.host
+    port = Listening.port
     gateway.add_argument("--host", default=host, help=f"the address to listen on (default {host})")
     gateway.add_argument("--port", type=int, default=port, help=f"the port to listen on (default {port})")
     gateway.add_argument(
@@ -156,7 +157,7 @@ def _serving_arguments(gateway: argparse.ArgumentParser) -> None:
 
 
 def _auth_arguments(gateway: argparse.ArgumentParser) -> None:
-    """Who is asking (``_auth``), and what of it a stdio process gets (``--process-env``)."""
+    """Who is asking (``auth._users``), and what of it a stdio process gets (``--process-env``)."""
     users = gateway.add_argument_group("who is asking (each also from its MCP_SESSIONS_AUTH_* variable)")
     for flag, text in (
         ("--auth-jwks", "the authorization server's JWKS: bearer tokens are JWTs signed by one of its keys"),
@@ -211,7 +212,7 @@ def _auth_arguments(gateway: argparse.ArgumentParser) -> None:
 
 
 def _exchange_arguments(gateway: argparse.ArgumentParser) -> None:
-    """What the upstream gets as ``Authorization``, and the token exchange (``_exchange``, RFC 8693)."""
+    """What the upstream gets as ``Authorization``, and the token exchange (``auth._exchange``, RFC 8693)."""
     exchange = gateway.add_argument_group(
         "the upstream's credentials (each also from its MCP_SESSIONS_* variable; the client secret "
         "from MCP_SESSIONS_EXCHANGE_CLIENT_SECRET or a file, never a flag)"
@@ -310,7 +311,8 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
     if hosts is None and origins is None:  # the SDK's rule: localhost names on a loopback address, else none
         hosts = origins = None if _loopback(args.host) else ()
     else:
-        hosts, origins = hosts or (), origins or ()
+        hosts = hosts or ()
+        origins = origins or ()
     forwarded = environ.get("FORWARDED_ALLOW_IPS") if args.forwarded_allow_ips is None else args.forwarded_allow_ips
     auth = _auth(args, environ)
     tools = _tools(args, auth)

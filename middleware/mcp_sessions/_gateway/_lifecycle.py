@@ -403,7 +403,8 @@ class Gateway(uvicorn.Server):
         planned (its "Cancel N running task(s), timeout graceful shutdown exceeded" is an ERROR): its bound is
         reached at once with ``--shutdown-timeout 0``, else by a call that outlives its cancellation alone."""
         if self._stop_asked and record.levelno == logging.ERROR and record.getMessage().startswith("Cancel "):
-            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.levelno = logging.INFO
+            record.levelname = "INFO"
         return True
 
     def said_once(self, record: logging.LogRecord) -> bool:

@@ -519,8 +519,8 @@ def _seccomp(args: argparse.Namespace) -> tuple[bytes, str]:
 def default_memory(processes: int, *, together: bool) -> int:
     """``--process-memory`` unless given (bytes): half of this host's memory shared by the ``processes`` that may run
     at once (``--max-processes``, ``--warm`` and the shared one), where nothing bounds them ``together``; where
-    something does (the gateway's own group, half the host's memory: :attr:`Cgroups.together`), at least
-    :data:`ROOM`, for a Python or Node server runs in no less (at most a quarter of the host). A 24 GB host's
+    something does (the gateway's own group, half the host's memory: :attr:`~.sealed._cgroups.Cgroups.together`), at
+    least :data:`ROOM`, for a Python or Node server runs in no less (at most a quarter of the host). A 24 GB host's
     ``--max-processes 200`` gave 59 MiB each, under which a Python server on the ``mcp`` SDK was killed at its start."""
     host = _host_memory()
     shared = host // 2 // processes

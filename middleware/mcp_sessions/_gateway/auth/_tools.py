@@ -184,7 +184,10 @@ class _ByPolicy:
     """The policy in front of ``app`` (see the module)."""
 
     def __init__(self, app: ASGIApp, policy: ToolPolicy, max_body: int, max_response: int) -> None:
-        self.app, self.policy, self.max_body, self.max_response = app, policy, max_body, max_response
+        self.app = app
+        self.policy = policy
+        self.max_body = max_body
+        self.max_response = max_response
         # Once per caller and refusal, among the most recent: an operator sees why a user is refused, a loop of
         # refused calls does not fill the log.
         self._log_once = functools.lru_cache(maxsize=LOGGED)(_log_refusal)
@@ -282,7 +285,10 @@ class _Listed:
     def __init__(
         self, send: Send, answers: Callable[[dict[str, Any]], bool], allowed: Callable[[str], bool], limit: int
     ) -> None:
-        self._send, self._answers, self._allowed, self._limit = send, answers, allowed, limit
+        self._send = send
+        self._answers = answers
+        self._allowed = allowed
+        self._limit = limit
         self._start: Message | None = None  # a JSON answer's, held for its body
         self._body = bytearray()
         self._events: SSERewriter | None = None
@@ -295,7 +301,8 @@ class _Listed:
         if kind == "http.response.start":
             headers = {bytes(name).lower(): bytes(value).lower() for name, value in message.get("headers", ())}
             content_type = headers.get(b"content-type", b"")
-            json, stream = content_type.startswith(b"application/json"), content_type.startswith(b"text/event-stream")
+            json = content_type.startswith(b"application/json")
+            stream = content_type.startswith(b"text/event-stream")
             if (json or stream) and headers.get(b"content-encoding", b"identity") != b"identity":
                 return await self._refuse("The server's answer came coded: the tool policy cannot read it", None)
             if json:
@@ -318,7 +325,8 @@ class _Listed:
                 return await self._refuse(f"Response too large (limit {self._limit} bytes)", None)
             if message.get("more_body", False):
                 return None
-            self._start, body = None, bytes(self._body)
+            self._start = None
+            body = bytes(self._body)
             body = self._filtered(body) or body
             length = (b"content-length", str(len(body)).encode())
             kept = [(n, v) for n, v in start.get("headers", ()) if bytes(n).lower() != b"content-length"]

@@ -392,7 +392,7 @@ class GatewayAuth:
 
 class ProxiedUser(AuthenticatedUser):
     """A user the auth proxy named (``--auth-principal-header``): a kind of principal of its own, never the same
-    as a token's of the same name (see ``stdio._relay.Owner``)."""
+    as a token's of the same name (see ``stdio._models.Owner``)."""
 
 
 def _refused(exc: jwt.PyJWTError) -> tuple[str, str]:

@@ -97,7 +97,8 @@ def forwarding_app(config: GatewayConfig) -> GatewayFront:
     from ..auth._tools import guarded
     from ._proxy import UpstreamProxy
 
-    sessions, auth = config.sessions, config.auth
+    sessions = config.sessions
+    auth = config.auth
     upstream_token = forwarding.upstream_token
     if upstream_token is None:
         upstream_token = UpstreamToken("passthrough" if auth is None else "none")

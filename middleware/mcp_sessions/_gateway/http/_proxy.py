@@ -215,7 +215,8 @@ class UpstreamProxy:
         if query:
             target += b"?" + query
         method = scope["method"]
-        status, reason = 503, "No upstream replica could be reached"
+        status = 503
+        reason = "No upstream replica could be reached"
         for replica in candidates:
             url = httpx.URL(replica.origin, raw_path=target)
             upstream = httpx.Request(method, url, headers=headers, content=content, extensions=self._extensions)
@@ -226,13 +227,16 @@ class UpstreamProxy:
                 self._replicas.failed(replica)
                 # A body read whole, never sent, goes to the next replica; one that streamed does not.
                 if not isinstance(content, bytes):
-                    status, reason = 502, "The upstream replica could not be reached"
+                    status = 502
+                    reason = "The upstream replica could not be reached"
             except TimeoutError:
-                status, reason = 504, "The upstream did not answer in time"
+                status = 504
+                reason = "The upstream did not answer in time"
             except httpx.HTTPError as exc:
                 failure = type(exc).__name__
                 logger.warning("mcp-sessions gateway: upstream %s failed: %s", replica.url, failure)
-                status, reason = 502, "The upstream failed before answering"
+                status = 502
+                reason = "The upstream failed before answering"
             except BaseException:
                 # Cancelled: the client left while the answer's headers were awaited.
                 replica.in_flight -= 1
@@ -561,7 +565,8 @@ def _conversation(scope: Scope) -> str | None:
 
 def _trace_headers() -> dict[str, str]:
     """The trace context of the gateway's span for the upstream, when one records; else the client's goes as it
-    came (a probe, under an unsampled parent that records nothing, has none: ``_probe`` leaves the client's out)."""
+    came (a probe, under an unsampled parent that records nothing, has none: ``mcp_sessions._pipeline._probe``
+    leaves the client's out)."""
     carrier: dict[str, str] = {}
     if trace.get_current_span().is_recording():
         propagate.inject(carrier)

@@ -8,7 +8,7 @@ it, so the gateway gives the client the upstream's id prefixed with the tag of t
 digest of that replica's URL, the same in every gateway) and signed (:class:`TransportIds`), and forwards the
 id only there; an id the gateway did not sign names no replica. A request that opens a transport session
 goes as any request without one: to its conversation's replica when it names a conversation, else, as
-anything of no conversation, to the replica with the fewest requests in flight (``_proxy._route``).
+anything of no conversation, to the replica with the fewest requests in flight (``UpstreamProxy._route``).
 
 **Transport session ids** (:class:`TransportIds`): the upstream's id with the issuing replica's tag in front,
 and a MAC behind: ``TAG~ID~MAC``. The MAC is HMAC-SHA256 over

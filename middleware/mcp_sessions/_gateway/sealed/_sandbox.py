@@ -652,7 +652,7 @@ class Place:
 def reap_adopted(group: int, *, wait: bool = False) -> None:
     """Reap the ended processes of ``group`` that this process adopted, its leader reaped already. bubblewrap's
     first process in each namespace outlives bubblewrap by a moment and is left to whoever adopts orphans: the
-    host's init, or the gateway, as a subreaper (:func:`~._process_flags.process_options`) or a container's PID 1;
+    host's init, or the gateway, as a subreaper (:func:`~.._process_flags.process_options`) or a container's PID 1;
     the group is gone only once it is reaped. ``wait``: until none of the group is left, for a group whose every
     process ends with its leader (a trial's)."""
     if not hasattr(os, "waitid"):  # macOS before Python 3.13, which has no bubblewrap either
@@ -690,7 +690,7 @@ def _namespace(
     of its own; an IPC namespace (no SysV or POSIX message queue object outlives it); a UTS namespace (its
     hostname :data:`HOSTNAME`, not the host's); with network ``none`` or
     ``egress`` a network namespace (its own loopback; under ``egress`` the interface ``link`` connects, and its
-    resolver, :data:`RESOLV`); a mount namespace where the host's files are read-only, each of
+    resolver, :data:`~._network.RESOLV`); a mount namespace where the host's files are read-only, each of
     :data:`PRIVATE` the host has is an empty tmpfs, and so is ``cwd``, its home, each at most ``sandbox.disk`` MiB,
     and :data:`CGROUPS` is hidden. Its home is ``owner``'s (its uid and gid; else the containment's user's), mode
     0700: a home of its own, where ``chmod`` and ``git`` work as in any other; ``mounts`` are its grants

@@ -38,8 +38,10 @@ class Admission:
     def __init__(
         self, max_processes: int, per_caller: int, create_limit: RateLimit | None, events: ProcessEvents
     ) -> None:
-        self.max_processes, self.per_caller = max_processes, per_caller
-        self.create_limit, self.events = create_limit, events
+        self.max_processes = max_processes
+        self.per_caller = per_caller
+        self.create_limit = create_limit
+        self.events = events
 
     def connections_over(self, connections: Mapping[Key, str], caller: str) -> list[Key]:
         """Of the 2025 transport sessions with no process (each with its caller's id, oldest first), those to end

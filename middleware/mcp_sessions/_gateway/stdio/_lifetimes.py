@@ -35,7 +35,10 @@ class Lifetimes:
         ended: Callable[[Process], list[Conversation]],
         end_transport: EndTransport | None,
     ) -> None:
-        self.idle, self.store, self.ended, self.end_transport = idle, store, ended, end_transport
+        self.idle = idle
+        self.store = store
+        self.ended = ended
+        self.end_transport = end_transport
 
     async def serve(self, process: Process) -> None:
         """Run a child to its end (its timers beside it); then end the sessions the table says its end leaves."""

@@ -188,7 +188,7 @@ class ProcessEvents:
 
 @dataclass(frozen=True)
 class ProcessView:
-    """One live process, as an operator sees it (:meth:`Pool.views`); its memory is read from ``/proc``."""
+    """One live process, as an operator sees it (:meth:`~._pool.Pool.views`); its memory is read from ``/proc``."""
 
     kind: str  # a conversation's Kind ("caller": a caller's own process), or "warm"
     principal: Owner | None  # whose it is (the principal's name, else the client address); None for shared or warm

@@ -46,9 +46,14 @@ class Pool:
         events: ProcessEvents,
         factory: ChildFactory = Child,
     ) -> None:
-        self.command, self.warm_count, self.environ = list(command), warm, dict(environ)
-        self.options, self.process_env = options, process_env
-        self.bus, self.serve, self.events = bus, serve, events  # serve: each process's life (Lifetimes.serve)
+        self.command = list(command)
+        self.warm_count = warm
+        self.environ = dict(environ)
+        self.options = options
+        self.process_env = process_env
+        self.bus = bus
+        self.serve = serve  # each process's life (Lifetimes.serve)
+        self.events = events
         # every process, the probe's too: Conversation.on_notification takes every notification first
         self.make = partial(factory, self.command, max_line=max_line, on_notify=_ignored, options=options)
         self.warm: deque[Process] = deque()  # started and initialized ahead, for new conversations and requests
@@ -67,7 +72,8 @@ class Pool:
             try:
                 yield tasks
             finally:
-                self.tasks, self.stopped = None, True
+                self.tasks = None
+                self.stopped = True
                 tasks.cancel_scope.cancel()  # each stops its process group, shielded (stop_group)
 
     def start(
@@ -85,7 +91,8 @@ class Pool:
         if self.stopped:
             raise MCPError(CHILD_EXITED, "the gateway is shutting down")
         values, digest = credentials or self.process_env.nobody  # none but a request's: none is started ahead then
-        edge, masked = None if self.options is None else self.options.edge, None
+        edge = None if self.options is None else self.options.edge
+        masked = None
         if edge is not None:  # --process-env-mask: placeholders, and the proxy
             values, masked = edge.masks.give(values)
         process = None if shared else secrets.token_hex(8)
@@ -108,7 +115,8 @@ class Pool:
     def launch(self, starting: Iterable[Process]) -> None:
         """Run each process a decision made (:meth:`start`), in the task group of :meth:`running`; none once it has
         ended (the gateway stops): those are dropped, and the request that made them is told so."""
-        starting, tasks = list(starting), self.tasks
+        starting = list(starting)
+        tasks = self.tasks
         if tasks is None:
             if starting:
                 self.live.difference_update(starting)

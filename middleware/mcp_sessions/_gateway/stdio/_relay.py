@@ -267,7 +267,7 @@ class Conversation:
 
     async def relay(self, ctx: ServerRequestContext[Any, Any], conversation: str | None = None) -> dict[str, Any]:
         """The child's answer to a client's request; the client's own progress token gets the child's progress.
-        ``conversation``: the request's, for a process of many (``_server.named``), named as the draft names a
+        ``conversation``: the request's, for a process of many (``Table.named``), named as the draft names a
         session in ``_meta``."""
         params = dict(ctx.params or {})
         given = jsonrpc.meta(params) or {}

@@ -5,7 +5,7 @@ Where the HTTP gateway has its proxy, this one has an MCP server of the ``mcp`` 
 2026-07-28 envelope and ``server/discover``), and each of its handlers relays the request to the child that
 holds the request's conversation, as an MCP client (``_child``), the relay of its messages in
 ``_relay``. The session middleware sits at its
-endpoint, as in any ``MCPServer`` app, and tells each request's conversation (:data:`SCOPE_KEY`).
+endpoint, as in any ``MCPServer`` app, and tells each request's conversation (:data:`~..._session.SCOPE_KEY`).
 
 With ``processes="auto"`` (the default), a server that speaks 2026-07-28 gets a process per caller (its principal,
 else its client address), as that revision says a stdio process outlives any conversation: each of the caller's

@@ -8,7 +8,7 @@ in a directory only the gateway's user may enter (``_serving.private_socket``), 
 for the Docker daemon's socket. It is never on the
 clients' port, so neither a client nor a front that forwards every path reaches it; on the port, a ``Host`` that
 is not a loopback name is refused (a page that rebinds its name to 127.0.0.1 gets 403). ``GET /status``: every live
-process (:class:`~._relay.ProcessView`, its memory read from ``/proc`` on a thread), and each user's
+process (:class:`~._models.ProcessView`, its memory read from ``/proc`` on a thread), and each user's
 count against the limits.
 
 A user's own view (``GET /mcp/sessions``, on the clients' port, served where the gateway authenticates): her

@@ -142,7 +142,9 @@ class Table:
         end_transport: EndTransport | None = None,
         metrics: Metrics = lambda kinds: ProcessEvents(),
     ) -> None:
-        self.config, self.bus, self.sessionless = config, bus, sessionless
+        self.config = config
+        self.bus = bus
+        self.sessionless = sessionless
         self.process_env = ProcessEnv() if process_env is None else process_env
         self.fronted = fronted  # a replica behind a front (--forwarded-allow-ips): see gone
         # "auto" (Table.choose) becomes one of the others before the first request
@@ -182,7 +184,9 @@ class Table:
         where it may be. With ``processes="per-caller"``, the caller's own process, for a request that names no
         conversation or one of those it serves; a conversation it does not serve, or served before it ended, is
         refused as in the per-conversation table, never served by another process."""
-        caller, session, raw = asked.caller, asked.session, asked.transport
+        caller = asked.caller
+        session = asked.session
+        raw = asked.transport
         if session is not None and session.source == "data-layer":
             # ended: "not found" at once, as the session's revocation (under way) will say; the call that ended its
             # process was told why
@@ -355,7 +359,8 @@ class Table:
         """The decision at a process's end: it leaves the pool; its conversation, and a caller's process's every
         conversation, are remembered as ended (unless a new one takes its name); the conversations whose sessions
         end with it (a crash ends its session as any other end) are returned, for the lifetimes to end."""
-        child, conversation = process.child, process.conversation
+        child = process.child
+        conversation = process.conversation
         end = child.end or End(EndReason.EXITED)  # its child's, set once where it ended
         self.pool.ended(process, end.reason)
         if conversation is None or conversation.shared:
