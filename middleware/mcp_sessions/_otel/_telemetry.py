@@ -523,7 +523,8 @@ def _target_attribute(method: str) -> str:
 
 
 def _process_conversation_digest() -> Callable[[str, str, None], str]:
-    """A conversation's digest under a random key of this process, as :class:`IdDigests` makes it with the key set's."""
+    """A conversation's digest under a random key of this process, as :class:`~mcp_sessions._tokens.IdDigests`
+    makes it with the key set's."""
     digest = process_digest("cv-")
     return lambda source, conversation, _: digest(f"{source}\0{conversation}")
 

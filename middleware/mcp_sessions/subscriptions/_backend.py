@@ -20,7 +20,7 @@ class Backend(Protocol):
     The bus joins a channel when the first stream that needs it opens on this replica, and leaves
     it when the last one ends; ``join`` and ``leave`` are synchronous (the SDK subscribes
     synchronously) and take effect in the background. A new topology is one class with these six
-    methods, and one scheme in :func:`backend_from_url`.
+    methods, and one scheme in :func:`~._bus.backend_from_url`.
     """
 
     def bind(self, receive: Receive) -> None:
