@@ -48,6 +48,8 @@ SECTION = "Credentials that never enter the process"
 """docs/gateway.md's section, whose ``sh`` block makes the operator's authority."""
 TOKEN = "ghp_" + "Re4lT0kenValue" * 2 + "0123456789"  # a GitHub token's shape: 40 characters
 API, OTHER = NAMES
+NETRC = f"machine {API}\nlogin x-access-token\npassword ${{API_TOKEN}}\n"
+"""``--process-file``'s template of the ``masked`` gateway: a ``.netrc`` for the API."""
 HTTPX_IMPORTS = ("httpx", "httpcore", "h11", "anyio", "sniffio", "idna", "certifi")
 """What this checkout's httpx imports to make a request (pure Python), which the host's Python runs in a process."""
 HTTPX = """import httpx, os, sys
@@ -132,11 +134,14 @@ def python() -> Iterator[tuple[str, ...]]:
 
 
 @pytest.fixture(scope="module")
-def masked(stand_in: StandIn) -> Iterator[Masked]:
+def masked(stand_in: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Masked]:
     """The gateway's client with the token, a conversation of its, and the stand-in API; its value goes in
-    ``X-Api-Key`` too."""
+    ``X-Api-Key`` too, and its process has a ``~/.netrc`` for the API (``--process-file``)."""
     mask = f"API_TOKEN={API}:{stand_in.ports[0]},header=X-Api-Key"
-    with masked_gateway(stand_in, UIDS, "--process-env-mask", mask) as gateway:
+    template = tmp_path_factory.mktemp("process-file") / "netrc"
+    template.write_text(NETRC)
+    files = ("--process-file", f"~/.netrc={template}")
+    with masked_gateway(stand_in, UIDS, "--process-env-mask", mask, *files) as gateway:
         yield gateway
 
 
@@ -203,6 +208,19 @@ def test_each_client_reaches_the_api_with_the_value_and_the_process_holds_the_pl
     assert found["token"] == []  # not in its environment, its memory, nor its files
     assert "environ" in found["placeholder"]
     assert "memory" in found["placeholder"]  # where the search looks
+
+
+def test_a_process_file_holds_the_placeholder_and_curl_netrc_reaches_the_api_with_the_value(masked: Masked) -> None:
+    """``--process-file ~/.netrc=TEMPLATE`` (issue 103): the process's own ``.netrc``, 0600, its uid's, holds the
+    masked value's placeholder, never the value; ``curl --netrc`` sends it as a Basic pair, in which the proxy puts
+    the value."""
+    mcp, session = masked.mcp, masked.session
+    placeholder = _sealed.text(_sealed.call(mcp, "env", session, variable="API_TOKEN"))
+    read = ran(mcp, session, "sh", "-c", 'cat "$HOME/.netrc" && stat -c "%a %u" "$HOME/.netrc" && id -u')
+    uid = read["out"].rsplit("\n", 2)[1]
+    assert read["out"] == NETRC.replace("${API_TOKEN}", placeholder) + f"600 {uid}\n{uid}\n", read
+    basic = echoed(mcp, session, "curl", "-sS", "--netrc", f"https://{API}:{masked.secure}/")["authorization"]
+    assert base64.b64decode(basic.removeprefix("Basic ")).decode() == f"x-access-token:{TOKEN}"
 
 
 def test_the_value_goes_in_the_credential_s_headers_alone(masked: Masked) -> None:
