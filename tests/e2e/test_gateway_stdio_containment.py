@@ -38,6 +38,9 @@ from e2e._sealed import AUTH, PRIVATE, SECRETS, UIDS, call, client, gateway, nee
 from e2e._stdio import stdio_gateway
 from mcp_sessions._gateway.sealed._sandbox import Sandbox
 
+NETRC = "machine api.test\n  login me\n  password ${USER_SECRET}\n"
+"""A ``--process-file`` template: a ``.netrc`` (curl's, git's) for the user's own secret."""
+
 
 @pytest.mark.parametrize("containment", ["bwrap", "unshare"])
 def test_a_users_process_cannot_reach_anothers(server: str, jwks: str, containment: str) -> None:
@@ -55,8 +58,16 @@ def test_a_users_process_cannot_reach_anothers(server: str, jwks: str, containme
     with tempfile.TemporaryDirectory() as directory:
         os.chmod(directory, 0o711)  # on the way to the processes' directories
         cwd = f"{directory}/conversations/{{id}}"
+        Path(directory, "netrc").write_text(NETRC)
+        Path(directory, "key.json").write_text('{"key": "${USER_SECRET}", "cost": "$$5"}')
         options = (*team(jwks), "--process-containment", containment, "--process-cwd", cwd, "--pass-env", "PASSED")
-        with gateway(server, *options, environ=environ) as process:
+        files = (
+            "--process-file",
+            f"~/.netrc={directory}/netrc",
+            "--process-file",
+            f"/tmp/sa/key.json={directory}/key.json",
+        )
+        with gateway(server, *options, *files, environ=environ) as process:
             assert f"each process: containment {containment}, a uid each" in process.output()
             alice, bob = client(process, user="alice"), client(process, user="bob")
             hers, his = alice.create_session(), bob.create_session()
@@ -65,6 +76,16 @@ def test_a_users_process_cannot_reach_anothers(server: str, jwks: str, containme
             assert {she["uid"], he["uid"]} <= set(members(UIDS))
             assert (she["gid"], set(she["groups"]) - {she["gid"]}) == (she["uid"], set())
             assert she["environ"]["USER_SECRET"] == SECRETS["alice"]
+            # --process-file: each her own, from her request's value, 0600, her uid's (issue 103)
+            for mcp, session, seen, user in ((alice, hers, she, "alice"), (bob, his, he, "bob")):
+                netrc = f"{seen['cwd']}/.netrc"
+                assert text(call(mcp, "read", session, path=netrc)) == NETRC.replace("${USER_SECRET}", SECRETS[user])
+                key = text(call(mcp, "read", session, path="/tmp/sa/key.json"))
+                assert json.loads(key) == {"key": SECRETS[user], "cost": "$5"}
+                stat = json.loads(
+                    text(call(mcp, "run", session, argv=["stat", "-c", "%a %u", netrc, "/tmp/sa/key.json"]))
+                )
+                assert stat["stdout"].split("\n")[:2] == [f"600 {seen['uid']}"] * 2, stat
             inherited = {"HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"} & set(os.environ)
             allowed = inherited | {"HOME", "TMPDIR", "PASSED", "USER_SECRET", "MCP_SESSION_ID"}
             # Set in the process by python3's C locale coercion (PEP 538); no shell's SHLVL nor PWD (issue 100's 10).
@@ -610,6 +631,60 @@ def test_a_startup_error_is_one_line_and_exit_status_2(options: tuple[str, ...],
     else:
         done = main_run(*line, environ=environ)
     assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said}\n")
+
+
+@pytest.mark.parametrize(
+    ("target", "template", "extra", "said"),
+    [
+        (
+            "/etc/netrc",
+            "x",
+            (),
+            "--process-file /etc/netrc: TARGET is ~/PATH (the process's home) or /tmp/PATH, its own, with no '.', '..'",
+        ),
+        (
+            "~/../etc/netrc",
+            "x",
+            (),
+            "--process-file ~/../etc/netrc: TARGET is ~/PATH (the process's home) or "
+            "/tmp/PATH, its own, with no '.', '..'",
+        ),
+        ("~/.netrc", None, (), "--process-file ~/.netrc: {template} cannot be read: No such file or directory"),
+        (
+            "~/.netrc",
+            "password ${B}",
+            (),
+            "--process-file ~/.netrc: {template} names ${B}, which no --process-env gives",
+        ),
+        (
+            "~/.netrc",
+            "costs $5",
+            (),
+            "--process-file ~/.netrc: {template}: a '$' that starts no ${NAME} (write $$ for a '$')",
+        ),
+        (
+            "~/.netrc",
+            "x",
+            ("--process-containment", "none"),
+            "--process-file needs a containment, bwrap or unshare: "
+            "its file is written in the process's own home or /tmp, a tmpfs of its namespace",
+        ),
+    ],
+    ids=["elsewhere", "dot-dot", "unreadable", "not-given", "not-a-template", "uncontained"],
+)
+def test_a_process_file_the_gateway_cannot_write_is_one_line_and_exit_status_2(
+    tmp_path: Path, target: str, template: str | None, extra: tuple[str, ...], said: str
+) -> None:
+    """``--process-file`` (issue 103): a TARGET out of the process's own directories, a template that cannot be
+    read, names a variable no ``--process-env`` gives or is no template, or no containment to write it in: one line,
+    exit status 2, before any process starts."""
+    needs("bwrap")
+    path = tmp_path / "template"
+    if template is not None:
+        path.write_text(template)
+    line = ["gateway", "--port", "1", "--stdio", "true", "--process-env", "A=header:X-A", *extra]
+    done = main_run(*line, "--process-file", f"{target}={path}", environ={**os.environ, "MCP_SESSIONS_SECRET": SECRET})
+    assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said.replace('{template}', str(path))}\n")
 
 
 def test_what_a_contained_process_would_not_find_under_tmp_is_said_at_startup() -> None:

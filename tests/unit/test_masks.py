@@ -20,7 +20,7 @@ from _authorities import PEM, authority, taken_leaf, written_key
 from _waits import WITHIN
 from mcp_sessions._gateway.sealed._edge import ASKING, ASKING_PER_ADDRESS, Edge, _swapped
 from mcp_sessions._gateway.sealed._masks import Authority, Mask, Masks, placeholder
-from mcp_sessions._gateway.sealed._network import AllowedHost, EgressPolicy, EgressRules
+from mcp_sessions._gateway.sealed._network import TUNNEL_MARK, AllowedHost, EgressPolicy, EgressRules
 
 
 def _segment(claims: dict[str, object]) -> str:
@@ -164,6 +164,7 @@ def test_the_rules_grant_the_proxy_and_refuse_the_masked_hosts_before_any_grant(
     text = rules.text()
     proxy = text.index("ip daddr 127.0.0.1 tcp dport 4567 accept")
     masked = text.index("ip daddr . th dport @maskedports4 reject")
+    assert f"meta mark != {TUNNEL_MARK:#x} meta l4proto tcp ip daddr . th dport @maskedports4" in text  # a tunnel's
     assert proxy < masked < text.index("fib daddr type local goto refuse")
     assert "set maskedports6 { type ipv6_addr . inet_service; flags timeout; }" in text
     assert "maskedports" not in EgressRules(EgressPolicy(1000, 1001)).text()

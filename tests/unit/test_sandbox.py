@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import subprocess
 from pathlib import Path
 
 import anyio
@@ -14,7 +15,7 @@ import pytest
 
 from mcp_sessions._gateway.sealed import _sandbox
 from mcp_sessions._gateway.sealed._grants import owner_name
-from mcp_sessions._gateway.sealed._sandbox import Place, Sandbox, SandboxError, Uids
+from mcp_sessions._gateway.sealed._sandbox import Place, ProcessFile, Sandbox, SandboxError, Uids
 from mcp_sessions._gateway.stdio._child import Child, _ignored, _no_client, _taken
 
 
@@ -104,3 +105,27 @@ async def test_a_taken_uid_is_always_a_place_s(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setattr(_sandbox, "locked", no_descriptor)
     with pytest.raises(SandboxError, match="no uid could be taken: Too many open files"):
         await sandbox.enter("p2")
+
+
+def test_a_process_file_is_written_as_its_value_says_0600_and_never_over_a_name_already_there(tmp_path: Path) -> None:
+    """``--process-file``'s line, as the last helper runs it (bash, sourced): a value with quotes, a newline, ``$(``
+    and a backquote is written as it is, never run; mode 0600 in a 0700 directory it made; and a name already there (a
+    link) is refused (``set -C``: ``O_EXCL``), its target untouched. A process with no value of its names (the revision
+    probe) gets no line."""
+    value = 'it\'s "$(touch run)" `touch ran`\nnext'
+    made = ProcessFile("~/.config/app/token", "token: ${SECRET}\n", ("SECRET",))
+    line = made.written({"HOME": str(tmp_path), "SECRET": value})
+    assert line is not None
+    assert made.written({"HOME": str(tmp_path)}) is None
+    done = subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True, check=False)
+    written = tmp_path / ".config" / "app" / "token"
+    assert done.returncode == 0, done.stderr
+    assert written.read_text() == f"token: {value}\n"
+    assert (written.stat().st_mode & 0o777, written.parent.stat().st_mode & 0o777) == (0o600, 0o700)
+    assert not (tmp_path / "run").exists() and not (tmp_path / "ran").exists()
+    written.unlink()
+    (tmp_path / "elsewhere").write_text("kept")
+    written.symlink_to(tmp_path / "elsewhere")
+    again = subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert again.returncode == 125
+    assert (tmp_path / "elsewhere").read_text() == "kept"

@@ -14,6 +14,7 @@ import math
 import os
 import pwd
 import shutil
+import string
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -36,7 +37,7 @@ from .sealed._grants import STATE, USER_GIDS
 from .sealed._sandbox import CONTAINMENTS, DISK
 
 if TYPE_CHECKING:
-    from .sealed._sandbox import Sandbox
+    from .sealed._sandbox import ProcessFile, Sandbox
 
 _PR_SET_DUMPABLE: Final = 4
 _PR_SET_CHILD_SUBREAPER: Final = 36
@@ -204,6 +205,16 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
         f"{STATE}): give every gateway of the host the same",
     )
     gateway.add_argument(
+        "--process-file",
+        action="append",
+        default=[],
+        metavar="TARGET=TEMPLATE",
+        help="with --stdio and a containment: the file TARGET (~/PATH, in the process's home, or /tmp/PATH) written "
+        "in each process as it starts, mode 0600, its own, from the file TEMPLATE (read at startup), each ${NAME} in "
+        "it that conversation's --process-env NAME (its placeholder where masked; $$ for a $): a .netrc, a "
+        "kubeconfig; repeat",
+    )
+    gateway.add_argument(
         "--pass-env",
         action="append",
         default=[],
@@ -288,6 +299,13 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: obje
     if sandbox.network == "egress" and sandbox.containment == "none":  # its network namespace is the host's
         why = f" ({sandbox.choice})" if sandbox.choice else ""
         raise ValueError(f"--process-network egress needs a containment, bwrap or unshare{why}: its own network")
+    if args.process_file and sandbox.containment == "none":
+        why = f" ({sandbox.choice})" if sandbox.choice else ""
+        raise ValueError(
+            f"--process-file needs a containment, bwrap or unshare{why}: its file is written in the process's own "
+            "home or /tmp, a tmpfs of its namespace"
+        )
+    sandbox = replace(sandbox, files=_process_files(args, cwd, grants))
     if cwd is not None and uids is not None and private_under(os.path.dirname(cwd)) is None:
         # the processes' mount points: listable by no one
         _private_parent(cwd)
@@ -433,6 +451,65 @@ def _grants(args: argparse.Namespace, cwd: str | None, uids: Any, auth: object |
     process_uids = range(uids.first, uids.last + 1)
     users = os.path.dirname(per_user[0].source)
     return grants, UserDirectories(users, args.process_user_gids, process_uids, args.process_state)
+
+
+def _process_files(args: argparse.Namespace, cwd: str | None, grants: Sequence[Any]) -> tuple[ProcessFile, ...]:
+    """``--process-file``'s files, checked: each ``TARGET`` under the process's own home (``~/``) or ``/tmp``, once,
+    and under no ``--process-mount`` (a tree of the host's, where another process could have left a link); each
+    ``TEMPLATE`` read whole, at most :data:`TEMPLATE_LIMIT` bytes of UTF-8, a :class:`string.Template` whose every
+    name a ``--process-env`` gives."""
+    from .._wire import printable
+    from .sealed._sandbox import PRIVATE, ProcessFile
+
+    given = {spec.partition("=")[0] for spec in args.process_env}
+    files: list[ProcessFile] = []
+    for spec in args.process_file:
+        target, _, path = spec.partition("=")
+        flag = f"--process-file {printable(target)}"
+        if not target or not path:
+            raise ValueError(f"--process-file takes TARGET=TEMPLATE: not {printable(spec)!r}")
+        under = next((own for own in (f"{PRIVATE[0]}/", "~/") if target.startswith(own)), None)
+        parts = target.removeprefix(under or "").split("/")
+        if under is None or any(part in ("", ".", "..") for part in parts):
+            raise ValueError(f"{flag}: TARGET is ~/PATH (the process's home) or /tmp/PATH, its own, with no '.', '..'")
+        if any(one.target == target for one in files):
+            raise ValueError(f"{flag}: given twice")
+        # under the host's /tmp a grant may be bound (never under a home of --process-cwd's), and HOME is /tmp without
+        at = target if cwd is not None else os.path.join(PRIVATE[0], target.removeprefix("~/"))
+        if shared := [one.target for one in grants if f"{at}/".startswith(f"{one.target}/")]:
+            raise ValueError(f"{flag}: under --process-mount {printable(shared[0])}, which is not the process's own")
+        template = _template(flag, path)
+        if not template.is_valid():
+            raise ValueError(f"{flag}: {printable(path)}: a '$' that starts no ${{NAME}} (write $$ for a '$')")
+        names = tuple(template.get_identifiers())
+        if missing := [name for name in names if name not in given]:
+            raise ValueError(f"{flag}: {printable(path)} names ${{{missing[0]}}}, which no --process-env gives")
+        files.append(ProcessFile(target, template.template, names))
+    return tuple(files)
+
+
+TEMPLATE_LIMIT: Final = 65536
+"""A ``--process-file`` template at most (bytes): a .netrc or a kubeconfig is a few kB."""
+
+
+def _template(flag: str, path: str) -> string.Template:
+    """The template file ``path``, read once, bounded."""
+    from .._wire import printable
+
+    try:
+        with open(path, "rb") as file:
+            data = file.read(TEMPLATE_LIMIT + 1)
+    except OSError as exc:
+        raise ValueError(f"{flag}: {printable(path)} cannot be read: {exc.strerror}") from None
+    if len(data) > TEMPLATE_LIMIT:
+        raise ValueError(f"{flag}: {printable(path)} is over {TEMPLATE_LIMIT} bytes")
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        raise ValueError(f"{flag}: {printable(path)} is not UTF-8 text") from None
+    if "\0" in text:
+        raise ValueError(f"{flag}: {printable(path)} holds a NUL, which no shell carries")
+    return string.Template(text)
 
 
 def _run_as(args: argparse.Namespace) -> tuple[Any, int | None, int | None]:

@@ -10,13 +10,14 @@ httpx's parser) both ways, streaming: each request's head at most :data:`HEAD_LI
 placeholder replaced by the value (inside an ``Authorization: Basic``'s decoded pair too); anywhere else (another
 header, the target, the body) a placeholder stays one. To any other host, an opaque tunnel from a socket the kernel
 counts as the process's uid's (:func:`_socket_as`), so that its own rules judge the tunnel as they judge its own
-connections: one set of rules, the kernel's. A plain HTTP request (absolute form, from a process whose credential
-opted a host in: ``http://HOST[:PORT]``, its ``HTTP_PROXY``) is relayed the same way, one a connection, its
-placeholders swapped for that host and port alone (to any other host, from a socket of the process's uid too). A
-failure is an answer the client reads (400, 405, 431, 502 naming the host), never a hang; nothing of a value, a
-placeholder or a token is logged. A tunnel to a masked host is its site's alone (:func:`_bound`: 421 for a request
-that names another), and a connection is waited on for its proxy request a bounded time, in bounded numbers
-(:class:`Edge`).
+connections: one set of rules, the kernel's; but for the masked hosts' addresses, refused to the process by address
+alone, which a tunnel to another name that shares one (a CDN's) passes (its socket's mark). A plain HTTP request
+(absolute form, from a process whose credential opted a host in: ``http://HOST[:PORT]``, its ``HTTP_PROXY``) is
+relayed the same way, one a connection, its placeholders swapped for that host and port alone (to any other host,
+from a socket of the process's uid too). A failure is an answer the client reads (400, 405, 431, 502 naming the
+host), never a hang; nothing of a value, a placeholder or a token is logged. A tunnel to a masked host is its site's
+alone (:func:`_bound`: 421 for a request that names another), and a connection is waited on for its proxy request a
+bounded time, in bounded numbers (:class:`Edge`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from anyio.streams.tls import TLSStream
 
 from ..._wire import printable
 from ._masks import PROXY_USER, Masks, Swap
+from ._network import TUNNEL_MARK
 
 HEAD_LIMIT: Final = 65536
 HEAD_WITHIN: Final = 30.0
@@ -285,14 +287,22 @@ def _socket_as(uid: int, family: int) -> socket.socket:
     """A TCP socket of ``family`` whose owner is ``uid``: the kernel makes a socket its thread's filesystem uid's,
     which nftables' ``meta skuid`` reads. Run on a worker thread: the filesystem uid is the calling thread's alone
     (Linux's ``setfsuid``, which glibc sets on that thread only), so the gateway's other threads never act as
-    ``uid``, and the event loop's thread, where Python's signal handlers run, is never that uid's."""
+    ``uid``, and the event loop's thread, where Python's signal handlers run, is never that uid's. Marked
+    :data:`~._network.TUNNEL_MARK`: it tunnels to a name no mask names, which the masked hosts' refusal, by address,
+    never judges (a CDN's address a masked host shares); the process's own grants do."""
     previous = _LIBC.setfsuid(uid)
     try:
         if _LIBC.setfsuid(-1) != uid:  # -1 is no uid: the call changes nothing and says the current one
             raise OSError(errno.EPERM, "the gateway cannot act as a process's uid (it is not root)")
-        return socket.socket(family, socket.SOCK_STREAM)
+        made = socket.socket(family, socket.SOCK_STREAM)
     finally:
         _LIBC.setfsuid(previous)
+    try:  # as root (CAP_NET_ADMIN): the masked hosts' refusal passes over it, the process's grants judge it
+        made.setsockopt(socket.SOL_SOCKET, socket.SO_MARK, TUNNEL_MARK)
+    except OSError:
+        made.close()
+        raise
+    return made
 
 
 async def _relay(

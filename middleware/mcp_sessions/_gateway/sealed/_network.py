@@ -123,6 +123,14 @@ HOST_END: Final = "ee:ee:ee:ee:ee:ee"
 """The link-layer address of each veth pair's host end (Calico's): the namespace's neighbour for :data:`GATEWAY`."""
 INTERFACE: Final = "mcs"
 """The prefix of each veth pair's host end: ``mcs<N>``, its process's address :data:`PROCESSES`'s N-th."""
+TUNNEL_MARK: Final = 0x6D637331
+"""The mark (``SO_MARK``) of the sockets of the masked credentials' proxy's opaque tunnels (``_edge._socket_as``),
+which the masked hosts' refusal (:meth:`EgressRules.credential_rules`) passes over: a ``CONNECT`` to a name no mask
+names reaches that name whatever address it shares with a masked host (a CDN's), judged by the process's own grants,
+as its own connections are. No process sets it: ``SO_MARK`` needs ``CAP_NET_ADMIN``, which none has, and a packet
+that crosses its veth pair comes out with no mark (the kernel scrubs it between namespaces). Its bits, "mcs1", are
+none the host's usual tools set (kube-proxy's 0x4000 and 0x8000, Docker's none); it routes as any other socket but
+where the host has an ``ip rule fwmark`` for them."""
 PROCESS_FLOWS: Final = 1024
 """How many of the host's conntrack entries one ``egress`` process's flows may hold at once (new flows from its host
 end, counted by nftables' ``ct count`` per link); past it, a new one is refused. A server's API calls, a crawl and a
@@ -568,7 +576,8 @@ class EgressRules:
     def credential_rules(self) -> tuple[list[str], list[str]]:
         """The sets and the first rules for masked credentials (``--process-env-mask``): the gateway's proxy
         reached (what the process sends to its gateway goes to this host's loopback), and the masked hosts'
-        addresses (:meth:`refresh` keeps them current) refused on their ports, whatever grants them below."""
+        addresses (:meth:`refresh` keeps them current) refused on their ports, whatever grants them below, but to the
+        proxy's opaque tunnels (:data:`TUNNEL_MARK`): a name no mask names, which the rules below judge."""
         if (proxy := self.policy.proxy) is None:
             return [], []
         sets = []
@@ -576,8 +585,8 @@ class EgressRules:
         for version, family, kind in ((4, "ip", "ipv4_addr"), (6, "ip6", "ipv6_addr")):
             sets.append(f"set maskedports{version} {{ type {kind} . inet_service; flags timeout; }}")
             rules.append(
-                f"meta l4proto tcp {family} daddr . th dport @maskedports{version} reject with tcp reset "
-                'comment "a masked credential\'s host: through the proxy alone"'
+                f"meta mark != {TUNNEL_MARK:#x} meta l4proto tcp {family} daddr . th dport @maskedports{version} "
+                'reject with tcp reset comment "a masked credential\'s host: through the proxy alone"'
             )
         return sets, rules
 

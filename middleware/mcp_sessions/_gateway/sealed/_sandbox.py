@@ -37,6 +37,7 @@ import os
 import pwd
 import re
 import shlex
+import string
 import subprocess
 import sys
 import tempfile
@@ -197,6 +198,31 @@ SHELL_OWN: Final = ("SHLVL", "PWD", "OLDPWD", "_")
 environment: none reaches it unless it is given one (``--pass-env``), as the allow-list says."""
 
 
+class ProcessFile(NamedTuple):
+    """A file each conversation's process finds as it starts (``--process-file TARGET=TEMPLATE``): ``target``,
+    ``~/PATH`` (under its home) or ``/tmp/PATH``, its own directories; ``template``, the operator's file's text, whose
+    ``${NAME}`` are the ``--process-env`` values ``names``, as the process has them (a placeholder where masked)."""
+
+    target: str
+    template: str
+    names: tuple[str, ...]
+
+    def written(self, environ: Mapping[str, str]) -> str | None:
+        """The last helper's line that writes it, for the process whose variables are ``environ``, or None where
+        they lack one of its names (a process no conversation's request started: the revision probe). Written as
+        the process's own uid, before its server runs, mode 0600 (its directories made 0700), in a tmpfs of its
+        own, new with its mount namespace: nothing of the process has run yet, so no link it planted is there to
+        follow; and bash's ``set -C`` opens the file ``O_EXCL``, which no name there already, a link or another
+        file, passes. The values go where they already are, in the file only that helper reads (a ``memfd``)."""
+        if any(name not in environ for name in self.names):
+            return None
+        # string.Template's one pattern, read once left to right: linear in the template
+        text = string.Template(self.template).substitute({name: environ[name] for name in self.names})
+        path = os.path.join(environ["HOME"], self.target[2:]) if self.target.startswith("~/") else self.target
+        made = f"{shlex.quote(tool('mkdir'))} -p -- {shlex.quote(os.path.dirname(path))}"
+        return f"(umask 077 && set -C && {made} && printf %s {shlex.quote(text)} > {shlex.quote(path)}) || exit 125\n"
+
+
 class Mount(NamedTuple):
     """A grant as one process has it: ``source`` bound at ``target`` (an empty read-only directory where
     ``source`` is ""), ``writable`` or not."""
@@ -354,6 +380,7 @@ class Sandbox:
     # Under egress, the gateway's rules (_network): each uid taken is put under them, and let go as it is given back.
     egress: EgressRules | None = None
     edge: Any = None  # the masked credentials' proxy (_edge.Edge), with --process-env-mask
+    files: tuple[ProcessFile, ...] = ()  # written in each process's own directories as it starts (--process-file)
 
     @property
     def per_user(self) -> bool:
@@ -609,6 +636,7 @@ class Place:
         procs = [] if self.cgroup is None else self.cgroup.procs
         line = ["/bin/sh", "-c", _FIRST, "sh", *procs, "--", *line]
         exports = [f"export {name}={shlex.quote(value)}\n" for name, value in environ.items()]
+        exports += [written for file in sandbox.files if (written := file.written(environ)) is not None]
         if any(mount.writable for mount in self.mounts):  # what it writes there, its group's too (a user's, a team's)
             exports.append("umask 0007\n")
         held = _memfd(os.fsencode("".join(exports)))
