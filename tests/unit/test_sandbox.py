@@ -129,3 +129,11 @@ def test_a_process_file_is_written_as_its_value_says_0600_and_never_over_a_name_
     again = subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True, check=False)
     assert again.returncode == 125
     assert (tmp_path / "elsewhere").read_text() == "kept"
+
+
+def test_a_helper_that_does_not_end_in_time_is_one_line_not_a_traceback() -> None:
+    """A helper root runs that hangs (``unshare`` at startup, ``setpriv``'s search, ``nft`` as a process starts) is
+    killed at its timeout and said as a ``SandboxError`` naming it, which the startup and a process's start say in
+    one line; ``subprocess.TimeoutExpired`` reached neither."""
+    with pytest.raises(SandboxError, match=r"^sleep did not end within 0\.2 s$"):
+        _sandbox.run_helper(["/bin/sleep", "30"], timeout=0.2)

@@ -29,6 +29,7 @@ from ._node import node_without_proxy
 from ._process_flags import add_process_arguments, process_options, seal_gateway
 from ._serving import EXIT_USAGE, bind, private_directory
 from .http._app import forwarding_app
+from .sealed._kernel import SandboxError
 from .sealed._network import NO_ROUTE, AllowedHost, EgressRules, NetworkError, add_network_arguments, routed
 
 if TYPE_CHECKING:
@@ -273,7 +274,7 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     except ModuleNotFoundError as exc:
         print(f"mcp-sessions gateway: {exc.name} is missing: pip install 'mcp-sessions[gateway]'", file=stderr)
         return EXIT_USAGE
-    except (ImportError, ValueError, TypeError, RuntimeError, NetworkError) as exc:
+    except (ImportError, ValueError, TypeError, RuntimeError, NetworkError, SandboxError) as exc:
         print(f"mcp-sessions gateway: {exc}", file=stderr)
         return EXIT_USAGE
     logging.basicConfig(level=listening.log_level.upper(), format="%(levelname)s: %(message)s")

@@ -370,7 +370,12 @@ def _reached_as(command: Sequence[str], uid: int, gid: int) -> None:
             if directory in seen:
                 continue
             seen.add(directory)
-            searching = run_helper([*searched, str(directory)])
+            try:
+                searching = run_helper([*searched, str(directory)])
+            except SandboxError as exc:
+                raise ValueError(
+                    f"--stdio: {printable(str(directory))} searched as the processes' uid: {exc}"
+                ) from None
             if searching.returncode != 0 and directory == Path("/"):
                 return  # the uid cannot be taken here at all (setpriv's failure): the containment's check says so
             if searching.returncode != 0:

@@ -51,18 +51,22 @@ def tool(name: str) -> str:
 def run_helper(line: Sequence[str], given: str = "", timeout: float = 30) -> subprocess.CompletedProcess[str]:
     """``line`` (a helper found by :func:`tool`, with arguments of the gateway's own) run to its end, given
     ``given`` on its standard input, in :data:`HELPER_ENV` alone; what it said captured (as UTF-8, a byte it is not
-    replaced: a name a process chose may be in it), its exit status for the caller to judge; ``TimeoutExpired``
-    after ``timeout`` seconds (it is killed)."""
-    return subprocess.run(  # noqa: S603 - our own command line
-        line,
-        input=given,
-        env=HELPER_ENV,
-        capture_output=True,
-        encoding="utf-8",
-        errors="replace",
-        check=False,
-        timeout=timeout,
-    )
+    replaced: a name a process chose may be in it), its exit status for the caller to judge; a ``SandboxError`` in
+    one line after ``timeout`` seconds (it is killed), which a start refused and the gateway's startup say as any
+    other."""
+    try:
+        return subprocess.run(  # noqa: S603 - our own command line
+            line,
+            input=given,
+            env=HELPER_ENV,
+            capture_output=True,
+            encoding="utf-8",
+            errors="replace",
+            check=False,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        raise SandboxError(f"{os.path.basename(line[0])} did not end within {timeout:g} s") from None
 
 
 @functools.cache

@@ -41,7 +41,7 @@ from typing import Any, Final, Literal, get_args
 import anyio
 
 from ..._wire import printable
-from ._kernel import HELPER_ENV, locked, run_helper, running_uids, tool
+from ._kernel import HELPER_ENV, SandboxError, locked, run_helper, running_uids, tool
 
 Network = Literal["host", "none", "egress"]
 NETWORKS: Final = get_args(Network)
@@ -1120,7 +1120,10 @@ def linkable(unshare: str) -> None:
     """Whether this host lets root make a process's user and network namespaces (``unshare``: util-linux's, by its
     absolute path); and the namespaces' :data:`RESOLV` written, unless it already holds what it must: a file
     replaced while another gateway's bubblewrap binds it fails that process's start."""
-    made = run_helper([unshare, "--user", "--net", "--", "/bin/true"])
+    try:
+        made = run_helper([unshare, "--user", "--net", "--", "/bin/true"])
+    except SandboxError as exc:
+        raise NetworkError(f"--process-network egress: a process's network namespace: {exc}") from None
     if made.returncode != 0:
         said = (made.stderr.strip().splitlines() or [f"exit status {made.returncode}"])[-1]
         raise NetworkError(
