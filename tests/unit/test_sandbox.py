@@ -15,6 +15,7 @@ import pytest
 
 from mcp_sessions._gateway.sealed import _sandbox
 from mcp_sessions._gateway.sealed._grants import owner_name
+from mcp_sessions._gateway.sealed._kernel import run_helper
 from mcp_sessions._gateway.sealed._sandbox import Place, ProcessFile, Sandbox, SandboxError, Uids
 from mcp_sessions._gateway.stdio._child import Child, _ignored, _no_client, _taken
 
@@ -136,4 +137,4 @@ def test_a_helper_that_does_not_end_in_time_is_one_line_not_a_traceback() -> Non
     killed at its timeout and said as a ``SandboxError`` naming it, which the startup and a process's start say in
     one line; ``subprocess.TimeoutExpired`` reached neither."""
     with pytest.raises(SandboxError, match=r"^sleep did not end within 0\.2 s$"):
-        _sandbox.run_helper(["/bin/sleep", "30"], timeout=0.2)
+        run_helper(["/bin/sleep", "30"], timeout=0.2)
