@@ -6,7 +6,8 @@ replica URLs computes the same order, so several gateways agree without talking 
 that leaves moves only its own conversations. A 2025-era transport session lives in the process that minted
 it, so the gateway gives the client the upstream's id prefixed with the tag of the replica that issued it (a
 digest of that replica's URL, the same in every gateway) and signed (:class:`TransportIds`), and forwards the
-id only there; an id the gateway did not sign names no replica. A request that opens a transport session
+id there (to one other while it cannot be reached or drains: ``UpstreamProxy._route``); an id the gateway did not
+sign names no replica. A request that opens a transport session
 goes as any request without one: to its conversation's replica when it names a conversation, else, as
 anything of no conversation, to the replica with the fewest requests in flight (``UpstreamProxy._route``).
 
