@@ -71,10 +71,12 @@ def replica_on(port: int, files: Path, store: str, state: str = "process") -> Pr
 
 
 def front_of(urls: list[str]) -> Process:
-    """The recipe's front: a gateway with an ``--upstream`` for each replica."""
+    """The recipe's front: a gateway with an ``--upstream`` for each replica; a replica it could not reach is tried
+    again at its next request (``--failure-cooldown 0``), so that a returned one is back in service at once."""
     port = free_port()
     upstreams = [item for url in urls for item in ("--upstream", url)]
     command = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port), *upstreams, "--log-level", "info"]
+    command += ["--failure-cooldown", "0"]
     return Process("front", command, {"MCP_SESSIONS_SECRET": SECRET}, port)
 
 
@@ -179,6 +181,14 @@ async def held_call(http: httpx.AsyncClient, url: str, conversation: str, answer
     answers.append(answer["result"]["content"][0]["text"] if "result" in answer else str(answer))
 
 
+async def moved_call(http: httpx.AsyncClient, url: str, conversation: str) -> str:
+    """A 2026-07-28 call in a host's conversation (``baggage``): its text, or what came instead."""
+    body = modern_request("tools/call", CALL)
+    headers = {**modern_headers(body), "baggage": f"gen_ai.conversation.id={conversation}"}
+    answer = outcome(await http.post(url, json=body, headers=headers))
+    return str(answer["result"]["content"][0]["text"]) if "result" in answer else str(answer)
+
+
 async def drained(replica: Process, files: Path) -> str:
     """``replica`` stopped by SIGTERM once the held call has reached its process, and stopped as the signal says once
     that call is answered: what it logged."""
@@ -203,7 +213,7 @@ async def is_ready(http: httpx.AsyncClient, url: str) -> bool:
 @pytest.mark.parametrize("state", ["process", "disk"])
 async def test_a_rolling_restart_of_two_replicas_loses_no_call(redis: RedisServer, state: str) -> None:
     """Issue 94, item 3; and issue 101, item 2: with the state on disk, no conversation is told its process ended."""
-    tally, stop, held, said = Tally(), anyio.Event(), list[str](), list[str]()
+    tally, stop, held, said, moved = Tally(), anyio.Event(), list[str](), list[str](), list[str]()
     with readable_directory("mcp-sessions-rolling-") as files:
         replicas = [replica_on(free_port(), files, redis.url, state) for _ in range(2)]
         urls = [replica.url() for replica in replicas]
@@ -217,9 +227,13 @@ async def test_a_rolling_restart_of_two_replicas_loses_no_call(redis: RedisServe
                 for n, replica in enumerate(replicas):
                     tasks.start_soon(held_call, http, front.url(), placed_on(urls, n), held)
                     said.append(await drained(replica, files))
+                    # opened while its replica is down: on the other one, where it stays once its own returns
+                    opened_meanwhile = placed_on(urls, n)
+                    moved.append(await moved_call(http, front.url(), opened_meanwhile))
                     replicas[n] = await anyio.to_thread.run_sync(replica_on, replica.port, files, redis.url, state)
                     ready = replicas[n].url("/readyz")
                     await until_awaited(partial(is_ready, http, ready), "the new replica to be ready")
+                    moved.append(await moved_call(http, front.url(), opened_meanwhile))
                 served = tally.answered
                 await until_awaited(lambda: tally.answered >= served + 10 or tally.failures, "calls after the restarts")
                 stop.set()
@@ -228,6 +242,7 @@ async def test_a_rolling_restart_of_two_replicas_loses_no_call(redis: RedisServe
                 said.append(process.stop().decode(errors="replace"))
     assert tally.failures == [], (tally, said)
     assert held == ["held", "held"], held
+    assert moved == ["slept"] * 4, moved  # no second wave: it was never told anything
     in_flight = re.findall(r"draining: .*; (\d+) call\(s\) in flight may end", "".join(said[:2]))
     assert len(in_flight) == 2, said[:2]
     assert all(int(count) > 0 for count in in_flight), said[:2]  # each with calls in flight

@@ -243,6 +243,9 @@ class UpstreamProxy:
                 raise
             else:
                 self._replicas.reached(replica)
+                # a conversation's (a transport session's goes where it was opened): it stays where it is served
+                if conversation is not None and transport_id is None and not _draining(response):
+                    self._replicas.served(conversation, replica)
                 # An issued token it no longer takes: exchanged anew.
                 if response.status_code == 401:
                     self._upstream_token.refused(scope)
