@@ -410,7 +410,8 @@ class _Reopened:
             done = jsonrpc.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"})
             named = _naming({**scope, "method": "POST", "headers": headers}, raw)
             await self.app(named, _once(done), _discard)
-            await self.children.connected(raw, scope)
+            if self.children.mode != "shared":  # counted as _Opening counts one a client opens
+                await self.children.connected(raw, scope)
             logger.info("a 2025 transport session the gateway no longer had was opened again for its client")
             return raw
         return None
