@@ -12,9 +12,11 @@ conversation. Where the state lived in the process (the default), the end is tol
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -26,15 +28,30 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
-from _mcp import create_session, modern_headers, modern_request, sdk_session_meta
+from _mcp import create_session, legacy_request, modern_headers, modern_request, sdk_session_meta
 from _redis import end_process, free_port
-from e2e._gateway import CACHE, PYTHONPATH, SECRET, Process, for_every_uid, installed, node, readable_directory
+from e2e._gateway import (
+    CACHE,
+    JSON_SSE,
+    PYTHONPATH,
+    SECRET,
+    Process,
+    for_every_uid,
+    installed,
+    node,
+    readable_directory,
+    result_of,
+)
+from e2e._issuer import ISSUER, jwks, signed
 from e2e._sealed import needs
+from e2e._stdio import stdio_gateway
+from mcp_sessions._gateway.auth._users import GatewayAuth
 
 pytestmark = pytest.mark.anyio
 
 MEMORY = CACHE / "memory/node_modules/@modelcontextprotocol/server-memory/dist/index.js"
 CLIENTS = ("2026 SDK client", "2025 SDK client", "connect", "raw HTTP")
+AUDIENCE = "https://mcp.example.com/mcp"
 
 
 class Restartable:
@@ -161,3 +178,28 @@ async def test_a_restart_and_a_kill_of_the_gateway_are_invisible_where_the_state
     assert conversations.answered == len(CLIENTS) * 3, conversations.answered
     logged = "".join(gateway.said)
     assert "Traceback" not in logged, logged[-4000:]
+
+
+def test_a_transport_session_opened_again_is_its_caller_s_alone() -> None:
+    """A 2025 transport session id the gateway does not have (here one no gateway minted, as after a restart) is
+    opened again for the caller that names it, within her own conversation: bob's calls naming it reach one
+    process of his, which counts on; alice naming the same id reaches a new one of hers, never his, and his goes on."""
+    with jwks() as keys:
+        auth = GatewayAuth(jwks_url=keys, issuer=ISSUER, audience=AUDIENCE)
+        with stdio_gateway(auth=auth, state="disk") as url, httpx.Client(timeout=60) as http:
+
+            def call(user: str, tool: str, request_id: int) -> str:
+                token = signed({"iss": ISSUER, "aud": AUDIENCE, "sub": user, "exp": int(time.time()) + 600})
+                headers = {**JSON_SSE, "MCP-Protocol-Version": "2025-11-25", "Mcp-Session-Id": "minted-elsewhere"}
+                headers["Authorization"] = f"Bearer {token}"
+                body = legacy_request("tools/call", {"name": tool, "arguments": {}}, id=request_id)
+                response = http.post(url, json=body, headers=headers)
+                assert response.headers.get("mcp-session-id") in (None, "minted-elsewhere")  # never the new id
+                return str(result_of(response, request_id)["result"]["content"][0]["text"])
+
+            his = [call("bob", "whoami", 1), call("bob", "count", 2), call("bob", "count", 3)]
+            hers = [call("alice", "whoami", 1), call("alice", "count", 2)]
+            his.append(call("bob", "count", 4))  # his, as it was: hers took nothing of it
+    assert his[1:] == ["1", "2", "3"]
+    assert hers[1] == "1"  # a conversation of her own
+    assert json.loads(his[0])["pid"] != json.loads(hers[0])["pid"]
