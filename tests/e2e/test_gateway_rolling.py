@@ -5,7 +5,9 @@ conversations whose calls are in flight (and a held one on each replica as it is
 
 No call that started fails; a request refused is refused with a retryable answer (503 with ``Retry-After``), which
 the client sends again; a conversation whose process ended with its replica is told so once (``-32043``; a 2025
-transport session: 404, the spec's "initialize again") and goes on in a new one.
+transport session: 404, the spec's "initialize again") and goes on in a new one. Where the server keeps its state on
+disk (``--conversation-state disk``), none is told anything: each goes on in a new process, on the other replica
+while its own is down, and back on its own once it returns (a 2025 transport session too, opened again there).
 
 And the front's side of a stop, made certain: a stopping server closes its idle kept-alive connections, and a request
 the front sent on one as it closed it comes back with nothing; the front sends it once more on a connection of its
@@ -48,9 +50,10 @@ CALL = {"name": "sleep", "arguments": {"seconds": 0.2}}  # long enough to be in 
 THINKING = 0.3
 
 
-def replica_on(port: int, files: Path, store: str) -> Process:
+def replica_on(port: int, files: Path, store: str, state: str = "process") -> Process:
     """A replica as the recipe runs it (its flags, its environment), the tests' server its command, which writes
-    ``held`` in ``files`` (granted to it, read-write), on ``port``."""
+    ``held`` in ``files`` (granted to it, read-write), on ``port``; its server's conversations' state kept as
+    ``state`` says (``--conversation-state``)."""
     environ = {
         "MCP_SESSIONS_SECRET": SECRET,
         "MCP_SESSIONS_CONVERSATION_DATA": "anonymous",
@@ -62,16 +65,18 @@ def replica_on(port: int, files: Path, store: str) -> Process:
     recipe = ["--processes", "per-conversation", "--forwarded-allow-ips", "127.0.0.1", "--process-network", "none"]
     tests = ["--process-mount", f"{files}:{files}:rw", "--pass-env", "PYTHONPATH", "--pass-env", "STDIO_TEST_FILES"]
     tests += ["--warm", "0", "--max-processes", "64", "--max-processes-per-principal", "64"]
-    tests += ["--log-level", "info", "--shutdown-timeout", "60"]
+    tests += ["--log-level", "info", "--shutdown-timeout", "60", "--conversation-state", state]
     gateway = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port)]
     return Process(f"replica on {port}", [*gateway, "--stdio", SERVER, *recipe, *tests], environ, port)
 
 
 def front_of(urls: list[str]) -> Process:
-    """The recipe's front: a gateway with an ``--upstream`` for each replica."""
+    """The recipe's front: a gateway with an ``--upstream`` for each replica; a replica it could not reach is tried
+    again at its next request (``--failure-cooldown 0``), so that a returned one is back in service at once."""
     port = free_port()
     upstreams = [item for url in urls for item in ("--upstream", url)]
     command = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port), *upstreams, "--log-level", "info"]
+    command += ["--failure-cooldown", "0"]
     return Process("front", command, {"MCP_SESSIONS_SECRET": SECRET}, port)
 
 
@@ -176,6 +181,14 @@ async def held_call(http: httpx.AsyncClient, url: str, conversation: str, answer
     answers.append(answer["result"]["content"][0]["text"] if "result" in answer else str(answer))
 
 
+async def moved_call(http: httpx.AsyncClient, url: str, conversation: str) -> str:
+    """A 2026-07-28 call in a host's conversation (``baggage``): its text, or what came instead."""
+    body = modern_request("tools/call", CALL)
+    headers = {**modern_headers(body), "baggage": f"gen_ai.conversation.id={conversation}"}
+    answer = outcome(await http.post(url, json=body, headers=headers))
+    return str(answer["result"]["content"][0]["text"]) if "result" in answer else str(answer)
+
+
 async def drained(replica: Process, files: Path) -> str:
     """``replica`` stopped by SIGTERM once the held call has reached its process, and stopped as the signal says once
     that call is answered: what it logged."""
@@ -197,11 +210,12 @@ async def is_ready(http: httpx.AsyncClient, url: str) -> bool:
 
 
 @pytest.mark.timeout(300)
-async def test_a_rolling_restart_of_two_replicas_loses_no_call(redis: RedisServer) -> None:
-    """Issue 94, item 3."""
-    tally, stop, held, said = Tally(), anyio.Event(), list[str](), list[str]()
+@pytest.mark.parametrize("state", ["process", "disk"])
+async def test_a_rolling_restart_of_two_replicas_loses_no_call(redis: RedisServer, state: str) -> None:
+    """Issue 94, item 3; and issue 101, item 2: with the state on disk, no conversation is told its process ended."""
+    tally, stop, held, said, moved = Tally(), anyio.Event(), list[str](), list[str](), list[str]()
     with readable_directory("mcp-sessions-rolling-") as files:
-        replicas = [replica_on(free_port(), files, redis.url) for _ in range(2)]
+        replicas = [replica_on(free_port(), files, redis.url, state) for _ in range(2)]
         urls = [replica.url() for replica in replicas]
         front = front_of(urls)
         try:
@@ -213,9 +227,13 @@ async def test_a_rolling_restart_of_two_replicas_loses_no_call(redis: RedisServe
                 for n, replica in enumerate(replicas):
                     tasks.start_soon(held_call, http, front.url(), placed_on(urls, n), held)
                     said.append(await drained(replica, files))
-                    replicas[n] = await anyio.to_thread.run_sync(replica_on, replica.port, files, redis.url)
+                    # opened while its replica is down: on the other one, where it stays once its own returns
+                    opened_meanwhile = placed_on(urls, n)
+                    moved.append(await moved_call(http, front.url(), opened_meanwhile))
+                    replicas[n] = await anyio.to_thread.run_sync(replica_on, replica.port, files, redis.url, state)
                     ready = replicas[n].url("/readyz")
                     await until_awaited(partial(is_ready, http, ready), "the new replica to be ready")
+                    moved.append(await moved_call(http, front.url(), opened_meanwhile))
                 served = tally.answered
                 await until_awaited(lambda: tally.answered >= served + 10 or tally.failures, "calls after the restarts")
                 stop.set()
@@ -224,10 +242,14 @@ async def test_a_rolling_restart_of_two_replicas_loses_no_call(redis: RedisServe
                 said.append(process.stop().decode(errors="replace"))
     assert tally.failures == [], (tally, said)
     assert held == ["held", "held"], held
+    assert moved == ["slept"] * 4, moved  # no second wave: it was never told anything
     in_flight = re.findall(r"draining: .*; (\d+) call\(s\) in flight may end", "".join(said[:2]))
     assert len(in_flight) == 2, said[:2]
     assert all(int(count) > 0 for count in in_flight), said[:2]  # each with calls in flight
-    assert tally.told > 0, tally  # the stopped replicas' conversations, opened again
+    if state == "process":
+        assert tally.told > 0, tally  # the stopped replicas' conversations, opened again
+    else:
+        assert tally.told == 0, tally  # each went on: none was told its process ended
     assert "Traceback" not in "".join(said), said
 
 

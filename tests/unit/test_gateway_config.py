@@ -13,7 +13,7 @@ import pytest
 
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway._cli import add_arguments, configured
-from mcp_sessions._gateway._config import LOG_LEVELS, Forwarding, GatewayConfig, Listening, StdioProcesses
+from mcp_sessions._gateway._config import LOG_LEVELS, STATES_KEPT, Forwarding, GatewayConfig, Listening, StdioProcesses
 from mcp_sessions._gateway.http._app import forwarding_app, gateway_app
 from mcp_sessions._gateway.stdio._modes import PROCESSES, SESSIONLESS, default_max_processes
 
@@ -163,7 +163,12 @@ def test_the_configuration_is_frozen_and_never_shows_the_environment() -> None:
 
 @pytest.mark.parametrize(
     ("flag", "choices"),
-    [("--processes", PROCESSES), ("--sessionless", SESSIONLESS), ("--log-level", LOG_LEVELS)],
+    [
+        ("--processes", PROCESSES),
+        ("--sessionless", SESSIONLESS),
+        ("--conversation-state", STATES_KEPT),
+        ("--log-level", LOG_LEVELS),
+    ],
 )
 def test_the_modes_choices_are_their_literal_s(flag: str, choices: tuple[str, ...]) -> None:
     parser = argparse.ArgumentParser(prog="mcp-sessions gateway")
@@ -195,6 +200,8 @@ def test_without_its_flag_each_value_is_the_configuration_s_default(flags: list[
         (lambda: StdioProcesses(command=("cat",), max_processes=0), "max_processes and max_processes_per_principal"),
         (lambda: StdioProcesses(command=("cat",), warm=-1), "sessionless is 'per-caller'"),
         (lambda: StdioProcesses(command=("cat",), process_idle=0), "process_idle must be a positive number"),
+        (lambda: StdioProcesses(command=("cat",), state="memory"), "state is 'process' or 'disk'"),  # type: ignore[arg-type]
+        (lambda: config_of([*UPSTREAM, "--conversation-state", "disk"]), "--conversation-state says where a --stdio"),
         (lambda: Forwarding((URL,), connect_timeout=0), "connect_timeout must be a positive number"),
         (lambda: gateway_app([URL], keepalive=0), "keepalive must be a positive number"),
     ],

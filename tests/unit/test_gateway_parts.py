@@ -65,6 +65,29 @@ def test_a_replica_out_of_service_moves_only_its_own_conversations() -> None:
     assert {key: replicas.for_conversation(key)[0].url for key in keys} == before
 
 
+def test_a_conversation_served_elsewhere_while_its_replica_was_out_stays_there_once_it_returns() -> None:
+    """Issue 101, why-item 3: a conversation another replica served while its own was out moved back as its own
+    returned, to a replica that never served it (a second wave of -32043 after a rolling restart): it stays where it
+    is served, until that one is out; the one that its own serves again is its own's, as before."""
+    now = 100.0
+    replicas = Replicas(URLS, keys=KEYS, cooldown=10, clock=lambda: now)
+    down = replicas.all[0]
+    keys = [key for key in (f"k{number}" for number in range(60)) if replicas.for_conversation(key)[0] is down]
+    replicas.failed(down)
+    serving = {key: replicas.for_conversation(key)[0] for key in keys}
+    moved, unserved = keys[: len(keys) // 2], keys[len(keys) // 2 :]
+    for key in moved:
+        replicas.served(key, serving[key])
+    now += 11  # back in service
+    assert all(replicas.for_conversation(key)[0] is serving[key] for key in moved)
+    assert all(replicas.for_conversation(key)[0] is down for key in unserved)  # never served elsewhere: its own
+    replicas.failed(serving[moved[0]])  # where it stays is out: its own again, and remembered so once it answers
+    assert replicas.for_conversation(moved[0])[0] is down
+    replicas.served(moved[0], down)
+    now += 11
+    assert replicas.for_conversation(moved[0])[0] is down
+
+
 @pytest.mark.parametrize(
     ("urls", "message"),
     [

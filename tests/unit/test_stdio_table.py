@@ -347,6 +347,38 @@ async def test_a_crashed_conversation_stays_ended_and_a_callers_own_is_told_once
     assert len(made) == 4
 
 
+@pytest.mark.parametrize("state", ["process", "disk"])
+async def test_a_conversation_this_table_never_served_gets_a_process_only_where_its_state_is_on_disk(
+    state: str,
+) -> None:
+    """Issue 101, item 2: a data-layer session whose process ran before the gateway's restart (or on another replica)
+    is "not found" where the state was in the process; on disk, its next call gets a new process, the caller's alone,
+    which its later calls reach. One that ended here stays ended, on disk too: its end is told (a crash ends its
+    session as well)."""
+    session = SimpleNamespace(source="data-layer", id="before-the-restart", expires_at_timestamp=time.time() + 600)
+    async with table(state=state) as (children, made):
+        if state == "process":
+            with pytest.raises(MCPError) as refused:
+                await children.conversation_for(scope(session=session), "tools/call")
+            assert refused.value.error.code == SESSION_NOT_FOUND
+            assert len(made) == 1  # the shared one alone
+            return
+        resumed = await children.conversation_for(scope(session=session), "tools/call")
+        assert resumed.key == Key("data-layer-session", "before-the-restart")
+        assert await children.conversation_for(scope(session=session), "tools/call") is resumed
+        with pytest.raises(MCPError) as another:
+            await children.conversation_for(scope("10.0.0.2", session=session), "tools/call")
+        assert another.value.error.code == SESSION_NOT_FOUND
+        [process] = [process for process in children.pool.live if process.conversation is resumed]
+        resumed.child.crash()  # type: ignore[attr-defined]
+        with anyio.fail_after(5):
+            await process.gone.wait()
+        with pytest.raises(MCPError) as ended:
+            await children.conversation_for(scope(session=session), "tools/call")
+    assert ended.value.error.code == SESSION_NOT_FOUND
+    assert len(made) == 2
+
+
 async def test_a_sessions_end_while_its_process_starts_ends_it() -> None:
     async with table(gated=True) as (children, made), anyio.create_task_group() as tasks:
         reached: list[Any] = []

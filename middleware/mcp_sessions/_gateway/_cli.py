@@ -340,6 +340,7 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
             process_env=tuple(args.process_env),
             exchange_scope=_setting(args, environ, "scope"),
             sandbox=sandbox,
+            state=args.conversation_state,
             environ=environ,
         )
     else:
@@ -433,6 +434,8 @@ def _stdio_only(args: argparse.Namespace) -> None:
     """What only a ``--stdio`` gateway takes, refused for an ``--upstream``'s, which has no processes."""
     if args.process_env and args.stdio is None:
         raise ValueError("--process-env sets a variable in --stdio processes; an --upstream has none")
+    if args.conversation_state != StdioProcesses.state and args.stdio is None:
+        raise ValueError("--conversation-state says where a --stdio server keeps it; an --upstream has no processes")
     if args.process_mount and args.stdio is None:
         raise ValueError("--process-mount grants a directory to --stdio processes; an --upstream has none")
     if args.status_port is not None and (args.stdio is None or args.status_port == args.port):

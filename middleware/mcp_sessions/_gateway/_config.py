@@ -39,6 +39,11 @@ PROCESSES: Final = get_args(Processes)
 Sessionless = Literal["per-caller", "per-request", "shared"]
 """Where the requests that name no conversation go (``--sessionless``)."""
 SESSIONLESS: Final = get_args(Sessionless)
+StateKept = Literal["process", "disk"]
+"""Where a server keeps a conversation's state (``--conversation-state``): in its process, which a restart ends with it
+(``"process"``, the default: a conversation whose process the gateway no longer has is told so once), or in its
+granted directories, or nowhere (``"disk"``: such a conversation's next call gets a new process, and its answer)."""
+STATES_KEPT: Final = get_args(StateKept)
 
 DEFAULT_SHUTDOWN_TIMEOUT: Final = 10.0
 """On SIGTERM, the gateway drains (``_lifecycle``): it waits for the calls in flight for this long at most, then
@@ -141,7 +146,9 @@ class StdioProcesses:
     ``NAME=exchange:AUDIENCE``, with ``exchange_scope``) sets each conversation's own values of those variables, from
     the request that starts it (``auth._users.ProcessEnv``; no process is started ahead then, as it could not know
     them). ``sandbox``: how each runs and is contained (the ``--process-*`` flags; ``None``: as the gateway runs,
-    in its process group)."""
+    in its process group). ``state``: where the server keeps a conversation's state (:data:`StateKept`): with
+    ``"disk"``, a conversation this gateway has no process for (it restarted, was killed, or another replica served
+    it) gets a new one, as nothing it held is lost; with ``"process"``, the operator's word is that it was."""
 
     command: tuple[str, ...]
     processes: Processes = "auto"
@@ -154,6 +161,7 @@ class StdioProcesses:
     process_env: tuple[str, ...] = ()
     exchange_scope: str | None = None
     sandbox: Sandbox | None = None
+    state: StateKept = "process"
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -167,6 +175,8 @@ class StdioProcesses:
             raise ValueError("sessionless is 'per-caller', 'per-request' or 'shared', and warm is 0 or more")
         if self.process_idle is not None and not self.process_idle > 0:
             raise ValueError("process_idle must be a positive number of seconds")
+        if self.state not in STATES_KEPT:
+            raise ValueError("state is 'process' or 'disk'")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,6 +29,7 @@ from ._config import (
     EVICT_AFTER,
     PROCESSES,
     SESSIONLESS,
+    STATES_KEPT,
     StdioProcesses,
     default_max_processes,
 )
@@ -61,6 +62,14 @@ def _process_arguments(gateway: argparse.ArgumentParser) -> None:
         "request names its conversation in _meta); auto (default): if the server speaks "
         "2026-07-28 and no --process-env or --process-uids, a process per caller (its "
         "conversations named in _meta), else per conversation",
+    )
+    gateway.add_argument(
+        "--conversation-state",
+        choices=STATES_KEPT,
+        default=StdioProcesses.state,
+        help="with --stdio: where the server keeps a conversation's state: in its process (default: a conversation "
+        "whose process the gateway no longer has, after a restart or on another replica, is told so once), or on "
+        "disk, in its granted directories, or none (such a conversation's next call gets a new process)",
     )
     gateway.add_argument(
         "--process-idle",

@@ -243,6 +243,9 @@ class UpstreamProxy:
                 raise
             else:
                 self._replicas.reached(replica)
+                # a conversation's (a transport session's goes where it was opened): it stays where it is served
+                if conversation is not None and transport_id is None and not _draining(response):
+                    self._replicas.served(conversation, replica)
                 # An issued token it no longer takes: exchanged anew.
                 if response.status_code == 401:
                     self._upstream_token.refused(scope)
@@ -301,16 +304,21 @@ class UpstreamProxy:
     def _route(self, request: Headers, conversation: str | None) -> tuple[list[Replica], bytes | None]:
         """The replicas to try, best first, and the upstream's own id of a 2025-era transport session.
 
-        A transport session goes to the replica that issued it, and only there: no replica for an id the
-        gateway did not give out (signed), nor for one too long to be one. A request that opens a transport
-        session (no id yet) and names a conversation goes to the conversation's replica, as its other requests.
+        A transport session goes to the replica that issued it; while that one cannot be reached or drains,
+        to one other, the same for each of its requests (its rank for the id): a replica whose server keeps its
+        state on disk opens it again there (``--conversation-state disk``), any other answers 404, as the
+        issuer's end would have. No replica for an id the gateway did not give out (signed), nor for one too long
+        to be one. A request that opens a transport session (no id yet) and names a conversation goes to the
+        conversation's replica, as its other requests.
         """
         session_id = request.get(MCP_SESSION_ID_HEADER.decode())
         raw = None if session_id is None else session_id.encode("latin-1")
-        if raw is not None and not is_session_token(raw):
+        if raw is not None and session_id is not None and not is_session_token(raw):
             found = self._replicas.issuer(raw)
             if found is not None:
-                return [found[0]], found[1]
+                issuer, upstream_id = found
+                others = [replica for replica in self._replicas.for_conversation(session_id) if replica is not issuer]
+                return [issuer, *others[:1]], upstream_id
             # One the gateway did not give out: lost on a 2025-era request; on 2026-07-28 the header only
             # mirrors the data-layer session, which the pipeline has judged.
             version = request.get(MCP_PROTOCOL_VERSION_HEADER.decode())

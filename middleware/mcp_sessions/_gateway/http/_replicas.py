@@ -3,10 +3,17 @@
 A conversation (a data-layer session, a host's conversation id) goes to the replica that rendezvous hashing
 (highest random weight) names for its stable id among the replicas in service: every gateway given the same
 replica URLs computes the same order, so several gateways agree without talking to each other, and a replica
-that leaves moves only its own conversations. A 2025-era transport session lives in the process that minted
-it, so the gateway gives the client the upstream's id prefixed with the tag of the replica that issued it (a
-digest of that replica's URL, the same in every gateway) and signed (:class:`TransportIds`), and forwards the
-id only there; an id the gateway did not sign names no replica. A request that opens a transport session
+that leaves moves only its own conversations. One that another replica served while its own was out (down, or
+draining) stays there once its own returns (:meth:`Replicas.served`): it would move back to a replica that never
+served it, and, where its server kept its state in its process, be told it ended (a second wave after a rolling
+restart). The gateway remembers the moves it made itself, in its memory (at most :data:`MAX_MOVED`, the oldest
+forgotten first): what it needs is which replica answered, which it alone sees, and no session token carries it (a
+host's conversation has none).
+
+A 2025-era transport session lives in the process that minted it, so the gateway gives the client the upstream's id
+prefixed with the tag of the replica that issued it (a digest of that replica's URL, the same in every gateway) and
+signed (:class:`TransportIds`), and forwards the id there (to one other while it cannot be reached or drains:
+``UpstreamProxy._route``); an id the gateway did not sign names no replica. A request that opens a transport session
 goes as any request without one: to its conversation's replica when it names a conversation, else, as
 anything of no conversation, to the replica with the fewest requests in flight (``UpstreamProxy._route``).
 
@@ -36,6 +43,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 from urllib.parse import urlsplit
 
+from ..._bounded import BoundedDict
 from ..._tokens import KeySet, derived_key
 
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -54,6 +62,8 @@ _OVERHEAD: Final = TAG_LENGTH + 1 + 1 + _MAC_LENGTH
 MAX_UPSTREAM_ID: Final = MAX_ID - _OVERHEAD
 """The longest upstream id the gateway can carry as it is (224): an encoded one must fit in as many characters."""
 _LABEL: Final = b"mcp-sessions gateway transport session id\x00"
+MAX_MOVED: Final = 100_000
+"""The conversations remembered on a replica other than their own (``Replicas.served``), oldest forgotten first."""
 
 
 class TransportIds:
@@ -155,6 +165,7 @@ class Replicas:
         self._cooldown = cooldown
         self._clock = clock
         self._ids = TransportIds(keys)
+        self._moved: BoundedDict[str, Replica] = BoundedDict(MAX_MOVED)  # a conversation's key: the replica serving it
 
     @property
     def path(self) -> str:
@@ -162,14 +173,32 @@ class Replicas:
         return self.all[0].path
 
     def for_conversation(self, key: str) -> list[Replica]:
-        """The replicas to try for a conversation, best first: in service by rendezvous weight, then the others."""
+        """The replicas to try for a conversation, best first: in service, the one that serves it since its own
+        was out (:meth:`served`), then by rendezvous weight; then the others."""
+        ranked = self._ranked(key)
+        serving = self._moved.get(key)
+        if serving is not None:
+            ranked.remove(serving)
+            ranked.insert(0, serving)
+        return self._in_service_first(ranked)
+
+    def served(self, key: str, replica: Replica) -> None:
+        """``replica`` answered a request of the conversation ``key``: where its later requests go first, while it
+        is in service; remembered only where it is not the conversation's own (its rendezvous first)."""
+        if replica is self._ranked(key)[0]:
+            self._moved.pop(key, None)
+        elif self._moved.get(key) is not replica:
+            self._moved[key] = replica
+            logger.info("mcp-sessions gateway: a conversation stays on upstream %s, which serves it", replica.url)
+
+    def _ranked(self, key: str) -> list[Replica]:
+        """Every replica by its rendezvous weight for the conversation ``key``, highest first."""
         data = key.encode("utf-8", "surrogatepass")
 
         def weight(replica: Replica) -> bytes:
             return hashlib.blake2b(data, digest_size=8, key=replica.seed).digest()
 
-        ranked = sorted(self.all, key=weight, reverse=True)
-        return self._in_service_first(ranked)
+        return sorted(self.all, key=weight, reverse=True)
 
     def least_loaded(self) -> list[Replica]:
         """The replicas to try for a request of no conversation: in service by requests in flight, then the others."""

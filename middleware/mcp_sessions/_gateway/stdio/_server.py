@@ -51,6 +51,7 @@ from mcp_types.methods import CACHEABLE_METHODS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..._asgi import Replay, header, read_body, send_json, sse_event, too_large
+from ..._bounded import BoundedDict
 from ..._config import SessionsConfig
 from ..._middleware import MCPSessionMiddleware
 from ..._pipeline import unavailable
@@ -68,7 +69,7 @@ from ..auth._users import FrontedConversations, GatewayAuth, ProcessEnv
 from ..sealed._sandbox import environment
 from ._child import START_TIMEOUT
 from ._status import OperatorStatus, OwnConversations, ProcessMetrics
-from ._table import AFTER_ANSWER, Table, cut
+from ._table import AFTER_ANSWER, MAX_ENDED, Table, cut
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -215,6 +216,7 @@ def stdio_gateway_app(config: GatewayConfig) -> GatewayFront:
         options=sandbox,
         process_env=credentials,
         fronted=bool(trusted),
+        state=serves.state,
         metrics=partial(ProcessMetrics, meter_provider=sessions.meter_provider),
     )
     check = HostCheck(config.allowed_hosts, config.allowed_origins)
@@ -263,7 +265,9 @@ def _layered(
     server = StdioServer(children)
     # the gateway's own check instead
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    app = server.streamable_http_app(transport_security=security, session_idle_timeout=idle)
+    app: ASGIApp = server.streamable_http_app(transport_security=security, session_idle_timeout=idle)
+    if children.state == "disk":  # a transport session of a process gone is opened again, nothing lost
+        app = _Reopened(app, children)
     requests = _TransportRequests(app, children.unanswered, config.max_body_size)
     # a conversation's child starts at its sessions/create; no wire's session member reaches a child, as none
     # reaches an HTTP upstream
@@ -339,6 +343,143 @@ async def _end_transport(app: ASGIApp, transport: bytes, user: object = None) ->
 
 async def _nothing() -> Message:
     return {"type": "http.request", "body": b"", "more_body": False}
+
+
+class _Reopened:
+    """With ``state="disk"``: a 2025 transport session the ``mcp`` SDK's app does not have (its 404: the gateway
+    minted it before its restart or its crash, or another replica did) is opened again for the client that holds
+    it, under the id it holds, and its request is served in it: as its conversation's state is on disk, nothing it
+    held is lost, and the SDK's client, which raises on a 404 ("Session terminated") and never initializes again,
+    goes on. The SDK mints the ids (``uuid4``, its transport's): a new one is opened here as a client would open it
+    (``initialize``, then ``notifications/initialized``, as the caller who asks: the SDK's transport is hers), and
+    each of the client's requests naming its id is handed the new one, whose answers name hers again. The client's
+    capabilities are not known again: the new one declares none (a server's request for its input, elicitation or
+    sampling, is not sent to it). An id no gateway minted is opened all the same, as an ``initialize`` would open
+    one: within the same limits (``Table.connected``), the caller's alone. A ``DELETE`` ends the one it names."""
+
+    def __init__(self, app: ASGIApp, children: Table) -> None:
+        self.app = app
+        self.children = children
+        # (the id a client holds, its principal as the SDK's transport compares it): the id the SDK now knows it by
+        self.opened: BoundedDict[tuple[bytes, tuple[object, ...]], bytes] = BoundedDict(MAX_ENDED)
+        self.reopening = anyio.Lock()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        held = header(scope.get("headers", ()), MCP_SESSION_ID_HEADER) if scope["type"] == "http" else None
+        if held is None or _era(scope) is not Era.LEGACY:
+            return await self.app(scope, receive, send)
+        user = scope.get("user")
+        principal = tuple(authorization_context(user).values()) if isinstance(user, AuthenticatedUser) else ()
+        name = (held, principal)
+        if scope["method"] not in ("POST", "GET"):  # a DELETE: of the one it names now
+            return await self.app(_naming(scope, self.opened.get(name, held)), receive, _renamed(send, held))
+        body = b""
+        if scope["method"] == "POST":
+            read = await read_body(receive, None, self.children.config.max_body_size)
+            if type(read) is not bytes:
+                return None if read is None else await too_large(send, self.children.config.max_body_size)
+            body = read
+        missing, named = _Missing(send), self.opened.get(name, held)
+        await self.app(_naming(scope, named), Replay(body, receive), _renamed(missing, held))
+        if not missing.refused:
+            return None
+        async with self.reopening:  # one new transport session for a client's requests that all found it gone
+            now = self.opened.get(name)
+            if now is None or now == named:
+                now = await self._open(scope)
+                if now is None:
+                    return await missing.replay()
+                self.opened[name] = now
+        await self.app(_naming(scope, now), Replay(body, receive), _renamed(send, held))
+
+    async def _open(self, scope: Scope) -> bytes | None:
+        """A new 2025 transport session of the request ``scope``'s caller, initialized, counted against the limits
+        (``Table.connected``): its id; ``None`` if the SDK's app did not open one in time."""
+        version = header(scope["headers"], MCP_PROTOCOL_VERSION_HEADER) or b"2025-11-25"
+        base = [(name, value) for name, value in scope["headers"] if name not in _OPENING_DROPS]
+        headers = [*base, (b"content-type", b"application/json"), (b"accept", b"application/json, text/event-stream")]
+        client = {"name": "mcp-sessions gateway", "version": "reopened"}
+        params = {"protocolVersion": version.decode("ascii", "replace"), "capabilities": {}, "clientInfo": client}
+        initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}
+        with anyio.move_on_after(START_TIMEOUT):
+            opening = _Missing(_discard)
+            await self.app({**scope, "method": "POST", "headers": headers}, _once(jsonrpc.dumps(initialize)), opening)
+            raw = opening.minted
+            if raw is None:
+                return None
+            done = jsonrpc.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            named = _naming({**scope, "method": "POST", "headers": headers}, raw)
+            await self.app(named, _once(done), _discard)
+            if self.children.mode != "shared":  # counted as _Opening counts one a client opens
+                await self.children.connected(raw, scope)
+            logger.info("a 2025 transport session the gateway no longer had was opened again for its client")
+            return raw
+        return None
+
+
+_OPENING_DROPS: Final = frozenset({MCP_SESSION_ID_HEADER, b"content-type", b"content-length", b"accept"})
+
+
+def _naming(scope: Scope, raw: bytes) -> Scope:
+    """``scope`` naming the 2025 transport session ``raw`` (the SDK's id of it)."""
+    headers = [(name, value) for name, value in scope["headers"] if name != MCP_SESSION_ID_HEADER]
+    return {**scope, "headers": [*headers, (MCP_SESSION_ID_HEADER, raw)]}
+
+
+def _renamed(send: Send, held: bytes) -> Send:
+    """``send``, its response naming the transport session ``held`` (the client's id of it), whichever the SDK's
+    app named."""
+
+    async def renamed(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = [(name, held if name == MCP_SESSION_ID_HEADER else value) for name, value in message["headers"]]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return renamed
+
+
+class _Missing:
+    """A ``send`` that holds back a 404 (the SDK's app does not have the transport session named) for
+    :meth:`replay`, and passes any other answer; what it opened, if it did (``minted``)."""
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.refused = False
+        self.minted: bytes | None = None
+        self.held: list[Message] = []
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.refused = message["status"] == 404
+            if message["status"] == 200:
+                self.minted = header(message.get("headers", ()), MCP_SESSION_ID_HEADER)
+        if self.refused and message["type"].startswith("http.response."):
+            self.held.append(message)
+            return
+        await self.send(message)
+
+    async def replay(self) -> None:
+        for message in self.held:
+            await self.send(message)
+
+
+def _once(body: bytes) -> Receive:
+    """A request's ``receive``: ``body``, then nothing until its answer is sent (the app stops listening)."""
+    given = False
+
+    async def receive() -> Message:
+        nonlocal given
+        if given:
+            await anyio.sleep_forever()
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive
+
+
+async def _discard(message: Message) -> None:
+    pass
 
 
 class _HostChecked:

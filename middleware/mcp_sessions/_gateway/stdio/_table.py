@@ -66,7 +66,7 @@ from ._models import (
     key_digest,
     known_as,
 )
-from ._modes import Processes, Sessionless
+from ._modes import Processes, Sessionless, StateKept
 from ._pool import Pool
 from ._relay import ANSWER_WITHIN, CHILD_EXITED, Conversation, Process
 
@@ -141,8 +141,11 @@ class Table:
         fronted: bool = False,
         end_transport: EndTransport | None = None,
         metrics: Metrics = lambda kinds: ProcessEvents(),
+        state: StateKept = "process",
     ) -> None:
         self.config = config
+        # the operator's word that a conversation's state outlives its process (--conversation-state disk): see resumed
+        self.state = state
         self.bus = bus
         self.sessionless = sessionless
         self.process_env = ProcessEnv() if process_env is None else process_env
@@ -192,6 +195,8 @@ class Table:
             # process was told why
             key = self._moved.get(session.id, Key("data-layer-session", session.id))
             found = self._holder(key, caller)
+            if found is None and self.resumed(key):
+                return self.open(key, asked, expires_at=session.expires_at_timestamp, counted=True)
             if found is not None and found.child.done.is_set():  # its end not yet handled: ended all the same
                 found = None
             return self._found(found, caller, self.not_found)
@@ -214,6 +219,13 @@ class Table:
             del self._retained[str(state)]  # still good for its owner until it is taken
             return reached
         return self.open(Key("request", secrets.token_hex(12)), asked)  # a request's own child
+
+    def resumed(self, key: Key) -> bool:
+        """Whether a conversation this table has never served (its process ran before the gateway's restart, its
+        crash, or on another replica) gets a new process: where the server keeps its state on disk or keeps none
+        (``state="disk"``), as nothing it held is lost; where it kept it in its process, it has ended, and is told
+        so. One that ended here stays ended (its tombstone, or its session's end, says how)."""
+        return self.state == "disk" and key not in self._conversations and key not in self._ended
 
     def _found(self, found: Conversation | None, caller: Caller, missing: Callable[[], MCPError]) -> Reached:
         """The one check of who may reach a process, for every kind of name: the conversation ``found`` is the
@@ -435,7 +447,7 @@ class Table:
                 raise restarting()
             # which start runs it: the replicas' store
             held = await session.data.get(_HELD, self.instance)
-            if held != self.instance:
+            if held != self.instance and not self.resumed(key):
                 raise self.gone(key, End(EndReason.ELSEWHERE))
             await session.data.set(_HELD, self.instance)
 

@@ -1,0 +1,205 @@
+"""A deploy invisible where the state is kept (issue 101, item 2): ``@modelcontextprotocol/server-memory`` behind a
+real ``gateway --stdio`` process, its memory file in a directory granted to its processes
+(``--process-mount DIR:/tmp/mine:rw``), declared so (``--conversation-state disk``). Live conversations of every kind
+of client write to its graph; the gateway is restarted (SIGTERM, and started again on its port), then killed
+(SIGKILL, and started again); each conversation's next calls get a new process, which reads the graph from the disk,
+and no client sees an error: the ``mcp`` SDK's 2026-07-28 client in a data-layer session, its 2025-11-25 client in a
+transport session the gateway minted, Claude Code's ``mcp-sessions connect``, and raw HTTP naming a host's
+conversation. Where the state lived in the process (the default), the end is told once, as
+``test_connect.py``'s ``test_after_the_gateway_restarts_the_host_hears_it_once_then_has_a_new_session`` shows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
+
+from _mcp import create_session, legacy_request, modern_headers, modern_request, sdk_session_meta
+from _redis import end_process, free_port
+from e2e._gateway import (
+    CACHE,
+    JSON_SSE,
+    PYTHONPATH,
+    SECRET,
+    Process,
+    for_every_uid,
+    installed,
+    node,
+    readable_directory,
+    result_of,
+)
+from e2e._issuer import ISSUER, jwks, signed
+from e2e._sealed import needs
+from e2e._stdio import stdio_gateway
+from mcp_sessions._gateway.auth._users import GatewayAuth
+
+pytestmark = pytest.mark.anyio
+
+MEMORY = CACHE / "memory/node_modules/@modelcontextprotocol/server-memory/dist/index.js"
+CLIENTS = ("2026 SDK client", "2025 SDK client", "connect", "raw HTTP")
+AUDIENCE = "https://mcp.example.com/mcp"
+
+
+class Restartable:
+    """The gateway as its own process on one port, restarted there with the same secret: stopped as ``how`` says
+    (SIGTERM: its drain and shutdown; SIGKILL: nothing it held is answered), then started again."""
+
+    def __init__(self, command: str, granted: Path, *state: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        flags = ["--stdio", command, "--processes", "per-conversation", "--warm", "0", *state]
+        flags += ["--process-mount", f"{granted}:/tmp/mine:rw", "--process-network", "none", "--log-level", "info"]
+        self.command = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(self.port), *flags]
+        self.said: list[str] = []
+        self.process = self._started()
+
+    def _started(self) -> Process:
+        return Process("gateway", self.command, {"MCP_SESSIONS_SECRET": SECRET}, self.port)
+
+    def restart(self, how: signal.Signals) -> None:
+        assert self.process.process is not None
+        if how is signal.SIGKILL:
+            end_process(self.process.process, kill=True)
+        self.said.append(self.process.stop().decode(errors="replace"))
+        self.process = self._started()
+
+    def stop(self) -> None:
+        self.said.append(self.process.stop().decode(errors="replace"))
+
+
+def graph_of(answer: Any) -> str:
+    """A ``tools/call``'s text (server-memory answers JSON as text)."""
+    return "".join(getattr(item, "text", "") for item in answer.content)
+
+
+@contextlib.asynccontextmanager
+async def connected(url: str, state: Path) -> AsyncIterator[Client]:
+    """Claude Code's ``mcp-sessions connect``, started as a host starts a stdio server, with its conversation's id."""
+    environ = {"PYTHONPATH": PYTHONPATH, "XDG_STATE_HOME": str(state), "CLAUDE_CODE_SESSION_ID": "conv-resumed"}
+    environ["CLAUDECODE"] = "1"
+    server = StdioServerParameters(command=sys.executable, args=["-m", "mcp_sessions", "connect", url], env=environ)
+    with tempfile.TemporaryFile("w+") as errors:
+        async with Client(stdio_client(server, errlog=errors)) as client:
+            yield client
+
+
+class Conversations:
+    """One live conversation of each of :data:`CLIENTS`, each a way to call a tool: its answer's text, or the error
+    it raised, counted."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, Callable[[str, dict[str, Any]], Awaitable[str]]] = {}
+        self.answered = 0
+        self.errors: list[str] = []
+
+    async def call(self, kind: str, tool: str, arguments: dict[str, Any]) -> str:
+        try:
+            said = await self.calls[kind](tool, arguments)
+        except MCPError as exc:  # what the SDK's clients (and so the host behind connect) raise
+            self.errors.append(f"{kind}: {exc.error.code} {exc.error.message}")
+            return ""
+        self.answered += 1
+        return said
+
+    @contextlib.asynccontextmanager
+    async def opened(self, url: str, state: Path) -> AsyncIterator[None]:
+        async with (
+            Client(url) as modern,
+            Client(url, mode="legacy") as legacy,
+            connected(url, state) as shim,
+            httpx.AsyncClient(timeout=60) as http,
+        ):
+            session = await create_session(modern)
+
+            async def in_session(tool: str, arguments: dict[str, Any]) -> str:
+                return graph_of(await modern.call_tool(tool, arguments, meta=sdk_session_meta(session)))
+
+            async def of(client: Client, tool: str, arguments: dict[str, Any]) -> str:
+                return graph_of(await client.call_tool(tool, arguments))
+
+            async def raw(tool: str, arguments: dict[str, Any]) -> str:
+                meta = {"vscode.conversationId": "chat-resumed"}
+                body = modern_request("tools/call", {"name": tool, "arguments": arguments}, meta=meta)
+                answer = (await http.post(url, json=body, headers=modern_headers(body))).json()
+                if "error" in answer:
+                    raise MCPError(answer["error"]["code"], answer["error"]["message"])
+                return "".join(item.get("text", "") for item in answer["result"]["content"])
+
+            self.calls = {
+                "2026 SDK client": in_session,
+                "2025 SDK client": lambda tool, arguments: of(legacy, tool, arguments),
+                "connect": lambda tool, arguments: of(shim, tool, arguments),
+                "raw HTTP": raw,
+            }
+            yield
+
+
+@pytest.mark.timeout(300)
+async def test_a_restart_and_a_kill_of_the_gateway_are_invisible_where_the_state_is_on_disk() -> None:
+    """Each client's conversation writes an entity; after a restart, then after a SIGKILL, its next calls read the
+    graph (every entity there) from new processes: no error, none told its conversation ended."""
+    needs("root", "bwrap")
+    memory = installed(MEMORY, "@modelcontextprotocol/server-memory")
+    with (
+        for_every_uid(memory, CACHE / "memory") as index,
+        readable_directory("mcp-sessions-memory-") as granted,
+        tempfile.TemporaryDirectory() as state,
+    ):
+        command = f"env MEMORY_FILE_PATH=/tmp/mine/memory.jsonl {node()} {index}"
+        gateway = Restartable(command, granted, "--conversation-state", "disk")
+        conversations = Conversations()
+        try:
+            async with conversations.opened(gateway.url, Path(state)):
+                for n, kind in enumerate(CLIENTS):
+                    entity = {"name": f"entity-{n}", "entityType": "note", "observations": [kind]}
+                    await conversations.call(kind, "create_entities", {"entities": [entity]})
+                for how in (signal.SIGTERM, signal.SIGKILL):
+                    await anyio.to_thread.run_sync(gateway.restart, how)
+                    for kind in CLIENTS:
+                        graph = await conversations.call(kind, "read_graph", {})
+                        assert all(f"entity-{n}" in graph for n in range(len(CLIENTS))), (kind, graph)
+        finally:
+            gateway.stop()
+    assert conversations.errors == [], (conversations.errors, gateway.said)
+    assert conversations.answered == len(CLIENTS) * 3, conversations.answered
+    logged = "".join(gateway.said)
+    assert "Traceback" not in logged, logged[-4000:]
+
+
+def test_a_transport_session_opened_again_is_its_caller_s_alone() -> None:
+    """A 2025 transport session id the gateway does not have (here one no gateway minted, as after a restart) is
+    opened again for the caller that names it, within her own conversation: bob's calls naming it reach one
+    process of his, which counts on; alice naming the same id reaches a new one of hers, never his, and his goes on."""
+    with jwks() as keys:
+        auth = GatewayAuth(jwks_url=keys, issuer=ISSUER, audience=AUDIENCE)
+        with stdio_gateway(auth=auth, state="disk") as url, httpx.Client(timeout=60) as http:
+
+            def call(user: str, tool: str, request_id: int) -> str:
+                token = signed({"iss": ISSUER, "aud": AUDIENCE, "sub": user, "exp": int(time.time()) + 600})
+                headers = {**JSON_SSE, "MCP-Protocol-Version": "2025-11-25", "Mcp-Session-Id": "minted-elsewhere"}
+                headers["Authorization"] = f"Bearer {token}"
+                body = legacy_request("tools/call", {"name": tool, "arguments": {}}, id=request_id)
+                response = http.post(url, json=body, headers=headers)
+                assert response.headers.get("mcp-session-id") in (None, "minted-elsewhere")  # never the new id
+                return str(result_of(response, request_id)["result"]["content"][0]["text"])
+
+            his = [call("bob", "whoami", 1), call("bob", "count", 2), call("bob", "count", 3)]
+            hers = [call("alice", "whoami", 1), call("alice", "count", 2)]
+            his.append(call("bob", "count", 4))  # his, as it was: hers took nothing of it
+    assert his[1:] == ["1", "2", "3"]
+    assert hers[1] == "1"  # a conversation of her own
+    assert json.loads(his[0])["pid"] != json.loads(hers[0])["pid"]
