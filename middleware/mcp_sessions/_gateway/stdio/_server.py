@@ -362,7 +362,9 @@ class _Reopened:
         self.children = children
         # (the id a client holds, its principal as the SDK's transport compares it): the id the SDK now knows it by
         self.opened: BoundedDict[tuple[bytes, tuple[object, ...]], bytes] = BoundedDict(MAX_ENDED)
-        self.reopening = anyio.Lock()
+        # a lock per client's id while it is opened again: its requests that all found it gone open one, and
+        # other clients' reopenings (after a restart, every conversation's) do not wait behind it
+        self.reopening: dict[tuple[bytes, tuple[object, ...]], anyio.Lock] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         held = header(scope.get("headers", ()), MCP_SESSION_ID_HEADER) if scope["type"] == "http" else None
@@ -383,13 +385,18 @@ class _Reopened:
         await self.app(_naming(scope, named), Replay(body, receive), _renamed(missing, held))
         if not missing.refused:
             return None
-        async with self.reopening:  # one new transport session for a client's requests that all found it gone
-            now = self.opened.get(name)
-            if now is None or now == named:
-                now = await self._open(scope)
-                if now is None:
-                    return await missing.replay()
-                self.opened[name] = now
+        lock = self.reopening.setdefault(name, anyio.Lock())
+        try:
+            async with lock:
+                now = self.opened.get(name)
+                if now is None or now == named:
+                    now = await self._open(scope)
+                    if now is None:
+                        return await missing.replay()
+                    self.opened[name] = now
+        finally:
+            if not lock.locked() and not lock.statistics().tasks_waiting:
+                self.reopening.pop(name, None)
         await self.app(_naming(scope, now), Replay(body, receive), _renamed(send, held))
 
     async def _open(self, scope: Scope) -> bytes | None:
