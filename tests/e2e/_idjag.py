@@ -30,9 +30,11 @@ import secrets
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import jwt
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
@@ -227,11 +229,6 @@ def serving(server: IdentityProvider | ResourceServer) -> Iterator[str]:
         yield url
 
 
-def public(key: Any) -> Any:
-    """The public half of a private key (what a server registers for a client)."""
-    return key.public_key() if isinstance(key, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey) else key
-
-
 class _Verifier:
     """The upstream's own check: a JWT of the resource's authorization server, for the upstream's own URL."""
 
@@ -270,3 +267,12 @@ def upstream(server: ResourceServer) -> Iterator[str]:
     with serve(with_metadata) as base:
         resource[0] = base + "/mcp"
         yield base + "/mcp"
+
+
+def key_file(path: Path) -> Any:
+    """A new EC key (P-256) in the PEM file ``path``, mode 0600, as a gateway's client key: its public half."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    path.write_bytes(pem)
+    path.chmod(0o600)
+    return key.public_key()
