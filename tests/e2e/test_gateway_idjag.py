@@ -226,6 +226,38 @@ async def test_the_id_jag_is_what_the_draft_says_and_used_once(
     assert (replayed.status_code, replayed.json()["error"]) == (401, "invalid_client")  # the assertion again
 
 
+async def test_one_user_s_concurrent_first_calls_make_one_exchange_and_one_grant(
+    servers: tuple[IdentityProvider, ResourceServer], keys: dict[str, Path]
+) -> None:
+    """Through the gateway in process, its upstream's server given (``--id-jag-issuer`` and ``--exchange-resource``:
+    no metadata read): eight first calls of one user wait for one exchange and one grant, whose token each of them
+    carries to the upstream; another user's calls get their own."""
+    idp, resource_server = servers
+    with upstream(resource_server) as mcp:
+        exchange = exchanging(idp, keys)
+        auth = GatewayAuth(jwks_url=idp.url + "/jwks.json", issuer=idp.url, audience=AUDIENCE)
+        token = UpstreamToken("id-jag", exchange, Target(resource_server.url, mcp))
+        app = gateway_app([mcp], config=SessionsConfig(secret=SECRET), auth=auth, upstream_token=token)
+        users = {user: idp.login(user, AUDIENCE) for user in ("alice", "bob")}
+        asked, granted = len(idp.asked), len(resource_server.issued)
+        answers: dict[str, list[httpx.Response]] = {user: [] for user in users}
+        async with asgi_client(exchange.wrap(app)) as http:
+
+            async def post(user: str) -> None:
+                headers = {**modern_headers(SEEN), "Authorization": f"Bearer {users[user]}"}
+                answers[user].append(await http.post("/mcp", json=SEEN, headers=headers))
+
+            async with anyio.create_task_group() as tasks:
+                for _ in range(8):
+                    for user in users:
+                        tasks.start_soon(post, user)
+    assert (len(idp.asked), len(resource_server.issued)) == (asked + 2, granted + 2)
+    seen = {user: {seen_token(answer) for answer in answers[user]} for user in users}
+    assert all(len(tokens) == 1 for tokens in seen.values())  # one token for each user's eight calls
+    assert set().union(*seen.values()) == set(resource_server.issued[-2:])
+    assert {user: claims(next(iter(seen[user])))["sub"] for user in users} == {"alice": "alice", "bob": "bob"}
+
+
 def exchanging(idp: IdentityProvider, keys: dict[str, Path], at_as: str = AT_AS, key: Any = None) -> TokenExchange:
     """The gateway's exchange at ``idp``, by its key there, and its ID-JAG client ``at_as`` (by its key, or
     ``key``)."""
@@ -323,6 +355,7 @@ VERIFIED = ("--auth-jwks", "http://127.0.0.1:9/k", "--auth-issuer", "http://127.
 AS_IDP = ("--exchange-client-id", "g", "--exchange-client-secret-file", "/etc/hostname")
 AT_SERVER = ("--id-jag-client-id", "t", "--id-jag-client-secret-file", "/etc/hostname")
 SHARED = ("--accept-shared-uid", "--process-containment", "none")
+STDIO_GRANTING = ("--stdio", SERVER, *SHARED, "--process-env", f"T=id-jag:{ISSUER}", *VERIFIED, *AS_IDP, *AT_SERVER)
 GRANTING = ("--upstream", UPSTREAM, "--upstream-token", "id-jag", *VERIFIED, *AS_IDP)
 
 
@@ -334,6 +367,10 @@ GRANTING = ("--upstream", UPSTREAM, "--upstream-token", "id-jag", *VERIFIED, *AS
         ((*GRANTING, *AT_SERVER, "--exchange-audience", "a"), "give --id-jag-issuer, not --exchange-audience"),
         ((*GRANTING, *AT_SERVER, "--id-jag-client-secret", "s3cr3t-value"), "never a flag"),
         (("--upstream", UPSTREAM, *VERIFIED, *AT_SERVER), "--id-jag-client-id is for --upstream-token id-jag"),
+        (
+            (*STDIO_GRANTING, "--id-jag-issuer", ISSUER),
+            "--id-jag-issuer names --upstream-token id-jag's server",
+        ),
         (
             (
                 "--stdio",

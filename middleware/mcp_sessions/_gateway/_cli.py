@@ -533,6 +533,8 @@ def _upstream_token(
         raise ValueError("the client secret is never a flag: MCP_SESSIONS_ID_JAG_CLIENT_SECRET, or a file")
     if _setting(args, environ, "subject", "id_jag") == "id_token":
         raise ValueError(UNHELD_SUBJECT)
+    if mode != "id-jag" and _setting(args, environ, "issuer", "id_jag"):
+        raise ValueError("--id-jag-issuer names --upstream-token id-jag's server; NAME=id-jag:ISSUER names its own")
     if not granting and (given := [name for name in ID_JAG_VARIABLES if _setting(args, environ, name, "id_jag")]):
         flag = "--id-jag-" + given[0].replace("_", "-")
         raise ValueError(f"{flag} is for --upstream-token id-jag or --process-env NAME=id-jag:ISSUER, neither given")
