@@ -28,9 +28,13 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from _mcp import modern_headers, modern_request
-from conftest import asgi_client
+from conftest import asgi_client, serve
 from e2e._gateway import MAIN, SECRET, Process, gateway_process, main_run, result_of
 from e2e._idjag import ID_JAG_JWT_TYPE, ID_JAG_TYPE, IdentityProvider, ResourceServer, serving, upstream
 from mcp_sessions import SessionsConfig, gateway_app
@@ -324,6 +328,54 @@ async def test_a_refusal_at_either_step_names_the_server_that_refused(
         assert answers[0].headers["www-authenticate"].startswith(f'Bearer error="{code}", error_description=')
     assert alice not in answers[0].text
     assert _JWT.findall(answers[0].text) == []
+
+
+def _metadata(named: dict[str, Any] | None, status: int = 200) -> Starlette:
+    """An upstream whose protected resource metadata (at its MCP path's) is ``named``, ``{url}`` in it its own MCP
+    URL; none (404) for ``None``."""
+
+    async def metadata(request: Request) -> Response:
+        if named is None:
+            return Response(status_code=404)
+        url = str(request.base_url).rstrip("/") + "/mcp"
+        return JSONResponse(json.loads(json.dumps(named).replace("{url}", url)), status)
+
+    return Starlette(routes=[Route("/.well-known/oauth-protected-resource/mcp", metadata)])
+
+
+@pytest.mark.parametrize(
+    ("named", "says"),
+    [
+        (None, "answered 404: give --id-jag-issuer"),
+        ({"resource": "https://elsewhere.example/mcp", "authorization_servers": ["https://as.example"]}, "another"),
+        ({"resource": "{url}", "authorization_servers": []}, "names no authorization server: give --id-jag-issuer"),
+        ({"resource": "{url}", "authorization_servers": ["file:///etc"]}, "names no http(s) authorization server"),
+        ({"resource": "{url}", "authorization_servers": [{"no": "url"}]}, "names no authorization server"),
+    ],
+    ids=["none", "another resource", "no server", "not http", "not a string"],
+)
+async def test_an_upstream_s_metadata_that_names_no_server_for_it_is_a_502_naming_the_flag(
+    servers: tuple[IdentityProvider, ResourceServer], keys: dict[str, Path], named: dict[str, Any] | None, says: str
+) -> None:
+    """The upstream's metadata (RFC 9728) is a stranger's too: none, one for another resource (§3.3), or one that
+    lists no http(s) authorization server is the client's 502 that says which flag to give, and nothing is exchanged;
+    the next request reads it again."""
+    idp, _ = servers
+    with serve(_metadata(named)) as base:
+        exchange = exchanging(idp, keys)
+        auth = GatewayAuth(jwks_url=idp.url + "/jwks.json", issuer=idp.url, audience=AUDIENCE)
+        token = UpstreamToken("id-jag", exchange, Target(), upstream=base + "/mcp")
+        app = gateway_app([base + "/mcp"], config=SessionsConfig(secret=SECRET), auth=auth, upstream_token=token)
+        alice = idp.login("alice", AUDIENCE)
+        asked = len(idp.asked)
+        async with asgi_client(exchange.wrap(app)) as http:
+            headers = {**modern_headers(SEEN), "Authorization": f"Bearer {alice}"}
+            answers = [await http.post("/mcp", json=SEEN, headers=headers) for _ in range(2)]
+    assert [answer.status_code for answer in answers] == [502, 502]
+    message = result_of(answers[1], SEEN["id"])["error"]["message"]
+    assert says in message
+    assert len(idp.asked) == asked
+    assert alice not in answers[1].text
 
 
 def test_a_stdio_process_gets_its_user_s_token_of_the_api_s_authorization_server(
