@@ -36,11 +36,19 @@ from starlette.routing import Route
 from _mcp import modern_headers, modern_request
 from conftest import asgi_client, serve
 from e2e._gateway import MAIN, SECRET, Process, gateway_process, main_run, result_of
-from e2e._idjag import ID_JAG_JWT_TYPE, ID_JAG_TYPE, IdentityProvider, ResourceServer, serving, upstream
+from e2e._idjag import (
+    ACCESS_TOKEN_TYPE,
+    ID_JAG_JWT_TYPE,
+    ID_JAG_TYPE,
+    IdentityProvider,
+    ResourceServer,
+    serving,
+    upstream,
+)
 from mcp_sessions import SessionsConfig, gateway_app
 from mcp_sessions._gateway._keys import private_key
 from mcp_sessions._gateway.auth._client import ClientAuth
-from mcp_sessions._gateway.auth._exchange import Target, TokenExchange, UpstreamToken
+from mcp_sessions._gateway.auth._exchange import ExchangeRefused, Target, TokenExchange, UpstreamToken
 from mcp_sessions._gateway.auth._users import GatewayAuth
 
 pytestmark = pytest.mark.anyio
@@ -376,6 +384,40 @@ async def test_an_upstream_s_metadata_that_names_no_server_for_it_is_a_502_namin
     assert says in message
     assert len(idp.asked) == asked
     assert alice not in answers[1].text
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"access_token": "eyJh.eyJi.c2ln", "issued_token_type": ACCESS_TOKEN_TYPE, "token_type": "Bearer"},
+        {"access_token": "eyJh.eyJi.", "issued_token_type": ID_JAG_TYPE, "token_type": "N_A"},  # unsigned
+        {"access_token": "not a JWT", "issued_token_type": ID_JAG_TYPE, "token_type": "N_A"},
+        {"issued_token_type": ID_JAG_TYPE, "token_type": "N_A"},
+    ],
+    ids=["an access token", "unsigned", "not a JWT", "none"],
+)
+async def test_an_identity_provider_that_issues_no_id_jag_is_a_502_and_nothing_goes_further(
+    answer: dict[str, str],
+) -> None:
+    """An identity provider that answers the ID-JAG's exchange with something else (an access token of its own, an
+    unsigned JWT, none): the gateway presents nothing to the resource's server, and says which server failed."""
+    granted: list[str] = []
+
+    async def token(request: Request) -> Response:
+        granted.append(str(request.url))
+        return JSONResponse(answer)
+
+    stand_in = Starlette(routes=[Route("/token", token, methods=["POST"])])
+    client = ClientAuth("client_secret_basic", "g", secret="s")
+    with serve(stand_in) as base:
+        exchange = TokenExchange(client=client, token_endpoint=base + "/token", id_jag=client)
+        try:
+            with anyio.fail_after(30), pytest.raises(ExchangeRefused) as refused:
+                await exchange.token("the-user-s-token", Target(base + "/as", id_jag=True))
+        finally:
+            await exchange.aclose()
+    assert (refused.value.status, refused.value.description) == (502, "the identity provider issued no ID-JAG")
+    assert granted == [base + "/token"]  # the exchange alone: no grant asked of the resource's server
 
 
 def test_a_stdio_process_gets_its_user_s_token_of_the_api_s_authorization_server(

@@ -80,7 +80,7 @@ UpstreamTokenMode = Literal["passthrough", "none", "exchange", "id-jag"]
 MODES: Final = get_args(UpstreamTokenMode)  # --upstream-token's choices
 # RFC 6750 §2.1's b64token: what may follow "Bearer " in a header.
 _BEARER: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
-_JWT: Final = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")  # a JWS's compact form (RFC 7515 §7.1)
+_JWT: Final = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")  # a signed JWS, compact (RFC 7515 §7.1)
 IDP: Final = "the identity provider"
 """Who refused, in a refusal of an ID-JAG's first step (the exchange at the identity provider)."""
 # RFC 6749 §5.2: the characters of "error" and "error_description".
