@@ -42,6 +42,7 @@ from e2e._idjag import (
     ID_JAG_TYPE,
     IdentityProvider,
     ResourceServer,
+    key_file,
     serving,
     upstream,
 )
@@ -499,7 +500,8 @@ def test_a_bad_id_jag_configuration_is_one_line_at_startup(arguments: tuple[str,
 @pytest.mark.parametrize("case", ["open", "encrypted", "public"])
 def test_a_bad_key_file_of_the_id_jag_client_is_one_line_at_startup(case: str, tmp_path: Path) -> None:
     """The key of the gateway's client at the resource's server is read as the exchange's is (``_keys``)."""
-    path = made_keys(tmp_path)[AT_AS]
+    path = tmp_path / "client.key"
+    public = key_file(path)
     key = private_key(str(path), "-")
     if case == "open":
         path.chmod(0o644)
@@ -507,7 +509,9 @@ def test_a_bad_key_file_of_the_id_jag_client_is_one_line_at_startup(case: str, t
         encryption = serialization.BestAvailableEncryption(b"pass phrase")
         path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption))
     else:
-        path.write_bytes(path.with_suffix(".pub.pem").read_bytes())
+        path.write_bytes(
+            public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        )
     said = {
         "open": " is open to others (mode 644): chmod 600 it",
         "encrypted": "'s key is encrypted: the gateway takes it unencrypted",
