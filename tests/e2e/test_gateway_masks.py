@@ -34,7 +34,7 @@ from _redis import free_port, missing
 from _uids import members, uids
 from _waits import WITHIN, until
 from conftest import SECRET
-from e2e import _sealed
+from e2e import _idjag, _sealed
 from e2e._authorization import GATEWAY, authorization_server, login
 from e2e._dns import elsewhere, resolver
 from e2e._gateway import CACHE, NODE22, for_every_uid, gateway_run, installed, readable_directory
@@ -704,6 +704,52 @@ def test_an_exchanged_token_renewed_mid_conversation_reaches_the_api_and_the_pro
     assert after["exp"] > before["exp"]
     assert before["sub"] == after["sub"] == jwt.decode(user, options={"verify_signature": False})["sub"]
     assert found == {first: [], second: []}  # neither value in its environment, its memory, nor its files
+
+
+def test_a_masked_id_jag_token_reaches_the_api_and_the_process_holds_the_placeholder(
+    stand_in: StandIn, tmp_path: Path
+) -> None:
+    """``id-jag:`` masked, against the ID-JAG stand-ins (``_idjag``): the gateway exchanges the user's token at the
+    identity provider for an ID-JAG, and that at the API's authorization server for its token for the API, by its
+    keys at both; the process holds a placeholder of that token's shape, and the API gets the token through the
+    proxy, found nowhere in the process."""
+    ports = stand_in.ports
+    idp, api_server = _idjag.IdentityProvider(), _idjag.ResourceServer()
+    idp.clients["gateway"] = _idjag.key_file(tmp_path / "idp.key")
+    api_server.clients["gateway-at-api"] = _idjag.key_file(tmp_path / "api.key")
+    api_server.identity_provider = idp
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_idjag.serving(idp))
+        stack.enter_context(_idjag.serving(api_server))
+        idp.records[("gateway", api_server.url)] = "gateway-at-api"
+        options = (
+            *("--auth-jwks", f"{idp.url}/jwks.json", "--auth-issuer", idp.url, "--auth-audience", "{url}"),
+            *("--exchange-client-id", "gateway", "--exchange-client-auth", "private_key_jwt"),
+            *("--exchange-client-key-file", str(tmp_path / "idp.key")),
+            *("--id-jag-client-id", "gateway-at-api", "--id-jag-client-auth", "private_key_jwt"),
+            *("--id-jag-client-key-file", str(tmp_path / "api.key")),
+            *("--processes", "per-conversation", "--process-uids", uids(498, 2)),
+            *("--process-env", f"API_TOKEN=id-jag:{api_server.url},resource={EXCHANGED}"),
+            *("--process-env-mask", f"API_TOKEN={API}:{ports[0]}"),
+        )
+        environ = {"MCP_SESSIONS_SECRET": SECRET, "SSL_CERT_FILE": stand_in.authority}
+        command = f"/usr/bin/python3 {stand_in.server}"
+        front = stack.enter_context(_sealed.gateway(command, *options, environ=environ, prefix=stand_in.prefix))
+        alice = idp.login("alice", f"http://127.0.0.1:{front.port}/mcp")
+        http = stack.enter_context(httpx.Client(timeout=60, headers={"Authorization": f"Bearer {alice}"}))
+        mcp = ModernClient(http, f"http://127.0.0.1:{front.port}")
+        session = mcp.create_session()
+        placeholder = _sealed.text(_sealed.call(mcp, "env", session, variable="API_TOKEN"))
+        curl = ("curl", "-sS", "-H", f"Authorization: Bearer {placeholder}", f"https://{API}:{ports[0]}/unechoed")
+        assert ran(mcp, session, *curl)["out"] == "{}"
+        got = [each for each in seen(stand_in.world, ports[0], stand_in.authority) if each.startswith("Bearer ")]
+        token = got[-1].removeprefix("Bearer ")
+        found = searched(mcp, session, token)
+    assert api_server.issued == [token]  # the API's authorization server's, for alice, by one ID-JAG
+    assert placeholder != token and len(placeholder) == len(token)
+    claims = jwt.decode(token, options={"verify_signature": False})
+    assert (claims["iss"], claims["sub"], claims["aud"]) == (api_server.url, "alice", EXCHANGED)
+    assert found == []  # not in its environment, its memory, nor its files
 
 
 def test_a_killed_gateway_s_certificates_are_removed_as_the_next_gateway_starts() -> None:

@@ -66,6 +66,20 @@ EXCHANGE_VARIABLES: Final = {
     "client_key_id": "MCP_SESSIONS_EXCHANGE_CLIENT_KEY_ID",
 }
 """The variable each ``--exchange-*`` flag falls back to (the secret's is ``MCP_SESSIONS_EXCHANGE_CLIENT_SECRET``)."""
+ID_JAG_VARIABLES: Final = {
+    "issuer": "MCP_SESSIONS_ID_JAG_ISSUER",
+    "subject": "MCP_SESSIONS_ID_JAG_SUBJECT",
+    "client_id": "MCP_SESSIONS_ID_JAG_CLIENT_ID",
+    "client_secret_file": "MCP_SESSIONS_ID_JAG_CLIENT_SECRET_FILE",
+    "client_auth": "MCP_SESSIONS_ID_JAG_CLIENT_AUTH",
+    "client_key_file": "MCP_SESSIONS_ID_JAG_CLIENT_KEY_FILE",
+    "client_key_id": "MCP_SESSIONS_ID_JAG_CLIENT_KEY_ID",
+}
+"""The variable each ``--id-jag-*`` flag falls back to (the secret's is ``MCP_SESSIONS_ID_JAG_CLIENT_SECRET``)."""
+UNHELD_SUBJECT: Final = (
+    "--id-jag-subject id_token: the gateway holds no ID token of its users (it does not sign them in itself yet): "
+    "give access_token, the verified access token, where the identity provider takes one"
+)
 
 DESCRIPTION: Final = (
     "Serve one MCP endpoint with data-layer sessions, forwarding every request to the upstream "
@@ -190,8 +204,9 @@ def _auth_arguments(gateway: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME=SOURCE",
-        help="with --stdio: NAME in each conversation's process from claim:CLAIM (of its token) or "
-        "header:NAME (of the request that starts it); repeat",
+        help="with --stdio: NAME in each conversation's process from claim:CLAIM (of its token), "
+        "header:NAME (of the request that starts it), exchange:AUDIENCE or id-jag:ISSUER[,resource=URI][,scope=SCOPE] "
+        "(its token exchanged); repeat",
     )
     users.add_argument(
         "--process-env-mask",
@@ -220,10 +235,11 @@ def _exchange_arguments(gateway: argparse.ArgumentParser) -> None:
     )
     exchange.add_argument(
         "--upstream-token",
-        choices=("passthrough", "none", "exchange"),
+        choices=("passthrough", "none", "exchange", "id-jag"),
         help="the upstream's Authorization: the client's as it came (passthrough, the default "
-        "without --auth-*), none (the default with --auth-*), or each user's token exchanged for "
-        "one issued for the upstream (exchange)",
+        "without --auth-*), none (the default with --auth-*), each user's token exchanged for "
+        "one issued for the upstream (exchange), or for an ID-JAG that the upstream's authorization server "
+        "takes for a token of its own (id-jag)",
     )
     for flag, text in (
         (
@@ -251,6 +267,34 @@ def _exchange_arguments(gateway: argparse.ArgumentParser) -> None:
         choices=("client_secret_basic", "client_secret_post", "private_key_jwt"),
         help="how the gateway authenticates to the token endpoint: with its secret (client_secret_basic, the "
         "default; client_secret_post) or a JWT signed with its key (private_key_jwt, RFC 7523)",
+    )
+    id_jag = gateway.add_argument_group(
+        "ID-JAG (--upstream-token id-jag, --process-env NAME=id-jag:ISSUER): the identity provider is the "
+        "--exchange-* one; each also from its MCP_SESSIONS_ID_JAG_* variable, the client secret from "
+        "MCP_SESSIONS_ID_JAG_CLIENT_SECRET or a file"
+    )
+    for flag, text in (
+        (
+            "--id-jag-issuer",
+            "the upstream's authorization server (default: the first of the upstream's protected resource metadata)",
+        ),
+        ("--id-jag-client-id", "the gateway's own client id at the resource's authorization server"),
+        ("--id-jag-client-secret-file", "a file holding the gateway's client secret there"),
+        ("--id-jag-client-key-file", "with private_key_jwt: the gateway's unencrypted RSA or EC private key there"),
+        ("--id-jag-client-key-id", "with private_key_jwt: the key's id (kid) there"),
+    ):
+        id_jag.add_argument(flag, metavar=flag.removeprefix("--id-jag-").upper(), help=text)
+    id_jag.add_argument("--id-jag-client-secret", help=argparse.SUPPRESS)  # refused, as --exchange-client-secret
+    id_jag.add_argument(
+        "--id-jag-client-auth",
+        choices=("client_secret_basic", "client_secret_post", "private_key_jwt"),
+        help="how the gateway authenticates to the resource's authorization server (default client_secret_basic)",
+    )
+    id_jag.add_argument(
+        "--id-jag-subject",
+        choices=("access_token", "id_token"),
+        help="what the identity provider is given to exchange: the user's verified access token (access_token, "
+        "the default); id_token is refused (the gateway holds none yet)",
     )
 
 
@@ -484,9 +528,19 @@ def _upstream_token(
     """What the upstream gets as ``Authorization`` (``--upstream-token``, default: see ``gateway_app``), and the
     token exchange that it, or a ``--process-env NAME=exchange:AUDIENCE``, uses."""
     mode = args.upstream_token or environ.get("MCP_SESSIONS_UPSTREAM_TOKEN", "").strip() or None
-    exchanging = mode == "exchange" or any("=exchange:" in spec for spec in args.process_env)
+    granting = mode == "id-jag" or any("=id-jag:" in spec for spec in args.process_env)
+    exchanging = granting or mode == "exchange" or any("=exchange:" in spec for spec in args.process_env)
     if args.exchange_client_secret is not None:
         raise ValueError("the client secret is never a flag: MCP_SESSIONS_EXCHANGE_CLIENT_SECRET, or a file")
+    if args.id_jag_client_secret is not None:
+        raise ValueError("the client secret is never a flag: MCP_SESSIONS_ID_JAG_CLIENT_SECRET, or a file")
+    if _setting(args, environ, "subject", "id_jag") == "id_token":
+        raise ValueError(UNHELD_SUBJECT)
+    if mode != "id-jag" and _setting(args, environ, "issuer", "id_jag"):
+        raise ValueError("--id-jag-issuer names --upstream-token id-jag's server; NAME=id-jag:ISSUER names its own")
+    if not granting and (given := [name for name in ID_JAG_VARIABLES if _setting(args, environ, name, "id_jag")]):
+        flag = "--id-jag-" + given[0].replace("_", "-")
+        raise ValueError(f"{flag} is for --upstream-token id-jag or --process-env NAME=id-jag:ISSUER, neither given")
     if mode is not None and args.stdio is not None:
         raise ValueError("--upstream-token is an --upstream's; a --stdio process gets NAME=exchange:AUDIENCE")
     if mode is None and not exchanging:
@@ -510,21 +564,40 @@ def _upstream_token(
         key_file=_setting(args, environ, "client_key_file"),
         key_id=_setting(args, environ, "client_key_id"),
     )
+    granted = None
+    if granting:
+        granted = ClientAuth.given(
+            "--id-jag-client",
+            _setting(args, environ, "client_auth", "id_jag"),
+            _setting(args, environ, "client_id", "id_jag"),
+            secret=environ.get("MCP_SESSIONS_ID_JAG_CLIENT_SECRET", "").strip() or None,
+            secret_file=_setting(args, environ, "client_secret_file", "id_jag"),
+            key_file=_setting(args, environ, "client_key_file", "id_jag"),
+            key_id=_setting(args, environ, "client_key_id", "id_jag"),
+        )
     issuer = _setting(args, environ, "issuer") or _setting(args, environ, "issuer", "auth")
-    exchange = TokenExchange(client=client, token_endpoint=_setting(args, environ, "token_endpoint"), issuer=issuer)
-    # for --process-env NAME=exchange:AUDIENCE alone
+    endpoint = _setting(args, environ, "token_endpoint")
+    exchange = TokenExchange(client=client, token_endpoint=endpoint, issuer=issuer, id_jag=granted)
+    # for --process-env NAME=exchange:AUDIENCE (or id-jag:ISSUER) alone
     if mode is None:
         return None, exchange
-    target = Target(
-        _setting(args, environ, "audience"), _setting(args, environ, "resource"), _setting(args, environ, "scope")
-    )
-    return UpstreamToken("exchange", exchange, target), exchange
+    audience, resource = _setting(args, environ, "audience"), _setting(args, environ, "resource")
+    scope = _setting(args, environ, "scope")
+    if mode == "id-jag":
+        if audience is not None:
+            raise ValueError(
+                "--upstream-token id-jag asks for an ID-JAG whose audience is the upstream's authorization server: "
+                "give --id-jag-issuer, not --exchange-audience"
+            )
+        target = Target(_setting(args, environ, "issuer", "id_jag"), resource, scope, id_jag=True)
+        return UpstreamToken("id-jag", exchange, target, upstream=args.upstream[0]), exchange
+    return UpstreamToken("exchange", exchange, Target(audience, resource, scope)), exchange
 
 
 def _setting(args: argparse.Namespace, environ: Mapping[str, str], name: str, group: str = "exchange") -> str | None:
-    """``--GROUP-NAME``, else its variable (:data:`EXCHANGE_VARIABLES`, :data:`AUTH_VARIABLES`); ``None`` when neither
-    is given."""
-    variables = AUTH_VARIABLES if group == "auth" else EXCHANGE_VARIABLES
+    """``--GROUP-NAME``, else its variable (:data:`EXCHANGE_VARIABLES`, :data:`AUTH_VARIABLES`,
+    :data:`ID_JAG_VARIABLES`); ``None`` when neither is given."""
+    variables = {"auth": AUTH_VARIABLES, "id_jag": ID_JAG_VARIABLES}.get(group, EXCHANGE_VARIABLES)
     return getattr(args, f"{group}_{name}") or environ.get(variables[name], "").strip() or None
 
 

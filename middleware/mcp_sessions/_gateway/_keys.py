@@ -1,5 +1,6 @@
 """The operator's private keys, read once at startup: the masks' certificate authority's (``--process-env-mask-ca``)
-and the gateway's own as an OAuth client (``--exchange-client-key-file``, ``private_key_jwt``).
+and the gateway's own as an OAuth client (``--exchange-client-key-file``, ``--id-jag-client-key-file``:
+``private_key_jwt``).
 
 One reading for both, so that a key file is refused the same way wherever it is given: one that others may read
 (the processes read the host's files, each as a uid and groups of its own), an encrypted one (the gateway has no one

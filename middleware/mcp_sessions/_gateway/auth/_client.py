@@ -1,5 +1,5 @@
 """The gateway as an OAuth client at a token endpoint: how it authenticates (:class:`ClientAuth`), one value that
-every token endpoint client of the gateway takes (the token exchange's, ``_exchange``; the ID-JAG grant's to come).
+every token endpoint client of the gateway takes (the token exchange's, ``_exchange``, and the ID-JAG grant's).
 
 ``client_secret_basic`` (RFC 6749 §2.3.1, the default) and ``client_secret_post`` send a shared secret;
 ``private_key_jwt`` (RFC 7523 §2.2, OpenID Connect Core §9) sends none: each request carries a JWT the gateway signs

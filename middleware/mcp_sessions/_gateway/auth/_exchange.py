@@ -18,6 +18,23 @@ The token endpoint is a stranger: its answer is read to at most :data:`MAX_ANSWE
 refusal of the gateway itself (``invalid_client``, ``unauthorized_client``, ``unsupported_grant_type``: its
 configuration), a server that cannot be reached in time or answers nonsense is a 502 or 504. No token, the
 user's or an issued one, is logged or put in an error.
+
+**ID-JAG** (draft-ietf-oauth-identity-assertion-authz-grant, MCP's Enterprise-Managed Authorization): for a
+:class:`Target` whose ``id_jag`` is set, the exchange above asks the identity provider (the same client, the same
+token endpoint) for an Identity Assertion JWT Authorization Grant instead of an access token:
+``requested_token_type`` ``urn:ietf:params:oauth:token-type:id-jag``, ``audience`` the resource's authorization
+server's issuer, ``resource`` and ``scope`` as given; no ``client_id`` of that server's is sent (the ID-JAG's
+``client_id`` claim is the identity provider's to fill from its records). The ID-JAG it answers (its
+``issued_token_type`` that type) is presented once, at once, to that issuer's token endpoint (its RFC 8414
+metadata's) with RFC 7523's grant (``urn:ietf:params:oauth:grant-type:jwt-bearer``, ``assertion``), by the gateway's
+client there (``id_jag``, a ``ClientAuth`` of its own: a secret, or ``private_key_jwt`` whose assertions name that
+issuer); what that server answers is the token kept and sent, cached and coalesced as any exchange's, per user
+token and target. The ID-JAG itself is never kept (it is single-use) nor logged. A refusal names the server that
+refused: the identity provider, or the resource's authorization server by its issuer. The subject token is the
+user's verified access token (``subject_token_type`` ``access_token``): an identity provider that takes only an ID
+token issued to the gateway (the draft's first reading) needs the gateway to sign its users in itself, which it does
+not yet. An upstream's issuer may be read from its protected resource metadata (RFC 9728: the first of its
+``authorization_servers``, :meth:`TokenExchange.resource_metadata`).
 """
 
 from __future__ import annotations
@@ -49,6 +66,8 @@ logger = logging.getLogger("mcp_sessions.gateway")
 
 GRANT_TYPE: Final = "urn:ietf:params:oauth:grant-type:token-exchange"
 ACCESS_TOKEN_TYPE: Final = "urn:ietf:params:oauth:token-type:access_token"  # noqa: S105 (a URN)
+ID_JAG_TYPE: Final = "urn:ietf:params:oauth:token-type:id-jag"
+JWT_BEARER_GRANT: Final = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 TIMEOUT: Final = 10.0
 """The longest wait for the token endpoint's whole answer (and for the metadata's)."""
 MAX_ANSWER: Final = 64 * 1024
@@ -57,10 +76,13 @@ RENEW_BEFORE: Final = 30.0
 """An issued token is exchanged again this long before it expires (half its life for one shorter than a minute)."""
 MAX_CACHED: Final = 10_000
 """Issued tokens kept, one per user token and target; the least recently used are forgotten first."""
-UpstreamTokenMode = Literal["passthrough", "none", "exchange"]
+UpstreamTokenMode = Literal["passthrough", "none", "exchange", "id-jag"]
 MODES: Final = get_args(UpstreamTokenMode)  # --upstream-token's choices
 # RFC 6750 §2.1's b64token: what may follow "Bearer " in a header.
 _BEARER: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+_JWT: Final = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")  # a signed JWS, compact (RFC 7515 §7.1)
+IDP: Final = "the identity provider"
+"""Who refused, in a refusal of an ID-JAG's first step (the exchange at the identity provider)."""
 # RFC 6749 §5.2: the characters of "error" and "error_description".
 _ERROR_CODE: Final = re.compile(r"[\x20-\x21\x23-\x5b\x5d-\x7e]{1,64}")
 _UNPRINTABLE: Final = re.compile(r"[^\x20-\x21\x23-\x5b\x5d-\x7e]")
@@ -70,11 +92,30 @@ _NOT_FOR_THIS_USER: Final = frozenset({"invalid_scope", "invalid_target", "acces
 
 @dataclass(frozen=True)
 class Target:
-    """What the issued token is for: the upstream's ``audience`` and/or ``resource``, and ``scope``."""
+    """What the issued token is for: the upstream's ``audience`` and/or ``resource``, and ``scope``; with ``id_jag``,
+    a token of the authorization server whose issuer ``audience`` is, by an ID-JAG for ``resource`` (see the
+    module)."""
 
     audience: str | None = None
     resource: str | None = None
     scope: str | None = None
+    id_jag: bool = False
+
+
+def id_jag_target(spec: str, flag: str) -> Target:
+    """The target of ``ISSUER[,resource=URI][,scope=SCOPE]`` (``--process-env NAME=id-jag:...``, named ``flag``);
+    ``ValueError`` in one line for another shape."""
+    issuer, *options = spec.split(",")
+    given: dict[str, str] = {}
+    for option in options:
+        name, equals, value = option.partition("=")
+        if name not in ("resource", "scope") or not equals or not value or name in given:
+            raise ValueError(f"{flag}: give id-jag:ISSUER[,resource=URI][,scope=SCOPE], not id-jag:{spec!r}")
+        given[name] = value
+    for url in (issuer, given.get("resource")):
+        if url is not None and (urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc):
+            raise ValueError(f"{flag}: {url!r} is not an http(s) URL (id-jag:ISSUER[,resource=URI][,scope=SCOPE])")
+    return Target(issuer, given.get("resource"), given.get("scope"), id_jag=True)
 
 
 class ExchangeRefused(Exception):
@@ -113,7 +154,8 @@ class TokenExchange:
     """The gateway as the authorization server's client, exchanging user tokens (see the module).
 
     ``token_endpoint``, or ``issuer`` whose metadata names it; ``client``, how the gateway authenticates there
-    (``_client``: a client assertion names the issuer when its metadata named the endpoint, else the endpoint).
+    (``_client``: a client assertion names the issuer when its metadata named the endpoint, else the endpoint);
+    ``id_jag``, how it authenticates at the resources' authorization servers, for ID-JAG targets (``None``: none).
     Its HTTP client is its maker's to close: :meth:`aclose`, or serve the app :meth:`wrap` returns. httpx is
     imported as one is made, not as the gateway starts: a gateway that exchanges nothing never loads it (nor what
     httpx's own command line loads where it is installed, rich and pygments: 50 ms of a start).
@@ -125,6 +167,7 @@ class TokenExchange:
         client: ClientAuth,
         token_endpoint: str | None = None,
         issuer: str | None = None,
+        id_jag: ClientAuth | None = None,
         timeout: float = TIMEOUT,
     ) -> None:
         if token_endpoint is None and issuer is None:
@@ -144,6 +187,9 @@ class TokenExchange:
         self._audience = token_endpoint
         self._timeout = timeout
         self._client = client
+        self.id_jag = id_jag
+        # The token endpoints of the resources' authorization servers, by issuer (those the operator named).
+        self._grant_endpoints: dict[str, str] = {}
         # Per key: the issued token, and when to renew it (monotonic).
         self._issued: BoundedDict[bytes, tuple[str, float]] = BoundedDict(MAX_CACHED)
         self._exchanging: BoundedDict[bytes, _Exchanging] = BoundedDict(MAX_CACHED)
@@ -199,17 +245,23 @@ class TokenExchange:
         return token
 
     async def _exchange(self, key: bytes, subject_token: str, target: Target) -> str:
-        """One exchange at the token endpoint; its token cached under ``key`` while it holds."""
+        """One exchange at the token endpoint (and, for an ID-JAG, its grant at the resource's authorization
+        server); the token cached under ``key`` while it holds."""
         form = {
             "grant_type": GRANT_TYPE,
             "subject_token": subject_token,
             "subject_token_type": ACCESS_TOKEN_TYPE,
         }
-        for name, value in vars(target).items():
-            if value:
+        for name in ("audience", "resource", "scope"):
+            if value := getattr(target, name):
                 form[name] = value
         endpoint = await self.token_endpoint()
-        answer = await self._post(endpoint, form)
+        if target.id_jag:
+            form["requested_token_type"] = ID_JAG_TYPE
+            answer = await self._post(endpoint, form, "subject_token", server=IDP)
+            answer = await self._grant(target, _id_jag(answer))
+        else:
+            answer = await self._post(endpoint, form, "subject_token")
         token, lifetime = _issued(answer)
         if lifetime is not None and lifetime > 0:
             renew_at = time.monotonic() + lifetime - min(RENEW_BEFORE, lifetime / 2)
@@ -228,7 +280,40 @@ class TokenExchange:
             self._audience = self._issuer
         return self._endpoint
 
-    async def _discover(self, issuer: str) -> str:
+    async def _grant(self, target: Target, id_jag: str) -> dict[str, Any]:
+        """The answer of the resource's authorization server (``target.audience``, its issuer) to the ID-JAG, by
+        RFC 7523's grant at its token endpoint (its metadata's), with the gateway's client there."""
+        issuer = target.audience
+        assert issuer is not None and self.id_jag is not None  # checked as the target was given (UpstreamToken, ...)
+        server = f"the authorization server {issuer}"
+        endpoint = self._grant_endpoints.get(issuer)
+        if endpoint is None:
+            endpoint = self._grant_endpoints[issuer] = await self._discover(issuer, server)
+        form = {"grant_type": JWT_BEARER_GRANT, "assertion": id_jag}
+        return await self._post(endpoint, form, "assertion", server=server, client=self.id_jag, audience=issuer)
+
+    async def resource_metadata(self, url: str, resource: str | None = None) -> tuple[str, str]:
+        """The first authorization server, and the resource, that the protected resource at ``url`` names in its
+        metadata (RFC 9728 §3: the well-known part before the resource's path), whose ``resource`` must be
+        ``resource`` if given, else ``url`` (§3.3); :class:`ExchangeRefused` (502) otherwise."""
+        resource = resource or url
+        parts = urlsplit(url)
+        server = f"the upstream's resource metadata ({parts.scheme}://{parts.netloc})"
+        well_known = f"{parts.scheme}://{parts.netloc}/.well-known/oauth-protected-resource{parts.path.rstrip('/')}"
+        status, metadata = await self._read(self._http.build_request("GET", well_known), server)
+        if status != 200 or not isinstance(metadata, dict):
+            logger.warning("mcp-sessions gateway: %s answered %d", server, status)
+            raise _server_error(f"{server} answered {status}: give --id-jag-issuer")
+        servers = metadata.get("authorization_servers")
+        if str(metadata.get("resource")).rstrip("/") != resource.rstrip("/"):
+            raise _server_error(f"{server} names another resource than {resource}: give --exchange-resource")
+        if not isinstance(servers, list) or not servers or not isinstance(servers[0], str):
+            raise _server_error(f"{server} names no authorization server: give --id-jag-issuer")
+        if urlsplit(servers[0]).scheme not in ("http", "https"):
+            raise _server_error(f"{server} names no http(s) authorization server: give --id-jag-issuer")
+        return servers[0], resource
+
+    async def _discover(self, issuer: str, server: str = "the authorization server") -> str:
         parts = urlsplit(issuer)
         path = parts.path.rstrip("/")
         origin = f"{parts.scheme}://{parts.netloc}"
@@ -240,7 +325,7 @@ class TokenExchange:
         for url in urls:
             request = self._http.build_request("GET", url)
             try:
-                status, metadata = await self._read(request)
+                status, metadata = await self._read(request, server)
             except ExchangeRefused:
                 continue
             if status != 200 or not isinstance(metadata, dict):
@@ -248,43 +333,56 @@ class TokenExchange:
             # RFC 8414 §3.3: the metadata's issuer is the one asked about, else it is not used.
             named = str(metadata.get("issuer")).rstrip("/")
             if named != issuer.rstrip("/"):
-                raise _server_error("the authorization server's metadata names another issuer")
+                raise _server_error(f"{server}'s metadata names another issuer")
             endpoint = metadata.get("token_endpoint")
             if isinstance(endpoint, str) and urlsplit(endpoint).scheme in ("http", "https"):
                 return endpoint
         logger.warning("mcp-sessions gateway: no token endpoint in the metadata of %s", issuer)
-        raise _server_error("the authorization server's metadata names no token endpoint")
+        raise _server_error(f"{server}'s metadata names no token endpoint")
 
-    async def _post(self, endpoint: str, form: dict[str, str]) -> dict[str, Any]:
-        assert self._audience is not None  # the endpoint is known: given, or read from the issuer's metadata
-        authentication = self._client.request(self._audience)
+    async def _post(
+        self,
+        endpoint: str,
+        form: dict[str, str],
+        credential: str,
+        *,
+        server: str = "the authorization server",
+        client: ClientAuth | None = None,
+        audience: str | None = None,
+    ) -> dict[str, Any]:
+        """The answer of ``server``'s token endpoint to ``form``, whose ``credential`` (the user's token, the ID-JAG)
+        is not quoted back, sent by ``client`` (default the exchange's) whose assertion names ``audience``."""
+        audience = audience or self._audience
+        assert audience is not None  # the endpoint is known: given, or read from the issuer's metadata
+        authentication = (client or self._client).request(audience)
         data = form | authentication.data
         request = self._http.build_request("POST", endpoint, data=data, headers=authentication.headers)
-        status, answer = await self._read(request)
+        status, answer = await self._read(request, server)
         if status == 200 and isinstance(answer, dict):
             return answer
         error = _refusal(status, answer)
-        # A server that echoes a credential (the user's token, the gateway's secret or assertion): none of its text
-        # is sent on, to the client or to the log.
-        credentials = (form["subject_token"], *authentication.sent)
+        # A server that echoes a credential (the user's token or ID-JAG, the gateway's secret or assertion): none of
+        # its text is sent on, to the client or to the log.
+        credentials = (form[credential], *authentication.sent)
         if error is None or any(secret in error for secret in credentials):
-            logger.warning("mcp-sessions gateway: the token endpoint answered %d to an exchange", status)
-            raise _server_error(f"the authorization server answered {status}")
+            logger.warning("mcp-sessions gateway: %s's token endpoint answered %d", server, status)
+            raise _server_error(f"{server} answered {status}")
         described = answer.get("error_description")
         if not isinstance(described, str) or any(secret in described for secret in credentials):
             described = ""
         detail = f"{error}: {_printable(described)[:200]}" if described else error
+        taken = "this user's ID-JAG" if credential == "assertion" else "this token"
         if error in _NOT_THIS_TOKEN:
-            message = f"the authorization server will not exchange this token ({detail})"
+            message = f"{server} will not exchange {taken} ({detail})"
             raise ExchangeRefused(401, error, message)
         if error in _NOT_FOR_THIS_USER:
-            message = f"the authorization server will not issue this user's ({detail})"
+            message = f"{server} will not issue this user's ({detail})"
             raise ExchangeRefused(403, error, message)
-        logger.warning("mcp-sessions gateway: the token endpoint refused the gateway: %s", error)
-        message = f"the authorization server refused the gateway ({detail})"
+        logger.warning("mcp-sessions gateway: %s refused the gateway: %s", server, error)
+        message = f"{server} refused the gateway ({detail})"
         raise ExchangeRefused(502, error, message)
 
-    async def _read(self, request: httpx.Request) -> tuple[int, Any]:
+    async def _read(self, request: httpx.Request, server: str = "the authorization server") -> tuple[int, Any]:
         """The status and JSON of the answer to ``request``: within the timeout, at most :data:`MAX_ANSWER` bytes."""
         import httpx  # loaded as this exchange was made
 
@@ -297,22 +395,22 @@ class TokenExchange:
                     async for chunk in response.aiter_bytes():
                         body += chunk
                         if len(body) > MAX_ANSWER:
-                            raise _server_error("the authorization server's answer is too long")
+                            raise _server_error(f"{server}'s answer is too long")
                 finally:
                     await response.aclose()
         except TimeoutError:
             logger.warning("mcp-sessions gateway: %s did not answer in %g s", host, self._timeout)
-            raise _server_error("the authorization server did not answer in time", 504) from None
+            raise _server_error(f"{server} did not answer in time", 504) from None
         # httpx's failures of a connection it made (a ConnectError or ConnectTimeout is one never made): the server
         # reset it (ReadError, WriteError) or ended it before a whole answer (RemoteProtocolError).
         except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as exc:
             failure = type(exc).__name__
             logger.warning("mcp-sessions gateway: %s closed the connection without an answer: %s", host, failure)
-            raise _server_error("the authorization server closed the connection without an answer") from None
+            raise _server_error(f"{server} closed the connection without an answer") from None
         except httpx.HTTPError as exc:
             failure = type(exc).__name__
             logger.warning("mcp-sessions gateway: %s could not be reached: %s", host, failure)
-            raise _server_error("the authorization server could not be reached") from None
+            raise _server_error(f"{server} could not be reached") from None
         try:
             return response.status_code, json.loads(body)
         except (ValueError, RecursionError):
@@ -333,6 +431,14 @@ def _refusal(status: int, answer: Any) -> str | None:
     if isinstance(error, str) and _ERROR_CODE.fullmatch(error):
         return error
     return None
+
+
+def _id_jag(answer: dict[str, Any]) -> str:
+    """The ID-JAG the identity provider issued (its ``issued_token_type`` the ID-JAG's, a JWT's characters)."""
+    token = answer.get("access_token")
+    if answer.get("issued_token_type") != ID_JAG_TYPE or not isinstance(token, str) or not _JWT.fullmatch(token):
+        raise _server_error(f"{IDP} issued no ID-JAG")
+    return token
 
 
 def _issued(answer: dict[str, Any]) -> tuple[str, float | None]:
@@ -359,7 +465,7 @@ def _issued(answer: dict[str, Any]) -> tuple[str, float | None]:
 
 def _key(subject_token: str, target: Target) -> bytes:
     """A cache key: a digest of the user's token and the target, so nothing in the cache reads back as a token."""
-    text = f"{subject_token}\0{target.audience}\0{target.resource}\0{target.scope}"
+    text = f"{subject_token}\0{target.audience}\0{target.resource}\0{target.scope}\0{target.id_jag}"
     return hashlib.sha256(text.encode()).digest()
 
 
@@ -377,19 +483,46 @@ def subject_token(scope: Scope) -> str | None:
 
 
 class UpstreamToken:
-    """What the upstream gets as ``Authorization`` (``--upstream-token``): ``"none"``, or ``"exchange"`` (with
-    ``exchange`` and ``target``); ``"passthrough"`` needs none of this (the client's goes as it came)."""
+    """What the upstream gets as ``Authorization`` (``--upstream-token``): ``"none"``, or ``"exchange"`` or
+    ``"id-jag"`` (with ``exchange`` and ``target``); ``"passthrough"`` needs none of this (the client's goes as it
+    came). An ``"id-jag"`` target without its issuer (or resource) takes it from the protected resource metadata of
+    ``upstream`` (RFC 9728), read at the first request that needs it (a failure is that request's 502, not kept)."""
 
-    def __init__(self, mode: str, exchange: TokenExchange | None = None, target: Target = Target()) -> None:
+    def __init__(
+        self, mode: str, exchange: TokenExchange | None = None, target: Target = Target(), upstream: str | None = None
+    ) -> None:
         if mode not in MODES:
             raise ValueError(f"--upstream-token is one of {', '.join(MODES)}, not {mode!r}")
-        if mode == "exchange" and exchange is None:
-            raise ValueError("--upstream-token exchange needs the token exchange's settings")
+        if mode in ("exchange", "id-jag") and exchange is None:
+            raise ValueError(f"--upstream-token {mode} needs the token exchange's settings")
         if mode == "exchange" and not (target.audience or target.resource):
             raise ValueError("--upstream-token exchange needs the upstream's audience or resource")
+        if mode == "id-jag":
+            assert exchange is not None
+            if exchange.id_jag is None:
+                raise ValueError(
+                    "--upstream-token id-jag needs the gateway's client at the upstream's authorization "
+                    "server: give --id-jag-client-id"
+                )
+            if not (target.audience and target.resource) and upstream is None:
+                raise ValueError(
+                    "--upstream-token id-jag needs --id-jag-issuer and --exchange-resource, or the "
+                    "upstream whose metadata names them"
+                )
+            target = Target(target.audience, target.resource, target.scope, id_jag=True)
         self.mode = mode
         self.exchange = exchange
         self.target = target
+        self._upstream = upstream
+
+    async def _target(self) -> Target:
+        """The target, its issuer and resource read from the upstream's metadata once if not given."""
+        target = self.target
+        if target.id_jag and not (target.audience and target.resource):
+            assert self.exchange is not None and self._upstream is not None
+            issuer, resource = await self.exchange.resource_metadata(self._upstream, target.resource)
+            target = self.target = Target(target.audience or issuer, resource, target.scope, id_jag=True)
+        return target
 
     async def authorization(self, scope: Scope) -> bytes | None:
         """The upstream's ``Authorization`` value for this request; raises :class:`ExchangeRefused`."""
@@ -399,7 +532,7 @@ class UpstreamToken:
         if subject is None:
             message = "the request carries no verified bearer token to exchange"
             raise ExchangeRefused(401, "invalid_request", message)
-        token = await self.exchange.token(subject, self.target)
+        token = await self.exchange.token(subject, await self._target())
         return b"Bearer " + token.encode("ascii")
 
     def refused(self, scope: Scope) -> None:

@@ -16,7 +16,9 @@ with ``conversation_data="principal"``, and the SDK's transport sessions are bou
 **Each user's credentials** (:class:`ProcessEnv`, ``--process-env NAME=SOURCE``): a conversation's process
 gets ``NAME`` from the request that starts the conversation, a claim of its verified token or a header, or the
 token its verified token is exchanged for, for an audience (``exchange:AUDIENCE``, ``_exchange``: done by
-:meth:`ProcessEnv.wrap` as each request arrives, cached per user). The conversation keeps a digest of the
+:meth:`ProcessEnv.wrap` as each request arrives, cached per user), or the token a resource's authorization server
+issues for the ID-JAG its verified token is exchanged for (``id-jag:ISSUER[,resource=URI][,scope=SCOPE]``, the same
+way). The conversation keeps a digest of the
 values, never the values (of an exchanged token, its user's issuer and principal: the token itself changes as
 it is renewed), and a later request of it whose values differ is refused. The process table is handed each
 request's (:meth:`ProcessEnv.of`), the sessions' ``on_create`` too (it is given the create's scope).
@@ -58,7 +60,7 @@ from ..._wire import printable
 from ...sources import HostConversationSource
 from .._front import PEER, Peer
 from .._loader import loads_code
-from ._exchange import ExchangeRefused, Target, TokenExchange, subject_token
+from ._exchange import ExchangeRefused, Target, TokenExchange, id_jag_target, subject_token
 from ._expiry import until_expiry
 
 if TYPE_CHECKING:
@@ -454,13 +456,15 @@ class Credentials(NamedTuple):
 
 
 class ProcessEnv:
-    """``NAME=claim:CLAIM``, ``NAME=header:HEADER-NAME`` and ``NAME=exchange:AUDIENCE``: what a conversation's
-    process gets of its request; ``exchange`` and ``exchange_scope`` exchange its token for an audience."""
+    """``NAME=claim:CLAIM``, ``NAME=header:HEADER-NAME``, ``NAME=exchange:AUDIENCE`` and
+    ``NAME=id-jag:ISSUER[,resource=URI][,scope=SCOPE]``: what a conversation's process gets of its request;
+    ``exchange`` and ``exchange_scope`` exchange its token for an audience (``exchange.id_jag``: by an ID-JAG)."""
 
     def __init__(
         self, specs: Collection[str] = (), *, exchange: TokenExchange | None = None, exchange_scope: str | None = None
     ) -> None:
         self.sources: dict[str, tuple[str, str]] = {}
+        self._id_jag: dict[str, Target] = {}
         for spec in specs:
             name, _, source = spec.partition("=")
             kind, _, key = source.partition(":")
@@ -470,10 +474,19 @@ class ProcessEnv:
                 raise ValueError(f"--process-env: {name} tells the dynamic loader what to load: never a user's")
             if not _known_source(kind, key):
                 raise ValueError(
-                    f"--process-env {name}: give claim:CLAIM, header:HEADER-NAME or exchange:AUDIENCE, not {source!r}"
+                    f"--process-env {name}: give claim:CLAIM, header:HEADER-NAME, exchange:AUDIENCE or "
+                    f"id-jag:ISSUER[,resource=URI][,scope=SCOPE], not {source!r}"
                 )
-            if kind == "exchange" and exchange is None:
-                raise ValueError(f"--process-env {name}: exchange:AUDIENCE needs the token exchange (--exchange-*)")
+            if kind in ("exchange", "id-jag") and exchange is None:
+                raise ValueError(f"--process-env {name}: {kind}: needs the token exchange (--exchange-*)")
+            if kind == "id-jag":
+                assert exchange is not None
+                self._id_jag[name] = id_jag_target(key, f"--process-env {name}")
+                if exchange.id_jag is None:
+                    raise ValueError(
+                        f"--process-env {name}: id-jag: needs the gateway's client at {key.split(',')[0]}: "
+                        "give --id-jag-client-id"
+                    )
             if kind == "header":
                 key = key.lower()
             self.sources[name] = (kind, key)
@@ -485,7 +498,7 @@ class ProcessEnv:
         the request's answer)."""
         if not self.sources:
             return app
-        targets = {}
+        targets = dict(self._id_jag)
         for name, (kind, key) in self.sources.items():
             if kind == "exchange":
                 targets[name] = Target(key, scope=self._exchange_scope)
@@ -555,7 +568,7 @@ class ProcessEnv:
         bound = {}
         for name, value in values.items():
             kind, _ = self.sources[name]
-            bound[name] = who if kind == "exchange" else value
+            bound[name] = who if kind in ("exchange", "id-jag") else value
         text = json.dumps(bound, sort_keys=True)
         return hashlib.sha256(text.encode()).digest()
 
@@ -563,7 +576,7 @@ class ProcessEnv:
 def _value(scope: Scope, kind: str, key: str, name: str) -> str | None:
     if kind == "header":
         value = Headers(scope=scope).get(key)
-    elif kind == "exchange":
+    elif kind in ("exchange", "id-jag"):
         value = scope.get(_EXCHANGED, {}).get(name)
     else:
         user = scope.get("user")
@@ -582,6 +595,7 @@ def _missing(name: str, kind: str, key: str) -> MCPError:
         "claim": f"the access token's {key!r} claim",
         "header": f"the {key} header",
         "exchange": f"its bearer token exchanged for {key}",
+        "id-jag": f"its bearer token exchanged for an ID-JAG, and that for a token of {key.split(',')[0]}",
     }[kind]
     return MCPError(
         types.INVALID_REQUEST,
@@ -594,7 +608,7 @@ def _known_source(kind: str, key: str) -> bool:
     """Whether ``kind:key`` is a source: a claim or an audience named, or a header's name."""
     if kind == "header":
         return _HEADER_NAME.fullmatch(key) is not None
-    return kind in ("claim", "exchange") and bool(key)
+    return kind in ("claim", "exchange", "id-jag") and bool(key)
 
 
 class FrontedConversations(HostConversationSource):
