@@ -4,9 +4,10 @@ as for one server) at its path, and what is the gateway's across them.
 A request reaches a server's app at the server's path (``/servers/NAME/mcp``, or its ``path``) and under it (``.../
 sessions``, a user's own conversations of that server), its path made the one the app serves (``/mcp`` for a stdio
 server's, the upstream URL's for an HTTP one's: the path an upstream gets is its own), as a reverse proxy's prefix
-is stripped; its protected-resource metadata (RFC 9728, path-inserted: ``/.well-known/oauth-protected-resource`` and
-the server's path) as it came, since the server's auth serves it there. Any other path is a 404 naming where the
-servers are: nothing reaches a server but at its own path.
+is stripped (a prefix sent percent-encoded is no server's: the rest of the path goes on as it was sent, for the
+app's front to judge); its protected-resource metadata (RFC 9728, path-inserted:
+``/.well-known/oauth-protected-resource`` and the server's path) as it came, since the server's auth serves it
+there. Any other path is a 404 naming where the servers are: nothing reaches a server but at its own path.
 
 Across the servers: ``GET /sessions`` lists the caller's conversations of every stdio server that verifies her token
 (each with its ``server``), ``DELETE /sessions/DIGEST`` ends the one of hers with that digest, wherever it is (what
@@ -68,11 +69,13 @@ class Servers:
         if scope["type"] not in ("http", "websocket"):
             return None
         path = scope["path"]
+        raw = scope.get("raw_path") or path.encode()
         for route in self.routes:
             served = route.served.path
-            if path == served or path.startswith(served + "/"):
+            # its path as sent, too: the rest of the raw path is what the app's front judges, never re-encoded here
+            if (path == served or path.startswith(served + "/")) and raw.startswith(served.encode()):
                 inner = route.endpoint + path[len(served) :]
-                rewritten = {**scope, "path": inner, "raw_path": inner.encode()}
+                rewritten = {**scope, "path": inner, "raw_path": route.endpoint.encode() + raw[len(served) :]}
                 return await route.app(rewritten, receive, send)
         if (metadata := self.metadata.get(path)) is not None:
             return await metadata.app(scope, receive, send)
