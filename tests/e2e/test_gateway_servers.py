@@ -289,6 +289,10 @@ def test_the_docs_team_file_serves_four_servers_each_at_its_path(team: Team) -> 
     said = team.gateway.log().decode(errors="replace")
     for name in ("files", "memory", "github"):
         assert re.search(rf"{name}: each process: containment bwrap \(auto\), a uid each", said), said[:3000]
+    # the host's half shared by the three stdio servers' processes (cgroup v1: each server's together)
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    together = re.findall(r"; (\d+) MiB together\)", said)
+    assert together in ([], [str(host // 2 // 3 >> 20)] * 3), together
     assert "github: stdio /usr/bin/python3 " in said
 
 

@@ -397,6 +397,7 @@ def configured_file(args: argparse.Namespace, environ: Mapping[str, str]) -> Gat
     for server in found:
         if server.flags.stdio is None:  # the status is the stdio servers'
             server.flags.status_port = server.flags.status_socket = None
+        server.flags.process_share = len(stdio)  # the host's half, shared by every stdio server's processes
         if drain is None:  # one drain, long enough for a stdio server's calls where there is one
             server.flags.shutdown_timeout = STDIO_SHUTDOWN_TIMEOUT if stdio else DEFAULT_SHUTDOWN_TIMEOUT
         # its own variables, literal, beside the environment's allow-list
