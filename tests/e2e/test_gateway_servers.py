@@ -289,6 +289,10 @@ def test_the_docs_team_file_serves_four_servers_each_at_its_path(team: Team) -> 
     said = team.gateway.log().decode(errors="replace")
     for name in ("files", "memory", "github"):
         assert re.search(rf"{name}: each process: containment bwrap \(auto\), a uid each", said), said[:3000]
+    # each process's lines, and the gateway's of each server, name their server
+    assert re.search(r"^INFO: memory: process [0-9a-f]+: Knowledge Graph MCP Server running on stdio$", said, re.M)
+    assert re.search(r"^INFO: files: shared: Secure MCP Filesystem Server running on stdio$", said, re.M)
+    assert re.search(r"^INFO: files: mcp-sessions gateway: refused to alice: Tool 'move_file'", said, re.M)
     # the host's half shared by the three stdio servers' processes (cgroup v1: each server's together)
     host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     together = re.findall(r"; (\d+) MiB together\)", said)

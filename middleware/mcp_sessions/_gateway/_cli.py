@@ -300,6 +300,10 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     # and so do its session manager's warnings and errors (an id sent with another user's credential, a crash): a
     # bearer value in no log line; the gateway logs each conversation's end itself.
     logging.getLogger("mcp.server.streamable_http_manager").setLevel(logging.CRITICAL)
+    if config.servers:  # each line says whose it is
+        from ._servers import named_logs
+
+        named_logs()
     for name, path, each in [(s.name, s.path, s.config) for s in config.servers] or [("", "", config)]:
         _said(each, f"http://{listening.host}:{listening.port}{path}", f"{name}: " if name else "")
     return serve(app, bound, config, stderr)

@@ -16,14 +16,18 @@ every server's view in one. Each server is asked as a request of its own (its au
 its answer read whole, bounded (:data:`ANSWER_LIMIT`).
 
 The lifespan starts the servers' apps one after the other, in the file's order, and stops them in the reverse: a
-server that does not start is said in one line naming it (``StartupFailed``), the ones started stopped."""
+server that does not start is said in one line naming it (``StartupFailed``), the ones started stopped. What a
+server's app does, it does in a context that names it (:data:`SERVING`), so that the gateway's log lines and its
+processes' (``process 3f2a...: ...``) say whose they are (:func:`named_logs`)."""
 
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -35,6 +39,8 @@ from ._config import Served, StdioProcesses
 from ._file import SERVERS_PATH
 from ._front import StartupFailed, startup_failure
 
+SERVING: Final[ContextVar[str | None]] = ContextVar("mcp_sessions.gateway.serving", default=None)
+"""The name of the server whose app runs (its requests, its lifespan, and the tasks they start)."""
 METADATA: Final = "/.well-known/oauth-protected-resource"
 STATUS: Final = "/status"
 ANSWER_LIMIT: Final = 4 << 20
@@ -76,8 +82,10 @@ class Servers:
             if (path == served or path.startswith(served + "/")) and raw.startswith(served.encode()):
                 inner = route.endpoint + path[len(served) :]
                 rewritten = {**scope, "path": inner, "raw_path": route.endpoint.encode() + raw[len(served) :]}
+                SERVING.set(route.served.name)  # the request's own context
                 return await route.app(rewritten, receive, send)
         if (metadata := self.metadata.get(path)) is not None:
+            SERVING.set(metadata.served.name)
             return await metadata.app(scope, receive, send)
         if scope["type"] != "http":
             return await send({"type": "websocket.close", "code": 1008})
@@ -169,6 +177,7 @@ async def _running(route: Route, scope: Scope) -> AsyncIterator[None]:
         (started if message["type"].startswith("lifespan.startup.") else stopped).set()
 
     async def run() -> None:
+        SERVING.set(route.served.name)  # this task's context, and the tasks its app starts
         try:
             await route.app({**scope, "state": {}}, from_gateway.receive, sent)
         except Exception as exc:
@@ -232,9 +241,28 @@ async def _asked(route: Route, scope: Scope, path: str) -> _Answer:
             if size <= ANSWER_LIMIT:
                 parts.append(message.get("body", b""))
 
-    await route.app({**scope, "path": path, "raw_path": path.encode()}, nothing, captured)
+    serving = SERVING.set(route.served.name)
+    try:
+        await route.app({**scope, "path": path, "raw_path": path.encode()}, nothing, captured)
+    finally:
+        SERVING.reset(serving)
     if size > ANSWER_LIMIT:
         return _Answer(502, [(b"content-type", b"application/json")], b'{"error": "a server\'s answer was too large"}')
     answer.body = b"".join(parts)
     answer.headers.append((b"content-length", str(len(answer.body)).encode()))
     return answer
+
+
+class _Named(logging.Filter):
+    """A log line of a server's app, its server's name first (:data:`SERVING`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if (name := SERVING.get()) is not None:
+            record.msg = f"{name}: {record.msg}"  # a name is letters, digits, '.', '_' and '-': no '%'
+        return True
+
+
+def named_logs() -> None:
+    """The gateway's loggers' lines, and its processes', each with the name of the server it is of."""
+    for name in ("mcp_sessions.gateway", "mcp_sessions.gateway.stderr"):
+        logging.getLogger(name).addFilter(_Named())
