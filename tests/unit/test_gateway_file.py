@@ -105,6 +105,10 @@ def test_an_mcpservers_json_file_is_read_by_its_suffix_or_its_first_brace(tmp_pa
             '{"mcpServers": {\n"a": {"command": "cat",}}}',
             "not JSON: Expecting property name enclosed in double quotes at line 2",
         ),
+        (
+            '{"mcpServers": {"a": {"command": "cat"}, "a": {"url": "http://h/mcp"}}}',
+            "'a' is given twice in one object",
+        ),
         ('[servers.a]\nstdio = "cat"\nprocess-memroy = 64\n', "servers.a.process-memroy: unknown key"),
         (
             '[servers.a]\nstdio = "cat"\nprocess-memory = "lots"\n',

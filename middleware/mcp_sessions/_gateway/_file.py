@@ -162,11 +162,23 @@ def _parsed(path: str, text: str) -> object:
     error names its line."""
     as_json = path.endswith(".json") or (not path.endswith(".toml") and text.lstrip().startswith("{"))
     try:
-        return json.loads(text) if as_json else tomllib.loads(text)
+        return json.loads(text, object_pairs_hook=_once) if as_json else tomllib.loads(text)
+    except FileError as exc:  # a key given twice
+        raise FileError(f"{printable(path)}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise FileError(f"{printable(path)}: not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
     except tomllib.TOMLDecodeError as exc:
         raise FileError(f"{printable(path)}: not TOML: {exc}") from None
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are each given once (as TOML's are): the last of two would win, unsaid."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise FileError(f"{printable(key)!r} is given twice in one object")
+        found[key] = value
+    return found
 
 
 def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
