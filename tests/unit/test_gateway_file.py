@@ -86,8 +86,12 @@ def test_each_server_s_keys_are_its_flags_and_the_gateway_s_are_every_server_s(t
 
 
 def test_the_command_line_s_gateway_flags_win_over_the_file_s_gateway_table(tmp_path: Path) -> None:
-    files, *_ = servers(tmp_path, TWO, flags=("--port", "9100", "--log-level", "debug"))
+    """Over the ``[gateway]`` table, not over a server's own audience."""
+    flags = ("--port", "9100", "--log-level", "debug", "--auth-audience", "https://gw.example/")
+    files, memory, _ = servers(tmp_path, TWO, flags=flags)
     assert (files.flags.port, files.flags.log_level) == (9100, "debug")
+    assert (files.flags.auth_audience, memory.flags.auth_audience) == ("https://gw.example/", "https://memory.example/")
+    assert files.flags.auth_resource == "https://gw.example/servers/files/mcp"
 
 
 def test_an_mcpservers_json_file_is_read_by_its_suffix_or_its_first_brace(tmp_path: Path) -> None:

@@ -134,8 +134,10 @@ def servers_of(
             raise FileError(f"{where}.path: {served} is {other}'s too: two servers on one path")
         paths[served.lower()] = where
         flags = _parse(where, parser(), [*gateway_argv, *argv])
+        own_dests = {options[key].dest for key in server if key in OWN_KEYS}
         for dest, value in overriding.items():
-            setattr(flags, dest, value)
+            if dest not in own_dests:  # the command line's over the gateway's table, not over a server's own
+                setattr(flags, dest, value)
         if "auth-resource" not in server and base is not None:
             flags.auth_resource = _resource(base, served)
         named.append(ServerFlags(name, served, flags, _env(where, host.get("env", {}))))
