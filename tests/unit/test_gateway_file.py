@@ -5,7 +5,6 @@ exit status 2, before anything starts."""
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 from pathlib import Path
@@ -42,16 +41,10 @@ url = "http://127.0.0.1:3001/mcp"
 """
 
 
-def parsed(flags: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="mcp-sessions gateway")
-    add_arguments(parser)
-    return parser.parse_args(flags)
-
-
 def servers(tmp_path: Path, text: str, name: str = "team.toml", flags: tuple[str, ...] = ()) -> list:  # type: ignore[type-arg]
     file = tmp_path / name
     file.write_text(text, encoding="utf-8")
-    return servers_of(str(file), parsed(["--config", str(file), *flags]), add_arguments)
+    return servers_of(str(file), ["--config", str(file), *flags], add_arguments)
 
 
 def test_each_server_s_keys_are_its_flags_and_the_gateway_s_are_every_server_s(tmp_path: Path) -> None:
@@ -90,6 +83,8 @@ def test_the_command_line_s_gateway_flags_win_over_the_file_s_gateway_table(tmp_
     flags = ("--port", "9100", "--log-level", "debug", "--auth-audience", "https://gw.example/")
     files, memory, _ = servers(tmp_path, TWO, flags=flags)
     assert (files.flags.port, files.flags.log_level) == (9100, "debug")
+    # given, whatever its value: the default's port over the file's 9000
+    assert servers(tmp_path, TWO, flags=("--port", "8000"))[0].flags.port == 8000
     assert (files.flags.auth_audience, memory.flags.auth_audience) == ("https://gw.example/", "https://memory.example/")
     assert files.flags.auth_resource == "https://gw.example/servers/files/mcp"
 
@@ -184,6 +179,8 @@ def test_a_bad_file_is_one_line_naming_its_key_or_line(tmp_path: Path, text: str
             "--process-memory is a server's: with --config, give it as process-memory in each",
         ),
         (("--stdio", "cat"), "--config names the servers: not with --upstream or --stdio"),
+        (("--exchange-client-secret", "hunter2"), "the client secret is never a flag"),
+        (("--processes", "auto"), "--processes is a server's"),  # given, though at its default
     ],
 )
 def test_a_server_s_flag_beside_a_file_is_refused(tmp_path: Path, flags: tuple[str, ...], said: str) -> None:
@@ -197,4 +194,4 @@ def test_a_server_s_flag_beside_a_file_is_refused(tmp_path: Path, flags: tuple[s
 
 def test_a_file_that_cannot_be_read_is_said_so(tmp_path: Path) -> None:
     with pytest.raises(FileError, match=r"--config: .*missing\.toml: No such file or directory"):
-        servers_of(str(tmp_path / "missing.toml"), parsed([]), add_arguments)
+        servers_of(str(tmp_path / "missing.toml"), [], add_arguments)

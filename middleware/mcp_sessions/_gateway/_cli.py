@@ -392,7 +392,8 @@ def configured_file(args: argparse.Namespace, environ: Mapping[str, str]) -> Gat
     from ._file import servers_of
 
     servers = []
-    found = servers_of(args.config, args, add_arguments)
+    # the gateway command's own arguments (main's), whose gateway flags win over the file's
+    found = servers_of(args.config, getattr(args, "command_line", ()), add_arguments)
     stdio = [server for server in found if server.flags.stdio is not None]
     status = (found[0].flags.status_port, found[0].flags.status_socket)
     if status != (None, None) and not stdio:

@@ -86,13 +86,14 @@ class ServerFlags:
 
 
 def servers_of(
-    path: str, given: argparse.Namespace, add_arguments: Callable[[argparse.ArgumentParser], None]
+    path: str, command_line: Sequence[str], add_arguments: Callable[[argparse.ArgumentParser], None]
 ) -> list[ServerFlags]:
     """The servers the file at ``path`` names, each with its flags: ``add_arguments`` defines the gateway's flags,
-    which read every key; ``given`` is the command line's, whose gateway flags win over the file's."""
+    which read every key; ``command_line`` is the gateway command's arguments, whose gateway flags win over the
+    file's."""
 
     def parser() -> argparse.ArgumentParser:
-        made = _Refusing(add_help=False)
+        made = _Refusing(add_help=False, allow_abbrev=False)
         add_arguments(made)
         return made
 
@@ -112,7 +113,7 @@ def servers_of(
         raise FileError(f"{servers_key}: a table of servers, at least one")
     options = _options(parser())
     gateway_argv = _argv("gateway", gateway, options, lambda key: key in GATEWAY_KEYS, "a server's")
-    overriding = _command_line(given, options, parser)
+    overriding = _command_line(command_line, options, parser())
     own = _parse("gateway", parser(), gateway_argv)  # the gateway's own values, for each server's resource
     for dest, value in overriding.items():
         setattr(own, dest, value)
@@ -298,19 +299,23 @@ def _parse(where: str, parser: argparse.ArgumentParser, argv: Sequence[str]) -> 
 
 
 def _command_line(
-    given: argparse.Namespace, options: Mapping[str, argparse.Action], parser: Callable[[], argparse.ArgumentParser]
+    command_line: Sequence[str], options: Mapping[str, argparse.Action], parser: argparse.ArgumentParser
 ) -> dict[str, object]:
-    """The gateway flags the command line gives (those not at their default), which win over the file's; a
-    server's flag there is refused."""
-    defaults = parser().parse_args([])
+    """The gateway flags the command line gives (each given, whatever its value), which win over the file's; a
+    server's flag there is refused, as is the client secret, never a flag."""
+    for action in parser._actions:  # what is not given is not there
+        action.default = argparse.SUPPRESS
+    given, _ = parser.parse_known_args(command_line)
+    keys = {action.dest: key for key, action in options.items()}
     overriding = {}
-    for key, action in options.items():
-        value = getattr(given, action.dest, None)
-        if value == getattr(defaults, action.dest, None):
+    for dest, value in vars(given).items():
+        if dest == "exchange_client_secret":
+            raise FileError("the client secret is never a flag: MCP_SESSIONS_EXCHANGE_CLIENT_SECRET, or a file")
+        if (key := keys.get(dest)) is None:  # --config itself
             continue
         if key not in GATEWAY_KEYS:
             raise FileError(f"--{key} is a server's: with --config, give it as {key} in each server's table")
-        overriding[action.dest] = value
+        overriding[dest] = value
     return overriding
 
 
