@@ -1,20 +1,23 @@
 """``--config``'s app (``_gateway._servers.Servers``), called directly: each server's app reached at its path alone,
 its path made the app's own (a prefix sent percent-encoded is no server's), its metadata as it came; the servers
 started in the file's order and stopped in the reverse, and one that does not start said by its name, the ones
-started stopped."""
+started stopped; and no egress table left by a start that one refused."""
 
 from __future__ import annotations
 
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import anyio
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
 from mcp_sessions import SessionsConfig
+from mcp_sessions._gateway._cli import _install_egress
 from mcp_sessions._gateway._config import Forwarding, GatewayConfig, Served
 from mcp_sessions._gateway._front import StartupFailed, startup_failure
 from mcp_sessions._gateway._servers import Route, Servers
+from mcp_sessions._gateway.sealed._network import NetworkError
 
 pytestmark = pytest.mark.anyio
 
@@ -132,3 +135,28 @@ async def _lifespan(app: Servers, *, stop: bool) -> list[Any]:
     with anyio.fail_after(10):
         await app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, receive, send)
     return said
+
+
+class Table:
+    """A server's egress table, its install refused if told."""
+
+    def __init__(self, said: list[str], name: str, *, refused: bool = False) -> None:
+        self.said, self.name, self.refused = said, name, refused
+
+    def install(self) -> None:
+        if self.refused:
+            raise NetworkError(f"--process-network egress: nft refused {self.name}")
+        self.said.append(f"{self.name} installed")
+
+    def remove(self) -> None:
+        self.said.append(f"{self.name} removed")
+
+
+def test_a_table_refused_at_startup_removes_the_servers_tables_installed_before_it() -> None:
+    """No half-built gateway: a file whose second server's egress table nft refuses leaves not the first's."""
+    said: list[str] = []
+    tables = [Table(said, "a"), Table(said, "b", refused=True), Table(said, "c")]
+    config = SimpleNamespace(each=[SimpleNamespace(egress=table) for table in tables])
+    with pytest.raises(NetworkError, match="nft refused b"):
+        _install_egress(cast("GatewayConfig", config))
+    assert said == ["a installed", "a removed"]

@@ -283,9 +283,7 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         for each in config.each:
             if each.sandbox is not None:
                 seal_gateway(each.sandbox.containment)
-        for each in config.each:
-            if each.egress is not None:  # before any process starts
-                each.egress.install()
+        _install_egress(config)
     except ModuleNotFoundError as exc:
         print(f"mcp-sessions gateway: {exc.name} is missing: pip install 'mcp-sessions[gateway]'", file=stderr)
         return EXIT_USAGE
@@ -307,6 +305,21 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     for name, path, each in [(s.name, s.path, s.config) for s in config.servers] or [("", "", config)]:
         _said(each, f"http://{listening.host}:{listening.port}{path}", f"{name}: " if name else "")
     return serve(app, bound, config, stderr)
+
+
+def _install_egress(config: GatewayConfig) -> None:
+    """Every server's egress table, before any process starts; one refused, those installed before it are removed,
+    so that a gateway that does not start leaves none of its tables."""
+    installed = []
+    try:
+        for each in config.each:
+            if each.egress is not None:
+                each.egress.install()
+                installed.append(each.egress)
+    except BaseException:
+        for egress in installed:
+            egress.remove()
+        raise
 
 
 def _said(config: GatewayConfig, url: str, server: str) -> None:
