@@ -195,3 +195,15 @@ def test_a_server_s_flag_beside_a_file_is_refused(tmp_path: Path, flags: tuple[s
 def test_a_file_that_cannot_be_read_is_said_so(tmp_path: Path) -> None:
     with pytest.raises(FileError, match=r"--config: .*missing\.toml: No such file or directory"):
         servers_of(str(tmp_path / "missing.toml"), [], add_arguments)
+
+
+def test_a_server_s_own_refusal_is_said_with_its_name_first(tmp_path: Path) -> None:
+    """What the flags refuse for one server, said of the server of the file that gave it, as the file names it."""
+    file = tmp_path / "claude_desktop_config.json"
+    file.write_text(json.dumps({"mcpServers": {"a": {"command": "no-such-command-here"}}}), encoding="utf-8")
+    stderr = io.StringIO()
+    environ = {"MCP_SESSIONS_SECRET": "x" * 32}
+    argv = ["gateway", "--config", str(file)]
+    assert main(argv, stdin=io.StringIO(), stdout=io.StringIO(), stderr=stderr, environ=environ) == 2
+    said = "mcp-sessions gateway: mcpServers.a: --stdio: no-such-command-here: no such command (or not executable)\n"
+    assert stderr.getvalue() == said

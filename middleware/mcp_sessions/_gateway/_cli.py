@@ -425,7 +425,7 @@ def configured_file(args: argparse.Namespace, environ: Mapping[str, str]) -> Gat
         try:
             config = configured(server.flags, own)
         except (ValueError, TypeError, RuntimeError, NetworkError, SandboxError) as exc:
-            raise ValueError(f"servers.{server.name}: {exc}") from None
+            raise ValueError(f"{server.where}: {exc}") from None
         servers.append(Served(name=server.name, path=server.path, config=config))
     listening = replace(servers[0].config.listening, status_port=status[0], status_socket=status[1])
     return replace(servers[0].config, listening=listening, servers=tuple(servers))

@@ -77,12 +77,14 @@ class FileError(ValueError):
 @dataclass(frozen=True)
 class ServerFlags:
     """One server of the file: its ``name``, the ``path`` it is served at, and its ``flags`` (the gateway's and its
-    own, as the command line would give them); ``env``, its own variables, never printed."""
+    own, as the command line would give them); ``env``, its own variables, never printed; ``where``, how a line
+    about it names it (``servers.NAME``, or ``mcpServers.NAME``)."""
 
     name: str
     path: str
     flags: argparse.Namespace
     env: Mapping[str, str]
+    where: str
 
 
 def servers_of(
@@ -141,7 +143,7 @@ def servers_of(
                 setattr(flags, dest, value)
         if "auth-resource" not in server and base is not None:
             flags.auth_resource = _resource(base, served)
-        named.append(ServerFlags(name, served, flags, _env(where, host.get("env", {}))))
+        named.append(ServerFlags(name, served, flags, _env(where, host.get("env", {})), where))
     _divide_uids(named)
     return named
 
