@@ -158,6 +158,7 @@ SLOW_FILES = [
     "tests/e2e/test_gateway_stdio_clients.py",
     "tests/e2e/test_gateway_drain.py",
     "tests/e2e/test_gateway_masks.py",
+    "tests/e2e/test_gateway_servers.py",
     "tests/e2e/test_gateway_stdio_lifetimes.py",
     "tests/stores/test_contract.py",
     "tests/stores/test_expiry_boundaries.py",

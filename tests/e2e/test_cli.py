@@ -186,7 +186,11 @@ def test_a_usage_error_is_one_line_naming_the_command_and_a_flag_only_by_its_who
 
 def test_gateway_without_a_server_says_which_flags_name_one() -> None:
     code, out, err = run("gateway")
-    assert (code, out, err) == (2, "", "mcp-sessions gateway: one of --upstream URL or --stdio COMMAND is required\n")
+    assert (code, out, err) == (
+        2,
+        "",
+        "mcp-sessions gateway: one of --upstream URL, --stdio COMMAND or --config FILE is required\n",
+    )
 
 
 def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:

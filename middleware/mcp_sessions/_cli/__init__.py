@@ -164,6 +164,8 @@ def main(
         if unknown:  # the command's, which argparse leaves to the top level to refuse
             name = f"{parser.prog} {args.command}"
             parser.exit(EXIT_USAGE, f"{name}: unrecognized arguments: {' '.join(unknown)} ({name} --help shows them)\n")
+        if args.command == "gateway":  # which flags were given, whatever their values: --config's file yields to them
+            args.command_line = argv[1:]
     try:
         if args.command == "keygen":
             return _keygen(args, stdout, stderr)

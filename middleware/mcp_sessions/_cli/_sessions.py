@@ -109,9 +109,15 @@ def run(
         stdout.write(json.dumps(answer, indent=2) + "\n")
         return EXIT_OK
     conversations = answer.get("conversations", [])
-    rows = [[_shown(column, row.get(column)) for column in COLUMNS] for row in conversations]
-    stdout.write(table([column.upper() for column in COLUMNS], rows))
+    columns = _with_server(conversations, COLUMNS)
+    rows = [[_shown(column, row.get(column)) for column in columns] for row in conversations]
+    stdout.write(table([column.upper() for column in columns], rows))
     return EXIT_OK
+
+
+def _with_server(rows: list[Any], columns: tuple[str, ...]) -> tuple[str, ...]:
+    """``columns``, and first the server's where the rows name one (a gateway of many servers: ``--config``)."""
+    return ("server", *columns) if any(isinstance(row, dict) and "server" in row for row in rows) else columns
 
 
 def _status(url: str, as_json: bool, stdout: TextIO, path: str | None = None) -> int:
@@ -124,8 +130,9 @@ def _status(url: str, as_json: bool, stdout: TextIO, path: str | None = None) ->
         stdout.write(json.dumps(answer, indent=2) + "\n")
         return EXIT_OK
     processes = answer.get("processes", [])
-    rows = [[_shown(column, process.get(column)) for column in STATUS_COLUMNS] for process in processes]
-    stdout.write(table([column.upper() for column in STATUS_COLUMNS], rows))
+    columns = _with_server(processes, STATUS_COLUMNS)
+    rows = [[_shown(column, process.get(column)) for column in columns] for process in processes]
+    stdout.write(table([column.upper() for column in columns], rows))
     total = answer.get("total", {})
     running = cell(total.get("processes"))
     limit = cell(total.get("limit"))

@@ -10,6 +10,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, TextIO
+from urllib.parse import urlsplit
 
 from .._config import SessionsConfig
 from ._config import (
@@ -23,6 +24,7 @@ from ._config import (
     Forwarding,
     GatewayConfig,
     Listening,
+    Served,
     StdioProcesses,
 )
 from ._node import node_without_proxy
@@ -102,6 +104,14 @@ def add_arguments(gateway: argparse.ArgumentParser) -> None:
         help="a stdio server's command and arguments, split as a shell would and run without "
         "one: by default a process per caller for a server that speaks 2026-07-28, else per "
         "conversation (--processes) (pip install 'mcp-sessions[gateway]')",
+    )
+    gateway.add_argument(
+        "--config",
+        metavar="FILE",
+        help="many servers, each at its own path (/servers/NAME/mcp), from a file: TOML, or the mcpServers JSON "
+        "of Claude Desktop, Cursor and VS Code (by its suffix, .toml or .json; else JSON if it starts with '{'); "
+        "each server's keys are its flags' names, the gateway's in its [gateway] table, which the command line's "
+        "gateway flags override (docs/gateway.md, 'Many servers from one file')",
     )
     add_process_arguments(gateway)
     add_network_arguments(gateway)
@@ -300,21 +310,24 @@ def _exchange_arguments(gateway: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
     """Build the gateway from ``args`` and the environment, and serve it until stopped."""
-    if args.upstream is None and args.stdio is None:
-        print("mcp-sessions gateway: one of --upstream URL or --stdio COMMAND is required", file=stderr)
+    if args.config is not None and (args.upstream is not None or args.stdio is not None):
+        print("mcp-sessions gateway: --config names the servers: not with --upstream or --stdio", file=stderr)
+        return EXIT_USAGE
+    if args.upstream is None and args.stdio is None and args.config is None:
+        print("mcp-sessions gateway: one of --upstream URL, --stdio COMMAND or --config FILE is required", file=stderr)
         return EXIT_USAGE
     try:
         # here, so that without uvicorn the command says which extra to install
         from ._lifecycle import serve
 
-        config = configured(args, environ)
+        config = configured(args, environ) if args.config is None else configured_file(args, environ)
         app = _app(config)
         listening = config.listening
         bound = bind(listening.host, listening.port)  # a port in use: before anything starts
-        if config.sandbox is not None:
-            seal_gateway(config.sandbox.containment)
-        if config.egress is not None:  # before any process starts
-            config.egress.install()
+        for each in config.each:
+            if each.sandbox is not None:
+                seal_gateway(each.sandbox.containment)
+        _install_egress(config)
     except ModuleNotFoundError as exc:
         print(f"mcp-sessions gateway: {exc.name} is missing: pip install 'mcp-sessions[gateway]'", file=stderr)
         return EXIT_USAGE
@@ -329,21 +342,47 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     # and so do its session manager's warnings and errors (an id sent with another user's credential, a crash): a
     # bearer value in no log line; the gateway logs each conversation's end itself.
     logging.getLogger("mcp.server.streamable_http_manager").setLevel(logging.CRITICAL)
+    if config.servers:  # each line says whose it is
+        from ._servers import named_logs
+
+        named_logs()
+    for name, path, each in [(s.name, s.path, s.config) for s in config.servers] or [("", "", config)]:
+        _said(each, f"http://{listening.host}:{listening.port}{path}", f"{name}: " if name else "")
+    return serve(app, bound, config, stderr)
+
+
+def _install_egress(config: GatewayConfig) -> None:
+    """Every server's egress table, before any process starts; one refused, those installed before it are removed,
+    so that a gateway that does not start leaves none of its tables."""
+    installed = []
+    try:
+        for each in config.each:
+            if each.egress is not None:
+                each.egress.install()
+                installed.append(each.egress)
+    except BaseException:
+        for egress in installed:
+            egress.remove()
+        raise
+
+
+def _said(config: GatewayConfig, url: str, server: str) -> None:
+    """The startup lines of a server (``server``: its name, with ``--config``): what it serves at ``url``, and how
+    each of its processes runs."""
     serves = config.serves
     served = ", ".join(serves.upstreams) if isinstance(serves, Forwarding) else f"stdio {shlex.join(serves.command)}"
-    logger.info("mcp-sessions gateway: %s on http://%s:%d", served, listening.host, listening.port)
+    logger.info("mcp-sessions gateway: %s%s on %s", server, served, url)
     if (options := config.sandbox) is not None:
         egress = config.egress
         network = f"network {options.network}" if egress is None else egress.said
-        logger.info("mcp-sessions gateway: each process: %s, %s", options.said, network)
+        logger.info("mcp-sessions gateway: %seach process: %s, %s", server, options.said, network)
         if egress is not None and options.containment in ("bwrap", "unshare") and not routed():
             logger.warning("mcp-sessions gateway: %s", NO_ROUTE)
         if options.profile:
-            logger.info("mcp-sessions gateway: each process's seccomp profile: %s", options.profile)
+            logger.info("mcp-sessions gateway: %seach process's seccomp profile: %s", server, options.profile)
         stdio = serves if isinstance(serves, StdioProcesses) else None
         if options.edge is not None and stdio and (old := node_without_proxy(stdio.command, stdio.environ)):
-            logger.warning("mcp-sessions gateway: %s", old)  # its masks reach no fetch of its
-    return serve(app, bound, config, stderr)
+            logger.warning("mcp-sessions gateway: %s%s", server, old)  # its masks reach no fetch of its
 
 
 def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayConfig:
@@ -404,6 +443,39 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
     )
 
 
+def configured_file(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayConfig:
+    """The gateway's configuration from ``--config``'s file (``_file``), each server's built by
+    :func:`configured` from its flags, as one server's is from the command line's: a ``ValueError`` names the
+    server. The first's is the gateway's, its drain long enough for a stdio server's calls where there is one."""
+    from ._file import servers_of
+
+    servers = []
+    # the gateway command's own arguments (main's), whose gateway flags win over the file's
+    found = servers_of(args.config, getattr(args, "command_line", ()), add_arguments)
+    stdio = [server for server in found if server.flags.stdio is not None]
+    status = (found[0].flags.status_port, found[0].flags.status_socket)
+    if status != (None, None) and not stdio:
+        raise ValueError("gateway.status-port and status-socket show stdio servers' processes: the file has none")
+    drain = found[0].flags.shutdown_timeout
+    for server in found:
+        if server.flags.stdio is None:  # the status is the stdio servers'
+            server.flags.status_port = server.flags.status_socket = None
+        server.flags.process_share = len(stdio)  # the host's half, shared by every stdio server's processes
+        if drain is None:  # one drain, long enough for a stdio server's calls where there is one
+            server.flags.shutdown_timeout = STDIO_SHUTDOWN_TIMEOUT if stdio else DEFAULT_SHUTDOWN_TIMEOUT
+        # its own variables, literal, beside the environment's allow-list
+        own = {**environ, **server.env} if server.env else environ
+        if server.env:
+            server.flags.pass_env = [*server.flags.pass_env, *server.env]
+        try:
+            config = configured(server.flags, own)
+        except (ValueError, TypeError, RuntimeError, NetworkError, SandboxError) as exc:
+            raise ValueError(f"{server.where}: {exc}") from None
+        servers.append(Served(name=server.name, path=server.path, config=config))
+    listening = replace(servers[0].config.listening, status_port=status[0], status_socket=status[1])
+    return replace(servers[0].config, listening=listening, servers=tuple(servers))
+
+
 def _listening(args: argparse.Namespace) -> Listening:
     """How the gateway serves, from its flags: the drain's default is the mode's."""
     shutdown_timeout = args.shutdown_timeout
@@ -415,6 +487,15 @@ def _listening(args: argparse.Namespace) -> Listening:
 def _app(config: GatewayConfig) -> ASGIApp:
     """The app ``config`` serves: a proxy to its upstream (``forwarding_app``), or its stdio server's processes
     (``stdio_gateway_app``, which needs the ``mcp`` SDK); closing the token exchange's client as it stops."""
+    if config.servers:
+        from ._servers import Route, Servers
+
+        routes = []
+        for served in config.servers:
+            each = served.config
+            endpoint = "/mcp" if isinstance(each.serves, StdioProcesses) else urlsplit(each.serves.upstreams[0]).path
+            routes.append(Route(served, _app(replace(each, servers=())), endpoint or "/"))
+        return Servers(routes)
     app: ASGIApp
     if isinstance(config.serves, StdioProcesses):
         from .stdio._server import stdio_gateway_app

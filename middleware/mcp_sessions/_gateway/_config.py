@@ -186,8 +186,11 @@ class GatewayConfig:
     the ``MCP_SESSIONS_*`` variables), the hosts and origins it serves (its DNS-rebinding allow-lists, default
     localhost names; empty: no check), the proxies in front whose forwarded headers count (``forwarded_allow_ips``,
     uvicorn's option; default none), who is asking (``auth``), the token exchange (``exchange``, closed with the
-    app), and which of the server's tools each caller lists and calls (``tools``, default every tool: the one
-    server's, as a server's table of a file will carry its own)."""
+    app), and which of the server's tools each caller lists and calls (``tools``, default every tool).
+
+    With ``servers`` (``--config FILE``), the gateway serves each at its path, with a configuration of its own (its
+    ``serves``, ``tools`` and ``auth``, whose audience and resource may be its own); this one is then the first's,
+    ``listening`` the gateway's (its drain long enough for a stdio server's calls where there is one)."""
 
     serves: Forwarding | StdioProcesses
     listening: Listening = field(default_factory=Listening)
@@ -198,6 +201,13 @@ class GatewayConfig:
     auth: GatewayAuth | None = None
     exchange: TokenExchange | None = None
     tools: ToolPolicy | None = None
+    servers: tuple[Served, ...] = ()
+
+    @property
+    def each(self) -> tuple[GatewayConfig, ...]:
+        """Every server's configuration (``servers``'), else this one: whose processes' rules, groups and proxy the
+        gateway installs and removes."""
+        return tuple(served.config for served in self.servers) or (self,)
 
     @property
     def sandbox(self) -> Sandbox | None:
@@ -222,3 +232,13 @@ class GatewayConfig:
         """The stdio processes' masked credentials' proxy (``sealed._edge.Edge``, ``--process-env-mask``), whose
         values and certificates' directory go as the gateway stops; ``None`` without it."""
         return None if self.sandbox is None else self.sandbox.edge
+
+
+@dataclass(frozen=True, kw_only=True)
+class Served:
+    """One server of a gateway's file (``--config``): its ``name``, the ``path`` it is served at, and its
+    configuration, whole (the gateway's values and its own)."""
+
+    name: str
+    path: str
+    config: GatewayConfig

@@ -83,6 +83,17 @@ class StartupFailed(RuntimeError):
     """The gateway could not start (its first stdio process did not): the command says so in one line."""
 
 
+def startup_failure(exc: BaseException) -> BaseException | None:
+    """The ``StartupFailed`` in ``exc`` (raised in a task group, it comes in exception groups), else ``None``."""
+    if isinstance(exc, StartupFailed):
+        return exc
+    inner = exc.exceptions if isinstance(exc, BaseExceptionGroup) else [exc.__cause__]
+    for each in inner:
+        if each is not None and (found := startup_failure(each)) is not None:
+            return found
+    return None
+
+
 class GatewayFront:
     """The gateway's outermost app: refuses what it may not forward (see the module), records the peer, and
     lets a trusted proxy name the client; then the session middleware, ``app``."""

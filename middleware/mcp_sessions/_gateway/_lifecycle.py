@@ -45,7 +45,7 @@ from .._wire.protocol import (
 )
 from ..profiles import Era
 from ._config import GatewayConfig
-from ._front import QueryDropped, StartupFailed
+from ._front import QueryDropped, startup_failure
 from ._serving import (
     CUT,
     CUT_DATA,
@@ -242,17 +242,18 @@ class Gateway(uvicorn.Server):
     def _gone(self) -> None:
         """Shutdown, once uvicorn has stopped (every process ended): the status socket's file removed, the
         processes' egress rules, the gateway's own control groups, and the masked credentials' values and
-        certificates (a SIGKILLed gateway's go at the next start). Said twice, done once."""
+        certificates (a SIGKILLed gateway's go at the next start), every server's. Said twice, done once."""
         if self._status_socket is not None:
             with contextlib.suppress(OSError):
                 os.unlink(self._status_socket)
             self._status_socket = None
-        if (egress := self.gateway.egress) is not None:
-            egress.remove()
-        if (cgroups := self.gateway.cgroups) is not None:
-            cgroups.close()
-        if (edge := self.gateway.edge) is not None:  # SIGTERM, raised again after this, ends the process
-            edge.masks.close()
+        for each in self.gateway.each:  # every server's, with --config
+            if (egress := each.egress) is not None:
+                egress.remove()
+            if (cgroups := each.cgroups) is not None:
+                cgroups.close()
+            if (edge := each.edge) is not None:  # SIGTERM, raised again after this, ends the process
+                edge.masks.close()
 
     def _begin_drain(self) -> None:
         """Shutdown's first step, at the first signal of a started gateway (see the module)."""
@@ -353,7 +354,7 @@ class Gateway(uvicorn.Server):
             try:
                 await self.app(scope, receive, sending)
             except BaseException as exc:
-                self.failure = _startup_failure(exc)
+                self.failure = startup_failure(exc)
                 if self.failure is None:
                     raise
             finally:
@@ -479,14 +480,3 @@ async def _probe_answer(send: Send, ready: bool) -> None:
     headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": 200 if ready else 503, "headers": headers})
     await send({"type": "http.response.body", "body": body})
-
-
-def _startup_failure(exc: BaseException) -> BaseException | None:
-    """The ``StartupFailed`` in ``exc`` (raised in a task group, it comes in exception groups), else ``None``."""
-    if isinstance(exc, StartupFailed):
-        return exc
-    inner = exc.exceptions if isinstance(exc, BaseExceptionGroup) else [exc.__cause__]
-    for each in inner:
-        if each is not None and (found := _startup_failure(each)) is not None:
-            return found
-    return None

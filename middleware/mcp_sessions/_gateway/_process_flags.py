@@ -558,7 +558,11 @@ def _run_as(args: argparse.Namespace) -> tuple[Any, int | None, int | None]:
 def _bounds(args: argparse.Namespace, *, per_uid: bool) -> Any:
     """The control groups that bound each conversation (``--process-memory``, by default :func:`default_memory`
     where the host gives the gateway a control group, ``--process-pids``, ``--process-cpu``); None without bounds, or
-    for ``--process-pids`` alone with a uid per process where the host gives none (RLIMIT_NPROC)."""
+    for ``--process-pids`` alone with a uid per process where the host gives none (RLIMIT_NPROC).
+
+    ``args.process_share`` (not a flag; 1 unless set): the stdio servers of a ``--config`` file, among which the
+    host's half is shared, so that one gateway's processes together stay within it whatever server runs them: each
+    server's processes are bounded together by its share (cgroup v1), and a process's default counts them all."""
     from .sealed._cgroups import CPU_PERIOD, Cgroups
 
     for flag, value in (("--process-memory", args.process_memory), ("--process-pids", args.process_pids)):
@@ -569,17 +573,18 @@ def _bounds(args: argparse.Namespace, *, per_uid: bool) -> Any:
     if cpu is not None and not (math.isfinite(cpu) and cpu * CPU_PERIOD >= 1000):
         raise ValueError(f"--process-cpu takes a number of cores, at least {1000 / CPU_PERIOD:g}")
     memory = None if args.process_memory is None else args.process_memory << 20
-    processes = max(args.max_processes + args.warm + 1, 1)  # a bad count is said later
+    share = getattr(args, "process_share", 1)
+    processes = max(args.max_processes + args.warm + 1, 1) * share  # a bad count is said later
     if memory is None and (cgroups := Cgroups.found(1, args.process_pids, cpu)) is not None:
         together = cgroups.version == 1  # v1: the gateway's own group bounds them together (Cgroups.together)
         cgroups.memory = default_memory(processes, together=together)
-        cgroups.together = _host_memory() // 2 if together else None
+        cgroups.together = _host_memory() // 2 // share if together else None
         return cgroups
     if memory is None and args.process_pids is None and cpu is None:
         return None
     cgroups = Cgroups.found(memory, args.process_pids, cpu)
     if cgroups is not None and memory is not None and cgroups.version == 1:
-        cgroups.together = _host_memory() // 2
+        cgroups.together = _host_memory() // 2 // share
     if cgroups is None and (memory is not None or cpu is not None or not per_uid):
         flag = "--process-pids (without --process-uids)"
         if memory is not None or cpu is not None:

@@ -1,0 +1,349 @@
+"""``mcp-sessions gateway --config FILE``: many servers behind one gateway, named in one file.
+
+The file is TOML, or the ``mcpServers`` JSON that Claude Desktop, Cursor and VS Code hold: JSON when its name ends in
+``.json``, TOML when it ends in ``.toml``, else JSON when its first character but blanks is ``{``. One way per thing:
+
+- a server's keys are the gateway's per-server flags' long names without ``--`` (``process-network = "egress"``,
+  ``process-env = ["A=claim:sub"]``), read by the SAME argparse definitions as the flags (``add_arguments``), so
+  that each means in the file what it means on the command line; a flag that repeats takes a list (or one string),
+  one that takes no value ``true``. Beside them, the ``mcpServers`` keys: ``command`` and ``args`` (else ``stdio``,
+  one string split as a shell would), ``env`` (the server's own variables, literal, never printed: what the
+  ``stdio`` flag's processes get beside ``pass-env``'s), ``url`` (else ``upstream``, a list for replicas), and
+  ``path``, where the gateway serves it (default ``/servers/NAME/mcp``); VS Code's ``type`` is read and checked;
+- the gateway's own keys (:data:`GATEWAY_KEYS`: how it listens, who is asking, the token exchange's client, the
+  status view, the drain, ``process-uids`` and the users' gids) are in a ``[gateway]`` table (JSON: ``"gateway"``),
+  and not in a server's, but for ``auth-audience`` and ``auth-resource``, a server's own;
+- with ``--config``, a gateway flag given on the command line wins over the file's ``[gateway]`` table (the
+  deployment's port over the team's file); a server's flag (``--stdio``, ``--process-memory``...) is refused, as it
+  would say nothing of which server.
+
+What is divided among the servers, so that no server's process can reach another's: ``process-uids``' range, in equal
+consecutive parts, one a stdio server in the file's order (the rest of the division left unused), so that no uid runs
+two servers' processes; the users' gids (``process-user-gids``) are shared, as every gateway of a host shares them
+(each user's directory has its group, recorded host-wide under ``process-state``: no gid belongs to two users).
+Each server's resource (RFC 9728) is its own URL: the origin of the gateway's ``auth-resource`` (else its
+``auth-audience``) and the server's path, unless the server names its own; its metadata is path-inserted
+(``/.well-known/oauth-protected-resource/servers/NAME/mcp``). A token for the gateway's audience reaches every
+server but one that names an ``auth-audience`` of its own.
+
+A bad file is a :class:`FileError` that names the line (a syntax error) or the key and what is wrong, said in one line
+(exit status 2). Nothing here starts anything: :func:`servers_of` gives each server's flags as an
+``argparse.Namespace``, which ``_cli.configured`` checks and builds as it does the command line's."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from .._wire import printable
+
+FILE_LIMIT: Final = 1 << 20
+"""The most a file may hold (bytes): a team's servers in a few kilobytes, read whole once at startup."""
+GATEWAY_KEYS: Final = frozenset(
+    {
+        *("host", "port", "allowed-host", "allowed-origin", "forwarded-allow-ips", "shutdown-timeout", "log-level"),
+        *("status-port", "status-socket", "process-uids", "process-user-gids", "process-state"),
+        *("auth-jwks", "auth-issuer", "auth-audience", "auth-principal-claim", "auth-principal-header"),
+        *("auth-resource", "auth-leeway", "auth-server"),
+        *("exchange-token-endpoint", "exchange-issuer", "exchange-client-id", "exchange-client-secret-file"),
+        *("exchange-client-auth", "exchange-client-key-file", "exchange-client-key-id"),
+    }
+)
+"""The gateway's own keys: in its ``[gateway]`` table once, for every server."""
+OWN_KEYS: Final = frozenset({"auth-audience", "auth-resource"})
+"""The gateway's keys a server may set for itself: its own audience, and its own resource URL."""
+HOST_KEYS: Final = frozenset({"command", "args", "env", "url", "path", "type"})
+"""A server's keys that are no flag's: the ``mcpServers`` JSON's, and where it is served."""
+NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+"""A server's name, as a path's part: letters, digits, ``.``, ``_`` and ``-``."""
+RESERVED: Final = ("/healthz", "/readyz", "/status", "/sessions", "/.well-known")
+"""The gateway's own paths, which no server may be served at (or under)."""
+SERVERS_PATH: Final = "/sessions"
+"""Where a user lists (``GET``) and ends (``DELETE /sessions/DIGEST``) her conversations of every server at once:
+``mcp-sessions sessions`` given the gateway's base URL appends it."""
+
+
+class FileError(ValueError):
+    """The file could not be read, or says what no gateway could serve: the message names the key or line."""
+
+
+@dataclass(frozen=True)
+class ServerFlags:
+    """One server of the file: its ``name``, the ``path`` it is served at, and its ``flags`` (the gateway's and its
+    own, as the command line would give them); ``env``, its own variables, never printed; ``where``, how a line
+    about it names it (``servers.NAME``, or ``mcpServers.NAME``)."""
+
+    name: str
+    path: str
+    flags: argparse.Namespace
+    env: Mapping[str, str]
+    where: str
+
+
+def servers_of(
+    path: str, command_line: Sequence[str], add_arguments: Callable[[argparse.ArgumentParser], None]
+) -> list[ServerFlags]:
+    """The servers the file at ``path`` names, each with its flags: ``add_arguments`` defines the gateway's flags,
+    which read every key; ``command_line`` is the gateway command's arguments, whose gateway flags win over the
+    file's."""
+
+    def parser() -> argparse.ArgumentParser:
+        made = _Refusing(add_help=False, allow_abbrev=False)
+        add_arguments(made)
+        return made
+
+    text = _read(path)
+    found = _parsed(path, text)
+    if not isinstance(found, dict):
+        raise FileError(f"{printable(path)}: not a table of servers")
+    servers_key = "servers" if "servers" in found else "mcpServers"
+    unknown = sorted(set(found) - {"gateway", servers_key})
+    if unknown:
+        raise FileError(f"{printable(path)}: unknown key {printable(unknown[0])!r} (gateway, servers or mcpServers)")
+    gateway = found.get("gateway", {})
+    servers = found.get(servers_key)
+    if not isinstance(gateway, dict):
+        raise FileError("gateway: a table of the gateway's keys")
+    if not isinstance(servers, dict) or not servers:
+        raise FileError(f"{servers_key}: a table of servers, at least one")
+    options = _options(parser())
+    gateway_argv = _argv("gateway", gateway, options, lambda key: key in GATEWAY_KEYS, "a server's")
+    overriding = _command_line(command_line, options, parser())
+    own = _parse("gateway", parser(), gateway_argv)  # the gateway's own values, for each server's resource
+    for dest, value in overriding.items():
+        setattr(own, dest, value)
+    base = own.auth_resource or own.auth_audience
+    named: list[ServerFlags] = []
+    paths: dict[str, str] = {}
+    for name, table in servers.items():
+        where = f"{servers_key}.{printable(name)}"
+        if not isinstance(name, str) or not NAME.fullmatch(name):
+            raise FileError(f"{where}: a server's name is letters, digits, '.', '_' and '-' (at most 64)")
+        if not isinstance(table, dict):
+            raise FileError(f"{where}: a table of the server's keys")
+        server = dict(table)
+        host = {key: server.pop(key) for key in HOST_KEYS if key in server}
+        argv = _argv(where, server, options, lambda key: key not in GATEWAY_KEYS or key in OWN_KEYS, "the gateway's")
+        argv += _host_keys(where, host, server)
+        served = _served_path(where, host.get("path", f"/servers/{name}/mcp"))
+        if (other := paths.get(served.lower())) is not None:
+            raise FileError(f"{where}.path: {served} is {other}'s too: two servers on one path")
+        paths[served.lower()] = where
+        flags = _parse(where, parser(), [*gateway_argv, *argv])
+        own_dests = {options[key].dest for key in server if key in OWN_KEYS}
+        for dest, value in overriding.items():
+            if dest not in own_dests:  # the command line's over the gateway's table, not over a server's own
+                setattr(flags, dest, value)
+        if "auth-resource" not in server and base is not None:
+            flags.auth_resource = _resource(base, served)
+        named.append(ServerFlags(name, served, flags, _env(where, host.get("env", {})), where))
+    _divide_uids(named)
+    return named
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, "rb") as file:
+            data = file.read(FILE_LIMIT + 1)
+    except OSError as exc:
+        raise FileError(f"--config: {printable(path)}: {exc.strerror}") from None
+    if len(data) > FILE_LIMIT:
+        raise FileError(f"--config: {printable(path)} holds more than {FILE_LIMIT} bytes")
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        raise FileError(f"--config: {printable(path)} is not UTF-8 text") from None
+
+
+def _parsed(path: str, text: str) -> object:
+    """The file's content: JSON by its suffix ``.json`` (or, with neither suffix, a first ``{``), else TOML; a syntax
+    error names its line."""
+    as_json = path.endswith(".json") or (not path.endswith(".toml") and text.lstrip().startswith("{"))
+    try:
+        return json.loads(text, object_pairs_hook=_once) if as_json else tomllib.loads(text)
+    except FileError as exc:  # a key given twice
+        raise FileError(f"{printable(path)}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise FileError(f"{printable(path)}: not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise FileError(f"{printable(path)}: not TOML: {exc}") from None
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are each given once (as TOML's are): the last of two would win, unsaid."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise FileError(f"{printable(key)!r} is given twice in one object")
+        found[key] = value
+    return found
+
+
+def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """The parser's options by their long names without ``--``, those it hides (a secret's refusal) left out."""
+    return {
+        option[2:]: action
+        for action in parser._actions
+        if action.help != argparse.SUPPRESS
+        for option in action.option_strings
+        if option.startswith("--") and option not in ("--help", "--config")
+    }
+
+
+def _argv(
+    where: str,
+    table: Mapping[str, object],
+    options: Mapping[str, argparse.Action],
+    allowed: Callable[[str], bool],
+    whose: str,
+) -> list[str]:
+    """``table``'s keys as the command line would give them, each checked: a flag's name, allowed here, of its
+    type (a string, a number, a list of strings for a flag that repeats, ``true`` for one that takes no value)."""
+    argv = []
+    for key, value in table.items():
+        at = f"{where}.{printable(key)}"
+        action = options.get(key)
+        if action is None:
+            raise FileError(f"{at}: unknown key")
+        if not allowed(key):
+            raise FileError(f"{at}: {whose} key, not here")
+        if action.nargs == 0:  # takes no value
+            if not isinstance(value, bool):
+                raise FileError(f"{at}: true or false")
+            argv += [f"--{key}"] if value else []
+            continue
+        repeats = isinstance(action, argparse._AppendAction)
+        values = value if repeats and isinstance(value, list) else [value]
+        for each in values:
+            if isinstance(each, bool) or not isinstance(each, str | int | float):
+                raise FileError(f"{at}: {'a string or a list of strings' if repeats else 'a string or a number'}")
+            argv.append(f"--{key}={each}")
+    return argv
+
+
+def _host_keys(where: str, host: Mapping[str, Any], server: Mapping[str, object]) -> list[str]:
+    """The ``mcpServers`` keys as flags: ``command`` and ``args`` as ``--stdio``, ``url`` as ``--upstream``."""
+    for key in ("command", "url", "path", "type"):
+        if key in host and not isinstance(host[key], str):
+            raise FileError(f"{where}.{key}: a string")
+    args = host.get("args", [])
+    if not isinstance(args, list) or not all(isinstance(arg, str) for arg in args):
+        raise FileError(f"{where}.args: a list of strings")
+    if "args" in host and "command" not in host:
+        raise FileError(f"{where}.args: the arguments of a command: give command")
+    if "env" in host and "command" not in host and "stdio" not in server:
+        raise FileError(f"{where}.env: the variables of a stdio server's processes: give command or stdio")
+    given = [key for key in ("command", "stdio", "url", "upstream") if key in host or key in server]
+    if len(given) != 1:
+        raise FileError(f"{where}: one of command, stdio, url or upstream, which says what it serves")
+    kind = "http" if given[0] in ("url", "upstream") else "stdio"
+    if host.get("type", kind) not in (kind, "streamable-http" if kind == "http" else kind):
+        raise FileError(f"{where}.type: {kind}, as its {given[0]} says")
+    if "command" in host:
+        return [f"--stdio={shlex.join([host['command'], *args])}"]
+    return [f"--upstream={host['url']}"] if "url" in host else []
+
+
+def _served_path(where: str, path: object) -> str:
+    """The path a server is served at: absolute, of plain segments (no empty, dot or encoded one), none the
+    gateway's own."""
+    if not isinstance(path, str):
+        raise FileError(f"{where}.path: a string")
+    segments = path.split("/")
+    plain = all(
+        segment not in ("", ".", "..") and re.fullmatch(r"[A-Za-z0-9._~-]+", segment) for segment in segments[1:]
+    )
+    if not path.startswith("/") or not plain:
+        raise FileError(f"{where}.path: an absolute path of plain segments (letters, digits, '.', '_', '~', '-')")
+    if any(path.lower() == own or path.lower().startswith(own + "/") for own in RESERVED):
+        raise FileError(f"{where}.path: {path} is the gateway's own")
+    return path
+
+
+def _env(where: str, env: object) -> dict[str, str]:
+    """A server's own variables (``env``): names a process may be given, string values (never printed)."""
+    from ._loader import loads_code
+
+    if not isinstance(env, dict):
+        raise FileError(f"{where}.env: a table of variables")
+    for name, value in env.items():
+        at = f"{where}.env.{printable(name)}"
+        if not isinstance(name, str) or not name.isidentifier() or not name.isascii():
+            raise FileError(f"{at}: not a variable name a process may be given")
+        if not isinstance(value, str):
+            raise FileError(f"{at}: a string")
+        if name.startswith("MCP_SESSION"):
+            raise FileError(f"{at}: the gateway's MCP_SESSION* variables are its own")
+        if loads_code(name):
+            raise FileError(f"{at}: tells the dynamic loader what to load, and root's helpers run it")
+    return env
+
+
+class _Refusing(argparse.ArgumentParser):
+    """The gateway's argument parser, raising what it would print and exit with."""
+
+    def error(self, message: str) -> Any:
+        raise FileError(message)
+
+
+def _parse(where: str, parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    try:
+        return parser.parse_args(argv)
+    except FileError as exc:
+        raise FileError(f"{where}: {str(exc).replace('argument --', '')}") from None
+
+
+def _command_line(
+    command_line: Sequence[str], options: Mapping[str, argparse.Action], parser: argparse.ArgumentParser
+) -> dict[str, object]:
+    """The gateway flags the command line gives (each given, whatever its value), which win over the file's; a
+    server's flag there is refused, as is the client secret, never a flag."""
+    for action in parser._actions:  # what is not given is not there
+        action.default = argparse.SUPPRESS
+    given, _ = parser.parse_known_args(command_line)
+    keys = {action.dest: key for key, action in options.items()}
+    overriding = {}
+    for dest, value in vars(given).items():
+        if dest == "exchange_client_secret":
+            raise FileError("the client secret is never a flag: MCP_SESSIONS_EXCHANGE_CLIENT_SECRET, or a file")
+        if (key := keys.get(dest)) is None:  # --config itself
+            continue
+        if key not in GATEWAY_KEYS:
+            raise FileError(f"--{key} is a server's: with --config, give it as {key} in each server's table")
+        overriding[dest] = value
+    return overriding
+
+
+def _divide_uids(servers: Sequence[ServerFlags]) -> None:
+    """``process-uids``' range in equal consecutive parts, one per stdio server, in the file's order."""
+    stdio = [server for server in servers if server.flags.stdio is not None]
+    uids = None if not stdio else stdio[0].flags.process_uids
+    if uids is None:
+        return
+    first, _, last = uids.partition("-")
+    if not (first.isdigit() and last.isdigit() and 0 < int(first) <= int(last)):
+        raise FileError(f"gateway.process-uids: FIRST-LAST, two uids above 0: not {printable(uids)!r}")
+    share = (int(last) - int(first) + 1) // len(stdio)
+    if share < 1:
+        raise FileError(f"gateway.process-uids: {uids} has fewer uids than the file has stdio servers ({len(stdio)})")
+    for index, server in enumerate(stdio):
+        start = int(first) + index * share
+        server.flags.process_uids = f"{start}-{start + share - 1}"
+    for server in servers:
+        if server.flags.stdio is None:
+            server.flags.process_uids = None
+
+
+def _resource(base: str, path: str) -> str:
+    """A server's resource, its own URL: the origin of the gateway's resource (else its audience) and its path."""
+    parts = urlsplit(base)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise FileError("gateway.auth-resource (else auth-audience): an http(s) URL, whose origin the servers share")
+    return f"{parts.scheme}://{parts.netloc}{path}"

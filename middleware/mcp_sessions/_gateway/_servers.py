@@ -1,0 +1,268 @@
+"""``mcp-sessions gateway --config FILE``'s app: each server's own app (``stdio_gateway_app`` or ``forwarding_app``,
+as for one server) at its path, and what is the gateway's across them.
+
+A request reaches a server's app at the server's path (``/servers/NAME/mcp``, or its ``path``) and under it (``.../
+sessions``, a user's own conversations of that server), its path made the one the app serves (``/mcp`` for a stdio
+server's, the upstream URL's for an HTTP one's: the path an upstream gets is its own), as a reverse proxy's prefix
+is stripped (a prefix sent percent-encoded is no server's: the rest of the path goes on as it was sent, for the
+app's front to judge); its protected-resource metadata (RFC 9728, path-inserted:
+``/.well-known/oauth-protected-resource`` and the server's path) as it came, since the server's auth serves it
+there. Any other path is a 404 naming where the servers are: nothing reaches a server but at its own path.
+
+Across the servers: ``GET /sessions`` lists the caller's conversations of every stdio server that verifies her token
+(each with its ``server``), ``DELETE /sessions/DIGEST`` ends the one of hers with that digest, wherever it is (what
+``mcp-sessions sessions`` does, given the gateway's base URL); ``GET /status`` on the operator's port or socket is
+every server's view in one. Each server is asked as a request of its own (its auth, its own audience's, decides),
+its answer read whole, bounded (:data:`ANSWER_LIMIT`).
+
+The lifespan starts the servers' apps one after the other, in the file's order, and stops them in the reverse: a
+server that does not start is said in one line naming it (``StartupFailed``), the ones started stopped. What a
+server's app does, it does in a context that names it (:data:`SERVING`), so that the gateway's log lines and its
+processes' (``process 3f2a...: ...``) say whose they are (:func:`named_logs`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Final
+
+import anyio
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .._asgi import send_json
+from ._config import Served, StdioProcesses
+from ._file import SERVERS_PATH
+from ._front import StartupFailed, startup_failure
+
+SERVING: Final[ContextVar[str | None]] = ContextVar("mcp_sessions.gateway.serving", default=None)
+"""The name of the server whose app runs (its requests, its lifespan, and the tasks they start)."""
+METADATA: Final = "/.well-known/oauth-protected-resource"
+STATUS: Final = "/status"
+ANSWER_LIMIT: Final = 4 << 20
+"""The most a server's answer to a view across the servers may hold (bytes): its conversations', or its processes'."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """A server's app at ``served.path``; ``endpoint``, the path the app serves."""
+
+    served: Served
+    app: ASGIApp
+    endpoint: str
+
+    @property
+    def stdio(self) -> bool:
+        return isinstance(self.served.config.serves, StdioProcesses)
+
+
+class Servers:
+    """The servers' apps, each at its path (see the module)."""
+
+    def __init__(self, routes: Sequence[Route]) -> None:
+        self.routes = tuple(routes)
+        self.metadata = {METADATA + route.served.path: route for route in self.routes}
+        listed = ", ".join(route.served.path for route in self.routes)
+        self.nowhere = {"error": f"no server here: this gateway serves {listed}"}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            return await self._lifespan(scope, receive, send)
+        if scope["type"] not in ("http", "websocket"):
+            return None
+        path = scope["path"]
+        raw = scope.get("raw_path") or path.encode()
+        for route in self.routes:
+            served = route.served.path
+            # its path as sent, too: the rest of the raw path is what the app's front judges, never re-encoded here
+            if (path == served or path.startswith(served + "/")) and raw.startswith(served.encode()):
+                inner = route.endpoint + path[len(served) :]
+                rewritten = {**scope, "path": inner, "raw_path": route.endpoint.encode() + raw[len(served) :]}
+                SERVING.set(route.served.name)  # the request's own context
+                return await route.app(rewritten, receive, send)
+        if (metadata := self.metadata.get(path)) is not None:
+            SERVING.set(metadata.served.name)
+            return await metadata.app(scope, receive, send)
+        if scope["type"] != "http":
+            return await send({"type": "websocket.close", "code": 1008})
+        if path == SERVERS_PATH or path.startswith(SERVERS_PATH + "/"):
+            return await self._conversations(scope, send)
+        if path == STATUS:
+            return await self._status(scope, send)
+        await send_json(send, 404, self.nowhere, b"")
+
+    async def _conversations(self, scope: Scope, send: Send) -> None:
+        """A user's own conversations across the stdio servers whose auth takes her token (see the module)."""
+        routes = [route for route in self.routes if route.stdio and route.served.config.auth is not None]
+        if not routes:
+            return await send_json(
+                send, 404, {"error": "no server here verifies who asks: no one's own conversations"}, b""
+            )
+        digest = scope["path"][len(SERVERS_PATH) + 1 :]
+        answers = []
+        for route in routes:
+            answer = await _asked(route, scope, f"{route.endpoint}/sessions" + (f"/{digest}" if digest else ""))
+            if scope["method"] == "DELETE" and answer.status == 200:
+                return await send_json(send, 200, {**answer.json(), "server": route.served.name}, b"")
+            answers.append((route, answer))
+        taken = [(route, answer) for route, answer in answers if answer.status not in (401, 403)]
+        if not taken:  # no server took her token: the first's refusal, its WWW-Authenticate with it
+            return await answers[0][1].send(send)
+        if scope["method"] != "GET" or digest:
+            return await taken[0][1].send(send)
+        conversations = [
+            {**conversation, "server": route.served.name}
+            for route, answer in taken
+            if answer.status == 200
+            for conversation in answer.json().get("conversations", [])
+        ]
+        await send_json(send, 200, {"conversations": conversations}, b"")
+
+    async def _status(self, scope: Scope, send: Send) -> None:
+        """The operator's view, every stdio server's in one: their processes and users, each with its ``server``,
+        their totals summed, and each one's under ``servers``."""
+        answers = [(route, await _asked(route, scope, STATUS)) for route in self.routes if route.stdio]
+        if not answers:
+            return await send_json(send, 404, {"error": "no stdio server here: no processes to show"}, b"")
+        if any(answer.status != 200 for _, answer in answers):  # a refusal (its port, its Host): the first's
+            return await next(answer for _, answer in answers if answer.status != 200).send(send)
+        views = [(route.served.name, answer.json()) for route, answer in answers]
+        ended: Counter[str] = Counter()
+        for _, view in views:
+            ended.update(view.get("ended", {}))
+        merged: dict[str, Any] = {
+            "processes": [{**each, "server": name} for name, view in views for each in view.get("processes", [])],
+            "users": [{**each, "server": name} for name, view in views for each in view.get("users", [])],
+            "total": {
+                key: sum(view.get("total", {}).get(key, 0) for _, view in views) for key in ("processes", "limit")
+            },
+            "ended": dict(ended),
+            "servers": {name: {"total": view.get("total", {})} for name, view in views},
+        }
+        if "keys" in views[0][1]:
+            merged["keys"] = views[0][1]["keys"]
+        await send_json(send, 200, merged, b"")
+
+    async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Every server's app started, in order; stopped in the reverse once the gateway stops."""
+        await receive()  # lifespan.startup
+        try:
+            async with AsyncExitStack() as started:
+                for route in self.routes:
+                    await started.enter_async_context(_running(route, scope))
+                await send({"type": "lifespan.startup.complete"})
+                await receive()  # lifespan.shutdown
+        except BaseException as exc:
+            if startup_failure(exc) is not None:
+                await send({"type": "lifespan.startup.failed", "message": str(startup_failure(exc))})
+            raise
+        await send({"type": "lifespan.shutdown.complete"})
+
+
+@asynccontextmanager
+async def _running(route: Route, scope: Scope) -> AsyncIterator[None]:
+    """``route``'s app's lifespan, started, until the context ends; a failure to start said as its server's."""
+    to_app, from_gateway = anyio.create_memory_object_stream[Message](2)
+    said: list[Message] = []
+    started = anyio.Event()
+    stopped = anyio.Event()
+    failure: list[BaseException] = []
+
+    async def sent(message: Message) -> None:
+        said.append(message)
+        (started if message["type"].startswith("lifespan.startup.") else stopped).set()
+
+    async def run() -> None:
+        SERVING.set(route.served.name)  # this task's context, and the tasks its app starts
+        try:
+            await route.app({**scope, "state": {}}, from_gateway.receive, sent)
+        except Exception as exc:
+            if started.is_set() and said[-1]["type"] == "lifespan.startup.complete":
+                raise
+            found = startup_failure(exc)
+            failure.append(StartupFailed(f"servers.{route.served.name}: {found}") if found is not None else exc)
+        finally:
+            started.set()
+            stopped.set()
+
+    async with anyio.create_task_group() as tasks, to_app, from_gateway:
+        tasks.start_soon(run)
+        await to_app.send({"type": "lifespan.startup"})
+        await started.wait()
+        if not said or said[-1]["type"] != "lifespan.startup.complete":
+            await stopped.wait()  # its task's end, and what it raised
+            raise failure[0] if failure else StartupFailed(f"servers.{route.served.name}: it did not start")
+        try:
+            yield
+        finally:
+            await to_app.send({"type": "lifespan.shutdown"})
+            await stopped.wait()
+
+
+@dataclass
+class _Answer:
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+    def json(self) -> dict[str, Any]:
+        try:
+            found = json.loads(self.body)
+        except ValueError:
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    async def send(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status, "headers": self.headers})
+        await send({"type": "http.response.body", "body": self.body})
+
+
+async def _asked(route: Route, scope: Scope, path: str) -> _Answer:
+    """``route``'s app's answer to the request ``scope`` at ``path``, bodiless, read whole up to
+    :data:`ANSWER_LIMIT` (a 502 past it)."""
+    answer = _Answer(502, [], b"")
+    parts: list[bytes] = []
+    size = 0
+
+    async def nothing() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def captured(message: Message) -> None:
+        nonlocal size
+        if message["type"] == "http.response.start":
+            answer.status = message["status"]
+            answer.headers = [(name, value) for name, value in message.get("headers", []) if name != b"content-length"]
+        elif message["type"] == "http.response.body":
+            size += len(message.get("body", b""))
+            if size <= ANSWER_LIMIT:
+                parts.append(message.get("body", b""))
+
+    serving = SERVING.set(route.served.name)
+    try:
+        await route.app({**scope, "path": path, "raw_path": path.encode()}, nothing, captured)
+    finally:
+        SERVING.reset(serving)
+    if size > ANSWER_LIMIT:
+        return _Answer(502, [(b"content-type", b"application/json")], b'{"error": "a server\'s answer was too large"}')
+    answer.body = b"".join(parts)
+    answer.headers.append((b"content-length", str(len(answer.body)).encode()))
+    return answer
+
+
+class _Named(logging.Filter):
+    """A log line of a server's app, its server's name first (:data:`SERVING`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if (name := SERVING.get()) is not None:
+            record.msg = f"{name}: {record.msg}"  # a name is letters, digits, '.', '_' and '-': no '%'
+        return True
+
+
+def named_logs() -> None:
+    """The gateway's loggers' lines, and its processes', each with the name of the server it is of."""
+    for name in ("mcp_sessions.gateway", "mcp_sessions.gateway.stderr"):
+        logging.getLogger(name).addFilter(_Named())

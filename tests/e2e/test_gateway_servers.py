@@ -1,0 +1,337 @@
+"""``mcp-sessions gateway --config FILE``: many servers behind one gateway, from one file (issue 101, items 1 and 6).
+
+The ``mcpServers`` JSON a team already holds (Claude Desktop's, Cursor's): two stdio servers from npm, each reached
+at its own path by the ``mcp`` SDK's clients of both eras, each one's tools its own; a path no server is at is a
+404 that names where they are. Then docs/gateway.md's team file of four servers, as written but for its paths, ports
+and the GitHub server (the hostile server of ``_masked``, before a stand-in API with a certificate authority of its
+own), as root: server-filesystem on the team's tree, server-memory on each user's own directory, the masked token,
+and an upstream over HTTP with an audience of its own (server-everything); each user's conversations across them
+listed and ended at the gateway's base URL, and the operator's view of them all. One gateway, as its own process, for
+each file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from mcp import Client
+
+from _mcp import LegacyClient, ModernClient
+from _redis import free_port, missing
+from _uids import members, uids
+from _waits import WITHIN
+from e2e import _sealed
+from e2e._dns import elsewhere, resolver
+from e2e._gateway import (
+    CACHE,
+    MAIN,
+    SECRET,
+    Process,
+    everything_server,
+    for_every_uid,
+    installed,
+    main_run,
+    node,
+    readable_directory,
+    started,
+)
+from e2e._issuer import ISSUER, jwks, signed
+from e2e._masked import NAMES, SERVER, stand_in_authority
+from e2e._stdio import FILESYSTEM, filesystem, text_of
+
+pytestmark = pytest.mark.anyio
+
+MEMORY = CACHE / "memory/node_modules/@modelcontextprotocol/server-memory/dist/index.js"
+SECTION = "## Many servers from one file"
+UIDS = uids(240, 36)  # a third to each of the team file's three stdio servers
+TEAM = int(uids(276, 1).partition("-")[0])  # the project tree's group: a gid no user has
+TOKEN = "ghp_" + "Te4mT0kenValue" * 2 + "0123456789"  # a GitHub token's shape
+
+
+@pytest.fixture(scope="module")
+def two_stdio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Process, Path]]:
+    """The gateway of a ``mcpServers`` file: server-filesystem on a tree, server-memory with its file in ``env``;
+    uncontained (``process-containment``, a key of the gateway's beside the host's), so that the tree under the
+    tests' /tmp is the one it reads."""
+    tree = tmp_path_factory.mktemp("tree")
+    (tree / "known.txt").write_text("known", encoding="utf-8")
+    memory = str(installed(MEMORY, "@modelcontextprotocol/server-memory"))
+    command, *args = filesystem(tree)
+    file = tree.parent / "mcp.json"
+    servers = {
+        "files": {"command": command, "args": args, "process-containment": "none"},
+        "memory": {
+            "command": node(),
+            "args": [memory],
+            "env": {"MEMORY_FILE_PATH": str(tree.parent / "memory.jsonl")},
+            "process-containment": "none",
+        },
+    }
+    file.write_text(json.dumps({"mcpServers": servers}), encoding="utf-8")
+
+    def command_line(port: int) -> tuple[list[str], dict[str, str]]:
+        line = ["-m", "mcp_sessions", "gateway", "--config", str(file), "--port", str(port), "--log-level", "warning"]
+        return [sys.executable, *line], {"MCP_SESSIONS_SECRET": SECRET}
+
+    gateway = started("mcp-sessions gateway --config", command_line)
+    try:
+        yield gateway, tree
+    except BaseException:
+        print(f"the gateway's log:\n{gateway.output()}")
+        raise
+    finally:
+        gateway.stop()
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_each_server_of_an_mcpservers_file_is_at_its_path_with_its_own_tools(
+    two_stdio: tuple[Process, Path], mode: str
+) -> None:
+    """Each server of the file at ``/servers/NAME/mcp``, its tools its own: server-filesystem's reads the tree's
+    file; server-memory's keeps an entity and reads it back (its file from the server's ``env``)."""
+    gateway, tree = two_stdio
+    async with Client(gateway.url("/servers/files/mcp"), mode=mode) as files:
+        names = {tool.name for tool in (await files.list_tools()).tools}
+        assert "read_text_file" in names
+        assert "create_entities" not in names
+        read = await files.call_tool("read_text_file", {"path": str(tree / "known.txt")})
+        assert text_of(read) == "known"
+    async with Client(gateway.url("/servers/memory/mcp"), mode=mode) as memory:
+        names = {tool.name for tool in (await memory.list_tools()).tools}
+        assert "create_entities" in names
+        assert "read_text_file" not in names
+        entity = {"name": f"kept-{mode}", "entityType": "test", "observations": ["seen"]}
+        await memory.call_tool("create_entities", {"entities": [entity]})
+        graph = text_of(await memory.call_tool("read_graph", {}))
+        assert f"kept-{mode}" in graph
+    assert f"kept-{mode}" in (tree.parent / "memory.jsonl").read_text(encoding="utf-8")
+
+
+def test_a_path_no_server_is_at_is_a_404_naming_the_servers(two_stdio: tuple[Process, Path]) -> None:
+    gateway, _ = two_stdio
+    for path in ("/mcp", "/servers/nope/mcp", "/servers", "/servers/files"):
+        answer = httpx.post(gateway.url(path), json={}, timeout=10)
+        assert answer.status_code == 404, path
+        assert answer.json() == {"error": "no server here: this gateway serves /servers/files/mcp, /servers/memory/mcp"}
+
+
+def team_file() -> str:
+    """docs/gateway.md's team file, as written."""
+    section = (MAIN / "docs" / "gateway.md").read_text(encoding="utf-8").partition(f"\n{SECTION}\n")[2]
+    return section.partition("```toml\n")[2].partition("```")[0]
+
+
+@dataclass(frozen=True)
+class Team:
+    """The team file's gateway, its base URL and status port, the project tree, and the stand-in API's TLS port."""
+
+    gateway: Process
+    base: str
+    status: int
+    project: Path
+    secure: int
+
+    def client(self, user: str, path: str, audience: str = "/", **headers: str) -> Any:
+        """``user``'s client of the server at ``path``, her token for the gateway's audience (or ``audience``)."""
+        claims = {"iss": ISSUER, "aud": self.base + audience, "sub": user, "exp": int(time.time()) + 600}
+        http = httpx.Client(timeout=60, headers={"Authorization": f"Bearer {signed(claims)}", **headers})
+        _sealed.OPEN.append(http)
+        return ModernClient(http, self.base, path)
+
+    def token(self, user: str) -> str:
+        return signed({"iss": ISSUER, "aud": self.base + "/", "sub": user, "exp": int(time.time()) + 600})
+
+
+@pytest.fixture(scope="module")
+def team() -> Iterator[Team]:
+    """The docs' team file, run as root, its paths and ports the test's: the project tree (its group's, setgid), the
+    users' directories (root's, 0700), the npm servers where every uid reads them, the hostile server for GitHub's,
+    the stand-in API for api.github.com (its port), server-everything for the wiki, the test's issuer."""
+    _sealed.needs("root", "bwrap")
+    if not Path("/usr/sbin/nft").exists() and not Path("/usr/bin/nft").exists():
+        missing("nft is not installed (scripts/system-deps.sh)")
+    installed(MEMORY, "@modelcontextprotocol/server-memory")
+    with contextlib.ExitStack() as stack:
+        project = stack.enter_context(readable_directory("mcp-sessions-project-"))
+        os.chown(project, 0, TEAM)
+        project.chmod(0o2770)
+        users = stack.enter_context(readable_directory("mcp-sessions-users-"))
+        users.chmod(0o700)
+        files = stack.enter_context(for_every_uid(installed(FILESYSTEM, "server-filesystem"), CACHE / "filesystem"))
+        memory = stack.enter_context(for_every_uid(MEMORY, CACHE / "memory"))
+        certs = stack.enter_context(readable_directory("mcp-sessions-api-"))
+        authority, program = stand_in_authority(certs)
+        world, ports = stack.enter_context(elsewhere(serve=program))
+        prefix = stack.enter_context(resolver(dict.fromkeys(NAMES, world)))
+        server = certs / "hostile.py"
+        server.write_text(SERVER)
+        server.chmod(0o644)
+        wiki = stack.enter_context(everything_server())
+        keys = stack.enter_context(jwks())
+        written = {
+            "/srv/mcp/filesystem/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js": str(files),
+            "/srv/mcp/memory/node_modules/@modelcontextprotocol/server-memory/dist/index.js": str(memory),
+            "/srv/team/project": str(project),
+            "/srv/team/users": str(users),
+            "/usr/local/bin/github-mcp-server stdio": f"/usr/bin/python3 {server}",
+            "api.github.com": f"{NAMES[0]}:{ports[0]}",
+            "http://127.0.0.1:3001/mcp": wiki,
+            "http://127.0.0.1:9000/jwks.json": keys,
+            "http://127.0.0.1:9000": ISSUER,
+            '"61000-61999"': f'"{UIDS}"',
+        }
+        status = free_port()
+        file = certs / "team.toml"
+
+        def command(port: int) -> tuple[list[str], dict[str, str]]:
+            text = team_file()
+            for given, ours in {**written, "8000": str(port), "8001": str(status)}.items():
+                assert given in text, given  # the docs still say it, as the test replaces it
+                text = text.replace(given, ours)
+            file.write_text(text, encoding="utf-8")
+            line = [*prefix, sys.executable, "-m", "mcp_sessions", "gateway", "--config", str(file)]
+            return line, {"MCP_SESSIONS_SECRET": SECRET, "SSL_CERT_FILE": authority}
+
+        gateway = started("mcp-sessions gateway --config team.toml", command)
+        try:
+            yield Team(gateway, f"http://127.0.0.1:{gateway.port}", status, project, ports[0])
+        except BaseException:
+            print(f"the gateway's log:\n{gateway.output()}")
+            raise
+        finally:
+            if gateway.process is not None:  # its own stop, which ends its processes and removes its tables
+                gateway.process.send_signal(signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    gateway.process.wait(timeout=WITHIN)
+            gateway.stop()
+            while _sealed.OPEN:
+                _sealed.OPEN.pop().close()
+
+
+def text(message: dict[str, Any]) -> str:
+    assert "result" in message, message
+    found: str = message["result"]["content"][0]["text"]
+    return found
+
+
+def test_the_docs_team_file_serves_four_servers_each_at_its_path(team: Team) -> None:
+    """The tree one user's conversation writes, another's reads; a policy's denied tool neither listed nor called;
+    each user's graph her own across her conversations; the GitHub token masked (the process holds a placeholder,
+    the API gets the token); the wiki reached with a token of its own audience alone; each server's metadata names
+    its own resource; and the startup lines name each server."""
+    plan = str(team.project / "plan.md")
+    alice, bob = team.client("alice", "/servers/files/mcp"), team.client("bob", "/servers/files/mcp")
+    hers, his = alice.create_session(), bob.create_session()
+    written = alice.call_tool("write_file", {"path": plan, "content": "launch on Friday\n"}, session=hers)[1]
+    assert "Successfully wrote" in text(written)
+    assert text(bob.call_tool("read_text_file", {"path": plan}, session=his)[1]) == "launch on Friday\n"
+    assert os.stat(plan).st_gid == TEAM  # the team's, by its tree's setgid group
+    listed = [tool["name"] for tool in alice.request("tools/list", session=hers)[1]["result"]["tools"]]
+    assert "read_text_file" in listed
+    assert "move_file" not in listed  # tool-deny = ["*:move_file"]
+    moved = alice.call_tool("move_file", {"source": plan, "destination": plan + ".old"}, session=hers)[1]
+    assert "error" in moved, moved
+    assert os.path.exists(plan)
+
+    alice, bob = team.client("alice", "/servers/memory/mcp"), team.client("bob", "/servers/memory/mcp")
+    first, his = alice.create_session(), bob.create_session()
+    entity = {"name": "launch", "entityType": "plan", "observations": ["on Monday"]}
+    alice.call_tool("create_entities", {"entities": [entity]}, session=first)
+    assert '"launch"' in text(alice.call_tool("read_graph", {}, session=alice.create_session())[1])
+    assert '"launch"' not in text(bob.call_tool("read_graph", {}, session=his)[1])
+
+    github = team.client("alice", "/servers/github/mcp", **{"X-GitHub-Token": TOKEN})
+    hers = github.create_session()
+    placeholder = text(github.call_tool("env", {"variable": "GITHUB_PERSONAL_ACCESS_TOKEN"}, session=hers)[1])
+    assert (placeholder != TOKEN, len(placeholder)) == (True, len(TOKEN))
+    url = f"https://{NAMES[0]}:{team.secure}/"
+    done = json.loads(
+        text(
+            github.call_tool(
+                "run", {"argv": ["curl", "-sS", "-H", f"Authorization: Bearer {placeholder}", url]}, session=hers
+            )[1]
+        )
+    )
+    assert done["status"] == 0, done
+    echoed = {name.lower(): value for name, value in json.loads(done["out"])["headers"].items()}
+    assert echoed["authorization"] == f"Bearer {TOKEN}"
+    uid = int(json.loads(text(github.call_tool("run", {"argv": ["id", "-u"]}, session=hers)[1]))["out"])
+    assert uid in members(UIDS)[24:], uid  # the third part of the range: the third stdio server's
+
+    for audience, answered in (("/", 401), ("/wiki/mcp", 200)):
+        claims = {"iss": ISSUER, "aud": team.base + audience, "sub": "alice", "exp": int(time.time()) + 600}
+        http = httpx.Client(timeout=60, headers={"Authorization": f"Bearer {signed(claims)}"})
+        _sealed.OPEN.append(http)
+        wiki = LegacyClient(http, team.base, "/wiki/mcp")
+        if answered == 401:
+            refused = http.post(wiki.url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+            assert refused.status_code == 401, refused.text
+            continue
+        wiki.initialize()
+        assert text(wiki.call_tool("echo", {"message": "hello"})[1]) == "Echo: hello"
+
+    for path in ("/servers/memory/mcp", "/wiki/mcp"):
+        metadata = httpx.get(f"{team.base}/.well-known/oauth-protected-resource{path}", timeout=30).json()
+        assert metadata["resource"] == team.base + path
+    said = team.gateway.log().decode(errors="replace")
+    for name in ("files", "memory", "github"):
+        assert re.search(rf"{name}: each process: containment bwrap \(auto\), a uid each", said), said[:3000]
+    # each process's lines, and the gateway's of each server, name their server
+    assert re.search(r"^INFO: memory: process [0-9a-f]+: Knowledge Graph MCP Server running on stdio$", said, re.M)
+    assert re.search(r"^INFO: files: shared: Secure MCP Filesystem Server running on stdio$", said, re.M)
+    assert re.search(r"^INFO: files: mcp-sessions gateway: refused to alice: Tool 'move_file'", said, re.M)
+    # the host's half shared by the three stdio servers' processes (cgroup v1: each server's together)
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    together = re.findall(r"; (\d+) MiB together\)", said)
+    assert together in ([], [str(host // 2 // 3 >> 20)] * 3), together
+    assert "github: stdio /usr/bin/python3 " in said
+
+
+def test_a_user_s_conversations_across_the_servers_are_listed_and_ended_at_the_base_url(team: Team) -> None:
+    """``GET /sessions`` (what ``mcp-sessions sessions BASE`` asks): hers of every stdio server, each with its
+    ``server``, none of bob's; ``DELETE /sessions/DIGEST`` ends hers wherever it is; the operator's view on the
+    status port is every server's."""
+    files, memory = team.client("carol", "/servers/files/mcp"), team.client("carol", "/servers/memory/mcp")
+    one, other = files.create_session(), memory.create_session()
+    assert "launch" not in text(files.call_tool("list_allowed_directories", {}, session=one)[1])
+    memory.call_tool("read_graph", {}, session=other)
+    team.client("dave", "/servers/files/mcp").create_session()
+    headers = {"Authorization": f"Bearer {team.token('carol')}"}
+    listed = httpx.get(f"{team.base}/sessions", headers=headers, timeout=30)
+    assert listed.status_code == 200, listed.text
+    servers = sorted(each["server"] for each in listed.json()["conversations"])
+    assert servers == ["files", "memory"], listed.json()
+    [memory_one] = [each for each in listed.json()["conversations"] if each["server"] == "memory"]
+    digest = memory_one["conversation"]
+    ended = httpx.delete(f"{team.base}/sessions/{digest}", headers=headers, timeout=30)
+    assert (ended.status_code, ended.json()) == (200, {"ended": digest, "server": "memory"})
+    after = memory.call_tool("read_graph", {}, session=other)[1]
+    assert "error" in after, after
+    again = httpx.delete(f"{team.base}/sessions/{digest}", headers=headers, timeout=30)
+    assert again.status_code == 404, again.text
+    assert httpx.get(f"{team.base}/sessions", timeout=30).status_code == 401  # no token
+
+    shown = main_run("sessions", team.base, "--bearer-env", "TOKEN", environ={"TOKEN": team.token("carol")})
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"^SERVER +CONVERSATION +KIND", shown.stdout, re.M), shown.stdout
+    assert re.search(r"^files +\S+ +data-layer-session ", shown.stdout, re.M), shown.stdout
+    operator = main_run("gateway", "status", f"http://127.0.0.1:{team.status}")
+    assert operator.returncode == 0, operator.stderr
+    assert re.search(r"^github +shared ", operator.stdout, re.M), operator.stdout
+    status = httpx.get(f"http://127.0.0.1:{team.status}/status", timeout=30).json()
+    assert {each["server"] for each in status["processes"]} == {"files", "memory", "github"}
+    assert set(status["servers"]) == {"files", "memory", "github"}
+    assert status["total"]["processes"] == sum(each["total"]["processes"] for each in status["servers"].values())

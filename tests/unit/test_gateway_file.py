@@ -1,0 +1,209 @@
+"""``mcp-sessions gateway --config FILE`` (``_gateway._file``): each server's keys read by the flags' own
+definitions, the gateway's from its table (the command line's gateway flags over them), one uid range divided among
+the stdio servers, each server's resource its own URL; and a bad file refused in one line naming its key or line,
+exit status 2, before anything starts."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from mcp_sessions._cli import main
+from mcp_sessions._gateway._cli import add_arguments
+from mcp_sessions._gateway._file import FileError, servers_of
+
+TWO = """
+[gateway]
+port = 9000
+auth-jwks = "https://idp.example/jwks"
+auth-issuer = "https://idp.example"
+auth-audience = "https://mcp.example/"
+process-uids = "200000-200099"
+
+[servers.files]
+stdio = "cat -n"
+process-mount = ["/srv/project:/srv/project:rw"]
+tool-deny = ["*:write_*"]
+
+[servers.memory]
+command = "cat"
+args = ["-n", "--"]
+env = { MEMORY_FILE_PATH = "/srv/memory.jsonl" }
+path = "/memory"
+auth-audience = "https://memory.example/"
+max-processes-per-principal = 2
+
+[servers.api]
+url = "http://127.0.0.1:3001/mcp"
+"""
+
+
+def servers(tmp_path: Path, text: str, name: str = "team.toml", flags: tuple[str, ...] = ()) -> list:  # type: ignore[type-arg]
+    file = tmp_path / name
+    file.write_text(text, encoding="utf-8")
+    return servers_of(str(file), ["--config", str(file), *flags], add_arguments)
+
+
+def test_each_server_s_keys_are_its_flags_and_the_gateway_s_are_every_server_s(tmp_path: Path) -> None:
+    files, memory, api = servers(tmp_path, TWO)
+    assert (files.name, files.path, memory.path, api.path) == (
+        "files",
+        "/servers/files/mcp",
+        "/memory",
+        "/servers/api/mcp",
+    )
+    assert files.flags.stdio == "cat -n"
+    assert files.flags.process_mount == ["/srv/project:/srv/project:rw"]
+    assert files.flags.tool_deny == ["*:write_*"]
+    assert memory.flags.stdio == "cat -n --"
+    assert memory.env == {"MEMORY_FILE_PATH": "/srv/memory.jsonl"}
+    assert memory.flags.max_processes_per_principal == 2
+    assert api.flags.upstream == ["http://127.0.0.1:3001/mcp"]
+    assert {each.flags.port for each in (files, memory, api)} == {9000}
+    # one range, in equal parts, one a stdio server: no uid runs two servers' processes
+    assert (files.flags.process_uids, memory.flags.process_uids, api.flags.process_uids) == (
+        "200000-200049",
+        "200050-200099",
+        None,
+    )
+    # each its own resource (RFC 9728's path-inserted metadata), the gateway's audience but where one names its own
+    assert files.flags.auth_resource == "https://mcp.example/servers/files/mcp"
+    assert memory.flags.auth_resource == "https://mcp.example/memory"
+    assert (files.flags.auth_audience, memory.flags.auth_audience) == (
+        "https://mcp.example/",
+        "https://memory.example/",
+    )
+
+
+def test_the_command_line_s_gateway_flags_win_over_the_file_s_gateway_table(tmp_path: Path) -> None:
+    """Over the ``[gateway]`` table, not over a server's own audience."""
+    flags = ("--port", "9100", "--log-level", "debug", "--auth-audience", "https://gw.example/")
+    files, memory, _ = servers(tmp_path, TWO, flags=flags)
+    assert (files.flags.port, files.flags.log_level) == (9100, "debug")
+    # given, whatever its value: the default's port over the file's 9000
+    assert servers(tmp_path, TWO, flags=("--port", "8000"))[0].flags.port == 8000
+    assert (files.flags.auth_audience, memory.flags.auth_audience) == ("https://gw.example/", "https://memory.example/")
+    assert files.flags.auth_resource == "https://gw.example/servers/files/mcp"
+
+
+def test_an_mcpservers_json_file_is_read_by_its_suffix_or_its_first_brace(tmp_path: Path) -> None:
+    text = json.dumps({"mcpServers": {"a": {"command": "cat", "args": ["-n"]}, "b": {"url": "http://h/mcp"}}})
+    for name in ("claude_desktop_config.json", "servers.conf"):
+        a, b = servers(tmp_path, text, name)
+        assert (a.flags.stdio, b.flags.upstream) == ("cat -n", ["http://h/mcp"])
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('[servers.a]\nstdio = "cat"\nport = \n', "not TOML: Invalid value (at line 3, column 8)"),
+        (
+            '{"mcpServers": {\n"a": {"command": "cat",}}}',
+            "not JSON: Expecting property name enclosed in double quotes at line 2",
+        ),
+        (
+            '{"mcpServers": {"a": {"command": "cat"}, "a": {"url": "http://h/mcp"}}}',
+            "'a' is given twice in one object",
+        ),
+        ('[servers.a]\nstdio = "cat"\nprocess-memroy = 64\n', "servers.a.process-memroy: unknown key"),
+        (
+            '[servers.a]\nstdio = "cat"\nprocess-memory = "lots"\n',
+            "servers.a: process-memory: invalid int value: 'lots'",
+        ),
+        ('[servers.a]\nstdio = "cat"\nprocess-memory = [64]\n', "servers.a.process-memory: a string or a number"),
+        (
+            '[servers.a]\nstdio = "cat"\nprocess-mount = [{}]\n',
+            "servers.a.process-mount: a string or a list of strings",
+        ),
+        ('[servers.a]\nstdio = "cat"\naccept-shared-uid = "yes"\n', "servers.a.accept-shared-uid: true or false"),
+        ('[servers.a]\nstdio = "cat"\nprocesses = "many"\n', "servers.a: processes: invalid choice: 'many'"),
+        ('[servers.a]\nstdio = "cat"\nport = 9000\n', "servers.a.port: the gateway's key, not here"),
+        ('[gateway]\nstdio = "cat"\n[servers.a]\nstdio = "cat"\n', "gateway.stdio: a server's key, not here"),
+        (
+            "[servers.a]\nprocesses = 'shared'\n",
+            "servers.a: one of command, stdio, url or upstream, which says what it serves",
+        ),
+        ('[servers.a]\nstdio = "cat"\nurl = "http://h/mcp"\n', "servers.a: one of command, stdio, url or upstream"),
+        ('[servers.a]\nurl = "http://h/mcp"\ntype = "stdio"\n', "servers.a.type: http, as its url says"),
+        (
+            '[servers.a]\nstdio = "cat"\n[servers.b]\nstdio = "cat"\npath = "/Servers/A/mcp"\n',
+            "servers.b.path: /Servers/A/mcp is servers.a's too: two servers on one path",
+        ),
+        ('[servers.a]\nstdio = "cat"\npath = "/status"\n', "servers.a.path: /status is the gateway's own"),
+        ('[servers.a]\nstdio = "cat"\npath = "/a/../b"\n', "servers.a.path: an absolute path of plain segments"),
+        ('[servers."a b"]\nstdio = "cat"\n', "servers.a b: a server's name is letters, digits"),
+        ("[gateway]\nport = 9000\n", "mcpServers: a table of servers, at least one"),
+        ('[server.a]\nstdio = "cat"\n', "unknown key 'server' (gateway, servers or mcpServers)"),
+        (
+            '[servers.a]\ncommand = "cat"\nenv = { MCP_SESSIONS_SECRET = "hunter2-value" }\n',
+            "servers.a.env.MCP_SESSIONS_SECRET: the gateway's MCP_SESSION* variables are its own",
+        ),
+        (
+            '[servers.a]\ncommand = "cat"\nenv = { LD_PRELOAD = "/x.so" }\n',
+            "servers.a.env.LD_PRELOAD: tells the dynamic loader what to load",
+        ),
+        (
+            '[servers.a]\nurl = "http://h/mcp"\nenv = { A = "b" }\n',
+            "servers.a.env: the variables of a stdio server's processes",
+        ),
+        (
+            '[servers.a]\nurl = "http://h/mcp"\nargs = ["-n"]\n',
+            "servers.a.args: the arguments of a command: give command",
+        ),
+        (
+            '[gateway]\nprocess-uids = "200000-200000"\n[servers.a]\nstdio = "cat"\n[servers.b]\nstdio = "cat"\n',
+            "gateway.process-uids: 200000-200000 has fewer uids than the file has stdio servers (2)",
+        ),
+    ],
+)
+def test_a_bad_file_is_one_line_naming_its_key_or_line(tmp_path: Path, text: str, said: str) -> None:
+    file = tmp_path / ("bad.json" if text.startswith("{") else "bad.toml")
+    file.write_text(text, encoding="utf-8")
+    stdout, stderr = io.StringIO(), io.StringIO()
+    status = main(["gateway", "--config", str(file)], stdin=io.StringIO(), stdout=stdout, stderr=stderr, environ={})
+    assert status == 2
+    line = stderr.getvalue()
+    assert line.count("\n") == 1, line
+    assert said in line, line
+    assert "hunter2" not in line
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (
+            ("--process-memory", "64"),
+            "--process-memory is a server's: with --config, give it as process-memory in each",
+        ),
+        (("--stdio", "cat"), "--config names the servers: not with --upstream or --stdio"),
+        (("--exchange-client-secret", "hunter2"), "the client secret is never a flag"),
+        (("--processes", "auto"), "--processes is a server's"),  # given, though at its default
+    ],
+)
+def test_a_server_s_flag_beside_a_file_is_refused(tmp_path: Path, flags: tuple[str, ...], said: str) -> None:
+    file = tmp_path / "team.toml"
+    file.write_text('[servers.a]\nstdio = "cat"\n', encoding="utf-8")
+    stderr = io.StringIO()
+    argv = ["gateway", "--config", str(file), *flags]
+    assert main(argv, stdin=io.StringIO(), stdout=io.StringIO(), stderr=stderr, environ={}) == 2
+    assert said in stderr.getvalue()
+
+
+def test_a_file_that_cannot_be_read_is_said_so(tmp_path: Path) -> None:
+    with pytest.raises(FileError, match=r"--config: .*missing\.toml: No such file or directory"):
+        servers_of(str(tmp_path / "missing.toml"), [], add_arguments)
+
+
+def test_a_server_s_own_refusal_is_said_with_its_name_first(tmp_path: Path) -> None:
+    """What the flags refuse for one server, said of the server of the file that gave it, as the file names it."""
+    file = tmp_path / "claude_desktop_config.json"
+    file.write_text(json.dumps({"mcpServers": {"a": {"command": "no-such-command-here"}}}), encoding="utf-8")
+    stderr = io.StringIO()
+    environ = {"MCP_SESSIONS_SECRET": "x" * 32}
+    argv = ["gateway", "--config", str(file)]
+    assert main(argv, stdin=io.StringIO(), stdout=io.StringIO(), stderr=stderr, environ=environ) == 2
+    said = "mcp-sessions gateway: mcpServers.a: --stdio: no-such-command-here: no such command (or not executable)\n"
+    assert stderr.getvalue() == said

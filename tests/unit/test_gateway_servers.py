@@ -1,0 +1,162 @@
+"""``--config``'s app (``_gateway._servers.Servers``), called directly: each server's app reached at its path alone,
+its path made the app's own (a prefix sent percent-encoded is no server's), its metadata as it came; the servers
+started in the file's order and stopped in the reverse, and one that does not start said by its name, the ones
+started stopped; and no egress table left by a start that one refused."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, cast
+
+import anyio
+import pytest
+from starlette.types import Message, Receive, Scope, Send
+
+from mcp_sessions import SessionsConfig
+from mcp_sessions._gateway._cli import _install_egress
+from mcp_sessions._gateway._config import Forwarding, GatewayConfig, Served
+from mcp_sessions._gateway._front import StartupFailed, startup_failure
+from mcp_sessions._gateway._servers import Route, Servers
+from mcp_sessions._gateway.sealed._network import NetworkError
+
+pytestmark = pytest.mark.anyio
+
+
+class Recording:
+    """A server's app: the scopes it got, and its lifespan's steps in ``steps`` (a start that fails, if told)."""
+
+    def __init__(self, name: str, steps: list[str], *, fails: bool = False) -> None:
+        self.name, self.steps, self.fails = name, steps, fails
+        self.scopes: list[Scope] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await receive()
+            if self.fails:
+                self.steps.append(f"{self.name} failed")
+                raise StartupFailed("its first process ended")
+            self.steps.append(f"{self.name} started")
+            await send({"type": "lifespan.startup.complete"})
+            await receive()
+            self.steps.append(f"{self.name} stopped")
+            return await send({"type": "lifespan.shutdown.complete"})
+        self.scopes.append(scope)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": self.name.encode()})
+
+
+def routed(*apps: tuple[str, str, Recording]) -> Servers:
+    sessions = SessionsConfig.from_env(environ={"MCP_SESSIONS_SECRET": "x" * 32})
+    config = GatewayConfig(serves=Forwarding(("http://127.0.0.1:1/mcp",)), sessions=sessions)
+    return Servers([Route(Served(name=name, path=path, config=config), app, "/mcp") for name, path, app in apps])
+
+
+async def asked(app: Servers, path: str, raw: bytes | None = None) -> tuple[int, bytes]:
+    scope = {"type": "http", "method": "POST", "path": path, "raw_path": raw or path.encode(), "headers": []}
+    said: list[Message] = []
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Message) -> None:
+        said.append(message)
+
+    await app(scope, receive, send)
+    return said[0]["status"], b"".join(message.get("body", b"") for message in said[1:])
+
+
+@pytest.mark.parametrize(
+    ("path", "raw", "reached", "inner"),
+    [
+        ("/servers/files/mcp", None, "files", (b"/mcp", "/mcp")),
+        ("/servers/files/mcp/sessions", None, "files", (b"/mcp/sessions", "/mcp/sessions")),
+        ("/memory", None, "memory", (b"/mcp", "/mcp")),
+        ("/memory/a/b", b"/memory/a%2Fb", "memory", (b"/mcp/a%2Fb", "/mcp/a/b")),  # as sent, for its front to judge
+        ("/servers/files/mcp", b"/servers/fil%65s/mcp", None, None),  # an encoded prefix: no server's
+        ("/.well-known/oauth-protected-resource/memory", None, "memory", None),  # as it came
+        ("/.well-known/oauth-protected-resource/servers/files/mcp", None, "files", None),
+        ("/servers/files/mcpx", None, None, None),
+        ("/servers/files", None, None, None),
+        ("/mcp", None, None, None),
+        ("/.well-known/oauth-protected-resource", None, None, None),
+    ],
+)
+async def test_a_server_is_reached_at_its_path_alone(
+    path: str, raw: bytes | None, reached: str | None, inner: tuple[bytes, str] | None
+) -> None:
+    steps: list[str] = []
+    files, memory = Recording("files", steps), Recording("memory", steps)
+    app = routed(("files", "/servers/files/mcp", files), ("memory", "/memory", memory))
+    status, body = await asked(app, path, raw)
+    if reached is None:
+        assert status == 404
+        assert b"this gateway serves /servers/files/mcp, /memory" in body
+        return
+    assert (status, body) == (200, reached.encode())
+    [scope] = (files if reached == "files" else memory).scopes
+    if inner is not None:
+        assert (scope["raw_path"], scope["path"]) == inner
+    else:
+        assert scope["path"] == path
+
+
+async def test_the_servers_start_in_order_and_stop_in_reverse() -> None:
+    steps: list[str] = []
+    app = routed(*((name, f"/{name}", Recording(name, steps)) for name in ("a", "b", "c")))
+    said = await _lifespan(app, stop=True)
+    assert said == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    assert steps == ["a started", "b started", "c started", "c stopped", "b stopped", "a stopped"]
+
+
+async def test_a_server_that_does_not_start_is_named_and_those_started_stopped() -> None:
+    steps: list[str] = []
+    a, b, c = Recording("a", steps), Recording("b", steps, fails=True), Recording("c", steps)
+    app = routed(("a", "/a", a), ("b", "/b", b), ("c", "/c", c))
+    with pytest.raises(BaseException) as raised:
+        await _lifespan(app, stop=False)
+    failure = startup_failure(raised.value)
+    assert str(failure) == "servers.b: its first process ended"
+    assert steps == ["a started", "b failed", "a stopped"]
+
+
+async def _lifespan(app: Servers, *, stop: bool) -> list[Any]:
+    """``app``'s lifespan, as uvicorn drives it: startup, then (``stop``) shutdown; the message types it sent."""
+    asked = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+    said: list[Any] = []
+
+    async def receive() -> Message:
+        if not stop and len(asked) == 1:
+            await anyio.sleep_forever()
+        return asked.pop(0)
+
+    async def send(message: Message) -> None:
+        said.append(message["type"])
+
+    with anyio.fail_after(10):
+        await app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, receive, send)
+    return said
+
+
+class Table:
+    """A server's egress table, its install refused if told."""
+
+    def __init__(self, said: list[str], name: str, *, refused: bool = False) -> None:
+        self.said, self.name, self.refused = said, name, refused
+
+    def install(self) -> None:
+        if self.refused:
+            raise NetworkError(f"--process-network egress: nft refused {self.name}")
+        self.said.append(f"{self.name} installed")
+
+    def remove(self) -> None:
+        self.said.append(f"{self.name} removed")
+
+
+def test_a_table_refused_at_startup_removes_the_servers_tables_installed_before_it() -> None:
+    """No half-built gateway: a file whose second server's egress table nft refuses leaves not the first's."""
+    said: list[str] = []
+    tables = [Table(said, "a"), Table(said, "b", refused=True), Table(said, "c")]
+    config = SimpleNamespace(each=[SimpleNamespace(egress=table) for table in tables])
+    with pytest.raises(NetworkError, match="nft refused b"):
+        _install_egress(cast("GatewayConfig", config))
+    assert said == ["a installed", "a removed"]
