@@ -662,7 +662,8 @@ def _upstream_token(
     # for --process-env NAME=exchange:AUDIENCE (or id-jag:ISSUER) alone
     if mode is None:
         return None, exchange
-    audience, resource = _setting(args, environ, "audience"), _setting(args, environ, "resource")
+    audience = _setting(args, environ, "audience")
+    resource = _setting(args, environ, "resource")
     scope = _setting(args, environ, "scope")
     if mode == "id-jag":
         if audience is not None:

@@ -381,7 +381,8 @@ class _Reopened:
             if type(read) is not bytes:
                 return None if read is None else await too_large(send, self.children.config.max_body_size)
             body = read
-        missing, named = _Missing(send), self.opened.get(name, held)
+        missing = _Missing(send)
+        named = self.opened.get(name, held)
         await self.app(_naming(scope, named), Replay(body, receive), _renamed(missing, held))
         if not missing.refused:
             return None
