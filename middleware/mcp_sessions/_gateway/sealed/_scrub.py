@@ -8,8 +8,9 @@ a value) leaves its held part unsent: the proxy ends the connection instead (``_
 The scan is linear in the answer for each value: ``bytes.find`` from the last match on, never again from every
 offset (CPython's search turns to the two-way algorithm where a pattern's comparisons pile up: no answer makes it
 quadratic); the part held back between reads is at most a value's length less one byte. No regular expression: an
-alternation of the values would try each at every offset, which is what ``find`` does per value, with less to
-check."""
+alternation of literals cannot backtrack catastrophically (nothing in it repeats), but ``re`` tries each at every
+offset, as far as it matches, where ``find`` skips: 11 MiB/s against 170 for three values of 40 bytes over 16 MiB
+of the byte they begin with, 210 against 4,268 over text."""
 
 from __future__ import annotations
 
