@@ -1,10 +1,12 @@
 """What the tests of masked credentials (``--process-env-mask``) share: a stand-in HTTPS API with a certificate
-authority of its own (:func:`stand_in_authority`, :data:`API`: each request's method, target, headers and body's
-size echoed back as JSON (but at ``/unechoed``: ``{}``), every ``Authorization`` it got listed at ``/seen``, a
-``git`` fetch asked for its credential; a second port answers plain HTTP), and a hostile stdio server
-(:data:`SERVER`) whose tools run a command in the process (``run``) and search everything it can read of itself for
-a value (``search``: its environment, its memory through ``/proc/self/mem``, and the files of its home, ``/tmp`` and
-the gateway's certificates; the value asked in two halves, so that the asking puts it whole nowhere)."""
+authority of its own (:func:`stand_in_authority`, :data:`API`: each request's method, target, headers (and their
+SHA-256, which no scrub knows) and body's size echoed back as JSON (but at ``/unechoed``: ``{}``), every
+``Authorization`` it got listed at ``/seen``, echoed in pieces that cut it at ``/split``, cut inside it at ``/cut``
+and gzip'd at ``/coded``, a ``git`` fetch asked for its credential; a second port answers plain HTTP), and a
+hostile stdio server (:data:`SERVER`) whose tools run a command in the process (``run``) and search everything it
+can read of itself for a value (``search``: its environment, its memory through ``/proc/self/mem``, and the files of
+its home, ``/tmp`` and the gateway's certificates; the value asked in two halves, so that the asking puts it whole
+nowhere)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from e2e._sealed import ANSWERING
 NAMES = ("api.test", "other.test")
 """The stand-in API's names: the first masked, the second not (the same server, reached by an opaque tunnel)."""
 API = r"""
-import http.server, json, ssl, sys, threading
+import gzip, hashlib, http.server, json, ssl, sys, threading
 SEEN = []
 class Echo(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # a connection kept alive, as an API's is
@@ -24,7 +26,12 @@ class Echo(http.server.BaseHTTPRequestHandler):
         SEEN.append(self.headers.get("Authorization", ""))
         size = len(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
         echoed = {"method": self.command, "path": self.path, "headers": dict(self.headers.items()), "size": size}
+        # what it got, in a form no scrub knows: the echo beside it is what the process may see
+        digests = {name.lower(): hashlib.sha256(value.encode()).hexdigest() for name, value in self.headers.items()}
+        echoed["sha256"] = digests
         body = json.dumps(echoed).encode()
+        if self.path.startswith(("/split", "/cut", "/coded")):
+            return self.echo(self.headers.get("Authorization", "").encode())
         if self.path == "/seen":
             body = json.dumps(SEEN).encode()
         elif self.path == "/unechoed":
@@ -40,6 +47,32 @@ class Echo(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+    def echo(self, got):
+        # the Authorization got, in a header and in a body written in pieces that cut it (each a TLS record of
+        # its own): framed by its length, chunked, or by the connection's close (/split?close); /cut closes 20
+        # bytes into the value, its length saying more; /coded is gzip'd whatever was asked
+        body = b'{"echo": "' + got + b'"}'
+        framing = self.path.partition("?")[2] or "length"
+        self.send_response(200)
+        self.send_header("X-Echo", got.decode())
+        if self.path == "/coded":
+            body = gzip.compress(body)
+            self.send_header("Content-Encoding", "gzip")
+        if framing == "chunked":
+            self.send_header("Transfer-Encoding", "chunked")
+        elif framing == "close":
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        else:
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        at = len(b'{"echo": "Bearer ')
+        pieces = [body[:at + 20]] if self.path == "/cut" else [body[:at + 3], body[at + 3:at + 20], body[at + 20:]]
+        for piece in pieces:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece) if framing == "chunked" else piece)
+        if framing == "chunked":
+            self.wfile.write(b"0\r\n\r\n")
+        self.close_connection = self.close_connection or self.path == "/cut"
     do_GET = do_POST = do_TRACE = answer
     def log_message(self, *args): pass
 def serve(address, count, port):

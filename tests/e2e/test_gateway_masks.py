@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import http.server
 import importlib
 import json
@@ -169,12 +170,21 @@ def ran(mcp: ModernClient, session: dict[str, Any], *argv: str) -> dict[str, Any
 
 def echoed(mcp: ModernClient, session: dict[str, Any], *argv: str) -> dict[str, Any]:
     """What the stand-in API echoed of the request ``argv`` made (its method, its target as ``path``, its headers,
-    lower-cased)."""
+    lower-cased, as the process got them: the value scrubbed), and what it got (``got``: each header's SHA-256)."""
     done = ran(mcp, session, *argv)
     assert done["status"] == 0, done
     answer = json.loads(done["out"])
     headers = {name.lower(): value for name, value in answer["headers"].items()}
-    return {"method": answer["method"], "path": answer["path"], **headers}
+    return {"method": answer["method"], "path": answer["path"], **headers, "got": answer["sha256"]}
+
+
+def digest(text: str) -> str:
+    """A header's value as the stand-in API says it got it (:func:`echoed`'s ``got``)."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def basic(pair: str) -> str:
+    return "Basic " + base64.b64encode(pair.encode()).decode()
 
 
 def searched(mcp: ModernClient, session: dict[str, Any], value: str) -> list[str]:
@@ -193,18 +203,25 @@ def test_each_client_reaches_the_api_with_the_value_and_the_process_holds_the_pl
     found = {"token": searched(mcp, session, TOKEN), "placeholder": searched(mcp, session, placeholder)}
     url = f"https://{API}:{secure}/"
     bearer = f"Authorization: Bearer {placeholder}"
-    seen = {
-        "curl": echoed(mcp, session, "curl", "-sS", "-H", bearer, url)["authorization"],
-        "httpx": echoed(mcp, session, *python, "-c", HTTPX, url)["authorization"],
-        "urllib": echoed(mcp, session, "/usr/bin/python3", "-c", URLLIB, url)["authorization"],
-        "node fetch": echoed(mcp, session, masked.node, "-e", FETCH, url)["authorization"],
+    each = {
+        "curl": echoed(mcp, session, "curl", "-sS", "-H", bearer, url),
+        "httpx": echoed(mcp, session, *python, "-c", HTTPX, url),
+        "urllib": echoed(mcp, session, "/usr/bin/python3", "-c", URLLIB, url),
+        "node fetch": echoed(mcp, session, masked.node, "-e", FETCH, url),
     }
-    basic = echoed(mcp, session, "curl", "-sS", "-u", f"x-access-token:{placeholder}", url)["authorization"]
+    paired = echoed(mcp, session, "curl", "-sS", "-u", f"x-access-token:{placeholder}", url)
     assert placeholder != TOKEN
     assert len(placeholder) == len(TOKEN)
     assert placeholder[3] == "_"
-    assert seen == dict.fromkeys(seen, f"Bearer {TOKEN}")
-    assert base64.b64decode(basic.removeprefix("Basic ")).decode() == f"x-access-token:{TOKEN}"
+    # the API got the value; its echo of it reached the process as the placeholder (issue 103)
+    assert {client: echo["got"]["authorization"] for client, echo in each.items()} == dict.fromkeys(
+        each, digest(f"Bearer {TOKEN}")
+    )
+    assert {client: echo["authorization"] for client, echo in each.items()} == dict.fromkeys(
+        each, f"Bearer {placeholder}"
+    )
+    assert paired["got"]["authorization"] == digest(basic(f"x-access-token:{TOKEN}"))
+    assert paired["authorization"] == basic(f"x-access-token:{placeholder}")  # the pair's base64 as sent, scrubbed
     assert found["token"] == []  # not in its environment, its memory, nor its files
     assert "environ" in found["placeholder"]
     assert "memory" in found["placeholder"]  # where the search looks
@@ -219,8 +236,8 @@ def test_a_process_file_holds_the_placeholder_and_curl_netrc_reaches_the_api_wit
     read = ran(mcp, session, "sh", "-c", 'cat "$HOME/.netrc" && stat -c "%a %u" "$HOME/.netrc" && id -u')
     uid = read["out"].rsplit("\n", 2)[1]
     assert read["out"] == NETRC.replace("${API_TOKEN}", placeholder) + f"600 {uid}\n{uid}\n", read
-    basic = echoed(mcp, session, "curl", "-sS", "--netrc", f"https://{API}:{masked.secure}/")["authorization"]
-    assert base64.b64decode(basic.removeprefix("Basic ")).decode() == f"x-access-token:{TOKEN}"
+    paired = echoed(mcp, session, "curl", "-sS", "--netrc", f"https://{API}:{masked.secure}/")
+    assert paired["got"]["authorization"] == digest(basic(f"x-access-token:{TOKEN}"))
 
 
 def test_the_value_goes_in_the_credential_s_headers_alone(masked: Masked) -> None:
@@ -232,11 +249,11 @@ def test_the_value_goes_in_the_credential_s_headers_alone(masked: Masked) -> Non
     headers = [f"{name}: {prefix}{placeholder}" for name, prefix in CARRIED.items()]
     url = f"https://{API}:{masked.secure}/?key={placeholder}"
     got = echoed(mcp, session, "curl", "-sS", *(each for header in headers for each in ("-H", header)), url)
-    assert {name.lower(): got[name.lower()] for name in CARRIED} == {
-        "authorization": f"Bearer {TOKEN}",
-        "x-api-key": TOKEN,
-        "x-other": placeholder,
-        "cookie": f"session={placeholder}",
+    assert {name.lower(): got["got"][name.lower()] for name in CARRIED} == {
+        "authorization": digest(f"Bearer {TOKEN}"),
+        "x-api-key": digest(TOKEN),
+        "x-other": digest(placeholder),
+        "cookie": digest(f"session={placeholder}"),
     }
     assert got["path"] == f"/?key={placeholder}"
 
@@ -306,13 +323,56 @@ print(json.dumps({
 """
 
 
+def test_a_masked_host_s_echo_of_the_value_reaches_the_process_as_the_placeholder_and_a_cut_one_never(
+    masked: Masked,
+) -> None:
+    """Issue 103: the API echoes the ``Authorization`` it got in a header and in a body written in pieces that cut
+    the value (each a TLS record: the proxy's reads end inside it), framed by its length, chunked, or by the
+    connection's close: curl, Python's urllib and Node's fetch get the placeholder in both, where they got the
+    value. An answer cut 20 bytes into the value ends the connection with the body up to the value's first byte
+    (curl's 18, a partial answer), where those 20 bytes went on; one gzip'd although the proxy asked for
+    ``identity`` (which curl's ``--compressed`` asking gets instead) is refused, 502."""
+    mcp, session = masked.mcp, masked.session
+    placeholder = _sealed.text(_sealed.call(mcp, "env", session, variable="API_TOKEN"))
+    url, bearer = f"https://{API}:{masked.secure}", f"Authorization: Bearer {placeholder}"
+    curl = ("curl", "-sS", "-H", bearer)
+    heads = {framing: ran(mcp, session, *curl, "-D", "-", f"{url}/split?{framing}") for framing in FRAMINGS}
+    clients = {
+        "urllib": ran(mcp, session, "/usr/bin/python3", "-c", URLLIB_ECHO, f"{url}/split?chunked"),
+        "node fetch": ran(mcp, session, masked.node, "-e", FETCH_ECHO, f"{url}/split?chunked"),
+    }
+    cut = ran(mcp, session, *curl, f"{url}/cut")
+    coded = ran(mcp, session, *curl, "-o", "/dev/null", "-w", "%{http_code}", f"{url}/coded")
+    asked = echoed(mcp, session, *curl, "--compressed", f"{url}/")
+    body = f'{{"echo": "Bearer {placeholder}"}}'
+    shown = {framing: done["out"].rpartition("\n\n")[::2] for framing, done in heads.items()}  # text: \r\n is \n
+    assert {framing: (f"x-echo: Bearer {placeholder}\n" in head, rest) for framing, (head, rest) in shown.items()} == {
+        framing: (True, body) for framing in FRAMINGS
+    }, heads
+    assert {client: done["out"] for client, done in clients.items()} == dict.fromkeys(
+        clients, f"Bearer {placeholder}\n{body}\n"
+    )
+    assert (cut["status"], cut["out"]) == (18, '{"echo": "Bearer '), cut
+    assert coded["out"] == "502", coded
+    assert asked["accept-encoding"] == "identity"
+    assert TOKEN[:8] not in json.dumps([heads, clients, cut, coded])
+
+
+FRAMINGS = ("length", "chunked", "close")
+URLLIB_ECHO = """import os, sys, urllib.request
+asked = urllib.request.Request(sys.argv[1], headers={"Authorization": "Bearer " + os.environ["API_TOKEN"]})
+answer = urllib.request.urlopen(asked, timeout=30)
+print(answer.headers["X-Echo"]); print(answer.read().decode())"""
+FETCH_ECHO = """fetch(process.argv[1], {headers: {Authorization: "Bearer " + process.env.API_TOKEN}})
+.then(async (answer) => console.log(answer.headers.get("x-echo") + "\\n" + await answer.text()))"""
+
+
 def test_a_body_streams_through_with_the_value_in_the_head(masked: Masked, python: tuple[str, ...]) -> None:
     """A POST of 4 MiB through the proxy: the body arrives whole, the head with the value."""
     post = "\n".join((HTTPX.split("\n")[0], POST))
     done = ran(masked.mcp, masked.session, *python, "-c", post, f"https://{API}:{masked.secure}/upload")
     answer = json.loads(done["out"])
-    headers = {name.lower(): value for name, value in answer["headers"].items()}
-    assert (answer["size"], headers["authorization"]) == (4 << 20, f"Bearer {TOKEN}"), done
+    assert (answer["size"], answer["sha256"]["authorization"]) == (4 << 20, digest(f"Bearer {TOKEN}")), done
 
 
 def test_git_over_https_reaches_the_api_with_the_value_in_its_basic_credential(
@@ -503,7 +563,7 @@ def test_the_operator_s_authority_signs_what_the_process_sees_and_its_key_is_now
     alone = echoed(mcp, session, "curl", "-sS", "--cacert", "/run/mcp-sessions-ca/ca.pem", "-H", bearer, url)
     urllib = echoed(mcp, session, "/usr/bin/python3", "-c", URLLIB, url)
     assert given == (files / "ca.pem").read_text()
-    assert alone["authorization"] == urllib["authorization"] == f"Bearer {TOKEN}"
+    assert alone["got"]["authorization"] == urllib["got"]["authorization"] == digest(f"Bearer {TOKEN}")
     assert found == []
 
 
@@ -538,7 +598,8 @@ def test_plain_http_gets_the_value_where_its_credential_opts_that_host_in_alone(
     other = echoed(mcp, session, "curl", "-sS", "-H", bearer, f"http://{OTHER}:{plain}/")
     around = ("--noproxy", "*", "--connect-timeout", "3")
     direct = ran(mcp, session, "curl", "-sS", *around, "-H", bearer, f"http://{API}:{plain}/")
-    assert opted["authorization"] == urllib["authorization"] == f"Bearer {TOKEN}"
+    assert opted["got"]["authorization"] == urllib["got"]["authorization"] == digest(f"Bearer {TOKEN}")
+    assert opted["authorization"] == f"Bearer {placeholder}"  # plain HTTP's answer is scrubbed too
     assert (other["host"], other["authorization"]) == (f"{OTHER}:{plain}", f"Bearer {placeholder}")
     assert direct["status"] in (7, 28), direct
 
