@@ -17,6 +17,7 @@ from _mcp import REQUIRED_MESSAGE, AnswersProbes
 from _otel import collect, points
 from conftest import SECRET
 from mcp_sessions import KeySet, MCPSessionMiddleware, SessionKey
+from mcp_sessions._pipeline import REQUEST_ID
 
 from ._direct import (
     HANDSHAKE,
@@ -35,7 +36,7 @@ pytestmark = pytest.mark.anyio
 INITIALIZE_RESULT = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": {"name": "s"}}
 
 
-def message(method: str, request_id: int = 1, **params: Any) -> dict[str, Any]:
+def message(method: str, request_id: object = 1, **params: Any) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
 
 
@@ -132,3 +133,25 @@ async def test_a_batch_the_2026_server_refuses_costs_no_session_work() -> None:
     assert sender.status == 400
     assert sender.json()["error"]["code"] == -32600  # the SDK's own answer
     assert (app.calls, CountingKeys.verified, store.touches) == (0, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("body", "request_id"),
+    [
+        (message("tools/list", 7), 7),
+        (message("tools/list", "7"), "7"),  # as sent: not "7" for 7, nor 7 for "7"
+        (message("tools/list", 1.5), None),  # an id no answer can repeat (the mcp SDK reads strings and integers)
+        ({"jsonrpc": "2.0", "method": "notifications/initialized"}, "absent"),
+        ([message("tools/list", 7)], "absent"),
+        ({"jsonrpc": "2.0", "id": 7, "result": {}}, "absent"),  # an answer to the server's request
+    ],
+    ids=["integer", "string", "float", "notification", "batch", "response"],
+)
+async def test_the_app_is_told_the_id_of_the_one_request_the_middleware_parsed(body: Any, request_id: object) -> None:
+    """``REQUEST_ID``: what a layer inside the sessions reads instead of the body (``gateway --stdio``'s, which
+    answers a call its stop cuts with its id), set for one request alone."""
+    app = Downstream()
+    await call(middleware(app, batches=True), dumps(body), http_scope(headers=HANDSHAKE))
+    assert app.calls == 1
+    found = app.scope.get(REQUEST_ID, "absent")
+    assert (found, type(found)) == (request_id, type(request_id))

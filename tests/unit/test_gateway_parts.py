@@ -27,7 +27,7 @@ from mcp_sessions._gateway._front import HostCheck, RoutedPaths, trusted_proxies
 from mcp_sessions._gateway.auth._users import JWKS_LIFESPAN, JwtVerifier
 from mcp_sessions._gateway.http._proxy import client_headers
 from mcp_sessions._gateway.http._replicas import Replicas
-from mcp_sessions._gateway.stdio._server import _sessions_config, _TransportRequests
+from mcp_sessions._gateway.stdio._server import _sessions_config, _under_sessions
 from mcp_sessions._session import RateLimit
 from mcp_sessions._tokens import KeySet
 from mcp_sessions._wire import jsonrpc
@@ -285,14 +285,14 @@ async def test_a_request_in_flight_as_its_transport_session_ends_gets_its_answer
     """The ``mcp`` SDK's transport, as a 2025 session's end (its client's ``DELETE``, or the gateway's at the end of
     its process) lands at each step of a request in flight, ends the request's event stream with no answer, or
     leaves it unfinished (CI: ``httpx.RemoteProtocolError``); in the gateway, the request gets its conversation's
-    end. The layers as the gateway has them (the sessions placed at the SDK's endpoint); httpx's body in two
-    messages, read whole, as the sessions read it (and refused as they refuse it, past ``max_body_size``)."""
+    end. The layers as the gateway has them (the sessions placed at the SDK's endpoint, in front of the guard of its
+    transport); httpx's body in two messages, read whole by the sessions alone (and refused past ``max_body_size``)."""
     server = MCPServer("racing")
     unprotected = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     ended = MCPError(-32603, "the server process of this conversation has ended (exited)")
-    config = _sessions_config(SessionsConfig(secret=SECRET), None, replica=False)
-    sdk = server.streamable_http_app(transport_security=unprotected)
-    app = MCPSessionMiddleware(_TransportRequests(sdk, lambda raw, stopping: ended, max_body=1000), config=config)
+    config = _sessions_config(SessionsConfig(secret=SECRET, max_body_size=1000), None, replica=False)
+    sdk = _under_sessions(server.streamable_http_app(transport_security=unprotected), lambda raw, stopping: ended)
+    app = MCPSessionMiddleware(sdk, config=config)
 
     headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25"}
     hello: dict[str, object] = {"protocolVersion": "2025-11-25", "capabilities": {}}
@@ -322,3 +322,36 @@ async def test_a_request_in_flight_as_its_transport_session_ends_gets_its_answer
     assert error in found
     assert large.status_code == 413
     assert "too large (limit 1000 bytes)" in large.json()["error"]["message"]
+
+
+@pytest.mark.anyio
+async def test_each_request_to_the_stdio_servers_transport_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guard of the SDK's transport (its ids in flight, the answer of a call cut) reads the id the sessions parsed
+    (``REQUEST_ID``), never the body: one parse of each body on its way, a 2025 transport session's request too (it
+    was read whole and parsed again there: 2 MiB more held, and its parse, for each such request)."""
+    server = MCPServer("once")
+    unprotected = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    ended = MCPError(-32603, "the server process of this conversation has ended (exited)")
+    config = _sessions_config(SessionsConfig(secret=SECRET), None, replica=False)
+    sdk = _under_sessions(server.streamable_http_app(transport_security=unprotected), lambda raw, stopping: ended)
+    parsed: list[bytes | str] = []
+    loads = jsonrpc.loads
+
+    def counted(body: bytes | str, *, answer: bool = False) -> object:
+        if not answer:  # a request's body (an answer's events are read as answers)
+            parsed.append(body)
+        return loads(body, answer=answer)
+
+    monkeypatch.setattr(jsonrpc, "loads", counted)
+    headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25"}
+    hello: dict[str, object] = {"protocolVersion": "2025-11-25", "capabilities": {}}
+    hello["clientInfo"] = {"name": "once", "version": "1"}
+    transport = httpx.ASGITransport(MCPSessionMiddleware(sdk, config=config))
+    async with server.session_manager.run(), httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+        opened = await http.post("/mcp", json=jsonrpc.request(0, "initialize", hello), headers=headers)
+        session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"]}
+        del parsed[:]
+        answer = await http.post("/mcp", json=jsonrpc.request("7", "ping"), headers=session)
+
+    assert parsed == [jsonrpc.dumps(jsonrpc.request("7", "ping"))]
+    assert loads(answer.text.partition("data: ")[2] or answer.text) == jsonrpc.result("7", {})

@@ -2,7 +2,7 @@
 the middleware's own), answer, forward, rewrite the response."""
 
 from ._answer import Answers
-from ._forward import Exchange, Forwarder
+from ._forward import REQUEST_ID, Exchange, Forwarder
 from ._probe import DEFAULT_PROBE_TIMEOUT, Rejection, error_answer, unavailable
 from ._resolve import Resolver, check_handles, start_operations
 from ._response import DEFAULT_MAX_RESPONSE_SIZE
@@ -10,6 +10,7 @@ from ._response import DEFAULT_MAX_RESPONSE_SIZE
 __all__ = [
     "DEFAULT_MAX_RESPONSE_SIZE",
     "DEFAULT_PROBE_TIMEOUT",
+    "REQUEST_ID",
     "Answers",
     "Exchange",
     "Forwarder",

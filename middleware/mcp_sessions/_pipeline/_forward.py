@@ -57,6 +57,12 @@ if TYPE_CHECKING:
     from ..profiles import WireProfile
     from ..sources import TransportSource
 
+REQUEST_ID: Final = "mcp_sessions.request_id"
+"""The scope key of the id of the one request a forwarded POST carries, as its answer repeats it (a string or an
+integer; ``None`` for an id no answer can repeat), from the body the sessions parsed: set on the scope the app is
+called with, absent for a notification, a batch, or a body that is no JSON-RPC call. A layer inside the sessions
+that answers for a request (``gateway --stdio``'s, for a call its stop cuts) reads it here, not the body again."""
+
 
 class Forwarder:
     """The forward step of one middleware: what the app is called with, for a plan nothing refused."""
@@ -118,6 +124,8 @@ class Forwarder:
         """
         if self.hidden is not None:
             strip_session_members(plan, replay, self.hidden)
+        if not plan.batch and plan.calls[0].is_request:
+            scope[REQUEST_ID] = jsonrpc.echoable_id(plan.calls[0].request_id)
         given, listen = send, None
         receive: Receive = replay
         if self._transport is not None and plan.era is Era.LEGACY and plan.calls[0].method == "initialize":

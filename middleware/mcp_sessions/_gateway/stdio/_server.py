@@ -48,13 +48,15 @@ from mcp.server.subscriptions import ListenHandler
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp_types.methods import CACHEABLE_METHODS
+from starlette.applications import Starlette
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..._asgi import Replay, header, read_body, send_json, sse_event, too_large
+from ..._asgi import Replay, header, is_transport, read_body, send_json, sse_event, too_large
 from ..._bounded import BoundedDict
 from ..._config import SessionsConfig
 from ..._middleware import MCPSessionMiddleware
-from ..._pipeline import unavailable
+from ..._pipeline import REQUEST_ID, unavailable
 from ..._wire import jsonrpc
 from ..._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
 from ..._wire.sse import SSERewriter
@@ -254,9 +256,11 @@ def _layered(
     trusted: list[str],
     status: tuple[int | None, str | None],
 ) -> GatewayFront:
-    """The SDK's app for :class:`StdioServer`, and the layers around it, outermost last: the sessions, the
-    gateway's auth and tool policy, its Host and Origin check (as in front of an HTTP upstream), its front door. The
-    table (``table``, given how to end a 2025 transport session) ends one through the sessions, which it sits in."""
+    """The SDK's app for :class:`StdioServer`, and the layers around it, outermost last: the guard of its transport's
+    requests (:class:`_TransportRequests`, at its endpoint, where the sessions then place their work in front of it),
+    the sessions, the gateway's auth and tool policy, its Host and Origin check (as in front of an HTTP upstream), its
+    front door. The table (``table``, given how to end a 2025 transport session) ends one through the sessions, which
+    it sits in."""
 
     async def end_transport(transport: bytes, user: object) -> None:
         await _end_transport(sessions, transport, user)
@@ -265,14 +269,15 @@ def _layered(
     server = StdioServer(children)
     # the gateway's own check instead
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    app: ASGIApp = server.streamable_http_app(transport_security=security, session_idle_timeout=idle)
+    app: ASGIApp = _under_sessions(
+        server.streamable_http_app(transport_security=security, session_idle_timeout=idle), children.unanswered
+    )
     if children.state == "disk":  # a transport session of a process gone is opened again, nothing lost
         app = _Reopened(app, children)
-    requests = _TransportRequests(app, children.unanswered, config.max_body_size)
     # a conversation's child starts at its sessions/create; no wire's session member reaches a child, as none
     # reaches an HTTP upstream
     config = config.replace(on_create=children.created, fronts_upstream=True)
-    sessions = MCPSessionMiddleware(_Opening(requests, children), config=config)
+    sessions = MCPSessionMiddleware(_Opening(app, children), config=config)
     exchanged = children.process_env.wrap(sessions)  # exchanges, once the user is known
     own = sessions if auth is None else OwnConversations(exchanged, children)
     checked: ASGIApp = _HostChecked(guarded(own, auth, tools, config), check)
@@ -521,38 +526,31 @@ class _TransportRequests:
       it, but as 503 with ``Retry-After``, which a client sends again: the SDK's transport would answer it in an
       event stream, whose 200 has started before the refusal is known.
 
-    It reads a 2025 request's body whole (the sessions, placed at the SDK's endpoint, read it after this layer), as the
-    sessions do: up to ``max_body`` bytes, then 413. A 2026-07-28 request has no transport session (its
-    ``Mcp-Session-Id``, if any, is no transport session's): its body passes as the app reads it, kept by reference,
-    and its id is read only where the stop cuts it (:class:`_Teed`)."""
+    It stands where the SDK's transport stood, under the sessions (:func:`_under_sessions`), and reads no body: a
+    request's id is the one the sessions parsed (:data:`REQUEST_ID`, set for a request alone). What reaches it
+    without one (a notification, a response, a batch, the sessions' probe) is the transport's, untouched. A
+    2026-07-28 request has no transport session (its ``Mcp-Session-Id``, if any, is no transport session's)."""
 
-    def __init__(
-        self, app: ASGIApp, unanswered: Callable[[bytes, Callable[[], bool]], MCPError], max_body: int
-    ) -> None:
+    def __init__(self, app: ASGIApp, unanswered: Callable[[bytes, Callable[[], bool]], MCPError]) -> None:
         self.app = app
         self.unanswered = unanswered
-        self.max_body = max_body
         # (transport session id, its principal as the SDK's transport compares it, request id as the SDK keys it)
         self.in_flight: set[tuple[bytes, tuple[object, ...], str]] = set()
 
+    @property
+    def session_manager(self) -> object:
+        """The transport's: the sessions, looking for it, find this layer in its place and go in front of it."""
+        return getattr(self.app, "session_manager", None)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST":
+        if scope["type"] != "http" or REQUEST_ID not in scope:
             return await self.app(scope, receive, send)
+        request_id: str | int | None = scope[REQUEST_ID]
         if _era(scope) is not Era.LEGACY:  # a 2026-07-28 request: its Mcp-Session-Id, if any, is no transport session's
-            teed = _Teed(receive)  # its id read only if the stop cuts it, not at every call
-            return await self._told_if_cut(scope, teed, _Answered(send, teed.request_id, partial(_cut, scope)))
+            return await self._told_if_cut(scope, receive, _Answered(send, lambda: request_id, partial(_cut, scope)))
         transport = header(scope["headers"], MCP_SESSION_ID_HEADER)
-        if transport is None:  # an initialize, which opens one
+        if transport is None or request_id is None:  # an initialize, which opens one; an id no answer can repeat
             return await self.app(scope, receive, send)
-        length = header(scope["headers"], b"content-length")
-        body = await read_body(receive, length, self.max_body)
-        # gone (the client disconnected: nothing to answer), or too large
-        if type(body) is not bytes:
-            return None if body is None else await too_large(send, self.max_body)
-        request_id = _request_id(body)
-        replay = Replay(body, receive)
-        if request_id is None:
-            return await self.app(scope, replay, send)
         if scope.get(REFUSING, bool)():  # as the table refuses it, but before its answer would start a 200 stream
             return await unavailable(503, RESTARTING, RETRY_AFTER, request_id, "refusing").send(send)
         user = scope.get("user")
@@ -567,7 +565,7 @@ class _TransportRequests:
         answered = partial(self.unanswered, transport, stopping)
         answer = _Answered(send, lambda: request_id, answered, answer_id=request_id)
         try:
-            await self._told_if_cut(scope, replay, answer)
+            await self._told_if_cut(scope, receive, answer)
         finally:
             self.in_flight.discard(key)
 
@@ -585,28 +583,16 @@ class _TransportRequests:
             await answer.end()
 
 
-def _request_id(body: bytes) -> str | int | None:
-    """The id of the request ``body`` holds, as an answer echoes it; ``None`` for anything else."""
-    parsed = jsonrpc.loads(body)
-    return jsonrpc.echoable_id(jsonrpc.request_id_of(parsed)) if jsonrpc.is_request_or_notification(parsed) else None
-
-
-class _Teed:
-    """A ``receive`` that keeps the body the app reads (the chunks themselves, no copy), so that its request's id is
-    read (:meth:`request_id`) only where an answer must be made for it."""
-
-    def __init__(self, receive: Receive) -> None:
-        self.receive = receive
-        self.chunks: list[bytes] = []
-
-    async def __call__(self) -> Message:
-        message = await self.receive()
-        if message["type"] == "http.request":
-            self.chunks.append(message.get("body", b""))
-        return message
-
-    def request_id(self) -> str | int | None:
-        return _request_id(b"".join(self.chunks))
+def _under_sessions(app: Starlette, unanswered: Callable[[bytes, Callable[[], bool]], MCPError]) -> Starlette:
+    """The SDK's ``app`` with :class:`_TransportRequests` in front of its transport, on the transport's route: the
+    sessions, placed at that endpoint once they are built, go in front of it (it looks like the transport), so that
+    it reads what they parsed instead of the body."""
+    routes = [route for route in app.routes if isinstance(route, Route) and is_transport(route.app)]
+    if not routes:  # the SDK's app changed its shape: no request would be guarded
+        raise TypeError(f"the mcp SDK's app has no transport route to guard: {app.routes!r}")
+    for route in routes:
+        route.app = _TransportRequests(route.app, unanswered)
+    return app
 
 
 class _Answered:
