@@ -239,3 +239,29 @@ def test_a_reload_keeps_each_running_server_s_part_of_the_uids_and_gives_an_adde
         "gateway.process-uids: no part of 10 uids is free for servers.more: every part of 200000-200029 is a running "
         "server's (a restart divides the range anew)"
     )
+
+
+def test_the_default_max_processes_is_divided_among_the_stdio_servers_unless_one_sets_its_own(tmp_path: Path) -> None:
+    """The host's processes are the gateway's: three stdio servers take a third of ``max-processes``' default each
+    (each had it whole: three times what the host was sized for), one that sets its own keeps it, an HTTP server
+    has none."""
+    from argparse import Namespace
+
+    from mcp_sessions._gateway._cli import configured_file
+    from mcp_sessions._gateway._config import StdioProcesses, default_max_processes
+
+    file = tmp_path / "three.toml"
+    file.write_text(
+        '[servers.a]\nstdio = "cat"\nprocess-containment = "none"\n'
+        '[servers.b]\nstdio = "cat"\nprocess-containment = "none"\n'
+        '[servers.c]\nstdio = "cat"\nprocess-containment = "none"\nmax-processes = 5\n'
+        '[servers.api]\nurl = "http://127.0.0.1:3001/mcp"\n',
+        encoding="utf-8",
+    )
+    config = configured_file(Namespace(config=str(file), command_line=[]), {"MCP_SESSIONS_SECRET": "x" * 32})
+    limits = {
+        served.name: served.config.serves.max_processes
+        for served in config.servers
+        if isinstance(served.config.serves, StdioProcesses)
+    }
+    assert limits == {"a": default_max_processes() // 3, "b": default_max_processes() // 3, "c": 5}

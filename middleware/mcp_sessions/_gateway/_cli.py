@@ -26,6 +26,7 @@ from ._config import (
     Listening,
     Served,
     StdioProcesses,
+    default_max_processes,
 )
 from ._node import node_without_proxy
 from ._process_flags import add_process_arguments, process_options, seal_gateway
@@ -472,11 +473,13 @@ def configured_file(args: argparse.Namespace, environ: Mapping[str, str]) -> Gat
 
 
 def _served(server: ServerFlags, stdio: int, drain: float, environ: Mapping[str, str]) -> Served:
-    """One server of the file, built as the command line's would be: the host's half shared by the file's
-    ``stdio`` servers."""
+    """One server of the file, built as the command line's would be: what the host has (its half, and
+    ``max-processes``' default) shared by the file's ``stdio`` servers, unless the server sets its own."""
     if server.flags.stdio is None:  # the status is the stdio servers'
         server.flags.status_port = server.flags.status_socket = None
     server.flags.process_share = stdio  # the host's half, shared by every stdio server's processes
+    if "max-processes" not in server.table and stdio:  # and the processes its default sizes it for
+        server.flags.max_processes = max(default_max_processes() // stdio, 1)
     server.flags.shutdown_timeout = drain
     # its own variables, literal, beside the environment's allow-list
     own = {**environ, **server.env} if server.env else environ
