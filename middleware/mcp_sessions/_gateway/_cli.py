@@ -582,7 +582,8 @@ class Reload:
         running = {each.name: each for each in self.config.servers}
         held = [each.flags for each in running.values() if each.flags is not None]
         found = servers_of(self.args.config, getattr(self.args, "command_line", ()), add_arguments, held)
-        was, now = held[0].gateway, found[0].gateway
+        was = held[0].gateway
+        now = found[0].gateway
         if changed := sorted(key for key in {*was, *now} if was.get(key) != now.get(key)):
             raise ValueError(
                 f"gateway.{changed[0]}: the gateway's own key, which a reload does not change (a restart does)"

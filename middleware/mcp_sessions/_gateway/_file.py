@@ -346,7 +346,8 @@ def _divide_uids(servers: Sequence[ServerFlags], held: Sequence[ServerFlags]) ->
     first, _, last = uids.partition("-")
     if not (first.isdigit() and last.isdigit() and 0 < int(first) <= int(last)):
         raise FileError(f"gateway.process-uids: FIRST-LAST, two uids above 0: not {printable(uids)!r}")
-    start, count = int(first), int(last) - int(first) + 1
+    start = int(first)
+    count = int(last) - start + 1
     parts = {each.name: each.flags.process_uids for each in held if each.flags.process_uids is not None}
     share = count // len(stdio)
     if parts:  # the start's size: the first held part's

@@ -267,7 +267,8 @@ class Servers:
         await receive()  # lifespan.startup
         try:
             async with anyio.create_task_group() as tasks:
-                self._tasks, self._scope = tasks, scope
+                self._tasks = tasks
+                self._scope = scope
                 try:
                     for route in self.routes:
                         await self._start(route)
