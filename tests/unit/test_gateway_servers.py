@@ -212,3 +212,37 @@ async def asked_of(app: Servers, path: str) -> bytes:
     status, body = await asked(app, path)
     assert status == 200
     return body
+
+
+async def test_a_server_a_reload_starts_that_does_not_start_is_said_and_the_others_serve_on() -> None:
+    steps: list[str] = []
+    app = routed(("a", "/a", Recording("a", steps)))
+    stopping = anyio.Event()
+    messages = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+    said: list[str] = []
+
+    async def receive() -> Message:
+        if len(messages) == 1:
+            await stopping.wait()
+        return messages.pop(0)
+
+    async def send(message: Message) -> None:
+        said.append(message["type"])
+
+    lifespan = {"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(app, lifespan, receive, send)
+            await until_awaited(lambda: steps == ["a started"], "a to start")
+            config = app.routes[0].served.config
+            broken = Route(Served(name="b", path="/b", config=config), Recording("b", steps, fails=True), "/mcp")
+            released: list[str] = []
+            failed = await app.replace(
+                [app.routes[0], broken], 1, lambda route: released.append(route.served.name), lambda route: None
+            )
+            assert (failed, released) == (["b"], ["b"])
+            assert await asked_of(app, "/a") == b"a"
+            assert (await asked(app, "/b"))[0] == 404
+            stopping.set()
+    assert steps == ["a started", "b failed", "a stopped"]
+    assert said == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
