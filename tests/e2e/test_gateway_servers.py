@@ -7,7 +7,8 @@ and the GitHub server (the hostile server of ``_masked``, before a stand-in API 
 own), as root: server-filesystem on the team's tree, server-memory on each user's own directory, the masked token,
 and an upstream over HTTP with an audience of its own (server-everything); each user's conversations across them
 listed and ended at the gateway's base URL, and the operator's view of them all. One gateway, as its own process, for
-each file.
+each file; and a third, of the tests' own server, whose file is reloaded on SIGHUP (a server added, one changed, one
+removed, a fourth's conversation going on), then refused when bad or when its ``[gateway]`` table changes.
 """
 
 from __future__ import annotations
