@@ -7,7 +7,8 @@ and the GitHub server (the hostile server of ``_masked``, before a stand-in API 
 own), as root: server-filesystem on the team's tree, server-memory on each user's own directory, the masked token,
 and an upstream over HTTP with an audience of its own (server-everything); each user's conversations across them
 listed and ended at the gateway's base URL, and the operator's view of them all. One gateway, as its own process, for
-each file.
+each file; and a third, of the tests' own server, whose file is reloaded on SIGHUP (a server added, one changed, one
+removed, a fourth's conversation going on), then refused when bad or when its ``[gateway]`` table changes.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,7 +35,7 @@ from mcp import Client
 from _mcp import LegacyClient, ModernClient
 from _redis import free_port, missing
 from _uids import members, uids
-from _waits import WITHIN
+from _waits import WITHIN, until
 from e2e import _sealed
 from e2e._dns import elsewhere, resolver
 from e2e._gateway import (
@@ -50,7 +53,8 @@ from e2e._gateway import (
 )
 from e2e._issuer import ISSUER, jwks, signed
 from e2e._masked import NAMES, SERVER, stand_in_authority
-from e2e._stdio import FILESYSTEM, filesystem, text_of
+from e2e._stdio import FILESYSTEM, SERVER_PATH, filesystem, text_of
+from e2e._stdio import SERVER as TESTS_SERVER
 
 pytestmark = pytest.mark.anyio
 
@@ -335,3 +339,100 @@ def test_a_user_s_conversations_across_the_servers_are_listed_and_ended_at_the_b
     assert {each["server"] for each in status["processes"]} == {"files", "memory", "github"}
     assert set(status["servers"]) == {"files", "memory", "github"}
     assert status["total"]["processes"] == sum(each["total"]["processes"] for each in status["servers"].values())
+
+
+def reload_file(servers: dict[str, str], gateway: str = "", files: Path = Path("/nowhere")) -> str:
+    """A file of the tests' stdio server, each of ``servers`` with its own extra key lines, uncontained, none
+    started ahead, a process per conversation, its files in ``files``; ``gateway``: the ``[gateway]`` table's
+    lines."""
+    tables = [f"[gateway]\nshutdown-timeout = 3\n{gateway}"]
+    given = {"PYTHONPATH": SERVER_PATH["PYTHONPATH"], "STDIO_TEST_FILES": str(files)}
+    env = "{ " + ", ".join(f"{name} = {json.dumps(value)}" for name, value in given.items()) + " }"
+    for name, extra in servers.items():
+        tables.append(
+            f'[servers.{name}]\nstdio = {json.dumps(shlex.join(TESTS_SERVER))}\nprocess-containment = "none"\n'
+            f'processes = "per-conversation"\nwarm = 0\nenv = {env}\n{extra}'
+        )
+    return "\n".join(tables)
+
+
+@pytest.fixture(scope="module")
+def reloading(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Process, Path]]:
+    """A gateway of three servers of the tests' own (a, b and d), whose file a test writes again and SIGHUPs."""
+    file = tmp_path_factory.mktemp("reload") / "servers.toml"
+    file.write_text(reload_file({"a": "", "b": "", "d": ""}, files=file.parent), encoding="utf-8")
+
+    def command_line(port: int) -> tuple[list[str], dict[str, str]]:
+        line = ["-m", "mcp_sessions", "gateway", "--config", str(file), "--port", str(port), "--log-level", "info"]
+        return [sys.executable, *line], {"MCP_SESSIONS_SECRET": SECRET}
+
+    gateway = started("mcp-sessions gateway --config servers.toml", command_line)
+    try:
+        yield gateway, file
+    except BaseException:
+        print(f"the gateway's log:\n{gateway.output()}")
+        raise
+    finally:
+        gateway.stop()
+
+
+def hangup(gateway: Process, said: str) -> list[str]:
+    """SIGHUP, and the gateway's lines from then until one that holds ``said``."""
+    assert gateway.process is not None
+    before = len(gateway.log())
+    gateway.process.send_signal(signal.SIGHUP)
+    until(lambda: said in gateway.log()[before:].decode(errors="replace"), f"a line that says {said!r}")
+    return gateway.log()[before:].decode(errors="replace").splitlines()
+
+
+def test_a_reload_adds_changes_and_removes_servers_and_the_others_conversations_go_on(
+    reloading: tuple[Process, Path],
+) -> None:
+    """SIGHUP with a file that adds c, changes b and removes d: a's conversation keeps its process (its pid, its
+    count); b is drained as a stop drains the gateway (a request meanwhile 503 with Retry-After, its call in flight
+    past the bound told it may have run, ``-32603``), its conversation then ended (``-32043``, as after a restart),
+    and b serves new ones; c is served at its path; d's path is no server's. A bad file then changes nothing, said
+    in one line; a change of the gateway's own table is refused, naming its key."""
+    gateway, file = reloading
+    http = httpx.Client(timeout=30)
+    _sealed.OPEN.append(http)
+    a, b = ModernClient(http, gateway.url(""), "/servers/a/mcp"), ModernClient(http, gateway.url(""), "/servers/b/mcp")
+    kept, told = a.create_session(), b.create_session()
+    pid = json.loads(text(a.call_tool("whoami", session=kept)[1]))["pid"]
+    assert text(a.call_tool("count", session=kept)[1]) == "1"
+    assert text(b.call_tool("count", session=told)[1]) == "1"
+    held: list[dict[str, Any]] = []
+    holding = threading.Thread(target=lambda: held.append(b.call_tool("hold", session=told)[1]))
+    holding.start()
+    until(lambda: (file.parent / "held").exists(), "b's call to reach its process")
+
+    file.write_text(reload_file({"a": "", "b": "process-idle = 120\n", "c": ""}, files=file.parent), "utf-8")
+    lines = hangup(gateway, "reload: draining b, d")
+    refused = httpx.post(b.url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, timeout=30)
+    assert (refused.status_code, refused.headers.get("retry-after")) == (503, "1"), refused.text
+    lines += hangup(gateway, "reloaded")
+    holding.join(timeout=WITHIN)
+    assert held and held[0]["error"]["code"] == -32603 and held[0]["error"]["data"]["mayHaveRun"], held
+    assert any("added c; changed b; removed d; the others went on" in line for line in lines), lines
+    assert json.loads(text(a.call_tool("whoami", session=kept)[1]))["pid"] == pid
+    assert text(a.call_tool("count", session=kept)[1]) == "2"
+    ended = b.call_tool("count", session=told)[1]
+    assert ended["error"]["code"] == -32043 and "Session not found" in ended["error"]["message"], ended
+    assert text(b.call_tool("count", session=b.create_session())[1]) == "1"
+    c = ModernClient(http, gateway.url(""), "/servers/c/mcp")
+    assert text(c.call_tool("count", session=c.create_session())[1]) == "1"
+    assert httpx.post(gateway.url("/servers/d/mcp"), json={}, timeout=10).status_code == 404
+
+    for written, said in (
+        ("[servers.a]\nstdio = 1 2\n", "not TOML"),
+        (reload_file({"a": "", "c": ""}, gateway="port = 1\n"), "gateway.port: the gateway's own key"),
+        (reload_file({"a": "process-memroy = 1\n", "c": ""}), "servers.a.process-memroy: unknown key"),
+    ):
+        file.write_text(written, encoding="utf-8")
+        lines = hangup(gateway, "reload refused, nothing changed")
+        refusals = [line for line in lines if "reload" in line]
+        assert len(refusals) == 1 and said in refusals[0], lines
+    assert text(a.call_tool("count", session=kept)[1]) == "3"
+    assert json.loads(text(a.call_tool("whoami", session=kept)[1]))["pid"] == pid
+    assert text(b.call_tool("count", session=b.create_session())[1]) == "1"  # b and c still served
+    assert text(c.call_tool("count", session=c.create_session())[1]) == "1"

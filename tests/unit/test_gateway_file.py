@@ -207,3 +207,61 @@ def test_a_server_s_own_refusal_is_said_with_its_name_first(tmp_path: Path) -> N
     assert main(argv, stdin=io.StringIO(), stdout=io.StringIO(), stderr=stderr, environ=environ) == 2
     said = "mcp-sessions gateway: mcpServers.a: --stdio: no-such-command-here: no such command (or not executable)\n"
     assert stderr.getvalue() == said
+
+
+def test_a_reload_keeps_each_running_server_s_part_of_the_uids_and_gives_an_added_one_a_free_part(
+    tmp_path: Path,
+) -> None:
+    """Equal parts at the start (a third each); read again with the running servers (``held``), each keeps its part,
+    and one added takes the first that no server holds (a removed one's), of the start's size; none free: refused,
+    naming the key. The start's division of a file with one server more would have moved b's and c's uids."""
+    three = '[gateway]\nprocess-uids = "200000-200029"\n' + "".join(
+        f'[servers.{name}]\nstdio = "cat"\n' for name in ("a", "b", "c")
+    )
+    held = servers(tmp_path, three)
+    assert [server.flags.process_uids for server in held] == ["200000-200009", "200010-200019", "200020-200029"]
+    without_a = '[gateway]\nprocess-uids = "200000-200029"\n' + "".join(
+        f'[servers.{name}]\nstdio = "cat"\n' for name in ("new", "b", "c", "http")
+    ).replace('[servers.http]\nstdio = "cat"', '[servers.http]\nurl = "http://127.0.0.1:3001/mcp"')
+    file = tmp_path / "again.toml"
+    file.write_text(without_a, encoding="utf-8")
+    found = servers_of(str(file), [], add_arguments, held)
+    assert {server.name: server.flags.process_uids for server in found} == {
+        "new": "200000-200009",  # a's, which no server holds now
+        "b": "200010-200019",
+        "c": "200020-200029",
+        "http": None,
+    }
+    file.write_text(three + '[servers.more]\nstdio = "cat"\n', encoding="utf-8")
+    with pytest.raises(FileError) as refused:
+        servers_of(str(file), [], add_arguments, held)
+    assert str(refused.value) == (
+        "gateway.process-uids: no part of 10 uids is free for servers.more: every part of 200000-200029 is a running "
+        "server's (a restart divides the range anew)"
+    )
+
+
+def test_the_default_max_processes_is_divided_among_the_stdio_servers_unless_one_sets_its_own(tmp_path: Path) -> None:
+    """The host's processes are the gateway's: three stdio servers take a third of ``max-processes``' default each
+    (each had it whole: three times what the host was sized for), one that sets its own keeps it, an HTTP server
+    has none."""
+    from argparse import Namespace
+
+    from mcp_sessions._gateway._cli import configured_file
+    from mcp_sessions._gateway._config import StdioProcesses, default_max_processes
+
+    file = tmp_path / "three.toml"
+    file.write_text(
+        '[servers.a]\nstdio = "cat"\nprocess-containment = "none"\n'
+        '[servers.b]\nstdio = "cat"\nprocess-containment = "none"\n'
+        '[servers.c]\nstdio = "cat"\nprocess-containment = "none"\nmax-processes = 5\n'
+        '[servers.api]\nurl = "http://127.0.0.1:3001/mcp"\n',
+        encoding="utf-8",
+    )
+    config = configured_file(Namespace(config=str(file), command_line=[]), {"MCP_SESSIONS_SECRET": "x" * 32})
+    limits = {
+        served.name: served.config.serves.max_processes
+        for served in config.servers
+        if isinstance(served.config.serves, StdioProcesses)
+    }
+    assert limits == {"a": default_max_processes() // 3, "b": default_max_processes() // 3, "c": 5}

@@ -12,6 +12,7 @@ import anyio
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
+from _waits import until_awaited
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway._cli import _install_egress
 from mcp_sessions._gateway._config import Forwarding, GatewayConfig, Served
@@ -160,3 +161,88 @@ def test_a_table_refused_at_startup_removes_the_servers_tables_installed_before_
     with pytest.raises(NetworkError, match="nft refused b"):
         _install_egress(cast("GatewayConfig", config))
     assert said == ["a installed", "a removed"]
+
+
+async def test_a_reload_stops_the_servers_that_go_before_those_that_come_start_and_leaves_the_others() -> None:
+    """``Servers.replace``: b (replaced) and d (removed) stopped, their tables released, before b's new app and c
+    start (a part of process-uids is never two apps' at once); a neither stopped nor started, reached as before."""
+    steps: list[str] = []
+    a, b, d = Recording("a", steps), Recording("b", steps), Recording("d", steps)
+    app = routed(("a", "/a", a), ("b", "/b", b), ("d", "/d", d))
+    new_b, c = Recording("b2", steps), Recording("c", steps)
+    stopping = anyio.Event()
+    messages = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+
+    async def receive() -> Message:
+        if len(messages) == 1:
+            await stopping.wait()
+        return messages.pop(0)
+
+    async def send(message: Message) -> None:
+        pass
+
+    lifespan = {"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(app, lifespan, receive, send)
+            await until_awaited(lambda: len(steps) == 3, "the servers to start")
+            config = app.routes[0].served.config
+            routes = [
+                app.routes[0],
+                Route(Served(name="b", path="/b", config=config), new_b, "/mcp"),
+                Route(Served(name="c", path="/c", config=config), c, "/mcp"),
+            ]
+            told: list[str] = []
+            failed = await app.replace(
+                routes,
+                1,
+                lambda route: told.append(f"{route.served.name} released"),
+                lambda route: told.append(f"{route.served.name} readied"),
+            )
+            assert failed == []
+            assert steps[3:] == ["d stopped", "b stopped", "b2 started", "c started"]
+            assert told == ["d released", "b released", "b readied", "c readied"]
+            assert [await asked_of(app, path) for path in ("/a", "/b", "/c")] == [b"a", b"b2", b"c"]
+            assert (await asked(app, "/d"))[0] == 404
+            stopping.set()
+    assert steps[-3:] == ["c stopped", "b2 stopped", "a stopped"]
+
+
+async def asked_of(app: Servers, path: str) -> bytes:
+    status, body = await asked(app, path)
+    assert status == 200
+    return body
+
+
+async def test_a_server_a_reload_starts_that_does_not_start_is_said_and_the_others_serve_on() -> None:
+    steps: list[str] = []
+    app = routed(("a", "/a", Recording("a", steps)))
+    stopping = anyio.Event()
+    messages = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+    said: list[str] = []
+
+    async def receive() -> Message:
+        if len(messages) == 1:
+            await stopping.wait()
+        return messages.pop(0)
+
+    async def send(message: Message) -> None:
+        said.append(message["type"])
+
+    lifespan = {"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(app, lifespan, receive, send)
+            await until_awaited(lambda: steps == ["a started"], "a to start")
+            config = app.routes[0].served.config
+            broken = Route(Served(name="b", path="/b", config=config), Recording("b", steps, fails=True), "/mcp")
+            released: list[str] = []
+            failed = await app.replace(
+                [app.routes[0], broken], 1, lambda route: released.append(route.served.name), lambda route: None
+            )
+            assert (failed, released) == (["b"], ["b"])
+            assert await asked_of(app, "/a") == b"a"
+            assert (await asked(app, "/b"))[0] == 404
+            stopping.set()
+    assert steps == ["a started", "b failed", "a stopped"]
+    assert said == ["lifespan.startup.complete", "lifespan.shutdown.complete"]

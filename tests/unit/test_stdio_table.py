@@ -309,7 +309,7 @@ async def test_a_full_table_ends_the_conversation_idle_longest_for_a_new_one(mon
 
     assert refused.value.code == RATE_LIMITED
     assert "at most 2 conversations' processes" in str(refused.value), refused.value
-    assert "max_processes, flag --max-processes)" in str(refused.value), refused.value
+    assert "max_processes, flag --max-processes, key max-processes)" in str(refused.value), refused.value
     assert gone.value.error.code == SESSION_NOT_FOUND
     assert kept.key.id == "his"
     assert ends == [End(EndReason.EVICTED), None, None]

@@ -26,6 +26,7 @@ from ._config import (
     Listening,
     Served,
     StdioProcesses,
+    default_max_processes,
 )
 from ._node import node_without_proxy
 from ._process_flags import add_process_arguments, process_options, seal_gateway
@@ -37,6 +38,8 @@ from .sealed._network import NO_ROUTE, AllowedHost, EgressRules, NetworkError, a
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
+    from ._file import ServerFlags
+    from ._servers import Route, Servers
     from .auth._exchange import TokenExchange, UpstreamToken
     from .auth._tools import ToolPolicy
     from .auth._users import GatewayAuth
@@ -348,7 +351,13 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         named_logs()
     for name, path, each in [(s.name, s.path, s.config) for s in config.servers] or [("", "", config)]:
         _said(each, f"http://{listening.host}:{listening.port}{path}", f"{name}: " if name else "")
-    return serve(app, bound, config, stderr)
+    reload = None
+    if config.servers:
+        from ._servers import Servers
+
+        assert isinstance(app, Servers)
+        reload = Reload(args, environ, config, app)
+    return serve(app, bound, config, stderr, reload)
 
 
 def _install_egress(config: GatewayConfig) -> None:
@@ -449,7 +458,6 @@ def configured_file(args: argparse.Namespace, environ: Mapping[str, str]) -> Gat
     server. The first's is the gateway's, its drain long enough for a stdio server's calls where there is one."""
     from ._file import servers_of
 
-    servers = []
     # the gateway command's own arguments (main's), whose gateway flags win over the file's
     found = servers_of(args.config, getattr(args, "command_line", ()), add_arguments)
     stdio = [server for server in found if server.flags.stdio is not None]
@@ -457,23 +465,31 @@ def configured_file(args: argparse.Namespace, environ: Mapping[str, str]) -> Gat
     if status != (None, None) and not stdio:
         raise ValueError("gateway.status-port and status-socket show stdio servers' processes: the file has none")
     drain = found[0].flags.shutdown_timeout
-    for server in found:
-        if server.flags.stdio is None:  # the status is the stdio servers'
-            server.flags.status_port = server.flags.status_socket = None
-        server.flags.process_share = len(stdio)  # the host's half, shared by every stdio server's processes
-        if drain is None:  # one drain, long enough for a stdio server's calls where there is one
-            server.flags.shutdown_timeout = STDIO_SHUTDOWN_TIMEOUT if stdio else DEFAULT_SHUTDOWN_TIMEOUT
-        # its own variables, literal, beside the environment's allow-list
-        own = {**environ, **server.env} if server.env else environ
-        if server.env:
-            server.flags.pass_env = [*server.flags.pass_env, *server.env]
-        try:
-            config = configured(server.flags, own)
-        except (ValueError, TypeError, RuntimeError, NetworkError, SandboxError) as exc:
-            raise ValueError(f"{server.where}: {exc}") from None
-        servers.append(Served(name=server.name, path=server.path, config=config))
+    if drain is None:  # one drain, long enough for a stdio server's calls where there is one
+        drain = STDIO_SHUTDOWN_TIMEOUT if stdio else DEFAULT_SHUTDOWN_TIMEOUT
+    servers = [_served(server, len(stdio), drain, environ) for server in found]
     listening = replace(servers[0].config.listening, status_port=status[0], status_socket=status[1])
     return replace(servers[0].config, listening=listening, servers=tuple(servers))
+
+
+def _served(server: ServerFlags, stdio: int, drain: float, environ: Mapping[str, str]) -> Served:
+    """One server of the file, built as the command line's would be: what the host has (its half, and
+    ``max-processes``' default) shared by the file's ``stdio`` servers, unless the server sets its own."""
+    if server.flags.stdio is None:  # the status is the stdio servers'
+        server.flags.status_port = server.flags.status_socket = None
+    server.flags.process_share = stdio  # the host's half, shared by every stdio server's processes
+    if "max-processes" not in server.table and stdio:  # and the processes its default sizes it for
+        server.flags.max_processes = max(default_max_processes() // stdio, 1)
+    server.flags.shutdown_timeout = drain
+    # its own variables, literal, beside the environment's allow-list
+    own = {**environ, **server.env} if server.env else environ
+    if server.env:
+        server.flags.pass_env = [*server.flags.pass_env, *server.env]
+    try:
+        config = configured(server.flags, own)
+    except (ValueError, TypeError, RuntimeError, NetworkError, SandboxError) as exc:
+        raise ValueError(f"{server.where}: {exc}") from None
+    return Served(name=server.name, path=server.path, config=config, flags=server)
 
 
 def _listening(args: argparse.Namespace) -> Listening:
@@ -488,14 +504,9 @@ def _app(config: GatewayConfig) -> ASGIApp:
     """The app ``config`` serves: a proxy to its upstream (``forwarding_app``), or its stdio server's processes
     (``stdio_gateway_app``, which needs the ``mcp`` SDK); closing the token exchange's client as it stops."""
     if config.servers:
-        from ._servers import Route, Servers
+        from ._servers import Servers
 
-        routes = []
-        for served in config.servers:
-            each = served.config
-            endpoint = "/mcp" if isinstance(each.serves, StdioProcesses) else urlsplit(each.serves.upstreams[0]).path
-            routes.append(Route(served, _app(replace(each, servers=())), endpoint or "/"))
-        return Servers(routes)
+        return Servers([_route(served) for served in config.servers])
     app: ASGIApp
     if isinstance(config.serves, StdioProcesses):
         from .stdio._server import stdio_gateway_app
@@ -506,6 +517,115 @@ def _app(config: GatewayConfig) -> ASGIApp:
     if config.exchange is not None:  # its client closed as the app stops, in either mode
         app = config.exchange.wrap(app)
     return app
+
+
+def _route(served: Served) -> Route:
+    """A server of the file at its path: its app, and the path the app serves."""
+    from ._servers import Route
+
+    each = served.config
+    endpoint = "/mcp" if isinstance(each.serves, StdioProcesses) else urlsplit(each.serves.upstreams[0]).path
+    return Route(served, _app(replace(each, servers=())), endpoint or "/")
+
+
+class Reload:
+    """What a SIGHUP does to a ``--config`` gateway: the file read again, and its servers served in place of those
+    that run (``Servers.replace``): one whose table is as it was goes on untouched (its processes, its uids, its
+    conversations), one whose table changed is replaced, one removed is drained and stopped, one added started. What
+    is the gateway's cannot change so: a change in its ``[gateway]`` table, or a file the start would refuse, is
+    refused in one line naming its key or line, and nothing changes."""
+
+    def __init__(self, args: argparse.Namespace, environ: Mapping[str, str], config: GatewayConfig, app: Servers):
+        self.args = args
+        self.environ = environ
+        self.config = config
+        self.app = app
+
+    async def __call__(self) -> GatewayConfig | None:
+        """The reload: the gateway's configuration now, or ``None`` where it was refused (nothing changed)."""
+        try:
+            served = self._read()
+        except (ValueError, TypeError, RuntimeError, NetworkError, SandboxError) as exc:
+            logger.error("mcp-sessions gateway: reload refused, nothing changed: %s", exc)
+            return None
+        running = {each.name: each for each in self.config.servers}
+        now = {id(route.served): route for route in self.app.routes}
+        routes = [now.get(id(each)) or _route(each) for each in served]  # those that go on, as they serve
+        failed = await self.app.replace(
+            routes, self.config.listening.shutdown_timeout, lambda route: _released(route.served.config), _readied
+        )
+        serving = tuple(each for each in served if each.name not in failed)
+        self.config = replace(self.config, servers=serving)
+        listening = self.config.listening
+        for each in serving:
+            if each is not running.get(each.name):
+                _said(each.config, f"http://{listening.host}:{listening.port}{each.path}", f"{each.name}: ")
+        names = {each.name for each in serving}
+        added = [each.name for each in serving if each.name not in running]
+        changed = [each.name for each in serving if each.name in running and each is not running[each.name]]
+        removed = [name for name in running if name not in names]
+        logger.info(
+            "mcp-sessions gateway: reloaded %s: added %s; changed %s; removed %s; the others went on",
+            self.args.config,
+            ", ".join(added) or "none",
+            ", ".join(changed) or "none",
+            ", ".join(removed) or "none",
+        )
+        return self.config
+
+    def _read(self) -> list[Served]:
+        """The servers the file names now: each whose table is as it was, the one that runs; each other built as at
+        startup (a ``ValueError`` names its key or line). Every part of ``process-uids`` a running server holds
+        stays its own (``_file``)."""
+        from ._file import servers_of
+
+        running = {each.name: each for each in self.config.servers}
+        held = [each.flags for each in running.values() if each.flags is not None]
+        found = servers_of(self.args.config, getattr(self.args, "command_line", ()), add_arguments, held)
+        was = held[0].gateway
+        now = found[0].gateway
+        if changed := sorted(key for key in {*was, *now} if was.get(key) != now.get(key)):
+            raise ValueError(
+                f"gateway.{changed[0]}: the gateway's own key, which a reload does not change (a restart does)"
+            )
+        stdio = [server for server in found if server.flags.stdio is not None]
+        status = self.config.listening
+        if (status.status_port, status.status_socket) != (None, None) and not stdio:
+            raise ValueError("gateway.status-port and status-socket show stdio servers' processes: the file has none")
+        served: list[Served] = []
+        try:
+            for server in found:
+                old = running.get(server.name)
+                if old is not None and old.flags is not None and old.flags.table == server.table:
+                    served.append(old)
+                else:
+                    served.append(_served(server, len(stdio), status.shutdown_timeout, self.environ))
+        except BaseException:
+            for each in served:  # the proxies of those built, none of which will serve
+                if each.name not in running or running[each.name] is not each:
+                    _released(each.config)
+            raise
+        return served
+
+
+def _readied(route: Route) -> None:
+    """A server a reload starts, made ready as at startup: its containment checked, its egress table installed."""
+    each = route.served.config
+    if each.sandbox is not None:
+        seal_gateway(each.sandbox.containment)
+    if each.egress is not None:
+        each.egress.install()
+
+
+def _released(each: GatewayConfig) -> None:
+    """What a server holds at run time, once its processes have ended: its egress table, its control groups, its
+    masked credentials' proxy."""
+    if (egress := each.egress) is not None:
+        egress.remove()
+    if (cgroups := each.cgroups) is not None:
+        cgroups.close()
+    if (edge := each.edge) is not None:
+        edge.masks.close()
 
 
 def _egress(args: argparse.Namespace, sandbox: Sandbox, forwarded: str | None) -> EgressPolicy | None:

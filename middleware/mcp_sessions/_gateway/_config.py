@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Final, Literal, get_args
 from .._config import SessionsConfig
 
 if TYPE_CHECKING:
+    from ._file import ServerFlags
     from .auth._exchange import TokenExchange, UpstreamToken
     from .auth._tools import ToolPolicy
     from .auth._users import GatewayAuth
@@ -237,8 +238,10 @@ class GatewayConfig:
 @dataclass(frozen=True, kw_only=True)
 class Served:
     """One server of a gateway's file (``--config``): its ``name``, the ``path`` it is served at, and its
-    configuration, whole (the gateway's values and its own)."""
+    configuration, whole (the gateway's values and its own); ``flags``, what the file said of it (``_file``'s
+    ``ServerFlags``), which a reload compares with what the file says then."""
 
     name: str
     path: str
     config: GatewayConfig
+    flags: ServerFlags | None = field(default=None, compare=False, repr=False)

@@ -19,8 +19,11 @@ The file is TOML, or the ``mcpServers`` JSON that Claude Desktop, Cursor and VS 
 
 What is divided among the servers, so that no server's process can reach another's: ``process-uids``' range, in equal
 consecutive parts, one a stdio server in the file's order (the rest of the division left unused), so that no uid runs
-two servers' processes; the users' gids (``process-user-gids``) are shared, as every gateway of a host shares them
-(each user's directory has its group, recorded host-wide under ``process-state``: no gid belongs to two users).
+two servers' processes. The parts stay where they are while the gateway runs: a file read again (``held``, on SIGHUP)
+gives each stdio server that runs its part, and one added the first part no server holds, of the size the start made
+(none free: refused, naming ``process-uids``). The users' gids (``process-user-gids``) are shared, as every gateway of
+a host shares them (each user's directory has its group, recorded host-wide under ``process-state``: no gid belongs
+to two users).
 Each server's resource (RFC 9728) is its own URL: the origin of the gateway's ``auth-resource`` (else its
 ``auth-audience``) and the server's path, unless the server names its own; its metadata is path-inserted
 (``/.well-known/oauth-protected-resource/servers/NAME/mcp``). A token for the gateway's audience reaches every
@@ -38,7 +41,7 @@ import re
 import shlex
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -78,21 +81,28 @@ class FileError(ValueError):
 class ServerFlags:
     """One server of the file: its ``name``, the ``path`` it is served at, and its ``flags`` (the gateway's and its
     own, as the command line would give them); ``env``, its own variables, never printed; ``where``, how a line
-    about it names it (``servers.NAME``, or ``mcpServers.NAME``)."""
+    about it names it (``servers.NAME``, or ``mcpServers.NAME``); ``table``, its table as the file gave it, and
+    ``gateway``, the file's ``[gateway]`` table: what a reload compares (a server whose table changed is replaced;
+    the gateway's, no reload changes)."""
 
     name: str
     path: str
     flags: argparse.Namespace
     env: Mapping[str, str]
     where: str
+    table: Mapping[str, object] = field(default_factory=dict)
+    gateway: Mapping[str, object] = field(default_factory=dict)
 
 
 def servers_of(
-    path: str, command_line: Sequence[str], add_arguments: Callable[[argparse.ArgumentParser], None]
+    path: str,
+    command_line: Sequence[str],
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    held: Sequence[ServerFlags] = (),
 ) -> list[ServerFlags]:
     """The servers the file at ``path`` names, each with its flags: ``add_arguments`` defines the gateway's flags,
     which read every key; ``command_line`` is the gateway command's arguments, whose gateway flags win over the
-    file's."""
+    file's; ``held``, the servers a running gateway serves, whose parts of ``process-uids`` stay theirs."""
 
     def parser() -> argparse.ArgumentParser:
         made = _Refusing(add_help=False, allow_abbrev=False)
@@ -143,8 +153,9 @@ def servers_of(
                 setattr(flags, dest, value)
         if "auth-resource" not in server and base is not None:
             flags.auth_resource = _resource(base, served)
-        named.append(ServerFlags(name, served, flags, _env(where, host.get("env", {})), where))
-    _divide_uids(named)
+        env = _env(where, host.get("env", {}))
+        named.append(ServerFlags(name, served, flags, env, where, table, gateway))
+    _divide_uids(named, held)
     return named
 
 
@@ -321,24 +332,42 @@ def _command_line(
     return overriding
 
 
-def _divide_uids(servers: Sequence[ServerFlags]) -> None:
-    """``process-uids``' range in equal consecutive parts, one per stdio server, in the file's order."""
+def _divide_uids(servers: Sequence[ServerFlags], held: Sequence[ServerFlags]) -> None:
+    """``process-uids``' range in equal consecutive parts, one per stdio server, in the file's order; with ``held``
+    (a reload), each stdio server that runs keeps its part, and one added takes the first part none holds, of the
+    size the start made: a server's uids never move, nor become another's while its processes may run."""
     stdio = [server for server in servers if server.flags.stdio is not None]
+    for server in servers:
+        if server.flags.stdio is None:
+            server.flags.process_uids = None
     uids = None if not stdio else stdio[0].flags.process_uids
     if uids is None:
         return
     first, _, last = uids.partition("-")
     if not (first.isdigit() and last.isdigit() and 0 < int(first) <= int(last)):
         raise FileError(f"gateway.process-uids: FIRST-LAST, two uids above 0: not {printable(uids)!r}")
-    share = (int(last) - int(first) + 1) // len(stdio)
+    start = int(first)
+    count = int(last) - start + 1
+    parts = {each.name: each.flags.process_uids for each in held if each.flags.process_uids is not None}
+    share = count // len(stdio)
+    if parts:  # the start's size: the first held part's
+        low, _, high = next(iter(parts.values())).partition("-")
+        share = int(high) - int(low) + 1
     if share < 1:
         raise FileError(f"gateway.process-uids: {uids} has fewer uids than the file has stdio servers ({len(stdio)})")
-    for index, server in enumerate(stdio):
-        start = int(first) + index * share
-        server.flags.process_uids = f"{start}-{start + share - 1}"
-    for server in servers:
-        if server.flags.stdio is None:
-            server.flags.process_uids = None
+    free = [f"{at}-{at + share - 1}" for at in range(start, start + count - share + 1, share)]
+    kept = {server.name: parts[server.name] for server in stdio if server.name in parts}
+    free = [part for part in free if part not in kept.values()]
+    for server in stdio:
+        if server.name in kept:
+            server.flags.process_uids = kept[server.name]
+        elif free:
+            server.flags.process_uids = free.pop(0)
+        else:
+            raise FileError(
+                f"gateway.process-uids: no part of {share} uids is free for {server.where}: every part of {uids} "
+                "is a running server's (a restart divides the range anew)"
+            )
 
 
 def _resource(base: str, path: str) -> str:

@@ -25,7 +25,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from types import FrameType
 from typing import Any, Final, TextIO
 
@@ -70,10 +70,17 @@ _PROBES: Final = {"/healthz", "/readyz"}
 _LISTEN: Final = b"subscriptions/listen"
 
 
-def serve(app: ASGIApp, bound: socket.socket, config: GatewayConfig, stderr: TextIO) -> int:
+def serve(
+    app: ASGIApp,
+    bound: socket.socket,
+    config: GatewayConfig,
+    stderr: TextIO,
+    reload: Callable[[], Awaitable[GatewayConfig | None]] | None = None,
+) -> int:
     """Serve ``app`` with uvicorn on ``bound`` (``_serving.bind``'s) as ``config`` says, until stopped; the exit
-    status (:class:`Gateway` says how it starts, drains and stops, and what a signal does in each)."""
-    return Gateway(app, config).run_until_stopped(bound, stderr)
+    status (:class:`Gateway` says how it starts, drains and stops, and what a signal does in each). ``reload``: what
+    SIGHUP does (``_cli.Reload``, with ``--config``), the gateway's configuration then (``None``: unchanged)."""
+    return Gateway(app, config, reload).run_until_stopped(bound, stderr)
 
 
 class Gateway(uvicorn.Server):
@@ -108,9 +115,19 @@ class Gateway(uvicorn.Server):
       steps as above;
     - **a second Ctrl-C**: the same as a second SIGTERM (uvicorn's own force quit, which would skip the app's
       shutdown and leave its processes running, is never used); a third signal changes nothing more.
+
+    With ``reload`` (``--config``), SIGHUP, once started and until a stop, runs it (one at a time, in the order
+    they came), and the configuration it returns is the gateway's from then on (whose tables ``_gone`` removes);
+    before the start, or while it drains, SIGHUP is said and changes nothing. Without it, SIGHUP ends the gateway,
+    as the system's default does.
     """
 
-    def __init__(self, app: ASGIApp, config: GatewayConfig) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        config: GatewayConfig,
+        reload: Callable[[], Awaitable[GatewayConfig | None]] | None = None,
+    ) -> None:
         # The upstream's own Date and Server go to the client, as any proxy's do. The app itself reads the forwarded
         # headers of the proxies --forwarded-allow-ips trusts (uvicorn's own would hide the peer from it). h11, the
         # parser the gateway's request checks are tested with, whatever else is installed. Each request in a context
@@ -151,6 +168,8 @@ class Gateway(uvicorn.Server):
         self._bound: float | None = None  # the loop's time at which the drain's bound (--shutdown-timeout) ends
         self._draining: asyncio.Task[None] | None = None
         self._status_socket: str | None = None  # its file, once bound, removed by _gone
+        self._reload = reload
+        self._reloads: list[asyncio.Task[None]] = []  # SIGHUP's, run one at a time
 
     def run_until_stopped(self, bound: socket.socket, stderr: TextIO) -> int:
         """Serve on ``bound`` (``_serving.bind``'s) and the status sockets until stopped; the exit status."""
@@ -216,12 +235,37 @@ class Gateway(uvicorn.Server):
         ``_gone``; then, uvicorn's handlers given back, the signals that stopped it raised again, the last first, as
         uvicorn raises those it caught (SIGTERM ends the process by it, Ctrl-C raises ``KeyboardInterrupt``)."""
         with super().capture_signals():
+            hangup = None if self._reload is None else signal.signal(signal.SIGHUP, self._hangup)
             try:
                 yield
             finally:
+                if hangup is not None:
+                    signal.signal(signal.SIGHUP, hangup)
                 self._gone()
         for sig in reversed(self._signals):
             signal.raise_signal(sig)
+
+    def _hangup(self, sig: int, frame: FrameType | None) -> None:
+        """SIGHUP, with ``reload``: the reload run once the ones before it have ended (see the class)."""
+        if not self.started or self._stop_asked or self._loop is None:
+            logger.warning("mcp-sessions gateway: SIGHUP: no reload while the gateway starts or stops")
+            return None
+        self._loop.call_soon_threadsafe(self._begin_reload)
+        return None
+
+    def _begin_reload(self) -> None:
+        before = self._reloads[-1] if self._reloads else None
+        self._reloads.append(asyncio.get_running_loop().create_task(self._reloaded(before)))
+
+    async def _reloaded(self, before: asyncio.Task[None] | None) -> None:
+        assert self._reload is not None
+        try:
+            if before is not None:
+                await asyncio.wait([before])
+            if not self._stop_asked and (config := await self._reload()) is not None:
+                self.gateway = config
+        finally:
+            self._reloads.remove(asyncio.current_task())  # type: ignore[arg-type]
 
     async def on_tick(self, counter: int) -> bool:
         """uvicorn's, and the main loop's end once the drain has ended (``should_exit`` left unset: see the

@@ -18,26 +18,39 @@ its answer read whole, bounded (:data:`ANSWER_LIMIT`).
 The lifespan starts the servers' apps one after the other, in the file's order, and stops them in the reverse: a
 server that does not start is said in one line naming it (``StartupFailed``), the ones started stopped. What a
 server's app does, it does in a context that names it (:data:`SERVING`), so that the gateway's log lines and its
-processes' (``process 3f2a...: ...``) say whose they are (:func:`named_logs`)."""
+processes' (``process 3f2a...: ...``) say whose they are (:func:`named_logs`).
+
+A reload (:meth:`Servers.replace`, on SIGHUP) serves other routes in place of some, the others' apps untouched (their
+processes, uids and conversations go on): each server that goes (removed, or replaced) is drained as a stop drains the
+gateway, alone: a request to it is answered 503 with ``Retry-After`` (``-32014``: a client sends it again, and reaches
+the server's new app), its calls in flight may end, for the drain's bound at most, and those past it are told that
+they may have run (``_serving.CUT``), its streams ended; then its app is stopped (every process of it ended) before any
+app that comes starts, so that a part of ``process-uids`` is never two servers' at once."""
 
 from __future__ import annotations
 
 import json
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import anyio
+import anyio.abc
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._asgi import send_json
+from .._asgi import header, send_json
+from .._pipeline import error_answer, unavailable
+from .._wire.protocol import INTERNAL_ERROR, MCP_METHOD_HEADER
 from ._config import Served, StdioProcesses
 from ._file import SERVERS_PATH
 from ._front import StartupFailed, startup_failure
+from ._serving import CUT, CUT_DATA, RESTARTING, RETRY_AFTER
+
+logger = logging.getLogger("mcp_sessions.gateway")
 
 SERVING: Final[ContextVar[str | None]] = ContextVar("mcp_sessions.gateway.serving", default=None)
 """The name of the server whose app runs (its requests, its lifespan, and the tasks they start)."""
@@ -45,6 +58,9 @@ METADATA: Final = "/.well-known/oauth-protected-resource"
 STATUS: Final = "/status"
 ANSWER_LIMIT: Final = 4 << 20
 """The most a server's answer to a view across the servers may hold (bytes): its conversations', or its processes'."""
+# what a stop's drain answers (_lifecycle's): a request to a server that goes, and a call its bound cut
+_REPLACING = unavailable(503, RESTARTING, RETRY_AFTER, None, "shutting_down")
+_CUT = error_answer(502, INTERNAL_ERROR, CUT, "cut", data=CUT_DATA)
 
 
 @dataclass(frozen=True)
@@ -60,10 +76,32 @@ class Route:
         return isinstance(self.served.config.serves, StdioProcesses)
 
 
+@dataclass(eq=False)
+class _Live:
+    """A server's app while it serves: its requests (each's cancel scope, and whether it is a call rather than a
+    stream), and its stop."""
+
+    route: Route
+    requests: dict[anyio.CancelScope, bool] = field(default_factory=dict)
+    stop: anyio.Event = field(default_factory=anyio.Event)
+    stopped: anyio.Event = field(default_factory=anyio.Event)
+    quiet: anyio.Event = field(default_factory=anyio.Event)  # no call in flight, once it goes
+
+    def calls(self) -> int:
+        return sum(self.requests.values())
+
+
 class Servers:
     """The servers' apps, each at its path (see the module)."""
 
     def __init__(self, routes: Sequence[Route]) -> None:
+        self._route(routes)
+        self._live: dict[str, _Live] = {}  # by name, while its app serves
+        self._going: set[str] = set()  # the servers a reload drains: a request to one is refused
+        self._tasks: anyio.abc.TaskGroup | None = None  # the lifespan's, while the gateway serves
+        self._scope: Scope = {"type": "lifespan"}
+
+    def _route(self, routes: Sequence[Route]) -> None:
         self.routes = tuple(routes)
         self.metadata = {METADATA + route.served.path: route for route in self.routes}
         listed = ", ".join(route.served.path for route in self.routes)
@@ -83,7 +121,7 @@ class Servers:
                 inner = route.endpoint + path[len(served) :]
                 rewritten = {**scope, "path": inner, "raw_path": route.endpoint.encode() + raw[len(served) :]}
                 SERVING.set(route.served.name)  # the request's own context
-                return await route.app(rewritten, receive, send)
+                return await self._served(route, rewritten, receive, send)
         if (metadata := self.metadata.get(path)) is not None:
             SERVING.set(metadata.served.name)
             return await metadata.app(scope, receive, send)
@@ -94,6 +132,83 @@ class Servers:
         if path == STATUS:
             return await self._status(scope, send)
         await send_json(send, 404, self.nowhere, b"")
+
+    async def _served(self, route: Route, scope: Scope, receive: Receive, send: Send) -> None:
+        """A request to ``route``'s app: refused while a reload drains its server, counted while it serves, and
+        told as a stop tells it if the drain's bound cuts it (see the module)."""
+        name = route.served.name
+        if name in self._going:
+            return await _REPLACING.send(send)
+        live = self._live.get(name)
+        if live is None or live.route is not route or scope["type"] != "http":  # no lifespan: called directly
+            return await route.app(scope, receive, send)
+        call = scope["method"] != "GET" and header(scope["headers"], MCP_METHOD_HEADER) != b"subscriptions/listen"
+        responding = _Noting(send)
+        with anyio.CancelScope() as cut:
+            live.requests[cut] = call
+            try:
+                await route.app(scope, receive, responding)
+            finally:
+                del live.requests[cut]
+                if name in self._going and not live.calls():
+                    live.quiet.set()
+        if not cut.cancelled_caught:
+            return None
+        if not responding.started:
+            return await (_CUT if call else _REPLACING).send(send)
+        if not responding.ended:  # a stream: ended where it is
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return None
+
+    async def replace(
+        self, routes: Sequence[Route], within: float, gone: Callable[[Route], None], coming: Callable[[Route], None]
+    ) -> list[str]:
+        """Serve ``routes`` (in their order) in place of ``routes`` now: a route that is in both (the same object)
+        goes on untouched; every other that is served now is drained (for ``within`` seconds at most) and stopped,
+        and ``gone`` told of it (its tables removed); then each new one is told to ``coming`` (its tables
+        installed) and started. Those that did not start (each said in one line), by name; the routes are those
+        that serve."""
+        new = {id(route) for route in routes}
+        going = [self._live[r.served.name] for r in self.routes if id(r) not in new and r.served.name in self._live]
+        self._going.update(live.route.served.name for live in going)
+        if going:
+            logger.info(
+                "mcp-sessions gateway: reload: draining %s: a request to it is refused (503, Retry-After); %d call(s) "
+                "in flight may end for %g s",
+                ", ".join(live.route.served.name for live in going),
+                sum(live.calls() for live in going),
+                within,
+            )
+        for live in going:
+            if not live.calls():
+                live.quiet.set()
+        with anyio.move_on_after(within):
+            for live in going:
+                await live.quiet.wait()
+        for live in going:  # the calls past the bound told so, the streams ended
+            for cut in live.requests:
+                cut.cancel()
+        failed = []
+        try:
+            for live in reversed(going):
+                await self._stop(live)
+                gone(live.route)
+            old = {id(route) for route in self.routes}
+            for route in routes:
+                if id(route) in old:
+                    continue
+                try:
+                    coming(route)
+                    await self._start(route)
+                except Exception as exc:  # said as at startup, the others served
+                    failed.append(route.served.name)
+                    logger.error("mcp-sessions gateway: reload: %s", startup_failure(exc) or exc)
+                    gone(route)
+        finally:
+            serving = [route for route in routes if getattr(self._live.get(route.served.name), "route", None) is route]
+            self._route(serving)
+            self._going.clear()
+        return failed
 
     async def _conversations(self, scope: Scope, send: Send) -> None:
         """A user's own conversations across the stdio servers whose auth takes her token (see the module)."""
@@ -151,16 +266,47 @@ class Servers:
         """Every server's app started, in order; stopped in the reverse once the gateway stops."""
         await receive()  # lifespan.startup
         try:
-            async with AsyncExitStack() as started:
-                for route in self.routes:
-                    await started.enter_async_context(_running(route, scope))
-                await send({"type": "lifespan.startup.complete"})
-                await receive()  # lifespan.shutdown
+            async with anyio.create_task_group() as tasks:
+                self._tasks = tasks
+                self._scope = scope
+                try:
+                    for route in self.routes:
+                        await self._start(route)
+                    await send({"type": "lifespan.startup.complete"})
+                    await receive()  # lifespan.shutdown
+                finally:
+                    self._tasks = None  # no reload from now on
+                    for live in reversed(list(self._live.values())):
+                        await self._stop(live)
         except BaseException as exc:
-            if startup_failure(exc) is not None:
-                await send({"type": "lifespan.startup.failed", "message": str(startup_failure(exc))})
+            if (found := startup_failure(exc)) is not None:
+                await send({"type": "lifespan.startup.failed", "message": str(found)})
             raise
         await send({"type": "lifespan.shutdown.complete"})
+
+    async def _start(self, route: Route) -> None:
+        """``route``'s app started (its lifespan run in a task of the lifespan's), served from now on."""
+        if self._tasks is None:
+            raise StartupFailed(f"servers.{route.served.name}: the gateway stops")
+        await self._tasks.start(self._serve, route)
+
+    async def _serve(self, route: Route, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        live = _Live(route)
+        try:
+            async with _running(route, self._scope):
+                self._live[route.served.name] = live
+                task_status.started()
+                await live.stop.wait()
+        finally:
+            if self._live.get(route.served.name) is live:
+                del self._live[route.served.name]
+            live.stopped.set()
+
+    @staticmethod
+    async def _stop(live: _Live) -> None:
+        """``live``'s app stopped (its lifespan ended: every process of it ended)."""
+        live.stop.set()
+        await live.stopped.wait()
 
 
 @asynccontextmanager
@@ -201,6 +347,19 @@ async def _running(route: Route, scope: Scope) -> AsyncIterator[None]:
         finally:
             await to_app.send({"type": "lifespan.shutdown"})
             await stopped.wait()
+
+
+class _Noting:
+    """A request's ``send``, which notes whether its answer has started and ended."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.started = self.ended = False
+
+    async def __call__(self, message: Message) -> None:
+        await self._send(message)
+        self.started = self.started or message["type"] == "http.response.start"
+        self.ended = self.ended or (message["type"] == "http.response.body" and not message.get("more_body", False))
 
 
 @dataclass

@@ -68,8 +68,8 @@ class Admission:
                 "max_processes_per_principal",
                 f"Too many server processes for this caller: each caller may have at most {self.per_caller} "
                 f"conversations' processes at once, and none of hers has been idle {EVICT_AFTER:g} s "
-                "(the limit max_processes_per_principal, flag --max-processes-per-principal); end one (DELETE, "
-                "sessions/delete) or retry later",
+                "(the limit max_processes_per_principal, flag --max-processes-per-principal, key "
+                "max-processes-per-principal); end one (DELETE, sessions/delete) or retry later",
             )
         evicted += _room(live, evicted, len(live) - len(evicted) - self.max_processes + 1)
         if len(live) - len(evicted) >= self.max_processes:
@@ -78,7 +78,7 @@ class Admission:
                 "max_processes",
                 f"Too many server processes: the gateway runs at most {self.max_processes} conversations' "
                 f"processes at once, and none has been idle {EVICT_AFTER:g} s (the limit max_processes, flag "
-                "--max-processes); end one (DELETE, sessions/delete) or retry later",
+                "--max-processes, key max-processes); end one (DELETE, sessions/delete) or retry later",
             )
         limit = None if counted else self.create_limit
         if limit is not None and (wait := limit.take(caller.id)):
