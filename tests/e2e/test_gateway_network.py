@@ -175,19 +175,32 @@ def test_a_process_reaches_neither_the_gateway_nor_its_status_nor_a_local_servic
     assert re.search(r"a uid each, bounds [^,]*(, memory \d+ MiB each)?, network egress \(nft table inet ", said)
 
 
-def test_an_egress_process_has_a_network_namespace_of_its_own() -> None:
+@pytest.fixture(scope="module", params=["bwrap", "unshare"])
+def egress(request: pytest.FixtureRequest) -> Iterator[tuple[str, Process]]:
+    """A gateway in front of the sealed tests' hostile server (``_sealed.hostile``) under ``request.param``'s
+    containment, a uid each (egress), 256 MiB each (a control group each), and that containment: the tests of what an
+    egress process's network holds share it, a conversation each."""
+    needs_root_and_nft()
+    _sealed.needs(request.param, "cgroup-memory")
+    options = ("--process-uids", SHARED_UIDS, "--process-memory", "256", "--process-containment", request.param)
+    with _sealed.hostile() as server, _sealed.gateway(server, *options) as process:
+        yield request.param, process
+
+
+@pytest.mark.parametrize("egress", ["bwrap"], indirect=True)  # the default containment, where bubblewrap works
+def test_an_egress_process_has_a_network_namespace_of_its_own(
+    egress: tuple[str, Process], request: pytest.FixtureRequest
+) -> None:
     """Under egress a process shares nothing of this host's network namespace: not a host service's abstract Unix
     socket (containerd's shim's hole), not the host's ``/proc/net`` (its listening ports), not its loopback ports
     (a port the process holds, a restarting service of the host's still binds)."""
-    needs_root_and_nft()
     name = f"mcp-sessions-test-{os.urandom(6).hex()}"
     with contextlib.ExitStack() as stack:
         host_unix = stack.enter_context(socket.socket(socket.AF_UNIX))
         host_unix.bind("\0" + name)
         host_unix.listen()
         service = stack.enter_context(listening())
-        server = stack.enter_context(_sealed.hostile())
-        process = stack.enter_context(_sealed.gateway(server, "--process-uids", UIDS))
+        process = stack.enter_context(_sealed.shared(egress[1], request))
         mcp = _sealed.client(process)
         session = mcp.create_session()
         wanted = free_port()
@@ -248,9 +261,8 @@ def addresses_of(pid: int) -> set[str]:
     return {each["local"] for link in listed for each in link.get("addr_info", []) if "local" in each}
 
 
-@pytest.mark.parametrize("containment", ["bwrap", "unshare"])
 def test_an_egress_process_s_network_has_no_helper_binds_nothing_on_the_host_and_is_refused_at_once(
-    containment: str,
+    egress: tuple[str, Process], request: pytest.FixtureRequest
 ) -> None:
     """After a call, no process of an egress process's uid, of its control group or of its network namespace (the
     holder's) holds a capability: the kernel forwards for it, no helper does. Nothing is bound on the host for it:
@@ -258,11 +270,9 @@ def test_an_egress_process_s_network_has_no_helper_binds_nothing_on_the_host_and
     host's still; a datagram to that port of the host's never reaches it (the namespace's own rules drop it, and
     count it). A connection its rules refuse is refused at once (the kernel's answer reaches it), and its address is
     its own (of PROCESSES), not the host's."""
-    needs_root_and_nft()
-    _sealed.needs(containment, "cgroup-memory")
+    containment = egress[0]
     tcp, udp, closed = free_port(), free_port(), free_port()
-    options = ("--process-uids", UIDS, "--process-memory", "256", "--process-containment", containment)
-    with _sealed.hostile() as server, _sealed.gateway(server, *options) as process:
+    with _sealed.shared(egress[1], request) as process:
         mcp = _sealed.client(process)
         session = mcp.create_session()
         uid = json.loads(_sealed.text(_sealed.call(mcp, "whoami", session)))["uid"]
