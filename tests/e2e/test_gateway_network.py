@@ -62,6 +62,9 @@ from mcp_sessions._gateway.stdio._modes import default_max_processes
 
 UIDS = uids(0, 100)
 """The gateways of this file's tests: a gateway's rules hold for the uids its processes hold, none else's."""
+SHARED_UIDS = uids(50, 50)
+""":func:`granting`'s, which it holds while the module runs: the half of :data:`UIDS` that the tests of overlapping
+ranges (its first six) never reach."""
 HOSTILE = Path(__file__).with_name("_hostile_stdio.py")
 PER_CONVERSATION = ("--processes", "per-conversation")
 SERVER = f"/usr/bin/python3 {HOSTILE}"
@@ -109,8 +112,10 @@ def table(name: str) -> subprocess.CompletedProcess[str]:
 
 
 def table_of(gateway: Process) -> str:
-    """The name of ``gateway``'s table, as its startup line says it."""
-    found = re.search(r"network egress \(nft table inet (mcp_sessions_[0-9a-f]{12})\)", gateway.output())
+    """The name of ``gateway``'s table, as its startup line says it (in its whole log: a shared gateway's startup
+    may be far back)."""
+    said = gateway.log().decode(errors="replace")
+    found = re.search(r"network egress \(nft table inet (mcp_sessions_[0-9a-f]{12})\)", said)
     assert found is not None, gateway.output()
     return found[1]
 
@@ -127,16 +132,29 @@ def startup_line(gateway: subprocess.Popen[str]) -> str:
         timer.cancel()
 
 
-def test_a_process_reaches_neither_the_gateway_nor_its_status_nor_a_local_service() -> None:
+@pytest.fixture(scope="module")
+def granting() -> Iterator[tuple[Process, int, int, int]]:
+    """A gateway behind an auth proxy on loopback, a uid each (egress), its status on a port of this host's, and two
+    ports of this host's loopback granted (``--process-allow-net``), one IPv4, one IPv6: the gateway, its status
+    port and the granted ports. The tests of what a process reaches share it, a conversation each."""
+    needs_root_and_nft()
+    status = free_port()
+    with listening() as granted, listening("::1") as granted6:
+        allowed = ("--process-allow-net", f"127.0.0.1:{granted}", "--process-allow-net", f"[::1]:{granted6}")
+        with gateway(*PROXY, "--process-uids", SHARED_UIDS, "--status-port", str(status), *allowed) as process:
+            yield process, status, granted, granted6
+
+
+def test_a_process_reaches_neither_the_gateway_nor_its_status_nor_a_local_service(
+    granting: tuple[Process, int, int, int], request: pytest.FixtureRequest
+) -> None:
     """Behind an auth proxy on loopback, bob's process (the default network with --process-uids: egress, a network
     namespace of its own) cannot connect to the gateway from the proxy's address (to name carol, list her
     conversations and end one), nor to the operator's status port, nor to a service of this host's (a Redis, say):
     not on its own loopback (its namespace's), not at this host's loopback through its gateway, not at
     this host's address."""
-    needs_root_and_nft()
-    status = free_port()
-    options = (*PROXY, "--process-uids", UIDS, "--status-port", str(status))
-    with listening("0.0.0.0") as service, gateway(*options) as process, httpx.Client(timeout=30) as http:
+    process, status, *_ = granting
+    with listening("0.0.0.0") as service, _sealed.shared(process, request), httpx.Client(timeout=30) as http:
         bob = legacy_initialize(http, process.url(), {"X-Forwarded-User": "bob"})
         targets = {
             f"{what} at {host}": (host, port)
@@ -147,7 +165,7 @@ def test_a_process_reaches_neither_the_gateway_nor_its_status_nor_a_local_servic
         with concurrent.futures.ThreadPoolExecutor(len(targets)) as each:
             tries = {name: each.submit(tried, http, process, bob, *target) for name, target in targets.items()}
             seen = {name: attempt.result() for name, attempt in tries.items()}
-        said = process.output()
+        said = process.log().decode(errors="replace")  # whole: the shared gateway's startup may be far back
     # Its own loopback refuses at once, and so do the kernel's rules what the kernel forwards; it has no IPv6 at all.
     refused = {name: "refused: Connection refused" for name in seen}
     refused.update({name: "refused: Cannot assign requested address" for name in seen if name.endswith(" at ::1")})
@@ -157,19 +175,32 @@ def test_a_process_reaches_neither_the_gateway_nor_its_status_nor_a_local_servic
     assert re.search(r"a uid each, bounds [^,]*(, memory \d+ MiB each)?, network egress \(nft table inet ", said)
 
 
-def test_an_egress_process_has_a_network_namespace_of_its_own() -> None:
+@pytest.fixture(scope="module", params=["bwrap", "unshare"])
+def egress(request: pytest.FixtureRequest) -> Iterator[tuple[str, Process]]:
+    """A gateway in front of the sealed tests' hostile server (``_sealed.hostile``) under ``request.param``'s
+    containment, a uid each (egress), 256 MiB each (a control group each), and that containment: the tests of what an
+    egress process's network holds share it, a conversation each."""
+    needs_root_and_nft()
+    _sealed.needs(request.param, "cgroup-memory")
+    options = ("--process-uids", SHARED_UIDS, "--process-memory", "256", "--process-containment", request.param)
+    with _sealed.hostile() as server, _sealed.gateway(server, *options) as process:
+        yield request.param, process
+
+
+@pytest.mark.parametrize("egress", ["bwrap"], indirect=True)  # the default containment, where bubblewrap works
+def test_an_egress_process_has_a_network_namespace_of_its_own(
+    egress: tuple[str, Process], request: pytest.FixtureRequest
+) -> None:
     """Under egress a process shares nothing of this host's network namespace: not a host service's abstract Unix
     socket (containerd's shim's hole), not the host's ``/proc/net`` (its listening ports), not its loopback ports
     (a port the process holds, a restarting service of the host's still binds)."""
-    needs_root_and_nft()
     name = f"mcp-sessions-test-{os.urandom(6).hex()}"
     with contextlib.ExitStack() as stack:
         host_unix = stack.enter_context(socket.socket(socket.AF_UNIX))
         host_unix.bind("\0" + name)
         host_unix.listen()
         service = stack.enter_context(listening())
-        server = stack.enter_context(_sealed.hostile())
-        process = stack.enter_context(_sealed.gateway(server, "--process-uids", UIDS))
+        process = stack.enter_context(_sealed.shared(egress[1], request))
         mcp = _sealed.client(process)
         session = mcp.create_session()
         wanted = free_port()
@@ -230,9 +261,8 @@ def addresses_of(pid: int) -> set[str]:
     return {each["local"] for link in listed for each in link.get("addr_info", []) if "local" in each}
 
 
-@pytest.mark.parametrize("containment", ["bwrap", "unshare"])
 def test_an_egress_process_s_network_has_no_helper_binds_nothing_on_the_host_and_is_refused_at_once(
-    containment: str,
+    egress: tuple[str, Process], request: pytest.FixtureRequest
 ) -> None:
     """After a call, no process of an egress process's uid, of its control group or of its network namespace (the
     holder's) holds a capability: the kernel forwards for it, no helper does. Nothing is bound on the host for it:
@@ -240,11 +270,9 @@ def test_an_egress_process_s_network_has_no_helper_binds_nothing_on_the_host_and
     host's still; a datagram to that port of the host's never reaches it (the namespace's own rules drop it, and
     count it). A connection its rules refuse is refused at once (the kernel's answer reaches it), and its address is
     its own (of PROCESSES), not the host's."""
-    needs_root_and_nft()
-    _sealed.needs(containment, "cgroup-memory")
+    containment = egress[0]
     tcp, udp, closed = free_port(), free_port(), free_port()
-    options = ("--process-uids", UIDS, "--process-memory", "256", "--process-containment", containment)
-    with _sealed.hostile() as server, _sealed.gateway(server, *options) as process:
+    with _sealed.shared(egress[1], request) as process:
         mcp = _sealed.client(process)
         session = mcp.create_session()
         uid = json.loads(_sealed.text(_sealed.call(mcp, "whoami", session)))["uid"]
@@ -621,22 +649,22 @@ def test_a_host_routes_for_its_processes_alone_where_a_gateway_turned_its_forwar
     assert (while_up, stopped) == ((0, 1), (0, 2))
 
 
-def test_a_process_reaches_the_ports_granted_and_the_kernel_lists_what_it_refuses() -> None:
+def test_a_process_reaches_the_ports_granted_and_the_kernel_lists_what_it_refuses(
+    granting: tuple[Process, int, int, int], request: pytest.FixtureRequest
+) -> None:
     """``--process-allow-net 127.0.0.1:PORT`` (and ``[::1]:PORT``): that port of this host's loopback connects, at
     the namespace's gateway; no other port there, and not its own loopback's. ``nft list table`` shows the exceptions
     first, then port 53 to the host's resolvers alone, then this host, its broadcasts, the link-local, the private,
     transition and reserved ranges refused."""
-    needs_root_and_nft()
-    with listening() as granted, listening("::1") as granted6, listening() as other:
-        allowed = ("--process-allow-net", f"127.0.0.1:{granted}", "--process-allow-net", f"[::1]:{granted6}")
-        with gateway("--process-uids", UIDS, *allowed) as process, httpx.Client(timeout=30) as http:
-            listing = table(table_of(process)).stdout
-            session = legacy_initialize(http, process.url())
-            seen = {
-                "granted": tried(http, process, session, GATEWAY, granted),
-                "another port": tried(http, process, session, GATEWAY, other),
-                "its own loopback": tried(http, process, session, "127.0.0.1", granted),
-            }
+    process, _, granted, granted6 = granting
+    with listening() as other, _sealed.shared(process, request), httpx.Client(timeout=30) as http:
+        listing = table(table_of(process)).stdout
+        session = legacy_initialize(http, process.url(), {"X-Forwarded-User": "alice"})  # whom the proxy names
+        seen = {
+            "granted": tried(http, process, session, GATEWAY, granted),
+            "another port": tried(http, process, session, GATEWAY, other),
+            "its own loopback": tried(http, process, session, "127.0.0.1", granted),
+        }
     assert (seen["granted"], seen["its own loopback"]) == ("connected", "refused: Connection refused")
     assert seen["another port"] == "refused: Connection refused", seen  # the kernel's refusal, at once
     dns = "meta l4proto { tcp, udp } th dport 53"

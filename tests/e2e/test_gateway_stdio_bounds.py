@@ -38,16 +38,29 @@ EGRESS = [(containment, "egress") for containment in CONTAINMENTS]  # the networ
 
 
 @pytest.fixture(scope="module")
-def sealed(server: str, request: pytest.FixtureRequest) -> Iterator[Process]:
+def sealed(server: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Process]:
     """A gateway under ``request.param``'s containment and network, a uid each for its processes (a range of the
     module's own), which the tests that need no gateway of their own share, one after another (pytest runs those of
-    one parameter together), each with conversations of its own."""
+    one parameter together), each with conversations of its own. It runs in a mount namespace of its own whose
+    ``/etc`` is a copy of the host's in systemd-resolved's layout (``/etc/resolv.conf`` a link to a file under
+    ``/run``, :data:`STUB`), which :func:`test_where_etc_resolv_conf_leads_under_run_a_process_still_reads_it` is
+    about; what the others check holds whatever the host's ``/etc/resolv.conf`` is."""
     containment, network = request.param
     needs("root", containment)
-    flags = ("--process-containment", containment, "--process-uids", uids(220, 16), "--process-network", network)
-    room = ("--max-processes-per-principal", "16")  # the conversations the tests leave open, all one caller's
-    with gateway(server, *flags, *room) as process:
-        yield process
+    etc = tmp_path_factory.mktemp("sealed") / "etc"
+    shutil.copytree("/etc", etc, symlinks=True)
+    with tempfile.TemporaryDirectory(dir="/run") as run:
+        stub = Path(run, "stub-resolv.conf")
+        stub.write_text(STUB)
+        stub.chmod(0o644)
+        os.chmod(run, 0o755)
+        (etc / "resolv.conf").unlink()
+        (etc / "resolv.conf").symlink_to(stub)
+        own_etc = ("unshare", "--mount", "--", "sh", "-c", 'mount --bind "$0" /etc && exec "$@"', str(etc))
+        flags = ("--process-containment", containment, "--process-uids", uids(220, 16), "--process-network", network)
+        room = ("--max-processes-per-principal", "16")  # the conversations the tests leave open, all one caller's
+        with gateway(server, *flags, *room, prefix=own_etc) as process:
+            yield process
 
 
 @pytest.fixture
@@ -229,29 +242,22 @@ def test_a_server_its_memory_bound_kills_at_its_start_is_told_in_the_gateways_la
     assert "; it was killed over its memory bound, 16 MiB: raise --process-memory" in said[-1], said[-1]
 
 
-@pytest.mark.parametrize("containment", CONTAINMENTS)
-@pytest.mark.parametrize("network", ["host", "egress"])
+@pytest.mark.parametrize(
+    "sealed",
+    [(containment, network) for containment in CONTAINMENTS for network in ("host", "egress")],
+    indirect=True,
+    ids="-".join,
+)
 def test_where_etc_resolv_conf_leads_under_run_a_process_still_reads_it(
-    server: str, containment: str, network: str, tmp_path: Path
+    process: Process, request: pytest.FixtureRequest
 ) -> None:
     """systemd-resolved's layout: ``/etc/resolv.conf`` a link to a file under ``/run``, which a process's own
-    ``/run`` hides. The gateway, in a mount namespace of its own where ``/etc`` is a copy with that link, gives its
-    processes the file the link leads to (under egress, their namespace's resolver configuration)."""
-    needs("root", containment)
-    etc = tmp_path / "etc"
-    shutil.copytree("/etc", etc, symlinks=True)
-    with tempfile.TemporaryDirectory(dir="/run") as run:
-        stub = Path(run, "stub-resolv.conf")
-        stub.write_text(STUB)
-        stub.chmod(0o644)
-        os.chmod(run, 0o755)
-        (etc / "resolv.conf").unlink()
-        (etc / "resolv.conf").symlink_to(stub)
-        own_etc = ("unshare", "--mount", "--", "sh", "-c", 'mount --bind "$0" /etc && exec "$@"', str(etc))
-        sealed = ("--process-containment", containment, "--process-uids", UIDS, "--process-network", network)
-        with gateway(server, *sealed, prefix=own_etc) as process:
-            mcp = client(process)
-            read = text(call(mcp, "read", mcp.create_session(), path="/etc/resolv.conf"))
+    ``/run`` hides. The gateway, in a mount namespace of its own where ``/etc`` is a copy with that link (the
+    module's, :func:`sealed`), gives its processes the file the link leads to (under egress, their namespace's
+    resolver configuration)."""
+    _, network = request.node.callspec.params["sealed"]
+    mcp = client(process)
+    read = text(call(mcp, "read", mcp.create_session(), path="/etc/resolv.conf"))
 
     assert read.startswith("nameserver "), read
     assert (read == STUB) == (network == "host"), read

@@ -34,7 +34,7 @@ from _uids import members, uids
 from _waits import WITHIN, until
 from conftest import SECRET
 from e2e._gateway import CACHE, Process, for_every_uid, installed, main_run, node, readable_directory, rss_kib
-from e2e._sealed import AUTH, PRIVATE, SECRETS, UIDS, call, client, gateway, needs, of_uid, running, team, text
+from e2e._sealed import AUTH, PRIVATE, SECRETS, UIDS, call, client, gateway, needs, of_uid, running, shared, team, text
 from e2e._stdio import stdio_gateway
 from mcp_sessions._gateway.sealed._sandbox import Sandbox
 
@@ -166,21 +166,32 @@ def test_root_runs_no_helper_a_user_chose_and_no_helper_reads_a_users_variable(
     assert [name for name, said in recorded.items() if "PATH=/usr/sbin:/usr/bin:/sbin:/bin\n" not in said] == []
 
 
+@pytest.fixture(scope="module")
+def bounded(server: str, jwks: str) -> Iterator[Process]:
+    """A gateway under bwrap given both bounds, --process-pids 20 and --process-memory 200: each case of
+    :func:`test_a_conversation_past_its_bound_ends_alone` goes past one and stays within the other."""
+    needs("root", "bwrap", "cgroup-pids", "cgroup-memory")
+    with gateway(
+        server, *team(jwks), "--process-containment", "bwrap", "--process-pids", "20", "--process-memory", "200"
+    ) as process:
+        yield process
+
+
 @pytest.mark.parametrize(
-    ("bound", "greed", "reason"),
+    ("greed", "reason"),
     [
-        (("--process-pids", "20"), ("fork", {"count": 50}), "over its process bound (--process-pids)"),
-        (("--process-memory", "200"), ("fork", {"count": 4, "mib": 100}), "over its memory bound (--process-memory)"),
+        (("fork", {"count": 50}), "over its process bound (--process-pids)"),
+        (("fork", {"count": 4, "mib": 100}), "over its memory bound (--process-memory)"),
     ],
+    ids=["pids", "memory"],
 )
 def test_a_conversation_past_its_bound_ends_alone(
-    server: str, jwks: str, bound: tuple[str, ...], greed: tuple[str, dict[str, Any]], reason: str
+    bounded: Process, request: pytest.FixtureRequest, greed: tuple[str, dict[str, Any]], reason: str
 ) -> None:
     """Bounds per conversation, all its processes together (a control group each): bob's conversation that forks
     past --process-pids, or holds past --process-memory in four processes of 100 MiB each (under a bound of 200), ends
     with its reason in the log; alice's goes on."""
-    needs("root", "bwrap", f"cgroup-{'pids' if bound[0] == '--process-pids' else 'memory'}")
-    with gateway(server, *team(jwks), "--process-containment", "bwrap", *bound) as process:
+    with shared(bounded, request) as process:
         alice, bob = client(process, user="alice"), client(process, user="bob")
         hers, his = alice.create_session(), bob.create_session()
         assert text(call(alice, "fork", hers, count=3)) == "3 started"
@@ -190,6 +201,8 @@ def test_a_conversation_past_its_bound_ends_alone(
         assert text(call(alice, "allocate", hers, mib=50)) == str(50 << 20)
         assert text(call(alice, "fork", hers, count=3)) == "3 started"
         assert "error" in call(bob, "whoami", his)  # his conversation has ended, with its process
+        for mcp, session in ((alice, hers), (bob, his)):  # the other case's room: its processes end with the test
+            mcp.request("sessions/delete", session=session_meta(session))
 
 
 @pytest.mark.parametrize("containment", ["bwrap", "unshare"])
@@ -245,27 +258,34 @@ def a_daemon_ends_with_its_session(mcp: ModernClient, marker: str) -> None:
     until(lambda: running(marker) == [], "the daemon to end")
 
 
-@pytest.mark.parametrize("containment", ["bwrap", "unshare"])
+@pytest.fixture(scope="module")
+def sealed_off(server: str, by_default: tuple[str, Process]) -> Iterator[tuple[str, Process]]:
+    """A gateway under ``by_default``'s containment, a uid each, --process-disk 8 and --process-network none, and that
+    containment: the tests of what a sealed process may write and reach share it (a conversation each)."""
+    containment, _ = by_default
+    sealed = ("--process-containment", containment, "--process-uids", UIDS, "--process-disk", "8")
+    with gateway(server, *sealed, "--process-network", "none") as process:
+        yield containment, process
+
+
 def test_a_contained_process_writes_only_its_own_bounded_directories_and_sees_no_control_groups(
-    server: str, containment: str
+    sealed_off: tuple[str, Process], request: pytest.FixtureRequest
 ) -> None:
     """Under bwrap or unshare, the host's files are read-only to a process (a directory any uid may write, too), and
     its home and /tmp, /var/tmp, /dev/shm and /run/lock are its own (an empty tmpfs each, --process-disk at most; mode
     1777 but its home, 0700: test_gateway_grants.py): it reads no file the host, or another conversation, has there,
     and the host never sees what it writes there (its home, under /tmp, stays an empty mount point); /sys/fs/cgroup
     is empty (else it lists every conversation's control group)."""
-    needs("root", containment)
     planted = {path: f"{path}/planted-{uuid.uuid4().hex}" for path in PRIVATE if Path(path).is_dir()}
     left = f"/tmp/left-{uuid.uuid4().hex}"
-    sealed = ("--process-containment", containment, "--process-uids", UIDS, "--process-disk", "8")
     try:
         for path in planted.values():
             Path(path).write_text("the host's")
             os.chmod(path, 0o644)
-        with readable_directory("mcp-sessions-shared-") as shared, gateway(server, *sealed) as process:
-            shared.chmod(0o1777)
+        with readable_directory("mcp-sessions-shared-") as shared_, shared(sealed_off[1], request) as process:
+            shared_.chmod(0o1777)
             mcp = client(process)
-            session = mcp.create_session()
+            session = mcp.create_session()  # its process starts now, with the host's files planted
             seen = json.loads(text(call(mcp, "whoami", session)))
             assert seen["cwd"].startswith(f"{tempfile.gettempdir()}/mcp-sessions/"), seen["cwd"]
             for directory, path in planted.items():
@@ -273,7 +293,7 @@ def test_a_contained_process_writes_only_its_own_bounded_directories_and_sees_no
                 assert text(call(mcp, "mode", session, path=directory)) == "0o1777", directory
             assert text(call(mcp, "write", session, path=left)) == "4"
             assert not Path(left).exists()
-            assert text(call(mcp, "write", session, path=f"{shared}/mine")) == "denied: Read-only file system"
+            assert text(call(mcp, "write", session, path=f"{shared_}/mine")) == "denied: Read-only file system"
             assert text(call(mcp, "listdir", session, path="/sys/fs/cgroup")) == "[]"
             assert text(call(mcp, "write", session, path=f"{seen['cwd']}/notes")) == "4"
             assert not Path(seen["cwd"]).exists()  # its home is its namespace's alone: nothing of it on the host
@@ -300,7 +320,9 @@ def test_a_server_that_closes_its_stdout_is_ended_and_its_call_answered_at_once(
         assert answer["error"]["code"] == -32603, answer
 
 
-def test_network_none_leaves_a_process_its_own_loopback_only(server: str, by_default: tuple[str, Process]) -> None:
+def test_network_none_leaves_a_process_its_own_loopback_only(
+    by_default: tuple[str, Process], sealed_off: tuple[str, Process], request: pytest.FixtureRequest
+) -> None:
     """--process-network none: a network namespace of its own (the kernel's): the process cannot connect to a port
     the host listens on (the host's network can), and has a loopback of its own, up, to listen and connect on."""
     containment, on_the_hosts = by_default
@@ -308,11 +330,11 @@ def test_network_none_leaves_a_process_its_own_loopback_only(server: str, by_def
         port = listener.getsockname()[1]
         assert text(call(client(on_the_hosts), "connect", port=port)) == "connected"  # the host's network
         listener.accept()[0].close()
-        options = ("--process-containment", containment, "--process-network", "none")
-        with gateway(server, *options) as process:
-            said = f"each process: containment {containment}, the gateway's uid, bounds "  # its default memory, or none
-            assert said in process.output()
-            assert ", network none" in process.output()
+        with shared(sealed_off[1], request) as process:
+            started = process.log().decode(errors="replace")  # whole: the shared gateway's startup may be far back
+            said = f"each process: containment {containment}, a uid each, bounds "  # its default memory, or none
+            assert said in started
+            assert ", network none" in started
             mcp = client(process)
             assert text(call(mcp, "connect", port=port)).startswith("denied: ")
             assert text(call(mcp, "loopback")) == "connected"

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,8 +22,8 @@ from _mcp import session_meta
 from _syscalls import CALLS, REFUSED
 from _uids import members, uids
 from conftest import SECRET
-from e2e._gateway import EVERYTHING, MAIN, installed, main_run, node
-from e2e._sealed import call, client, gateway, needs, team, text
+from e2e._gateway import EVERYTHING, MAIN, Process, installed, main_run, node
+from e2e._sealed import call, client, gateway, needs, shared, team, text
 from mcp_sessions._gateway.sealed._seccomp import PROFILE
 
 CONTAINMENTS = ["bwrap", "unshare"]
@@ -38,52 +39,59 @@ print(serial if serial >= 0 else os.strerror(ctypes.get_errno()))
 _INVALIDATE = "import ctypes, sys; ctypes.CDLL(None).syscall(int(sys.argv[1]), 21, int(sys.argv[2]))"
 
 
-@pytest.mark.parametrize("containment", CONTAINMENTS)
+@pytest.fixture(scope="module", params=[("bwrap", 470), ("unshare", 474)], ids=CONTAINMENTS)
+def filtered(server: str, jwks: str, request: pytest.FixtureRequest) -> Iterator[tuple[Process, dict[int, int]]]:
+    """A gateway under ``request.param``'s containment with the team's options, its processes given a range of four
+    uids of the module's own, in whose user keyrings a key was put before it started (the kernel keeps one per uid,
+    not per process, and nothing clears it), as a conversation before would have left it; and those keys' serials by
+    uid. The tests of the filter share it, a conversation each."""
+    containment, offset = request.param
+    needs("root", containment)
+    range_, serials = uids(offset, 4), {}
+    try:
+        for uid in members(range_):
+            serials[uid] = int(_as(uid, _PLANT, CALLS["add_key"][0]))
+        with gateway(server, *team(jwks)[:-1], range_, "--process-containment", containment) as process:
+            yield process, serials
+    finally:
+        for uid, serial in serials.items():
+            _as(uid, _INVALIDATE, CALLS["keyctl"][0], serial)
+
+
 def test_a_contained_process_makes_none_of_the_calls_a_container_may_not(
-    server: str, jwks: str, containment: str
+    filtered: tuple[Process, dict[int, int]], request: pytest.FixtureRequest
 ) -> None:
     """The keyring, bpf, perf_event_open, userfaultfd, io_uring, mounts, namespaces, the clock and personality beyond
     the profile's: each EPERM (clone3 ENOSYS), under either containment; nor a tun device in a user namespace of its
     own (under unshare, the host's /dev/net/tun is there). The startup line names the profile."""
-    needs("root", containment)
-    with gateway(server, *team(jwks), "--process-containment", containment) as process:
-        assert "each process's seccomp profile: docker's default (26.1.5)" in process.output()
+    with shared(filtered[0], request) as process:
+        assert "each process's seccomp profile: docker's default (26.1.5)" in process.log().decode(errors="replace")
         alice = client(process, user="alice")
         hers = alice.create_session()
         assert json.loads(text(call(alice, "syscalls", hers, calls=CALLS))) == REFUSED
         assert text(call(alice, "tun", hers)) == "denied: Operation not permitted"
 
 
-@pytest.mark.parametrize(("containment", "offset"), [("bwrap", 470), ("unshare", 474)])
 def test_a_key_in_a_uids_keyring_never_reaches_the_next_process_of_that_uid(
-    server: str, jwks: str, containment: str, offset: int
+    filtered: tuple[Process, dict[int, int]], request: pytest.FixtureRequest
 ) -> None:
-    """A key in the user keyring of each uid of the range (which the kernel keeps per uid, not per process, and which
-    nothing clears), as a conversation before would have left it: alice's process cannot add one, nor read the one of
-    its uid; after her conversation, bob's process (of her uid, or another's) cannot read its uid's either."""
-    needs("root", containment)
-    keyctl, range_ = CALLS["keyctl"][0], uids(offset, 4)
-    serials = {}
-    try:
-        for uid in members(range_):
-            serials[uid] = int(_as(uid, _PLANT, CALLS["add_key"][0]))
-        options = (*team(jwks)[:-1], range_, "--process-containment", containment)
-        with gateway(server, *options) as process:
-            alice, bob = client(process, user="alice"), client(process, user="bob")
-            hers = alice.create_session()
-            her_uid = json.loads(text(call(alice, "whoami", hers)))["uid"]
-            adding = {"add_key": [CALLS["add_key"][0], "user", "alice-s-second", "x", 1, -4]}
-            assert json.loads(text(call(alice, "syscalls", hers, calls=adding))) == {"add_key": REFUSED["add_key"]}
-            read = text(call(alice, "key", hers, number=keyctl, serial=serials[her_uid]))
-            assert read == "denied: Operation not permitted"
-            alice.request("sessions/delete", session=session_meta(hers))
-            his = bob.create_session()
-            his_uid = json.loads(text(call(bob, "whoami", his)))["uid"]
-            read = text(call(bob, "key", his, number=keyctl, serial=serials[his_uid]))
-            assert read == "denied: Operation not permitted"
-    finally:
-        for uid, serial in serials.items():
-            _as(uid, _INVALIDATE, keyctl, serial)
+    """A key in the user keyring of each uid of the range, as a conversation before would have left it: alice's
+    process cannot add one, nor read the one of its uid; after her conversation, bob's process (of her uid, or
+    another's) cannot read its uid's either."""
+    keyctl, serials = CALLS["keyctl"][0], filtered[1]
+    with shared(filtered[0], request) as process:
+        alice, bob = client(process, user="alice"), client(process, user="bob")
+        hers = alice.create_session()
+        her_uid = json.loads(text(call(alice, "whoami", hers)))["uid"]
+        adding = {"add_key": [CALLS["add_key"][0], "user", "alice-s-second", "x", 1, -4]}
+        assert json.loads(text(call(alice, "syscalls", hers, calls=adding))) == {"add_key": REFUSED["add_key"]}
+        read = text(call(alice, "key", hers, number=keyctl, serial=serials[her_uid]))
+        assert read == "denied: Operation not permitted"
+        alice.request("sessions/delete", session=session_meta(hers))
+        his = bob.create_session()
+        his_uid = json.loads(text(call(bob, "whoami", his)))["uid"]
+        read = text(call(bob, "key", his, number=keyctl, serial=serials[his_uid]))
+        assert read == "denied: Operation not permitted"
 
 
 def _as(uid: int, program: str, *arguments: object) -> str:
