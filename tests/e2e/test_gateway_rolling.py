@@ -22,6 +22,7 @@ import os
 import re
 import signal
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -35,6 +36,7 @@ from _mcp import legacy_request, messages, modern_headers, modern_request
 from _redis import RedisServer, free_port
 from _waits import until_awaited
 from conftest import in_process
+from e2e._clients import CLIENTS, Conversations
 from e2e._gateway import INITIALIZE, JSON_SSE, PYTHONPATH, SECRET, Process, readable_directory
 from e2e._hostile import Request, raw_server
 from mcp_sessions import SessionsConfig, gateway_app
@@ -205,6 +207,17 @@ async def drained(replica: Process, files: Path) -> str:
     return replica.stop().decode(errors="replace")
 
 
+async def every_client(conversations: Conversations, url: str, stop: anyio.Event) -> None:
+    """A conversation of each of :data:`CLIENTS` through the front (the ``mcp`` SDK's clients of both eras, ``connect``,
+    raw HTTP), each calling the server's counter in turn, a model's pause apart, until ``stop``."""
+    with tempfile.TemporaryDirectory() as state:
+        async with conversations.opened(url, Path(state)):
+            while not stop.is_set():
+                for kind in CLIENTS:
+                    await conversations.call(kind, "count", {})
+                await anyio.sleep(THINKING)
+
+
 async def is_ready(http: httpx.AsyncClient, url: str) -> bool:
     return (await http.get(url)).status_code == 200
 
@@ -214,6 +227,7 @@ async def is_ready(http: httpx.AsyncClient, url: str) -> bool:
 async def test_a_rolling_restart_of_two_replicas_loses_no_call(redis: RedisServer, state: str) -> None:
     """Issue 94, item 3; and issue 101, item 2: with the state on disk, no conversation is told its process ended."""
     tally, stop, held, said, moved = Tally(), anyio.Event(), list[str](), list[str](), list[str]()
+    clients = Conversations()  # with the state on disk: every kind of client, connect's included, told nothing
     with readable_directory("mcp-sessions-rolling-") as files:
         replicas = [replica_on(free_port(), files, redis.url, state) for _ in range(2)]
         urls = [replica.url() for replica in replicas]
@@ -223,6 +237,8 @@ async def test_a_rolling_restart_of_two_replicas_loses_no_call(redis: RedisServe
                 for _ in range(WORKERS):
                     tasks.start_soon(modern_conversations, http, front.url(), tally, stop)
                     tasks.start_soon(legacy_conversations, http, front.url(), tally, stop)
+                if state == "disk":
+                    tasks.start_soon(every_client, clients, front.url(), stop)
                 await until_awaited(lambda: tally.answered >= 10 or tally.failures, "the conversations' calls")
                 for n, replica in enumerate(replicas):
                     tasks.start_soon(held_call, http, front.url(), placed_on(urls, n), held)
@@ -250,6 +266,8 @@ async def test_a_rolling_restart_of_two_replicas_loses_no_call(redis: RedisServe
         assert tally.told > 0, tally  # the stopped replicas' conversations, opened again
     else:
         assert tally.told == 0, tally  # each went on: none was told its process ended
+        assert clients.errors == [], (clients.errors, said)
+        assert clients.answered >= 2 * len(CLIENTS), clients.answered
     assert "Traceback" not in "".join(said), said
 
 
