@@ -7,9 +7,10 @@ import ipaddress
 import logging
 import shlex
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, TextIO
+from urllib.parse import urlsplit
 
 from .._config import SessionsConfig
 from ._config import (
@@ -94,6 +95,7 @@ def add_arguments(gateway: argparse.ArgumentParser) -> None:
     _serving_arguments(gateway)
     _auth_arguments(gateway)
     _exchange_arguments(gateway)
+    _oauth_arguments(gateway)
 
 
 def _serving_arguments(gateway: argparse.ArgumentParser) -> None:
@@ -220,10 +222,11 @@ def _exchange_arguments(gateway: argparse.ArgumentParser) -> None:
     )
     exchange.add_argument(
         "--upstream-token",
-        choices=("passthrough", "none", "exchange"),
+        choices=("passthrough", "none", "exchange", "oauth"),
         help="the upstream's Authorization: the client's as it came (passthrough, the default "
-        "without --auth-*), none (the default with --auth-*), or each user's token exchanged for "
-        "one issued for the upstream (exchange)",
+        "without --auth-*), none (the default with --auth-*), each user's token exchanged for "
+        "one issued for the upstream (exchange), or each user's own grant at the upstream's authorization "
+        "server, which she gives once through a sign-in URL (oauth: the --oauth-* and --login-* flags)",
     )
     for flag, text in (
         (
@@ -251,6 +254,45 @@ def _exchange_arguments(gateway: argparse.ArgumentParser) -> None:
         choices=("client_secret_basic", "client_secret_post", "private_key_jwt"),
         help="how the gateway authenticates to the token endpoint: with its secret (client_secret_basic, the "
         "default; client_secret_post) or a JWT signed with its key (private_key_jwt, RFC 7523)",
+    )
+
+
+def _oauth_arguments(gateway: argparse.ArgumentParser) -> None:
+    """``--upstream-token oauth``: the gateway's client at the upstream's authorization server, and at the team's
+    IdP, where it confirms who opens a sign-in URL (``auth._oauth``)."""
+    oauth = gateway.add_argument_group(
+        "each user's own grant at the upstream's authorization server (--upstream-token oauth; each also from its "
+        "MCP_SESSIONS_* variable; a client secret from MCP_SESSIONS_OAUTH_CLIENT_SECRET, "
+        "MCP_SESSIONS_LOGIN_CLIENT_SECRET or a file, never a flag)"
+    )
+    for group, whose in (("oauth", "the upstream's authorization server"), ("login", "the team's IdP")):
+        for name, text in (
+            ("client-id", f"the gateway's own client id at {whose}"),
+            ("client-secret-file", "a file holding that client's secret"),
+            ("client-key-file", "with private_key_jwt: that client's unencrypted RSA or EC private key (PEM)"),
+            ("client-key-id", "with private_key_jwt: the key's id (kid)"),
+        ):
+            oauth.add_argument(f"--{group}-{name}", metavar=name.upper().replace("-", "_"), help=text)
+        oauth.add_argument(f"--{group}-client-secret", help=argparse.SUPPRESS)  # refused: see --exchange-client-secret
+        oauth.add_argument(
+            f"--{group}-client-auth",
+            choices=("client_secret_basic", "client_secret_post", "private_key_jwt"),
+            help="how the gateway authenticates there (default client_secret_basic with a secret)",
+        )
+    oauth.add_argument(
+        "--oauth-scope",
+        metavar="SCOPE",
+        help="the scope asked for (default: the upstream's 401's, else its metadata's)",
+    )
+    oauth.add_argument(
+        "--oauth-callback",
+        metavar="URL",
+        help="the gateway's /oauth/callback as browsers reach it (default: on --auth-resource's origin, else "
+        "--auth-audience's); without --oauth-client-id the gateway registers this URL (RFC 7591)",
+    )
+    oauth.add_argument("--login-issuer", metavar="URL", help="the team's IdP (OpenID Connect), where a user signs in")
+    oauth.add_argument(
+        "--login-claim", metavar="CLAIM", help="the ID token's claim that must name the user who asked (default sub)"
     )
 
 
@@ -488,6 +530,8 @@ def _upstream_token(
         raise ValueError("--upstream-token is an --upstream's; a --stdio process gets NAME=exchange:AUDIENCE")
     if mode is None and not exchanging:
         return None, None
+    if mode == "oauth":
+        return _upstream_grants(args, environ, auth), None
     from .auth._exchange import Target, TokenExchange, UpstreamToken
 
     if mode is not None and not exchanging:
@@ -518,11 +562,67 @@ def _upstream_token(
     return UpstreamToken("exchange", exchange, target), exchange
 
 
+def _upstream_grants(args: argparse.Namespace, environ: Mapping[str, str], auth: GatewayAuth | None) -> UpstreamToken:
+    """``--upstream-token oauth``'s ``_oauth.UpstreamGrants``, from the ``--oauth-*`` and ``--login-*`` flags."""
+    if auth is None:
+        raise ValueError(
+            "--upstream-token oauth keeps each user's grant: give --auth-jwks (or --auth-principal-header)"
+        )
+    oauth, login = (dict(_oauth_client(args, environ, group)) for group in ("oauth", "login"))
+    issuer = _setting(args, environ, "issuer", "login")
+    if issuer is None or not login:
+        raise ValueError("--upstream-token oauth confirms who opens a sign-in URL: give --login-issuer and its client")
+    callback = _setting(args, environ, "callback", "oauth")
+    if callback is None:
+        own = _setting(args, environ, "resource", "auth") or _setting(args, environ, "audience", "auth") or ""
+        parts = urlsplit(own)
+        if parts.scheme not in ("http", "https"):
+            raise ValueError("--upstream-token oauth needs the gateway's own URL: give --oauth-callback")
+        callback = f"{parts.scheme}://{parts.netloc}/oauth/callback"
+    from .auth._client import ClientAuth
+    from .auth._oauth import Login, UpstreamGrants
+
+    login_client = ClientAuth.given("--login-client", login.pop("method"), login.pop("client_id"), **login)
+    claim = _setting(args, environ, "claim", "login") or "sub"
+    method = oauth.pop("method", None)
+    client_id = oauth.pop("client_id", None)
+    client = None
+    if any(oauth.values()) or method is not None:  # a confidential client, by its secret or key
+        client = ClientAuth.given("--oauth-client", method, client_id, **oauth)
+        client_id = None
+    return UpstreamGrants(
+        upstream=args.upstream[0],
+        callback=callback,
+        login=Login(issuer, login_client, claim),
+        client=client,
+        client_id=client_id,
+        scope=_setting(args, environ, "scope", "oauth"),
+    )
+
+
+def _oauth_client(args: argparse.Namespace, environ: Mapping[str, str], group: str) -> Iterator[tuple[str, Any]]:
+    """The ``--GROUP-client-*`` settings given, as ``ClientAuth.given`` takes them (none: nothing)."""
+    if getattr(args, f"{group}_client_secret") is not None:
+        raise ValueError(f"the client secret is never a flag: MCP_SESSIONS_{group.upper()}_CLIENT_SECRET, or a file")
+    client_id = _setting(args, environ, "client_id", group)
+    if client_id is None:
+        return
+    yield "client_id", client_id
+    yield "method", _setting(args, environ, "client_auth", group)
+    yield "secret", environ.get(f"MCP_SESSIONS_{group.upper()}_CLIENT_SECRET", "").strip() or None
+    yield "secret_file", _setting(args, environ, "client_secret_file", group)
+    yield "key_file", _setting(args, environ, "client_key_file", group)
+    yield "key_id", _setting(args, environ, "client_key_id", group)
+
+
 def _setting(args: argparse.Namespace, environ: Mapping[str, str], name: str, group: str = "exchange") -> str | None:
-    """``--GROUP-NAME``, else its variable (:data:`EXCHANGE_VARIABLES`, :data:`AUTH_VARIABLES`); ``None`` when neither
-    is given."""
-    variables = AUTH_VARIABLES if group == "auth" else EXCHANGE_VARIABLES
-    return getattr(args, f"{group}_{name}") or environ.get(variables[name], "").strip() or None
+    """``--GROUP-NAME``, else its variable (:data:`EXCHANGE_VARIABLES`, :data:`AUTH_VARIABLES`; for the ``oauth`` and
+    ``login`` groups, ``MCP_SESSIONS_GROUP_NAME``); ``None`` when neither is given."""
+    if group in ("oauth", "login"):
+        variable = f"MCP_SESSIONS_{group.upper()}_{name.upper()}"
+    else:
+        variable = (AUTH_VARIABLES if group == "auth" else EXCHANGE_VARIABLES)[name]
+    return getattr(args, f"{group}_{name}") or environ.get(variable, "").strip() or None
 
 
 def _listed(given: list[str] | None, variable: str | None) -> tuple[str, ...] | None:

@@ -94,6 +94,7 @@ def forwarding_app(config: GatewayConfig) -> GatewayFront:
         raise TypeError("forwarding_app serves an upstream's replicas: config.serves is a Forwarding")
     # httpx: the gateway's extra, imported when a gateway is built.
     from ..auth._exchange import UpstreamToken
+    from ..auth._oauth import UpstreamGrants
     from ..auth._tools import guarded
     from ._proxy import UpstreamProxy
 
@@ -114,7 +115,10 @@ def forwarding_app(config: GatewayConfig) -> GatewayFront:
     )
     app = MCPSessionMiddleware(proxy, config=_at_gateway(sessions, replicas, auth))
     trusted = trusted_proxies(config.forwarded_allow_ips)
-    return GatewayFront(guarded(app, auth, config.tools, sessions), trusted=trusted)
+    front = guarded(app, auth, config.tools, sessions)
+    if isinstance(upstream_token, UpstreamGrants):  # its sign-in's pages, opened by a browser that has no bearer
+        front = upstream_token.wrap(front)
+    return GatewayFront(front, trusted=trusted)
 
 
 def _at_gateway(config: SessionsConfig, replicas: Replicas, auth: GatewayAuth | None) -> SessionsConfig:

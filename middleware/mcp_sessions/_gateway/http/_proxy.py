@@ -71,6 +71,7 @@ from ..._wire.sse import between_events
 from ...profiles import Era
 from .._front import PEER, HostCheck, Peer, raw_path_of
 from ..auth._exchange import ExchangeRefused, UpstreamToken
+from ..auth._oauth import SignInRequired
 from ._replicas import Replica, Replicas
 
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -202,6 +203,8 @@ class UpstreamProxy:
         if self._upstream_token.mode != "passthrough":
             try:
                 headers = await self._authorized(scope, headers)
+            except SignInRequired as asked:  # her grant at the upstream's server (``_oauth``)
+                return asked.answer_to(content, scope)
             except ExchangeRefused as failed:
                 return failed.answer(_request_id(content), self._retry_after)
         # A body still arriving goes framed as it came: its Content-Length (the front refused one beside a

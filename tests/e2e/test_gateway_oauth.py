@@ -1,0 +1,236 @@
+"""Each user's own grant at a vendor's server: ``mcp-sessions gateway --upstream-token oauth`` in front of a
+vendor-shaped ``MCPServer`` behind its own authorization server, the team's IdP confirming who opens each sign-in
+URL (``_vendor``'s stand-ins, on loopback), users signing in through URL elicitation with a headless browser
+(httpx following every redirect, naming its user in a header the stand-ins sign in and consent for).
+
+One gateway, as the command runs, for the module; each test signs in users of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import anyio
+import httpx
+import pytest
+
+from _mcp import CLIENT_CAPABILITIES_KEY, legacy_request, modern_headers, modern_request
+from conftest import serve
+from e2e._gateway import JSON_SSE, Process, gateway_process, result_of
+from e2e._vendor import USER_HEADER, Idp, Vendor, vendor_server
+
+LOGIN = ("gateway", "gateway-secret")  # the gateway's client at the team's IdP
+URL_CAPABLE: dict[str, Any] = {CLIENT_CAPABILITIES_KEY: {"elicitation": {"url": {}}}}
+WHOAMI = {"name": "whoami", "arguments": {}}
+
+
+@dataclass
+class Stand:
+    """The stand-ins and the gateway in front of them."""
+
+    idp: Idp
+    vendor: Vendor
+    gateway: Process
+
+
+@pytest.fixture(scope="module")
+def stand() -> Iterator[Stand]:
+    idp = Idp(clients=dict([LOGIN]))
+    vendor = Vendor()
+    with serve(idp.app()) as idp_url, serve(vendor.app()) as vendor_url:
+        idp.url = idp_url
+        with serve(vendor_server(vendor, vendor_url)) as upstream:
+            vendor.resource = upstream + "/mcp"
+            options = (
+                *("--auth-jwks", idp_url + "/jwks.json", "--auth-issuer", idp_url, "--auth-audience", "{url}"),
+                *("--upstream-token", "oauth", "--login-issuer", idp_url, "--login-client-id", LOGIN[0]),
+                *("--log-level", "debug"),
+            )
+            environ = {"MCP_SESSIONS_LOGIN_CLIENT_SECRET": LOGIN[1]}
+            with gateway_process([vendor.resource], *options, environ=environ) as gateway:
+                yield Stand(idp, vendor, gateway)
+
+
+def modern_call(stand: Stand, user: str, meta: dict[str, Any] | None = URL_CAPABLE, **params: Any) -> dict[str, Any]:
+    """``whoami`` as ``user``, on 2026-07-28 (declaring URL elicitation unless ``meta`` says otherwise): the answer."""
+    body = modern_request("tools/call", {**WHOAMI, **params}, meta=meta)
+    token = stand.idp.token_for(user, stand.gateway.url())
+    response = httpx.post(
+        stand.gateway.url(), json=body, headers={**modern_headers(body), "Authorization": f"Bearer {token}"}, timeout=30
+    )
+    assert response.status_code == 200, response.text
+    return result_of(response, body["id"])
+
+
+def legacy_call(stand: Stand, user: str) -> dict[str, Any]:
+    """``whoami`` as ``user``, on 2025-11-25: the answer."""
+    body = legacy_request("tools/call", WHOAMI, id=7)
+    token = stand.idp.token_for(user, stand.gateway.url())
+    headers = {**JSON_SSE, "MCP-Protocol-Version": "2025-11-25", "Authorization": f"Bearer {token}"}
+    response = httpx.post(stand.gateway.url(), json=body, headers=headers, timeout=30)
+    assert response.status_code == 200, response.text
+    return result_of(response, 7)
+
+
+def asked_url(answer: dict[str, Any]) -> str:
+    """The sign-in URL a 2026-07-28 ``input_required`` result asks the client to open."""
+    result = answer["result"]
+    assert result["resultType"] == "input_required", answer
+    (asked,) = result["inputRequests"].values()
+    assert asked["method"] == "elicitation/create" and asked["params"]["mode"] == "url"
+    url: str = asked["params"]["url"]
+    return url
+
+
+def whoami(answer: dict[str, Any]) -> dict[str, str]:
+    seen: dict[str, str] = json.loads(answer["result"]["content"][0]["text"])
+    return seen
+
+
+def browser(user: str) -> httpx.Client:
+    """A headless browser of ``user``'s: it follows every redirect and keeps cookies."""
+    return httpx.Client(follow_redirects=True, headers={USER_HEADER: user}, timeout=30)
+
+
+def signed_in(user: str, url: str) -> httpx.Response:
+    with browser(user) as http:
+        return http.get(url)
+
+
+def test_two_users_sign_in_once_through_url_elicitation_and_reach_the_vendor_as_themselves(stand: Stand) -> None:
+    """alice on 2026-07-28 (an ``input_required`` result carrying ``elicitation/create`` in URL mode) and bob on
+    2025-11-25 (``URLElicitationRequiredError``, -32042) each open the URL the gateway gave, sign in at the IdP,
+    consent at the vendor; their retries reach the vendor's server with a token the vendor issued to each. The
+    gateway registered once (RFC 7591) for both; no token of theirs is in its output, nor in a page."""
+    registered = stand.vendor.counts["registrations"]
+    url = asked_url(modern_call(stand, "alice"))
+    assert urlsplit(url).path.startswith("/oauth/authorize/")
+    assert asked_url(modern_call(stand, "alice")) == url  # a retry before she signed in: the same URL
+    done = signed_in("alice", url)
+    assert done.status_code == 200, done.text
+    assert "You are signed in to" in done.text
+    retried = modern_call(stand, "alice", inputResponses={"sign-in": {"action": "accept"}})
+    alice = whoami(retried)
+    assert alice["sub"] == "alice"
+
+    legacy = legacy_call(stand, "bob")
+    assert legacy["error"]["code"] == -32042
+    (elicitation,) = legacy["error"]["data"]["elicitations"]
+    assert elicitation["mode"] == "url" and elicitation["url"] in legacy["error"]["message"]
+    assert signed_in("bob", elicitation["url"]).status_code == 200
+    bob = whoami(legacy_call(stand, "bob"))
+    assert bob["sub"] == "bob"
+    assert whoami(modern_call(stand, "alice"))["token"] == alice["token"]  # kept: no sign-in, no refresh
+    assert stand.vendor.counts["registrations"] - registered <= 1
+
+    output = stand.gateway.log().decode(errors="replace")
+    assert "granted access at" in output
+    for token in (alice["token"], bob["token"], *stand.vendor.refreshes):
+        assert token not in output
+        assert token not in done.text
+
+
+def test_a_client_without_url_elicitation_gets_the_url_in_an_error(stand: Stand) -> None:
+    """A 2026-07-28 client that declares no URL elicitation: the missing capability's error (-32021), the URL in
+    its message."""
+    answer = modern_call(stand, "carol", meta={})
+    error = answer["error"]
+    assert error["code"] == -32021
+    assert error["data"]["url"] in error["message"]
+
+
+def test_a_sign_in_url_completed_by_another_user_grants_nothing(stand: Stand) -> None:
+    """dave's URL opened by erin, who signs in at the IdP as herself: a page that says so, and nothing granted to
+    either (the URL is spent: dave's retry gets a new one)."""
+    url = asked_url(modern_call(stand, "dave"))
+    opened = signed_in("erin", url)
+    assert opened.status_code == 403
+    assert "made for another user" in opened.text
+    again = asked_url(modern_call(stand, "dave"))
+    assert again != url
+    assert signed_in("dave", url).status_code == 404  # spent
+    assert modern_call(stand, "erin", meta={})["error"]["code"] == -32021  # erin has no grant either
+
+
+def test_a_replayed_tampered_or_carried_state_grants_nothing(stand: Stand) -> None:
+    """frank's flow walked one redirect at a time. The IdP's answer carried to another browser (no cookie of the
+    flow's) grants nothing, and spends that state: frank's own use of it then grants nothing either. In his next
+    flow a tampered ``state`` grants nothing and spends nothing; his own callback goes on to a grant, and replaying
+    either leg's callback then grants nothing."""
+
+    def to_callback(http: httpx.Client) -> str:
+        to_idp = http.get(asked_url(modern_call(stand, "frank")))
+        assert to_idp.status_code == 302
+        back = http.get(to_idp.headers["location"])  # the IdP signs frank in, and sends him back
+        location: str = back.headers["location"]
+        return location
+
+    with browser("frank") as http:
+        http.follow_redirects = False
+        callback = to_callback(http)
+        with browser("frank") as other:
+            carried = other.get(callback)
+        assert carried.status_code == 400 and "another browser" in carried.text
+        assert http.get(callback).status_code == 400
+        callback = to_callback(http)
+        query = dict(parse_qsl(urlsplit(callback).query))
+        tampered = {**query, "state": query["state"][:-2] + ("AA" if query["state"][-2:] != "AA" else "BB")}
+        spoiled = http.get(callback.partition("?")[0] + "?" + urlencode(tampered))
+        assert spoiled.status_code == 400 and "nothing was granted" in spoiled.text
+        http.follow_redirects = True
+        done = http.get(callback)
+        assert done.status_code == 200, done.text
+        assert http.get(callback).status_code == 400  # the login's leg replayed
+        assert http.get(str(done.url)).status_code == 400  # the vendor's leg replayed
+    assert whoami(modern_call(stand, "frank"))["sub"] == "frank"
+
+
+@pytest.mark.anyio
+async def test_one_refresh_in_flight_and_a_revoked_grant_asks_again(stand: Stand) -> None:
+    """grace's tokens say they expire at once (``expires_in`` 0): each call refreshes (the vendor rotates the
+    refresh token), 8 calls at once refresh once; an old refresh token sent again revokes her grant at the vendor,
+    and her next call asks her to sign in again rather than failing."""
+    stand.vendor.lifetime = 0
+    try:
+        assert signed_in("grace", asked_url(modern_call(stand, "grace"))).status_code == 200
+        first = whoami(modern_call(stand, "grace"))["token"]
+        before = stand.vendor.counts["refreshes"]
+        second = whoami(modern_call(stand, "grace"))["token"]
+        assert stand.vendor.counts["refreshes"] == before + 1
+        assert second != first
+        before = stand.vendor.counts["refreshes"]
+        seen: list[str] = []
+
+        async def call() -> None:
+            answer = await anyio.to_thread.run_sync(modern_call, stand, "grace")
+            seen.append(whoami(answer)["sub"])
+
+        async with anyio.create_task_group() as group:
+            for _ in range(8):
+                group.start_soon(call)
+        assert seen == ["grace"] * 8
+        refreshed = stand.vendor.counts["refreshes"] - before
+        assert 1 <= refreshed < 8  # one in flight at a time: calls that came during one took its token
+        old = next(token for token, grant in stand.vendor.refreshes.items() if _is_old(stand.vendor, token, grant))
+        token_endpoint = _vendor_token_endpoint(stand)
+        form = {"grant_type": "refresh_token", "refresh_token": old}
+        reused = await anyio.to_thread.run_sync(lambda: httpx.post(token_endpoint, data=form))
+        assert reused.status_code == 400
+        answer = modern_call(stand, "grace")
+        assert asked_url(answer).startswith(stand.gateway.url("/oauth/authorize/"))
+    finally:
+        stand.vendor.lifetime = 300
+
+
+def _is_old(vendor: Vendor, token: str, grant: str) -> bool:
+    record = vendor.grants.get(grant)
+    return record is not None and record[0] == "grace" and record[1] != token
+
+
+def _vendor_token_endpoint(stand: Stand) -> str:
+    issuer = httpx.get(stand.vendor.resource.replace("/mcp", "/.well-known/oauth-protected-resource/mcp")).json()
+    return str(issuer["authorization_servers"][0]) + "/token"
