@@ -605,6 +605,9 @@ def _oauth_client(args: argparse.Namespace, environ: Mapping[str, str], group: s
     if getattr(args, f"{group}_client_secret") is not None:
         raise ValueError(f"the client secret is never a flag: MCP_SESSIONS_{group.upper()}_CLIENT_SECRET, or a file")
     client_id = _setting(args, environ, "client_id", group)
+    others = ("client_auth", "client_secret_file", "client_key_file", "client_key_id")
+    if client_id is None and any(_setting(args, environ, name, group) for name in others):
+        raise ValueError(f"--{group}-client-* name a client: give --{group}-client-id")
     if client_id is None:
         return
     yield "client_id", client_id

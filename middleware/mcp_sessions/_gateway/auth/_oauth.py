@@ -181,10 +181,12 @@ class _Grant:
 
 @dataclass
 class _Leg:
-    """A browser's sign-in under way, by its ``state``: whose, the browser's cookie, PKCE's verifier, and for the
-    login leg the ID token's ``nonce``."""
+    """A browser's sign-in under way, by its ``state``: whose, the browser's cookie (its name's ``flow``, its value
+    ``binding``: a browser may have two sign-ins under way), PKCE's verifier, and for the login leg the ID token's
+    ``nonce``."""
 
     user: User
+    flow: str
     binding: str = field(repr=False)
     verifier: str = field(repr=False)
     nonce: str | None
@@ -328,7 +330,7 @@ class UpstreamGrants(UpstreamToken):
                     logger.warning("mcp-sessions gateway: %s answered %d to a refresh", server.issuer, status)
                     raise ExchangeRefused(502, "server_error", "the upstream's authorization server failed a refresh")
                 # Revoked, expired, or an old one seen again: signed in again.
-                del self._grants[key]
+                self._grants.pop(key, None)
                 raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
             refreshed = _granted(answer, grant.refresh)
             self._grants[key] = refreshed
@@ -550,12 +552,13 @@ class UpstreamGrants(UpstreamToken):
         if self._url_of.get(user) == one_time:
             del self._url_of[user]
         idp = await self._idp_metadata()
+        flow = secrets.token_hex(8)
         binding = secrets.token_urlsafe(32)
         state = secrets.token_urlsafe(32)
         verifier, challenge = _pkce()
         nonce = secrets.token_urlsafe(32)
         now = time.monotonic()
-        self._logins[state] = _Leg(user, binding, verifier, nonce, self._login.issuer, now + SIGN_IN_WITHIN)
+        self._logins[state] = _Leg(user, flow, binding, verifier, nonce, self._login.issuer, now + SIGN_IN_WITHIN)
         query = {
             "response_type": "code",
             "client_id": self._login.client.client_id,
@@ -566,7 +569,7 @@ class UpstreamGrants(UpstreamToken):
             "code_challenge": challenge,
             "code_challenge_method": "S256",
         }
-        cookie = f"{COOKIE}={binding}; Path=/oauth/; HttpOnly; SameSite=Lax; Max-Age={int(SIGN_IN_WITHIN)}"
+        cookie = f"{COOKIE}-{flow}={binding}; Path=/oauth/; HttpOnly; SameSite=Lax; Max-Age={int(SIGN_IN_WITHIN)}"
         cookie += "; Secure" if self._secure else ""
         return _redirect(_url_in(idp, "authorization_endpoint"), query, cookie)
 
@@ -575,7 +578,6 @@ class UpstreamGrants(UpstreamToken):
         server's code (then the grant, bound to the user the login confirmed)."""
         params = QueryParams(scope.get("query_string", b"").decode("latin-1"))
         state = params.get("state", "")
-        binding = _cookie(Headers(scope=scope).get("cookie", ""))
         now = time.monotonic()
         leg = self._logins.pop(state, None)
         login = leg is not None
@@ -583,6 +585,7 @@ class UpstreamGrants(UpstreamToken):
             leg = self._grantings.pop(state, None)
         if leg is None or now > leg.until:
             raise _Refused(400, "This sign-in is unknown, used or expired: nothing was granted.")
+        binding = _cookie(Headers(scope=scope).get("cookie", ""), f"{COOKIE}-{leg.flow}")
         if binding is None or not secrets.compare_digest(binding, leg.binding):
             raise _Refused(400, "This sign-in was started in another browser: nothing was granted.")
         if params.get("iss") is not None and params["iss"].rstrip("/") != leg.issuer.rstrip("/"):
@@ -620,7 +623,9 @@ class UpstreamGrants(UpstreamToken):
         state = secrets.token_urlsafe(32)
         verifier, challenge = _pkce()
         now = time.monotonic()
-        self._grantings[state] = _Leg(leg.user, leg.binding, verifier, None, server.issuer, now + SIGN_IN_WITHIN)
+        self._grantings[state] = _Leg(
+            leg.user, leg.flow, leg.binding, verifier, None, server.issuer, now + SIGN_IN_WITHIN
+        )
         query = {
             "response_type": "code",
             "client_id": client if isinstance(client, str) else client.client_id,
@@ -670,6 +675,8 @@ class UpstreamGrants(UpstreamToken):
                 if fresh or self._idp_keys is None:
                     idp = await self._idp_metadata()
                     _, keys, _ = await self._read(self._http.build_request("GET", _url_in(idp, "jwks_uri")))
+                    if not isinstance(keys, dict):
+                        raise jwt.PyJWKSetError("the IdP's keys are not a JWK set")
                     self._idp_keys = jwt.PyJWKSet.from_dict(keys)
                 key = next((k for k in self._idp_keys.keys if k.key_id == kid), None)
                 if key is not None:
@@ -721,11 +728,11 @@ def _redirect(endpoint: str, query: Mapping[str, str], cookie: str | None = None
     return sent
 
 
-def _cookie(header: str) -> str | None:
-    """The sign-in's cookie in a ``Cookie`` header."""
+def _cookie(header: str, wanted: str) -> str | None:
+    """The value of the cookie named ``wanted`` in a ``Cookie`` header."""
     for pair in header.split(";"):
         name, _, value = pair.strip().partition("=")
-        if name == COOKIE and value:
+        if name == wanted and value:
             return value
     return None
 
