@@ -20,7 +20,7 @@ import pytest
 
 from _mcp import CLIENT_CAPABILITIES_KEY, legacy_request, modern_headers, modern_request
 from conftest import serve
-from e2e._gateway import JSON_SSE, Process, gateway_process, result_of
+from e2e._gateway import JSON_SSE, SECRET, Process, gateway_process, main_run, result_of
 from e2e._vendor import USER_HEADER, Idp, Vendor, vendor_server
 
 LOGIN = ("gateway", "gateway-secret")  # the gateway's client at the team's IdP
@@ -129,6 +129,7 @@ def test_two_users_sign_in_once_through_url_elicitation_and_reach_the_vendor_as_
 
     output = stand.gateway.log().decode(errors="replace")
     assert "granted access at" in output
+    assert "code=" not in output  # the callback's query, kept out of the access log
     for token in (alice["token"], bob["token"], *stand.vendor.refreshes):
         assert token not in output
         assert token not in done.text
@@ -234,3 +235,43 @@ def _is_old(vendor: Vendor, token: str, grant: str) -> bool:
 def _vendor_token_endpoint(stand: Stand) -> str:
     issuer = httpx.get(stand.vendor.resource.replace("/mcp", "/.well-known/oauth-protected-resource/mcp")).json()
     return str(issuer["authorization_servers"][0]) + "/token"
+
+
+UPSTREAM = "https://vendor.example/mcp"
+VERIFYING = ("--auth-jwks", "http://127.0.0.1:9/k", "--auth-issuer", "http://127.0.0.1:9", "--auth-audience")
+OAUTH = ("--upstream", UPSTREAM, "--upstream-token", "oauth")
+LOGGING_IN = ("--login-issuer", "http://127.0.0.1:9", "--login-client-id", "g")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [
+        ((*OAUTH, *LOGGING_IN), "--upstream-token oauth keeps each user's grant: give --auth-jwks"),
+        ((*OAUTH, *VERIFYING, "https://gw.example/mcp"), "give --login-issuer and its client"),
+        (
+            (*OAUTH, "--auth-principal-header", "x-user", *LOGGING_IN),
+            "needs the gateway's own URL: give --oauth-callback",
+        ),
+        ((*OAUTH, *VERIFYING, "https://gw.example/mcp", *LOGGING_IN[:2]), "give --login-issuer and its client"),
+        (
+            (*OAUTH, *VERIFYING, "https://gw.example/mcp", *LOGGING_IN, "--oauth-callback", "https://gw.example/cb"),
+            "the gateway's sign-in callback is its /oauth/callback",
+        ),
+        (
+            (*OAUTH, *VERIFYING, "https://gw.example/mcp", *LOGGING_IN, "--login-client-secret", "s3cr3t-value"),
+            "never a flag",
+        ),
+        (
+            (*OAUTH, *VERIFYING, "https://gw.example/mcp", *LOGGING_IN, "--oauth-client-secret-file", "/etc/hostname"),
+            "give --oauth-client-id",
+        ),
+    ],
+)
+def test_a_bad_oauth_configuration_is_a_usage_error(arguments: tuple[str, ...], says: str) -> None:
+    """Each a line on stderr, exit status 2; the login client's secret from its variable, never from a flag."""
+    environ = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_LOGIN_CLIENT_SECRET": "s3cr3t-value"}
+    done = main_run("gateway", *arguments, environ=environ)
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr
+    assert done.stderr.count("\n") == 1
+    assert "s3cr3t-value" not in done.stderr
