@@ -67,6 +67,28 @@ EXCHANGE_VARIABLES: Final = {
     "client_key_id": "MCP_SESSIONS_EXCHANGE_CLIENT_KEY_ID",
 }
 """The variable each ``--exchange-*`` flag falls back to (the secret's is ``MCP_SESSIONS_EXCHANGE_CLIENT_SECRET``)."""
+OAUTH_VARIABLES: Final = {
+    "client_id": "MCP_SESSIONS_OAUTH_CLIENT_ID",
+    "client_secret_file": "MCP_SESSIONS_OAUTH_CLIENT_SECRET_FILE",
+    "client_auth": "MCP_SESSIONS_OAUTH_CLIENT_AUTH",
+    "client_key_file": "MCP_SESSIONS_OAUTH_CLIENT_KEY_FILE",
+    "client_key_id": "MCP_SESSIONS_OAUTH_CLIENT_KEY_ID",
+    "client_secret": "MCP_SESSIONS_OAUTH_CLIENT_SECRET",
+    "scope": "MCP_SESSIONS_OAUTH_SCOPE",
+    "callback": "MCP_SESSIONS_OAUTH_CALLBACK",
+}
+"""The variable each ``--oauth-*`` flag falls back to, and the client secret's (never a flag)."""
+LOGIN_VARIABLES: Final = {
+    "client_id": "MCP_SESSIONS_LOGIN_CLIENT_ID",
+    "client_secret_file": "MCP_SESSIONS_LOGIN_CLIENT_SECRET_FILE",
+    "client_auth": "MCP_SESSIONS_LOGIN_CLIENT_AUTH",
+    "client_key_file": "MCP_SESSIONS_LOGIN_CLIENT_KEY_FILE",
+    "client_key_id": "MCP_SESSIONS_LOGIN_CLIENT_KEY_ID",
+    "client_secret": "MCP_SESSIONS_LOGIN_CLIENT_SECRET",
+    "issuer": "MCP_SESSIONS_LOGIN_ISSUER",
+    "claim": "MCP_SESSIONS_LOGIN_CLAIM",
+}
+"""The variable each ``--login-*`` flag falls back to, and the client secret's (never a flag)."""
 
 DESCRIPTION: Final = (
     "Serve one MCP endpoint with data-layer sessions, forwarding every request to the upstream "
@@ -262,8 +284,7 @@ def _oauth_arguments(gateway: argparse.ArgumentParser) -> None:
     IdP, where it confirms who opens a sign-in URL (``auth._oauth``)."""
     oauth = gateway.add_argument_group(
         "each user's own grant at the upstream's authorization server (--upstream-token oauth; each also from its "
-        "MCP_SESSIONS_* variable; a client secret from MCP_SESSIONS_OAUTH_CLIENT_SECRET, "
-        "MCP_SESSIONS_LOGIN_CLIENT_SECRET or a file, never a flag)"
+        "MCP_SESSIONS_* variable; a client secret from its variable or a file, never a flag)"
     )
     for group, whose in (("oauth", "the upstream's authorization server"), ("login", "the team's IdP")):
         for name, text in (
@@ -603,7 +624,8 @@ def _upstream_grants(args: argparse.Namespace, environ: Mapping[str, str], auth:
 def _oauth_client(args: argparse.Namespace, environ: Mapping[str, str], group: str) -> Iterator[tuple[str, Any]]:
     """The ``--GROUP-client-*`` settings given, as ``ClientAuth.given`` takes them (none: nothing)."""
     if getattr(args, f"{group}_client_secret") is not None:
-        raise ValueError(f"the client secret is never a flag: MCP_SESSIONS_{group.upper()}_CLIENT_SECRET, or a file")
+        variable = (OAUTH_VARIABLES if group == "oauth" else LOGIN_VARIABLES)["client_secret"]
+        raise ValueError(f"the client secret is never a flag: {variable}, or a file")
     client_id = _setting(args, environ, "client_id", group)
     others = ("client_auth", "client_secret_file", "client_key_file", "client_key_id")
     if client_id is None and any(_setting(args, environ, name, group) for name in others):
@@ -612,19 +634,18 @@ def _oauth_client(args: argparse.Namespace, environ: Mapping[str, str], group: s
         return
     yield "client_id", client_id
     yield "method", _setting(args, environ, "client_auth", group)
-    yield "secret", environ.get(f"MCP_SESSIONS_{group.upper()}_CLIENT_SECRET", "").strip() or None
+    secret = (OAUTH_VARIABLES if group == "oauth" else LOGIN_VARIABLES)["client_secret"]
+    yield "secret", environ.get(secret, "").strip() or None
     yield "secret_file", _setting(args, environ, "client_secret_file", group)
     yield "key_file", _setting(args, environ, "client_key_file", group)
     yield "key_id", _setting(args, environ, "client_key_id", group)
 
 
 def _setting(args: argparse.Namespace, environ: Mapping[str, str], name: str, group: str = "exchange") -> str | None:
-    """``--GROUP-NAME``, else its variable (:data:`EXCHANGE_VARIABLES`, :data:`AUTH_VARIABLES`; for the ``oauth`` and
-    ``login`` groups, ``MCP_SESSIONS_GROUP_NAME``); ``None`` when neither is given."""
-    if group in ("oauth", "login"):
-        variable = f"MCP_SESSIONS_{group.upper()}_{name.upper()}"
-    else:
-        variable = (AUTH_VARIABLES if group == "auth" else EXCHANGE_VARIABLES)[name]
+    """``--GROUP-NAME``, else its variable (:data:`EXCHANGE_VARIABLES`, :data:`AUTH_VARIABLES`,
+    :data:`OAUTH_VARIABLES`, :data:`LOGIN_VARIABLES`); ``None`` when neither is given."""
+    groups = {"auth": AUTH_VARIABLES, "oauth": OAUTH_VARIABLES, "login": LOGIN_VARIABLES}
+    variable = groups.get(group, EXCHANGE_VARIABLES)[name]
     return getattr(args, f"{group}_{name}") or environ.get(variable, "").strip() or None
 
 

@@ -470,11 +470,13 @@ class UpstreamGrants(UpstreamToken):
     async def _post_token(
         self, endpoint: str, issuer: str, client: ClientAuth | str, form: dict[str, str]
     ) -> tuple[int, Any]:
+        headers: dict[str, str] = {}
         if isinstance(client, str):  # a public client names itself
-            data, headers = {"client_id": client}, {}
+            data = {"client_id": client}
         else:
             authentication = client.request(issuer)
-            data, headers = authentication.data, authentication.headers
+            data = authentication.data
+            headers = authentication.headers
         request = self._http.build_request("POST", endpoint, data=form | data, headers=headers)
         status, answer, _ = await self._read(request)
         return status, answer
