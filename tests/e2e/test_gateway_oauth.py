@@ -8,9 +8,11 @@ One gateway, as the command runs, for the module; each test signs in users of it
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -24,35 +26,48 @@ from e2e._gateway import JSON_SSE, SECRET, Process, gateway_process, main_run, r
 from e2e._vendor import USER_HEADER, Idp, Vendor, vendor_server
 
 LOGIN = ("gateway", "gateway-secret")  # the gateway's client at the team's IdP
+OLD_KEY = "old:" + "o" * 32  # the sessions' key set (MCP_SESSIONS_KEYS), which seals the grants kept in the store
+NEW_KEYS = "new:" + "n" * 32 + ",old:" + "o" * 32  # rotated: the new key signs, the old one still verifies
 URL_CAPABLE: dict[str, Any] = {CLIENT_CAPABILITIES_KEY: {"elicitation": {"url": {}}}}
 WHOAMI = {"name": "whoami", "arguments": {}}
 
 
 @dataclass
 class Stand:
-    """The stand-ins and the gateway in front of them."""
+    """The stand-ins and the gateway in front of them (:meth:`restart` starts another on the same store)."""
 
     idp: Idp
     vendor: Vendor
-    gateway: Process
+    store: Path
+    exits: contextlib.ExitStack
+    gateway: Process = field(init=False)
+
+    def start(self, keys: str) -> None:
+        """A gateway with the key set ``keys`` (``MCP_SESSIONS_KEYS``), on the store; the one before stopped."""
+        options = (
+            *("--auth-jwks", self.idp.url + "/jwks.json", "--auth-issuer", self.idp.url, "--auth-audience", "{url}"),
+            *("--upstream-token", "oauth", "--login-issuer", self.idp.url, "--login-client-id", LOGIN[0]),
+            *("--log-level", "debug"),
+        )
+        environ = {"MCP_SESSIONS_LOGIN_CLIENT_SECRET": LOGIN[1], "MCP_SESSIONS_SECRET": "", "MCP_SESSIONS_KEYS": keys}
+        environ["MCP_SESSIONS_STORE"] = f"sqlite:///{self.store}"
+        if hasattr(self, "gateway"):
+            self.gateway.stop()
+        self.gateway = self.exits.enter_context(gateway_process([self.vendor.resource], *options, environ=environ))
 
 
 @pytest.fixture(scope="module")
-def stand() -> Iterator[Stand]:
+def stand(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stand]:
     idp = Idp(clients=dict([LOGIN]))
     vendor = Vendor()
-    with serve(idp.app()) as idp_url, serve(vendor.app()) as vendor_url:
-        idp.url = idp_url
-        with serve(vendor_server(vendor, vendor_url)) as upstream:
-            vendor.resource = upstream + "/mcp"
-            options = (
-                *("--auth-jwks", idp_url + "/jwks.json", "--auth-issuer", idp_url, "--auth-audience", "{url}"),
-                *("--upstream-token", "oauth", "--login-issuer", idp_url, "--login-client-id", LOGIN[0]),
-                *("--log-level", "debug"),
-            )
-            environ = {"MCP_SESSIONS_LOGIN_CLIENT_SECRET": LOGIN[1]}
-            with gateway_process([vendor.resource], *options, environ=environ) as gateway:
-                yield Stand(idp, vendor, gateway)
+    store = tmp_path_factory.mktemp("oauth") / "store.db"
+    with contextlib.ExitStack() as exits:
+        idp.url = exits.enter_context(serve(idp.app()))
+        vendor_url = exits.enter_context(serve(vendor.app()))
+        vendor.resource = exits.enter_context(serve(vendor_server(vendor, vendor_url))) + "/mcp"
+        built = Stand(idp, vendor, store, exits)
+        built.start(OLD_KEY)
+        yield built
 
 
 def modern_call(stand: Stand, user: str, meta: dict[str, Any] | None = URL_CAPABLE, **params: Any) -> dict[str, Any]:
@@ -235,6 +250,31 @@ def _is_old(vendor: Vendor, token: str, grant: str) -> bool:
 def _vendor_token_endpoint(stand: Stand) -> str:
     issuer = httpx.get(stand.vendor.resource.replace("/mcp", "/.well-known/oauth-protected-resource/mcp")).json()
     return str(issuer["authorization_servers"][0]) + "/token"
+
+
+def test_a_restarted_gateway_keeps_each_grant_sealed_in_its_store(stand: Stand) -> None:
+    """ivy signs in, the gateway stops, and one with the key set rotated (the old key kept as a verifier) starts on
+    the same SQLite store: her call reaches the vendor as herself with no sign-in and no new code. The store's file
+    holds neither of her tokens, nor her name."""
+    assert signed_in("ivy", asked_url(modern_call(stand, "ivy"))).status_code == 200
+    token = whoami(modern_call(stand, "ivy"))["token"]
+    codes = stand.vendor.counts["codes"]
+    stand.start(NEW_KEYS)
+    after = whoami(modern_call(stand, "ivy"))
+    assert after == {"sub": "ivy", "token": token}
+    assert stand.vendor.counts["codes"] == codes
+    kept = b"".join(path.read_bytes() for path in stand.store.parent.iterdir())
+    refresh = [token for token, grant in stand.vendor.refreshes.items() if _holder(stand.vendor, grant) == "ivy"]
+    assert refresh
+    for secret in (token, *refresh):
+        assert secret.encode() not in kept
+        assert secret[-16:].encode() not in kept
+    assert b"ivy" not in kept
+
+
+def _holder(vendor: Vendor, grant: str) -> str | None:
+    record = vendor.grants.get(grant)
+    return None if record is None else record[0]
 
 
 UPSTREAM = "https://vendor.example/mcp"

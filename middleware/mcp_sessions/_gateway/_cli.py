@@ -381,7 +381,7 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
     auth = _auth(args, environ)
     tools = _tools(args, auth)
     _stdio_only(args)
-    upstream_token, exchange = _upstream_token(args, environ, auth)
+    upstream_token, exchange = _upstream_token(args, environ, auth, sessions)
     serves: Forwarding | StdioProcesses
     if args.stdio is not None:
         command = shlex.split(args.stdio)
@@ -539,7 +539,7 @@ def _tools(args: argparse.Namespace, auth: GatewayAuth | None) -> ToolPolicy | N
 
 
 def _upstream_token(
-    args: argparse.Namespace, environ: Mapping[str, str], auth: GatewayAuth | None
+    args: argparse.Namespace, environ: Mapping[str, str], auth: GatewayAuth | None, sessions: SessionsConfig
 ) -> tuple[UpstreamToken | None, TokenExchange | None]:
     """What the upstream gets as ``Authorization`` (``--upstream-token``, default: see ``gateway_app``), and the
     token exchange that it, or a ``--process-env NAME=exchange:AUDIENCE``, uses."""
@@ -552,7 +552,7 @@ def _upstream_token(
     if mode is None and not exchanging:
         return None, None
     if mode == "oauth":
-        return _upstream_grants(args, environ, auth), None
+        return _upstream_grants(args, environ, auth, sessions), None
     from .auth._exchange import Target, TokenExchange, UpstreamToken
 
     if mode is not None and not exchanging:
@@ -583,8 +583,11 @@ def _upstream_token(
     return UpstreamToken("exchange", exchange, target), exchange
 
 
-def _upstream_grants(args: argparse.Namespace, environ: Mapping[str, str], auth: GatewayAuth | None) -> UpstreamToken:
-    """``--upstream-token oauth``'s ``_oauth.UpstreamGrants``, from the ``--oauth-*`` and ``--login-*`` flags."""
+def _upstream_grants(
+    args: argparse.Namespace, environ: Mapping[str, str], auth: GatewayAuth | None, sessions: SessionsConfig
+) -> UpstreamToken:
+    """``--upstream-token oauth``'s ``_oauth.UpstreamGrants``, from the ``--oauth-*`` and ``--login-*`` flags, its
+    grants kept in the sessions' store, sealed with their keys (``_kept``)."""
     if auth is None:
         raise ValueError(
             "--upstream-token oauth keeps each user's grant: give --auth-jwks (or --auth-principal-header)"
@@ -601,6 +604,7 @@ def _upstream_grants(args: argparse.Namespace, environ: Mapping[str, str], auth:
             raise ValueError("--upstream-token oauth needs the gateway's own URL: give --oauth-callback")
         callback = f"{parts.scheme}://{parts.netloc}/oauth/callback"
     from .auth._client import ClientAuth
+    from .auth._kept import KeptGrants
     from .auth._oauth import Login, UpstreamGrants
 
     login_client = ClientAuth.given("--login-client", login.pop("method"), login.pop("client_id"), **login)
@@ -618,6 +622,7 @@ def _upstream_grants(args: argparse.Namespace, environ: Mapping[str, str], auth:
         client=client,
         client_id=client_id,
         scope=_setting(args, environ, "scope", "oauth"),
+        kept=KeptGrants(sessions.store, sessions.keys),
     )
 
 

@@ -28,7 +28,8 @@ the browser that opened the URL by a cookie of its own (RFC 9700 §4.7.1: a call
 refused); an ``iss`` parameter (RFC 9207) must be the leg's server's. A URL opened by another user signs her in
 at the IdP as herself, and grants nothing. Her retry then reaches the upstream with her token.
 
-**Her tokens** are kept in memory, per user (her token's issuer and principal) and authorization server, never
+**Her tokens** are kept per user (her token's issuer and principal) and authorization server, in memory and,
+given ``kept`` (``_kept.KeptGrants``), sealed in the gateway's store, so that a restart asks no one again; never
 in a log, an error or a page: the access token until :data:`RENEW_BEFORE` seconds before it expires (half its life
 for a short one), then refreshed, one refresh in flight per user and server (servers rotate refresh tokens and
 revoke a grant whose old one comes back); a refresh refused (``invalid_grant``) drops the grant and asks her to
@@ -50,10 +51,10 @@ import math
 import re
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from http.cookiejar import CookieJar, DefaultCookiePolicy
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import urlencode, urlsplit
 
 import anyio
@@ -68,6 +69,7 @@ from ..._wire.protocol import MCP_PROTOCOL_VERSION_HEADER
 from ...profiles import Era
 from ._client import ClientAuth, ClientAuthMethod
 from ._exchange import ExchangeRefused, UpstreamToken
+from ._kept import KeptGrants, StoreFailed
 
 if TYPE_CHECKING:
     import httpx
@@ -108,6 +110,7 @@ _PAGE_HEADERS: Final = (
     (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
 )
 
+_T = TypeVar("_T")
 User = tuple[str, str]
 """Who a grant is for: her token's issuer (or the auth proxy's header) and her principal."""
 
@@ -216,8 +219,9 @@ class UpstreamGrants(UpstreamToken):
     """``--upstream-token oauth``: each user's own access token at the upstream's authorization server (see the
     module). ``upstream`` is the upstream's MCP URL, ``callback`` the gateway's ``/oauth/callback`` as browsers
     reach it, ``login`` the team's IdP; ``client`` or ``client_id`` the gateway's client at the upstream's server
-    (neither: registered), and ``scope`` what it asks for (default: the upstream's 401's, else its metadata's).
-    Serve the app :meth:`wrap` returns: it serves the sign-in's two routes and closes the HTTP client."""
+    (neither: registered), and ``scope`` what it asks for (default: the upstream's 401's, else its metadata's);
+    ``kept``, where the grants outlive the process (else in its memory alone). Serve the app :meth:`wrap`
+    returns: it serves the sign-in's two routes and closes the HTTP client."""
 
     def __init__(
         self,
@@ -228,6 +232,7 @@ class UpstreamGrants(UpstreamToken):
         client: ClientAuth | None = None,
         client_id: str | None = None,
         scope: str | None = None,
+        kept: KeptGrants | None = None,
         timeout: float = TIMEOUT,
     ) -> None:
         super().__init__("oauth")
@@ -247,6 +252,7 @@ class UpstreamGrants(UpstreamToken):
         self._given = client
         self._client_id = client_id
         self._scope = scope
+        self._kept = kept
         self._timeout = timeout
         self._server: _Server | None = None
         self._idp: dict[str, Any] | None = None
@@ -274,6 +280,10 @@ class UpstreamGrants(UpstreamToken):
         server = await self._found()
         key = (user, server.issuer)
         grant = self._grants.get(key)
+        if grant is None and self._kept is not None:
+            loaded = await self._keep(self._kept.load(_who(key)))
+            if loaded is not None:
+                grant = self._grants[key] = _Grant(*loaded)
         if grant is not None and time.monotonic() < grant.renew_at:
             return b"Bearer " + grant.access.encode("ascii")
         if grant is None or grant.refresh is None:
@@ -331,9 +341,12 @@ class UpstreamGrants(UpstreamToken):
                     raise ExchangeRefused(502, "server_error", "the upstream's authorization server failed a refresh")
                 # Revoked, expired, or an old one seen again: signed in again.
                 self._grants.pop(key, None)
+                if self._kept is not None:
+                    await self._keep(self._kept.forget(_who(key)))
                 raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
             refreshed = _granted(answer, grant.refresh)
             self._grants[key] = refreshed
+            await self._saved(key, refreshed)
             refreshing.token = refreshed.access
             return refreshed.access
         except ExchangeRefused as failed:
@@ -342,6 +355,19 @@ class UpstreamGrants(UpstreamToken):
         finally:
             del self._refreshing[key]
             refreshing.done.set()
+
+    async def _saved(self, key: tuple[User, str], grant: _Grant) -> None:
+        """``grant`` kept in the store, where there is one."""
+        if self._kept is not None:
+            await self._keep(self._kept.save(_who(key), grant.access, grant.refresh, grant.renew_at))
+
+    async def _keep(self, step: Awaitable[_T]) -> _T:
+        """``step`` of the store's, whose failure is the client's 503 (the store's failures are retried)."""
+        try:
+            return await step
+        except StoreFailed:
+            logger.warning("mcp-sessions gateway: the store did not answer for a user's grant")
+            raise ExchangeRefused(503, "store_unavailable", "the gateway's store is unavailable") from None
 
     # -- discovery and registration ----------------------------------------------------------------------------
 
@@ -655,10 +681,12 @@ class UpstreamGrants(UpstreamToken):
         if status != 200 or not isinstance(answer, dict):
             logger.warning("mcp-sessions gateway: %s answered %d to a code", server.issuer, status)
             raise _Refused(502, "The upstream's authorization server did not grant access: nothing was granted.")
+        key = (leg.user, server.issuer)
         try:
-            self._grants[(leg.user, server.issuer)] = _granted(answer, None)
+            grant = self._grants[key] = _granted(answer, None)
         except ExchangeRefused:
             raise _Refused(502, "The upstream's authorization server issued no usable token.") from None
+        await self._saved(key, grant)
         logger.info("mcp-sessions gateway: a user granted access at %s", server.issuer)
         return _page(200, f"You are signed in to {urlsplit(server.issuer).netloc}. You may close this page.")
 
@@ -744,6 +772,12 @@ def _pkce() -> tuple[str, str]:
     verifier = secrets.token_urlsafe(48)
     digest = hashlib.sha256(verifier.encode("ascii")).digest()
     return verifier, base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def _who(key: tuple[User, str]) -> str:
+    """A user and server, as the store's record is named from (``_kept.record``)."""
+    (issuer, principal), server = key
+    return f"{issuer}\0{principal}\0{server}"
 
 
 def _user_of(scope: Scope) -> User | None:

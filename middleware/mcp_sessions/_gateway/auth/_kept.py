@@ -1,0 +1,131 @@
+"""Each user's grant at an upstream's authorization server, kept in the gateway's store, sealed (``_oauth``).
+
+A grant (her access and refresh tokens, and when to refresh) is one value of the store the sessions use
+(``MCP_SESSIONS_STORE``: memory, SQLite, Redis), under a record named by a SHA-256 digest of who she is and the
+server (never her name, never a token), so that a restarted gateway, or another replica on the same store, serves
+her without asking her to sign in again. The value is sealed with AES-GCM (``cryptography``'s, which PyJWT's
+``crypto`` extra brings) under a key derived by HKDF-SHA256 from the signing key of the sessions' key set, named
+by its ``kid``; a grant sealed by a key the set still holds opens after a rotation (the old key kept as a
+verifier), one sealed by a key it no longer holds does not, and she signs in again. The record's name is the
+seal's associated data: a value moved to another user's record does not open. What the store holds reads as
+neither token.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+from typing import TYPE_CHECKING, Final
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+
+from ...stores import SessionStoreUnavailable
+
+if TYPE_CHECKING:
+    from ..._tokens import KeySet
+    from ...stores import SessionStore
+
+logger = logging.getLogger("mcp_sessions.gateway")
+
+KEPT_FOR: Final = 90 * 24 * 3600.0
+"""How long a grant is kept in the store since it was last granted or refreshed (its refresh token's life is the
+server's to say, and most do not)."""
+_INFO: Final = b"mcp-sessions gateway: a user's grant at an upstream's authorization server"
+_FIELD: Final = "grant"
+
+
+class StoreFailed(Exception):
+    """The store could not be read or written now: the request is answered as the store's failures are."""
+
+
+class KeptGrants:
+    """Grants sealed in ``store`` with the keys of ``keys`` (see the module): :meth:`load`, :meth:`save`,
+    :meth:`forget`. A grant is ``(access, refresh, renew_at)``, ``renew_at`` on the monotonic clock."""
+
+    def __init__(self, store: SessionStore, keys: KeySet) -> None:
+        self._store = store
+        self._sealing: dict[str, AESGCM] = {}
+        for key in keys.keys:
+            material = key.signing_key
+            if material is None:  # a verifier alone has no secret to derive from
+                continue
+            if not isinstance(material, bytes):
+                material = material.private_bytes(Encoding.DER, PrivateFormat.PKCS8, NoEncryption())
+            derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_INFO).derive(material)
+            self._sealing[key.kid] = AESGCM(derived)
+        if keys.signer is None:
+            raise ValueError("the gateway keeps users' grants sealed with the sessions' signing key: give one")
+        self._signer = keys.signer.kid
+
+    async def load(self, who: str) -> tuple[str, str | None, float] | None:
+        """The grant kept for ``who`` (a user and server, as :func:`record` names them), or ``None``."""
+        name = record(who)
+        try:
+            sealed = await self._store.get(name, _FIELD)
+        except SessionStoreUnavailable as exc:
+            raise StoreFailed from exc
+        if not isinstance(sealed, dict):
+            return None
+        opened = self._opened(name, sealed)
+        if opened is None:
+            logger.warning("mcp-sessions gateway: a kept grant does not open with the sessions' keys: asked again")
+            return None
+        access, refresh, renew_at = opened
+        if not isinstance(access, str) or not (refresh is None or isinstance(refresh, str)):
+            return None
+        if not (renew_at is None or isinstance(renew_at, int | float)):
+            return None
+        left = math.inf if renew_at is None else renew_at - time.time()
+        return access, refresh, time.monotonic() + left
+
+    async def save(self, who: str, access: str, refresh: str | None, renew_at: float) -> None:
+        """Keep ``who``'s grant (``renew_at`` monotonic), sealed, for :data:`KEPT_FOR` seconds."""
+        name = record(who)
+        renew_wall = None if renew_at == math.inf else time.time() + renew_at - time.monotonic()
+        plain = json.dumps([access, refresh, renew_wall]).encode()
+        nonce = os.urandom(12)
+        sealed = self._sealing[self._signer].encrypt(nonce, plain, name.encode())
+        value = {"kid": self._signer, "nonce": _b64(nonce), "sealed": _b64(sealed)}
+        try:
+            await self._store.set(name, _FIELD, value, expires_at=time.time() + KEPT_FOR)
+        except SessionStoreUnavailable as exc:
+            raise StoreFailed from exc
+
+    async def forget(self, who: str) -> None:
+        """Drop ``who``'s grant (revoked, refused): she signs in again."""
+        try:
+            await self._store.delete(record(who), _FIELD)
+        except SessionStoreUnavailable as exc:
+            raise StoreFailed from exc
+
+    def _opened(self, name: str, sealed: dict[str, object]) -> list[object] | None:
+        kid = sealed.get("kid")
+        nonce = sealed.get("nonce")
+        data = sealed.get("sealed")
+        key = self._sealing.get(kid) if isinstance(kid, str) else None
+        if key is None or not isinstance(nonce, str) or not isinstance(data, str):
+            return None
+        try:
+            plain = key.decrypt(base64.urlsafe_b64decode(nonce), base64.urlsafe_b64decode(data), name.encode())
+            opened = json.loads(plain)
+        except (InvalidTag, ValueError):
+            return None
+        return opened if isinstance(opened, list) and len(opened) == 3 else None
+
+
+def record(who: str) -> str:
+    """The store's record for a user's grant at a server: a digest, so that the store names neither."""
+    return "oauth-grant-" + hashlib.sha256(who.encode()).hexdigest()
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode("ascii")
