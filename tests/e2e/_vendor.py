@@ -132,6 +132,7 @@ class Vendor:
     refreshes: dict[str, str] = field(default_factory=dict)
     grants: dict[str, tuple[str, str] | None] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=lambda: {"registrations": 0, "refreshes": 0, "codes": 0})
+    issued: list[str] = field(default_factory=list)  # every access and refresh token, in order
 
     def keys(self) -> dict[str, Any]:
         public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key()))
@@ -146,6 +147,7 @@ class Vendor:
         claims["jti"] = secrets.token_urlsafe(8)
         access = jwt.encode(claims, self.key, algorithm="RS256", headers={"kid": "vendor"})
         refresh = "vr-" + secrets.token_urlsafe(24)
+        self.issued += [access, refresh]
         self.refreshes[refresh] = grant
         self.grants[grant] = (user, refresh)
         return {"access_token": access, "token_type": "Bearer", "expires_in": self.lifetime, "refresh_token": refresh}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,8 +43,10 @@ class Stand:
     exits: contextlib.ExitStack
     gateway: Process = field(init=False)
 
-    def start(self, keys: str) -> None:
-        """A gateway with the key set ``keys`` (``MCP_SESSIONS_KEYS``), on the store; the one before stopped."""
+    def start(self, keys: str) -> str:
+        """A gateway with the key set ``keys`` (``MCP_SESSIONS_KEYS``), on the store, under
+        ``opentelemetry-instrument`` with its spans (httpx's calls to the servers among them) in its output; the one
+        before stopped: all it wrote."""
         options = (
             *("--auth-jwks", self.idp.url + "/jwks.json", "--auth-issuer", self.idp.url, "--auth-audience", "{url}"),
             *("--upstream-token", "oauth", "--login-issuer", self.idp.url, "--login-client-id", LOGIN[0]),
@@ -51,9 +54,12 @@ class Stand:
         )
         environ = {"MCP_SESSIONS_LOGIN_CLIENT_SECRET": LOGIN[1], "MCP_SESSIONS_SECRET": "", "MCP_SESSIONS_KEYS": keys}
         environ["MCP_SESSIONS_STORE"] = f"sqlite:///{self.store}"
-        if hasattr(self, "gateway"):
-            self.gateway.stop()
-        self.gateway = self.exits.enter_context(gateway_process([self.vendor.resource], *options, environ=environ))
+        environ |= {"OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none"}
+        program = [str(Path(sys.executable).parent / "opentelemetry-instrument"), sys.executable, "-m", "mcp_sessions"]
+        before = self.gateway.stop().decode(errors="replace") if hasattr(self, "gateway") else ""
+        started = gateway_process([self.vendor.resource], *options, environ=environ, program=program)
+        self.gateway = self.exits.enter_context(started)
+        return before
 
 
 @pytest.fixture(scope="module")
@@ -255,18 +261,21 @@ def _vendor_token_endpoint(stand: Stand) -> str:
 def test_a_restarted_gateway_keeps_each_grant_sealed_in_its_store(stand: Stand) -> None:
     """ivy signs in, the gateway stops, and one with the key set rotated (the old key kept as a verifier) starts on
     the same SQLite store: her call reaches the vendor as herself with no sign-in and no new code. The store's file
-    holds neither of her tokens, nor her name."""
+    holds neither of her tokens, nor her name; the first gateway's output, its spans exported at its exit, neither
+    token."""
     assert signed_in("ivy", asked_url(modern_call(stand, "ivy"))).status_code == 200
     token = whoami(modern_call(stand, "ivy"))["token"]
     codes = stand.vendor.counts["codes"]
-    stand.start(NEW_KEYS)
+    output = stand.start(NEW_KEYS)
+    assert '"name": "POST"' in output  # httpx's spans, the token endpoint's among them
     after = whoami(modern_call(stand, "ivy"))
     assert after == {"sub": "ivy", "token": token}
     assert stand.vendor.counts["codes"] == codes
     kept = b"".join(path.read_bytes() for path in stand.store.parent.iterdir())
     refresh = [token for token, grant in stand.vendor.refreshes.items() if _holder(stand.vendor, grant) == "ivy"]
     assert refresh
-    for secret in (token, *refresh):
+    for secret in stand.vendor.issued:  # every user's so far
+        assert secret not in output
         assert secret.encode() not in kept
         assert secret[-16:].encode() not in kept
     assert b"ivy" not in kept
