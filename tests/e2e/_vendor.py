@@ -131,7 +131,9 @@ class Vendor:
     # refresh token -> its grant's id; grant id -> (user, the live refresh token), None once revoked
     refreshes: dict[str, str] = field(default_factory=dict)
     grants: dict[str, tuple[str, str] | None] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=lambda: {"registrations": 0, "refreshes": 0, "codes": 0})
+    counts: dict[str, int] = field(
+        default_factory=lambda: {"registrations": 0, "refreshes": 0, "codes": 0, "revocations": 0}
+    )
     issued: list[str] = field(default_factory=list)  # every access and refresh token, in order
 
     def keys(self) -> dict[str, Any]:
@@ -161,6 +163,7 @@ class Vendor:
                     "authorization_endpoint": base + "/authorize",
                     "token_endpoint": base + "/token",
                     "registration_endpoint": base + "/register",
+                    "revocation_endpoint": base + "/revoke",
                     "jwks_uri": base + "/jwks.json",
                     "code_challenge_methods_supported": ["S256"],
                     "grant_types_supported": ["authorization_code", "refresh_token"],
@@ -223,6 +226,15 @@ class Vendor:
                 return JSONResponse(self._issued(base, grant))
             return JSONResponse({"error": "unsupported_grant_type"}, 400)
 
+        async def revoke(request: Request) -> Response:
+            """RFC 7009: a refresh token revokes its whole grant; 200 whatever the token."""
+            form = await request.form()
+            grant = self.refreshes.get(str(form.get("token")))
+            if grant is not None and form.get("client_id") in self.clients:
+                self.grants[grant] = None
+                self.counts["revocations"] += 1
+            return Response(status_code=200)
+
         return Starlette(
             routes=[
                 Route("/.well-known/oauth-authorization-server", metadata),
@@ -230,6 +242,7 @@ class Vendor:
                 Route("/register", register, methods=["POST"]),
                 Route("/authorize", authorize),
                 Route("/token", token, methods=["POST"]),
+                Route("/revoke", revoke, methods=["POST"]),
             ]
         )
 

@@ -258,6 +258,33 @@ def _vendor_token_endpoint(stand: Stand) -> str:
     return str(issuer["authorization_servers"][0]) + "/token"
 
 
+def test_a_user_lists_and_revokes_her_own_grant(stand: Stand) -> None:
+    """judy's ``GET /oauth/grants`` (with her bearer token) lists her grant at the vendor's server, no token in it;
+    another user's lists none, a request without a token gets 401; her ``DELETE`` revokes it at the server
+    (RFC 7009) and here, and her next call asks her to sign in again."""
+    assert signed_in("judy", asked_url(modern_call(stand, "judy"))).status_code == 200
+    token = whoami(modern_call(stand, "judy"))["token"]
+
+    def grants(user: str, method: str = "GET") -> httpx.Response:
+        bearer = stand.idp.token_for(user, stand.gateway.url())
+        headers = {"Authorization": f"Bearer {bearer}"} if user else {}
+        return httpx.request(method, stand.gateway.url("/oauth/grants"), headers=headers, timeout=30)
+
+    listed = grants("judy")
+    assert listed.status_code == 200, listed.text
+    (grant,) = listed.json()["grants"]
+    assert grant["resource"] == stand.vendor.resource and grant["refreshes"] is True
+    assert token not in listed.text and "vr-" not in listed.text
+    assert grants("kim").json() == {"grants": []}
+    assert grants("").status_code == 401
+    revocations = stand.vendor.counts["revocations"]
+    revoked = grants("judy", "DELETE")
+    assert revoked.status_code == 200 and revoked.json()["revoked"] == [grant["authorization_server"]]
+    assert stand.vendor.counts["revocations"] == revocations + 1
+    assert grants("judy").json() == {"grants": []}
+    assert asked_url(modern_call(stand, "judy")).startswith(stand.gateway.url("/oauth/authorize/"))
+
+
 def test_a_restarted_gateway_keeps_each_grant_sealed_in_its_store(stand: Stand) -> None:
     """ivy signs in, the gateway stops, and one with the key set rotated (the old key kept as a verifier) starts on
     the same SQLite store: her call reaches the vendor as herself with no sign-in and no new code. The store's file

@@ -94,6 +94,7 @@ MISSING_CAPABILITY: Final = -32021
 """2026-07-28's error for a request that needs a client capability the client did not declare."""
 AUTHORIZE_PATH: Final = "/oauth/authorize/"
 CALLBACK_PATH: Final = "/oauth/callback"
+GRANTS_PATH: Final = "/oauth/grants"
 COOKIE: Final = "mcp_sessions_sign_in"
 # The methods whose 2026-07-28 answer may be an input_required result (SEP-2322's multi-round-trip requests).
 _ASKING: Final = frozenset({"tools/call", "prompts/get", "resources/read"})
@@ -169,6 +170,7 @@ class _Server:
     authorization_endpoint: str
     token_endpoint: str
     registration_endpoint: str | None
+    revocation_endpoint: str | None
     resource: str
     scope: str | None
 
@@ -279,11 +281,7 @@ class UpstreamGrants(UpstreamToken):
             raise ExchangeRefused(401, "invalid_request", "the request names no user whose grant the upstream takes")
         server = await self._found()
         key = (user, server.issuer)
-        grant = self._grants.get(key)
-        if grant is None and self._kept is not None:
-            loaded = await self._keep(self._kept.load(_who(key)))
-            if loaded is not None:
-                grant = self._grants[key] = _Grant(*loaded)
+        grant = await self._grant_of(key)
         if grant is not None and time.monotonic() < grant.renew_at:
             return b"Bearer " + grant.access.encode("ascii")
         if grant is None or grant.refresh is None:
@@ -421,11 +419,13 @@ class UpstreamGrants(UpstreamToken):
         if scope is None and isinstance(supported, list) and all(isinstance(item, str) for item in supported):
             scope = " ".join(supported) or None
         registration = found.get("registration_endpoint")
+        revocation = found.get("revocation_endpoint")
         return _Server(
             issuer=servers[0],
             authorization_endpoint=_url_in(found, "authorization_endpoint"),
             token_endpoint=_url_in(found, "token_endpoint"),
             registration_endpoint=registration if isinstance(registration, str) else None,
+            revocation_endpoint=revocation if isinstance(revocation, str) else None,
             resource=resource,
             scope=scope,
         )
@@ -535,6 +535,71 @@ class UpstreamGrants(UpstreamToken):
             return response.status_code, json.loads(body), challenge
         except (ValueError, RecursionError):
             return response.status_code, None, challenge
+
+    # -- each user's own view of her grants ---------------------------------------------------------------------
+
+    def serving_grants(self, app: ASGIApp) -> ASGIApp:
+        """``app`` with each user's own grants at :data:`GRANTS_PATH`, for the gateway's authentication to put in
+        front: ``GET`` lists them (the server, the resource, whether it refreshes, never a token), ``DELETE``
+        revokes them (at the server's revocation endpoint, RFC 7009, where it has one; then here and in the
+        store), so that her next request asks her to sign in again."""
+
+        async def grants(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http" or scope.get("path") != GRANTS_PATH:
+                return await app(scope, receive, send)
+            user = _user_of(scope)
+            try:
+                if user is None:
+                    answer = _json(401, {"error": "the request names no user"})
+                elif scope["method"] == "GET":
+                    answer = _json(200, {"grants": await self._listed(user)})
+                elif scope["method"] == "DELETE":
+                    answer = _json(200, {"revoked": await self._revoked(user)})
+                else:
+                    answer = _json(405, {"error": "GET lists your grants, DELETE revokes them"})
+            except ExchangeRefused as failed:
+                answer = _json(failed.status, {"error": failed.description})
+            await answer(send)
+
+        return grants
+
+    async def _listed(self, user: User) -> list[dict[str, object]]:
+        server = await self._found()
+        grant = await self._grant_of((user, server.issuer))
+        if grant is None:
+            return []
+        left = None if grant.renew_at == math.inf else max(0, round(grant.renew_at - time.monotonic()))
+        listed = {"authorization_server": server.issuer, "resource": server.resource, "refreshes": bool(grant.refresh)}
+        return [listed | {"renewed_in": left}]
+
+    async def _revoked(self, user: User) -> list[str]:
+        server = await self._found()
+        key = (user, server.issuer)
+        grant = await self._grant_of(key)
+        if grant is None:
+            return []
+        self._grants.pop(key, None)
+        if self._kept is not None:
+            await self._keep(self._kept.forget(_who(key)))
+        if server.revocation_endpoint is not None:
+            # RFC 7009 §2.1: the refresh token revokes the grant's access tokens too, where the server ties them.
+            token, hint = (grant.refresh, "refresh_token") if grant.refresh else (grant.access, "access_token")
+            form = {"token": token, "token_type_hint": hint}
+            client = await self._client_of(server)
+            status, _ = await self._post_token(server.revocation_endpoint, server.issuer, client, form)
+            if status != 200:
+                logger.warning("mcp-sessions gateway: %s answered %d to a revocation", server.issuer, status)
+        logger.info("mcp-sessions gateway: a user revoked her grant at %s", server.issuer)
+        return [server.issuer]
+
+    async def _grant_of(self, key: tuple[User, str]) -> _Grant | None:
+        """The user's grant at the server: in memory, else from the store."""
+        grant = self._grants.get(key)
+        if grant is None and self._kept is not None:
+            loaded = await self._keep(self._kept.load(_who(key)))
+            if loaded is not None:
+                grant = self._grants[key] = _Grant(*loaded)
+        return grant
 
     # -- the browser's routes -----------------------------------------------------------------------------------
 
@@ -738,6 +803,19 @@ def _page(status: int, text: str) -> _Answer:
         headers = [*_PAGE_HEADERS, (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    return sent
+
+
+def _json(status: int, body: object) -> _Answer:
+    """A JSON answer, never cached."""
+    data = json.dumps(body).encode()
+
+    async def sent(send: Send) -> None:
+        headers = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
+        headers.append((b"content-length", str(len(data)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": data, "more_body": False})
 
     return sent
 

@@ -115,9 +115,11 @@ def forwarding_app(config: GatewayConfig) -> GatewayFront:
     )
     app = MCPSessionMiddleware(proxy, config=_at_gateway(sessions, replicas, auth))
     trusted = trusted_proxies(config.forwarded_allow_ips)
-    front = guarded(app, auth, config.tools, sessions)
-    if isinstance(upstream_token, UpstreamGrants):  # its sign-in's pages, opened by a browser that has no bearer
-        front = upstream_token.wrap(front)
+    if isinstance(upstream_token, UpstreamGrants):
+        # each user's own grants behind the authentication; the sign-in's pages, for a browser with no bearer, before
+        front = upstream_token.wrap(guarded(upstream_token.serving_grants(app), auth, config.tools, sessions))
+    else:
+        front = guarded(app, auth, config.tools, sessions)
     return GatewayFront(front, trusted=trusted)
 
 
