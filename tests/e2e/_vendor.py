@@ -135,6 +135,7 @@ class Vendor:
         default_factory=lambda: {"registrations": 0, "refreshes": 0, "codes": 0, "revocations": 0}
     )
     issued: list[str] = field(default_factory=list)  # every access and refresh token, in order
+    declining: set[str] = field(default_factory=set)  # the users who decline at the consent
 
     def keys(self) -> dict[str, Any]:
         public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key()))
@@ -187,6 +188,9 @@ class Vendor:
             uris = self.clients.get(query.get("client_id", ""))
             if uris is None or query.get("redirect_uri") not in uris:
                 return JSONResponse({"error": "invalid_client"}, 400)  # never redirected to an unknown URI
+            if user in self.declining:
+                back = {"error": "access_denied", "state": query.get("state", "")}
+                return RedirectResponse(f"{query['redirect_uri']}?{urlencode(back)}", 302)
             if not user or query.get("code_challenge_method") != "S256" or query.get("resource") != self.resource:
                 back = {"error": "invalid_request", "state": query.get("state", "")}
                 return RedirectResponse(f"{query['redirect_uri']}?{urlencode(back)}", 302)

@@ -211,6 +211,36 @@ def test_a_replayed_tampered_or_carried_state_grants_nothing(stand: Stand) -> No
     assert whoami(modern_call(stand, "frank"))["sub"] == "frank"
 
 
+def test_a_refused_consent_grants_nothing_and_asks_again(stand: Stand) -> None:
+    """leo declines at the vendor's consent: the last page says the sign-in was refused (escaped, the server's
+    ``error`` alone), and his next call asks him again."""
+    stand.vendor.declining.add("leo")
+    refused = signed_in("leo", asked_url(modern_call(stand, "leo")))
+    assert refused.status_code == 403
+    assert "The sign-in was refused (access_denied): nothing was granted." in refused.text
+    assert asked_url(modern_call(stand, "leo"))
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "says"),
+    [
+        ("GET", "/oauth/authorize/made-up", 404, "unknown, used or expired"),
+        ("GET", "/oauth/authorize/" + "x" * 5000, 404, "unknown, used or expired"),
+        ("GET", "/oauth/callback", 400, "unknown, used or expired"),
+        ("GET", "/oauth/callback?state=%3Cscript%3E&code=c", 400, "unknown, used or expired"),
+        ("POST", "/oauth/callback?state=s&code=c", 405, "opened, not posted to"),
+        ("GET", "/oauth/grants", 401, ""),
+    ],
+)
+def test_a_browser_s_bad_request_is_a_page_that_says_so(
+    stand: Stand, method: str, path: str, status: int, says: str
+) -> None:
+    answer = httpx.request(method, stand.gateway.url(path), timeout=30)
+    assert answer.status_code == status
+    assert says in answer.text
+    assert "<script>" not in answer.text
+
+
 @pytest.mark.anyio
 async def test_one_refresh_in_flight_and_a_revoked_grant_asks_again(stand: Stand) -> None:
     """grace's tokens say they expire at once (``expires_in`` 0): each call refreshes (the vendor rotates the
