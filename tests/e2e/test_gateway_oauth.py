@@ -20,11 +20,19 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import anyio
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from _mcp import CLIENT_CAPABILITIES_KEY, legacy_request, modern_headers, modern_request
-from conftest import serve
+from conftest import asgi_client, serve
 from e2e._gateway import JSON_SSE, SECRET, Process, gateway_process, main_run, result_of
 from e2e._vendor import USER_HEADER, Idp, Vendor, vendor_server
+from mcp_sessions import SessionsConfig, gateway_app
+from mcp_sessions._gateway.auth._client import ClientAuth
+from mcp_sessions._gateway.auth._oauth import Login, UpstreamGrants
+from mcp_sessions._gateway.auth._users import GatewayAuth
 
 LOGIN = ("gateway", "gateway-secret")  # the gateway's client at the team's IdP
 OLD_KEY = "old:" + "o" * 32  # the sessions' key set (MCP_SESSIONS_KEYS), which seals the grants kept in the store
@@ -313,6 +321,102 @@ def test_a_user_lists_and_revokes_her_own_grant(stand: Stand) -> None:
     assert stand.vendor.counts["revocations"] == revocations + 1
     assert grants("judy").json() == {"grants": []}
     assert asked_url(modern_call(stand, "judy")).startswith(stand.gateway.url("/oauth/authorize/"))
+
+
+class Hostile:
+    """An upstream and its authorization server in one app, each answer as ``case`` has it (see the test)."""
+
+    def __init__(self) -> None:
+        self.case = ""
+        self.released = anyio.Event()
+
+    def app(self) -> Starlette:
+        async def mcp(request: Request) -> Response:
+            if self.case == "no metadata":
+                return Response(status_code=401)
+            metadata = str(request.base_url) + ".well-known/oauth-protected-resource/mcp"
+            return Response(status_code=401, headers={"WWW-Authenticate": f'Bearer resource_metadata="{metadata}"'})
+
+        async def resource(request: Request) -> Response:
+            base = str(request.base_url).rstrip("/")
+            if self.case == "no metadata":
+                return Response(status_code=404)
+            if self.case == "slow":
+                await self.released.wait()
+            if self.case == "too long":
+                return Response(b"{" + b" " * (1024 * 1024) + b"}", media_type="application/json")
+            if self.case == "not json":
+                return Response(b"<html>", media_type="text/html")
+            named = "https://elsewhere.example/mcp" if self.case == "another resource" else base + "/mcp"
+            return JSONResponse({"resource": named, "authorization_servers": [base]})
+
+        async def server(request: Request) -> Response:
+            base = str(request.base_url).rstrip("/")
+            metadata: dict[str, object] = {
+                "issuer": base,
+                "authorization_endpoint": base + "/a",
+                "token_endpoint": base + "/t",
+            }
+            if self.case == "another issuer":
+                metadata["issuer"] = "https://elsewhere.example"
+            if self.case != "no S256":
+                metadata["code_challenge_methods_supported"] = ["S256"]
+            return JSONResponse(metadata)
+
+        return Starlette(
+            routes=[
+                Route("/mcp", mcp, methods=["GET", "POST"]),
+                Route("/.well-known/oauth-protected-resource/mcp", resource),
+                Route("/.well-known/oauth-authorization-server", server),
+            ]
+        )
+
+
+@pytest.mark.anyio
+async def test_an_upstream_found_wrong_is_a_clear_error_never_a_500_or_a_hang(stand: Stand) -> None:
+    """The gateway in process in front of an upstream whose discovery goes wrong, one way after another (a failure
+    is not kept: each request finds anew): each a JSON-RPC error with 502 (or 504 for a server that does not
+    answer within the gateway's timeout) that says what was wrong."""
+    hostile = Hostile()
+    audience = "http://127.0.0.1:8000/mcp"
+    with serve(hostile.app()) as base:
+        login = Login(stand.idp.url, ClientAuth("client_secret_basic", *LOGIN))
+        grants = UpstreamGrants(
+            upstream=base + "/mcp", callback="http://127.0.0.1:8000/oauth/callback", login=login, timeout=0.5
+        )
+        auth = GatewayAuth(jwks_url=stand.idp.url + "/jwks.json", issuer=stand.idp.url, audience=audience)
+        app = gateway_app([base + "/mcp"], config=SessionsConfig(secret=SECRET), auth=auth, upstream_token=grants)
+        body = modern_request("tools/call", WHOAMI, meta=URL_CAPABLE)
+        bearer = stand.idp.token_for("max", audience)
+        headers = {**modern_headers(body), "Authorization": f"Bearer {bearer}"}
+        found = {}
+        async with asgi_client(app) as client:
+            for case in (
+                "no metadata",
+                "not json",
+                "another resource",
+                "no S256",
+                "another issuer",
+                "too long",
+                "slow",
+            ):
+                hostile.case = case
+                answer = await client.post("/mcp", json=body, headers=headers)
+                found[case] = (answer.status_code, answer.json()["error"]["message"])
+            hostile.released.set()
+    assert found == {
+        "no metadata": (502, _failed("the upstream names no protected resource metadata (RFC 9728)")),
+        "not json": (502, _failed("the upstream names no protected resource metadata (RFC 9728)")),
+        "another resource": (502, _failed("the upstream's resource metadata names another resource")),
+        "no S256": (502, _failed("the upstream's authorization server does not say it takes PKCE's S256")),
+        "another issuer": (502, _failed("an authorization server's metadata names another issuer")),
+        "too long": (502, _failed("a server's answer is too long")),
+        "slow": (504, _failed("a server did not answer in time")),
+    }
+
+
+def _failed(reason: str) -> str:
+    return f"The token exchange for the upstream failed: {reason}"
 
 
 def test_a_restarted_gateway_keeps_each_grant_sealed_in_its_store(stand: Stand) -> None:
