@@ -416,7 +416,7 @@ async def test_an_upstream_found_wrong_is_a_clear_error_never_a_500_or_a_hang(st
 
 
 def _failed(reason: str) -> str:
-    return f"The token exchange for the upstream failed: {reason}"
+    return f"The upstream's authorization failed: {reason}"
 
 
 def test_a_restarted_gateway_keeps_each_grant_sealed_in_its_store(stand: Stand) -> None:

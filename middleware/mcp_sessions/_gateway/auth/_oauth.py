@@ -63,9 +63,9 @@ from starlette.datastructures import Headers, QueryParams
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..._bounded import BoundedDict
-from ..._pipeline import Rejection, error_answer
+from ..._pipeline import Rejection, error_answer, unavailable
 from ..._wire import jsonrpc
-from ..._wire.protocol import MCP_PROTOCOL_VERSION_HEADER
+from ..._wire.protocol import INVALID_REQUEST, MCP_PROTOCOL_VERSION_HEADER
 from ...profiles import Era
 from ._client import ClientAuth, ClientAuthMethod
 from ._exchange import ExchangeRefused, UpstreamToken
@@ -150,6 +150,18 @@ class SignInRequired(ExchangeRefused):
             return Rejection(200, headers, answer, "sign_in_required")
         missing: dict[str, object] = {"requiredCapabilities": {"elicitation": {"url": {}}}, "url": self.url}
         return error_answer(200, MISSING_CAPABILITY, text, "sign_in_required", request_id, data=missing)
+
+
+class GrantFailed(ExchangeRefused):
+    """The user's grant could not be used: a server failed (502, 504), the store did (503), or the request names
+    no user (401); ``description`` says which, with no token in it."""
+
+    def answer(self, request_id: object = None, retry_after: bytes = b"1") -> Rejection:
+        message = f"The upstream's authorization failed: {self.description}"
+        if self.status >= 500:
+            return unavailable(self.status, message, retry_after, request_id, "upstream_authorization_failed")
+        header = (b"www-authenticate", b'Bearer error="invalid_token"')
+        return error_answer(self.status, INVALID_REQUEST, message, "upstream_authorization_refused", request_id, header)
 
 
 @dataclass(frozen=True)
@@ -278,7 +290,7 @@ class UpstreamGrants(UpstreamToken):
         :class:`ExchangeRefused` when a server fails."""
         user = _user_of(scope)
         if user is None:
-            raise ExchangeRefused(401, "invalid_request", "the request names no user whose grant the upstream takes")
+            raise GrantFailed(401, "invalid_request", "the request names no user whose grant the upstream takes")
         server = await self._found()
         key = (user, server.issuer)
         grant = await self._grant_of(key)
@@ -321,7 +333,7 @@ class UpstreamGrants(UpstreamToken):
             if (failed := refreshing.failed) is not None:
                 if isinstance(failed, SignInRequired):
                     raise SignInRequired(self._sign_in_url(key[0]), failed.server)
-                raise ExchangeRefused(failed.status, failed.error, failed.description)
+                raise GrantFailed(failed.status, failed.error, failed.description)
         refreshing = self._refreshing[key] = _Refreshing()
         try:
             grant = self._grants.get(key)
@@ -336,7 +348,7 @@ class UpstreamGrants(UpstreamToken):
                 error = _error_of(status, answer)
                 if error not in ("invalid_grant", "invalid_token"):
                     logger.warning("mcp-sessions gateway: %s answered %d to a refresh", server.issuer, status)
-                    raise ExchangeRefused(502, "server_error", "the upstream's authorization server failed a refresh")
+                    raise GrantFailed(502, "server_error", "the upstream's authorization server failed a refresh")
                 # Revoked, expired, or an old one seen again: signed in again.
                 self._grants.pop(key, None)
                 if self._kept is not None:
@@ -365,7 +377,7 @@ class UpstreamGrants(UpstreamToken):
             return await step
         except StoreFailed:
             logger.warning("mcp-sessions gateway: the store did not answer for a user's grant")
-            raise ExchangeRefused(503, "store_unavailable", "the gateway's store is unavailable") from None
+            raise GrantFailed(503, "store_unavailable", "the gateway's store is unavailable") from None
 
     # -- discovery and registration ----------------------------------------------------------------------------
 
@@ -910,5 +922,5 @@ def _error_of(status: int, answer: Any) -> str | None:
     return error if isinstance(error, str) and _ERROR_CODE.fullmatch(error) else None
 
 
-def _server_error(description: str, status: int = 502) -> ExchangeRefused:
-    return ExchangeRefused(status, "server_error", description)
+def _server_error(description: str, status: int = 502) -> GrantFailed:
+    return GrantFailed(status, "server_error", description)
