@@ -139,9 +139,11 @@ def test_two_users_sign_in_once_through_url_elicitation_and_reach_the_vendor_as_
     url = asked_url(modern_call(stand, "alice"))
     assert urlsplit(url).path.startswith("/oauth/authorize/")
     assert asked_url(modern_call(stand, "alice")) == url  # a retry before she signed in: the same URL
+    assert httpx.get(url).status_code == 302  # a link preview's fetch: it spends nothing
     done = signed_in("alice", url)
     assert done.status_code == 200, done.text
     assert "You are signed in to" in done.text
+    assert httpx.get(url).status_code == 404  # spent by her grant
     retried = modern_call(stand, "alice", inputResponses={"sign-in": {"action": "accept"}})
     alice = whoami(retried)
     assert alice["sub"] == "alice"

@@ -198,11 +198,12 @@ class _Grant:
 
 @dataclass
 class _Leg:
-    """A browser's sign-in under way, by its ``state``: whose, the browser's cookie (its name's ``flow``, its value
-    ``binding``: a browser may have two sign-ins under way), PKCE's verifier, and for the login leg the ID token's
-    ``nonce``."""
+    """A browser's sign-in under way, by its ``state``: whose, the sign-in URL's id it began at, the browser's cookie
+    (its name's ``flow``, its value ``binding``: a browser may have two sign-ins under way), PKCE's verifier, and for
+    the login leg the ID token's ``nonce``."""
 
     user: User
+    sign_in: str
     flow: str
     binding: str = field(repr=False)
     verifier: str = field(repr=False)
@@ -625,7 +626,7 @@ class UpstreamGrants(UpstreamToken):
             path = scope.get("path", "") if scope["type"] == "http" else ""
             if path != CALLBACK_PATH and not path.startswith(AUTHORIZE_PATH):
                 return await app(scope, receive, send)
-            if scope["method"] not in ("GET", "HEAD"):
+            if scope["method"] != "GET":
                 await _page(405, "This page is opened, not posted to.")(send)
                 return
             try:
@@ -650,12 +651,12 @@ class UpstreamGrants(UpstreamToken):
         return sending
 
     async def _authorize(self, scope: Scope, one_time: str) -> _Answer:
-        """A sign-in URL opened: its id taken (once), the browser bound by a cookie, and sent to the IdP's login."""
-        user, until = self._urls.pop(one_time, (None, 0.0))
+        """A sign-in URL opened: a flow of its own begun, the browser bound to it by a cookie, and sent to the IdP's
+        login. Opening it spends nothing (a link preview's fetch would spend it for her): a flow that grants, or one
+        that another user completes, does."""
+        user, until = self._urls.get(one_time, (None, 0.0))
         if user is None or time.monotonic() > until:
             raise _Refused(404, "This sign-in link is unknown, used or expired. Ask for a new one by retrying.")
-        if self._url_of.get(user) == one_time:
-            del self._url_of[user]
         idp = await self._idp_metadata()
         flow = secrets.token_hex(8)
         binding = secrets.token_urlsafe(32)
@@ -663,7 +664,8 @@ class UpstreamGrants(UpstreamToken):
         verifier, challenge = _pkce()
         nonce = secrets.token_urlsafe(32)
         now = time.monotonic()
-        self._logins[state] = _Leg(user, flow, binding, verifier, nonce, self._login.issuer, now + SIGN_IN_WITHIN)
+        until = now + SIGN_IN_WITHIN
+        self._logins[state] = _Leg(user, one_time, flow, binding, verifier, nonce, self._login.issuer, until)
         query = {
             "response_type": "code",
             "client_id": self._login.client.client_id,
@@ -722,14 +724,16 @@ class UpstreamGrants(UpstreamToken):
         claims = await self._verified(id_token)
         if claims.get("nonce") != leg.nonce or claims.get(self._login.claim) != leg.user[1]:
             logger.warning("mcp-sessions gateway: a sign-in URL was completed by another user: nothing granted")
+            self._spend(leg)
             raise _Refused(403, "This sign-in link was made for another user: nothing was granted.")
         server = await self._found()
         client = await self._client_of(server)
         state = secrets.token_urlsafe(32)
         verifier, challenge = _pkce()
         now = time.monotonic()
+        until = now + SIGN_IN_WITHIN
         self._grantings[state] = _Leg(
-            leg.user, leg.flow, leg.binding, verifier, None, server.issuer, now + SIGN_IN_WITHIN
+            leg.user, leg.sign_in, leg.flow, leg.binding, verifier, None, server.issuer, until
         )
         query = {
             "response_type": "code",
@@ -764,8 +768,15 @@ class UpstreamGrants(UpstreamToken):
         except ExchangeRefused:
             raise _Refused(502, "The upstream's authorization server issued no usable token.") from None
         await self._saved(key, grant)
+        self._spend(leg)
         logger.info("mcp-sessions gateway: a user granted access at %s", server.issuer)
         return _page(200, f"You are signed in to {urlsplit(server.issuer).netloc}. You may close this page.")
+
+    def _spend(self, leg: _Leg) -> None:
+        """The sign-in URL ``leg`` began at, spent: her next request gets a new one."""
+        self._urls.pop(leg.sign_in, None)
+        if self._url_of.get(leg.user) == leg.sign_in:
+            del self._url_of[leg.user]
 
     async def _idp_metadata(self) -> dict[str, Any]:
         if self._idp is None:
