@@ -69,10 +69,11 @@ from ..._wire.protocol import INVALID_REQUEST, MCP_PROTOCOL_VERSION_HEADER
 from ...profiles import Era
 from ._client import ClientAuth, ClientAuthMethod
 from ._exchange import ExchangeRefused, UpstreamToken
-from ._kept import KeptGrants, StoreFailed
 
 if TYPE_CHECKING:
     import httpx
+
+    from ._kept import KeptGrants
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -374,6 +375,8 @@ class UpstreamGrants(UpstreamToken):
 
     async def _keep(self, step: Awaitable[_T]) -> _T:
         """``step`` of the store's, whose failure is the client's 503 (the store's failures are retried)."""
+        from ._kept import StoreFailed  # with the store's seal: cryptography's AES-GCM, loaded as grants are kept
+
         try:
             return await step
         except StoreFailed:
