@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,12 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import anyio
 import httpx
+import httpx2
+import mcp_types
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -28,6 +33,7 @@ from starlette.routing import Route
 from _mcp import CLIENT_CAPABILITIES_KEY, legacy_request, modern_headers, modern_request
 from conftest import asgi_client, serve
 from e2e._gateway import JSON_SSE, SECRET, Process, gateway_process, main_run, result_of
+from e2e._stdio import text_of
 from e2e._vendor import USER_HEADER, Idp, Vendor, vendor_server
 from mcp_sessions import SessionsConfig, gateway_app
 from mcp_sessions._gateway.auth._client import ClientAuth
@@ -164,6 +170,54 @@ def test_two_users_sign_in_once_through_url_elicitation_and_reach_the_vendor_as_
     for token in (alice["token"], bob["token"], *stand.vendor.refreshes):
         assert token not in output
         assert token not in done.text
+
+
+@pytest.mark.anyio
+async def test_a_stock_client_follows_the_sign_in_url(stand: Stand) -> None:
+    """The ``mcp`` SDK's own client. On 2026-07-28 (the version adopted, as a client that knows the server does):
+    its call's ``input_required`` result goes to its elicitation callback, which opens the URL in the headless
+    browser and accepts, and the SDK's retry is answered by the vendor, as the user. On 2025-11-25: the handshake,
+    which the upstream takes only with her token, fails with ``URLElicitationRequiredError`` (the SDK's
+    ``MCPError`` -32042, the URL in its data); once she has opened it, the client connects and calls."""
+
+    @contextlib.asynccontextmanager
+    async def connected(user: str, mode: str, elicit: Any = None) -> AsyncIterator[Client]:
+        bearer = stand.idp.token_for(user, stand.gateway.url())
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {bearer}"}, timeout=30) as http:
+            transport = streamable_http_client(stand.gateway.url(), http_client=http)
+            async with Client(transport, mode=mode, elicitation_callback=elicit) as client:
+                yield client
+
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: Any) -> mcp_types.ElicitResult:
+        asked.append(params.url)
+        page = await anyio.to_thread.run_sync(signed_in, "olga", params.url)
+        assert page.status_code == 200, page.text
+        return mcp_types.ElicitResult(action="accept")
+
+    async with connected("olga", "2026-07-28", elicit) as client:
+        result = await client.call_tool("whoami", {})
+    assert json.loads(text_of(result))["sub"] == "olga"
+    assert len(asked) == 1
+
+    with pytest.raises(Exception) as raised:  # the SDK's MCPError, in its task groups
+        async with connected("pia", "legacy"):
+            pass
+    (error,) = _leaves(raised.value)
+    assert isinstance(error, MCPError) and error.code == -32042
+    (elicitation,) = error.data["elicitations"]
+    assert signed_in("pia", elicitation["url"]).status_code == 200
+    async with connected("pia", "legacy") as client:
+        result = await client.call_tool("whoami", {})
+    assert json.loads(text_of(result))["sub"] == "pia"
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    """The errors an exception group holds, however nested; an error alone is its own."""
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
 
 
 def test_a_client_without_url_elicitation_gets_the_url_in_an_error(stand: Stand) -> None:
