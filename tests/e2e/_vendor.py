@@ -11,8 +11,8 @@
   the authorization code (once, its verifier checked), and refresh tokens rotated at each use, an old one seen
   again revoking the whole grant (RFC 9700 §4.14.2). Its access tokens are JWTs of its own key for the resource.
 - :func:`vendor_server`: the vendor's ``MCPServer`` behind bearer auth: a request without a token of the vendor's
-  for its own URL gets 401 with ``resource_metadata`` (RFC 9728), which it serves; its ``whoami`` tool says whose
-  token it was called with.
+  for its own URL (of a grant not revoked, and not one the test had it refuse) gets 401 with ``resource_metadata``
+  (RFC 9728), which it serves; its ``whoami`` tool says whose token it was called with.
 """
 
 from __future__ import annotations
@@ -136,6 +136,7 @@ class Vendor:
     )
     issued: list[str] = field(default_factory=list)  # every access and refresh token, in order
     declining: set[str] = field(default_factory=set)  # the users who decline at the consent
+    refused: set[str] = field(default_factory=set)  # access tokens its MCP server no longer takes
 
     def keys(self) -> dict[str, Any]:
         public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key()))
@@ -148,6 +149,7 @@ class Vendor:
         now = int(time.time())
         claims = {"iss": base, "aud": self.resource, "sub": user, "iat": now, "exp": now + self.lifetime + 60}
         claims["jti"] = secrets.token_urlsafe(8)
+        claims["gid"] = grant  # the grant it is of: a revoked grant's tokens are refused
         access = jwt.encode(claims, self.key, algorithm="RS256", headers={"kid": "vendor"})
         refresh = "vr-" + secrets.token_urlsafe(24)
         self.issued += [access, refresh]
@@ -264,7 +266,9 @@ class _Bearer:
         token = request.headers.get("authorization", "").partition(" ")[2]
         key = jwt.PyJWK(self.vendor.keys()["keys"][0])
         try:
-            jwt.decode(token, key, algorithms=["RS256"], audience=self.vendor.resource, issuer=self.issuer)
+            claims = jwt.decode(token, key, algorithms=["RS256"], audience=self.vendor.resource, issuer=self.issuer)
+            if self.vendor.grants.get(claims["gid"]) is None or token in self.vendor.refused:
+                raise jwt.InvalidTokenError("revoked")
         except jwt.PyJWTError:
             metadata = _base(request) + "/.well-known/oauth-protected-resource/mcp"
             challenge = f'Bearer error="invalid_token", resource_metadata="{metadata}"'

@@ -20,6 +20,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import anyio
 import httpx
 import httpx2
+import jwt
 import mcp_types
 import pytest
 from mcp import Client
@@ -303,6 +304,25 @@ def test_a_browser_s_bad_request_is_a_page_that_says_so(
     assert answer.status_code == status
     assert says in answer.text
     assert "<script>" not in answer.text
+
+
+def test_a_token_the_upstream_refuses_is_refreshed_or_asked_again_never_its_401(stand: Stand) -> None:
+    """rosa's access token refused by the vendor's server (its grant still good): her call goes once more with a
+    refreshed token and is answered. Her grant revoked at the vendor (she removed the app there): her call is
+    answered with her sign-in URL, not the upstream's 401, whose metadata would send her client to the vendor."""
+    assert signed_in("rosa", asked_url(modern_call(stand, "rosa"))).status_code == 200
+    first = whoami(modern_call(stand, "rosa"))["token"]
+    stand.vendor.refused.add(first)
+    again = whoami(modern_call(stand, "rosa"))["token"]
+    assert again != first
+    (grant,) = {claims_of(again)["gid"]}
+    stand.vendor.grants[grant] = None
+    assert asked_url(modern_call(stand, "rosa")).startswith(stand.gateway.url("/oauth/authorize/"))
+
+
+def claims_of(token: str) -> dict[str, Any]:
+    decoded: dict[str, Any] = jwt.decode(token, options={"verify_signature": False})
+    return decoded
 
 
 @pytest.mark.anyio
