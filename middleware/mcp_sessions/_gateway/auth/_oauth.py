@@ -5,10 +5,11 @@ team's IdP nor RFC 8693: the gateway is that server's OAuth client, and each use
 
 **Finding the server**, as MCP's authorization spec has a client find it: the upstream's 401 names its protected
 resource metadata (RFC 9728) in ``WWW-Authenticate``'s ``resource_metadata`` (else the well-known URL on the
-upstream's path, then at its root); the metadata names the resource (the upstream's own URL, or a URL it lies
-under: else refused) and its authorization servers, whose first is read by RFC 8414 (then OpenID Connect
-Discovery), its ``issuer`` the one asked about, and PKCE's ``S256`` among its methods (MCP: else refused). Read
-once, as the first request needs it; a failure is the client's 502 and the next request tries again.
+upstream's path, then at its root; one on another origin than the upstream's is not read); the metadata names the
+resource (the upstream's own URL, or a URL it lies under: else refused) and its authorization servers, whose
+first is read by RFC 8414 (then OpenID Connect Discovery), its ``issuer`` the one asked about, and PKCE's ``S256``
+among its methods (MCP: else refused). Read once, as the first request needs it; a failure is the client's 502
+and the next request tries again.
 
 **The gateway's client there**: the one the operator gives (``client``, a ``_client.ClientAuth``; or
 ``client_id`` alone, a public client), else one it registers by RFC 7591 once per server, a public client
@@ -33,7 +34,8 @@ given ``kept`` (``_kept.KeptGrants``), sealed in the gateway's store, so that a 
 in a log, an error or a page: the access token until :data:`RENEW_BEFORE` seconds before it expires (half its life
 for a short one), then refreshed, one refresh in flight per user and server (servers rotate refresh tokens and
 revoke a grant whose old one comes back); a refresh refused (``invalid_grant``) drops the grant and asks her to
-sign in again. A 401 of the upstream's to her access token has the next request refresh it.
+sign in again. A 401 of the upstream's to her access token marks it for a refresh (:meth:`UpstreamGrants.refused`),
+and the proxy sends a request it holds whole once more (``http._proxy``).
 
 Every server here is a stranger: each answer read to at most :data:`MAX_ANSWER` bytes within :data:`TIMEOUT`
 seconds, no redirect followed, no cookie kept, no proxy variable read; an issued token goes into a header only
@@ -413,7 +415,8 @@ class UpstreamGrants(UpstreamToken):
         ]
         metadata = None
         for place in places:
-            if urlsplit(place).scheme not in ("http", "https"):
+            named = urlsplit(place)
+            if f"{named.scheme}://{named.netloc}" != origin:  # where the upstream sends the gateway: its own origin
                 continue
             status, metadata, _ = await self._read(self._http.build_request("GET", place))
             if status == 200 and isinstance(metadata, dict):
