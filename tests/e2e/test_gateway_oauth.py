@@ -411,11 +411,13 @@ class Hostile:
             if self.case == "no metadata":
                 return Response(status_code=401)
             metadata = str(request.base_url) + ".well-known/oauth-protected-resource/mcp"
+            if self.case == "metadata elsewhere":  # a port of this host's that the gateway must not be sent to
+                metadata = "http://127.0.0.1:9/.well-known/oauth-protected-resource/mcp"
             return Response(status_code=401, headers={"WWW-Authenticate": f'Bearer resource_metadata="{metadata}"'})
 
         async def resource(request: Request) -> Response:
             base = str(request.base_url).rstrip("/")
-            if self.case == "no metadata":
+            if self.case in ("no metadata", "metadata elsewhere"):
                 return Response(status_code=404)
             if self.case == "slow":
                 await self.released.wait()
@@ -452,7 +454,8 @@ class Hostile:
 async def test_an_upstream_found_wrong_is_a_clear_error_never_a_500_or_a_hang(stand: Stand) -> None:
     """The gateway in process in front of an upstream whose discovery goes wrong, one way after another (a failure
     is not kept: each request finds anew): each a JSON-RPC error with 502 (or 504 for a server that does not
-    answer within the gateway's timeout) that says what was wrong."""
+    answer within the gateway's timeout) that says what was wrong. A ``resource_metadata`` on another origin is not
+    fetched (the gateway would say it could not be reached)."""
     hostile = Hostile()
     audience = "http://127.0.0.1:8000/mcp"
     with serve(hostile.app()) as base:
@@ -469,6 +472,7 @@ async def test_an_upstream_found_wrong_is_a_clear_error_never_a_500_or_a_hang(st
         async with asgi_client(app) as client:
             for case in (
                 "no metadata",
+                "metadata elsewhere",
                 "not json",
                 "another resource",
                 "no S256",
@@ -482,6 +486,7 @@ async def test_an_upstream_found_wrong_is_a_clear_error_never_a_500_or_a_hang(st
             hostile.released.set()
     assert found == {
         "no metadata": (502, _failed("the upstream names no protected resource metadata (RFC 9728)")),
+        "metadata elsewhere": (502, _failed("the upstream names no protected resource metadata (RFC 9728)")),
         "not json": (502, _failed("the upstream names no protected resource metadata (RFC 9728)")),
         "another resource": (502, _failed("the upstream's resource metadata names another resource")),
         "no S256": (502, _failed("the upstream's authorization server does not say it takes PKCE's S256")),
