@@ -137,6 +137,7 @@ class Vendor:
     issued: list[str] = field(default_factory=list)  # every access and refresh token, in order
     declining: set[str] = field(default_factory=set)  # the users who decline at the consent
     refused: set[str] = field(default_factory=set)  # access tokens its MCP server no longer takes
+    clients_of: dict[str, str] = field(default_factory=dict)  # grant id -> the client it was issued to
 
     def keys(self) -> dict[str, Any]:
         public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key()))
@@ -217,6 +218,7 @@ class Vendor:
                     return JSONResponse({"error": "invalid_grant"}, 400)
                 grant = secrets.token_urlsafe(8)
                 self.grants[grant] = (asked["user"], "")
+                self.clients_of[grant] = asked["client_id"]
                 self.counts["codes"] += 1
                 return JSONResponse(self._issued(base, grant))
             if form.get("grant_type") == "refresh_token":
@@ -224,7 +226,7 @@ class Vendor:
                 grant = self.refreshes.get(refresh, "")
                 record = self.grants.get(grant)
                 self.counts["refreshes"] += 1
-                if record is None:
+                if record is None or self.clients_of.get(grant) != form.get("client_id"):  # RFC 6749 §6: its client
                     return JSONResponse({"error": "invalid_grant"}, 400)
                 if record[1] != refresh:  # an old one, seen again: the grant is revoked
                     self.grants[grant] = None

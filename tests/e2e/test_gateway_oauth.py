@@ -32,8 +32,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from _mcp import CLIENT_CAPABILITIES_KEY, legacy_request, modern_headers, modern_request
+from _redis import free_port
 from conftest import asgi_client, serve
-from e2e._gateway import JSON_SSE, SECRET, Process, gateway_process, main_run, result_of
+from e2e._gateway import JSON_SSE, SECRET, Process, main_run, result_of
 from e2e._stdio import text_of
 from e2e._vendor import USER_HEADER, Idp, Vendor, vendor_server
 from mcp_sessions import SessionsConfig, gateway_app
@@ -61,19 +62,23 @@ class Stand:
     def start(self, keys: str) -> str:
         """A gateway with the key set ``keys`` (``MCP_SESSIONS_KEYS``), on the store, under
         ``opentelemetry-instrument`` with its spans (httpx's calls to the servers among them) in its output; the one
-        before stopped: all it wrote."""
-        options = (
-            *("--auth-jwks", self.idp.url + "/jwks.json", "--auth-issuer", self.idp.url, "--auth-audience", "{url}"),
-            *("--upstream-token", "oauth", "--login-issuer", self.idp.url, "--login-client-id", LOGIN[0]),
-            *("--log-level", "debug"),
-        )
-        environ = {"MCP_SESSIONS_LOGIN_CLIENT_SECRET": LOGIN[1], "MCP_SESSIONS_SECRET": "", "MCP_SESSIONS_KEYS": keys}
+        before stopped, this one on its port (its URL, the callback it registered and its users' audience, stay):
+        all the one before wrote."""
+        port = free_port()
+        before = ""
+        if hasattr(self, "gateway"):
+            port = self.gateway.port
+            before = self.gateway.stop().decode(errors="replace")
+        url = f"http://127.0.0.1:{port}/mcp"
+        verifying = ("--auth-jwks", self.idp.url + "/jwks.json", "--auth-issuer", self.idp.url, "--auth-audience", url)
+        granting = ("--upstream-token", "oauth", "--login-issuer", self.idp.url, "--login-client-id", LOGIN[0])
+        program = [str(Path(sys.executable).parent / "opentelemetry-instrument"), sys.executable, "-m", "mcp_sessions"]
+        line = [*program, "gateway", "--port", str(port), "--log-level", "debug", "--upstream", self.vendor.resource]
+        environ = {"MCP_SESSIONS_LOGIN_CLIENT_SECRET": LOGIN[1], "MCP_SESSIONS_KEYS": keys}
         environ["MCP_SESSIONS_STORE"] = f"sqlite:///{self.store}"
         environ |= {"OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none"}
-        program = [str(Path(sys.executable).parent / "opentelemetry-instrument"), sys.executable, "-m", "mcp_sessions"]
-        before = self.gateway.stop().decode(errors="replace") if hasattr(self, "gateway") else ""
-        started = gateway_process([self.vendor.resource], *options, environ=environ, program=program)
-        self.gateway = self.exits.enter_context(started)
+        self.gateway = Process("mcp-sessions gateway", [*line, *verifying, *granting], environ, port)
+        self.exits.callback(self.gateway.stop)
         return before
 
 
@@ -353,7 +358,8 @@ async def test_one_refresh_in_flight_and_a_revoked_grant_asks_again(stand: Stand
         assert 1 <= refreshed < 8  # one in flight at a time: calls that came during one took its token
         old = next(token for token, grant in stand.vendor.refreshes.items() if _is_old(stand.vendor, token, grant))
         token_endpoint = _vendor_token_endpoint(stand)
-        form = {"grant_type": "refresh_token", "refresh_token": old}
+        client_id = stand.vendor.clients_of[stand.vendor.refreshes[old]]  # the gateway's, as a thief would send
+        form = {"grant_type": "refresh_token", "refresh_token": old, "client_id": client_id}
         reused = await anyio.to_thread.run_sync(lambda: httpx.post(token_endpoint, data=form))
         assert reused.status_code == 400
         answer = modern_call(stand, "grace")
@@ -502,7 +508,9 @@ def _failed(reason: str) -> str:
 
 def test_a_restarted_gateway_keeps_each_grant_sealed_in_its_store(stand: Stand) -> None:
     """ivy signs in, the gateway stops, and one with the key set rotated (the old key kept as a verifier) starts on
-    the same SQLite store: her call reaches the vendor as herself with no sign-in and no new code. The store's file
+    the same SQLite store: her call reaches the vendor as herself with no sign-in and no new code, and her token
+    refreshed there goes with the client the first registered (the vendor binds a refresh token to its client),
+    registered again by no one. The store's file
     holds neither of her tokens, nor her name; the first gateway's output, its spans exported at its exit, neither
     token."""
     assert signed_in("ivy", asked_url(modern_call(stand, "ivy"))).status_code == 200
@@ -513,6 +521,10 @@ def test_a_restarted_gateway_keeps_each_grant_sealed_in_its_store(stand: Stand) 
     after = whoami(modern_call(stand, "ivy"))
     assert after == {"sub": "ivy", "token": token}
     assert stand.vendor.counts["codes"] == codes
+    registrations = stand.vendor.counts["registrations"]
+    stand.vendor.refused.add(token)  # refreshed now, by the client registered before the restart (its grant's)
+    assert whoami(modern_call(stand, "ivy"))["sub"] == "ivy"
+    assert stand.vendor.counts["registrations"] == registrations
     kept = b"".join(path.read_bytes() for path in stand.store.parent.iterdir())
     refresh = [token for token, grant in stand.vendor.refreshes.items() if _holder(stand.vendor, grant) == "ivy"]
     assert refresh

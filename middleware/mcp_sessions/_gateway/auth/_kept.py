@@ -1,4 +1,5 @@
-"""Each user's grant at an upstream's authorization server, kept in the gateway's store, sealed (``_oauth``).
+"""Each user's grant at an upstream's authorization server, and the client the gateway registered there, kept in the
+gateway's store, sealed (``_oauth``).
 
 A grant (her access and refresh tokens, and when to refresh) is one value of the store the sessions use
 (``MCP_SESSIONS_STORE``: memory, SQLite, Redis), under a record named by a SHA-256 digest of who she is and the
@@ -8,7 +9,8 @@ her without asking her to sign in again. The value is sealed with AES-GCM (``cry
 by its ``kid``; a grant sealed by a key the set still holds opens after a rotation (the old key kept as a
 verifier), one sealed by a key it no longer holds does not, and she signs in again. The record's name is the
 seal's associated data: a value moved to another user's record does not open. What the store holds reads as
-neither token.
+neither token. The client the gateway registered (RFC 7591) is kept the same way: a server binds a grant's refresh
+token to its client, which a replica or a restart that registered anew could not use.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ class StoreFailed(Exception):
 
 class KeptGrants:
     """Grants sealed in ``store`` with the keys of ``keys`` (see the module): :meth:`load`, :meth:`save`,
-    :meth:`forget`. A grant is ``(access, refresh, renew_at)``, ``renew_at`` on the monotonic clock."""
+    :meth:`forget`; and the registered clients: :meth:`client`, :meth:`keep_client`. A grant is ``(access,
+    refresh, renew_at)``, ``renew_at`` on the monotonic clock."""
 
     def __init__(self, store: SessionStore, keys: KeySet) -> None:
         self._store = store
@@ -68,16 +71,8 @@ class KeptGrants:
 
     async def load(self, who: str) -> tuple[str, str | None, float] | None:
         """The grant kept for ``who`` (a user and server, as :func:`record` names them), or ``None``."""
-        name = record(who)
-        try:
-            sealed = await self._store.get(name, _FIELD)
-        except SessionStoreUnavailable as exc:
-            raise StoreFailed from exc
-        if not isinstance(sealed, dict):
-            return None
-        opened = self._opened(name, sealed)
-        if opened is None:
-            logger.warning("mcp-sessions gateway: a kept grant does not open with the sessions' keys: asked again")
+        opened = await self._read(record(who))
+        if opened is None or len(opened) != 3:
             return None
         access, refresh, renew_at = opened
         if not isinstance(access, str) or not (refresh is None or isinstance(refresh, str)):
@@ -89,21 +84,50 @@ class KeptGrants:
 
     async def save(self, who: str, access: str, refresh: str | None, renew_at: float) -> None:
         """Keep ``who``'s grant (``renew_at`` monotonic), sealed, for :data:`KEPT_FOR` seconds."""
-        name = record(who)
         renew_wall = None if renew_at == math.inf else time.time() + renew_at - time.monotonic()
-        plain = json.dumps([access, refresh, renew_wall]).encode()
-        nonce = os.urandom(12)
-        sealed = self._sealing[self._signer].encrypt(nonce, plain, name.encode())
-        value = {"kid": self._signer, "nonce": _b64(nonce), "sealed": _b64(sealed)}
-        try:
-            await self._store.set(name, _FIELD, value, expires_at=time.time() + KEPT_FOR)
-        except SessionStoreUnavailable as exc:
-            raise StoreFailed from exc
+        await self._write(record(who), [access, refresh, renew_wall])
 
     async def forget(self, who: str) -> None:
         """Drop ``who``'s grant (revoked, refused): she signs in again."""
         try:
             await self._store.delete(record(who), _FIELD)
+        except SessionStoreUnavailable as exc:
+            raise StoreFailed from exc
+
+    async def client(self, registered_at: str) -> tuple[str, str | None, str | None] | None:
+        """The client the gateway registered (RFC 7591) as ``registered_at`` names it (a server and the callback):
+        its id, and its secret and method if it was given one; ``None`` if none is kept."""
+        opened = await self._read(_client_record(registered_at))
+        if opened is None or len(opened) != 3:
+            return None
+        client_id, secret, method = opened
+        if not isinstance(client_id, str) or not isinstance(secret, str | None) or not isinstance(method, str | None):
+            return None
+        return client_id, secret, method
+
+    async def keep_client(self, registered_at: str, client_id: str, secret: str | None, method: str | None) -> None:
+        """Keep the client registered as ``registered_at`` names it, so that every replica and restart uses it (a
+        server binds a grant's refresh token to the client it was issued to)."""
+        await self._write(_client_record(registered_at), [client_id, secret, method])
+
+    async def _read(self, name: str) -> list[object] | None:
+        try:
+            sealed = await self._store.get(name, _FIELD)
+        except SessionStoreUnavailable as exc:
+            raise StoreFailed from exc
+        if not isinstance(sealed, dict):
+            return None
+        opened = self._opened(name, sealed)
+        if opened is None:
+            logger.warning("mcp-sessions gateway: a kept grant does not open with the sessions' keys: asked again")
+        return opened
+
+    async def _write(self, name: str, value: list[object]) -> None:
+        nonce = os.urandom(12)
+        sealed = self._sealing[self._signer].encrypt(nonce, json.dumps(value).encode(), name.encode())
+        kept = {"kid": self._signer, "nonce": _b64(nonce), "sealed": _b64(sealed)}
+        try:
+            await self._store.set(name, _FIELD, kept, expires_at=time.time() + KEPT_FOR)
         except SessionStoreUnavailable as exc:
             raise StoreFailed from exc
 
@@ -119,12 +143,16 @@ class KeptGrants:
             opened = json.loads(plain)
         except (InvalidTag, ValueError):
             return None
-        return opened if isinstance(opened, list) and len(opened) == 3 else None
+        return opened if isinstance(opened, list) else None
 
 
 def record(who: str) -> str:
     """The store's record for a user's grant at a server: a digest, so that the store names neither."""
     return "oauth-grant-" + hashlib.sha256(who.encode()).hexdigest()
+
+
+def _client_record(registered_at: str) -> str:
+    return "oauth-client-" + hashlib.sha256(registered_at.encode()).hexdigest()
 
 
 def _b64(data: bytes) -> str:

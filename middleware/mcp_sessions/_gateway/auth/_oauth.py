@@ -33,7 +33,8 @@ at the IdP as herself, and grants nothing. Her retry then reaches the upstream w
 given ``kept`` (``_kept.KeptGrants``), sealed in the gateway's store, so that a restart asks no one again; never
 in a log, an error or a page: the access token until :data:`RENEW_BEFORE` seconds before it expires (half its life
 for a short one), then refreshed, one refresh in flight per user and server (servers rotate refresh tokens and
-revoke a grant whose old one comes back); a refresh refused (``invalid_grant``) drops the grant and asks her to
+revoke a grant whose old one comes back: a refresh reads the store first, where another replica may have
+rotated it); a refresh refused (``invalid_grant``) drops the grant and asks her to
 sign in again. A 401 of the upstream's to her access token marks it for a refresh (:meth:`UpstreamGrants.refused`),
 and the proxy sends a request it holds whole once more (``http._proxy``).
 
@@ -341,9 +342,19 @@ class UpstreamGrants(UpstreamToken):
         refreshing = self._refreshing[key] = _Refreshing()
         try:
             grant = self._grants.get(key)
+            if self._kept is not None:  # another replica on the store may have refreshed (rotated) it, or revoked it
+                loaded = await self._keep(self._kept.load(_who(key)))
+                stored = None if loaded is None else _Grant(*loaded)
+                if stored is not None and grant is not None and stored.access == grant.access:
+                    stored.renew_at = grant.renew_at  # the same token: what this replica learned of it (refused) holds
+                grant = stored
+                if grant is None:
+                    self._grants.pop(key, None)
+                else:
+                    self._grants[key] = grant
             if grant is None or grant.refresh is None:
                 raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
-            if time.monotonic() < grant.renew_at:  # refreshed while this request waited for its turn
+            if time.monotonic() < grant.renew_at:  # refreshed while this request waited for its turn, or elsewhere
                 refreshing.token = grant.access
                 return grant.access
             form = {"grant_type": "refresh_token", "refresh_token": grant.refresh, "resource": server.resource}
@@ -478,6 +489,11 @@ class UpstreamGrants(UpstreamToken):
             known = self._registered.get(server.issuer)
             if known is not None:
                 return known
+            registered_at = f"{server.issuer}\0{self._callback}"
+            kept = None if self._kept is None else await self._keep(self._kept.client(registered_at))
+            if kept is not None:  # registered by another replica, or before a restart
+                known = self._registered[server.issuer] = _client(*kept)
+                return known
             if server.registration_endpoint is None:
                 raise _server_error("the upstream's authorization server takes no registration: give --oauth-client-id")
             metadata = {
@@ -495,12 +511,11 @@ class UpstreamGrants(UpstreamToken):
                 raise _server_error("the upstream's authorization server refused the gateway's registration")
             secret = answer.get("client_secret")
             method = answer.get("token_endpoint_auth_method")
-            registered: ClientAuth | str = client_id
-            if isinstance(secret, str) and secret:  # a confidential client after all, by the method it was given
-                chosen: ClientAuthMethod = "client_secret_basic"
-                if method == "client_secret_post":
-                    chosen = "client_secret_post"
-                registered = ClientAuth(chosen, client_id, secret=secret)
+            secret = secret if isinstance(secret, str) and secret else None
+            method = method if isinstance(method, str) else None
+            registered = _client(client_id, secret, method)
+            if self._kept is not None:
+                await self._keep(self._kept.keep_client(registered_at, client_id, secret, method))
             self._registered[server.issuer] = registered
             logger.info("mcp-sessions gateway: registered at %s", server.issuer)
             return registered
@@ -834,6 +849,15 @@ def _page(status: int, text: str) -> _Answer:
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
     return sent
+
+
+def _client(client_id: str, secret: str | None, method: str | None) -> ClientAuth | str:
+    """The client a registration gave: public (its id alone), or confidential by its secret and the method it was
+    given (``client_secret_basic`` unless ``client_secret_post``)."""
+    if secret is None:
+        return client_id
+    chosen: ClientAuthMethod = "client_secret_post" if method == "client_secret_post" else "client_secret_basic"
+    return ClientAuth(chosen, client_id, secret=secret)
 
 
 def _json(status: int, body: object) -> _Answer:
