@@ -37,10 +37,12 @@ from conftest import asgi_client, serve
 from e2e._gateway import JSON_SSE, SECRET, Process, main_run, result_of
 from e2e._stdio import text_of
 from e2e._vendor import USER_HEADER, Idp, Vendor, vendor_server
-from mcp_sessions import SessionsConfig, gateway_app
+from mcp_sessions import KeySet, SessionsConfig, gateway_app
 from mcp_sessions._gateway.auth._client import ClientAuth
+from mcp_sessions._gateway.auth._kept import KeptGrants
 from mcp_sessions._gateway.auth._oauth import Login, UpstreamGrants
 from mcp_sessions._gateway.auth._users import GatewayAuth
+from mcp_sessions.stores import MemoryStore
 
 LOGIN = ("gateway", "gateway-secret")  # the gateway's client at the team's IdP
 OLD_KEY = "old:" + "o" * 32  # the sessions' key set (MCP_SESSIONS_KEYS), which seals the grants kept in the store
@@ -504,6 +506,49 @@ async def test_an_upstream_found_wrong_is_a_clear_error_never_a_500_or_a_hang(st
 
 def _failed(reason: str) -> str:
     return f"The upstream's authorization failed: {reason}"
+
+
+@pytest.mark.anyio
+async def test_two_replicas_on_one_store_refresh_in_turn_without_ending_the_grant(stand: Stand) -> None:
+    """Two gateways in process on one store and key set (replicas behind one URL), the vendor's tokens expiring at
+    once, so that each call refreshes: calls through either in turn reach the vendor as the user, each replica
+    refreshing with the refresh token the other rotated in, and the client the first registered (sending the old
+    token would have the vendor revoke her grant); one registration for both."""
+    store = MemoryStore()
+    keys = KeySet.from_secret("r" * 32)
+    audience = "http://127.0.0.1:8000/mcp"
+
+    def replica() -> Any:
+        login = Login(stand.idp.url, ClientAuth("client_secret_basic", *LOGIN))
+        callback = "http://127.0.0.1:8000/oauth/callback"
+        grants = UpstreamGrants(
+            upstream=stand.vendor.resource, callback=callback, login=login, kept=KeptGrants(store, keys)
+        )
+        auth = GatewayAuth(jwks_url=stand.idp.url + "/jwks.json", issuer=stand.idp.url, audience=audience)
+        config = SessionsConfig(secret=SECRET)
+        return gateway_app([stand.vendor.resource], config=config, auth=auth, upstream_token=grants)
+
+    first = replica()
+    second = replica()
+    body = modern_request("tools/call", WHOAMI, meta=URL_CAPABLE)
+    bearer = stand.idp.token_for("tess", audience)
+    headers = {**modern_headers(body), "Authorization": f"Bearer {bearer}"}
+    registrations = stand.vendor.counts["registrations"]
+    stand.vendor.lifetime = 0
+    try:
+        async with asgi_client(first) as one, asgi_client(second) as other:
+            url = asked_url((await one.post("/mcp", json=body, headers=headers)).json())
+            mounts = {"http://127.0.0.1:8000": httpx.ASGITransport(first)}
+            async with httpx.AsyncClient(mounts=mounts, follow_redirects=True, headers={USER_HEADER: "tess"}) as web:
+                assert (await web.get(url)).status_code == 200
+            refreshes = stand.vendor.counts["refreshes"]
+            for client in (other, one, other, one):
+                answer = (await client.post("/mcp", json=body, headers=headers)).json()
+                assert whoami(answer)["sub"] == "tess", answer
+    finally:
+        stand.vendor.lifetime = 300
+    assert stand.vendor.counts["refreshes"] == refreshes + 4
+    assert stand.vendor.counts["registrations"] == registrations + 1
 
 
 def test_a_restarted_gateway_keeps_each_grant_sealed_in_its_store(stand: Stand) -> None:
