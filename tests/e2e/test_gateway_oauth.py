@@ -445,6 +445,8 @@ class Hostile:
             }
             if self.case == "another issuer":
                 metadata["issuer"] = "https://elsewhere.example"
+            if self.case == "a line break":  # would split the Location header the browser is sent
+                metadata["authorization_endpoint"] = base + "/a\r\nSet-Cookie: x=y"
             if self.case != "no S256":
                 metadata["code_challenge_methods_supported"] = ["S256"]
             return JSONResponse(metadata)
@@ -485,6 +487,7 @@ async def test_an_upstream_found_wrong_is_a_clear_error_never_a_500_or_a_hang(st
                 "another resource",
                 "no S256",
                 "another issuer",
+                "a line break",
                 "too long",
                 "slow",
             ):
@@ -499,6 +502,7 @@ async def test_an_upstream_found_wrong_is_a_clear_error_never_a_500_or_a_hang(st
         "another resource": (502, _failed("the upstream's resource metadata names another resource")),
         "no S256": (502, _failed("the upstream's authorization server does not say it takes PKCE's S256")),
         "another issuer": (502, _failed("an authorization server's metadata names another issuer")),
+        "a line break": (502, _failed("an authorization server's metadata names no authorization_endpoint")),
         "too long": (502, _failed("a server's answer is too long")),
         "slow": (504, _failed("a server did not answer in time")),
     }

@@ -107,6 +107,7 @@ _MAX_BODY: Final = 64 * 1024
 _BEARER: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 _ERROR_CODE: Final = re.compile(r"[\x20-\x21\x23-\x5b\x5d-\x7e]{1,64}")
 _CHALLENGE_PARAM: Final = re.compile(r'([A-Za-z_]+)="([^"]*)"')
+_URL: Final = re.compile(r"[\x21-\x7e]{1,2048}")
 _PAGE_HEADERS: Final = (
     (b"content-type", b"text/html; charset=utf-8"),
     (b"cache-control", b"no-store"),
@@ -932,8 +933,9 @@ def _under(url: str, resource: str) -> bool:
 
 
 def _url_in(metadata: Mapping[str, Any], name: str) -> str:
+    """The http(s) URL a server's metadata gives as ``name``: printable, no space (it may become a ``Location``)."""
     url = metadata.get(name)
-    if not isinstance(url, str) or urlsplit(url).scheme not in ("http", "https"):
+    if not isinstance(url, str) or not _URL.fullmatch(url) or urlsplit(url).scheme not in ("http", "https"):
         raise _server_error(f"an authorization server's metadata names no {name}")
     return url
 
