@@ -21,11 +21,13 @@ import base64
 import hashlib
 import json
 import secrets
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
+import anyio.to_thread
 import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 from mcp.server.mcpserver import Context, MCPServer
@@ -138,6 +140,8 @@ class Vendor:
     declining: set[str] = field(default_factory=set)  # the users who decline at the consent
     refused: set[str] = field(default_factory=set)  # access tokens its MCP server no longer takes
     clients_of: dict[str, str] = field(default_factory=dict)  # grant id -> the client it was issued to
+    # Given: each refresh waits (in the server's thread, at most 10 s) until the test sets it.
+    holding: threading.Event | None = None
 
     def keys(self) -> dict[str, Any]:
         public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key()))
@@ -222,6 +226,8 @@ class Vendor:
                 self.counts["codes"] += 1
                 return JSONResponse(self._issued(base, grant))
             if form.get("grant_type") == "refresh_token":
+                if (holding := self.holding) is not None:
+                    await anyio.to_thread.run_sync(holding.wait, 10)
                 refresh = str(form.get("refresh_token"))
                 grant = self.refreshes.get(refresh, "")
                 record = self.grants.get(grant)

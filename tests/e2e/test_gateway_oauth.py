@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -518,9 +519,85 @@ async def test_two_replicas_on_one_store_refresh_in_turn_without_ending_the_gran
     once, so that each call refreshes: calls through either in turn reach the vendor as the user, each replica
     refreshing with the refresh token the other rotated in, and the client the first registered (sending the old
     token would have the vendor revoke her grant); one registration for both."""
-    store = MemoryStore()
+    first, second = replicas(stand)
+    headers = {**modern_headers(REPLICAS_CALL), "Authorization": f"Bearer {stand.idp.token_for('tess', AUDIENCE)}"}
+    registrations = stand.vendor.counts["registrations"]
+    stand.vendor.lifetime = 0
+    try:
+        async with asgi_client(first) as one, asgi_client(second) as other:
+            await signed_in_through(first, one, "tess", headers)
+            refreshes = stand.vendor.counts["refreshes"]
+            for client in (other, one, other, one):
+                answer = (await client.post("/mcp", json=REPLICAS_CALL, headers=headers)).json()
+                assert whoami(answer)["sub"] == "tess", answer
+    finally:
+        stand.vendor.lifetime = 300
+    assert stand.vendor.counts["refreshes"] == refreshes + 4
+    assert stand.vendor.counts["registrations"] == registrations + 1
+
+
+@pytest.mark.anyio
+async def test_two_replicas_refreshing_one_grant_at_once_refresh_it_once(stand: Stand) -> None:
+    """uma's calls through two replicas at once, her token due for a refresh on both: one replica takes the lease
+    on her grant in the store and refreshes; the other finds the token it kept there. One refresh at the vendor;
+    without the lease both would send the same refresh token, and the vendor end her grant."""
+    store = Watched()
+    first, second = replicas(stand, store)
+    headers = {**modern_headers(REPLICAS_CALL), "Authorization": f"Bearer {stand.idp.token_for('uma', AUDIENCE)}"}
+    stand.vendor.lifetime = 0
+    seen: list[str] = []
+    try:
+        async with asgi_client(first) as one, asgi_client(second) as other:
+            await signed_in_through(first, one, "uma", headers)  # her first token due at once, the next not
+            stand.vendor.lifetime = 300
+            refreshes = stand.vendor.counts["refreshes"]
+            stand.vendor.holding = holding = threading.Event()
+
+            async def call(client: httpx.AsyncClient) -> None:
+                answer = (await client.post("/mcp", json=REPLICAS_CALL, headers=headers)).json()
+                seen.append(whoami(answer)["sub"])
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(call, one)
+                group.start_soon(call, other)
+                # the vendor holds the first refresh until both replicas have asked for the lease (without one,
+                # both refreshes would arrive there, and this wait end in a failure)
+                with anyio.fail_after(10):
+                    await store.both_asked.wait()
+                holding.set()
+    finally:
+        stand.vendor.lifetime = 300
+        stand.vendor.holding = None
+    assert seen == ["uma", "uma"]
+    assert stand.vendor.counts["refreshes"] == refreshes + 1
+
+
+class Watched(MemoryStore):
+    """The replicas' store, which says when two leases have been asked for (``_kept``'s ``refreshing`` field)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.leases = 0
+        self.both_asked = anyio.Event()
+
+    async def update(self, session_id: str, key: str, fn: Any, *, expires_at: float, default: object = None) -> Any:
+        updated = await super().update(session_id, key, fn, expires_at=expires_at, default=default)
+        if key == "refreshing" and isinstance(updated, list):  # a lease asked for (a release stores None)
+            self.leases += 1
+            if self.leases == 2:
+                self.both_asked.set()
+        return updated
+
+
+AUDIENCE = "http://127.0.0.1:8000/mcp"  # the in-process replicas' (asgi_client's base URL)
+REPLICAS_CALL = modern_request("tools/call", WHOAMI, meta=URL_CAPABLE)
+
+
+def replicas(stand: Stand, store: MemoryStore | None = None) -> tuple[Any, Any]:
+    """Two gateways in process in front of the vendor, on one store (``store``, else a new one) and one key set
+    (each its own sessions)."""
+    store = MemoryStore() if store is None else store
     keys = KeySet.from_secret("r" * 32)
-    audience = "http://127.0.0.1:8000/mcp"
 
     def replica() -> Any:
         login = Login(stand.idp.url, ClientAuth("client_secret_basic", *LOGIN))
@@ -528,31 +605,19 @@ async def test_two_replicas_on_one_store_refresh_in_turn_without_ending_the_gran
         grants = UpstreamGrants(
             upstream=stand.vendor.resource, callback=callback, login=login, kept=KeptGrants(store, keys)
         )
-        auth = GatewayAuth(jwks_url=stand.idp.url + "/jwks.json", issuer=stand.idp.url, audience=audience)
+        auth = GatewayAuth(jwks_url=stand.idp.url + "/jwks.json", issuer=stand.idp.url, audience=AUDIENCE)
         config = SessionsConfig(secret=SECRET)
         return gateway_app([stand.vendor.resource], config=config, auth=auth, upstream_token=grants)
 
-    first = replica()
-    second = replica()
-    body = modern_request("tools/call", WHOAMI, meta=URL_CAPABLE)
-    bearer = stand.idp.token_for("tess", audience)
-    headers = {**modern_headers(body), "Authorization": f"Bearer {bearer}"}
-    registrations = stand.vendor.counts["registrations"]
-    stand.vendor.lifetime = 0
-    try:
-        async with asgi_client(first) as one, asgi_client(second) as other:
-            url = asked_url((await one.post("/mcp", json=body, headers=headers)).json())
-            mounts = {"http://127.0.0.1:8000": httpx.ASGITransport(first)}
-            async with httpx.AsyncClient(mounts=mounts, follow_redirects=True, headers={USER_HEADER: "tess"}) as web:
-                assert (await web.get(url)).status_code == 200
-            refreshes = stand.vendor.counts["refreshes"]
-            for client in (other, one, other, one):
-                answer = (await client.post("/mcp", json=body, headers=headers)).json()
-                assert whoami(answer)["sub"] == "tess", answer
-    finally:
-        stand.vendor.lifetime = 300
-    assert stand.vendor.counts["refreshes"] == refreshes + 4
-    assert stand.vendor.counts["registrations"] == registrations + 1
+    return replica(), replica()
+
+
+async def signed_in_through(app: Any, client: httpx.AsyncClient, user: str, headers: dict[str, str]) -> None:
+    """``user``'s sign-in through the replica ``app``: its URL, followed by a browser that reaches it in process."""
+    url = asked_url((await client.post("/mcp", json=REPLICAS_CALL, headers=headers)).json())
+    mounts = {"http://127.0.0.1:8000": httpx.ASGITransport(app)}
+    async with httpx.AsyncClient(mounts=mounts, follow_redirects=True, headers={USER_HEADER: user}) as web:
+        assert (await web.get(url)).status_code == 200
 
 
 def test_a_restarted_gateway_keeps_each_grant_sealed_in_its_store(stand: Stand) -> None:

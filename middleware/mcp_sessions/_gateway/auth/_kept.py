@@ -10,7 +10,9 @@ by its ``kid``; a grant sealed by a key the set still holds opens after a rotati
 verifier), one sealed by a key it no longer holds does not, and she signs in again. The record's name is the
 seal's associated data: a value moved to another user's record does not open. What the store holds reads as
 neither token. The client the gateway registered (RFC 7591) is kept the same way: a server binds a grant's refresh
-token to its client, which a replica or a restart that registered anew could not use.
+token to its client, which a replica or a restart that registered anew could not use. A refresh takes a lease on
+the grant's record first (the store's atomic update), so that two replicas never refresh one grant at once: a
+server that rotates refresh tokens ends a grant whose old one comes back.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import json
 import logging
 import math
 import os
+import secrets
 import time
 from typing import TYPE_CHECKING, Final
 
@@ -43,6 +46,7 @@ KEPT_FOR: Final = 90 * 24 * 3600.0
 server's to say, and most do not)."""
 _INFO: Final = b"mcp-sessions gateway: a user's grant at an upstream's authorization server"
 _FIELD: Final = "grant"
+_LEASE: Final = "refreshing"
 
 
 class StoreFailed(Exception):
@@ -91,6 +95,33 @@ class KeptGrants:
         """Drop ``who``'s grant (revoked, refused): she signs in again."""
         try:
             await self._store.delete(record(who), _FIELD)
+        except SessionStoreUnavailable as exc:
+            raise StoreFailed from exc
+
+    async def lease(self, who: str, seconds: float) -> str | None:
+        """This replica's lease on ``who``'s refresh for ``seconds``, taken where no other's is still running (the
+        store's atomic update: two replicas never both hold one); ``None`` while another's runs."""
+        mine = secrets.token_hex(8)
+        now = time.time()
+
+        def taken(old: object) -> object:
+            running = isinstance(old, list) and len(old) == 2 and isinstance(old[1], int | float) and old[1] > now
+            return old if running else [mine, now + seconds]
+
+        try:
+            held = await self._store.update(record(who), _LEASE, taken, expires_at=now + KEPT_FOR)
+        except SessionStoreUnavailable as exc:
+            raise StoreFailed from exc
+        return mine if isinstance(held, list) and held[0] == mine else None
+
+    async def release(self, who: str, lease: str) -> None:
+        """``lease`` given back (if it is still this replica's), so that the next refresh need not wait it out."""
+
+        def released(old: object) -> object:
+            return None if isinstance(old, list) and old[:1] == [lease] else old
+
+        try:
+            await self._store.update(record(who), _LEASE, released, expires_at=time.time() + KEPT_FOR)
         except SessionStoreUnavailable as exc:
             raise StoreFailed from exc
 

@@ -86,6 +86,8 @@ MAX_ANSWER: Final = 64 * 1024
 """The most of a server's answer read."""
 RENEW_BEFORE: Final = 30.0
 """An access token is refreshed this long before it expires (half its life for one shorter than a minute)."""
+LEASE_POLL: Final = 0.1
+"""How often a replica looks in the store for the grant another replica is refreshing."""
 SIGN_IN_WITHIN: Final = 600.0
 """How long a sign-in URL, and each leg of its flow, may wait for the browser."""
 MAX_GRANTS: Final = 100_000
@@ -358,21 +360,19 @@ class UpstreamGrants(UpstreamToken):
             if time.monotonic() < grant.renew_at:  # refreshed while this request waited for its turn, or elsewhere
                 refreshing.token = grant.access
                 return grant.access
-            form = {"grant_type": "refresh_token", "refresh_token": grant.refresh, "resource": server.resource}
-            status, answer = await self._token_request(server, form)
-            if status != 200 or not isinstance(answer, dict):
-                error = _error_of(status, answer)
-                if error not in ("invalid_grant", "invalid_token"):
-                    logger.warning("mcp-sessions gateway: %s answered %d to a refresh", server.issuer, status)
-                    raise GrantFailed(502, "server_error", "the upstream's authorization server failed a refresh")
-                # Revoked, expired, or an old one seen again: signed in again.
-                self._grants.pop(key, None)
-                if self._kept is not None:
-                    await self._keep(self._kept.forget(_who(key)))
-                raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
-            refreshed = _granted(answer, grant.refresh)
-            self._grants[key] = refreshed
-            await self._saved(key, refreshed)
+            if self._kept is not None:
+                lease = await self._keep(self._kept.lease(_who(key), self._timeout))
+                if lease is None:  # another replica refreshes it: its grant, from the store
+                    token = await self._refreshed_elsewhere(key, grant)
+                    refreshing.token = token
+                    return token
+                try:
+                    refreshed = await self._refresh(key, server, grant)
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self._keep(self._kept.release(_who(key), lease))
+            else:
+                refreshed = await self._refresh(key, server, grant)
             refreshing.token = refreshed.access
             return refreshed.access
         except ExchangeRefused as failed:
@@ -381,6 +381,41 @@ class UpstreamGrants(UpstreamToken):
         finally:
             del self._refreshing[key]
             refreshing.done.set()
+
+    async def _refresh(self, key: tuple[User, str], server: _Server, grant: _Grant) -> _Grant:
+        """``grant`` refreshed at ``server``'s token endpoint, kept; :class:`SignInRequired` when it is refused."""
+        assert grant.refresh is not None  # the caller's check
+        form = {"grant_type": "refresh_token", "refresh_token": grant.refresh, "resource": server.resource}
+        status, answer = await self._token_request(server, form)
+        if status != 200 or not isinstance(answer, dict):
+            error = _error_of(status, answer)
+            if error not in ("invalid_grant", "invalid_token"):
+                logger.warning("mcp-sessions gateway: %s answered %d to a refresh", server.issuer, status)
+                raise GrantFailed(502, "server_error", "the upstream's authorization server failed a refresh")
+            # Revoked, expired, or an old one seen again: signed in again.
+            self._grants.pop(key, None)
+            if self._kept is not None:
+                await self._keep(self._kept.forget(_who(key)))
+            raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
+        refreshed = _granted(answer, grant.refresh)
+        self._grants[key] = refreshed
+        await self._saved(key, refreshed)
+        return refreshed
+
+    async def _refreshed_elsewhere(self, key: tuple[User, str], grant: _Grant) -> str:
+        """The access token another replica's refresh of ``grant`` keeps in the store: looked for every
+        :data:`LEASE_POLL` seconds until the lease it holds runs out (the store tells no one when a value changes)."""
+        assert self._kept is not None
+        for _ in range(math.ceil(self._timeout / LEASE_POLL)):
+            await anyio.sleep(LEASE_POLL)
+            loaded = await self._keep(self._kept.load(_who(key)))
+            if loaded is None:  # revoked or refused there
+                self._grants.pop(key, None)
+                raise SignInRequired(self._sign_in_url(key[0]), urlsplit(key[1]).netloc)
+            if loaded[0] != grant.access:
+                self._grants[key] = _Grant(*loaded)
+                return loaded[0]
+        raise GrantFailed(503, "server_error", "another replica's refresh of this grant did not end in time")
 
     async def _saved(self, key: tuple[User, str], grant: _Grant) -> None:
         """``grant`` kept in the store, where there is one."""
