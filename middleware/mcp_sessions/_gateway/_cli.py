@@ -7,7 +7,7 @@ import ipaddress
 import logging
 import shlex
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, TextIO
 from urllib.parse import urlsplit
@@ -85,6 +85,28 @@ UNHELD_SUBJECT: Final = (
     "--id-jag-subject id_token: the gateway holds no ID token of its users (it does not sign them in itself yet): "
     "give access_token, the verified access token, where the identity provider takes one"
 )
+OAUTH_VARIABLES: Final = {
+    "client_id": "MCP_SESSIONS_OAUTH_CLIENT_ID",
+    "client_secret_file": "MCP_SESSIONS_OAUTH_CLIENT_SECRET_FILE",
+    "client_auth": "MCP_SESSIONS_OAUTH_CLIENT_AUTH",
+    "client_key_file": "MCP_SESSIONS_OAUTH_CLIENT_KEY_FILE",
+    "client_key_id": "MCP_SESSIONS_OAUTH_CLIENT_KEY_ID",
+    "client_secret": "MCP_SESSIONS_OAUTH_CLIENT_SECRET",
+    "scope": "MCP_SESSIONS_OAUTH_SCOPE",
+    "callback": "MCP_SESSIONS_OAUTH_CALLBACK",
+}
+"""The variable each ``--oauth-*`` flag falls back to, and the client secret's (never a flag)."""
+LOGIN_VARIABLES: Final = {
+    "client_id": "MCP_SESSIONS_LOGIN_CLIENT_ID",
+    "client_secret_file": "MCP_SESSIONS_LOGIN_CLIENT_SECRET_FILE",
+    "client_auth": "MCP_SESSIONS_LOGIN_CLIENT_AUTH",
+    "client_key_file": "MCP_SESSIONS_LOGIN_CLIENT_KEY_FILE",
+    "client_key_id": "MCP_SESSIONS_LOGIN_CLIENT_KEY_ID",
+    "client_secret": "MCP_SESSIONS_LOGIN_CLIENT_SECRET",
+    "issuer": "MCP_SESSIONS_LOGIN_ISSUER",
+    "claim": "MCP_SESSIONS_LOGIN_CLAIM",
+}
+"""The variable each ``--login-*`` flag falls back to, and the client secret's (never a flag)."""
 
 DESCRIPTION: Final = (
     "Serve one MCP endpoint with data-layer sessions, forwarding every request to the upstream "
@@ -121,6 +143,7 @@ def add_arguments(gateway: argparse.ArgumentParser) -> None:
     _serving_arguments(gateway)
     _auth_arguments(gateway)
     _exchange_arguments(gateway)
+    _oauth_arguments(gateway)
 
 
 def _serving_arguments(gateway: argparse.ArgumentParser) -> None:
@@ -248,11 +271,12 @@ def _exchange_arguments(gateway: argparse.ArgumentParser) -> None:
     )
     exchange.add_argument(
         "--upstream-token",
-        choices=("passthrough", "none", "exchange", "id-jag"),
+        choices=("passthrough", "none", "exchange", "id-jag", "oauth"),
         help="the upstream's Authorization: the client's as it came (passthrough, the default "
         "without --auth-*), none (the default with --auth-*), each user's token exchanged for "
         "one issued for the upstream (exchange), or for an ID-JAG that the upstream's authorization server "
-        "takes for a token of its own (id-jag)",
+        "takes for a token of its own (id-jag), or each user's own grant at the upstream's authorization "
+        "server, which she gives once through a sign-in URL (oauth: the --oauth-* and --login-* flags)",
     )
     for flag, text in (
         (
@@ -308,6 +332,44 @@ def _exchange_arguments(gateway: argparse.ArgumentParser) -> None:
         choices=("access_token", "id_token"),
         help="what the identity provider is given to exchange: the user's verified access token (access_token, "
         "the default); id_token is refused (the gateway holds none yet)",
+    )
+
+
+def _oauth_arguments(gateway: argparse.ArgumentParser) -> None:
+    """``--upstream-token oauth``: the gateway's client at the upstream's authorization server, and at the team's
+    IdP, where it confirms who opens a sign-in URL (``auth._oauth``)."""
+    oauth = gateway.add_argument_group(
+        "each user's own grant at the upstream's authorization server (--upstream-token oauth; each also from its "
+        "MCP_SESSIONS_* variable; a client secret from its variable or a file, never a flag)"
+    )
+    for group, whose in (("oauth", "the upstream's authorization server"), ("login", "the team's IdP")):
+        for name, text in (
+            ("client-id", f"the gateway's own client id at {whose}"),
+            ("client-secret-file", "a file holding that client's secret"),
+            ("client-key-file", "with private_key_jwt: that client's unencrypted RSA or EC private key (PEM)"),
+            ("client-key-id", "with private_key_jwt: the key's id (kid)"),
+        ):
+            oauth.add_argument(f"--{group}-{name}", metavar=name.upper().replace("-", "_"), help=text)
+        oauth.add_argument(f"--{group}-client-secret", help=argparse.SUPPRESS)  # refused: see --exchange-client-secret
+        oauth.add_argument(
+            f"--{group}-client-auth",
+            choices=("client_secret_basic", "client_secret_post", "private_key_jwt"),
+            help="how the gateway authenticates there (default client_secret_basic with a secret)",
+        )
+    oauth.add_argument(
+        "--oauth-scope",
+        metavar="SCOPE",
+        help="the scope asked for (default: the upstream's 401's, else its metadata's)",
+    )
+    oauth.add_argument(
+        "--oauth-callback",
+        metavar="URL",
+        help="the gateway's /oauth/callback as browsers reach it (default: on --auth-resource's origin, else "
+        "--auth-audience's); without --oauth-client-id the gateway registers this URL (RFC 7591)",
+    )
+    oauth.add_argument("--login-issuer", metavar="URL", help="the team's IdP (OpenID Connect), where a user signs in")
+    oauth.add_argument(
+        "--login-claim", metavar="CLAIM", help="the ID token's claim that must name the user who asked (default sub)"
     )
 
 
@@ -410,7 +472,7 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
     auth = _auth(args, environ)
     tools = _tools(args, auth)
     _stdio_only(args)
-    upstream_token, exchange = _upstream_token(args, environ, auth)
+    upstream_token, exchange = _upstream_token(args, environ, auth, sessions)
     serves: Forwarding | StdioProcesses
     if args.stdio is not None:
         command = shlex.split(args.stdio)
@@ -485,6 +547,9 @@ def _served(server: ServerFlags, stdio: int, drain: float, environ: Mapping[str,
     own = {**environ, **server.env} if server.env else environ
     if server.env:
         server.flags.pass_env = [*server.flags.pass_env, *server.env]
+    mode = server.flags.upstream_token or environ.get("MCP_SESSIONS_UPSTREAM_TOKEN", "").strip()
+    if mode == "oauth":  # its sign-in pages and callback are the gateway's own paths, which no server's is
+        raise ValueError(f"{server.where}: upstream-token oauth is for a gateway of one server, not yet in a file")
     try:
         config = configured(server.flags, own)
     except (ValueError, TypeError, RuntimeError, NetworkError, SandboxError) as exc:
@@ -724,7 +789,7 @@ def _tools(args: argparse.Namespace, auth: GatewayAuth | None) -> ToolPolicy | N
 
 
 def _upstream_token(
-    args: argparse.Namespace, environ: Mapping[str, str], auth: GatewayAuth | None
+    args: argparse.Namespace, environ: Mapping[str, str], auth: GatewayAuth | None, sessions: SessionsConfig
 ) -> tuple[UpstreamToken | None, TokenExchange | None]:
     """What the upstream gets as ``Authorization`` (``--upstream-token``, default: see ``gateway_app``), and the
     token exchange that it, or a ``--process-env NAME=exchange:AUDIENCE``, uses."""
@@ -746,6 +811,8 @@ def _upstream_token(
         raise ValueError("--upstream-token is an --upstream's; a --stdio process gets NAME=exchange:AUDIENCE")
     if mode is None and not exchanging:
         return None, None
+    if mode == "oauth":
+        return _upstream_grants(args, environ, auth, sessions), None
     from .auth._exchange import Target, TokenExchange, UpstreamToken
 
     if mode is not None and not exchanging:
@@ -796,11 +863,75 @@ def _upstream_token(
     return UpstreamToken("exchange", exchange, Target(audience, resource, scope)), exchange
 
 
+def _upstream_grants(
+    args: argparse.Namespace, environ: Mapping[str, str], auth: GatewayAuth | None, sessions: SessionsConfig
+) -> UpstreamToken:
+    """``--upstream-token oauth``'s ``_oauth.UpstreamGrants``, from the ``--oauth-*`` and ``--login-*`` flags, its
+    grants kept in the sessions' store, sealed with their keys (``_kept``)."""
+    if auth is None:
+        raise ValueError(
+            "--upstream-token oauth keeps each user's grant: give --auth-jwks (or --auth-principal-header)"
+        )
+    oauth, login = (dict(_oauth_client(args, environ, group)) for group in ("oauth", "login"))
+    issuer = _setting(args, environ, "issuer", "login")
+    if issuer is None or not login:
+        raise ValueError("--upstream-token oauth confirms who opens a sign-in URL: give --login-issuer and its client")
+    callback = _setting(args, environ, "callback", "oauth")
+    if callback is None:
+        own = _setting(args, environ, "resource", "auth") or _setting(args, environ, "audience", "auth") or ""
+        parts = urlsplit(own)
+        if parts.scheme not in ("http", "https"):
+            raise ValueError("--upstream-token oauth needs the gateway's own URL: give --oauth-callback")
+        callback = f"{parts.scheme}://{parts.netloc}/oauth/callback"
+    from .auth._client import ClientAuth
+    from .auth._kept import KeptGrants
+    from .auth._oauth import Login, UpstreamGrants
+
+    login_client = ClientAuth.given("--login-client", login.pop("method"), login.pop("client_id"), **login)
+    claim = _setting(args, environ, "claim", "login") or "sub"
+    method = oauth.pop("method", None)
+    client_id = oauth.pop("client_id", None)
+    client = None
+    if any(oauth.values()) or method is not None:  # a confidential client, by its secret or key
+        client = ClientAuth.given("--oauth-client", method, client_id, **oauth)
+        client_id = None
+    return UpstreamGrants(
+        upstream=args.upstream[0],
+        callback=callback,
+        login=Login(issuer, login_client, claim),
+        client=client,
+        client_id=client_id,
+        scope=_setting(args, environ, "scope", "oauth"),
+        kept=KeptGrants(sessions.store, sessions.keys),
+    )
+
+
+def _oauth_client(args: argparse.Namespace, environ: Mapping[str, str], group: str) -> Iterator[tuple[str, Any]]:
+    """The ``--GROUP-client-*`` settings given, as ``ClientAuth.given`` takes them (none: nothing)."""
+    if getattr(args, f"{group}_client_secret") is not None:
+        variable = (OAUTH_VARIABLES if group == "oauth" else LOGIN_VARIABLES)["client_secret"]
+        raise ValueError(f"the client secret is never a flag: {variable}, or a file")
+    client_id = _setting(args, environ, "client_id", group)
+    others = ("client_auth", "client_secret_file", "client_key_file", "client_key_id")
+    if client_id is None and any(_setting(args, environ, name, group) for name in others):
+        raise ValueError(f"--{group}-client-* name a client: give --{group}-client-id")
+    if client_id is None:
+        return
+    yield "client_id", client_id
+    yield "method", _setting(args, environ, "client_auth", group)
+    secret = (OAUTH_VARIABLES if group == "oauth" else LOGIN_VARIABLES)["client_secret"]
+    yield "secret", environ.get(secret, "").strip() or None
+    yield "secret_file", _setting(args, environ, "client_secret_file", group)
+    yield "key_file", _setting(args, environ, "client_key_file", group)
+    yield "key_id", _setting(args, environ, "client_key_id", group)
+
+
 def _setting(args: argparse.Namespace, environ: Mapping[str, str], name: str, group: str = "exchange") -> str | None:
     """``--GROUP-NAME``, else its variable (:data:`EXCHANGE_VARIABLES`, :data:`AUTH_VARIABLES`,
-    :data:`ID_JAG_VARIABLES`); ``None`` when neither is given."""
-    variables = {"auth": AUTH_VARIABLES, "id_jag": ID_JAG_VARIABLES}.get(group, EXCHANGE_VARIABLES)
-    return getattr(args, f"{group}_{name}") or environ.get(variables[name], "").strip() or None
+    :data:`ID_JAG_VARIABLES`, :data:`OAUTH_VARIABLES`, :data:`LOGIN_VARIABLES`); ``None`` when neither is given."""
+    groups = {"auth": AUTH_VARIABLES, "id_jag": ID_JAG_VARIABLES, "oauth": OAUTH_VARIABLES, "login": LOGIN_VARIABLES}
+    variable = groups.get(group, EXCHANGE_VARIABLES)[name]
+    return getattr(args, f"{group}_{name}") or environ.get(variable, "").strip() or None
 
 
 def _listed(given: list[str] | None, variable: str | None) -> tuple[str, ...] | None:

@@ -76,7 +76,7 @@ RENEW_BEFORE: Final = 30.0
 """An issued token is exchanged again this long before it expires (half its life for one shorter than a minute)."""
 MAX_CACHED: Final = 10_000
 """Issued tokens kept, one per user token and target; the least recently used are forgotten first."""
-UpstreamTokenMode = Literal["passthrough", "none", "exchange", "id-jag"]
+UpstreamTokenMode = Literal["passthrough", "none", "exchange", "id-jag", "oauth"]
 MODES: Final = get_args(UpstreamTokenMode)  # --upstream-token's choices
 # RFC 6750 §2.1's b64token: what may follow "Bearer " in a header.
 _BEARER: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
@@ -485,7 +485,8 @@ def subject_token(scope: Scope) -> str | None:
 class UpstreamToken:
     """What the upstream gets as ``Authorization`` (``--upstream-token``): ``"none"``, or ``"exchange"`` or
     ``"id-jag"`` (with ``exchange`` and ``target``); ``"passthrough"`` needs none of this (the client's goes as it
-    came). An ``"id-jag"`` target without its issuer (or resource) takes it from the protected resource metadata of
+    came); ``"oauth"`` is ``_oauth.UpstreamGrants``'s, each user's own grant at the upstream's authorization server.
+    An ``"id-jag"`` target without its issuer (or resource) takes it from the protected resource metadata of
     ``upstream`` (RFC 9728), read at the first request that needs it (a failure is that request's 502, not kept)."""
 
     def __init__(

@@ -94,6 +94,7 @@ def forwarding_app(config: GatewayConfig) -> GatewayFront:
         raise TypeError("forwarding_app serves an upstream's replicas: config.serves is a Forwarding")
     # httpx: the gateway's extra, imported when a gateway is built.
     from ..auth._exchange import UpstreamToken
+    from ..auth._oauth import UpstreamGrants
     from ..auth._tools import guarded
     from ._proxy import UpstreamProxy
 
@@ -114,7 +115,12 @@ def forwarding_app(config: GatewayConfig) -> GatewayFront:
     )
     app = MCPSessionMiddleware(proxy, config=_at_gateway(sessions, replicas, auth))
     trusted = trusted_proxies(config.forwarded_allow_ips)
-    return GatewayFront(guarded(app, auth, config.tools, sessions), trusted=trusted)
+    if isinstance(upstream_token, UpstreamGrants):
+        # each user's own grants behind the authentication; the sign-in's pages, for a browser with no bearer, before
+        front = upstream_token.wrap(guarded(upstream_token.serving_grants(app), auth, config.tools, sessions))
+    else:
+        front = guarded(app, auth, config.tools, sessions)
+    return GatewayFront(front, trusted=trusted)
 
 
 def _at_gateway(config: SessionsConfig, replicas: Replicas, auth: GatewayAuth | None) -> SessionsConfig:

@@ -71,6 +71,7 @@ from ..._wire.sse import between_events
 from ...profiles import Era
 from .._front import PEER, HostCheck, Peer, raw_path_of
 from ..auth._exchange import ExchangeRefused, UpstreamToken
+from ..auth._oauth import SignInRequired
 from ._replicas import Replica, Replicas
 
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -157,6 +158,12 @@ class UpstreamProxy:
         """The request to the upstream, and its answer relayed; with ``receive``, the relay alone ends with the
         client (else the caller's :func:`while_connected` watches the whole exchange)."""
         opened = await self._open(scope, content)
+        # A user's own grant (--upstream-token oauth) the upstream refused, for a body read whole: once more, with her
+        # token refreshed, or answered with her sign-in URL (the upstream's 401 would send her client to its server).
+        if not isinstance(opened, Rejection) and _refused_grant(opened[0], self._upstream_token, content):
+            await opened[0].aclose()
+            opened[1].in_flight -= 1
+            opened = await self._open(scope, content)
         # The host refused, the transport session lost, the upstream down.
         if isinstance(opened, Rejection):
             return await opened.send(send)
@@ -202,6 +209,8 @@ class UpstreamProxy:
         if self._upstream_token.mode != "passthrough":
             try:
                 headers = await self._authorized(scope, headers)
+            except SignInRequired as asked:  # her grant at the upstream's server (``_oauth``)
+                return asked.answer_to(content, scope)
             except ExchangeRefused as failed:
                 return failed.answer(_request_id(content), self._retry_after)
         # A body still arriving goes framed as it came: its Content-Length (the front refused one beside a
@@ -339,6 +348,11 @@ class _Connected:
     async def __call__(self, event: str, info: Mapping[str, object]) -> None:
         if event == "connection.connect_tcp.started":
             self.opened = True
+
+
+def _refused_grant(response: httpx.Response, upstream_token: UpstreamToken, content: Body) -> bool:
+    """Whether the upstream answered 401 to a user's own grant's token (``_oauth``), for a body that may go again."""
+    return response.status_code == 401 and upstream_token.mode == "oauth" and isinstance(content, bytes)
 
 
 def _draining(response: httpx.Response) -> bool:

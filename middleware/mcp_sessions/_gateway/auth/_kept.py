@@ -1,0 +1,190 @@
+"""Each user's grant at an upstream's authorization server, and the client the gateway registered there, kept in the
+gateway's store, sealed (``_oauth``).
+
+A grant (her access and refresh tokens, and when to refresh) is one value of the store the sessions use
+(``MCP_SESSIONS_STORE``: memory, SQLite, Redis), under a record named by a SHA-256 digest of who she is and the
+server (never her name, never a token), so that a restarted gateway, or another replica on the same store, serves
+her without asking her to sign in again. The value is sealed with AES-GCM (``cryptography``'s, which PyJWT's
+``crypto`` extra brings) under a key derived by HKDF-SHA256 from the signing key of the sessions' key set, named
+by its ``kid``; a grant sealed by a key the set still holds opens after a rotation (the old key kept as a
+verifier), one sealed by a key it no longer holds does not, and she signs in again. The record's name is the
+seal's associated data: a value moved to another user's record does not open. What the store holds reads as
+neither token. The client the gateway registered (RFC 7591) is kept the same way: a server binds a grant's refresh
+token to its client, which a replica or a restart that registered anew could not use. A refresh takes a lease on
+the grant's record first (the store's atomic update), so that two replicas never refresh one grant at once: a
+server that rotates refresh tokens ends a grant whose old one comes back.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import math
+import os
+import secrets
+import time
+from typing import TYPE_CHECKING, Final
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+
+from ...stores import SessionStoreUnavailable
+
+if TYPE_CHECKING:
+    from ..._tokens import KeySet
+    from ...stores import SessionStore
+
+logger = logging.getLogger("mcp_sessions.gateway")
+
+KEPT_FOR: Final = 90 * 24 * 3600.0
+"""How long a grant is kept in the store since it was last granted or refreshed (its refresh token's life is the
+server's to say, and most do not)."""
+_INFO: Final = b"mcp-sessions gateway: a user's grant at an upstream's authorization server"
+_FIELD: Final = "grant"
+_LEASE: Final = "refreshing"
+
+
+class StoreFailed(Exception):
+    """The store could not be read or written now: the request is answered as the store's failures are."""
+
+
+class KeptGrants:
+    """Grants sealed in ``store`` with the keys of ``keys`` (see the module): :meth:`load`, :meth:`save`,
+    :meth:`forget`; and the registered clients: :meth:`client`, :meth:`keep_client`. A grant is ``(access,
+    refresh, renew_at)``, ``renew_at`` on the monotonic clock."""
+
+    def __init__(self, store: SessionStore, keys: KeySet) -> None:
+        self._store = store
+        self._sealing: dict[str, AESGCM] = {}
+        for key in keys.keys:
+            material = key.signing_key
+            if material is None:  # a verifier alone has no secret to derive from
+                continue
+            if not isinstance(material, bytes):
+                material = material.private_bytes(Encoding.DER, PrivateFormat.PKCS8, NoEncryption())
+            derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_INFO).derive(material)
+            self._sealing[key.kid] = AESGCM(derived)
+        if keys.signer is None:
+            raise ValueError("the gateway keeps users' grants sealed with the sessions' signing key: give one")
+        self._signer = keys.signer.kid
+
+    async def load(self, who: str) -> tuple[str, str | None, float] | None:
+        """The grant kept for ``who`` (a user and server, as :func:`record` names them), or ``None``."""
+        opened = await self._read(record(who))
+        if opened is None or len(opened) != 3:
+            return None
+        access, refresh, renew_at = opened
+        if not isinstance(access, str) or not (refresh is None or isinstance(refresh, str)):
+            return None
+        if not (renew_at is None or isinstance(renew_at, int | float)):
+            return None
+        left = math.inf if renew_at is None else renew_at - time.time()
+        return access, refresh, time.monotonic() + left
+
+    async def save(self, who: str, access: str, refresh: str | None, renew_at: float) -> None:
+        """Keep ``who``'s grant (``renew_at`` monotonic), sealed, for :data:`KEPT_FOR` seconds."""
+        renew_wall = None if renew_at == math.inf else time.time() + renew_at - time.monotonic()
+        await self._write(record(who), [access, refresh, renew_wall])
+
+    async def forget(self, who: str) -> None:
+        """Drop ``who``'s grant (revoked, refused): she signs in again."""
+        try:
+            await self._store.delete(record(who), _FIELD)
+        except SessionStoreUnavailable as exc:
+            raise StoreFailed from exc
+
+    async def lease(self, who: str, seconds: float) -> str | None:
+        """This replica's lease on ``who``'s refresh for ``seconds``, taken where no other's is still running (the
+        store's atomic update: two replicas never both hold one); ``None`` while another's runs."""
+        mine = secrets.token_hex(8)
+        now = time.time()
+
+        def taken(old: object) -> object:
+            running = isinstance(old, list) and len(old) == 2 and isinstance(old[1], int | float) and old[1] > now
+            return old if running else [mine, now + seconds]
+
+        try:
+            held = await self._store.update(record(who), _LEASE, taken, expires_at=now + KEPT_FOR)
+        except SessionStoreUnavailable as exc:
+            raise StoreFailed from exc
+        return mine if isinstance(held, list) and held[0] == mine else None
+
+    async def release(self, who: str, lease: str) -> None:
+        """``lease`` given back (if it is still this replica's), so that the next refresh need not wait it out."""
+
+        def released(old: object) -> object:
+            return None if isinstance(old, list) and old[:1] == [lease] else old
+
+        try:
+            await self._store.update(record(who), _LEASE, released, expires_at=time.time() + KEPT_FOR)
+        except SessionStoreUnavailable as exc:
+            raise StoreFailed from exc
+
+    async def client(self, registered_at: str) -> tuple[str, str | None, str | None] | None:
+        """The client the gateway registered (RFC 7591) as ``registered_at`` names it (a server and the callback):
+        its id, and its secret and method if it was given one; ``None`` if none is kept."""
+        opened = await self._read(_client_record(registered_at))
+        if opened is None or len(opened) != 3:
+            return None
+        client_id, secret, method = opened
+        if not isinstance(client_id, str) or not isinstance(secret, str | None) or not isinstance(method, str | None):
+            return None
+        return client_id, secret, method
+
+    async def keep_client(self, registered_at: str, client_id: str, secret: str | None, method: str | None) -> None:
+        """Keep the client registered as ``registered_at`` names it, so that every replica and restart uses it (a
+        server binds a grant's refresh token to the client it was issued to)."""
+        await self._write(_client_record(registered_at), [client_id, secret, method])
+
+    async def _read(self, name: str) -> list[object] | None:
+        try:
+            sealed = await self._store.get(name, _FIELD)
+        except SessionStoreUnavailable as exc:
+            raise StoreFailed from exc
+        if not isinstance(sealed, dict):
+            return None
+        opened = self._opened(name, sealed)
+        if opened is None:
+            logger.warning("mcp-sessions gateway: a kept grant does not open with the sessions' keys: asked again")
+        return opened
+
+    async def _write(self, name: str, value: list[object]) -> None:
+        nonce = os.urandom(12)
+        sealed = self._sealing[self._signer].encrypt(nonce, json.dumps(value).encode(), name.encode())
+        kept = {"kid": self._signer, "nonce": _b64(nonce), "sealed": _b64(sealed)}
+        try:
+            await self._store.set(name, _FIELD, kept, expires_at=time.time() + KEPT_FOR)
+        except SessionStoreUnavailable as exc:
+            raise StoreFailed from exc
+
+    def _opened(self, name: str, sealed: dict[str, object]) -> list[object] | None:
+        kid = sealed.get("kid")
+        nonce = sealed.get("nonce")
+        data = sealed.get("sealed")
+        key = self._sealing.get(kid) if isinstance(kid, str) else None
+        if key is None or not isinstance(nonce, str) or not isinstance(data, str):
+            return None
+        try:
+            plain = key.decrypt(base64.urlsafe_b64decode(nonce), base64.urlsafe_b64decode(data), name.encode())
+            opened = json.loads(plain)
+        except (InvalidTag, ValueError):
+            return None
+        return opened if isinstance(opened, list) else None
+
+
+def record(who: str) -> str:
+    """The store's record for a user's grant at a server: a digest, so that the store names neither."""
+    return "oauth-grant-" + hashlib.sha256(who.encode()).hexdigest()
+
+
+def _client_record(registered_at: str) -> str:
+    return "oauth-client-" + hashlib.sha256(registered_at.encode()).hexdigest()
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode("ascii")

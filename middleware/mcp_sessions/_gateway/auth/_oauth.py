@@ -1,0 +1,1006 @@
+"""Each user's own grant at the upstream's authorization server (``--upstream-token oauth``).
+
+A vendor's MCP server (an ``--upstream``) sits behind the vendor's own authorization server, which knows neither the
+team's IdP nor RFC 8693: the gateway is that server's OAuth client, and each user grants it access once, as herself.
+
+**Finding the server**, as MCP's authorization spec has a client find it: the upstream's 401 names its protected
+resource metadata (RFC 9728) in ``WWW-Authenticate``'s ``resource_metadata`` (else the well-known URL on the
+upstream's path, then at its root; one on another origin than the upstream's is not read); the metadata names the
+resource (the upstream's own URL, or a URL it lies under: else refused) and its authorization servers, whose
+first is read by RFC 8414 (then OpenID Connect Discovery), its ``issuer`` the one asked about, and PKCE's ``S256``
+among its methods (MCP: else refused). Read once, as the first request needs it; a failure is the client's 502
+and the next request tries again.
+
+**The gateway's client there**: the one the operator gives (``client``, a ``_client.ClientAuth``; or
+``client_id`` alone, a public client), else one it registers by RFC 7591 once per server, a public client
+(``token_endpoint_auth_method`` ``none``) whose one redirect URI is the gateway's callback.
+
+**Signing in.** A request of a user with no grant yet gets a sign-in URL of the gateway's own
+(``/oauth/authorize/<one-time id>``), as URL-mode elicitation (SEP-1036) carries it in the request's era
+(:class:`SignInRequired`). The browser that opens it is not the client's bearer token, so the gateway first has
+the team's IdP say who she is: an OpenID Connect login with the gateway as its own client (:class:`Login`,
+authorization code with PKCE, ``nonce``), whose ID token (verified by PyJWT with the IdP's keys, for the
+gateway's client id) must name the principal that asked (its ``claim``, ``sub`` by default). Only then does the
+browser go to the upstream's authorization server: the authorization code flow with PKCE (``S256``), ``state``,
+and ``resource`` (RFC 8707), to the same callback (``/oauth/callback``), where the code is swapped for her tokens.
+Each leg's ``state`` is a one-time random key to what the gateway holds of it, taken as the callback reads it
+(a replay, a tampered or unknown ``state`` finds nothing), kept :data:`SIGN_IN_WITHIN` seconds, and bound to
+the browser that opened the URL by a cookie of its own (RFC 9700 §4.7.1: a callback in another browser is
+refused); an ``iss`` parameter (RFC 9207) must be the leg's server's. A URL opened by another user signs her in
+at the IdP as herself, and grants nothing. Her retry then reaches the upstream with her token.
+
+**Her tokens** are kept per user (her token's issuer and principal) and authorization server, in memory and,
+given ``kept`` (``_kept.KeptGrants``), sealed in the gateway's store, so that a restart asks no one again; never
+in a log, an error or a page: the access token until :data:`RENEW_BEFORE` seconds before it expires (half its life
+for a short one), then refreshed, one refresh in flight per user and server (servers rotate refresh tokens and
+revoke a grant whose old one comes back: a refresh reads the store first, where another replica may have
+rotated it); a refresh refused (``invalid_grant``) drops the grant and asks her to
+sign in again. A 401 of the upstream's to her access token marks it for a refresh (:meth:`UpstreamGrants.refused`),
+and the proxy sends a request it holds whole once more (``http._proxy``).
+
+Every server here is a stranger: each answer read to at most :data:`MAX_ANSWER` bytes within :data:`TIMEOUT`
+seconds, no redirect followed, no cookie kept, no proxy variable read; an issued token goes into a header only
+when it is a bearer token's characters (RFC 6750 §2.1).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+import logging
+import math
+import re
+import secrets
+import time
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass, field
+from http.cookiejar import CookieJar, DefaultCookiePolicy
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+from urllib.parse import urlencode, urlsplit
+
+import anyio
+import jwt
+from starlette.datastructures import Headers, QueryParams
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..._bounded import BoundedDict
+from ..._pipeline import Rejection, error_answer, unavailable
+from ..._wire import jsonrpc
+from ..._wire.protocol import INVALID_REQUEST, MCP_PROTOCOL_VERSION_HEADER
+from ...profiles import Era
+from ._client import ClientAuth, ClientAuthMethod
+from ._exchange import ExchangeRefused, UpstreamToken
+
+if TYPE_CHECKING:
+    import httpx
+
+    from ._kept import KeptGrants
+
+logger = logging.getLogger("mcp_sessions.gateway")
+
+TIMEOUT: Final = 10.0
+"""The longest wait for a server's whole answer (metadata, registration, token endpoint, keys)."""
+MAX_ANSWER: Final = 64 * 1024
+"""The most of a server's answer read."""
+RENEW_BEFORE: Final = 30.0
+"""An access token is refreshed this long before it expires (half its life for one shorter than a minute)."""
+LEASE_POLL: Final = 0.1
+"""How often a replica looks in the store for the grant another replica is refreshing."""
+SIGN_IN_WITHIN: Final = 600.0
+"""How long a sign-in URL, and each leg of its flow, may wait for the browser."""
+MAX_GRANTS: Final = 100_000
+"""Users' grants kept, one per user and server; the least recently stored are forgotten first (she signs in again)."""
+MAX_PENDING: Final = 10_000
+"""Sign-in URLs and legs under way kept; the oldest are forgotten first."""
+URL_ELICITATION_REQUIRED: Final = -32042
+"""2025-11-25's ``URLElicitationRequiredError`` (retired by 2026-07-28)."""
+MISSING_CAPABILITY: Final = -32021
+"""2026-07-28's error for a request that needs a client capability the client did not declare."""
+AUTHORIZE_PATH: Final = "/oauth/authorize/"
+CALLBACK_PATH: Final = "/oauth/callback"
+GRANTS_PATH: Final = "/oauth/grants"
+COOKIE: Final = "mcp_sessions_sign_in"
+# The methods whose 2026-07-28 answer may be an input_required result (SEP-2322's multi-round-trip requests).
+_ASKING: Final = frozenset({"tools/call", "prompts/get", "resources/read"})
+_CAPABILITIES: Final = "io.modelcontextprotocol/clientCapabilities"
+_MAX_BODY: Final = 64 * 1024
+_BEARER: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+_ERROR_CODE: Final = re.compile(r"[\x20-\x21\x23-\x5b\x5d-\x7e]{1,64}")
+# A challenge's quoted parameters, each tried only where a name begins (not at every letter of one), so that a
+# hostile header of one long word costs one pass, not one a letter.
+_CHALLENGE_PARAM: Final = re.compile(r'(?<![A-Za-z_])([A-Za-z_]+)="([^"]*)"')
+_URL: Final = re.compile(r"[\x21-\x7e]{1,2048}")
+_PAGE_HEADERS: Final = (
+    (b"content-type", b"text/html; charset=utf-8"),
+    (b"cache-control", b"no-store"),
+    # The callback's URL carries a code: no Referer gives it to another site (RFC 9700 §4.2.4).
+    (b"referrer-policy", b"no-referrer"),
+    (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
+)
+
+_T = TypeVar("_T")
+User = tuple[str, str]
+"""Who a grant is for: her token's issuer (or the auth proxy's header) and her principal."""
+
+
+class SignInRequired(ExchangeRefused):
+    """The user has no grant at the upstream's server yet: her request is answered with the sign-in ``url``."""
+
+    def __init__(self, url: str, server: str) -> None:
+        super().__init__(200, "sign_in_required", f"sign in to {server} at {url}")
+        self.url = url
+        self.server = server
+
+    def answer_to(self, body: object, scope: Scope) -> Rejection:
+        """The answer to the request whose body (read whole, else not ``bytes``) is ``body``: on 2025-11-25, the
+        ``URLElicitationRequiredError``; on 2026-07-28, an ``input_required`` result carrying ``elicitation/create``
+        in URL mode for a call that may take one from a client that declared it, else the missing capability's
+        error. Each message names the URL, for a client that shows no elicitation."""
+        message = jsonrpc.loads(body) if isinstance(body, bytes) and len(body) <= _MAX_BODY else None
+        request = message if isinstance(message, dict) else {}
+        request_id = request.get("id")
+        text = f"Sign in to {self.server} to use this server: open {self.url}"
+        elicitation: dict[str, object] = {"mode": "url", "message": text, "url": self.url}
+        version = Headers(scope=scope).get(MCP_PROTOCOL_VERSION_HEADER.decode())
+        if Era.of(version) is Era.LEGACY:
+            elicitation["elicitationId"] = self.url.rpartition("/")[2]
+            listed = {"elicitations": [elicitation]}
+            return error_answer(200, URL_ELICITATION_REQUIRED, text, "sign_in_required", request_id, data=listed)
+        params = request.get("params")
+        declared = (jsonrpc.meta(params) or {}).get(_CAPABILITIES)
+        elicits = declared.get("elicitation") if isinstance(declared, dict) else None
+        if request.get("method") in _ASKING and isinstance(elicits, dict) and "url" in elicits:
+            asked = {"method": "elicitation/create", "params": elicitation}
+            result: dict[str, object] = {"resultType": "input_required", "inputRequests": {"sign-in": asked}}
+            answer = jsonrpc.dumps(jsonrpc.result(jsonrpc.echoable_id(request_id), result))
+            headers = ((b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode()))
+            return Rejection(200, headers, answer, "sign_in_required")
+        missing: dict[str, object] = {"requiredCapabilities": {"elicitation": {"url": {}}}, "url": self.url}
+        return error_answer(200, MISSING_CAPABILITY, text, "sign_in_required", request_id, data=missing)
+
+
+class GrantFailed(ExchangeRefused):
+    """The user's grant could not be used: a server failed (502, 504), the store did (503), or the request names
+    no user (401); ``description`` says which, with no token in it."""
+
+    def answer(self, request_id: object = None, retry_after: bytes = b"1") -> Rejection:
+        message = f"The upstream's authorization failed: {self.description}"
+        if self.status >= 500:
+            return unavailable(self.status, message, retry_after, request_id, "upstream_authorization_failed")
+        header = (b"www-authenticate", b'Bearer error="invalid_token"')
+        return error_answer(self.status, INVALID_REQUEST, message, "upstream_authorization_refused", request_id, header)
+
+
+@dataclass(frozen=True)
+class Login:
+    """The team's IdP, where the gateway confirms who opened a sign-in URL: its ``issuer`` (read by OpenID Connect
+    Discovery), the gateway's own ``client`` there, and the ID token's ``claim`` that names the principal."""
+
+    issuer: str
+    client: ClientAuth
+    claim: str = "sub"
+
+
+@dataclass(frozen=True)
+class _Server:
+    """The upstream's authorization server, as discovered: its endpoints, and the upstream's resource and scope."""
+
+    issuer: str
+    authorization_endpoint: str
+    token_endpoint: str
+    registration_endpoint: str | None
+    revocation_endpoint: str | None
+    resource: str
+    scope: str | None
+
+
+@dataclass
+class _Grant:
+    """A user's tokens at one server, and when (monotonic) to refresh the access token."""
+
+    access: str = field(repr=False)
+    refresh: str | None = field(repr=False)
+    renew_at: float
+
+
+@dataclass
+class _Leg:
+    """A browser's sign-in under way, by its ``state``: whose, the sign-in URL's id it began at, the browser's cookie
+    (its name's ``flow``, its value ``binding``: a browser may have two sign-ins under way), PKCE's verifier, and for
+    the login leg the ID token's ``nonce``."""
+
+    user: User
+    sign_in: str
+    flow: str
+    binding: str = field(repr=False)
+    verifier: str = field(repr=False)
+    nonce: str | None
+    issuer: str
+    until: float
+
+
+@dataclass
+class _Refreshing:
+    """A refresh under way: what the requests of the same user and server wait for meanwhile."""
+
+    done: anyio.Event = field(default_factory=anyio.Event)
+    token: str | None = None
+    failed: ExchangeRefused | None = None
+
+
+class _Refused(Exception):
+    """A step of a sign-in failed: the page says ``reason`` (no token in it), with ``status``."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class UpstreamGrants(UpstreamToken):
+    """``--upstream-token oauth``: each user's own access token at the upstream's authorization server (see the
+    module). ``upstream`` is the upstream's MCP URL, ``callback`` the gateway's ``/oauth/callback`` as browsers
+    reach it, ``login`` the team's IdP; ``client`` or ``client_id`` the gateway's client at the upstream's server
+    (neither: registered), and ``scope`` what it asks for (default: the upstream's 401's, else its metadata's);
+    ``kept``, where the grants outlive the process (else in its memory alone). Serve the app :meth:`wrap`
+    returns: it serves the sign-in's two routes and closes the HTTP client."""
+
+    def __init__(
+        self,
+        *,
+        upstream: str,
+        callback: str,
+        login: Login,
+        client: ClientAuth | None = None,
+        client_id: str | None = None,
+        scope: str | None = None,
+        kept: KeptGrants | None = None,
+        timeout: float = TIMEOUT,
+    ) -> None:
+        super().__init__("oauth")
+        for url in (upstream, callback, login.issuer):
+            if urlsplit(url).scheme not in ("http", "https"):
+                raise ValueError(f"{url!r} is not an http(s) URL")
+        if urlsplit(callback).path != CALLBACK_PATH:
+            raise ValueError(f"the gateway's sign-in callback is its {CALLBACK_PATH}, not {callback!r}")
+        if client is not None and client_id is not None:
+            raise ValueError("the gateway's client at the upstream's server is given once: its id, or its ClientAuth")
+        import httpx
+
+        self._upstream_url = upstream
+        self._callback = callback
+        self._secure = callback.startswith("https:")
+        self._login = login
+        self._given = client
+        self._client_id = client_id
+        self._scope = scope
+        self._kept = kept
+        self._timeout = timeout
+        self._server: _Server | None = None
+        self._idp: dict[str, Any] | None = None
+        self._idp_keys: jwt.PyJWKSet | None = None
+        self._registered: dict[str, ClientAuth | str] = {}
+        self._finding = anyio.Lock()
+        self._grants: BoundedDict[tuple[User, str], _Grant] = BoundedDict(MAX_GRANTS)
+        self._refreshing: dict[tuple[User, str], _Refreshing] = {}
+        # A sign-in URL's id to its user and deadline; a user's URL while it waits, so that retries get the same.
+        self._urls: BoundedDict[str, tuple[User, float]] = BoundedDict(MAX_PENDING)
+        self._url_of: BoundedDict[User, str] = BoundedDict(MAX_PENDING)
+        self._logins: BoundedDict[str, _Leg] = BoundedDict(MAX_PENDING)
+        self._grantings: BoundedDict[str, _Leg] = BoundedDict(MAX_PENDING)
+        keeps_none = CookieJar(DefaultCookiePolicy(allowed_domains=[]))
+        self._http = httpx.AsyncClient(trust_env=False, follow_redirects=False, timeout=timeout, cookies=keeps_none)
+
+    # -- the upstream's Authorization ---------------------------------------------------------------------------
+
+    async def authorization(self, scope: Scope) -> bytes | None:
+        """The user's access token at the upstream's server; :class:`SignInRequired` when she has none, another
+        :class:`ExchangeRefused` when a server fails."""
+        user = _user_of(scope)
+        if user is None:
+            raise GrantFailed(401, "invalid_request", "the request names no user whose grant the upstream takes")
+        server = await self._found()
+        key = (user, server.issuer)
+        grant = await self._grant_of(key)
+        if grant is not None and time.monotonic() < grant.renew_at:
+            return b"Bearer " + grant.access.encode("ascii")
+        if grant is None or grant.refresh is None:
+            raise SignInRequired(self._sign_in_url(user), urlsplit(server.issuer).netloc)
+        token = await self._refreshed(key, server)
+        return b"Bearer " + token.encode("ascii")
+
+    def refused(self, scope: Scope) -> None:
+        """The upstream answered 401 to the user's access token: the next request refreshes it (or signs her in)."""
+        user = _user_of(scope)
+        if user is None or self._server is None:
+            return
+        grant = self._grants.get((user, self._server.issuer))
+        if grant is not None:
+            grant.renew_at = 0.0
+
+    def _sign_in_url(self, user: User) -> str:
+        """The user's sign-in URL: the one she was given while it waits, else a new one."""
+        now = time.monotonic()
+        known = self._url_of.get(user)
+        if known is not None and known in self._urls and self._urls[known][1] > now:
+            one_time = known
+        else:
+            one_time = secrets.token_urlsafe(32)
+            self._urls[one_time] = (user, now + SIGN_IN_WITHIN)
+            self._url_of[user] = one_time
+        origin = self._callback.removesuffix(CALLBACK_PATH)
+        return f"{origin}{AUTHORIZE_PATH}{one_time}"
+
+    async def _refreshed(self, key: tuple[User, str], server: _Server) -> str:
+        """A new access token from the grant's refresh token: one refresh per user and server at a time, the others
+        waiting for its outcome."""
+        while (refreshing := self._refreshing.get(key)) is not None:
+            await refreshing.done.wait()
+            if refreshing.token is not None:
+                return refreshing.token
+            if (failed := refreshing.failed) is not None:
+                if isinstance(failed, SignInRequired):
+                    raise SignInRequired(self._sign_in_url(key[0]), failed.server)
+                raise GrantFailed(failed.status, failed.error, failed.description)
+        refreshing = self._refreshing[key] = _Refreshing()
+        try:
+            grant = self._grants.get(key)
+            if self._kept is not None:  # another replica on the store may have refreshed (rotated) it, or revoked it
+                loaded = await self._keep(self._kept.load(_who(key)))
+                stored = None if loaded is None else _Grant(*loaded)
+                if stored is not None and grant is not None and stored.access == grant.access:
+                    stored.renew_at = grant.renew_at  # the same token: what this replica learned of it (refused) holds
+                grant = stored
+                if grant is None:
+                    self._grants.pop(key, None)
+                else:
+                    self._grants[key] = grant
+            if grant is None or grant.refresh is None:
+                raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
+            if time.monotonic() < grant.renew_at:  # refreshed while this request waited for its turn, or elsewhere
+                refreshing.token = grant.access
+                return grant.access
+            if self._kept is not None:
+                lease = await self._keep(self._kept.lease(_who(key), self._timeout))
+                if lease is None:  # another replica refreshes it: its grant, from the store
+                    token = await self._refreshed_elsewhere(key, grant)
+                    refreshing.token = token
+                    return token
+                try:
+                    refreshed = await self._refresh(key, server, grant)
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self._keep(self._kept.release(_who(key), lease))
+            else:
+                refreshed = await self._refresh(key, server, grant)
+            refreshing.token = refreshed.access
+            return refreshed.access
+        except ExchangeRefused as failed:
+            refreshing.failed = failed
+            raise
+        finally:
+            del self._refreshing[key]
+            refreshing.done.set()
+
+    async def _refresh(self, key: tuple[User, str], server: _Server, grant: _Grant) -> _Grant:
+        """``grant`` refreshed at ``server``'s token endpoint, kept; :class:`SignInRequired` when it is refused."""
+        assert grant.refresh is not None  # the caller's check
+        form = {"grant_type": "refresh_token", "refresh_token": grant.refresh, "resource": server.resource}
+        status, answer = await self._token_request(server, form)
+        if status != 200 or not isinstance(answer, dict):
+            error = _error_of(status, answer)
+            if error not in ("invalid_grant", "invalid_token"):
+                logger.warning("mcp-sessions gateway: %s answered %d to a refresh", server.issuer, status)
+                raise GrantFailed(502, "server_error", "the upstream's authorization server failed a refresh")
+            # Revoked, expired, or an old one seen again: signed in again.
+            self._grants.pop(key, None)
+            if self._kept is not None:
+                await self._keep(self._kept.forget(_who(key)))
+            raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
+        refreshed = _granted(answer, grant.refresh)
+        self._grants[key] = refreshed
+        await self._saved(key, refreshed)
+        return refreshed
+
+    async def _refreshed_elsewhere(self, key: tuple[User, str], grant: _Grant) -> str:
+        """The access token another replica's refresh of ``grant`` keeps in the store: looked for every
+        :data:`LEASE_POLL` seconds until the lease it holds runs out (the store tells no one when a value changes)."""
+        assert self._kept is not None
+        for _ in range(math.ceil(self._timeout / LEASE_POLL)):
+            await anyio.sleep(LEASE_POLL)
+            loaded = await self._keep(self._kept.load(_who(key)))
+            if loaded is None:  # revoked or refused there
+                self._grants.pop(key, None)
+                raise SignInRequired(self._sign_in_url(key[0]), urlsplit(key[1]).netloc)
+            if loaded[0] != grant.access:
+                self._grants[key] = _Grant(*loaded)
+                return loaded[0]
+        raise GrantFailed(503, "server_error", "another replica's refresh of this grant did not end in time")
+
+    async def _saved(self, key: tuple[User, str], grant: _Grant) -> None:
+        """``grant`` kept in the store, where there is one."""
+        if self._kept is not None:
+            await self._keep(self._kept.save(_who(key), grant.access, grant.refresh, grant.renew_at))
+
+    async def _keep(self, step: Awaitable[_T]) -> _T:
+        """``step`` of the store's, whose failure is the client's 503 (the store's failures are retried)."""
+        from ._kept import StoreFailed  # with the store's seal: cryptography's AES-GCM, loaded as grants are kept
+
+        try:
+            return await step
+        except StoreFailed:
+            logger.warning("mcp-sessions gateway: the store did not answer for a user's grant")
+            raise GrantFailed(503, "store_unavailable", "the gateway's store is unavailable") from None
+
+    # -- discovery and registration ----------------------------------------------------------------------------
+
+    async def _found(self) -> _Server:
+        """The upstream's authorization server, discovered as the module says (once; again after a failure)."""
+        async with self._finding:
+            if self._server is None:
+                self._server = await self._discover()
+                logger.info("mcp-sessions gateway: the upstream's authorization server is %s", self._server.issuer)
+        return self._server
+
+    async def _discover(self) -> _Server:
+        probe = self._http.build_request(
+            "POST",
+            self._upstream_url,
+            json={"jsonrpc": "2.0", "id": 0, "method": "ping"},
+            headers={"accept": "application/json, text/event-stream"},
+        )
+        status, _, challenge = await self._read(probe)
+        given = _CHALLENGE_PARAM.findall(challenge) if status == 401 else []
+        said = {name.lower(): value for name, value in given}
+        parts = urlsplit(self._upstream_url)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        path = parts.path.rstrip("/")
+        places = [said["resource_metadata"]] if "resource_metadata" in said else []
+        places += [
+            f"{origin}/.well-known/oauth-protected-resource{path}",
+            f"{origin}/.well-known/oauth-protected-resource",
+        ]
+        metadata = None
+        for place in places:
+            named = urlsplit(place)
+            if f"{named.scheme}://{named.netloc}" != origin:  # where the upstream sends the gateway: its own origin
+                continue
+            status, metadata, _ = await self._read(self._http.build_request("GET", place))
+            if status == 200 and isinstance(metadata, dict):
+                break
+            metadata = None
+        if metadata is None:
+            raise _server_error("the upstream names no protected resource metadata (RFC 9728)")
+        resource = metadata.get("resource")
+        servers = metadata.get("authorization_servers")
+        if not isinstance(resource, str) or not _under(self._upstream_url, resource):
+            raise _server_error("the upstream's resource metadata names another resource")
+        if not isinstance(servers, list) or not servers or not isinstance(servers[0], str):
+            raise _server_error("the upstream's resource metadata names no authorization server")
+        found = await self._metadata(servers[0], oidc_first=False)
+        if "S256" not in (found.get("code_challenge_methods_supported") or []):
+            raise _server_error("the upstream's authorization server does not say it takes PKCE's S256")
+        scope = self._scope or said.get("scope")
+        supported = metadata.get("scopes_supported")
+        if scope is None and isinstance(supported, list) and all(isinstance(item, str) for item in supported):
+            scope = " ".join(supported) or None
+        registration = found.get("registration_endpoint")
+        revocation = found.get("revocation_endpoint")
+        return _Server(
+            issuer=servers[0],
+            authorization_endpoint=_url_in(found, "authorization_endpoint"),
+            token_endpoint=_url_in(found, "token_endpoint"),
+            registration_endpoint=registration if isinstance(registration, str) else None,
+            revocation_endpoint=revocation if isinstance(revocation, str) else None,
+            resource=resource,
+            scope=scope,
+        )
+
+    async def _metadata(self, issuer: str, *, oidc_first: bool) -> dict[str, Any]:
+        """An authorization server's metadata: RFC 8414's (the well-known part before the issuer's path), then
+        OpenID Connect Discovery's, or the other way round; its ``issuer`` the one asked about."""
+        parts = urlsplit(issuer)
+        path = parts.path.rstrip("/")
+        origin = f"{parts.scheme}://{parts.netloc}"
+        urls = [
+            f"{origin}/.well-known/oauth-authorization-server{path}",
+            f"{origin}{path}/.well-known/openid-configuration",
+        ]
+        for url in reversed(urls) if oidc_first else urls:
+            status, metadata, _ = await self._read(self._http.build_request("GET", url))
+            if status != 200 or not isinstance(metadata, dict):
+                continue
+            if str(metadata.get("issuer")).rstrip("/") != issuer.rstrip("/"):
+                raise _server_error("an authorization server's metadata names another issuer")
+            return metadata
+        raise _server_error("an authorization server serves no metadata (RFC 8414)")
+
+    async def _client_of(self, server: _Server) -> ClientAuth | str:
+        """The gateway's client at ``server``: the one given, else the one registered there (RFC 7591), once."""
+        if self._given is not None:
+            return self._given
+        if self._client_id is not None:
+            return self._client_id
+        async with self._finding:
+            known = self._registered.get(server.issuer)
+            if known is not None:
+                return known
+            registered_at = f"{server.issuer}\0{self._callback}"
+            kept = None if self._kept is None else await self._keep(self._kept.client(registered_at))
+            if kept is not None:  # registered by another replica, or before a restart
+                known = self._registered[server.issuer] = _client(*kept)
+                return known
+            if server.registration_endpoint is None:
+                raise _server_error("the upstream's authorization server takes no registration: give --oauth-client-id")
+            metadata = {
+                "client_name": "mcp-sessions gateway",
+                "redirect_uris": [self._callback],
+                "grant_types": ["authorization_code", "refresh_token"],
+                "response_types": ["code"],
+                "token_endpoint_auth_method": "none",
+            }
+            request = self._http.build_request("POST", server.registration_endpoint, json=metadata)
+            status, answer, _ = await self._read(request)
+            client_id = answer.get("client_id") if isinstance(answer, dict) else None
+            if status not in (200, 201) or not isinstance(client_id, str) or not client_id:
+                logger.warning("mcp-sessions gateway: %s answered %d to the registration", server.issuer, status)
+                raise _server_error("the upstream's authorization server refused the gateway's registration")
+            secret = answer.get("client_secret")
+            method = answer.get("token_endpoint_auth_method")
+            secret = secret if isinstance(secret, str) and secret else None
+            method = method if isinstance(method, str) else None
+            registered = _client(client_id, secret, method)
+            if self._kept is not None:
+                await self._keep(self._kept.keep_client(registered_at, client_id, secret, method))
+            self._registered[server.issuer] = registered
+            logger.info("mcp-sessions gateway: registered at %s", server.issuer)
+            return registered
+
+    # -- the token endpoint --------------------------------------------------------------------------------------
+
+    async def _token_request(self, server: _Server, form: dict[str, str]) -> tuple[int, Any]:
+        """``form`` posted to ``server``'s token endpoint, with the gateway's client authentication."""
+        client = await self._client_of(server)
+        return await self._post_token(server.token_endpoint, server.issuer, client, form)
+
+    async def _post_token(
+        self, endpoint: str, issuer: str, client: ClientAuth | str, form: dict[str, str]
+    ) -> tuple[int, Any]:
+        headers: dict[str, str] = {}
+        if isinstance(client, str):  # a public client names itself
+            data = {"client_id": client}
+        else:
+            authentication = client.request(issuer)
+            data = authentication.data
+            headers = authentication.headers
+        request = self._http.build_request("POST", endpoint, data=form | data, headers=headers)
+        status, answer, _ = await self._read(request)
+        return status, answer
+
+    async def _read(self, request: httpx.Request) -> tuple[int, Any, str]:
+        """The status, JSON (``None`` if not) and ``WWW-Authenticate`` of the answer to ``request``: within the
+        timeout, at most :data:`MAX_ANSWER` bytes; a failure to reach the server is a 502 or 504."""
+        import httpx
+
+        host = request.url.host
+        body = b""
+        try:
+            with anyio.fail_after(self._timeout):
+                response = await self._http.send(request, stream=True)
+                try:
+                    async for chunk in response.aiter_bytes():
+                        body += chunk
+                        if len(body) > MAX_ANSWER:
+                            raise _server_error("a server's answer is too long")
+                finally:
+                    await response.aclose()
+        except TimeoutError:
+            logger.warning("mcp-sessions gateway: %s did not answer in %g s", host, self._timeout)
+            raise _server_error("a server did not answer in time", 504) from None
+        except httpx.HTTPError as exc:
+            logger.warning("mcp-sessions gateway: %s could not be reached: %s", host, type(exc).__name__)
+            raise _server_error("a server could not be reached") from None
+        challenge = response.headers.get("www-authenticate", "")[:4096]
+        try:
+            return response.status_code, json.loads(body), challenge
+        except (ValueError, RecursionError):
+            return response.status_code, None, challenge
+
+    # -- each user's own view of her grants ---------------------------------------------------------------------
+
+    def serving_grants(self, app: ASGIApp) -> ASGIApp:
+        """``app`` with each user's own grants at :data:`GRANTS_PATH`, for the gateway's authentication to put in
+        front: ``GET`` lists them (the server, the resource, whether it refreshes, never a token), ``DELETE``
+        revokes them (at the server's revocation endpoint, RFC 7009, where it has one; then here and in the
+        store), so that her next request asks her to sign in again."""
+
+        async def grants(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http" or scope.get("path") != GRANTS_PATH:
+                return await app(scope, receive, send)
+            user = _user_of(scope)
+            try:
+                if user is None:
+                    answer = _json(401, {"error": "the request names no user"})
+                elif scope["method"] == "GET":
+                    answer = _json(200, {"grants": await self._listed(user)})
+                elif scope["method"] == "DELETE":
+                    answer = _json(200, {"revoked": await self._revoked(user)})
+                else:
+                    answer = _json(405, {"error": "GET lists your grants, DELETE revokes them"})
+            except ExchangeRefused as failed:
+                answer = _json(failed.status, {"error": failed.description})
+            await answer(send)
+
+        return grants
+
+    async def _listed(self, user: User) -> list[dict[str, object]]:
+        server = await self._found()
+        grant = await self._grant_of((user, server.issuer))
+        if grant is None:
+            return []
+        left = None if grant.renew_at == math.inf else max(0, round(grant.renew_at - time.monotonic()))
+        listed = {"authorization_server": server.issuer, "resource": server.resource, "refreshes": bool(grant.refresh)}
+        return [listed | {"renewed_in": left}]
+
+    async def _revoked(self, user: User) -> list[str]:
+        server = await self._found()
+        key = (user, server.issuer)
+        grant = await self._grant_of(key)
+        if grant is None:
+            return []
+        self._grants.pop(key, None)
+        if self._kept is not None:
+            await self._keep(self._kept.forget(_who(key)))
+        if server.revocation_endpoint is not None:
+            # RFC 7009 §2.1: the refresh token revokes the grant's access tokens too, where the server ties them.
+            token, hint = (grant.refresh, "refresh_token") if grant.refresh else (grant.access, "access_token")
+            form = {"token": token, "token_type_hint": hint}
+            client = await self._client_of(server)
+            status, _ = await self._post_token(server.revocation_endpoint, server.issuer, client, form)
+            if status != 200:
+                logger.warning("mcp-sessions gateway: %s answered %d to a revocation", server.issuer, status)
+        logger.info("mcp-sessions gateway: a user revoked her grant at %s", server.issuer)
+        return [server.issuer]
+
+    async def _grant_of(self, key: tuple[User, str]) -> _Grant | None:
+        """The user's grant at the server: in memory, else from the store."""
+        grant = self._grants.get(key)
+        if grant is None and self._kept is not None:
+            loaded = await self._keep(self._kept.load(_who(key)))
+            if loaded is not None:
+                grant = self._grants[key] = _Grant(*loaded)
+        return grant
+
+    # -- the browser's routes -----------------------------------------------------------------------------------
+
+    def wrap(self, app: ASGIApp) -> ASGIApp:
+        """``app`` behind the sign-in's routes (served to any browser, before any bearer is asked for), the HTTP
+        client closed as its lifespan ends."""
+
+        async def routed(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] == "lifespan":
+                return await app(scope, receive, self._closing(send))
+            path = scope.get("path", "") if scope["type"] == "http" else ""
+            if path != CALLBACK_PATH and not path.startswith(AUTHORIZE_PATH):
+                return await app(scope, receive, send)
+            if scope["method"] != "GET":
+                await _page(405, "This page is opened, not posted to.")(send)
+                return
+            try:
+                if path == CALLBACK_PATH:
+                    answer = await self._called_back(scope)
+                else:
+                    answer = await self._authorize(scope, path.removeprefix(AUTHORIZE_PATH))
+            except _Refused as refused:
+                answer = _page(refused.status, refused.reason)
+            except ExchangeRefused as failed:
+                answer = _page(502, f"The sign-in could not go on: {failed.description}.")
+            await answer(send)
+
+        return routed
+
+    def _closing(self, send: Send) -> Send:
+        async def sending(message: Message) -> None:
+            if message["type"] != "lifespan.startup.complete":
+                await self._http.aclose()
+            await send(message)
+
+        return sending
+
+    async def _authorize(self, scope: Scope, one_time: str) -> _Answer:
+        """A sign-in URL opened: a flow of its own begun, the browser bound to it by a cookie, and sent to the IdP's
+        login. Opening it spends nothing (a link preview's fetch would spend it for her): a flow that grants, or one
+        that another user completes, does."""
+        user, until = self._urls.get(one_time, (None, 0.0))
+        if user is None or time.monotonic() > until:
+            raise _Refused(404, "This sign-in link is unknown, used or expired. Ask for a new one by retrying.")
+        idp = await self._idp_metadata()
+        flow = secrets.token_hex(8)
+        binding = secrets.token_urlsafe(32)
+        state = secrets.token_urlsafe(32)
+        verifier, challenge = _pkce()
+        nonce = secrets.token_urlsafe(32)
+        now = time.monotonic()
+        until = now + SIGN_IN_WITHIN
+        self._logins[state] = _Leg(user, one_time, flow, binding, verifier, nonce, self._login.issuer, until)
+        query = {
+            "response_type": "code",
+            "client_id": self._login.client.client_id,
+            "redirect_uri": self._callback,
+            "scope": "openid",
+            "state": state,
+            "nonce": nonce,
+            "code_challenge": challenge,
+            "code_challenge_method": "S256",
+        }
+        cookie = f"{COOKIE}-{flow}={binding}; Path=/oauth/; HttpOnly; SameSite=Lax; Max-Age={int(SIGN_IN_WITHIN)}"
+        cookie += "; Secure" if self._secure else ""
+        return _redirect(_url_in(idp, "authorization_endpoint"), query, cookie)
+
+    async def _called_back(self, scope: Scope) -> _Answer:
+        """A server sent the browser back: the IdP's login (then on to the upstream's server), or the upstream's
+        server's code (then the grant, bound to the user the login confirmed)."""
+        params = QueryParams(scope.get("query_string", b"").decode("latin-1"))
+        state = params.get("state", "")
+        now = time.monotonic()
+        leg = self._logins.pop(state, None)
+        login = leg is not None
+        if leg is None:
+            leg = self._grantings.pop(state, None)
+        if leg is None or now > leg.until:
+            raise _Refused(400, "This sign-in is unknown, used or expired: nothing was granted.")
+        binding = _cookie(Headers(scope=scope).get("cookie", ""), f"{COOKIE}-{leg.flow}")
+        if binding is None or not secrets.compare_digest(binding, leg.binding):
+            raise _Refused(400, "This sign-in was started in another browser: nothing was granted.")
+        if params.get("iss") is not None and params["iss"].rstrip("/") != leg.issuer.rstrip("/"):
+            raise _Refused(400, "This answer comes from another server than the one asked: nothing was granted.")
+        if "error" in params or "code" not in params:
+            error = params.get("error", "")
+            said = error if _ERROR_CODE.fullmatch(error) else "no code"
+            raise _Refused(403, f"The sign-in was refused ({said}): nothing was granted.")
+        if login:
+            return await self._logged_in(leg, params["code"])
+        return await self._granted(leg, params["code"])
+
+    async def _logged_in(self, leg: _Leg, code: str) -> _Answer:
+        """The IdP's code swapped for an ID token that must name the user who asked; then on to the upstream's
+        server, with PKCE, ``state`` and ``resource``."""
+        idp = await self._idp_metadata()
+        form = {
+            "grant_type": "authorization_code",
+            "code": code,
+            "redirect_uri": self._callback,
+            "code_verifier": leg.verifier,
+        }
+        endpoint = _url_in(idp, "token_endpoint")
+        status, answer = await self._post_token(endpoint, self._login.issuer, self._login.client, form)
+        id_token = answer.get("id_token") if isinstance(answer, dict) and status == 200 else None
+        if not isinstance(id_token, str):
+            logger.warning("mcp-sessions gateway: the login's token endpoint answered %d with no ID token", status)
+            raise _Refused(502, "The sign-in could not confirm who you are: nothing was granted.")
+        claims = await self._verified(id_token)
+        if claims.get("nonce") != leg.nonce or claims.get(self._login.claim) != leg.user[1]:
+            logger.warning("mcp-sessions gateway: a sign-in URL was completed by another user: nothing granted")
+            self._spend(leg)
+            raise _Refused(403, "This sign-in link was made for another user: nothing was granted.")
+        server = await self._found()
+        client = await self._client_of(server)
+        state = secrets.token_urlsafe(32)
+        verifier, challenge = _pkce()
+        now = time.monotonic()
+        until = now + SIGN_IN_WITHIN
+        self._grantings[state] = _Leg(
+            leg.user, leg.sign_in, leg.flow, leg.binding, verifier, None, server.issuer, until
+        )
+        query = {
+            "response_type": "code",
+            "client_id": client if isinstance(client, str) else client.client_id,
+            "redirect_uri": self._callback,
+            "state": state,
+            "code_challenge": challenge,
+            "code_challenge_method": "S256",
+            "resource": server.resource,
+        }
+        if server.scope:
+            query["scope"] = server.scope
+        return _redirect(server.authorization_endpoint, query)
+
+    async def _granted(self, leg: _Leg, code: str) -> _Answer:
+        """The upstream's server's code swapped for the user's tokens, kept for her."""
+        server = await self._found()
+        form = {
+            "grant_type": "authorization_code",
+            "code": code,
+            "redirect_uri": self._callback,
+            "code_verifier": leg.verifier,
+            "resource": server.resource,
+        }
+        status, answer = await self._token_request(server, form)
+        if status != 200 or not isinstance(answer, dict):
+            logger.warning("mcp-sessions gateway: %s answered %d to a code", server.issuer, status)
+            raise _Refused(502, "The upstream's authorization server did not grant access: nothing was granted.")
+        key = (leg.user, server.issuer)
+        try:
+            grant = self._grants[key] = _granted(answer, None)
+        except ExchangeRefused:
+            raise _Refused(502, "The upstream's authorization server issued no usable token.") from None
+        await self._saved(key, grant)
+        self._spend(leg)
+        logger.info("mcp-sessions gateway: a user granted access at %s", server.issuer)
+        return _page(200, f"You are signed in to {urlsplit(server.issuer).netloc}. You may close this page.")
+
+    def _spend(self, leg: _Leg) -> None:
+        """The sign-in URL ``leg`` began at, spent: her next request gets a new one."""
+        self._urls.pop(leg.sign_in, None)
+        if self._url_of.get(leg.user) == leg.sign_in:
+            del self._url_of[leg.user]
+
+    async def _idp_metadata(self) -> dict[str, Any]:
+        if self._idp is None:
+            self._idp = await self._metadata(self._login.issuer, oidc_first=True)
+        return self._idp
+
+    async def _verified(self, id_token: str) -> dict[str, Any]:
+        """The ID token's claims, verified by PyJWT with the IdP's keys (fetched again once for an unknown key),
+        for the gateway's client id, from the IdP."""
+        try:
+            kid = jwt.get_unverified_header(id_token).get("kid")
+            key = None
+            for fresh in (False, True):
+                if fresh or self._idp_keys is None:
+                    idp = await self._idp_metadata()
+                    _, keys, _ = await self._read(self._http.build_request("GET", _url_in(idp, "jwks_uri")))
+                    if not isinstance(keys, dict):
+                        raise jwt.PyJWKSetError("the IdP's keys are not a JWK set")
+                    self._idp_keys = jwt.PyJWKSet.from_dict(keys)
+                key = next((k for k in self._idp_keys.keys if k.key_id == kid), None)
+                if key is not None:
+                    break
+            if key is None:
+                raise jwt.InvalidKeyError("no such key")
+            claims: dict[str, Any] = jwt.decode(
+                id_token,
+                key,
+                algorithms=[key.algorithm_name],
+                audience=self._login.client.client_id,
+                issuer=self._login.issuer,
+                options={"require": ["exp", "iat", "iss", "aud", self._login.claim]},
+            )
+        except (jwt.PyJWTError, ValueError, TypeError):
+            logger.warning("mcp-sessions gateway: the login's ID token did not verify")
+            raise _Refused(502, "The sign-in could not confirm who you are: nothing was granted.") from None
+        return claims
+
+
+_Answer = Any  # an awaitable page: called with send
+
+
+def _page(status: int, text: str) -> _Answer:
+    """A small HTML page saying ``text`` (escaped), never cached, never framed."""
+    body = f"<!doctype html><meta charset=utf-8><title>Sign-in</title><p>{html.escape(text)}</p>\n".encode()
+
+    async def sent(send: Send) -> None:
+        headers = [*_PAGE_HEADERS, (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    return sent
+
+
+def _client(client_id: str, secret: str | None, method: str | None) -> ClientAuth | str:
+    """The client a registration gave: public (its id alone), or confidential by its secret and the method it was
+    given (``client_secret_basic`` unless ``client_secret_post``)."""
+    if secret is None:
+        return client_id
+    chosen: ClientAuthMethod = "client_secret_post" if method == "client_secret_post" else "client_secret_basic"
+    return ClientAuth(chosen, client_id, secret=secret)
+
+
+def _json(status: int, body: object) -> _Answer:
+    """A JSON answer, never cached."""
+    data = json.dumps(body).encode()
+
+    async def sent(send: Send) -> None:
+        headers = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
+        headers.append((b"content-length", str(len(data)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": data, "more_body": False})
+
+    return sent
+
+
+def _redirect(endpoint: str, query: Mapping[str, str], cookie: str | None = None) -> _Answer:
+    """A 302 to ``endpoint`` with ``query`` added to its own."""
+    joined = "&" if urlsplit(endpoint).query else "?"
+    location = f"{endpoint}{joined}{urlencode(query)}"
+
+    async def sent(send: Send) -> None:
+        headers = [(b"location", location.encode()), (b"cache-control", b"no-store"), (b"content-length", b"0")]
+        headers.append((b"referrer-policy", b"no-referrer"))
+        if cookie is not None:
+            headers.append((b"set-cookie", cookie.encode()))
+        await send({"type": "http.response.start", "status": 302, "headers": headers})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    return sent
+
+
+def _cookie(header: str, wanted: str) -> str | None:
+    """The value of the cookie named ``wanted`` in a ``Cookie`` header."""
+    for pair in header.split(";"):
+        name, _, value = pair.strip().partition("=")
+        if name == wanted and value:
+            return value
+    return None
+
+
+def _pkce() -> tuple[str, str]:
+    """A PKCE verifier and its S256 challenge (RFC 7636 §4.1, §4.2)."""
+    verifier = secrets.token_urlsafe(48)
+    digest = hashlib.sha256(verifier.encode("ascii")).digest()
+    return verifier, base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def _who(key: tuple[User, str]) -> str:
+    """A user and server, as the store's record is named from (``_kept.record``)."""
+    (issuer, principal), server = key
+    return f"{issuer}\0{principal}\0{server}"
+
+
+def _user_of(scope: Scope) -> User | None:
+    """Who asks: her verified token's issuer and principal (an auth proxy's user: its header's name and hers)."""
+    access = getattr(scope.get("user"), "access_token", None)
+    subject = getattr(access, "subject", None) or getattr(access, "client_id", None)
+    claims = getattr(access, "claims", None) or {}
+    if not isinstance(subject, str) or not subject:
+        return None
+    return (str(claims.get("iss", "")), subject)
+
+
+def _under(url: str, resource: str) -> bool:
+    """Whether ``url`` is ``resource``, or lies under it (same origin, its path a prefix at a ``/``)."""
+    asked = urlsplit(url)
+    named = urlsplit(resource)
+    if (asked.scheme, asked.netloc) != (named.scheme, named.netloc):
+        return False
+    base = named.path.rstrip("/")
+    return asked.path.rstrip("/") == base or asked.path.startswith(base + "/")
+
+
+def _url_in(metadata: Mapping[str, Any], name: str) -> str:
+    """The http(s) URL a server's metadata gives as ``name``: printable, no space (it may become a ``Location``)."""
+    url = metadata.get(name)
+    if not isinstance(url, str) or not _URL.fullmatch(url) or urlsplit(url).scheme not in ("http", "https"):
+        raise _server_error(f"an authorization server's metadata names no {name}")
+    return url
+
+
+def _granted(answer: dict[str, Any], refresh: str | None) -> _Grant:
+    """The grant in a token endpoint's answer; ``refresh`` kept when the answer rotates none in."""
+    token = answer.get("access_token")
+    kind = answer.get("token_type")
+    if not isinstance(token, str) or not _BEARER.fullmatch(token):
+        raise _server_error("the upstream's authorization server issued no bearer token")
+    if not isinstance(kind, str) or kind.lower() != "bearer":
+        raise _server_error("the upstream's authorization server issued a token that is not a bearer's")
+    rotated = answer.get("refresh_token")
+    if isinstance(rotated, str) and rotated:
+        refresh = rotated
+    expires_in = answer.get("expires_in")
+    lifetime = float(expires_in) if isinstance(expires_in, int | float) and not isinstance(expires_in, bool) else None
+    now = time.monotonic()
+    # No lifetime said: refreshed when the upstream refuses it.
+    renew_at = math.inf if lifetime is None else now + lifetime - min(RENEW_BEFORE, lifetime / 2)
+    return _Grant(token, refresh, renew_at)
+
+
+def _error_of(status: int, answer: Any) -> str | None:
+    """A token endpoint's refusal's ``error`` (RFC 6749 §5.2), if well formed."""
+    error = answer.get("error") if isinstance(answer, dict) and status in (400, 401) else None
+    return error if isinstance(error, str) and _ERROR_CODE.fullmatch(error) else None
+
+
+def _server_error(description: str, status: int = 502) -> GrantFailed:
+    return GrantFailed(status, "server_error", description)

@@ -1,0 +1,694 @@
+"""Each user's own grant at a vendor's server: ``mcp-sessions gateway --upstream-token oauth`` in front of a
+vendor-shaped ``MCPServer`` behind its own authorization server, the team's IdP confirming who opens each sign-in
+URL (``_vendor``'s stand-ins, on loopback), users signing in through URL elicitation with a headless browser
+(httpx following every redirect, naming its user in a header the stand-ins sign in and consent for).
+
+One gateway, as the command runs, for the module; each test signs in users of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import threading
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import anyio
+import httpx
+import httpx2
+import jwt
+import mcp_types
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from _mcp import CLIENT_CAPABILITIES_KEY, legacy_request, modern_headers, modern_request
+from _redis import free_port
+from conftest import asgi_client, serve
+from e2e._gateway import JSON_SSE, SECRET, Process, main_run, result_of
+from e2e._stdio import text_of
+from e2e._vendor import USER_HEADER, Idp, Vendor, vendor_server
+from mcp_sessions import KeySet, SessionsConfig, gateway_app
+from mcp_sessions._gateway.auth._client import ClientAuth
+from mcp_sessions._gateway.auth._kept import KeptGrants
+from mcp_sessions._gateway.auth._oauth import Login, UpstreamGrants
+from mcp_sessions._gateway.auth._users import GatewayAuth
+from mcp_sessions.stores import MemoryStore
+
+LOGIN = ("gateway", "gateway-secret")  # the gateway's client at the team's IdP
+OLD_KEY = "old:" + "o" * 32  # the sessions' key set (MCP_SESSIONS_KEYS), which seals the grants kept in the store
+NEW_KEYS = "new:" + "n" * 32 + ",old:" + "o" * 32  # rotated: the new key signs, the old one still verifies
+URL_CAPABLE: dict[str, Any] = {CLIENT_CAPABILITIES_KEY: {"elicitation": {"url": {}}}}
+WHOAMI = {"name": "whoami", "arguments": {}}
+
+
+@dataclass
+class Stand:
+    """The stand-ins and the gateway in front of them (:meth:`restart` starts another on the same store)."""
+
+    idp: Idp
+    vendor: Vendor
+    store: Path
+    exits: contextlib.ExitStack
+    gateway: Process = field(init=False)
+
+    def start(self, keys: str) -> str:
+        """A gateway with the key set ``keys`` (``MCP_SESSIONS_KEYS``), on the store, under
+        ``opentelemetry-instrument`` with its spans (httpx's calls to the servers among them) in its output; the one
+        before stopped, this one on its port (its URL, the callback it registered and its users' audience, stay):
+        all the one before wrote."""
+        port = free_port()
+        before = ""
+        if hasattr(self, "gateway"):
+            port = self.gateway.port
+            before = self.gateway.stop().decode(errors="replace")
+        url = f"http://127.0.0.1:{port}/mcp"
+        verifying = ("--auth-jwks", self.idp.url + "/jwks.json", "--auth-issuer", self.idp.url, "--auth-audience", url)
+        granting = ("--upstream-token", "oauth", "--login-issuer", self.idp.url, "--login-client-id", LOGIN[0])
+        program = [str(Path(sys.executable).parent / "opentelemetry-instrument"), sys.executable, "-m", "mcp_sessions"]
+        line = [*program, "gateway", "--port", str(port), "--log-level", "debug", "--upstream", self.vendor.resource]
+        environ = {"MCP_SESSIONS_LOGIN_CLIENT_SECRET": LOGIN[1], "MCP_SESSIONS_KEYS": keys}
+        environ["MCP_SESSIONS_STORE"] = f"sqlite:///{self.store}"
+        environ |= {"OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none"}
+        self.gateway = Process("mcp-sessions gateway", [*line, *verifying, *granting], environ, port)
+        self.exits.callback(self.gateway.stop)
+        return before
+
+
+@pytest.fixture(scope="module")
+def stand(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stand]:
+    idp = Idp(clients=dict([LOGIN]))
+    vendor = Vendor()
+    store = tmp_path_factory.mktemp("oauth") / "store.db"
+    with contextlib.ExitStack() as exits:
+        idp.url = exits.enter_context(serve(idp.app()))
+        vendor_url = exits.enter_context(serve(vendor.app()))
+        vendor.resource = exits.enter_context(serve(vendor_server(vendor, vendor_url))) + "/mcp"
+        built = Stand(idp, vendor, store, exits)
+        built.start(OLD_KEY)
+        yield built
+
+
+def modern_call(stand: Stand, user: str, meta: dict[str, Any] | None = URL_CAPABLE, **params: Any) -> dict[str, Any]:
+    """``whoami`` as ``user``, on 2026-07-28 (declaring URL elicitation unless ``meta`` says otherwise): the answer."""
+    body = modern_request("tools/call", {**WHOAMI, **params}, meta=meta)
+    token = stand.idp.token_for(user, stand.gateway.url())
+    response = httpx.post(
+        stand.gateway.url(), json=body, headers={**modern_headers(body), "Authorization": f"Bearer {token}"}, timeout=30
+    )
+    assert response.status_code == 200, response.text
+    return result_of(response, body["id"])
+
+
+def legacy_call(stand: Stand, user: str) -> dict[str, Any]:
+    """``whoami`` as ``user``, on 2025-11-25: the answer."""
+    body = legacy_request("tools/call", WHOAMI, id=7)
+    token = stand.idp.token_for(user, stand.gateway.url())
+    headers = {**JSON_SSE, "MCP-Protocol-Version": "2025-11-25", "Authorization": f"Bearer {token}"}
+    response = httpx.post(stand.gateway.url(), json=body, headers=headers, timeout=30)
+    assert response.status_code == 200, response.text
+    return result_of(response, 7)
+
+
+def asked_url(answer: dict[str, Any]) -> str:
+    """The sign-in URL a 2026-07-28 ``input_required`` result asks the client to open."""
+    result = answer["result"]
+    assert result["resultType"] == "input_required", answer
+    (asked,) = result["inputRequests"].values()
+    assert asked["method"] == "elicitation/create" and asked["params"]["mode"] == "url"
+    url: str = asked["params"]["url"]
+    return url
+
+
+def whoami(answer: dict[str, Any]) -> dict[str, str]:
+    seen: dict[str, str] = json.loads(answer["result"]["content"][0]["text"])
+    return seen
+
+
+def browser(user: str) -> httpx.Client:
+    """A headless browser of ``user``'s: it follows every redirect and keeps cookies."""
+    return httpx.Client(follow_redirects=True, headers={USER_HEADER: user}, timeout=30)
+
+
+def signed_in(user: str, url: str) -> httpx.Response:
+    with browser(user) as http:
+        return http.get(url)
+
+
+def test_two_users_sign_in_once_through_url_elicitation_and_reach_the_vendor_as_themselves(stand: Stand) -> None:
+    """alice on 2026-07-28 (an ``input_required`` result carrying ``elicitation/create`` in URL mode) and bob on
+    2025-11-25 (``URLElicitationRequiredError``, -32042) each open the URL the gateway gave, sign in at the IdP,
+    consent at the vendor; their retries reach the vendor's server with a token the vendor issued to each. The
+    gateway registered once (RFC 7591) for both; no token of theirs is in its output, nor in a page."""
+    registered = stand.vendor.counts["registrations"]
+    url = asked_url(modern_call(stand, "alice"))
+    assert urlsplit(url).path.startswith("/oauth/authorize/")
+    assert asked_url(modern_call(stand, "alice")) == url  # a retry before she signed in: the same URL
+    assert httpx.get(url).status_code == 302  # a link preview's fetch: it spends nothing
+    done = signed_in("alice", url)
+    assert done.status_code == 200, done.text
+    assert "You are signed in to" in done.text
+    assert httpx.get(url).status_code == 404  # spent by her grant
+    retried = modern_call(stand, "alice", inputResponses={"sign-in": {"action": "accept"}})
+    alice = whoami(retried)
+    assert alice["sub"] == "alice"
+
+    legacy = legacy_call(stand, "bob")
+    assert legacy["error"]["code"] == -32042
+    (elicitation,) = legacy["error"]["data"]["elicitations"]
+    assert elicitation["mode"] == "url" and elicitation["url"] in legacy["error"]["message"]
+    assert signed_in("bob", elicitation["url"]).status_code == 200
+    bob = whoami(legacy_call(stand, "bob"))
+    assert bob["sub"] == "bob"
+    assert whoami(modern_call(stand, "alice"))["token"] == alice["token"]  # kept: no sign-in, no refresh
+    assert stand.vendor.counts["registrations"] - registered <= 1
+
+    output = stand.gateway.log().decode(errors="replace")
+    assert "granted access at" in output
+    assert "code=" not in output  # the callback's query, kept out of the access log
+    for token in (alice["token"], bob["token"], *stand.vendor.refreshes):
+        assert token not in output
+        assert token not in done.text
+
+
+@pytest.mark.anyio
+async def test_a_stock_client_follows_the_sign_in_url(stand: Stand) -> None:
+    """The ``mcp`` SDK's own client. On 2026-07-28 (the version adopted, as a client that knows the server does):
+    its call's ``input_required`` result goes to its elicitation callback, which opens the URL in the headless
+    browser and accepts, and the SDK's retry is answered by the vendor, as the user. On 2025-11-25: the handshake,
+    which the upstream takes only with her token, fails with ``URLElicitationRequiredError`` (the SDK's
+    ``MCPError`` -32042, the URL in its data); once she has opened it, the client connects and calls."""
+
+    @contextlib.asynccontextmanager
+    async def connected(user: str, mode: str, elicit: Any = None) -> AsyncIterator[Client]:
+        bearer = stand.idp.token_for(user, stand.gateway.url())
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {bearer}"}, timeout=30) as http:
+            transport = streamable_http_client(stand.gateway.url(), http_client=http)
+            async with Client(transport, mode=mode, elicitation_callback=elicit) as client:
+                yield client
+
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: Any) -> mcp_types.ElicitResult:
+        asked.append(params.url)
+        page = await anyio.to_thread.run_sync(signed_in, "olga", params.url)
+        assert page.status_code == 200, page.text
+        return mcp_types.ElicitResult(action="accept")
+
+    async with connected("olga", "2026-07-28", elicit) as client:
+        result = await client.call_tool("whoami", {})
+    assert json.loads(text_of(result))["sub"] == "olga"
+    assert len(asked) == 1
+
+    with pytest.raises(Exception) as raised:  # the SDK's MCPError, in its task groups
+        async with connected("pia", "legacy"):
+            pass
+    (error,) = _leaves(raised.value)
+    assert isinstance(error, MCPError) and error.code == -32042
+    (elicitation,) = error.data["elicitations"]
+    assert signed_in("pia", elicitation["url"]).status_code == 200
+    async with connected("pia", "legacy") as client:
+        result = await client.call_tool("whoami", {})
+    assert json.loads(text_of(result))["sub"] == "pia"
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    """The errors an exception group holds, however nested; an error alone is its own."""
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
+
+
+def test_a_client_without_url_elicitation_gets_the_url_in_an_error(stand: Stand) -> None:
+    """A 2026-07-28 client that declares no URL elicitation: the missing capability's error (-32021), the URL in
+    its message."""
+    answer = modern_call(stand, "carol", meta={})
+    error = answer["error"]
+    assert error["code"] == -32021
+    assert error["data"]["url"] in error["message"]
+
+
+def test_a_sign_in_url_completed_by_another_user_grants_nothing(stand: Stand) -> None:
+    """dave's URL opened by erin, who signs in at the IdP as herself: a page that says so, and nothing granted to
+    either (the URL is spent: dave's retry gets a new one)."""
+    url = asked_url(modern_call(stand, "dave"))
+    opened = signed_in("erin", url)
+    assert opened.status_code == 403
+    assert "made for another user" in opened.text
+    again = asked_url(modern_call(stand, "dave"))
+    assert again != url
+    assert signed_in("dave", url).status_code == 404  # spent
+    assert modern_call(stand, "erin", meta={})["error"]["code"] == -32021  # erin has no grant either
+
+
+def test_a_replayed_tampered_or_carried_state_grants_nothing(stand: Stand) -> None:
+    """frank's flow walked one redirect at a time. The IdP's answer carried to another browser (no cookie of the
+    flow's) grants nothing, and spends that state: frank's own use of it then grants nothing either. In his next
+    flow a tampered ``state`` grants nothing and spends nothing; his own callback goes on to a grant, and replaying
+    either leg's callback then grants nothing."""
+
+    def to_callback(http: httpx.Client) -> str:
+        to_idp = http.get(asked_url(modern_call(stand, "frank")))
+        assert to_idp.status_code == 302
+        back = http.get(to_idp.headers["location"])  # the IdP signs frank in, and sends him back
+        location: str = back.headers["location"]
+        return location
+
+    with browser("frank") as http:
+        http.follow_redirects = False
+        callback = to_callback(http)
+        with browser("frank") as other:
+            carried = other.get(callback)
+        assert carried.status_code == 400 and "another browser" in carried.text
+        assert http.get(callback).status_code == 400
+        callback = to_callback(http)
+        query = dict(parse_qsl(urlsplit(callback).query))
+        tampered = {**query, "state": query["state"][:-2] + ("AA" if query["state"][-2:] != "AA" else "BB")}
+        spoiled = http.get(callback.partition("?")[0] + "?" + urlencode(tampered))
+        assert spoiled.status_code == 400 and "nothing was granted" in spoiled.text
+        http.follow_redirects = True
+        done = http.get(callback)
+        assert done.status_code == 200, done.text
+        assert http.get(callback).status_code == 400  # the login's leg replayed
+        assert http.get(str(done.url)).status_code == 400  # the vendor's leg replayed
+    assert whoami(modern_call(stand, "frank"))["sub"] == "frank"
+
+
+def test_a_refused_consent_grants_nothing_and_asks_again(stand: Stand) -> None:
+    """leo declines at the vendor's consent: the last page says the sign-in was refused (escaped, the server's
+    ``error`` alone), and his next call asks him again."""
+    stand.vendor.declining.add("leo")
+    refused = signed_in("leo", asked_url(modern_call(stand, "leo")))
+    assert refused.status_code == 403
+    assert "The sign-in was refused (access_denied): nothing was granted." in refused.text
+    assert asked_url(modern_call(stand, "leo"))
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "says"),
+    [
+        ("GET", "/oauth/authorize/made-up", 404, "unknown, used or expired"),
+        ("GET", "/oauth/authorize/" + "x" * 5000, 404, "unknown, used or expired"),
+        ("GET", "/oauth/callback", 400, "unknown, used or expired"),
+        ("GET", "/oauth/callback?state=%3Cscript%3E&code=c", 400, "unknown, used or expired"),
+        ("POST", "/oauth/callback?state=s&code=c", 405, "opened, not posted to"),
+        ("GET", "/oauth/grants", 401, ""),
+    ],
+)
+def test_a_browser_s_bad_request_is_a_page_that_says_so(
+    stand: Stand, method: str, path: str, status: int, says: str
+) -> None:
+    answer = httpx.request(method, stand.gateway.url(path), timeout=30)
+    assert answer.status_code == status
+    assert says in answer.text
+    assert "<script>" not in answer.text
+
+
+def test_a_token_the_upstream_refuses_is_refreshed_or_asked_again_never_its_401(stand: Stand) -> None:
+    """rosa's access token refused by the vendor's server (its grant still good): her call goes once more with a
+    refreshed token and is answered. Her grant revoked at the vendor (she removed the app there): her call is
+    answered with her sign-in URL, not the upstream's 401, whose metadata would send her client to the vendor."""
+    assert signed_in("rosa", asked_url(modern_call(stand, "rosa"))).status_code == 200
+    first = whoami(modern_call(stand, "rosa"))["token"]
+    stand.vendor.refused.add(first)
+    again = whoami(modern_call(stand, "rosa"))["token"]
+    assert again != first
+    (grant,) = {claims_of(again)["gid"]}
+    stand.vendor.grants[grant] = None
+    assert asked_url(modern_call(stand, "rosa")).startswith(stand.gateway.url("/oauth/authorize/"))
+
+
+def claims_of(token: str) -> dict[str, Any]:
+    decoded: dict[str, Any] = jwt.decode(token, options={"verify_signature": False})
+    return decoded
+
+
+@pytest.mark.anyio
+async def test_one_refresh_in_flight_and_a_revoked_grant_asks_again(stand: Stand) -> None:
+    """grace's tokens say they expire at once (``expires_in`` 0): each call refreshes (the vendor rotates the
+    refresh token), 8 calls at once refresh once; an old refresh token sent again revokes her grant at the vendor,
+    and her next call asks her to sign in again rather than failing."""
+    stand.vendor.lifetime = 0
+    try:
+        assert signed_in("grace", asked_url(modern_call(stand, "grace"))).status_code == 200
+        first = whoami(modern_call(stand, "grace"))["token"]
+        before = stand.vendor.counts["refreshes"]
+        second = whoami(modern_call(stand, "grace"))["token"]
+        assert stand.vendor.counts["refreshes"] == before + 1
+        assert second != first
+        before = stand.vendor.counts["refreshes"]
+        seen: list[str] = []
+
+        async def call() -> None:
+            answer = await anyio.to_thread.run_sync(modern_call, stand, "grace")
+            seen.append(whoami(answer)["sub"])
+
+        async with anyio.create_task_group() as group:
+            for _ in range(8):
+                group.start_soon(call)
+        assert seen == ["grace"] * 8
+        refreshed = stand.vendor.counts["refreshes"] - before
+        assert 1 <= refreshed < 8  # one in flight at a time: calls that came during one took its token
+        old = next(token for token, grant in stand.vendor.refreshes.items() if _is_old(stand.vendor, token, grant))
+        token_endpoint = _vendor_token_endpoint(stand)
+        client_id = stand.vendor.clients_of[stand.vendor.refreshes[old]]  # the gateway's, as a thief would send
+        form = {"grant_type": "refresh_token", "refresh_token": old, "client_id": client_id}
+        reused = await anyio.to_thread.run_sync(lambda: httpx.post(token_endpoint, data=form))
+        assert reused.status_code == 400
+        answer = modern_call(stand, "grace")
+        assert asked_url(answer).startswith(stand.gateway.url("/oauth/authorize/"))
+    finally:
+        stand.vendor.lifetime = 300
+
+
+def _is_old(vendor: Vendor, token: str, grant: str) -> bool:
+    record = vendor.grants.get(grant)
+    return record is not None and record[0] == "grace" and record[1] != token
+
+
+def _vendor_token_endpoint(stand: Stand) -> str:
+    issuer = httpx.get(stand.vendor.resource.replace("/mcp", "/.well-known/oauth-protected-resource/mcp")).json()
+    return str(issuer["authorization_servers"][0]) + "/token"
+
+
+def test_a_user_lists_and_revokes_her_own_grant(stand: Stand) -> None:
+    """judy's ``GET /oauth/grants`` (with her bearer token) lists her grant at the vendor's server, no token in it;
+    another user's lists none, a request without a token gets 401; her ``DELETE`` revokes it at the server
+    (RFC 7009) and here, and her next call asks her to sign in again."""
+    assert signed_in("judy", asked_url(modern_call(stand, "judy"))).status_code == 200
+    token = whoami(modern_call(stand, "judy"))["token"]
+
+    def grants(user: str, method: str = "GET") -> httpx.Response:
+        bearer = stand.idp.token_for(user, stand.gateway.url())
+        headers = {"Authorization": f"Bearer {bearer}"} if user else {}
+        return httpx.request(method, stand.gateway.url("/oauth/grants"), headers=headers, timeout=30)
+
+    listed = grants("judy")
+    assert listed.status_code == 200, listed.text
+    (grant,) = listed.json()["grants"]
+    assert grant["resource"] == stand.vendor.resource and grant["refreshes"] is True
+    assert token not in listed.text and "vr-" not in listed.text
+    assert grants("kim").json() == {"grants": []}
+    assert grants("").status_code == 401
+    revocations = stand.vendor.counts["revocations"]
+    revoked = grants("judy", "DELETE")
+    assert revoked.status_code == 200 and revoked.json()["revoked"] == [grant["authorization_server"]]
+    assert stand.vendor.counts["revocations"] == revocations + 1
+    assert grants("judy").json() == {"grants": []}
+    assert asked_url(modern_call(stand, "judy")).startswith(stand.gateway.url("/oauth/authorize/"))
+
+
+class Hostile:
+    """An upstream and its authorization server in one app, each answer as ``case`` has it (see the test)."""
+
+    def __init__(self) -> None:
+        self.case = ""
+        self.released = anyio.Event()
+
+    def app(self) -> Starlette:
+        async def mcp(request: Request) -> Response:
+            if self.case == "no metadata":
+                return Response(status_code=401)
+            metadata = str(request.base_url) + ".well-known/oauth-protected-resource/mcp"
+            if self.case == "metadata elsewhere":  # a port of this host's that the gateway must not be sent to
+                metadata = "http://127.0.0.1:9/.well-known/oauth-protected-resource/mcp"
+            return Response(status_code=401, headers={"WWW-Authenticate": f'Bearer resource_metadata="{metadata}"'})
+
+        async def resource(request: Request) -> Response:
+            base = str(request.base_url).rstrip("/")
+            if self.case in ("no metadata", "metadata elsewhere"):
+                return Response(status_code=404)
+            if self.case == "slow":
+                await self.released.wait()
+            if self.case == "too long":
+                return Response(b"{" + b" " * (1024 * 1024) + b"}", media_type="application/json")
+            if self.case == "not json":
+                return Response(b"<html>", media_type="text/html")
+            named = "https://elsewhere.example/mcp" if self.case == "another resource" else base + "/mcp"
+            return JSONResponse({"resource": named, "authorization_servers": [base]})
+
+        async def server(request: Request) -> Response:
+            base = str(request.base_url).rstrip("/")
+            metadata: dict[str, object] = {
+                "issuer": base,
+                "authorization_endpoint": base + "/a",
+                "token_endpoint": base + "/t",
+            }
+            if self.case == "another issuer":
+                metadata["issuer"] = "https://elsewhere.example"
+            if self.case == "a line break":  # would split the Location header the browser is sent
+                metadata["authorization_endpoint"] = base + "/a\r\nSet-Cookie: x=y"
+            if self.case != "no S256":
+                metadata["code_challenge_methods_supported"] = ["S256"]
+            return JSONResponse(metadata)
+
+        return Starlette(
+            routes=[
+                Route("/mcp", mcp, methods=["GET", "POST"]),
+                Route("/.well-known/oauth-protected-resource/mcp", resource),
+                Route("/.well-known/oauth-authorization-server", server),
+            ]
+        )
+
+
+@pytest.mark.anyio
+async def test_an_upstream_found_wrong_is_a_clear_error_never_a_500_or_a_hang(stand: Stand) -> None:
+    """The gateway in process in front of an upstream whose discovery goes wrong, one way after another (a failure
+    is not kept: each request finds anew): each a JSON-RPC error with 502 (or 504 for a server that does not
+    answer within the gateway's timeout) that says what was wrong. A ``resource_metadata`` on another origin is not
+    fetched (the gateway would say it could not be reached)."""
+    hostile = Hostile()
+    audience = "http://127.0.0.1:8000/mcp"
+    with serve(hostile.app()) as base:
+        login = Login(stand.idp.url, ClientAuth("client_secret_basic", *LOGIN))
+        grants = UpstreamGrants(
+            upstream=base + "/mcp", callback="http://127.0.0.1:8000/oauth/callback", login=login, timeout=0.5
+        )
+        auth = GatewayAuth(jwks_url=stand.idp.url + "/jwks.json", issuer=stand.idp.url, audience=audience)
+        app = gateway_app([base + "/mcp"], config=SessionsConfig(secret=SECRET), auth=auth, upstream_token=grants)
+        body = modern_request("tools/call", WHOAMI, meta=URL_CAPABLE)
+        bearer = stand.idp.token_for("max", audience)
+        headers = {**modern_headers(body), "Authorization": f"Bearer {bearer}"}
+        found = {}
+        async with asgi_client(app) as client:
+            for case in (
+                "no metadata",
+                "metadata elsewhere",
+                "not json",
+                "another resource",
+                "no S256",
+                "another issuer",
+                "a line break",
+                "too long",
+                "slow",
+            ):
+                hostile.case = case
+                answer = await client.post("/mcp", json=body, headers=headers)
+                found[case] = (answer.status_code, answer.json()["error"]["message"])
+            hostile.released.set()
+    assert found == {
+        "no metadata": (502, _failed("the upstream names no protected resource metadata (RFC 9728)")),
+        "metadata elsewhere": (502, _failed("the upstream names no protected resource metadata (RFC 9728)")),
+        "not json": (502, _failed("the upstream names no protected resource metadata (RFC 9728)")),
+        "another resource": (502, _failed("the upstream's resource metadata names another resource")),
+        "no S256": (502, _failed("the upstream's authorization server does not say it takes PKCE's S256")),
+        "another issuer": (502, _failed("an authorization server's metadata names another issuer")),
+        "a line break": (502, _failed("an authorization server's metadata names no authorization_endpoint")),
+        "too long": (502, _failed("a server's answer is too long")),
+        "slow": (504, _failed("a server did not answer in time")),
+    }
+
+
+def _failed(reason: str) -> str:
+    return f"The upstream's authorization failed: {reason}"
+
+
+@pytest.mark.anyio
+async def test_two_replicas_on_one_store_refresh_in_turn_without_ending_the_grant(stand: Stand) -> None:
+    """Two gateways in process on one store and key set (replicas behind one URL), the vendor's tokens expiring at
+    once, so that each call refreshes: calls through either in turn reach the vendor as the user, each replica
+    refreshing with the refresh token the other rotated in, and the client the first registered (sending the old
+    token would have the vendor revoke her grant); one registration for both."""
+    first, second = replicas(stand)
+    headers = {**modern_headers(REPLICAS_CALL), "Authorization": f"Bearer {stand.idp.token_for('tess', AUDIENCE)}"}
+    registrations = stand.vendor.counts["registrations"]
+    stand.vendor.lifetime = 0
+    try:
+        async with asgi_client(first) as one, asgi_client(second) as other:
+            await signed_in_through(first, one, "tess", headers)
+            refreshes = stand.vendor.counts["refreshes"]
+            for client in (other, one, other, one):
+                answer = (await client.post("/mcp", json=REPLICAS_CALL, headers=headers)).json()
+                assert whoami(answer)["sub"] == "tess", answer
+    finally:
+        stand.vendor.lifetime = 300
+    assert stand.vendor.counts["refreshes"] == refreshes + 4
+    assert stand.vendor.counts["registrations"] == registrations + 1
+
+
+@pytest.mark.anyio
+async def test_two_replicas_refreshing_one_grant_at_once_refresh_it_once(stand: Stand) -> None:
+    """uma's calls through two replicas at once, her token due for a refresh on both: one replica takes the lease
+    on her grant in the store and refreshes; the other finds the token it kept there. One refresh at the vendor;
+    without the lease both would send the same refresh token, and the vendor end her grant."""
+    store = Watched()
+    first, second = replicas(stand, store)
+    headers = {**modern_headers(REPLICAS_CALL), "Authorization": f"Bearer {stand.idp.token_for('uma', AUDIENCE)}"}
+    stand.vendor.lifetime = 0
+    seen: list[str] = []
+    try:
+        async with asgi_client(first) as one, asgi_client(second) as other:
+            await signed_in_through(first, one, "uma", headers)  # her first token due at once, the next not
+            stand.vendor.lifetime = 300
+            refreshes = stand.vendor.counts["refreshes"]
+            stand.vendor.holding = holding = threading.Event()
+
+            async def call(client: httpx.AsyncClient) -> None:
+                answer = (await client.post("/mcp", json=REPLICAS_CALL, headers=headers)).json()
+                seen.append(whoami(answer)["sub"])
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(call, one)
+                group.start_soon(call, other)
+                # the vendor holds the first refresh until both replicas have asked for the lease (without one,
+                # both refreshes would arrive there, and this wait end in a failure)
+                with anyio.fail_after(10):
+                    await store.both_asked.wait()
+                holding.set()
+    finally:
+        stand.vendor.lifetime = 300
+        stand.vendor.holding = None
+    assert seen == ["uma", "uma"]
+    assert stand.vendor.counts["refreshes"] == refreshes + 1
+
+
+class Watched(MemoryStore):
+    """The replicas' store, which says when two leases have been asked for (``_kept``'s ``refreshing`` field)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.leases = 0
+        self.both_asked = anyio.Event()
+
+    async def update(self, session_id: str, key: str, fn: Any, *, expires_at: float, default: object = None) -> Any:
+        updated = await super().update(session_id, key, fn, expires_at=expires_at, default=default)
+        if key == "refreshing" and isinstance(updated, list):  # a lease asked for (a release stores None)
+            self.leases += 1
+            if self.leases == 2:
+                self.both_asked.set()
+        return updated
+
+
+AUDIENCE = "http://127.0.0.1:8000/mcp"  # the in-process replicas' (asgi_client's base URL)
+REPLICAS_CALL = modern_request("tools/call", WHOAMI, meta=URL_CAPABLE)
+
+
+def replicas(stand: Stand, store: MemoryStore | None = None) -> tuple[Any, Any]:
+    """Two gateways in process in front of the vendor, on one store (``store``, else a new one) and one key set
+    (each its own sessions)."""
+    store = MemoryStore() if store is None else store
+    keys = KeySet.from_secret("r" * 32)
+
+    def replica() -> Any:
+        login = Login(stand.idp.url, ClientAuth("client_secret_basic", *LOGIN))
+        callback = "http://127.0.0.1:8000/oauth/callback"
+        grants = UpstreamGrants(
+            upstream=stand.vendor.resource, callback=callback, login=login, kept=KeptGrants(store, keys)
+        )
+        auth = GatewayAuth(jwks_url=stand.idp.url + "/jwks.json", issuer=stand.idp.url, audience=AUDIENCE)
+        config = SessionsConfig(secret=SECRET)
+        return gateway_app([stand.vendor.resource], config=config, auth=auth, upstream_token=grants)
+
+    return replica(), replica()
+
+
+async def signed_in_through(app: Any, client: httpx.AsyncClient, user: str, headers: dict[str, str]) -> None:
+    """``user``'s sign-in through the replica ``app``: its URL, followed by a browser that reaches it in process."""
+    url = asked_url((await client.post("/mcp", json=REPLICAS_CALL, headers=headers)).json())
+    mounts = {"http://127.0.0.1:8000": httpx.ASGITransport(app)}
+    async with httpx.AsyncClient(mounts=mounts, follow_redirects=True, headers={USER_HEADER: user}) as web:
+        assert (await web.get(url)).status_code == 200
+
+
+def test_a_restarted_gateway_keeps_each_grant_sealed_in_its_store(stand: Stand) -> None:
+    """ivy signs in, the gateway stops, and one with the key set rotated (the old key kept as a verifier) starts on
+    the same SQLite store: her call reaches the vendor as herself with no sign-in and no new code, and her token
+    refreshed there goes with the client the first registered (the vendor binds a refresh token to its client),
+    registered again by no one. The store's file
+    holds neither of her tokens, nor her name; the first gateway's output, its spans exported at its exit, neither
+    token."""
+    assert signed_in("ivy", asked_url(modern_call(stand, "ivy"))).status_code == 200
+    token = whoami(modern_call(stand, "ivy"))["token"]
+    codes = stand.vendor.counts["codes"]
+    output = stand.start(NEW_KEYS)
+    assert '"name": "POST"' in output  # httpx's spans, the token endpoint's among them
+    after = whoami(modern_call(stand, "ivy"))
+    assert after == {"sub": "ivy", "token": token}
+    assert stand.vendor.counts["codes"] == codes
+    registrations = stand.vendor.counts["registrations"]
+    stand.vendor.refused.add(token)  # refreshed now, by the client registered before the restart (its grant's)
+    assert whoami(modern_call(stand, "ivy"))["sub"] == "ivy"
+    assert stand.vendor.counts["registrations"] == registrations
+    kept = b"".join(path.read_bytes() for path in stand.store.parent.iterdir())
+    refresh = [token for token, grant in stand.vendor.refreshes.items() if _holder(stand.vendor, grant) == "ivy"]
+    assert refresh
+    for secret in stand.vendor.issued:  # every user's so far
+        assert secret not in output
+        assert secret.encode() not in kept
+        assert secret[-16:].encode() not in kept
+    assert b"ivy" not in kept
+
+
+def _holder(vendor: Vendor, grant: str) -> str | None:
+    record = vendor.grants.get(grant)
+    return None if record is None else record[0]
+
+
+UPSTREAM = "https://vendor.example/mcp"
+VERIFYING = ("--auth-jwks", "http://127.0.0.1:9/k", "--auth-issuer", "http://127.0.0.1:9", "--auth-audience")
+OAUTH = ("--upstream", UPSTREAM, "--upstream-token", "oauth")
+LOGGING_IN = ("--login-issuer", "http://127.0.0.1:9", "--login-client-id", "g")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [
+        ((*OAUTH, *LOGGING_IN), "--upstream-token oauth keeps each user's grant: give --auth-jwks"),
+        ((*OAUTH, *VERIFYING, "https://gw.example/mcp"), "give --login-issuer and its client"),
+        (
+            (*OAUTH, "--auth-principal-header", "x-user", *LOGGING_IN),
+            "needs the gateway's own URL: give --oauth-callback",
+        ),
+        ((*OAUTH, *VERIFYING, "https://gw.example/mcp", *LOGGING_IN[:2]), "give --login-issuer and its client"),
+        (
+            (*OAUTH, *VERIFYING, "https://gw.example/mcp", *LOGGING_IN, "--oauth-callback", "https://gw.example/cb"),
+            "the gateway's sign-in callback is its /oauth/callback",
+        ),
+        (
+            (*OAUTH, *VERIFYING, "https://gw.example/mcp", *LOGGING_IN, "--login-client-secret", "s3cr3t-value"),
+            "never a flag",
+        ),
+        (
+            (*OAUTH, *VERIFYING, "https://gw.example/mcp", *LOGGING_IN, "--oauth-client-secret-file", "/etc/hostname"),
+            "give --oauth-client-id",
+        ),
+    ],
+)
+def test_a_bad_oauth_configuration_is_a_usage_error(arguments: tuple[str, ...], says: str) -> None:
+    """Each a line on stderr, exit status 2; the login client's secret from its variable, never from a flag."""
+    environ = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_LOGIN_CLIENT_SECRET": "s3cr3t-value"}
+    done = main_run("gateway", *arguments, environ=environ)
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr
+    assert done.stderr.count("\n") == 1
+    assert "s3cr3t-value" not in done.stderr
