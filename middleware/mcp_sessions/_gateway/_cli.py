@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from ._file import ServerFlags
     from ._servers import Route, Servers
     from .auth._exchange import TokenExchange, UpstreamToken
+    from .auth._oauth import IdTokens, Login
     from .auth._tools import ToolPolicy
     from .auth._users import GatewayAuth
     from .sealed._network import EgressPolicy
@@ -81,10 +82,6 @@ ID_JAG_VARIABLES: Final = {
     "client_key_id": "MCP_SESSIONS_ID_JAG_CLIENT_KEY_ID",
 }
 """The variable each ``--id-jag-*`` flag falls back to (the secret's is ``MCP_SESSIONS_ID_JAG_CLIENT_SECRET``)."""
-UNHELD_SUBJECT: Final = (
-    "--id-jag-subject id_token: the gateway holds no ID token of its users (it does not sign them in itself yet): "
-    "give access_token, the verified access token, where the identity provider takes one"
-)
 OAUTH_VARIABLES: Final = {
     "client_id": "MCP_SESSIONS_OAUTH_CLIENT_ID",
     "client_secret_file": "MCP_SESSIONS_OAUTH_CLIENT_SECRET_FILE",
@@ -331,7 +328,8 @@ def _exchange_arguments(gateway: argparse.ArgumentParser) -> None:
         "--id-jag-subject",
         choices=("access_token", "id_token"),
         help="what the identity provider is given to exchange: the user's verified access token (access_token, "
-        "the default); id_token is refused (the gateway holds none yet)",
+        "the default), or her ID token from the gateway's own login (id_token: the --login-* flags; a user with "
+        "none is asked to sign in through a URL)",
     )
 
 
@@ -800,8 +798,6 @@ def _upstream_token(
         raise ValueError("the client secret is never a flag: MCP_SESSIONS_EXCHANGE_CLIENT_SECRET, or a file")
     if args.id_jag_client_secret is not None:
         raise ValueError("the client secret is never a flag: MCP_SESSIONS_ID_JAG_CLIENT_SECRET, or a file")
-    if _setting(args, environ, "subject", "id_jag") == "id_token":
-        raise ValueError(UNHELD_SUBJECT)
     if mode != "id-jag" and _setting(args, environ, "issuer", "id_jag"):
         raise ValueError("--id-jag-issuer names --upstream-token id-jag's server; NAME=id-jag:ISSUER names its own")
     if not granting and (given := [name for name in ID_JAG_VARIABLES if _setting(args, environ, name, "id_jag")]):
@@ -848,6 +844,11 @@ def _upstream_token(
     exchange = TokenExchange(client=client, token_endpoint=endpoint, issuer=issuer, id_jag=granted)
     # for --process-env NAME=exchange:AUDIENCE (or id-jag:ISSUER) alone
     if mode is None:
+        if (_setting(args, environ, "subject", "id_jag") or "access_token") != "access_token":
+            raise ValueError(
+                "--id-jag-subject id_token is --upstream-token id-jag's: a process's NAME=id-jag: exchanges the "
+                "user's verified access token"
+            )
         return None, exchange
     audience = _setting(args, environ, "audience")
     resource = _setting(args, environ, "resource")
@@ -859,7 +860,8 @@ def _upstream_token(
                 "give --id-jag-issuer, not --exchange-audience"
             )
         target = Target(_setting(args, environ, "issuer", "id_jag"), resource, scope, id_jag=True)
-        return UpstreamToken("id-jag", exchange, target, upstream=args.upstream[0]), exchange
+        subject = _id_tokens(args, environ, sessions)
+        return UpstreamToken("id-jag", exchange, target, upstream=args.upstream[0], subject=subject), exchange
     return UpstreamToken("exchange", exchange, Target(audience, resource, scope)), exchange
 
 
@@ -872,23 +874,13 @@ def _upstream_grants(
         raise ValueError(
             "--upstream-token oauth keeps each user's grant: give --auth-jwks (or --auth-principal-header)"
         )
-    oauth, login = (dict(_oauth_client(args, environ, group)) for group in ("oauth", "login"))
-    issuer = _setting(args, environ, "issuer", "login")
-    if issuer is None or not login:
-        raise ValueError("--upstream-token oauth confirms who opens a sign-in URL: give --login-issuer and its client")
-    callback = _setting(args, environ, "callback", "oauth")
-    if callback is None:
-        own = _setting(args, environ, "resource", "auth") or _setting(args, environ, "audience", "auth") or ""
-        parts = urlsplit(own)
-        if parts.scheme not in ("http", "https"):
-            raise ValueError("--upstream-token oauth needs the gateway's own URL: give --oauth-callback")
-        callback = f"{parts.scheme}://{parts.netloc}/oauth/callback"
+    oauth = dict(_oauth_client(args, environ, "oauth"))
+    login = _login(args, environ, "--upstream-token oauth confirms who opens a sign-in URL")
+    callback = _callback(args, environ, "--upstream-token oauth")
     from .auth._client import ClientAuth
     from .auth._kept import KeptGrants
-    from .auth._oauth import Login, UpstreamGrants
+    from .auth._oauth import UpstreamGrants
 
-    login_client = ClientAuth.given("--login-client", login.pop("method"), login.pop("client_id"), **login)
-    claim = _setting(args, environ, "claim", "login") or "sub"
     method = oauth.pop("method", None)
     client_id = oauth.pop("client_id", None)
     client = None
@@ -898,12 +890,53 @@ def _upstream_grants(
     return UpstreamGrants(
         upstream=args.upstream[0],
         callback=callback,
-        login=Login(issuer, login_client, claim),
+        login=login,
         client=client,
         client_id=client_id,
         scope=_setting(args, environ, "scope", "oauth"),
         kept=KeptGrants(sessions.store, sessions.keys),
     )
+
+
+def _id_tokens(args: argparse.Namespace, environ: Mapping[str, str], sessions: SessionsConfig) -> IdTokens | None:
+    """``--id-jag-subject id_token``'s ``_oauth.IdTokens``: each user's ID token from the gateway's own login at the
+    team's IdP (the ``--login-*`` flags, as ``--upstream-token oauth``'s), kept in the sessions' store, sealed with
+    their keys; ``None`` for ``access_token`` (the default: the user's verified access token is exchanged)."""
+    if (_setting(args, environ, "subject", "id_jag") or "access_token") == "access_token":
+        return None
+    login = _login(args, environ, "--id-jag-subject id_token is an ID token of the gateway's own login")
+    callback = _callback(args, environ, "--id-jag-subject id_token")
+    from .auth._kept import KeptGrants
+    from .auth._oauth import IdTokens
+
+    return IdTokens(callback=callback, login=login, kept=KeptGrants(sessions.store, sessions.keys))
+
+
+def _login(args: argparse.Namespace, environ: Mapping[str, str], needs: str) -> Login:
+    """The gateway's own OpenID Connect login at the team's IdP (``--login-*``); ``needs`` says why, in the refusal
+    when it is not given."""
+    login = dict(_oauth_client(args, environ, "login"))
+    issuer = _setting(args, environ, "issuer", "login")
+    if issuer is None or not login:
+        raise ValueError(f"{needs}: give --login-issuer and its client")
+    from .auth._client import ClientAuth
+    from .auth._oauth import Login
+
+    client = ClientAuth.given("--login-client", login.pop("method"), login.pop("client_id"), **login)
+    return Login(issuer, client, _setting(args, environ, "claim", "login") or "sub")
+
+
+def _callback(args: argparse.Namespace, environ: Mapping[str, str], flag: str) -> str:
+    """The gateway's ``/oauth/callback`` as browsers reach it: ``--oauth-callback``, else on the origin of
+    ``--auth-resource`` (or ``--auth-audience``); ``flag`` names what needs it, in the refusal."""
+    callback = _setting(args, environ, "callback", "oauth")
+    if callback is None:
+        own = _setting(args, environ, "resource", "auth") or _setting(args, environ, "audience", "auth") or ""
+        parts = urlsplit(own)
+        if parts.scheme not in ("http", "https"):
+            raise ValueError(f"{flag} needs the gateway's own URL: give --oauth-callback")
+        callback = f"{parts.scheme}://{parts.netloc}/oauth/callback"
+    return callback
 
 
 def _oauth_client(args: argparse.Namespace, environ: Mapping[str, str], group: str) -> Iterator[tuple[str, Any]]:

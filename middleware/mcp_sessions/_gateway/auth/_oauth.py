@@ -247,6 +247,9 @@ class UpstreamGrants(UpstreamToken):
     ``kept``, where the grants outlive the process (else in its memory alone). Serve the app :meth:`wrap`
     returns: it serves the sign-in's two routes and closes the HTTP client."""
 
+    _login_scope = "openid"
+    """What the login leg asks the IdP for: who she is, nothing more (the grant is the upstream server's)."""
+
     def __init__(
         self,
         *,
@@ -260,6 +263,7 @@ class UpstreamGrants(UpstreamToken):
         timeout: float = TIMEOUT,
     ) -> None:
         super().__init__("oauth")
+        self.signing_in = self
         for url in (upstream, callback, login.issuer):
             if urlsplit(url).scheme not in ("http", "https"):
                 raise ValueError(f"{url!r} is not an http(s) URL")
@@ -296,7 +300,11 @@ class UpstreamGrants(UpstreamToken):
     # -- the upstream's Authorization ---------------------------------------------------------------------------
 
     async def authorization(self, scope: Scope) -> bytes | None:
-        """The user's access token at the upstream's server; :class:`SignInRequired` when she has none, another
+        """The user's access token at the upstream's server, as ``Authorization``; see :meth:`token_of`."""
+        return b"Bearer " + (await self.token_of(scope)).encode("ascii")
+
+    async def token_of(self, scope: Scope) -> str:
+        """The user's token kept here, refreshed if it is due; :class:`SignInRequired` when she has none, another
         :class:`ExchangeRefused` when a server fails."""
         user = _user_of(scope)
         if user is None:
@@ -305,11 +313,10 @@ class UpstreamGrants(UpstreamToken):
         key = (user, server.issuer)
         grant = await self._grant_of(key)
         if grant is not None and time.monotonic() < grant.renew_at:
-            return b"Bearer " + grant.access.encode("ascii")
+            return grant.access
         if grant is None or grant.refresh is None:
             raise SignInRequired(self._sign_in_url(user), urlsplit(server.issuer).netloc)
-        token = await self._refreshed(key, server)
-        return b"Bearer " + token.encode("ascii")
+        return await self._refreshed(key, server)
 
     def refused(self, scope: Scope) -> None:
         """The upstream answered 401 to the user's access token: the next request refreshes it (or signs her in)."""
@@ -319,6 +326,10 @@ class UpstreamGrants(UpstreamToken):
         grant = self._grants.get((user, self._server.issuer))
         if grant is not None:
             grant.renew_at = 0.0
+
+    def _record(self, key: tuple[User, str]) -> str:
+        """What names the user's grant at a server in the store (``_kept.record`` digests it)."""
+        return _who(key)
 
     def _sign_in_url(self, user: User) -> str:
         """The user's sign-in URL: the one she was given while it waits, else a new one."""
@@ -348,7 +359,7 @@ class UpstreamGrants(UpstreamToken):
         try:
             grant = self._grants.get(key)
             if self._kept is not None:  # another replica on the store may have refreshed (rotated) it, or revoked it
-                loaded = await self._keep(self._kept.load(_who(key)))
+                loaded = await self._keep(self._kept.load(self._record(key)))
                 stored = None if loaded is None else _Grant(*loaded)
                 if stored is not None and grant is not None and stored.access == grant.access:
                     stored.renew_at = grant.renew_at  # the same token: what this replica learned of it (refused) holds
@@ -363,7 +374,7 @@ class UpstreamGrants(UpstreamToken):
                 refreshing.token = grant.access
                 return grant.access
             if self._kept is not None:
-                lease = await self._keep(self._kept.lease(_who(key), self._timeout))
+                lease = await self._keep(self._kept.lease(self._record(key), self._timeout))
                 if lease is None:  # another replica refreshes it: its grant, from the store
                     token = await self._refreshed_elsewhere(key, grant)
                     refreshing.token = token
@@ -372,7 +383,7 @@ class UpstreamGrants(UpstreamToken):
                     refreshed = await self._refresh(key, server, grant)
                 finally:
                     with anyio.CancelScope(shield=True):
-                        await self._keep(self._kept.release(_who(key), lease))
+                        await self._keep(self._kept.release(self._record(key), lease))
             else:
                 refreshed = await self._refresh(key, server, grant)
             refreshing.token = refreshed.access
@@ -387,7 +398,9 @@ class UpstreamGrants(UpstreamToken):
     async def _refresh(self, key: tuple[User, str], server: _Server, grant: _Grant) -> _Grant:
         """``grant`` refreshed at ``server``'s token endpoint, kept; :class:`SignInRequired` when it is refused."""
         assert grant.refresh is not None  # the caller's check
-        form = {"grant_type": "refresh_token", "refresh_token": grant.refresh, "resource": server.resource}
+        form = {"grant_type": "refresh_token", "refresh_token": grant.refresh}
+        if server.resource:
+            form["resource"] = server.resource
         status, answer = await self._token_request(server, form)
         if status != 200 or not isinstance(answer, dict):
             error = _error_of(status, answer)
@@ -397,9 +410,9 @@ class UpstreamGrants(UpstreamToken):
             # Revoked, expired, or an old one seen again: signed in again.
             self._grants.pop(key, None)
             if self._kept is not None:
-                await self._keep(self._kept.forget(_who(key)))
+                await self._keep(self._kept.forget(self._record(key)))
             raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
-        refreshed = _granted(answer, grant.refresh)
+        refreshed = await self._granted_in(answer, grant.refresh, key)
         self._grants[key] = refreshed
         await self._saved(key, refreshed)
         return refreshed
@@ -410,7 +423,7 @@ class UpstreamGrants(UpstreamToken):
         assert self._kept is not None
         for _ in range(math.ceil(self._timeout / LEASE_POLL)):
             await anyio.sleep(LEASE_POLL)
-            loaded = await self._keep(self._kept.load(_who(key)))
+            loaded = await self._keep(self._kept.load(self._record(key)))
             if loaded is None:  # revoked or refused there
                 self._grants.pop(key, None)
                 raise SignInRequired(self._sign_in_url(key[0]), urlsplit(key[1]).netloc)
@@ -419,10 +432,14 @@ class UpstreamGrants(UpstreamToken):
                 return loaded[0]
         raise GrantFailed(503, "server_error", "another replica's refresh of this grant did not end in time")
 
+    async def _granted_in(self, answer: dict[str, Any], refresh: str | None, key: tuple[User, str]) -> _Grant:
+        """The grant a refresh's answer gives (``refresh`` kept when it rotates none in)."""
+        return _granted(answer, refresh)
+
     async def _saved(self, key: tuple[User, str], grant: _Grant) -> None:
         """``grant`` kept in the store, where there is one."""
         if self._kept is not None:
-            await self._keep(self._kept.save(_who(key), grant.access, grant.refresh, grant.renew_at))
+            await self._keep(self._kept.save(self._record(key), grant.access, grant.refresh, grant.renew_at))
 
     async def _keep(self, step: Awaitable[_T]) -> _T:
         """``step`` of the store's, whose failure is the client's 503 (the store's failures are retried)."""
@@ -652,7 +669,7 @@ class UpstreamGrants(UpstreamToken):
             return []
         self._grants.pop(key, None)
         if self._kept is not None:
-            await self._keep(self._kept.forget(_who(key)))
+            await self._keep(self._kept.forget(self._record(key)))
         if server.revocation_endpoint is not None:
             # RFC 7009 §2.1: the refresh token revokes the grant's access tokens too, where the server ties them.
             token, hint = (grant.refresh, "refresh_token") if grant.refresh else (grant.access, "access_token")
@@ -668,7 +685,7 @@ class UpstreamGrants(UpstreamToken):
         """The user's grant at the server: in memory, else from the store."""
         grant = self._grants.get(key)
         if grant is None and self._kept is not None:
-            loaded = await self._keep(self._kept.load(_who(key)))
+            loaded = await self._keep(self._kept.load(self._record(key)))
             if loaded is not None:
                 grant = self._grants[key] = _Grant(*loaded)
         return grant
@@ -729,7 +746,7 @@ class UpstreamGrants(UpstreamToken):
             "response_type": "code",
             "client_id": self._login.client.client_id,
             "redirect_uri": self._callback,
-            "scope": "openid",
+            "scope": self._login_scope,
             "state": state,
             "nonce": nonce,
             "code_challenge": challenge,
@@ -767,24 +784,7 @@ class UpstreamGrants(UpstreamToken):
     async def _logged_in(self, leg: _Leg, code: str) -> _Answer:
         """The IdP's code swapped for an ID token that must name the user who asked; then on to the upstream's
         server, with PKCE, ``state`` and ``resource``."""
-        idp = await self._idp_metadata()
-        form = {
-            "grant_type": "authorization_code",
-            "code": code,
-            "redirect_uri": self._callback,
-            "code_verifier": leg.verifier,
-        }
-        endpoint = _url_in(idp, "token_endpoint")
-        status, answer = await self._post_token(endpoint, self._login.issuer, self._login.client, form)
-        id_token = answer.get("id_token") if isinstance(answer, dict) and status == 200 else None
-        if not isinstance(id_token, str):
-            logger.warning("mcp-sessions gateway: the login's token endpoint answered %d with no ID token", status)
-            raise _Refused(502, "The sign-in could not confirm who you are: nothing was granted.")
-        claims = await self._verified(id_token)
-        if claims.get("nonce") != leg.nonce or claims.get(self._login.claim) != leg.user[1]:
-            logger.warning("mcp-sessions gateway: a sign-in URL was completed by another user: nothing granted")
-            self._spend(leg)
-            raise _Refused(403, "This sign-in link was made for another user: nothing was granted.")
+        await self._confirmed(leg, code)
         server = await self._found()
         client = await self._client_of(server)
         state = secrets.token_urlsafe(32)
@@ -806,6 +806,29 @@ class UpstreamGrants(UpstreamToken):
         if server.scope:
             query["scope"] = server.scope
         return _redirect(server.authorization_endpoint, query)
+
+    async def _confirmed(self, leg: _Leg, code: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
+        """The IdP's code swapped for an ID token that must name the user who asked (and carry the leg's
+        ``nonce``): the token endpoint's answer, the ID token, and its verified claims."""
+        idp = await self._idp_metadata()
+        form = {
+            "grant_type": "authorization_code",
+            "code": code,
+            "redirect_uri": self._callback,
+            "code_verifier": leg.verifier,
+        }
+        endpoint = _url_in(idp, "token_endpoint")
+        status, answer = await self._post_token(endpoint, self._login.issuer, self._login.client, form)
+        id_token = answer.get("id_token") if isinstance(answer, dict) and status == 200 else None
+        if not isinstance(id_token, str):
+            logger.warning("mcp-sessions gateway: the login's token endpoint answered %d with no ID token", status)
+            raise _Refused(502, "The sign-in could not confirm who you are: nothing was granted.")
+        claims = await self._verified(id_token)
+        if claims.get("nonce") != leg.nonce or claims.get(self._login.claim) != leg.user[1]:
+            logger.warning("mcp-sessions gateway: a sign-in URL was completed by another user: nothing granted")
+            self._spend(leg)
+            raise _Refused(403, "This sign-in link was made for another user: nothing was granted.")
+        return answer, id_token, claims
 
     async def _granted(self, leg: _Leg, code: str) -> _Answer:
         """The upstream's server's code swapped for the user's tokens, kept for her."""
@@ -874,7 +897,92 @@ class UpstreamGrants(UpstreamToken):
         return claims
 
 
+class IdTokens(UpstreamGrants):
+    """``--id-jag-subject id_token``: each user's ID token issued to the gateway's own client at the team's IdP
+    (``login``), the subject token of her ID-JAG exchanges (the draft's identity assertion issued to the requesting
+    client, which Okta's Cross App Access takes alone; ``_exchange``). One way per thing: the sign-in is
+    :class:`UpstreamGrants`'s (its URL, elicitation, cookie, ``state``, PKCE and ``nonce``), its login leg alone,
+    whose page says she is signed in; what is kept, per user, sealed in the store as grants are (under records of
+    its own), is the ID token and the IdP's refresh token (``offline_access`` is asked for). The ID token is
+    refreshed before it expires (its ``exp``), one refresh in flight per user (OpenID Connect Core §12: the answer's
+    ID token verified as the login's, its principal the same; an answer with none, or a refusal, asks her to sign in
+    again, as does an expiry with no refresh token). Its routes (:meth:`wrap`) and her view at ``/oauth/grants``
+    (:meth:`serving_grants`: her login, revoked at the IdP's RFC 7009 endpoint where it has one) are the same."""
+
+    _login_scope = "openid offline_access"
+
+    def __init__(
+        self, *, callback: str, login: Login, kept: KeptGrants | None = None, timeout: float = TIMEOUT
+    ) -> None:
+        # the IdP stands where the upstream would: no upstream's metadata is read (_found)
+        issuer, client = login.issuer, login.client
+        super().__init__(upstream=issuer, callback=callback, login=login, client=client, kept=kept, timeout=timeout)
+
+    def held(self, scope: Scope) -> str | None:
+        """The ID token kept for the user of ``scope``, if any (not refreshed: what the last exchange was given)."""
+        user = _user_of(scope)
+        grant = None if user is None else self._grants.get((user, self._login.issuer))
+        return None if grant is None else grant.access
+
+    def _record(self, key: tuple[User, str]) -> str:
+        return "id_token\0" + _who(key)  # never a grant's record, even at an issuer that is also a vendor's
+
+    async def _found(self) -> _Server:
+        """The IdP, as the server whose token (an ID token) is kept; its metadata read once."""
+        if self._server is None:
+            idp = await self._idp_metadata()
+            revocation = idp.get("revocation_endpoint")
+            self._server = _Server(
+                issuer=self._login.issuer,
+                authorization_endpoint=_url_in(idp, "authorization_endpoint"),
+                token_endpoint=_url_in(idp, "token_endpoint"),
+                registration_endpoint=None,
+                revocation_endpoint=revocation if isinstance(revocation, str) else None,
+                resource="",
+                scope=None,
+            )
+        return self._server
+
+    async def _logged_in(self, leg: _Leg, code: str) -> _Answer:
+        """The login leg's ID token (it names the user who asked) kept for her, with the IdP's refresh token."""
+        answer, id_token, claims = await self._confirmed(leg, code)
+        key = (leg.user, self._login.issuer)
+        refresh = answer.get("refresh_token")
+        grant = self._grants[key] = _id_token(id_token, claims, refresh if isinstance(refresh, str) else None)
+        await self._saved(key, grant)
+        self._spend(leg)
+        logger.info("mcp-sessions gateway: a user signed in at %s", self._login.issuer)
+        return _page(200, f"You are signed in at {urlsplit(self._login.issuer).netloc}. You may close this page.")
+
+    async def _granted_in(self, answer: dict[str, Any], refresh: str | None, key: tuple[User, str]) -> _Grant:
+        """A refresh's new ID token, verified as the login's and of the same user; none, or another's, asks her to
+        sign in again (OpenID Connect Core §12.2 lets a refresh answer without one)."""
+        id_token = answer.get("id_token")
+        claims: dict[str, Any] = {}
+        if isinstance(id_token, str):
+            try:
+                claims = await self._verified(id_token)
+            except _Refused:
+                raise _server_error("the IdP's refreshed ID token did not verify") from None
+        if not isinstance(id_token, str) or claims.get(self._login.claim) != key[0][1]:
+            logger.warning("mcp-sessions gateway: the IdP's refresh gave no ID token of the user: asked again")
+            self._grants.pop(key, None)
+            if self._kept is not None:
+                await self._keep(self._kept.forget(self._record(key)))
+            raise SignInRequired(self._sign_in_url(key[0]), urlsplit(self._login.issuer).netloc)
+        rotated = answer.get("refresh_token")
+        return _id_token(id_token, claims, rotated if isinstance(rotated, str) and rotated else refresh)
+
+
 _Answer = Any  # an awaitable page: called with send
+
+
+def _id_token(id_token: str, claims: Mapping[str, Any], refresh: str | None) -> _Grant:
+    """A kept ID token (verified: ``claims``), renewed :data:`RENEW_BEFORE` seconds before its ``exp`` (half its
+    life for a short one)."""
+    lifetime = float(claims["exp"]) - time.time()
+    renew_at = time.monotonic() + lifetime - min(RENEW_BEFORE, max(lifetime, 0.0) / 2)
+    return _Grant(id_token, refresh or None, renew_at)
 
 
 def _page(status: int, text: str) -> _Answer:
