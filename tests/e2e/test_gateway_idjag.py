@@ -535,6 +535,7 @@ GRANTING = ("--upstream", UPSTREAM, "--upstream-token", "id-jag", *VERIFIED, *AS
             "--id-jag-subject id_token is an ID token of the gateway's own login: give --login-issuer and its client",
         ),
         (GRANTING, "--id-jag-client-id is missing"),
+        ((*STDIO_GRANTING, "--id-jag-subject", "id_token"), "--id-jag-subject id_token is --upstream-token id-jag's"),
         ((*GRANTING, *AT_SERVER, "--exchange-audience", "a"), "give --id-jag-issuer, not --exchange-audience"),
         ((*GRANTING, *AT_SERVER, "--id-jag-client-secret", "s3cr3t-value"), "never a flag"),
         (("--upstream", UPSTREAM, *VERIFIED, *AT_SERVER), "--id-jag-client-id is for --upstream-token id-jag"),

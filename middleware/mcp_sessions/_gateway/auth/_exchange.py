@@ -31,10 +31,11 @@ client there (``id_jag``, a ``ClientAuth`` of its own: a secret, or ``private_ke
 issuer); what that server answers is the token kept and sent, cached and coalesced as any exchange's, per user
 token and target. The ID-JAG itself is never kept (it is single-use) nor logged. A refusal names the server that
 refused: the identity provider, or the resource's authorization server by its issuer. The subject token is the
-user's verified access token (``subject_token_type`` ``access_token``): an identity provider that takes only an ID
-token issued to the gateway (the draft's first reading) needs the gateway to sign its users in itself, which it does
-not yet. An upstream's issuer may be read from its protected resource metadata (RFC 9728: the first of its
-``authorization_servers``, :meth:`TokenExchange.resource_metadata`).
+user's verified access token (``subject_token_type`` ``access_token``), or for an identity provider that takes only
+an ID token issued to the client that asks (the draft's first reading, Okta's Cross App Access), her ID token from
+the gateway's own login (:data:`ID_TOKEN_TYPE`, ``_oauth.IdTokens``). An upstream's issuer may be read from its
+protected resource metadata (RFC 9728: the first of its ``authorization_servers``,
+:meth:`TokenExchange.resource_metadata`).
 """
 
 from __future__ import annotations
