@@ -432,24 +432,50 @@ async def test_an_identity_provider_that_issues_no_id_jag_is_a_502_and_nothing_g
 def test_a_stdio_process_gets_its_user_s_token_of_the_api_s_authorization_server(
     servers: tuple[IdentityProvider, ResourceServer], keys: dict[str, Path]
 ) -> None:
-    """``--process-env TOOLS_TOKEN=id-jag:ISSUER,resource=URI,scope=...``: each conversation's process gets its
-    user's token of that server for that resource, by an ID-JAG; neither it nor the user's reaches the output."""
+    """``--process-env TOOLS_TOKEN=id-jag:ISSUER,resource=URI,scope=...`` with ``--id-jag-subject id_token``: each
+    conversation's process gets its user's token of that server for that resource, by an ID-JAG exchanged for her
+    ID token of the gateway's own login, which the stdio gateway asks her for by URL elicitation on its own sign-in
+    routes (alice on 2026-07-28 at her call: an ``input_required`` result; bob on 2025-11-25 at his ``initialize``:
+    -32042); no token of any kind reaches the output. (The access token as the subject: ``test_gateway_masks``.)"""
     idp, resource_server = servers
     spec = f"TOOLS_TOKEN=id-jag:{resource_server.url},resource={API},scope=tools.read"
-    env = ("--process-env", spec, "--accept-shared-uid")
+    env = ("--process-env", spec, "--accept-shared-uid", "--id-jag-subject", "id_token", *logging_in(idp, keys))
+    getenv = modern_request("tools/call", {"name": "getenv", "arguments": {"name": "TOOLS_TOKEN"}}, meta=URL_CAPABLE)
+    begun = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}
+    initialize = legacy_request("initialize", begun)
     given = {}
     with gateway("--stdio", SERVER, *env, *verifying(idp), *keyed(keys)) as front:
         users = {user: idp.login(user, front.url()) for user in ("alice", "bob")}
+        asked = result_of(call(front.url(), users["alice"], getenv), getenv["id"])["result"]
+        assert asked["resultType"] == "input_required", asked
+        (elicitation,) = asked["inputRequests"].values()
+        assert signed_in("alice", elicitation["params"]["url"]).status_code == 200
+        legacy = {**JSON_SSE, "Authorization": f"Bearer {users['bob']}"}
+        refused = result_of(httpx.post(front.url(), json=initialize, headers=legacy, timeout=30), 1)["error"]
+        assert refused["code"] == -32042
+        (elicitation,) = refused["data"]["elicitations"]
+        assert signed_in("bob", elicitation["url"]).status_code == 200
+        assert "result" in result_of(httpx.post(front.url(), json=initialize, headers=legacy, timeout=30), 1)
         for user, token in users.items():
             answer = call(front.url(), token, GETENV)
             assert answer.status_code == 200, answer.text
             given[user] = result_of(answer, GETENV["id"])["result"]["structuredContent"]["result"]
         output = front.stop().decode(errors="replace")
     assert idp.asked[-1]["scope"] == "tools.read" and idp.asked[-1]["resource"] == API
+    assert idp.asked[-1]["subject_token_type"] == ID_TOKEN_TYPE
     for user, token in given.items():
         assert token in resource_server.issued
         assert (claims(token)["sub"], claims(token)["aud"], claims(token)["scope"]) == (user, API, "tools.read")
-    assert secrets_in(output, *users.values(), *given.values()) == []
+    assert secrets_in(output, *users.values(), *given.values(), *idp.id_tokens) == []
+
+
+def logging_in(idp: IdentityProvider, keys: dict[str, Path]) -> tuple[str, ...]:
+    """The gateway's own login at the identity provider: its client there, by its key (the exchange's: an ID token's
+    ``aud`` must be the client that exchanges it)."""
+    return (
+        *("--login-issuer", idp.url, "--login-client-id", AT_IDP),
+        *("--login-client-auth", "private_key_jwt", "--login-client-key-file", str(keys[AT_IDP])),
+    )
 
 
 def signed_in(user: str, url: str) -> httpx.Response:
@@ -470,8 +496,7 @@ def test_the_subject_is_her_id_token_from_the_gateway_s_own_login_asked_for_by_u
     that asks). Her ID token, once due, is refreshed with the IdP's refresh token, and the next call exchanges the
     new one. No token, nor the sign-in's code, reaches the output or a page."""
     idp, resource_server = servers
-    login: tuple[str, ...] = ("--id-jag-subject", "id_token", "--login-issuer", idp.url, "--login-client-id", AT_IDP)
-    login += ("--login-client-auth", "private_key_jwt", "--login-client-key-file", str(keys[AT_IDP]))
+    login = ("--id-jag-subject", "id_token", *logging_in(idp, keys))
     capable = modern_request("tools/call", {"name": "seen", "arguments": {}}, meta=URL_CAPABLE)
     legacy = legacy_request("tools/call", {"name": "seen", "arguments": {}}, id=7)
     idp.id_lifetime = 4  # renewed 2 s after it was issued
@@ -535,7 +560,7 @@ GRANTING = ("--upstream", UPSTREAM, "--upstream-token", "id-jag", *VERIFIED, *AS
             "--id-jag-subject id_token is an ID token of the gateway's own login: give --login-issuer and its client",
         ),
         (GRANTING, "--id-jag-client-id is missing"),
-        ((*STDIO_GRANTING, "--id-jag-subject", "id_token"), "--id-jag-subject id_token is --upstream-token id-jag's"),
+        ((*STDIO_GRANTING, "--id-jag-subject", "id_token"), "is an ID token of the gateway's own login: give --login"),
         ((*GRANTING, *AT_SERVER, "--exchange-audience", "a"), "give --id-jag-issuer, not --exchange-audience"),
         ((*GRANTING, *AT_SERVER, "--id-jag-client-secret", "s3cr3t-value"), "never a flag"),
         (("--upstream", UPSTREAM, *VERIFIED, *AT_SERVER), "--id-jag-client-id is for --upstream-token id-jag"),

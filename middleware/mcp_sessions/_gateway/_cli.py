@@ -471,6 +471,7 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
     tools = _tools(args, auth)
     _stdio_only(args)
     upstream_token, exchange = _upstream_token(args, environ, auth, sessions)
+    id_tokens = None
     serves: Forwarding | StdioProcesses
     if args.stdio is not None:
         command = shlex.split(args.stdio)
@@ -480,6 +481,8 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
         # each process's uid put under the egress table's rules as it is taken
         egress = None if policy is None else EgressRules(policy)
         sandbox = replace(sandbox, grants=grants, edge=edge, egress=egress)
+        if exchange is not None and exchange.id_jag is not None:  # NAME=id-jag:ISSUER's subject
+            id_tokens = _id_tokens(args, environ, sessions)
         serves = StdioProcesses(
             command=tuple(command),
             processes=args.processes,
@@ -508,6 +511,7 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
         forwarded_allow_ips=forwarded,
         auth=auth,
         exchange=exchange,
+        id_tokens=id_tokens,
         tools=tools,
     )
 
@@ -546,8 +550,10 @@ def _served(server: ServerFlags, stdio: int, drain: float, environ: Mapping[str,
     if server.env:
         server.flags.pass_env = [*server.flags.pass_env, *server.env]
     mode = server.flags.upstream_token or environ.get("MCP_SESSIONS_UPSTREAM_TOKEN", "").strip()
-    if mode == "oauth":  # its sign-in pages and callback are the gateway's own paths, which no server's is
-        raise ValueError(f"{server.where}: upstream-token oauth is for a gateway of one server, not yet in a file")
+    subject = server.flags.id_jag_subject or environ.get("MCP_SESSIONS_ID_JAG_SUBJECT", "").strip()
+    if mode == "oauth" or subject == "id_token":  # their sign-in pages and callback are the gateway's own paths
+        what = "upstream-token oauth" if mode == "oauth" else "id-jag-subject id_token"
+        raise ValueError(f"{server.where}: {what} is for a gateway of one server, not yet in a file")
     try:
         config = configured(server.flags, own)
     except (ValueError, TypeError, RuntimeError, NetworkError, SandboxError) as exc:
@@ -844,11 +850,6 @@ def _upstream_token(
     exchange = TokenExchange(client=client, token_endpoint=endpoint, issuer=issuer, id_jag=granted)
     # for --process-env NAME=exchange:AUDIENCE (or id-jag:ISSUER) alone
     if mode is None:
-        if (_setting(args, environ, "subject", "id_jag") or "access_token") != "access_token":
-            raise ValueError(
-                "--id-jag-subject id_token is --upstream-token id-jag's: a process's NAME=id-jag: exchanges the "
-                "user's verified access token"
-            )
         return None, exchange
     audience = _setting(args, environ, "audience")
     resource = _setting(args, environ, "resource")

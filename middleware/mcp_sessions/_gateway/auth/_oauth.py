@@ -160,6 +160,19 @@ class SignInRequired(ExchangeRefused):
         missing: dict[str, object] = {"requiredCapabilities": {"elicitation": {"url": {}}}, "url": self.url}
         return error_answer(200, MISSING_CAPABILITY, text, "sign_in_required", request_id, data=missing)
 
+    async def answer_reading(self, scope: Scope, receive: Receive) -> Rejection:
+        """:meth:`answer_to` the request whose body ``receive`` still holds, read to at most 64 KiB (a longer one is
+        answered as one not read: the URL, with no id)."""
+        body = b""
+        while len(body) <= _MAX_BODY:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                return self.answer_to(body, scope)
+        return self.answer_to(None, scope)
+
 
 class GrantFailed(ExchangeRefused):
     """The user's grant could not be used: a server failed (502, 504), the store did (503), or the request names

@@ -60,12 +60,13 @@ from ..._wire import printable
 from ...sources import HostConversationSource
 from .._front import PEER, Peer
 from .._loader import loads_code
-from ._exchange import ExchangeRefused, Target, TokenExchange, id_jag_target, subject_token
+from ._exchange import ID_TOKEN_TYPE, ExchangeRefused, Target, TokenExchange, id_jag_target, subject_token
 from ._expiry import until_expiry
 
 if TYPE_CHECKING:
     from ..._session import Session
     from ...sources import CallView, RequestView
+    from ._oauth import IdTokens
 
 JWKS_TIMEOUT: Final = 5.0
 """The longest wait for the JWKS, per fetch."""
@@ -458,10 +459,17 @@ class Credentials(NamedTuple):
 class ProcessEnv:
     """``NAME=claim:CLAIM``, ``NAME=header:HEADER-NAME``, ``NAME=exchange:AUDIENCE`` and
     ``NAME=id-jag:ISSUER[,resource=URI][,scope=SCOPE]``: what a conversation's process gets of its request;
-    ``exchange`` and ``exchange_scope`` exchange its token for an audience (``exchange.id_jag``: by an ID-JAG)."""
+    ``exchange`` and ``exchange_scope`` exchange its token for an audience (``exchange.id_jag``: by an ID-JAG, whose
+    subject is the user's ID token kept by ``subject`` where it is given: a user with none is asked to sign in, and
+    the sign-in's routes are ``subject``'s to serve)."""
 
     def __init__(
-        self, specs: Collection[str] = (), *, exchange: TokenExchange | None = None, exchange_scope: str | None = None
+        self,
+        specs: Collection[str] = (),
+        *,
+        exchange: TokenExchange | None = None,
+        exchange_scope: str | None = None,
+        subject: IdTokens | None = None,
     ) -> None:
         self.sources: dict[str, tuple[str, str]] = {}
         self._id_jag: dict[str, Target] = {}
@@ -490,8 +498,11 @@ class ProcessEnv:
             if kind == "header":
                 key = key.lower()
             self.sources[name] = (kind, key)
+        if subject is not None and not self._id_jag:
+            raise ValueError("an ID token is the subject of an ID-JAG's exchange alone: give NAME=id-jag:ISSUER")
         self._exchange = exchange
         self._exchange_scope = exchange_scope
+        self.subject = subject
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
         """``app``, each of whose requests has its ``exchange:`` values exchanged first, in its scope (a refusal is
@@ -507,6 +518,11 @@ class ProcessEnv:
             try:
                 exchanged = await self._exchanged(scope, targets)
             except ExchangeRefused as refused:
+                if self.subject is not None:  # no ID token of hers kept: she signs in (its URL, in the request's era)
+                    from ._oauth import SignInRequired
+
+                    if isinstance(refused, SignInRequired):
+                        return await (await refused.answer_reading(scope, receive)).send(send)
                 return await refused.answer().send(send)
             if exchanged is not None:
                 scope[_EXCHANGED] = exchanged
@@ -522,8 +538,13 @@ class ProcessEnv:
         if subject is None:
             return None
         exchanged = {}
+        id_token = None
         for name, target in targets.items():
-            exchanged[name] = await self._exchange.token(subject, target)
+            if target.id_jag and self.subject is not None:
+                id_token = id_token or await self.subject.token_of(scope)
+                exchanged[name] = await self._exchange.token(id_token, target, ID_TOKEN_TYPE)
+            else:
+                exchanged[name] = await self._exchange.token(subject, target)
         return exchanged
 
     def of(self, scope: Scope | None) -> Credentials:
