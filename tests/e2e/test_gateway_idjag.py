@@ -436,7 +436,9 @@ def test_a_stdio_process_gets_its_user_s_token_of_the_api_s_authorization_server
     conversation's process gets its user's token of that server for that resource, by an ID-JAG exchanged for her
     ID token of the gateway's own login, which the stdio gateway asks her for by URL elicitation on its own sign-in
     routes (alice on 2026-07-28 at her call: an ``input_required`` result; bob on 2025-11-25 at his ``initialize``:
-    -32042); no token of any kind reaches the output. (The access token as the subject: ``test_gateway_masks``.)"""
+    -32042); her URL opened by bob keeps nothing for either; she lists and revokes her login at ``/oauth/grants``,
+    and is asked again. No token of any kind reaches the output. (The access token as the subject:
+    ``test_gateway_masks``.)"""
     idp, resource_server = servers
     spec = f"TOOLS_TOKEN=id-jag:{resource_server.url},resource={API},scope=tools.read"
     env = ("--process-env", spec, "--accept-shared-uid", "--id-jag-subject", "id_token", *logging_in(idp, keys))
@@ -449,6 +451,11 @@ def test_a_stdio_process_gets_its_user_s_token_of_the_api_s_authorization_server
         asked = result_of(call(front.url(), users["alice"], getenv), getenv["id"])["result"]
         assert asked["resultType"] == "input_required", asked
         (elicitation,) = asked["inputRequests"].values()
+        # bob at the URL made for alice: the IdP signs him in, and his ID token is kept for no one (the URL spent)
+        carried = signed_in("bob", elicitation["params"]["url"])
+        assert carried.status_code == 403 and "made for another user" in carried.text
+        asked = result_of(call(front.url(), users["alice"], getenv), getenv["id"])["result"]
+        (elicitation,) = asked["inputRequests"].values()
         assert signed_in("alice", elicitation["params"]["url"]).status_code == 200
         legacy = {**JSON_SSE, "Authorization": f"Bearer {users['bob']}"}
         refused = result_of(httpx.post(front.url(), json=initialize, headers=legacy, timeout=30), 1)["error"]
@@ -460,7 +467,18 @@ def test_a_stdio_process_gets_its_user_s_token_of_the_api_s_authorization_server
             answer = call(front.url(), token, GETENV)
             assert answer.status_code == 200, answer.text
             given[user] = result_of(answer, GETENV["id"])["result"]["structuredContent"]["result"]
+        exchanges = len(idp.asked)
+        # her login, at /oauth/grants: listed (no token), then revoked; her next call is asked to sign in again
+        grants = front.url().replace("/mcp", "/oauth/grants")
+        mine = {"Authorization": f"Bearer {users['alice']}"}
+        listed = httpx.get(grants, headers=mine, timeout=30)
+        assert listed.json()["grants"][0]["authorization_server"] == idp.url, listed.text
+        assert httpx.delete(grants, headers=mine, timeout=30).json() == {"revoked": [idp.url]}
+        again = result_of(call(front.url(), users["alice"], getenv), getenv["id"])["result"]
+        assert again["resultType"] == "input_required"
         output = front.stop().decode(errors="replace")
+    assert len(idp.asked) == exchanges  # nothing exchanged for her once she revoked her login
+    assert secrets_in(listed.text, *idp.id_tokens, *idp.refresh_tokens) == []
     assert idp.asked[-1]["scope"] == "tools.read" and idp.asked[-1]["resource"] == API
     assert idp.asked[-1]["subject_token_type"] == ID_TOKEN_TYPE
     for user, token in given.items():
