@@ -40,8 +40,9 @@ if TYPE_CHECKING:
 
     from ._file import ServerFlags
     from ._servers import Route, Servers
+    from .auth._client import ClientAuth
     from .auth._exchange import TokenExchange, UpstreamToken
-    from .auth._oauth import IdTokens, Login
+    from .auth._oauth import IdTokens, IssuerGrants, Login
     from .auth._tools import ToolPolicy
     from .auth._users import GatewayAuth
     from .sealed._network import EgressPolicy
@@ -471,7 +472,7 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
     tools = _tools(args, auth)
     _stdio_only(args)
     upstream_token, exchange = _upstream_token(args, environ, auth, sessions)
-    id_tokens = None
+    id_tokens = process_grants = None
     serves: Forwarding | StdioProcesses
     if args.stdio is not None:
         command = shlex.split(args.stdio)
@@ -483,6 +484,7 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
         sandbox = replace(sandbox, grants=grants, edge=edge, egress=egress)
         if exchange is not None and exchange.id_jag is not None:  # NAME=id-jag:ISSUER's subject
             id_tokens = _id_tokens(args, environ, sessions)
+        process_grants = _process_grants(args, environ, auth, sessions)
         serves = StdioProcesses(
             command=tuple(command),
             processes=args.processes,
@@ -512,6 +514,7 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
         auth=auth,
         exchange=exchange,
         id_tokens=id_tokens,
+        process_grants=process_grants,
         tools=tools,
     )
 
@@ -551,8 +554,10 @@ def _served(server: ServerFlags, stdio: int, drain: float, environ: Mapping[str,
         server.flags.pass_env = [*server.flags.pass_env, *server.env]
     mode = server.flags.upstream_token or environ.get("MCP_SESSIONS_UPSTREAM_TOKEN", "").strip()
     subject = server.flags.id_jag_subject or environ.get("MCP_SESSIONS_ID_JAG_SUBJECT", "").strip()
-    if mode == "oauth" or subject == "id_token":  # their sign-in pages and callback are the gateway's own paths
+    granted = any(spec.partition("=")[2].startswith("oauth:") for spec in server.flags.process_env)
+    if mode == "oauth" or subject == "id_token" or granted:  # their sign-in pages and callback: the gateway's paths
         what = "upstream-token oauth" if mode == "oauth" else "id-jag-subject id_token"
+        what = "process-env NAME=oauth:" if granted else what
         raise ValueError(f"{server.where}: {what} is for a gateway of one server, not yet in a file")
     try:
         config = configured(server.flags, own)
@@ -875,19 +880,12 @@ def _upstream_grants(
         raise ValueError(
             "--upstream-token oauth keeps each user's grant: give --auth-jwks (or --auth-principal-header)"
         )
-    oauth = dict(_oauth_client(args, environ, "oauth"))
+    client, client_id = _oauth_client_given(args, environ)
     login = _login(args, environ, "--upstream-token oauth confirms who opens a sign-in URL")
     callback = _callback(args, environ, "--upstream-token oauth")
-    from .auth._client import ClientAuth
     from .auth._kept import KeptGrants
     from .auth._oauth import UpstreamGrants
 
-    method = oauth.pop("method", None)
-    client_id = oauth.pop("client_id", None)
-    client = None
-    if any(oauth.values()) or method is not None:  # a confidential client, by its secret or key
-        client = ClientAuth.given("--oauth-client", method, client_id, **oauth)
-        client_id = None
     return UpstreamGrants(
         upstream=args.upstream[0],
         callback=callback,
@@ -897,6 +895,68 @@ def _upstream_grants(
         scope=_setting(args, environ, "scope", "oauth"),
         kept=KeptGrants(sessions.store, sessions.keys),
     )
+
+
+def _oauth_client_given(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[ClientAuth | None, str | None]:
+    """The gateway's client at a vendor's authorization server (``--oauth-client-*``): a confidential one, by its
+    secret or key; else its id alone (a public client); else neither (it registers, RFC 7591)."""
+    oauth = dict(_oauth_client(args, environ, "oauth"))
+    method = oauth.pop("method", None)
+    client_id = oauth.pop("client_id", None)
+    if not any(oauth.values()) and method is None:
+        return None, client_id
+    from .auth._client import ClientAuth
+
+    return ClientAuth.given("--oauth-client", method, client_id, **oauth), None
+
+
+def _process_grants(
+    args: argparse.Namespace, environ: Mapping[str, str], auth: GatewayAuth | None, sessions: SessionsConfig
+) -> dict[str, IssuerGrants] | None:
+    """``--process-env NAME=oauth:ISSUER[,resource=URI][,scope=SCOPE]``'s ``_oauth.IssuerGrants``, by name: each
+    user's own grant at ``ISSUER``, signed in through the gateway's own login (``--login-*``) and callback, kept in
+    the sessions' store, sealed with their keys; the gateway's client there the ``--oauth-client-*`` one (with one
+    such variable), else the one it registers (RFC 7591). ``None`` without any."""
+    specs = {}
+    for spec in args.process_env:
+        name, _, source = spec.partition("=")
+        kind, _, key = source.partition(":")
+        if kind == "oauth" and key:
+            specs[name] = key
+    if not specs:
+        return None
+    if auth is None:
+        raise ValueError(
+            "--process-env NAME=oauth: keeps each user's grant: give --auth-jwks (or --auth-principal-header)"
+        )
+    from .auth._exchange import id_jag_target
+
+    targets = {name: id_jag_target(key, f"--process-env {name}", "oauth") for name, key in specs.items()}
+    issuers = [target.audience for target in targets.values()]
+    if len(set(issuers)) < len(issuers):
+        raise ValueError("--process-env: one NAME=oauth: variable per authorization server")
+    client, client_id = _oauth_client_given(args, environ)
+    if (client or client_id) and len(specs) > 1:
+        raise ValueError("--oauth-client-* name the gateway's client at one server: with several oauth: it registers")
+    login = _login(args, environ, "--process-env NAME=oauth: confirms who opens a sign-in URL")
+    callback = _callback(args, environ, "--process-env NAME=oauth:")
+    from .auth._kept import KeptGrants
+    from .auth._oauth import IssuerGrants
+
+    kept = KeptGrants(sessions.store, sessions.keys)
+    return {
+        name: IssuerGrants(
+            issuer=str(target.audience),
+            resource=target.resource,
+            callback=callback,
+            login=login,
+            client=client,
+            client_id=client_id,
+            scope=target.scope,
+            kept=kept,
+        )
+        for name, target in targets.items()
+    }
 
 
 def _id_tokens(args: argparse.Namespace, environ: Mapping[str, str], sessions: SessionsConfig) -> IdTokens | None:

@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     import httpx
 
     from ._client import ClientAuth
-    from ._oauth import IdTokens, UpstreamGrants
+    from ._oauth import IdTokens, SignIns
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -105,20 +105,21 @@ class Target:
     id_jag: bool = False
 
 
-def id_jag_target(spec: str, flag: str) -> Target:
-    """The target of ``ISSUER[,resource=URI][,scope=SCOPE]`` (``--process-env NAME=id-jag:...``, named ``flag``);
-    ``ValueError`` in one line for another shape."""
+def id_jag_target(spec: str, flag: str, kind: str = "id-jag") -> Target:
+    """The target of ``ISSUER[,resource=URI][,scope=SCOPE]`` (``--process-env NAME=id-jag:...``, or ``oauth:...``
+    as ``kind`` says, named ``flag``); ``ValueError`` in one line for another shape."""
     issuer, *options = spec.split(",")
     given: dict[str, str] = {}
+    shape = f"{kind}:ISSUER[,resource=URI][,scope=SCOPE]"
     for option in options:
         name, equals, value = option.partition("=")
         if name not in ("resource", "scope") or not equals or not value or name in given:
-            raise ValueError(f"{flag}: give id-jag:ISSUER[,resource=URI][,scope=SCOPE], not id-jag:{spec!r}")
+            raise ValueError(f"{flag}: give {shape}, not {kind}:{spec!r}")
         given[name] = value
     for url in (issuer, given.get("resource")):
         if url is not None and (urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc):
-            raise ValueError(f"{flag}: {url!r} is not an http(s) URL (id-jag:ISSUER[,resource=URI][,scope=SCOPE])")
-    return Target(issuer, given.get("resource"), given.get("scope"), id_jag=True)
+            raise ValueError(f"{flag}: {url!r} is not an http(s) URL ({shape})")
+    return Target(issuer, given.get("resource"), given.get("scope"), id_jag=kind == "id-jag")
 
 
 class ExchangeRefused(Exception):
@@ -529,7 +530,11 @@ class UpstreamToken:
         self.target = target
         self._upstream = upstream
         self.subject = subject
-        self.signing_in: UpstreamGrants | None = subject
+        self.signing_in: SignIns | None = None
+        if subject is not None:
+            from ._oauth import SignIns
+
+            self.signing_in = SignIns([subject])
 
     async def _target(self) -> Target:
         """The target, its issuer and resource read from the upstream's metadata once if not given."""

@@ -276,7 +276,7 @@ class UpstreamGrants(UpstreamToken):
         timeout: float = TIMEOUT,
     ) -> None:
         super().__init__("oauth")
-        self.signing_in = self
+        self.signing_in = SignIns([self])
         for url in (upstream, callback, login.issuer):
             if urlsplit(url).scheme not in ("http", "https"):
                 raise ValueError(f"{url!r} is not an http(s) URL")
@@ -645,25 +645,7 @@ class UpstreamGrants(UpstreamToken):
         front: ``GET`` lists them (the server, the resource, whether it refreshes, never a token), ``DELETE``
         revokes them (at the server's revocation endpoint, RFC 7009, where it has one; then here and in the
         store), so that her next request asks her to sign in again."""
-
-        async def grants(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] != "http" or scope.get("path") != GRANTS_PATH:
-                return await app(scope, receive, send)
-            user = _user_of(scope)
-            try:
-                if user is None:
-                    answer = _json(401, {"error": "the request names no user"})
-                elif scope["method"] == "GET":
-                    answer = _json(200, {"grants": await self._listed(user)})
-                elif scope["method"] == "DELETE":
-                    answer = _json(200, {"revoked": await self._revoked(user)})
-                else:
-                    answer = _json(405, {"error": "GET lists your grants, DELETE revokes them"})
-            except ExchangeRefused as failed:
-                answer = _json(failed.status, {"error": failed.description})
-            await answer(send)
-
-        return grants
+        return SignIns([self]).serving_grants(app)
 
     async def _listed(self, user: User) -> list[dict[str, object]]:
         server = await self._found()
@@ -814,8 +796,9 @@ class UpstreamGrants(UpstreamToken):
             "state": state,
             "code_challenge": challenge,
             "code_challenge_method": "S256",
-            "resource": server.resource,
         }
+        if server.resource:
+            query["resource"] = server.resource
         if server.scope:
             query["scope"] = server.scope
         return _redirect(server.authorization_endpoint, query)
@@ -851,8 +834,9 @@ class UpstreamGrants(UpstreamToken):
             "code": code,
             "redirect_uri": self._callback,
             "code_verifier": leg.verifier,
-            "resource": server.resource,
         }
+        if server.resource:
+            form["resource"] = server.resource
         status, answer = await self._token_request(server, form)
         if status != 200 or not isinstance(answer, dict):
             logger.warning("mcp-sessions gateway: %s answered %d to a code", server.issuer, status)
@@ -985,6 +969,113 @@ class IdTokens(UpstreamGrants):
             raise SignInRequired(self._sign_in_url(key[0]), urlsplit(self._login.issuer).netloc)
         rotated = answer.get("refresh_token")
         return _id_token(id_token, claims, rotated if isinstance(rotated, str) and rotated else refresh)
+
+
+class IssuerGrants(UpstreamGrants):
+    """``--process-env NAME=oauth:ISSUER[,resource=URI][,scope=SCOPE]``: each user's own grant at the authorization
+    server ``issuer`` (read by RFC 8414, then OpenID Connect Discovery, once; PKCE's ``S256`` among its methods),
+    for ``resource`` (RFC 8707) and ``scope`` where given, for a stdio process's variable. Signed in, kept and
+    refreshed as :class:`UpstreamGrants`' are (see it): only the server is named, not found from an upstream."""
+
+    def __init__(
+        self,
+        *,
+        issuer: str,
+        resource: str | None,
+        callback: str,
+        login: Login,
+        client: ClientAuth | None = None,
+        client_id: str | None = None,
+        scope: str | None = None,
+        kept: KeptGrants | None = None,
+    ) -> None:
+        super().__init__(
+            upstream=issuer, callback=callback, login=login, client=client, client_id=client_id, scope=scope, kept=kept
+        )
+        self._resource = resource or ""
+
+    def _record(self, key: tuple[User, str]) -> str:
+        return f"{_who(key)}\0{self._resource}"  # the resource too: one server's grants for two are two
+
+    async def _found(self) -> _Server:
+        async with self._finding:
+            if self._server is None:
+                found = await self._metadata(self._upstream_url, oidc_first=False)
+                if "S256" not in (found.get("code_challenge_methods_supported") or []):
+                    raise _server_error(f"{self._upstream_url} does not say it takes PKCE's S256")
+                registration = found.get("registration_endpoint")
+                revocation = found.get("revocation_endpoint")
+                self._server = _Server(
+                    issuer=self._upstream_url,
+                    authorization_endpoint=_url_in(found, "authorization_endpoint"),
+                    token_endpoint=_url_in(found, "token_endpoint"),
+                    registration_endpoint=registration if isinstance(registration, str) else None,
+                    revocation_endpoint=revocation if isinstance(revocation, str) else None,
+                    resource=self._resource,
+                    scope=self._scope,
+                )
+        return self._server
+
+
+class SignIns:
+    """The sign-ins of one gateway (:class:`IdTokens`, :class:`IssuerGrants`), behind one pair of routes: a sign-in
+    URL goes to the one that made it, a callback to the one whose ``state`` it carries (an unknown one to the first,
+    which says so); ``/oauth/grants`` lists and revokes the user's grants at each."""
+
+    def __init__(self, each: list[UpstreamGrants]) -> None:
+        if not each:
+            raise ValueError("no sign-in to serve")
+        self.each = each
+
+    def wrap(self, app: ASGIApp) -> ASGIApp:
+        """``app`` behind the sign-ins' routes, each one's HTTP client closed as its lifespan ends."""
+        closing = app
+        for each in self.each:
+            closing = each.wrap(closing)  # a lifespan, or a request for none of the routes, goes through each
+        routes = [each.wrap(app) for each in self.each]
+
+        async def routed(scope: Scope, receive: Receive, send: Send) -> None:
+            path = scope.get("path", "") if scope["type"] == "http" else None
+            if path == CALLBACK_PATH or (path is not None and path.startswith(AUTHORIZE_PATH)):
+                return await routes[self._whose(scope, path)](scope, receive, send)
+            await closing(scope, receive, send)
+
+        return routed
+
+    def _whose(self, scope: Scope, path: str) -> int:
+        """Which sign-in made the URL ``path`` names, or the ``state`` its callback carries (none: the first)."""
+        if path == CALLBACK_PATH:
+            state = QueryParams(scope.get("query_string", b"").decode("latin-1")).get("state", "")
+            held = [state in each._logins or state in each._grantings for each in self.each]
+        else:
+            one_time = path.removeprefix(AUTHORIZE_PATH)
+            held = [one_time in each._urls for each in self.each]
+        return held.index(True) if True in held else 0
+
+    def serving_grants(self, app: ASGIApp) -> ASGIApp:
+        """``app`` with the user's grants at every sign-in's server at :data:`GRANTS_PATH`: ``GET`` lists them (the
+        server, the resource, whether it refreshes, never a token), ``DELETE`` revokes them (at each server's
+        revocation endpoint, RFC 7009, where it has one; then here and in the store), so that her next request asks
+        her to sign in again."""
+
+        async def grants(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http" or scope.get("path") != GRANTS_PATH:
+                return await app(scope, receive, send)
+            user = _user_of(scope)
+            try:
+                if user is None:
+                    answer = _json(401, {"error": "the request names no user"})
+                elif scope["method"] == "GET":
+                    answer = _json(200, {"grants": [g for each in self.each for g in await each._listed(user)]})
+                elif scope["method"] == "DELETE":
+                    answer = _json(200, {"revoked": [i for each in self.each for i in await each._revoked(user)]})
+                else:
+                    answer = _json(405, {"error": "GET lists your grants, DELETE revokes them"})
+            except ExchangeRefused as failed:
+                answer = _json(failed.status, {"error": failed.description})
+            await answer(send)
+
+        return grants
 
 
 _Answer = Any  # an awaitable page: called with send

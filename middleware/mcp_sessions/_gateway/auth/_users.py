@@ -36,7 +36,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final, NamedTuple
 
@@ -66,7 +66,7 @@ from ._expiry import until_expiry
 if TYPE_CHECKING:
     from ..._session import Session
     from ...sources import CallView, RequestView
-    from ._oauth import IdTokens
+    from ._oauth import IdTokens, IssuerGrants, SignIns
 
 JWKS_TIMEOUT: Final = 5.0
 """The longest wait for the JWKS, per fetch."""
@@ -470,6 +470,7 @@ class ProcessEnv:
         exchange: TokenExchange | None = None,
         exchange_scope: str | None = None,
         subject: IdTokens | None = None,
+        grants: Mapping[str, IssuerGrants] | None = None,
     ) -> None:
         self.sources: dict[str, tuple[str, str]] = {}
         self._id_jag: dict[str, Target] = {}
@@ -482,11 +483,13 @@ class ProcessEnv:
                 raise ValueError(f"--process-env: {name} tells the dynamic loader what to load: never a user's")
             if not _known_source(kind, key):
                 raise ValueError(
-                    f"--process-env {name}: give claim:CLAIM, header:HEADER-NAME, exchange:AUDIENCE or "
-                    f"id-jag:ISSUER[,resource=URI][,scope=SCOPE], not {source!r}"
+                    f"--process-env {name}: give claim:CLAIM, header:HEADER-NAME, exchange:AUDIENCE, "
+                    f"id-jag:ISSUER[,resource=URI][,scope=SCOPE] or oauth:ISSUER[,...], not {source!r}"
                 )
             if kind in ("exchange", "id-jag") and exchange is None:
                 raise ValueError(f"--process-env {name}: {kind}: needs the token exchange (--exchange-*)")
+            if kind == "oauth" and name not in (grants or {}):
+                raise ValueError(f"--process-env {name}: oauth: needs the gateway's own login (--login-*)")
             if kind == "id-jag":
                 assert exchange is not None
                 self._id_jag[name] = id_jag_target(key, f"--process-env {name}")
@@ -502,7 +505,14 @@ class ProcessEnv:
             raise ValueError("an ID token is the subject of an ID-JAG's exchange alone: give NAME=id-jag:ISSUER")
         self._exchange = exchange
         self._exchange_scope = exchange_scope
-        self.subject = subject
+        self._subject = subject
+        self._grants = {name: each for name, each in (grants or {}).items() if name in self.sources}
+        signing_in = [*([] if subject is None else [subject]), *self._grants.values()]
+        self.signing_in: SignIns | None = None
+        if signing_in:  # the sign-ins' routes, for the app to serve
+            from ._oauth import SignIns
+
+            self.signing_in = SignIns(signing_in)
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
         """``app``, each of whose requests has its ``exchange:`` values exchanged first, in its scope (a refusal is
@@ -515,10 +525,12 @@ class ProcessEnv:
                 targets[name] = Target(key, scope=self._exchange_scope)
 
         async def with_request(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http":
+                return await app(scope, receive, send)
             try:
                 exchanged = await self._exchanged(scope, targets)
             except ExchangeRefused as refused:
-                if self.subject is not None:  # no ID token of hers kept: she signs in (its URL, in the request's era)
+                if self.signing_in is not None:  # no grant of hers kept: she signs in (its URL, in the request's era)
                     from ._oauth import SignInRequired
 
                     if isinstance(refused, SignInRequired):
@@ -531,17 +543,16 @@ class ProcessEnv:
         return with_request
 
     async def _exchanged(self, scope: Scope, targets: dict[str, Target]) -> dict[str, str] | None:
-        """The request's ``exchange:`` values, by name; ``None`` when it has no token to exchange, or none is asked."""
-        if not targets or self._exchange is None:
-            return None
+        """The request's ``exchange:``, ``id-jag:`` and ``oauth:`` values, by name; ``None`` when it has no token to
+        exchange, or none is asked."""
+        exchanged = {name: await each.token_of(scope) for name, each in self._grants.items()}
         subject = subject_token(scope)
-        if subject is None:
-            return None
-        exchanged = {}
+        if not targets or self._exchange is None or subject is None:
+            return exchanged or None
         id_token = None
         for name, target in targets.items():
-            if target.id_jag and self.subject is not None:
-                id_token = id_token or await self.subject.token_of(scope)
+            if target.id_jag and self._subject is not None:
+                id_token = id_token or await self._subject.token_of(scope)
                 exchanged[name] = await self._exchange.token(id_token, target, ID_TOKEN_TYPE)
             else:
                 exchanged[name] = await self._exchange.token(subject, target)
@@ -589,7 +600,7 @@ class ProcessEnv:
         bound = {}
         for name, value in values.items():
             kind, _ = self.sources[name]
-            bound[name] = who if kind in ("exchange", "id-jag") else value
+            bound[name] = who if kind in ("exchange", "id-jag", "oauth") else value
         text = json.dumps(bound, sort_keys=True)
         return hashlib.sha256(text.encode()).digest()
 
@@ -597,7 +608,7 @@ class ProcessEnv:
 def _value(scope: Scope, kind: str, key: str, name: str) -> str | None:
     if kind == "header":
         value = Headers(scope=scope).get(key)
-    elif kind in ("exchange", "id-jag"):
+    elif kind in ("exchange", "id-jag", "oauth"):
         value = scope.get(_EXCHANGED, {}).get(name)
     else:
         user = scope.get("user")
@@ -617,6 +628,7 @@ def _missing(name: str, kind: str, key: str) -> MCPError:
         "header": f"the {key} header",
         "exchange": f"its bearer token exchanged for {key}",
         "id-jag": f"its bearer token exchanged for an ID-JAG, and that for a token of {key.split(',')[0]}",
+        "oauth": f"its user's own grant at {key.split(',')[0]}",
     }[kind]
     return MCPError(
         types.INVALID_REQUEST,
@@ -629,7 +641,7 @@ def _known_source(kind: str, key: str) -> bool:
     """Whether ``kind:key`` is a source: a claim or an audience named, or a header's name."""
     if kind == "header":
         return _HEADER_NAME.fullmatch(key) is not None
-    return kind in ("claim", "exchange", "id-jag") and bool(key)
+    return kind in ("claim", "exchange", "id-jag", "oauth") and bool(key)
 
 
 class FrontedConversations(HostConversationSource):
