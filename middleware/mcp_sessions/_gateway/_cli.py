@@ -240,7 +240,8 @@ def _auth_arguments(gateway: argparse.ArgumentParser) -> None:
         metavar="NAME=SOURCE",
         help="with --stdio: NAME in each conversation's process from claim:CLAIM (of its token), "
         "header:NAME (of the request that starts it), exchange:AUDIENCE or id-jag:ISSUER[,resource=URI][,scope=SCOPE] "
-        "(its token exchanged); repeat",
+        "(its token exchanged), or oauth:ISSUER[,resource=URI][,scope=SCOPE] (its user's own grant there, given once "
+        "through a sign-in URL); repeat",
     )
     users.add_argument(
         "--process-env-mask",
@@ -338,8 +339,9 @@ def _oauth_arguments(gateway: argparse.ArgumentParser) -> None:
     """``--upstream-token oauth``: the gateway's client at the upstream's authorization server, and at the team's
     IdP, where it confirms who opens a sign-in URL (``auth._oauth``)."""
     oauth = gateway.add_argument_group(
-        "each user's own grant at the upstream's authorization server (--upstream-token oauth; each also from its "
-        "MCP_SESSIONS_* variable; a client secret from its variable or a file, never a flag)"
+        "each user's own grant at the upstream's authorization server (--upstream-token oauth, or a process's "
+        "--process-env NAME=oauth:ISSUER), and her login for --id-jag-subject id_token; each also from its "
+        "MCP_SESSIONS_* variable; a client secret from its variable or a file, never a flag"
     )
     for group, whose in (("oauth", "the upstream's authorization server"), ("login", "the team's IdP")):
         for name, text in (
