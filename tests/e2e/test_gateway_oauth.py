@@ -186,29 +186,40 @@ def test_a_stdio_process_gets_its_user_s_own_token_at_an_authorization_server(st
     """``--process-env VENDOR_TOKEN=oauth:ISSUER,resource=URI``: each conversation's process gets its user's own
     access token at the vendor's authorization server, which she grants once through the stdio gateway's own
     sign-in routes (URL elicitation, the team's IdP login first, then the vendor's consent); two users, each her own
-    token; none reaches the gateway's output."""
+    token. A second variable at another vendor's server is asked for in turn, each URL and callback going to the
+    sign-in that made it; ``/oauth/grants`` lists both. No token reaches the gateway's output."""
+    other = Vendor(resource="https://api.other.example/")
     getenv = modern_request("tools/call", {"name": "getenv", "arguments": {"name": "VENDOR_TOKEN"}}, meta=URL_CAPABLE)
-    options = (
-        *("--stdio", f"{sys.executable} -m e2e._plain_stdio", "--accept-shared-uid", "--log-level", "debug"),
-        *("--auth-jwks", stand.idp.url + "/jwks.json", "--auth-issuer", stand.idp.url, "--auth-audience", "{url}"),
-        *("--login-issuer", stand.idp.url, "--login-client-id", LOGIN[0]),
-        *("--process-env", f"VENDOR_TOKEN=oauth:{stand.vendor_issuer},resource={stand.vendor.resource}"),
-    )
-    environ = {"PYTHONPATH": f"{MAIN}/middleware:{MAIN}/tests", "MCP_SESSIONS_LOGIN_CLIENT_SECRET": LOGIN[1]}
-    given = {}
-    with gateway_process([], *options, environ=environ) as front:
-        for user in ("carol", "dan"):
-            headers = {**modern_headers(getenv), "Authorization": f"Bearer {stand.idp.token_for(user, front.url())}"}
-            asked = result_of(httpx.post(front.url(), json=getenv, headers=headers, timeout=30), getenv["id"])
-            done = signed_in(user, asked_url(asked))
-            assert done.status_code == 200 and "You are signed in to" in done.text, done.text
-            answer = result_of(httpx.post(front.url(), json=getenv, headers=headers, timeout=30), getenv["id"])
-            given[user] = answer["result"]["structuredContent"]["result"]
-        output = front.stop().decode(errors="replace")
+    with serve(other.app()) as other_issuer:
+        options = (
+            *("--stdio", f"{sys.executable} -m e2e._plain_stdio", "--accept-shared-uid", "--log-level", "debug"),
+            *("--auth-jwks", stand.idp.url + "/jwks.json", "--auth-issuer", stand.idp.url, "--auth-audience", "{url}"),
+            *("--login-issuer", stand.idp.url, "--login-client-id", LOGIN[0]),
+            *("--process-env", f"VENDOR_TOKEN=oauth:{stand.vendor_issuer},resource={stand.vendor.resource}"),
+            *("--process-env", f"OTHER_TOKEN=oauth:{other_issuer},resource={other.resource}"),
+        )
+        environ = {"PYTHONPATH": f"{MAIN}/middleware:{MAIN}/tests", "MCP_SESSIONS_LOGIN_CLIENT_SECRET": LOGIN[1]}
+        given = {}
+        with gateway_process([], *options, environ=environ) as front:
+            for user in ("carol", "dan"):
+                token = stand.idp.token_for(user, front.url())
+                headers = {**modern_headers(getenv), "Authorization": f"Bearer {token}"}
+                for _ in range(2):  # one sign-in for each server
+                    asked = result_of(httpx.post(front.url(), json=getenv, headers=headers, timeout=30), getenv["id"])
+                    done = signed_in(user, asked_url(asked))
+                    assert done.status_code == 200 and "You are signed in to" in done.text, done.text
+                answer = result_of(httpx.post(front.url(), json=getenv, headers=headers, timeout=30), getenv["id"])
+                given[user] = answer["result"]["structuredContent"]["result"]
+            mine = {"Authorization": f"Bearer {token}"}
+            listed = httpx.get(front.url().replace("/mcp", "/oauth/grants"), headers=mine, timeout=30).json()
+            output = front.stop().decode(errors="replace")
+    assert {grant["authorization_server"] for grant in listed["grants"]} == {stand.vendor_issuer, other_issuer}
+    assert [grant for grant in other.grants.values() if grant] and other.counts["codes"] == 2
     for user, token in given.items():
         assert token in stand.vendor.issued
         assert (claims_of(token)["sub"], claims_of(token)["aud"]) == (user, stand.vendor.resource)
         assert token not in output
+    assert [token for token in other.issued if token in output] == []
     assert "code=" not in output
 
 

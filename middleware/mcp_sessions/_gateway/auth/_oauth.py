@@ -340,6 +340,11 @@ class UpstreamGrants(UpstreamToken):
         if grant is not None:
             grant.renew_at = 0.0
 
+    def holds(self, *, sign_in: str = "", state: str = "") -> bool:
+        """Whether this made the sign-in URL whose id is ``sign_in``, or a leg under way whose ``state`` is
+        ``state`` (:class:`SignIns` routes a browser by it)."""
+        return sign_in in self._urls or state in self._logins or state in self._grantings
+
     def _record(self, key: tuple[User, str]) -> str:
         """What names the user's grant at a server in the store (``_kept.record`` digests it)."""
         return _who(key)
@@ -1046,10 +1051,9 @@ class SignIns:
         """Which sign-in made the URL ``path`` names, or the ``state`` its callback carries (none: the first)."""
         if path == CALLBACK_PATH:
             state = QueryParams(scope.get("query_string", b"").decode("latin-1")).get("state", "")
-            held = [state in each._logins or state in each._grantings for each in self.each]
+            held = [each.holds(state=state) for each in self.each]
         else:
-            one_time = path.removeprefix(AUTHORIZE_PATH)
-            held = [one_time in each._urls for each in self.each]
+            held = [each.holds(sign_in=path.removeprefix(AUTHORIZE_PATH)) for each in self.each]
         return held.index(True) if True in held else 0
 
     def serving_grants(self, app: ASGIApp) -> ASGIApp:
