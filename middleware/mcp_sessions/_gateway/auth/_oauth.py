@@ -38,6 +38,11 @@ rotated it); a refresh refused (``invalid_grant``) drops the grant and asks her 
 sign in again. A 401 of the upstream's to her access token marks it for a refresh (:meth:`UpstreamGrants.refused`),
 and the proxy sends a request it holds whole once more (``http._proxy``).
 
+The same sign-in, kept and refreshed the same way, serves two more things: :class:`IdTokens`, its login leg alone,
+keeps each user's ID token of the gateway's own client as an ID-JAG's subject (``--id-jag-subject id_token``), and
+:class:`IssuerGrants` a grant at a server named, not found, for a stdio process's ``oauth:`` variable; a gateway's
+several sign-ins share one pair of routes (:class:`SignIns`).
+
 Every server here is a stranger: each answer read to at most :data:`MAX_ANSWER` bytes within :data:`TIMEOUT`
 seconds, no redirect followed, no cookie kept, no proxy variable read; an issued token goes into a header only
 when it is a bearer token's characters (RFC 6750 §2.1).

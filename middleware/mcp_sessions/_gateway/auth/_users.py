@@ -457,11 +457,12 @@ class Credentials(NamedTuple):
 
 
 class ProcessEnv:
-    """``NAME=claim:CLAIM``, ``NAME=header:HEADER-NAME``, ``NAME=exchange:AUDIENCE`` and
-    ``NAME=id-jag:ISSUER[,resource=URI][,scope=SCOPE]``: what a conversation's process gets of its request;
-    ``exchange`` and ``exchange_scope`` exchange its token for an audience (``exchange.id_jag``: by an ID-JAG, whose
-    subject is the user's ID token kept by ``subject`` where it is given: a user with none is asked to sign in, and
-    the sign-in's routes are ``subject``'s to serve)."""
+    """``NAME=claim:CLAIM``, ``NAME=header:HEADER-NAME``, ``NAME=exchange:AUDIENCE``,
+    ``NAME=id-jag:ISSUER[,resource=URI][,scope=SCOPE]`` and ``NAME=oauth:ISSUER[,...]``: what a conversation's
+    process gets of its request; ``exchange`` and ``exchange_scope`` exchange its token for an audience
+    (``exchange.id_jag``: by an ID-JAG, whose subject is the user's ID token kept by ``subject`` where it is given),
+    and ``grants`` (by name) hold each ``oauth:`` variable's user's own grant. A user with no ID token or grant kept
+    is asked to sign in, at the routes of :attr:`signing_in`, which the app serves."""
 
     def __init__(
         self,
