@@ -9,8 +9,13 @@ Each checks what the draft and RFC 7523 ask of the gateway, and refuses with RFC
   jwt-bearer, the assertion signed by the key the server holds for that client, ``iss`` = ``sub`` = the client id,
   ``aud`` the server's issuer or token endpoint, ``exp`` present and at most 5 minutes ahead, a ``jti`` never seen
   before (refused on reuse); no client secret, in the form or a header. Else ``invalid_client``.
-- the identity provider's token exchange (RFC 8693, the draft's §4.3): ``requested_token_type`` the ID-JAG's, the
-  user's access token of its own as ``subject_token`` (``invalid_grant`` else), an ``audience`` that is a resource
+- the identity provider's OpenID Connect login (its authorization endpoint signs in at once the user a browser names
+  in ``_vendor``'s ``X-Test-User`` header; its token endpoint checks the code's client, redirect URI and PKCE's
+  S256, and answers an ID token for that client, with the ``nonce``, and a refresh token when ``offline_access`` was
+  asked; a refresh token, rotated at each use, answers a new ID token; ``refreshes`` counts them).
+- the identity provider's token exchange (RFC 8693, the draft's §4.3): ``requested_token_type`` the ID-JAG's, as
+  ``subject_token`` the user's access token of its own, or an ID token of its own whose ``aud`` is the client that
+  asks (as Okta's Cross App Access takes it; ``invalid_grant`` else), an ``audience`` that is a resource
   authorization server it knows for that client (``invalid_target`` else), and no ``client_id`` of that server's
   sent beside the client's own. It issues the ID-JAG (§3): a JWT of header ``typ`` ``oauth-id-jag+jwt``, claims
   ``iss`` (itself), ``sub`` (the user), ``aud`` (the authorization server's issuer), ``client_id`` (the client's id
@@ -32,6 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import jwt
 from cryptography.hazmat.primitives import serialization
@@ -41,11 +47,12 @@ from mcp.server.auth.settings import AuthSettings
 from pydantic import AnyHttpUrl
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from conftest import serve
 from e2e._gateway import upstream_server
+from e2e._vendor import USER_HEADER, _challenge
 
 ID_JAG_JWT_TYPE = "oauth-id-jag+jwt"
 ID_JAG_TYPE = "urn:ietf:params:oauth:token-type:id-jag"
@@ -53,6 +60,7 @@ EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
+ID_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:id_token"
 ASSERTION_MOST = 300  # seconds: the longest-lived client assertion either server takes
 
 
@@ -130,6 +138,76 @@ class IdentityProvider(_Server):
     to the client's id there)."""
 
     records: dict[tuple[str, str], str] = field(default_factory=dict)
+    codes: dict[str, dict[str, str]] = field(default_factory=dict)
+    refresh_tokens: dict[str, tuple[str, str]] = field(default_factory=dict)  # each live one: its client and user
+    id_lifetime: int = 600
+    refreshes: int = 0
+    id_tokens: list[str] = field(default_factory=list)  # each it issued, in order
+
+    def routes(self, token: Any) -> list[Route]:
+        return [
+            *super().routes(token),
+            Route("/authorize", self.authorize),
+            Route("/.well-known/openid-configuration", self.metadata),
+        ]
+
+    def metadata(self, request: Request) -> Response:
+        grants = [EXCHANGE_GRANT, JWT_BEARER, "authorization_code", "refresh_token"]
+        return JSONResponse(
+            {
+                "issuer": self.url,
+                "authorization_endpoint": self.url + "/authorize",
+                "token_endpoint": self.url + "/token",
+                "jwks_uri": self.url + "/jwks.json",
+                "grant_types_supported": grants,
+                "code_challenge_methods_supported": ["S256"],
+            }
+        )
+
+    async def authorize(self, request: Request) -> Response:
+        query = dict(request.query_params)
+        user = request.headers.get(USER_HEADER)
+        if not user or query.get("client_id") not in self.clients or query.get("code_challenge_method") != "S256":
+            return _refused("invalid_request")
+        code = secrets.token_urlsafe(16)
+        self.codes[code] = {"user": user, **query}
+        back = {"code": code, "state": query["state"], "iss": self.url}
+        return RedirectResponse(f"{query['redirect_uri']}?{urlencode(back)}", 302)
+
+    def id_token(self, client: str, user: str, nonce: str | None = None) -> str:
+        """``user``'s ID token, issued to ``client``."""
+        now = int(time.time())
+        claims = {"iss": self.url, "sub": user, "aud": client, "iat": now, "exp": now + self.id_lifetime}
+        issued = self.signed(claims | ({"nonce": nonce} if nonce else {}))
+        self.id_tokens.append(issued)
+        return issued
+
+    def _signed_in(self, client: str, form: dict[str, str]) -> Response:
+        """The login's code (RFC 6749 §4.1.3, PKCE's S256), or a refresh token (rotated): an ID token for
+        ``client``."""
+        if form.get("grant_type") == "refresh_token":
+            held = self.refresh_tokens.pop(form.get("refresh_token", ""), None)
+            if held is None or held[0] != client:
+                return _refused("invalid_grant")
+            self.refreshes += 1
+            user, nonce, offline = held[1], None, True
+        else:
+            asked = self.codes.pop(form.get("code", ""), None)
+            if (
+                asked is None
+                or asked["client_id"] != client
+                or asked["redirect_uri"] != form.get("redirect_uri")
+                or asked["code_challenge"] != _challenge(form.get("code_verifier", ""))
+            ):
+                return _refused("invalid_grant")
+            user, nonce = asked["user"], asked.get("nonce")
+            offline = "offline_access" in asked.get("scope", "").split()
+        answer = {"access_token": secrets.token_urlsafe(16), "token_type": "Bearer", "expires_in": self.id_lifetime}
+        answer["id_token"] = self.id_token(client, user, nonce)
+        if offline:
+            answer["refresh_token"] = refresh = secrets.token_urlsafe(16)
+            self.refresh_tokens[refresh] = (client, user)
+        return JSONResponse(answer, headers={"cache-control": "no-store"})
 
     def login(self, user: str, audience: str, lifetime: int = 600) -> str:
         """``user``'s access token for ``audience`` (the gateway's URL)."""
@@ -142,18 +220,22 @@ class IdentityProvider(_Server):
         client = self.client(request, form)
         if client is None:
             return _refused("invalid_client", 401)
+        if form.get("grant_type") in ("authorization_code", "refresh_token"):
+            return self._signed_in(client, form)
         self.asked.append({n: v for n, v in form.items() if n not in ("subject_token", "client_assertion")})
         if form.get("grant_type") != EXCHANGE_GRANT or form.get("requested_token_type") != ID_JAG_TYPE:
             return _refused("unsupported_grant_type")
-        if form.get("subject_token_type") != ACCESS_TOKEN_TYPE or set(form) - _EXCHANGE_FORM:
+        kind = form.get("subject_token_type")
+        if kind not in (ACCESS_TOKEN_TYPE, ID_TOKEN_TYPE) or set(form) - _EXCHANGE_FORM:
             return _refused("invalid_request")
-        try:
+        try:  # an ID token must have been issued to the client that asks (the draft's §4.3, Okta's XAA)
             user = jwt.decode(
                 form.get("subject_token", ""),
                 self.key.public_key(),
                 ["RS256"],
                 issuer=self.url,
-                options={"verify_aud": False, "require": ["exp", "sub"]},
+                audience=client if kind == ID_TOKEN_TYPE else None,
+                options={"verify_aud": kind == ID_TOKEN_TYPE, "require": ["exp", "sub"]},
             )
         except jwt.PyJWTError:
             return _refused("invalid_grant")

@@ -18,6 +18,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,19 +34,21 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from _mcp import modern_headers, modern_request
+from _mcp import CLIENT_CAPABILITIES_KEY, legacy_request, modern_headers, modern_request
 from conftest import asgi_client, serve
-from e2e._gateway import MAIN, SECRET, Process, gateway_process, main_run, result_of
+from e2e._gateway import JSON_SSE, MAIN, SECRET, Process, gateway_process, main_run, result_of
 from e2e._idjag import (
     ACCESS_TOKEN_TYPE,
     ID_JAG_JWT_TYPE,
     ID_JAG_TYPE,
+    ID_TOKEN_TYPE,
     IdentityProvider,
     ResourceServer,
     key_file,
     serving,
     upstream,
 )
+from e2e._vendor import USER_HEADER
 from mcp_sessions import SessionsConfig, gateway_app
 from mcp_sessions._gateway._keys import private_key
 from mcp_sessions._gateway.auth._client import ClientAuth
@@ -63,6 +66,7 @@ GETENV = modern_request("tools/call", {"name": "getenv", "arguments": {"name": "
 SERVER = f"{sys.executable} -m e2e._plain_stdio"
 API = "https://api.tools.example/"  # a stdio process's API: the resource its token is for
 _JWT = re.compile(r"eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
+URL_CAPABLE: dict[str, Any] = {CLIENT_CAPABILITIES_KEY: {"elicitation": {"url": {}}}}
 AUDIENCE = "http://gateway/mcp"  # the in-process gateway's: its users' tokens are for it
 
 
@@ -222,6 +226,9 @@ async def test_the_id_jag_is_what_the_draft_says_and_used_once(
         first = await http.post(endpoint, data=grant | sent.data)
         again = await http.post(endpoint, data=grant | at_as.request(resource_server.url).data)
         replayed = await http.post(endpoint, data=grant | sent.data)
+        # an ID token as the subject: one issued to the client that asks, not to another (Okta's XAA)
+        elsewhere = form | {"subject_token": idp.id_token("another-app", "alice"), "subject_token_type": ID_TOKEN_TYPE}
+        not_its = await http.post(idp.url + "/token", data=elsewhere | at_idp.request(idp.url).data)
     assert (answer["issued_token_type"], answer["token_type"]) == (ID_JAG_TYPE, "N_A")
     assert jwt.get_unverified_header(issued)["typ"] == ID_JAG_JWT_TYPE
     read = jwt.decode(issued, idp.key.public_key(), ["RS256"], audience=resource_server.url, issuer=idp.url)
@@ -237,6 +244,7 @@ async def test_the_id_jag_is_what_the_draft_says_and_used_once(
     assert claims(first.json()["access_token"])["aud"] == "https://tools.example/mcp"
     assert (again.status_code, again.json()["error"]) == (400, "invalid_grant")  # the ID-JAG again
     assert (replayed.status_code, replayed.json()["error"]) == (401, "invalid_client")  # the assertion again
+    assert (not_its.status_code, not_its.json()["error"]) == (400, "invalid_grant")
 
 
 async def test_one_user_s_concurrent_first_calls_make_one_exchange_and_one_grant(
@@ -424,24 +432,132 @@ async def test_an_identity_provider_that_issues_no_id_jag_is_a_502_and_nothing_g
 def test_a_stdio_process_gets_its_user_s_token_of_the_api_s_authorization_server(
     servers: tuple[IdentityProvider, ResourceServer], keys: dict[str, Path]
 ) -> None:
-    """``--process-env TOOLS_TOKEN=id-jag:ISSUER,resource=URI,scope=...``: each conversation's process gets its
-    user's token of that server for that resource, by an ID-JAG; neither it nor the user's reaches the output."""
+    """``--process-env TOOLS_TOKEN=id-jag:ISSUER,resource=URI,scope=...`` with ``--id-jag-subject id_token``: each
+    conversation's process gets its user's token of that server for that resource, by an ID-JAG exchanged for her
+    ID token of the gateway's own login, which the stdio gateway asks her for by URL elicitation on its own sign-in
+    routes (alice on 2026-07-28 at her call: an ``input_required`` result; bob on 2025-11-25 at his ``initialize``:
+    -32042); her URL opened by bob keeps nothing for either; she lists and revokes her login at ``/oauth/grants``,
+    and is asked again. No token of any kind reaches the output. (The access token as the subject:
+    ``test_gateway_masks``.)"""
     idp, resource_server = servers
     spec = f"TOOLS_TOKEN=id-jag:{resource_server.url},resource={API},scope=tools.read"
-    env = ("--process-env", spec, "--accept-shared-uid")
+    env = ("--process-env", spec, "--accept-shared-uid", "--id-jag-subject", "id_token", *logging_in(idp, keys))
+    getenv = modern_request("tools/call", {"name": "getenv", "arguments": {"name": "TOOLS_TOKEN"}}, meta=URL_CAPABLE)
+    begun = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}
+    initialize = legacy_request("initialize", begun)
     given = {}
     with gateway("--stdio", SERVER, *env, *verifying(idp), *keyed(keys)) as front:
         users = {user: idp.login(user, front.url()) for user in ("alice", "bob")}
+        asked = result_of(call(front.url(), users["alice"], getenv), getenv["id"])["result"]
+        assert asked["resultType"] == "input_required", asked
+        (elicitation,) = asked["inputRequests"].values()
+        # bob at the URL made for alice: the IdP signs him in, and his ID token is kept for no one (the URL spent)
+        carried = signed_in("bob", elicitation["params"]["url"])
+        assert carried.status_code == 403 and "made for another user" in carried.text
+        asked = result_of(call(front.url(), users["alice"], getenv), getenv["id"])["result"]
+        (elicitation,) = asked["inputRequests"].values()
+        assert signed_in("alice", elicitation["params"]["url"]).status_code == 200
+        legacy = {**JSON_SSE, "Authorization": f"Bearer {users['bob']}"}
+        refused = result_of(httpx.post(front.url(), json=initialize, headers=legacy, timeout=30), 1)["error"]
+        assert refused["code"] == -32042
+        (elicitation,) = refused["data"]["elicitations"]
+        assert signed_in("bob", elicitation["url"]).status_code == 200
+        assert "result" in result_of(httpx.post(front.url(), json=initialize, headers=legacy, timeout=30), 1)
         for user, token in users.items():
             answer = call(front.url(), token, GETENV)
             assert answer.status_code == 200, answer.text
             given[user] = result_of(answer, GETENV["id"])["result"]["structuredContent"]["result"]
+        exchanges = len(idp.asked)
+        # her login, at /oauth/grants: listed (no token), then revoked; her next call is asked to sign in again
+        grants = front.url().replace("/mcp", "/oauth/grants")
+        mine = {"Authorization": f"Bearer {users['alice']}"}
+        listed = httpx.get(grants, headers=mine, timeout=30)
+        assert listed.json()["grants"][0]["authorization_server"] == idp.url, listed.text
+        assert httpx.delete(grants, headers=mine, timeout=30).json() == {"revoked": [idp.url]}
+        again = result_of(call(front.url(), users["alice"], getenv), getenv["id"])["result"]
+        assert again["resultType"] == "input_required"
         output = front.stop().decode(errors="replace")
+    assert len(idp.asked) == exchanges  # nothing exchanged for her once she revoked her login
+    assert secrets_in(listed.text, *idp.id_tokens, *idp.refresh_tokens) == []
     assert idp.asked[-1]["scope"] == "tools.read" and idp.asked[-1]["resource"] == API
+    assert idp.asked[-1]["subject_token_type"] == ID_TOKEN_TYPE
     for user, token in given.items():
         assert token in resource_server.issued
         assert (claims(token)["sub"], claims(token)["aud"], claims(token)["scope"]) == (user, API, "tools.read")
-    assert secrets_in(output, *users.values(), *given.values()) == []
+    assert secrets_in(output, *users.values(), *given.values(), *idp.id_tokens) == []
+
+
+def logging_in(idp: IdentityProvider, keys: dict[str, Path]) -> tuple[str, ...]:
+    """The gateway's own login at the identity provider: its client there, by its key (the exchange's: an ID token's
+    ``aud`` must be the client that exchanges it)."""
+    return (
+        *("--login-issuer", idp.url, "--login-client-id", AT_IDP),
+        *("--login-client-auth", "private_key_jwt", "--login-client-key-file", str(keys[AT_IDP])),
+    )
+
+
+def signed_in(user: str, url: str) -> httpx.Response:
+    """``user``'s headless browser opens the sign-in ``url``, following every redirect (the IdP signs her in at
+    once): the last page."""
+    with httpx.Client(follow_redirects=True, headers={USER_HEADER: user}, timeout=30) as browser:
+        return browser.get(url)
+
+
+def test_the_subject_is_her_id_token_from_the_gateway_s_own_login_asked_for_by_url_elicitation(
+    servers: tuple[IdentityProvider, ResourceServer], keys: dict[str, Path]
+) -> None:
+    """``--id-jag-subject id_token``, the recipe's gateway with its login at the identity provider (the same client,
+    by its key): alice on 2026-07-28 (an ``input_required`` result carrying ``elicitation/create`` in URL mode) and
+    bob on 2025-11-25 (``URLElicitationRequiredError``, -32042) are asked to sign in; each opens the URL, the IdP
+    signs her in, the page says so; her retry reaches the upstream with her own token of its server, by an ID-JAG
+    exchanged for her ID token (``subject_token_type`` id_token; the stand-in takes only one issued to the client
+    that asks). Her ID token, once due, is refreshed with the IdP's refresh token, and the next call exchanges the
+    new one. No token, nor the sign-in's code, reaches the output or a page."""
+    idp, resource_server = servers
+    login = ("--id-jag-subject", "id_token", *logging_in(idp, keys))
+    capable = modern_request("tools/call", {"name": "seen", "arguments": {}}, meta=URL_CAPABLE)
+    legacy = legacy_request("tools/call", {"name": "seen", "arguments": {}}, id=7)
+    idp.id_lifetime = 4  # renewed 2 s after it was issued
+    try:
+        with upstream(resource_server) as mcp, gateway(*recipe_command(idp, mcp, keys), *login) as front:
+            alice, bob = (idp.login(user, front.url()) for user in ("alice", "bob"))
+            asked = result_of(call(front.url(), alice, capable), capable["id"])["result"]
+            assert asked["resultType"] == "input_required", asked
+            (elicitation,) = asked["inputRequests"].values()
+            assert (elicitation["method"], elicitation["params"]["mode"]) == ("elicitation/create", "url")
+            page = signed_in("alice", elicitation["params"]["url"])
+            assert page.status_code == 200 and "You are signed in at" in page.text
+            for_alice = seen_token(call(front.url(), alice))
+            assert idp.asked[-1]["subject_token_type"] == ID_TOKEN_TYPE
+            assert idp.asked[-1]["client_id"] == AT_IDP
+
+            headers = {**JSON_SSE, "MCP-Protocol-Version": "2025-11-25", "Authorization": f"Bearer {bob}"}
+            refused = result_of(httpx.post(front.url(), json=legacy, headers=headers, timeout=30), 7)["error"]
+            assert refused["code"] == -32042
+            (elicitation,) = refused["data"]["elicitations"]
+            assert signed_in("bob", elicitation["url"]).status_code == 200
+            answer = httpx.post(front.url(), json=legacy, headers=headers, timeout=30)
+            for_bob = json.loads(result_of(answer, 7)["result"]["content"][0]["text"])["headers"]["authorization"]
+
+            refreshes = idp.refreshes
+            # renewed half way to its exp (of a whole second: 3 to 4 s ahead), so by 1 s before it; bob's is the
+            # later, alice's due by then too
+            due = claims(idp.id_tokens[-1])["exp"] - 1
+            for _ in range(200):  # at most 4 s
+                if time.time() > due:
+                    break
+                time.sleep(0.02)
+            again = seen_token(call(front.url(), alice))
+            output = front.stop().decode(errors="replace")
+    finally:
+        idp.id_lifetime = 600
+    assert idp.refreshes == refreshes + 1  # hers, once: bob's waits for his next call
+    assert again != for_alice and again in resource_server.issued
+    for token, user in ((for_alice, "alice"), (again, "alice"), (for_bob.removeprefix("Bearer "), "bob")):
+        assert (claims(token)["sub"], claims(token)["aud"], claims(token)["iss"]) == (user, mcp, resource_server.url)
+    assert "code=" not in output
+    assert secrets_in(output, alice, bob, for_alice, again, *idp.id_tokens, *idp.refresh_tokens) == []
+    assert secrets_in(page.text, *idp.id_tokens) == []
 
 
 ISSUER = "https://tools-login.example"
@@ -457,8 +573,12 @@ GRANTING = ("--upstream", UPSTREAM, "--upstream-token", "id-jag", *VERIFIED, *AS
 @pytest.mark.parametrize(
     ("arguments", "says"),
     [
-        ((*GRANTING, "--id-jag-subject", "id_token", *AT_SERVER), "the gateway holds no ID token of its users"),
+        (
+            (*GRANTING, "--id-jag-subject", "id_token", *AT_SERVER),
+            "--id-jag-subject id_token is an ID token of the gateway's own login: give --login-issuer and its client",
+        ),
         (GRANTING, "--id-jag-client-id is missing"),
+        ((*STDIO_GRANTING, "--id-jag-subject", "id_token"), "is an ID token of the gateway's own login: give --login"),
         ((*GRANTING, *AT_SERVER, "--exchange-audience", "a"), "give --id-jag-issuer, not --exchange-audience"),
         ((*GRANTING, *AT_SERVER, "--id-jag-client-secret", "s3cr3t-value"), "never a flag"),
         (("--upstream", UPSTREAM, *VERIFIED, *AT_SERVER), "--id-jag-client-id is for --upstream-token id-jag"),

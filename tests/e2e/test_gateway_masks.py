@@ -30,12 +30,12 @@ import jwt
 import pytest
 
 from _authorities import taken_leaf
-from _mcp import ModernClient
+from _mcp import CLIENT_CAPABILITIES_KEY, ModernClient, modern_request
 from _redis import free_port, missing
 from _uids import members, uids
 from _waits import WITHIN, until
-from conftest import SECRET
-from e2e import _idjag, _sealed
+from conftest import SECRET, serve
+from e2e import _idjag, _sealed, _vendor
 from e2e._authorization import GATEWAY, authorization_server, login
 from e2e._dns import elsewhere, resolver
 from e2e._gateway import CACHE, NODE22, for_every_uid, gateway_run, installed, readable_directory
@@ -706,6 +706,7 @@ def serving(context: ssl.SSLContext, address: str) -> Iterator[int]:
         thread.join(timeout=30)
 
 
+URL_CAPABLE: dict[str, Any] = {CLIENT_CAPABILITIES_KEY: {"elicitation": {"url": {}}}}
 EXCHANGED = "https://api.test/"  # the audience the gateway exchanges a user's token for: the stand-in API
 LIFETIME = 16  # seconds a token of the authorization server lives: an exchanged one is renewed after 8
 
@@ -773,8 +774,11 @@ def test_a_masked_id_jag_token_reaches_the_api_and_the_process_holds_the_placeho
     """``id-jag:`` masked, against the ID-JAG stand-ins (``_idjag``): the gateway exchanges the user's token at the
     identity provider for an ID-JAG, and that at the API's authorization server for its token for the API, by its
     keys at both; the process holds a placeholder of that token's shape, and the API gets the token through the
-    proxy, found nowhere in the process."""
+    proxy, found nowhere in the process. Beside it, ``oauth:`` masked, against ``_vendor``'s authorization server:
+    the user grants the gateway access there once (URL elicitation, her login at the identity provider first), and
+    her own token of that server reaches the API through the proxy, the process holding its placeholder."""
     ports = stand_in.ports
+    vendor = _vendor.Vendor(resource=EXCHANGED)
     idp, api_server = _idjag.IdentityProvider(), _idjag.ResourceServer()
     idp.clients["gateway"] = _idjag.key_file(tmp_path / "idp.key")
     api_server.clients["gateway-at-api"] = _idjag.key_file(tmp_path / "api.key")
@@ -782,6 +786,7 @@ def test_a_masked_id_jag_token_reaches_the_api_and_the_process_holds_the_placeho
     with contextlib.ExitStack() as stack:
         stack.enter_context(_idjag.serving(idp))
         stack.enter_context(_idjag.serving(api_server))
+        vendor_url = stack.enter_context(serve(vendor.app()))
         idp.records[("gateway", api_server.url)] = "gateway-at-api"
         options = (
             *("--auth-jwks", f"{idp.url}/jwks.json", "--auth-issuer", idp.url, "--auth-audience", "{url}"),
@@ -792,6 +797,10 @@ def test_a_masked_id_jag_token_reaches_the_api_and_the_process_holds_the_placeho
             *("--processes", "per-conversation", "--process-uids", uids(498, 2)),
             *("--process-env", f"API_TOKEN=id-jag:{api_server.url},resource={EXCHANGED}"),
             *("--process-env-mask", f"API_TOKEN={API}:{ports[0]}"),
+            *("--login-issuer", idp.url, "--login-client-id", "gateway", "--login-client-auth", "private_key_jwt"),
+            *("--login-client-key-file", str(tmp_path / "idp.key")),
+            *("--process-env", f"VENDOR_TOKEN=oauth:{vendor_url},resource={EXCHANGED}"),
+            *("--process-env-mask", f"VENDOR_TOKEN={API}:{ports[0]}"),
         )
         environ = {"MCP_SESSIONS_SECRET": SECRET, "SSL_CERT_FILE": stand_in.authority}
         command = f"/usr/bin/python3 {stand_in.server}"
@@ -799,18 +808,27 @@ def test_a_masked_id_jag_token_reaches_the_api_and_the_process_holds_the_placeho
         alice = idp.login("alice", f"http://127.0.0.1:{front.port}/mcp")
         http = stack.enter_context(httpx.Client(timeout=60, headers={"Authorization": f"Bearer {alice}"}))
         mcp = ModernClient(http, f"http://127.0.0.1:{front.port}")
+        asked = mcp.post(modern_request("tools/call", {"name": "env", "arguments": {}}, meta=URL_CAPABLE)).json()
+        (sign_in,) = asked["result"]["inputRequests"].values()
+        with httpx.Client(follow_redirects=True, headers={_vendor.USER_HEADER: "alice"}, timeout=60) as browser:
+            assert "You are signed in to" in browser.get(sign_in["params"]["url"]).text
         session = mcp.create_session()
-        placeholder = _sealed.text(_sealed.call(mcp, "env", session, variable="API_TOKEN"))
-        curl = ("curl", "-sS", "-H", f"Authorization: Bearer {placeholder}", f"https://{API}:{ports[0]}/unechoed")
-        assert ran(mcp, session, *curl)["out"] == "{}"
-        got = [each for each in seen(stand_in.world, ports[0], stand_in.authority) if each.startswith("Bearer ")]
-        token = got[-1].removeprefix("Bearer ")
-        found = searched(mcp, session, token)
+        tokens = []
+        for variable in ("API_TOKEN", "VENDOR_TOKEN"):
+            placeholder = _sealed.text(_sealed.call(mcp, "env", session, variable=variable))
+            curl = ("curl", "-sS", "-H", f"Authorization: Bearer {placeholder}", f"https://{API}:{ports[0]}/unechoed")
+            assert ran(mcp, session, *curl)["out"] == "{}"
+            got = [each for each in seen(stand_in.world, ports[0], stand_in.authority) if each.startswith("Bearer ")]
+            tokens.append((placeholder, got[-1].removeprefix("Bearer ")))
+        found = [searched(mcp, session, token) for _, token in tokens]
+    (placeholder, token), (vendor_placeholder, vendor_token) = tokens
+    assert vendor_token in vendor.issued and vendor_placeholder != vendor_token
+    assert jwt.decode(vendor_token, options={"verify_signature": False})["sub"] == "alice"
     assert api_server.issued == [token]  # the API's authorization server's, for alice, by one ID-JAG
     assert placeholder != token and len(placeholder) == len(token)
     claims = jwt.decode(token, options={"verify_signature": False})
     assert (claims["iss"], claims["sub"], claims["aud"]) == (api_server.url, "alice", EXCHANGED)
-    assert found == []  # not in its environment, its memory, nor its files
+    assert found == [[], []]  # neither in its environment, its memory, nor its files
 
 
 def test_a_killed_gateway_s_certificates_are_removed_as_the_next_gateway_starts() -> None:

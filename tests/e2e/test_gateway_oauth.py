@@ -35,7 +35,7 @@ from starlette.routing import Route
 from _mcp import CLIENT_CAPABILITIES_KEY, legacy_request, modern_headers, modern_request
 from _redis import free_port
 from conftest import asgi_client, serve
-from e2e._gateway import JSON_SSE, SECRET, Process, main_run, result_of
+from e2e._gateway import JSON_SSE, MAIN, SECRET, Process, gateway_process, main_run, result_of
 from e2e._stdio import text_of
 from e2e._vendor import USER_HEADER, Idp, Vendor, vendor_server
 from mcp_sessions import KeySet, SessionsConfig, gateway_app
@@ -61,6 +61,7 @@ class Stand:
     store: Path
     exits: contextlib.ExitStack
     gateway: Process = field(init=False)
+    vendor_issuer: str = ""
 
     def start(self, keys: str) -> str:
         """A gateway with the key set ``keys`` (``MCP_SESSIONS_KEYS``), on the store, under
@@ -94,7 +95,7 @@ def stand(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stand]:
         idp.url = exits.enter_context(serve(idp.app()))
         vendor_url = exits.enter_context(serve(vendor.app()))
         vendor.resource = exits.enter_context(serve(vendor_server(vendor, vendor_url))) + "/mcp"
-        built = Stand(idp, vendor, store, exits)
+        built = Stand(idp, vendor, store, exits, vendor_issuer=vendor_url)
         built.start(OLD_KEY)
         yield built
 
@@ -179,6 +180,47 @@ def test_two_users_sign_in_once_through_url_elicitation_and_reach_the_vendor_as_
     for token in (alice["token"], bob["token"], *stand.vendor.refreshes):
         assert token not in output
         assert token not in done.text
+
+
+def test_a_stdio_process_gets_its_user_s_own_token_at_an_authorization_server(stand: Stand) -> None:
+    """``--process-env VENDOR_TOKEN=oauth:ISSUER,resource=URI``: each conversation's process gets its user's own
+    access token at the vendor's authorization server, which she grants once through the stdio gateway's own
+    sign-in routes (URL elicitation, the team's IdP login first, then the vendor's consent); two users, each her own
+    token. A second variable at another vendor's server is asked for in turn, each URL and callback going to the
+    sign-in that made it; ``/oauth/grants`` lists both. No token reaches the gateway's output."""
+    other = Vendor(resource="https://api.other.example/")
+    getenv = modern_request("tools/call", {"name": "getenv", "arguments": {"name": "VENDOR_TOKEN"}}, meta=URL_CAPABLE)
+    with serve(other.app()) as other_issuer:
+        options = (
+            *("--stdio", f"{sys.executable} -m e2e._plain_stdio", "--accept-shared-uid", "--log-level", "debug"),
+            *("--auth-jwks", stand.idp.url + "/jwks.json", "--auth-issuer", stand.idp.url, "--auth-audience", "{url}"),
+            *("--login-issuer", stand.idp.url, "--login-client-id", LOGIN[0]),
+            *("--process-env", f"VENDOR_TOKEN=oauth:{stand.vendor_issuer},resource={stand.vendor.resource}"),
+            *("--process-env", f"OTHER_TOKEN=oauth:{other_issuer},resource={other.resource}"),
+        )
+        environ = {"PYTHONPATH": f"{MAIN}/middleware:{MAIN}/tests", "MCP_SESSIONS_LOGIN_CLIENT_SECRET": LOGIN[1]}
+        given = {}
+        with gateway_process([], *options, environ=environ) as front:
+            for user in ("carol", "dan"):
+                token = stand.idp.token_for(user, front.url())
+                headers = {**modern_headers(getenv), "Authorization": f"Bearer {token}"}
+                for _ in range(2):  # one sign-in for each server
+                    asked = result_of(httpx.post(front.url(), json=getenv, headers=headers, timeout=30), getenv["id"])
+                    done = signed_in(user, asked_url(asked))
+                    assert done.status_code == 200 and "You are signed in to" in done.text, done.text
+                answer = result_of(httpx.post(front.url(), json=getenv, headers=headers, timeout=30), getenv["id"])
+                given[user] = answer["result"]["structuredContent"]["result"]
+            mine = {"Authorization": f"Bearer {token}"}
+            listed = httpx.get(front.url().replace("/mcp", "/oauth/grants"), headers=mine, timeout=30).json()
+            output = front.stop().decode(errors="replace")
+    assert {grant["authorization_server"] for grant in listed["grants"]} == {stand.vendor_issuer, other_issuer}
+    assert [grant for grant in other.grants.values() if grant] and other.counts["codes"] == 2
+    for user, token in given.items():
+        assert token in stand.vendor.issued
+        assert (claims_of(token)["sub"], claims_of(token)["aud"]) == (user, stand.vendor.resource)
+        assert token not in output
+    assert [token for token in other.issued if token in output] == []
+    assert "code=" not in output
 
 
 @pytest.mark.anyio
@@ -658,6 +700,8 @@ UPSTREAM = "https://vendor.example/mcp"
 VERIFYING = ("--auth-jwks", "http://127.0.0.1:9/k", "--auth-issuer", "http://127.0.0.1:9", "--auth-audience")
 OAUTH = ("--upstream", UPSTREAM, "--upstream-token", "oauth")
 LOGGING_IN = ("--login-issuer", "http://127.0.0.1:9", "--login-client-id", "g")
+STDIO = ("--stdio", "true", "--accept-shared-uid", "--process-containment", "none")
+VENDOR_ENV = ("--process-env", "V=oauth:https://as.example,resource=https://api.example/")
 
 
 @pytest.mark.parametrize(
@@ -681,6 +725,16 @@ LOGGING_IN = ("--login-issuer", "http://127.0.0.1:9", "--login-client-id", "g")
         (
             (*OAUTH, *VERIFYING, "https://gw.example/mcp", *LOGGING_IN, "--oauth-client-secret-file", "/etc/hostname"),
             "give --oauth-client-id",
+        ),
+        ((*STDIO, *VENDOR_ENV, *VERIFYING, "https://gw.example/mcp"), "oauth: confirms who opens a sign-in URL: give"),
+        ((*STDIO, *VENDOR_ENV, *LOGGING_IN), "--process-env NAME=oauth: keeps each user's grant: give --auth-jwks"),
+        (
+            (*STDIO, "--process-env", "V=oauth:https://as.example,audience=x", *VERIFYING, "https://g/", *LOGGING_IN),
+            "give oauth:ISSUER[,resource=URI][,scope=SCOPE], not oauth:'https://as.example,audience=x'",
+        ),
+        (
+            (*STDIO, *VENDOR_ENV, "--process-env", "W=oauth:https://as.example", *VERIFYING, "https://gw/mcp"),
+            "one NAME=oauth: variable per authorization server",
         ),
     ],
 )

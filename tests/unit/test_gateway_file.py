@@ -209,16 +209,25 @@ def test_a_server_s_own_refusal_is_said_with_its_name_first(tmp_path: Path) -> N
     assert stderr.getvalue() == said
 
 
-def test_a_server_whose_upstream_token_is_oauth_is_refused_in_a_file(tmp_path: Path) -> None:
-    """``--upstream-token oauth``'s sign-in pages and callback are the gateway's own paths, which no server of a file
-    is served at: refused in one line, not served half."""
+@pytest.mark.parametrize(
+    ("key", "what"),
+    [
+        ('upstream-token = "oauth"', "upstream-token oauth"),
+        ('id-jag-subject = "id_token"', "id-jag-subject id_token"),
+        ('process-env = ["T=oauth:https://as.example"]', "process-env NAME=oauth:"),
+    ],
+)
+def test_a_server_whose_users_sign_in_at_the_gateway_is_refused_in_a_file(tmp_path: Path, key: str, what: str) -> None:
+    """``--upstream-token oauth``'s, ``--id-jag-subject id_token``'s and ``--process-env NAME=oauth:``'s sign-in pages
+    and callback are the gateway's own paths, which no server of a file is served at: refused in one line, not served
+    half."""
     file = tmp_path / "team.toml"
-    file.write_text('[servers.vendor]\nurl = "http://127.0.0.1:1/mcp"\nupstream-token = "oauth"\n', encoding="utf-8")
+    file.write_text(f'[servers.vendor]\nurl = "http://127.0.0.1:1/mcp"\n{key}\n', encoding="utf-8")
     stderr = io.StringIO()
     argv = ["gateway", "--config", str(file)]
     environ = {"MCP_SESSIONS_SECRET": "x" * 32}
     assert main(argv, stdin=io.StringIO(), stdout=io.StringIO(), stderr=stderr, environ=environ) == 2
-    said = "servers.vendor: upstream-token oauth is for a gateway of one server, not yet in a file"
+    said = f"servers.vendor: {what} is for a gateway of one server, not yet in a file"
     assert stderr.getvalue() == f"mcp-sessions gateway: {said}\n"
 
 

@@ -40,7 +40,9 @@ if TYPE_CHECKING:
 
     from ._file import ServerFlags
     from ._servers import Route, Servers
+    from .auth._client import ClientAuth
     from .auth._exchange import TokenExchange, UpstreamToken
+    from .auth._oauth import IdTokens, IssuerGrants, Login
     from .auth._tools import ToolPolicy
     from .auth._users import GatewayAuth
     from .sealed._network import EgressPolicy
@@ -81,10 +83,6 @@ ID_JAG_VARIABLES: Final = {
     "client_key_id": "MCP_SESSIONS_ID_JAG_CLIENT_KEY_ID",
 }
 """The variable each ``--id-jag-*`` flag falls back to (the secret's is ``MCP_SESSIONS_ID_JAG_CLIENT_SECRET``)."""
-UNHELD_SUBJECT: Final = (
-    "--id-jag-subject id_token: the gateway holds no ID token of its users (it does not sign them in itself yet): "
-    "give access_token, the verified access token, where the identity provider takes one"
-)
 OAUTH_VARIABLES: Final = {
     "client_id": "MCP_SESSIONS_OAUTH_CLIENT_ID",
     "client_secret_file": "MCP_SESSIONS_OAUTH_CLIENT_SECRET_FILE",
@@ -242,7 +240,8 @@ def _auth_arguments(gateway: argparse.ArgumentParser) -> None:
         metavar="NAME=SOURCE",
         help="with --stdio: NAME in each conversation's process from claim:CLAIM (of its token), "
         "header:NAME (of the request that starts it), exchange:AUDIENCE or id-jag:ISSUER[,resource=URI][,scope=SCOPE] "
-        "(its token exchanged); repeat",
+        "(its token exchanged), or oauth:ISSUER[,resource=URI][,scope=SCOPE] (its user's own grant there, given once "
+        "through a sign-in URL); repeat",
     )
     users.add_argument(
         "--process-env-mask",
@@ -331,7 +330,8 @@ def _exchange_arguments(gateway: argparse.ArgumentParser) -> None:
         "--id-jag-subject",
         choices=("access_token", "id_token"),
         help="what the identity provider is given to exchange: the user's verified access token (access_token, "
-        "the default); id_token is refused (the gateway holds none yet)",
+        "the default), or her ID token from the gateway's own login (id_token: the --login-* flags; a user with "
+        "none is asked to sign in through a URL)",
     )
 
 
@@ -339,8 +339,9 @@ def _oauth_arguments(gateway: argparse.ArgumentParser) -> None:
     """``--upstream-token oauth``: the gateway's client at the upstream's authorization server, and at the team's
     IdP, where it confirms who opens a sign-in URL (``auth._oauth``)."""
     oauth = gateway.add_argument_group(
-        "each user's own grant at the upstream's authorization server (--upstream-token oauth; each also from its "
-        "MCP_SESSIONS_* variable; a client secret from its variable or a file, never a flag)"
+        "each user's own grant at the upstream's authorization server (--upstream-token oauth, or a process's "
+        "--process-env NAME=oauth:ISSUER), and her login for --id-jag-subject id_token; each also from its "
+        "MCP_SESSIONS_* variable; a client secret from its variable or a file, never a flag"
     )
     for group, whose in (("oauth", "the upstream's authorization server"), ("login", "the team's IdP")):
         for name, text in (
@@ -473,6 +474,7 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
     tools = _tools(args, auth)
     _stdio_only(args)
     upstream_token, exchange = _upstream_token(args, environ, auth, sessions)
+    id_tokens = process_grants = None
     serves: Forwarding | StdioProcesses
     if args.stdio is not None:
         command = shlex.split(args.stdio)
@@ -482,6 +484,9 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
         # each process's uid put under the egress table's rules as it is taken
         egress = None if policy is None else EgressRules(policy)
         sandbox = replace(sandbox, grants=grants, edge=edge, egress=egress)
+        if exchange is not None and exchange.id_jag is not None:  # NAME=id-jag:ISSUER's subject
+            id_tokens = _id_tokens(args, environ, sessions)
+        process_grants = _process_grants(args, environ, auth, sessions)
         serves = StdioProcesses(
             command=tuple(command),
             processes=args.processes,
@@ -510,6 +515,8 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
         forwarded_allow_ips=forwarded,
         auth=auth,
         exchange=exchange,
+        id_tokens=id_tokens,
+        process_grants=process_grants,
         tools=tools,
     )
 
@@ -548,8 +555,12 @@ def _served(server: ServerFlags, stdio: int, drain: float, environ: Mapping[str,
     if server.env:
         server.flags.pass_env = [*server.flags.pass_env, *server.env]
     mode = server.flags.upstream_token or environ.get("MCP_SESSIONS_UPSTREAM_TOKEN", "").strip()
-    if mode == "oauth":  # its sign-in pages and callback are the gateway's own paths, which no server's is
-        raise ValueError(f"{server.where}: upstream-token oauth is for a gateway of one server, not yet in a file")
+    subject = server.flags.id_jag_subject or environ.get("MCP_SESSIONS_ID_JAG_SUBJECT", "").strip()
+    granted = any(spec.partition("=")[2].startswith("oauth:") for spec in server.flags.process_env)
+    if mode == "oauth" or subject == "id_token" or granted:  # their sign-in pages and callback: the gateway's paths
+        what = "upstream-token oauth" if mode == "oauth" else "id-jag-subject id_token"
+        what = "process-env NAME=oauth:" if granted else what
+        raise ValueError(f"{server.where}: {what} is for a gateway of one server, not yet in a file")
     try:
         config = configured(server.flags, own)
     except (ValueError, TypeError, RuntimeError, NetworkError, SandboxError) as exc:
@@ -800,8 +811,6 @@ def _upstream_token(
         raise ValueError("the client secret is never a flag: MCP_SESSIONS_EXCHANGE_CLIENT_SECRET, or a file")
     if args.id_jag_client_secret is not None:
         raise ValueError("the client secret is never a flag: MCP_SESSIONS_ID_JAG_CLIENT_SECRET, or a file")
-    if _setting(args, environ, "subject", "id_jag") == "id_token":
-        raise ValueError(UNHELD_SUBJECT)
     if mode != "id-jag" and _setting(args, environ, "issuer", "id_jag"):
         raise ValueError("--id-jag-issuer names --upstream-token id-jag's server; NAME=id-jag:ISSUER names its own")
     if not granting and (given := [name for name in ID_JAG_VARIABLES if _setting(args, environ, name, "id_jag")]):
@@ -859,7 +868,8 @@ def _upstream_token(
                 "give --id-jag-issuer, not --exchange-audience"
             )
         target = Target(_setting(args, environ, "issuer", "id_jag"), resource, scope, id_jag=True)
-        return UpstreamToken("id-jag", exchange, target, upstream=args.upstream[0]), exchange
+        subject = _id_tokens(args, environ, sessions)
+        return UpstreamToken("id-jag", exchange, target, upstream=args.upstream[0], subject=subject), exchange
     return UpstreamToken("exchange", exchange, Target(audience, resource, scope)), exchange
 
 
@@ -872,38 +882,124 @@ def _upstream_grants(
         raise ValueError(
             "--upstream-token oauth keeps each user's grant: give --auth-jwks (or --auth-principal-header)"
         )
-    oauth, login = (dict(_oauth_client(args, environ, group)) for group in ("oauth", "login"))
-    issuer = _setting(args, environ, "issuer", "login")
-    if issuer is None or not login:
-        raise ValueError("--upstream-token oauth confirms who opens a sign-in URL: give --login-issuer and its client")
-    callback = _setting(args, environ, "callback", "oauth")
-    if callback is None:
-        own = _setting(args, environ, "resource", "auth") or _setting(args, environ, "audience", "auth") or ""
-        parts = urlsplit(own)
-        if parts.scheme not in ("http", "https"):
-            raise ValueError("--upstream-token oauth needs the gateway's own URL: give --oauth-callback")
-        callback = f"{parts.scheme}://{parts.netloc}/oauth/callback"
-    from .auth._client import ClientAuth
+    client, client_id = _oauth_client_given(args, environ)
+    login = _login(args, environ, "--upstream-token oauth confirms who opens a sign-in URL")
+    callback = _callback(args, environ, "--upstream-token oauth")
     from .auth._kept import KeptGrants
-    from .auth._oauth import Login, UpstreamGrants
+    from .auth._oauth import UpstreamGrants
 
-    login_client = ClientAuth.given("--login-client", login.pop("method"), login.pop("client_id"), **login)
-    claim = _setting(args, environ, "claim", "login") or "sub"
-    method = oauth.pop("method", None)
-    client_id = oauth.pop("client_id", None)
-    client = None
-    if any(oauth.values()) or method is not None:  # a confidential client, by its secret or key
-        client = ClientAuth.given("--oauth-client", method, client_id, **oauth)
-        client_id = None
     return UpstreamGrants(
         upstream=args.upstream[0],
         callback=callback,
-        login=Login(issuer, login_client, claim),
+        login=login,
         client=client,
         client_id=client_id,
         scope=_setting(args, environ, "scope", "oauth"),
         kept=KeptGrants(sessions.store, sessions.keys),
     )
+
+
+def _oauth_client_given(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[ClientAuth | None, str | None]:
+    """The gateway's client at a vendor's authorization server (``--oauth-client-*``): a confidential one, by its
+    secret or key; else its id alone (a public client); else neither (it registers, RFC 7591)."""
+    oauth = dict(_oauth_client(args, environ, "oauth"))
+    method = oauth.pop("method", None)
+    client_id = oauth.pop("client_id", None)
+    if not any(oauth.values()) and method is None:
+        return None, client_id
+    from .auth._client import ClientAuth
+
+    return ClientAuth.given("--oauth-client", method, client_id, **oauth), None
+
+
+def _process_grants(
+    args: argparse.Namespace, environ: Mapping[str, str], auth: GatewayAuth | None, sessions: SessionsConfig
+) -> dict[str, IssuerGrants] | None:
+    """``--process-env NAME=oauth:ISSUER[,resource=URI][,scope=SCOPE]``'s ``_oauth.IssuerGrants``, by name: each
+    user's own grant at ``ISSUER``, signed in through the gateway's own login (``--login-*``) and callback, kept in
+    the sessions' store, sealed with their keys; the gateway's client there the ``--oauth-client-*`` one (with one
+    such variable), else the one it registers (RFC 7591). ``None`` without any."""
+    specs = {}
+    for spec in args.process_env:
+        name, _, source = spec.partition("=")
+        kind, _, key = source.partition(":")
+        if kind == "oauth" and key:
+            specs[name] = key
+    if not specs:
+        return None
+    if auth is None:
+        raise ValueError(
+            "--process-env NAME=oauth: keeps each user's grant: give --auth-jwks (or --auth-principal-header)"
+        )
+    from .auth._exchange import id_jag_target
+
+    targets = {name: id_jag_target(key, f"--process-env {name}", "oauth") for name, key in specs.items()}
+    issuers = [target.audience for target in targets.values()]
+    if len(set(issuers)) < len(issuers):
+        raise ValueError("--process-env: one NAME=oauth: variable per authorization server")
+    client, client_id = _oauth_client_given(args, environ)
+    if (client or client_id) and len(specs) > 1:
+        raise ValueError("--oauth-client-* name the gateway's client at one server: with several oauth: it registers")
+    login = _login(args, environ, "--process-env NAME=oauth: confirms who opens a sign-in URL")
+    callback = _callback(args, environ, "--process-env NAME=oauth:")
+    from .auth._kept import KeptGrants
+    from .auth._oauth import IssuerGrants
+
+    kept = KeptGrants(sessions.store, sessions.keys)
+    return {
+        name: IssuerGrants(
+            issuer=str(target.audience),
+            resource=target.resource,
+            callback=callback,
+            login=login,
+            client=client,
+            client_id=client_id,
+            scope=target.scope,
+            kept=kept,
+        )
+        for name, target in targets.items()
+    }
+
+
+def _id_tokens(args: argparse.Namespace, environ: Mapping[str, str], sessions: SessionsConfig) -> IdTokens | None:
+    """``--id-jag-subject id_token``'s ``_oauth.IdTokens``: each user's ID token from the gateway's own login at the
+    team's IdP (the ``--login-*`` flags, as ``--upstream-token oauth``'s), kept in the sessions' store, sealed with
+    their keys; ``None`` for ``access_token`` (the default: the user's verified access token is exchanged)."""
+    if (_setting(args, environ, "subject", "id_jag") or "access_token") == "access_token":
+        return None
+    login = _login(args, environ, "--id-jag-subject id_token is an ID token of the gateway's own login")
+    callback = _callback(args, environ, "--id-jag-subject id_token")
+    from .auth._kept import KeptGrants
+    from .auth._oauth import IdTokens
+
+    return IdTokens(callback=callback, login=login, kept=KeptGrants(sessions.store, sessions.keys))
+
+
+def _login(args: argparse.Namespace, environ: Mapping[str, str], needs: str) -> Login:
+    """The gateway's own OpenID Connect login at the team's IdP (``--login-*``); ``needs`` says why, in the refusal
+    when it is not given."""
+    login = dict(_oauth_client(args, environ, "login"))
+    issuer = _setting(args, environ, "issuer", "login")
+    if issuer is None or not login:
+        raise ValueError(f"{needs}: give --login-issuer and its client")
+    from .auth._client import ClientAuth
+    from .auth._oauth import Login
+
+    client = ClientAuth.given("--login-client", login.pop("method"), login.pop("client_id"), **login)
+    return Login(issuer, client, _setting(args, environ, "claim", "login") or "sub")
+
+
+def _callback(args: argparse.Namespace, environ: Mapping[str, str], flag: str) -> str:
+    """The gateway's ``/oauth/callback`` as browsers reach it: ``--oauth-callback``, else on the origin of
+    ``--auth-resource`` (or ``--auth-audience``); ``flag`` names what needs it, in the refusal."""
+    callback = _setting(args, environ, "callback", "oauth")
+    if callback is None:
+        own = _setting(args, environ, "resource", "auth") or _setting(args, environ, "audience", "auth") or ""
+        parts = urlsplit(own)
+        if parts.scheme not in ("http", "https"):
+            raise ValueError(f"{flag} needs the gateway's own URL: give --oauth-callback")
+        callback = f"{parts.scheme}://{parts.netloc}/oauth/callback"
+    return callback
 
 
 def _oauth_client(args: argparse.Namespace, environ: Mapping[str, str], group: str) -> Iterator[tuple[str, Any]]:

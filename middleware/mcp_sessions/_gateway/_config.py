@@ -24,6 +24,7 @@ from .._config import SessionsConfig
 if TYPE_CHECKING:
     from ._file import ServerFlags
     from .auth._exchange import TokenExchange, UpstreamToken
+    from .auth._oauth import IdTokens, IssuerGrants
     from .auth._tools import ToolPolicy
     from .auth._users import GatewayAuth
     from .sealed._cgroups import Cgroups
@@ -187,7 +188,9 @@ class GatewayConfig:
     the ``MCP_SESSIONS_*`` variables), the hosts and origins it serves (its DNS-rebinding allow-lists, default
     localhost names; empty: no check), the proxies in front whose forwarded headers count (``forwarded_allow_ips``,
     uvicorn's option; default none), who is asking (``auth``), the token exchange (``exchange``, closed with the
-    app), and which of the server's tools each caller lists and calls (``tools``, default every tool).
+    app), a stdio server's ID-JAG subject where it is the user's ID token of the gateway's own login (``id_tokens``)
+    and its ``oauth:`` variables' grants (``process_grants``, by name), whose sign-in routes the app serves, and
+    which of the server's tools each caller lists and calls (``tools``, default every tool).
 
     With ``servers`` (``--config FILE``), the gateway serves each at its path, with a configuration of its own (its
     ``serves``, ``tools`` and ``auth``, whose audience and resource may be its own); this one is then the first's,
@@ -201,6 +204,8 @@ class GatewayConfig:
     forwarded_allow_ips: str | Collection[str] | None = None
     auth: GatewayAuth | None = None
     exchange: TokenExchange | None = None
+    id_tokens: IdTokens | None = None
+    process_grants: Mapping[str, IssuerGrants] | None = None
     tools: ToolPolicy | None = None
     servers: tuple[Served, ...] = ()
 

@@ -31,10 +31,11 @@ client there (``id_jag``, a ``ClientAuth`` of its own: a secret, or ``private_ke
 issuer); what that server answers is the token kept and sent, cached and coalesced as any exchange's, per user
 token and target. The ID-JAG itself is never kept (it is single-use) nor logged. A refusal names the server that
 refused: the identity provider, or the resource's authorization server by its issuer. The subject token is the
-user's verified access token (``subject_token_type`` ``access_token``): an identity provider that takes only an ID
-token issued to the gateway (the draft's first reading) needs the gateway to sign its users in itself, which it does
-not yet. An upstream's issuer may be read from its protected resource metadata (RFC 9728: the first of its
-``authorization_servers``, :meth:`TokenExchange.resource_metadata`).
+user's verified access token (``subject_token_type`` ``access_token``), or for an identity provider that takes only
+an ID token issued to the client that asks (the draft's first reading, Okta's Cross App Access), her ID token from
+the gateway's own login (:data:`ID_TOKEN_TYPE`, ``_oauth.IdTokens``). An upstream's issuer may be read from its
+protected resource metadata (RFC 9728: the first of its ``authorization_servers``,
+:meth:`TokenExchange.resource_metadata`).
 """
 
 from __future__ import annotations
@@ -61,11 +62,13 @@ if TYPE_CHECKING:
     import httpx
 
     from ._client import ClientAuth
+    from ._oauth import IdTokens, SignIns
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
 GRANT_TYPE: Final = "urn:ietf:params:oauth:grant-type:token-exchange"
 ACCESS_TOKEN_TYPE: Final = "urn:ietf:params:oauth:token-type:access_token"  # noqa: S105 (a URN)
+ID_TOKEN_TYPE: Final = "urn:ietf:params:oauth:token-type:id_token"  # noqa: S105 (a URN)
 ID_JAG_TYPE: Final = "urn:ietf:params:oauth:token-type:id-jag"
 JWT_BEARER_GRANT: Final = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 TIMEOUT: Final = 10.0
@@ -102,20 +105,21 @@ class Target:
     id_jag: bool = False
 
 
-def id_jag_target(spec: str, flag: str) -> Target:
-    """The target of ``ISSUER[,resource=URI][,scope=SCOPE]`` (``--process-env NAME=id-jag:...``, named ``flag``);
-    ``ValueError`` in one line for another shape."""
+def id_jag_target(spec: str, flag: str, kind: str = "id-jag") -> Target:
+    """The target of ``ISSUER[,resource=URI][,scope=SCOPE]`` (``--process-env NAME=id-jag:...``, or ``oauth:...``
+    as ``kind`` says, named ``flag``); ``ValueError`` in one line for another shape."""
     issuer, *options = spec.split(",")
     given: dict[str, str] = {}
+    shape = f"{kind}:ISSUER[,resource=URI][,scope=SCOPE]"
     for option in options:
         name, equals, value = option.partition("=")
         if name not in ("resource", "scope") or not equals or not value or name in given:
-            raise ValueError(f"{flag}: give id-jag:ISSUER[,resource=URI][,scope=SCOPE], not id-jag:{spec!r}")
+            raise ValueError(f"{flag}: give {shape}, not {kind}:{spec!r}")
         given[name] = value
     for url in (issuer, given.get("resource")):
         if url is not None and (urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc):
-            raise ValueError(f"{flag}: {url!r} is not an http(s) URL (id-jag:ISSUER[,resource=URI][,scope=SCOPE])")
-    return Target(issuer, given.get("resource"), given.get("scope"), id_jag=True)
+            raise ValueError(f"{flag}: {url!r} is not an http(s) URL ({shape})")
+    return Target(issuer, given.get("resource"), given.get("scope"), id_jag=kind == "id-jag")
 
 
 class ExchangeRefused(Exception):
@@ -217,9 +221,10 @@ class TokenExchange:
 
         return closing
 
-    async def token(self, subject_token: str, target: Target) -> str:
-        """A token issued for ``target`` in place of ``subject_token``: the cached one, the one being exchanged,
-        else a new exchange."""
+    async def token(self, subject_token: str, target: Target, subject_type: str = ACCESS_TOKEN_TYPE) -> str:
+        """A token issued for ``target`` in place of ``subject_token`` (of ``subject_type``: an access token, or
+        an ID token issued to the gateway, :data:`ID_TOKEN_TYPE`): the cached one, the one being exchanged, else a
+        new exchange."""
         key = _key(subject_token, target)
         token, renew_at = self._issued.pop(key, ("", 0.0))
         if time.monotonic() < renew_at:
@@ -234,7 +239,7 @@ class TokenExchange:
             # Neither (its request was cancelled): this one exchanges.
         exchanging = self._exchanging[key] = _Exchanging()
         try:
-            token = exchanging.token = await self._exchange(key, subject_token, target)
+            token = exchanging.token = await self._exchange(key, subject_token, target, subject_type)
         except ExchangeRefused as refused:
             exchanging.refused = refused
             raise
@@ -244,13 +249,13 @@ class TokenExchange:
             exchanging.done.set()
         return token
 
-    async def _exchange(self, key: bytes, subject_token: str, target: Target) -> str:
+    async def _exchange(self, key: bytes, subject_token: str, target: Target, subject_type: str) -> str:
         """One exchange at the token endpoint (and, for an ID-JAG, its grant at the resource's authorization
         server); the token cached under ``key`` while it holds."""
         form = {
             "grant_type": GRANT_TYPE,
             "subject_token": subject_token,
-            "subject_token_type": ACCESS_TOKEN_TYPE,
+            "subject_token_type": subject_type,
         }
         for name in ("audience", "resource", "scope"):
             if value := getattr(target, name):
@@ -487,10 +492,17 @@ class UpstreamToken:
     ``"id-jag"`` (with ``exchange`` and ``target``); ``"passthrough"`` needs none of this (the client's goes as it
     came); ``"oauth"`` is ``_oauth.UpstreamGrants``'s, each user's own grant at the upstream's authorization server.
     An ``"id-jag"`` target without its issuer (or resource) takes it from the protected resource metadata of
-    ``upstream`` (RFC 9728), read at the first request that needs it (a failure is that request's 502, not kept)."""
+    ``upstream`` (RFC 9728), read at the first request that needs it (a failure is that request's 502, not kept).
+    An ``"id-jag"`` with ``subject`` (``_oauth.IdTokens``) exchanges the user's ID token kept there, issued to the
+    gateway's own client, in place of her access token; ``signing_in`` is what serves the sign-in's routes, if any."""
 
     def __init__(
-        self, mode: str, exchange: TokenExchange | None = None, target: Target = Target(), upstream: str | None = None
+        self,
+        mode: str,
+        exchange: TokenExchange | None = None,
+        target: Target = Target(),
+        upstream: str | None = None,
+        subject: IdTokens | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"--upstream-token is one of {', '.join(MODES)}, not {mode!r}")
@@ -511,10 +523,18 @@ class UpstreamToken:
                     "upstream whose metadata names them"
                 )
             target = Target(target.audience, target.resource, target.scope, id_jag=True)
+        if subject is not None and mode != "id-jag":
+            raise ValueError("an ID token is the subject of an ID-JAG's exchange alone: --upstream-token id-jag")
         self.mode = mode
         self.exchange = exchange
         self.target = target
         self._upstream = upstream
+        self.subject = subject
+        self.signing_in: SignIns | None = None
+        if subject is not None:
+            from ._oauth import SignIns
+
+            self.signing_in = SignIns([subject])
 
     async def _target(self) -> Target:
         """The target, its issuer and resource read from the upstream's metadata once if not given."""
@@ -529,6 +549,10 @@ class UpstreamToken:
         """The upstream's ``Authorization`` value for this request; raises :class:`ExchangeRefused`."""
         if self.exchange is None:
             return None
+        if self.subject is not None:  # her ID token, or the sign-in that gets it (SignInRequired)
+            id_token = await self.subject.token_of(scope)
+            token = await self.exchange.token(id_token, await self._target(), ID_TOKEN_TYPE)
+            return b"Bearer " + token.encode("ascii")
         subject = subject_token(scope)
         if subject is None:
             message = "the request carries no verified bearer token to exchange"
@@ -540,6 +564,6 @@ class UpstreamToken:
         """The upstream answered 401 to the issued token: the next request exchanges anew."""
         if self.exchange is None:
             return
-        subject = subject_token(scope)
+        subject = subject_token(scope) if self.subject is None else self.subject.held(scope)
         if subject is not None:
             self.exchange.forget(subject, self.target)

@@ -38,6 +38,11 @@ rotated it); a refresh refused (``invalid_grant``) drops the grant and asks her 
 sign in again. A 401 of the upstream's to her access token marks it for a refresh (:meth:`UpstreamGrants.refused`),
 and the proxy sends a request it holds whole once more (``http._proxy``).
 
+The same sign-in, kept and refreshed the same way, serves two more things: :class:`IdTokens`, its login leg alone,
+keeps each user's ID token of the gateway's own client as an ID-JAG's subject (``--id-jag-subject id_token``), and
+:class:`IssuerGrants` a grant at a server named, not found, for a stdio process's ``oauth:`` variable; a gateway's
+several sign-ins share one pair of routes (:class:`SignIns`).
+
 Every server here is a stranger: each answer read to at most :data:`MAX_ANSWER` bytes within :data:`TIMEOUT`
 seconds, no redirect followed, no cookie kept, no proxy variable read; an issued token goes into a header only
 when it is a bearer token's characters (RFC 6750 §2.1).
@@ -160,6 +165,19 @@ class SignInRequired(ExchangeRefused):
         missing: dict[str, object] = {"requiredCapabilities": {"elicitation": {"url": {}}}, "url": self.url}
         return error_answer(200, MISSING_CAPABILITY, text, "sign_in_required", request_id, data=missing)
 
+    async def answer_reading(self, scope: Scope, receive: Receive) -> Rejection:
+        """:meth:`answer_to` the request whose body ``receive`` still holds, read to at most 64 KiB (a longer one is
+        answered as one not read: the URL, with no id)."""
+        body = b""
+        while len(body) <= _MAX_BODY:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                return self.answer_to(body, scope)
+        return self.answer_to(None, scope)
+
 
 class GrantFailed(ExchangeRefused):
     """The user's grant could not be used: a server failed (502, 504), the store did (503), or the request names
@@ -247,6 +265,9 @@ class UpstreamGrants(UpstreamToken):
     ``kept``, where the grants outlive the process (else in its memory alone). Serve the app :meth:`wrap`
     returns: it serves the sign-in's two routes and closes the HTTP client."""
 
+    _login_scope = "openid"
+    """What the login leg asks the IdP for: who she is, nothing more (the grant is the upstream server's)."""
+
     def __init__(
         self,
         *,
@@ -260,6 +281,7 @@ class UpstreamGrants(UpstreamToken):
         timeout: float = TIMEOUT,
     ) -> None:
         super().__init__("oauth")
+        self.signing_in = SignIns([self])
         for url in (upstream, callback, login.issuer):
             if urlsplit(url).scheme not in ("http", "https"):
                 raise ValueError(f"{url!r} is not an http(s) URL")
@@ -296,7 +318,11 @@ class UpstreamGrants(UpstreamToken):
     # -- the upstream's Authorization ---------------------------------------------------------------------------
 
     async def authorization(self, scope: Scope) -> bytes | None:
-        """The user's access token at the upstream's server; :class:`SignInRequired` when she has none, another
+        """The user's access token at the upstream's server, as ``Authorization``; see :meth:`token_of`."""
+        return b"Bearer " + (await self.token_of(scope)).encode("ascii")
+
+    async def token_of(self, scope: Scope) -> str:
+        """The user's token kept here, refreshed if it is due; :class:`SignInRequired` when she has none, another
         :class:`ExchangeRefused` when a server fails."""
         user = _user_of(scope)
         if user is None:
@@ -305,11 +331,10 @@ class UpstreamGrants(UpstreamToken):
         key = (user, server.issuer)
         grant = await self._grant_of(key)
         if grant is not None and time.monotonic() < grant.renew_at:
-            return b"Bearer " + grant.access.encode("ascii")
+            return grant.access
         if grant is None or grant.refresh is None:
             raise SignInRequired(self._sign_in_url(user), urlsplit(server.issuer).netloc)
-        token = await self._refreshed(key, server)
-        return b"Bearer " + token.encode("ascii")
+        return await self._refreshed(key, server)
 
     def refused(self, scope: Scope) -> None:
         """The upstream answered 401 to the user's access token: the next request refreshes it (or signs her in)."""
@@ -319,6 +344,15 @@ class UpstreamGrants(UpstreamToken):
         grant = self._grants.get((user, self._server.issuer))
         if grant is not None:
             grant.renew_at = 0.0
+
+    def holds(self, *, sign_in: str = "", state: str = "") -> bool:
+        """Whether this made the sign-in URL whose id is ``sign_in``, or a leg under way whose ``state`` is
+        ``state`` (:class:`SignIns` routes a browser by it)."""
+        return sign_in in self._urls or state in self._logins or state in self._grantings
+
+    def _record(self, key: tuple[User, str]) -> str:
+        """What names the user's grant at a server in the store (``_kept.record`` digests it)."""
+        return _who(key)
 
     def _sign_in_url(self, user: User) -> str:
         """The user's sign-in URL: the one she was given while it waits, else a new one."""
@@ -348,7 +382,7 @@ class UpstreamGrants(UpstreamToken):
         try:
             grant = self._grants.get(key)
             if self._kept is not None:  # another replica on the store may have refreshed (rotated) it, or revoked it
-                loaded = await self._keep(self._kept.load(_who(key)))
+                loaded = await self._keep(self._kept.load(self._record(key)))
                 stored = None if loaded is None else _Grant(*loaded)
                 if stored is not None and grant is not None and stored.access == grant.access:
                     stored.renew_at = grant.renew_at  # the same token: what this replica learned of it (refused) holds
@@ -363,7 +397,7 @@ class UpstreamGrants(UpstreamToken):
                 refreshing.token = grant.access
                 return grant.access
             if self._kept is not None:
-                lease = await self._keep(self._kept.lease(_who(key), self._timeout))
+                lease = await self._keep(self._kept.lease(self._record(key), self._timeout))
                 if lease is None:  # another replica refreshes it: its grant, from the store
                     token = await self._refreshed_elsewhere(key, grant)
                     refreshing.token = token
@@ -372,7 +406,7 @@ class UpstreamGrants(UpstreamToken):
                     refreshed = await self._refresh(key, server, grant)
                 finally:
                     with anyio.CancelScope(shield=True):
-                        await self._keep(self._kept.release(_who(key), lease))
+                        await self._keep(self._kept.release(self._record(key), lease))
             else:
                 refreshed = await self._refresh(key, server, grant)
             refreshing.token = refreshed.access
@@ -387,7 +421,9 @@ class UpstreamGrants(UpstreamToken):
     async def _refresh(self, key: tuple[User, str], server: _Server, grant: _Grant) -> _Grant:
         """``grant`` refreshed at ``server``'s token endpoint, kept; :class:`SignInRequired` when it is refused."""
         assert grant.refresh is not None  # the caller's check
-        form = {"grant_type": "refresh_token", "refresh_token": grant.refresh, "resource": server.resource}
+        form = {"grant_type": "refresh_token", "refresh_token": grant.refresh}
+        if server.resource:
+            form["resource"] = server.resource
         status, answer = await self._token_request(server, form)
         if status != 200 or not isinstance(answer, dict):
             error = _error_of(status, answer)
@@ -397,9 +433,9 @@ class UpstreamGrants(UpstreamToken):
             # Revoked, expired, or an old one seen again: signed in again.
             self._grants.pop(key, None)
             if self._kept is not None:
-                await self._keep(self._kept.forget(_who(key)))
+                await self._keep(self._kept.forget(self._record(key)))
             raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
-        refreshed = _granted(answer, grant.refresh)
+        refreshed = await self._granted_in(answer, grant.refresh, key)
         self._grants[key] = refreshed
         await self._saved(key, refreshed)
         return refreshed
@@ -410,7 +446,7 @@ class UpstreamGrants(UpstreamToken):
         assert self._kept is not None
         for _ in range(math.ceil(self._timeout / LEASE_POLL)):
             await anyio.sleep(LEASE_POLL)
-            loaded = await self._keep(self._kept.load(_who(key)))
+            loaded = await self._keep(self._kept.load(self._record(key)))
             if loaded is None:  # revoked or refused there
                 self._grants.pop(key, None)
                 raise SignInRequired(self._sign_in_url(key[0]), urlsplit(key[1]).netloc)
@@ -419,10 +455,14 @@ class UpstreamGrants(UpstreamToken):
                 return loaded[0]
         raise GrantFailed(503, "server_error", "another replica's refresh of this grant did not end in time")
 
+    async def _granted_in(self, answer: dict[str, Any], refresh: str | None, key: tuple[User, str]) -> _Grant:
+        """The grant a refresh's answer gives (``refresh`` kept when it rotates none in)."""
+        return _granted(answer, refresh)
+
     async def _saved(self, key: tuple[User, str], grant: _Grant) -> None:
         """``grant`` kept in the store, where there is one."""
         if self._kept is not None:
-            await self._keep(self._kept.save(_who(key), grant.access, grant.refresh, grant.renew_at))
+            await self._keep(self._kept.save(self._record(key), grant.access, grant.refresh, grant.renew_at))
 
     async def _keep(self, step: Awaitable[_T]) -> _T:
         """``step`` of the store's, whose failure is the client's 503 (the store's failures are retried)."""
@@ -615,25 +655,7 @@ class UpstreamGrants(UpstreamToken):
         front: ``GET`` lists them (the server, the resource, whether it refreshes, never a token), ``DELETE``
         revokes them (at the server's revocation endpoint, RFC 7009, where it has one; then here and in the
         store), so that her next request asks her to sign in again."""
-
-        async def grants(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] != "http" or scope.get("path") != GRANTS_PATH:
-                return await app(scope, receive, send)
-            user = _user_of(scope)
-            try:
-                if user is None:
-                    answer = _json(401, {"error": "the request names no user"})
-                elif scope["method"] == "GET":
-                    answer = _json(200, {"grants": await self._listed(user)})
-                elif scope["method"] == "DELETE":
-                    answer = _json(200, {"revoked": await self._revoked(user)})
-                else:
-                    answer = _json(405, {"error": "GET lists your grants, DELETE revokes them"})
-            except ExchangeRefused as failed:
-                answer = _json(failed.status, {"error": failed.description})
-            await answer(send)
-
-        return grants
+        return SignIns([self]).serving_grants(app)
 
     async def _listed(self, user: User) -> list[dict[str, object]]:
         server = await self._found()
@@ -652,7 +674,7 @@ class UpstreamGrants(UpstreamToken):
             return []
         self._grants.pop(key, None)
         if self._kept is not None:
-            await self._keep(self._kept.forget(_who(key)))
+            await self._keep(self._kept.forget(self._record(key)))
         if server.revocation_endpoint is not None:
             # RFC 7009 §2.1: the refresh token revokes the grant's access tokens too, where the server ties them.
             token, hint = (grant.refresh, "refresh_token") if grant.refresh else (grant.access, "access_token")
@@ -668,7 +690,7 @@ class UpstreamGrants(UpstreamToken):
         """The user's grant at the server: in memory, else from the store."""
         grant = self._grants.get(key)
         if grant is None and self._kept is not None:
-            loaded = await self._keep(self._kept.load(_who(key)))
+            loaded = await self._keep(self._kept.load(self._record(key)))
             if loaded is not None:
                 grant = self._grants[key] = _Grant(*loaded)
         return grant
@@ -729,7 +751,7 @@ class UpstreamGrants(UpstreamToken):
             "response_type": "code",
             "client_id": self._login.client.client_id,
             "redirect_uri": self._callback,
-            "scope": "openid",
+            "scope": self._login_scope,
             "state": state,
             "nonce": nonce,
             "code_challenge": challenge,
@@ -767,6 +789,33 @@ class UpstreamGrants(UpstreamToken):
     async def _logged_in(self, leg: _Leg, code: str) -> _Answer:
         """The IdP's code swapped for an ID token that must name the user who asked; then on to the upstream's
         server, with PKCE, ``state`` and ``resource``."""
+        await self._confirmed(leg, code)
+        server = await self._found()
+        client = await self._client_of(server)
+        state = secrets.token_urlsafe(32)
+        verifier, challenge = _pkce()
+        now = time.monotonic()
+        until = now + SIGN_IN_WITHIN
+        self._grantings[state] = _Leg(
+            leg.user, leg.sign_in, leg.flow, leg.binding, verifier, None, server.issuer, until
+        )
+        query = {
+            "response_type": "code",
+            "client_id": client if isinstance(client, str) else client.client_id,
+            "redirect_uri": self._callback,
+            "state": state,
+            "code_challenge": challenge,
+            "code_challenge_method": "S256",
+        }
+        if server.resource:
+            query["resource"] = server.resource
+        if server.scope:
+            query["scope"] = server.scope
+        return _redirect(server.authorization_endpoint, query)
+
+    async def _confirmed(self, leg: _Leg, code: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
+        """The IdP's code swapped for an ID token that must name the user who asked (and carry the leg's
+        ``nonce``): the token endpoint's answer, the ID token, and its verified claims."""
         idp = await self._idp_metadata()
         form = {
             "grant_type": "authorization_code",
@@ -785,27 +834,7 @@ class UpstreamGrants(UpstreamToken):
             logger.warning("mcp-sessions gateway: a sign-in URL was completed by another user: nothing granted")
             self._spend(leg)
             raise _Refused(403, "This sign-in link was made for another user: nothing was granted.")
-        server = await self._found()
-        client = await self._client_of(server)
-        state = secrets.token_urlsafe(32)
-        verifier, challenge = _pkce()
-        now = time.monotonic()
-        until = now + SIGN_IN_WITHIN
-        self._grantings[state] = _Leg(
-            leg.user, leg.sign_in, leg.flow, leg.binding, verifier, None, server.issuer, until
-        )
-        query = {
-            "response_type": "code",
-            "client_id": client if isinstance(client, str) else client.client_id,
-            "redirect_uri": self._callback,
-            "state": state,
-            "code_challenge": challenge,
-            "code_challenge_method": "S256",
-            "resource": server.resource,
-        }
-        if server.scope:
-            query["scope"] = server.scope
-        return _redirect(server.authorization_endpoint, query)
+        return answer, id_token, claims
 
     async def _granted(self, leg: _Leg, code: str) -> _Answer:
         """The upstream's server's code swapped for the user's tokens, kept for her."""
@@ -815,8 +844,9 @@ class UpstreamGrants(UpstreamToken):
             "code": code,
             "redirect_uri": self._callback,
             "code_verifier": leg.verifier,
-            "resource": server.resource,
         }
+        if server.resource:
+            form["resource"] = server.resource
         status, answer = await self._token_request(server, form)
         if status != 200 or not isinstance(answer, dict):
             logger.warning("mcp-sessions gateway: %s answered %d to a code", server.issuer, status)
@@ -874,7 +904,198 @@ class UpstreamGrants(UpstreamToken):
         return claims
 
 
+class IdTokens(UpstreamGrants):
+    """``--id-jag-subject id_token``: each user's ID token issued to the gateway's own client at the team's IdP
+    (``login``), the subject token of her ID-JAG exchanges (the draft's identity assertion issued to the requesting
+    client, which Okta's Cross App Access takes alone; ``_exchange``). One way per thing: the sign-in is
+    :class:`UpstreamGrants`'s (its URL, elicitation, cookie, ``state``, PKCE and ``nonce``), its login leg alone,
+    whose page says she is signed in; what is kept, per user, sealed in the store as grants are (under records of
+    its own), is the ID token and the IdP's refresh token (``offline_access`` is asked for). The ID token is
+    refreshed before it expires (its ``exp``), one refresh in flight per user (OpenID Connect Core §12: the answer's
+    ID token verified as the login's, its principal the same; an answer with none, or a refusal, asks her to sign in
+    again, as does an expiry with no refresh token). Its routes (:meth:`wrap`) and her view at ``/oauth/grants``
+    (:meth:`serving_grants`: her login, revoked at the IdP's RFC 7009 endpoint where it has one) are the same."""
+
+    _login_scope = "openid offline_access"
+
+    def __init__(
+        self, *, callback: str, login: Login, kept: KeptGrants | None = None, timeout: float = TIMEOUT
+    ) -> None:
+        # the IdP stands where the upstream would: no upstream's metadata is read (_found)
+        issuer, client = login.issuer, login.client
+        super().__init__(upstream=issuer, callback=callback, login=login, client=client, kept=kept, timeout=timeout)
+
+    def held(self, scope: Scope) -> str | None:
+        """The ID token kept for the user of ``scope``, if any (not refreshed: what the last exchange was given)."""
+        user = _user_of(scope)
+        grant = None if user is None else self._grants.get((user, self._login.issuer))
+        return None if grant is None else grant.access
+
+    def _record(self, key: tuple[User, str]) -> str:
+        return "id_token\0" + _who(key)  # never a grant's record, even at an issuer that is also a vendor's
+
+    async def _found(self) -> _Server:
+        """The IdP, as the server whose token (an ID token) is kept; its metadata read once."""
+        if self._server is None:
+            idp = await self._idp_metadata()
+            revocation = idp.get("revocation_endpoint")
+            self._server = _Server(
+                issuer=self._login.issuer,
+                authorization_endpoint=_url_in(idp, "authorization_endpoint"),
+                token_endpoint=_url_in(idp, "token_endpoint"),
+                registration_endpoint=None,
+                revocation_endpoint=revocation if isinstance(revocation, str) else None,
+                resource="",
+                scope=None,
+            )
+        return self._server
+
+    async def _logged_in(self, leg: _Leg, code: str) -> _Answer:
+        """The login leg's ID token (it names the user who asked) kept for her, with the IdP's refresh token."""
+        answer, id_token, claims = await self._confirmed(leg, code)
+        key = (leg.user, self._login.issuer)
+        refresh = answer.get("refresh_token")
+        grant = self._grants[key] = _id_token(id_token, claims, refresh if isinstance(refresh, str) else None)
+        await self._saved(key, grant)
+        self._spend(leg)
+        logger.info("mcp-sessions gateway: a user signed in at %s", self._login.issuer)
+        return _page(200, f"You are signed in at {urlsplit(self._login.issuer).netloc}. You may close this page.")
+
+    async def _granted_in(self, answer: dict[str, Any], refresh: str | None, key: tuple[User, str]) -> _Grant:
+        """A refresh's new ID token, verified as the login's and of the same user; none, or another's, asks her to
+        sign in again (OpenID Connect Core §12.2 lets a refresh answer without one)."""
+        id_token = answer.get("id_token")
+        claims: dict[str, Any] = {}
+        if isinstance(id_token, str):
+            try:
+                claims = await self._verified(id_token)
+            except _Refused:
+                raise _server_error("the IdP's refreshed ID token did not verify") from None
+        if not isinstance(id_token, str) or claims.get(self._login.claim) != key[0][1]:
+            logger.warning("mcp-sessions gateway: the IdP's refresh gave no ID token of the user: asked again")
+            self._grants.pop(key, None)
+            if self._kept is not None:
+                await self._keep(self._kept.forget(self._record(key)))
+            raise SignInRequired(self._sign_in_url(key[0]), urlsplit(self._login.issuer).netloc)
+        rotated = answer.get("refresh_token")
+        return _id_token(id_token, claims, rotated if isinstance(rotated, str) and rotated else refresh)
+
+
+class IssuerGrants(UpstreamGrants):
+    """``--process-env NAME=oauth:ISSUER[,resource=URI][,scope=SCOPE]``: each user's own grant at the authorization
+    server ``issuer`` (read by RFC 8414, then OpenID Connect Discovery, once; PKCE's ``S256`` among its methods),
+    for ``resource`` (RFC 8707) and ``scope`` where given, for a stdio process's variable. Signed in, kept and
+    refreshed as :class:`UpstreamGrants`' are (see it): only the server is named, not found from an upstream."""
+
+    def __init__(
+        self,
+        *,
+        issuer: str,
+        resource: str | None,
+        callback: str,
+        login: Login,
+        client: ClientAuth | None = None,
+        client_id: str | None = None,
+        scope: str | None = None,
+        kept: KeptGrants | None = None,
+    ) -> None:
+        super().__init__(
+            upstream=issuer, callback=callback, login=login, client=client, client_id=client_id, scope=scope, kept=kept
+        )
+        self._resource = resource or ""
+
+    def _record(self, key: tuple[User, str]) -> str:
+        return f"{_who(key)}\0{self._resource}"  # the resource too: one server's grants for two are two
+
+    async def _found(self) -> _Server:
+        async with self._finding:
+            if self._server is None:
+                found = await self._metadata(self._upstream_url, oidc_first=False)
+                if "S256" not in (found.get("code_challenge_methods_supported") or []):
+                    raise _server_error(f"{self._upstream_url} does not say it takes PKCE's S256")
+                registration = found.get("registration_endpoint")
+                revocation = found.get("revocation_endpoint")
+                self._server = _Server(
+                    issuer=self._upstream_url,
+                    authorization_endpoint=_url_in(found, "authorization_endpoint"),
+                    token_endpoint=_url_in(found, "token_endpoint"),
+                    registration_endpoint=registration if isinstance(registration, str) else None,
+                    revocation_endpoint=revocation if isinstance(revocation, str) else None,
+                    resource=self._resource,
+                    scope=self._scope,
+                )
+        return self._server
+
+
+class SignIns:
+    """The sign-ins of one gateway (:class:`IdTokens`, :class:`IssuerGrants`), behind one pair of routes: a sign-in
+    URL goes to the one that made it, a callback to the one whose ``state`` it carries (an unknown one to the first,
+    which says so); ``/oauth/grants`` lists and revokes the user's grants at each."""
+
+    def __init__(self, each: list[UpstreamGrants]) -> None:
+        if not each:
+            raise ValueError("no sign-in to serve")
+        self.each = each
+
+    def wrap(self, app: ASGIApp) -> ASGIApp:
+        """``app`` behind the sign-ins' routes, each one's HTTP client closed as its lifespan ends."""
+        closing = app
+        for each in self.each:
+            closing = each.wrap(closing)  # a lifespan, or a request for none of the routes, goes through each
+        routes = [each.wrap(app) for each in self.each]
+
+        async def routed(scope: Scope, receive: Receive, send: Send) -> None:
+            path = scope.get("path", "") if scope["type"] == "http" else None
+            if path == CALLBACK_PATH or (path is not None and path.startswith(AUTHORIZE_PATH)):
+                return await routes[self._whose(scope, path)](scope, receive, send)
+            await closing(scope, receive, send)
+
+        return routed
+
+    def _whose(self, scope: Scope, path: str) -> int:
+        """Which sign-in made the URL ``path`` names, or the ``state`` its callback carries (none: the first)."""
+        if path == CALLBACK_PATH:
+            state = QueryParams(scope.get("query_string", b"").decode("latin-1")).get("state", "")
+            held = [each.holds(state=state) for each in self.each]
+        else:
+            held = [each.holds(sign_in=path.removeprefix(AUTHORIZE_PATH)) for each in self.each]
+        return held.index(True) if True in held else 0
+
+    def serving_grants(self, app: ASGIApp) -> ASGIApp:
+        """``app`` with the user's grants at every sign-in's server at :data:`GRANTS_PATH`: ``GET`` lists them (the
+        server, the resource, whether it refreshes, never a token), ``DELETE`` revokes them (at each server's
+        revocation endpoint, RFC 7009, where it has one; then here and in the store), so that her next request asks
+        her to sign in again."""
+
+        async def grants(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http" or scope.get("path") != GRANTS_PATH:
+                return await app(scope, receive, send)
+            user = _user_of(scope)
+            try:
+                if user is None:
+                    answer = _json(401, {"error": "the request names no user"})
+                elif scope["method"] == "GET":
+                    answer = _json(200, {"grants": [g for each in self.each for g in await each._listed(user)]})
+                elif scope["method"] == "DELETE":
+                    answer = _json(200, {"revoked": [i for each in self.each for i in await each._revoked(user)]})
+                else:
+                    answer = _json(405, {"error": "GET lists your grants, DELETE revokes them"})
+            except ExchangeRefused as failed:
+                answer = _json(failed.status, {"error": failed.description})
+            await answer(send)
+
+        return grants
+
+
 _Answer = Any  # an awaitable page: called with send
+
+
+def _id_token(id_token: str, claims: Mapping[str, Any], refresh: str | None) -> _Grant:
+    """A kept ID token (verified: ``claims``), renewed :data:`RENEW_BEFORE` seconds before its ``exp`` (half its
+    life for a short one)."""
+    lifetime = float(claims["exp"]) - time.time()
+    renew_at = time.monotonic() + lifetime - min(RENEW_BEFORE, max(lifetime, 0.0) / 2)
+    return _Grant(id_token, refresh or None, renew_at)
 
 
 def _page(status: int, text: str) -> _Answer:

@@ -36,7 +36,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final, NamedTuple
 
@@ -60,12 +60,13 @@ from ..._wire import printable
 from ...sources import HostConversationSource
 from .._front import PEER, Peer
 from .._loader import loads_code
-from ._exchange import ExchangeRefused, Target, TokenExchange, id_jag_target, subject_token
+from ._exchange import ID_TOKEN_TYPE, ExchangeRefused, Target, TokenExchange, id_jag_target, subject_token
 from ._expiry import until_expiry
 
 if TYPE_CHECKING:
     from ..._session import Session
     from ...sources import CallView, RequestView
+    from ._oauth import IdTokens, IssuerGrants, SignIns
 
 JWKS_TIMEOUT: Final = 5.0
 """The longest wait for the JWKS, per fetch."""
@@ -456,12 +457,21 @@ class Credentials(NamedTuple):
 
 
 class ProcessEnv:
-    """``NAME=claim:CLAIM``, ``NAME=header:HEADER-NAME``, ``NAME=exchange:AUDIENCE`` and
-    ``NAME=id-jag:ISSUER[,resource=URI][,scope=SCOPE]``: what a conversation's process gets of its request;
-    ``exchange`` and ``exchange_scope`` exchange its token for an audience (``exchange.id_jag``: by an ID-JAG)."""
+    """``NAME=claim:CLAIM``, ``NAME=header:HEADER-NAME``, ``NAME=exchange:AUDIENCE``,
+    ``NAME=id-jag:ISSUER[,resource=URI][,scope=SCOPE]`` and ``NAME=oauth:ISSUER[,...]``: what a conversation's
+    process gets of its request; ``exchange`` and ``exchange_scope`` exchange its token for an audience
+    (``exchange.id_jag``: by an ID-JAG, whose subject is the user's ID token kept by ``subject`` where it is given),
+    and ``grants`` (by name) hold each ``oauth:`` variable's user's own grant. A user with no ID token or grant kept
+    is asked to sign in, at the routes of :attr:`signing_in`, which the app serves."""
 
     def __init__(
-        self, specs: Collection[str] = (), *, exchange: TokenExchange | None = None, exchange_scope: str | None = None
+        self,
+        specs: Collection[str] = (),
+        *,
+        exchange: TokenExchange | None = None,
+        exchange_scope: str | None = None,
+        subject: IdTokens | None = None,
+        grants: Mapping[str, IssuerGrants] | None = None,
     ) -> None:
         self.sources: dict[str, tuple[str, str]] = {}
         self._id_jag: dict[str, Target] = {}
@@ -474,11 +484,13 @@ class ProcessEnv:
                 raise ValueError(f"--process-env: {name} tells the dynamic loader what to load: never a user's")
             if not _known_source(kind, key):
                 raise ValueError(
-                    f"--process-env {name}: give claim:CLAIM, header:HEADER-NAME, exchange:AUDIENCE or "
-                    f"id-jag:ISSUER[,resource=URI][,scope=SCOPE], not {source!r}"
+                    f"--process-env {name}: give claim:CLAIM, header:HEADER-NAME, exchange:AUDIENCE, "
+                    f"id-jag:ISSUER[,resource=URI][,scope=SCOPE] or oauth:ISSUER[,...], not {source!r}"
                 )
             if kind in ("exchange", "id-jag") and exchange is None:
                 raise ValueError(f"--process-env {name}: {kind}: needs the token exchange (--exchange-*)")
+            if kind == "oauth" and name not in (grants or {}):
+                raise ValueError(f"--process-env {name}: oauth: needs the gateway's own login (--login-*)")
             if kind == "id-jag":
                 assert exchange is not None
                 self._id_jag[name] = id_jag_target(key, f"--process-env {name}")
@@ -490,8 +502,18 @@ class ProcessEnv:
             if kind == "header":
                 key = key.lower()
             self.sources[name] = (kind, key)
+        if subject is not None and not self._id_jag:
+            raise ValueError("an ID token is the subject of an ID-JAG's exchange alone: give NAME=id-jag:ISSUER")
         self._exchange = exchange
         self._exchange_scope = exchange_scope
+        self._subject = subject
+        self._grants = {name: each for name, each in (grants or {}).items() if name in self.sources}
+        signing_in = [*([] if subject is None else [subject]), *self._grants.values()]
+        self.signing_in: SignIns | None = None
+        if signing_in:  # the sign-ins' routes, for the app to serve
+            from ._oauth import SignIns
+
+            self.signing_in = SignIns(signing_in)
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
         """``app``, each of whose requests has its ``exchange:`` values exchanged first, in its scope (a refusal is
@@ -504,9 +526,16 @@ class ProcessEnv:
                 targets[name] = Target(key, scope=self._exchange_scope)
 
         async def with_request(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http":
+                return await app(scope, receive, send)
             try:
                 exchanged = await self._exchanged(scope, targets)
             except ExchangeRefused as refused:
+                if self.signing_in is not None:  # no grant of hers kept: she signs in (its URL, in the request's era)
+                    from ._oauth import SignInRequired
+
+                    if isinstance(refused, SignInRequired):
+                        return await (await refused.answer_reading(scope, receive)).send(send)
                 return await refused.answer().send(send)
             if exchanged is not None:
                 scope[_EXCHANGED] = exchanged
@@ -515,15 +544,19 @@ class ProcessEnv:
         return with_request
 
     async def _exchanged(self, scope: Scope, targets: dict[str, Target]) -> dict[str, str] | None:
-        """The request's ``exchange:`` values, by name; ``None`` when it has no token to exchange, or none is asked."""
-        if not targets or self._exchange is None:
-            return None
+        """The request's ``exchange:``, ``id-jag:`` and ``oauth:`` values, by name; ``None`` when it has no token to
+        exchange, or none is asked."""
+        exchanged = {name: await each.token_of(scope) for name, each in self._grants.items()}
         subject = subject_token(scope)
-        if subject is None:
-            return None
-        exchanged = {}
+        if not targets or self._exchange is None or subject is None:
+            return exchanged or None
+        id_token = None
         for name, target in targets.items():
-            exchanged[name] = await self._exchange.token(subject, target)
+            if target.id_jag and self._subject is not None:
+                id_token = id_token or await self._subject.token_of(scope)
+                exchanged[name] = await self._exchange.token(id_token, target, ID_TOKEN_TYPE)
+            else:
+                exchanged[name] = await self._exchange.token(subject, target)
         return exchanged
 
     def of(self, scope: Scope | None) -> Credentials:
@@ -568,7 +601,7 @@ class ProcessEnv:
         bound = {}
         for name, value in values.items():
             kind, _ = self.sources[name]
-            bound[name] = who if kind in ("exchange", "id-jag") else value
+            bound[name] = who if kind in ("exchange", "id-jag", "oauth") else value
         text = json.dumps(bound, sort_keys=True)
         return hashlib.sha256(text.encode()).digest()
 
@@ -576,7 +609,7 @@ class ProcessEnv:
 def _value(scope: Scope, kind: str, key: str, name: str) -> str | None:
     if kind == "header":
         value = Headers(scope=scope).get(key)
-    elif kind in ("exchange", "id-jag"):
+    elif kind in ("exchange", "id-jag", "oauth"):
         value = scope.get(_EXCHANGED, {}).get(name)
     else:
         user = scope.get("user")
@@ -596,6 +629,7 @@ def _missing(name: str, kind: str, key: str) -> MCPError:
         "header": f"the {key} header",
         "exchange": f"its bearer token exchanged for {key}",
         "id-jag": f"its bearer token exchanged for an ID-JAG, and that for a token of {key.split(',')[0]}",
+        "oauth": f"its user's own grant at {key.split(',')[0]}",
     }[kind]
     return MCPError(
         types.INVALID_REQUEST,
@@ -608,7 +642,7 @@ def _known_source(kind: str, key: str) -> bool:
     """Whether ``kind:key`` is a source: a claim or an audience named, or a header's name."""
     if kind == "header":
         return _HEADER_NAME.fullmatch(key) is not None
-    return kind in ("claim", "exchange", "id-jag") and bool(key)
+    return kind in ("claim", "exchange", "id-jag", "oauth") and bool(key)
 
 
 class FrontedConversations(HostConversationSource):

@@ -94,7 +94,6 @@ def forwarding_app(config: GatewayConfig) -> GatewayFront:
         raise TypeError("forwarding_app serves an upstream's replicas: config.serves is a Forwarding")
     # httpx: the gateway's extra, imported when a gateway is built.
     from ..auth._exchange import UpstreamToken
-    from ..auth._oauth import UpstreamGrants
     from ..auth._tools import guarded
     from ._proxy import UpstreamProxy
 
@@ -115,9 +114,10 @@ def forwarding_app(config: GatewayConfig) -> GatewayFront:
     )
     app = MCPSessionMiddleware(proxy, config=_at_gateway(sessions, replicas, auth))
     trusted = trusted_proxies(config.forwarded_allow_ips)
-    if isinstance(upstream_token, UpstreamGrants):
+    signing_in = upstream_token.signing_in
+    if signing_in is not None:
         # each user's own grants behind the authentication; the sign-in's pages, for a browser with no bearer, before
-        front = upstream_token.wrap(guarded(upstream_token.serving_grants(app), auth, config.tools, sessions))
+        front = signing_in.wrap(guarded(signing_in.serving_grants(app), auth, config.tools, sessions))
     else:
         front = guarded(app, auth, config.tools, sessions)
     return GatewayFront(front, trusted=trusted)

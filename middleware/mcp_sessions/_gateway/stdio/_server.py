@@ -192,7 +192,13 @@ def stdio_gateway_app(config: GatewayConfig) -> GatewayFront:
     serves = config.serves
     if not isinstance(serves, StdioProcesses):
         raise TypeError("stdio_gateway_app serves a stdio server's processes: config.serves is a StdioProcesses")
-    credentials = ProcessEnv(serves.process_env, exchange=config.exchange, exchange_scope=serves.exchange_scope)
+    credentials = ProcessEnv(
+        serves.process_env,
+        exchange=config.exchange,
+        exchange_scope=serves.exchange_scope,
+        subject=config.id_tokens,
+        grants=config.process_grants,
+    )
     if credentials.sources and serves.processes == "shared":
         raise ValueError("--process-env gives each conversation's process its own values: not with one shared")
     trusted = trusted_proxies(config.forwarded_allow_ips)
@@ -279,8 +285,13 @@ def _layered(
     config = config.replace(on_create=children.created, fronts_upstream=True)
     sessions = MCPSessionMiddleware(_Opening(app, children), config=config)
     exchanged = children.process_env.wrap(sessions)  # exchanges, once the user is known
-    own = sessions if auth is None else OwnConversations(exchanged, children)
+    own: ASGIApp = sessions if auth is None else OwnConversations(exchanged, children)
+    signing_in = children.process_env.signing_in
+    if signing_in is not None:  # her view of her grants behind the authentication (the sign-in's pages: below)
+        own = signing_in.serving_grants(own)
     checked: ASGIApp = _HostChecked(guarded(own, auth, tools, config), check)
+    if signing_in is not None:  # the sign-in's pages, for a browser with no bearer
+        checked = signing_in.wrap(checked)
     # without a status port or socket too: a status request at the clients' port is told where it is
     verifier = None if auth is None else auth.verifier
     keys = None if verifier is None else verifier.state
