@@ -22,6 +22,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -200,6 +201,9 @@ def team() -> Iterator[Team]:
         }
         status = free_port()
         file = certs / "team.toml"
+        # the uids kept for its users (the project tree is granted rw): the test's alone, not the host's for good, where
+        # each run's users (their audience has the run's port) would hold more of the range until none is free
+        state = stack.enter_context(tempfile.TemporaryDirectory())
 
         def command(port: int) -> tuple[list[str], dict[str, str]]:
             text = team_file()
@@ -208,6 +212,7 @@ def team() -> Iterator[Team]:
                 text = text.replace(given, ours)
             file.write_text(text, encoding="utf-8")
             line = [*prefix, sys.executable, "-m", "mcp_sessions", "gateway", "--config", str(file)]
+            line += ["--process-state", state]
             return line, {"MCP_SESSIONS_SECRET": SECRET, "SSL_CERT_FILE": authority}
 
         gateway = started("mcp-sessions gateway --config team.toml", command)

@@ -47,7 +47,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from http.cookiejar import CookieJar, DefaultCookiePolicy
-from typing import TYPE_CHECKING, Any, Final, Literal, get_args
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, get_args
 from urllib.parse import urlsplit
 
 import anyio
@@ -62,7 +62,6 @@ if TYPE_CHECKING:
     import httpx
 
     from ._client import ClientAuth
-    from ._oauth import IdTokens, SignIns
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -487,6 +486,26 @@ def subject_token(scope: Scope) -> str | None:
     return token if isinstance(token, str) and token else None
 
 
+class SignInRoutes(Protocol):
+    """What serves a sign-in's pages and a user's view of her grants (``_oauth.SignIns``): ``_oauth`` builds on this
+    module, never the other way."""
+
+    def wrap(self, app: ASGIApp) -> ASGIApp: ...
+
+    def serving_grants(self, app: ASGIApp) -> ASGIApp: ...
+
+
+class IdTokenSource(Protocol):
+    """Where each user's ID token of the gateway's own login is kept (``_oauth.IdTokens``), and its sign-in."""
+
+    @property
+    def signing_in(self) -> SignInRoutes | None: ...
+
+    async def token_of(self, scope: Scope) -> str: ...
+
+    def held(self, scope: Scope) -> str | None: ...
+
+
 class UpstreamToken:
     """What the upstream gets as ``Authorization`` (``--upstream-token``): ``"none"``, or ``"exchange"`` or
     ``"id-jag"`` (with ``exchange`` and ``target``); ``"passthrough"`` needs none of this (the client's goes as it
@@ -502,7 +521,7 @@ class UpstreamToken:
         exchange: TokenExchange | None = None,
         target: Target = Target(),
         upstream: str | None = None,
-        subject: IdTokens | None = None,
+        subject: IdTokenSource | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"--upstream-token is one of {', '.join(MODES)}, not {mode!r}")
@@ -530,11 +549,7 @@ class UpstreamToken:
         self.target = target
         self._upstream = upstream
         self.subject = subject
-        self.signing_in: SignIns | None = None
-        if subject is not None:
-            from ._oauth import SignIns
-
-            self.signing_in = SignIns([subject])
+        self.signing_in: SignInRoutes | None = None if subject is None else subject.signing_in
 
     async def _target(self) -> Target:
         """The target, its issuer and resource read from the upstream's metadata once if not given."""

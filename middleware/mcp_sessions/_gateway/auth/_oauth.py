@@ -922,8 +922,10 @@ class IdTokens(UpstreamGrants):
         self, *, callback: str, login: Login, kept: KeptGrants | None = None, timeout: float = TIMEOUT
     ) -> None:
         # the IdP stands where the upstream would: no upstream's metadata is read (_found)
-        issuer, client = login.issuer, login.client
-        super().__init__(upstream=issuer, callback=callback, login=login, client=client, kept=kept, timeout=timeout)
+        upstream = login.issuer
+        super().__init__(
+            upstream=upstream, callback=callback, login=login, client=login.client, kept=kept, timeout=timeout
+        )
 
     def held(self, scope: Scope) -> str | None:
         """The ID token kept for the user of ``scope``, if any (not refreshed: what the last exchange was given)."""
