@@ -106,6 +106,15 @@ def tried(http: httpx.Client, gateway: Process, session: dict[str, str], host: s
     return found
 
 
+def there(interface: str) -> bool:
+    """Whether this host's network namespace has the interface ``interface``."""
+    try:
+        socket.if_nametoindex(interface)
+    except OSError:
+        return False
+    return True
+
+
 def table(name: str) -> subprocess.CompletedProcess[str]:
     """The kernel's listing of the table ``name``."""
     return subprocess.run(["nft", "list", "table", "inet", name], capture_output=True, text=True)
@@ -796,6 +805,9 @@ def test_a_gateway_deletes_only_the_tables_of_gateways_that_are_gone_once_their_
                 assert table(tables[1]).returncode == 0, "kept while a host end of its links is there"
                 assert table(table_of(following)).returncode == 0
             subprocess.run(["ip", "link", "delete", outlived], check=True)
+            # the kernel frees a killed process's namespace, and its veth pair, after the process is gone (later on a
+            # busy host): "none is" is awaited, not assumed
+            until(lambda: not any(map(there, links_of(tables[1]))), "the killed gateway's host ends to go")
             with _sealed.gateway(server, "--process-uids", UIDS):
                 assert table(tables[1]).returncode != 0, "deleted once none is, a process of its range running"
                 assert table(unproven).returncode == 0, "no lock file: not proven gone"
