@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import ssl
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -32,6 +33,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from _authorities import stand_in_server
 from _mcp import CLIENT_CAPABILITIES_KEY, legacy_request, modern_headers, modern_request
 from _redis import free_port
 from conftest import asgi_client, serve
@@ -41,7 +43,7 @@ from e2e._vendor import USER_HEADER, Idp, Vendor, vendor_server
 from mcp_sessions import KeySet, SessionsConfig, gateway_app
 from mcp_sessions._gateway.auth._client import ClientAuth
 from mcp_sessions._gateway.auth._kept import KeptGrants
-from mcp_sessions._gateway.auth._oauth import Login, UpstreamGrants
+from mcp_sessions._gateway.auth._oauth import CLIENT_PATH, Login, UpstreamGrants
 from mcp_sessions._gateway.auth._users import GatewayAuth
 from mcp_sessions.stores import MemoryStore
 
@@ -62,6 +64,7 @@ class Stand:
     exits: contextlib.ExitStack
     gateway: Process = field(init=False)
     vendor_issuer: str = ""
+    tls: tuple[str, str, str] = ("", "", "")  # an authority's file, and a certificate (chain, key) it signed
 
     def start(self, keys: str) -> str:
         """A gateway with the key set ``keys`` (``MCP_SESSIONS_KEYS``), on the store, under
@@ -89,13 +92,15 @@ class Stand:
 @pytest.fixture(scope="module")
 def stand(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stand]:
     idp = Idp(clients=dict([LOGIN]))
-    vendor = Vendor()
+    tls = stand_in_server(tmp_path_factory.mktemp("tls"), ["127.0.0.1", "localhost"])
+    # the vendor takes Client ID Metadata Documents: a gateway at an http URL still registers (RFC 7591)
+    vendor = Vendor(documents=ssl.create_default_context(cafile=tls[0]))
     store = tmp_path_factory.mktemp("oauth") / "store.db"
     with contextlib.ExitStack() as exits:
         idp.url = exits.enter_context(serve(idp.app()))
         vendor_url = exits.enter_context(serve(vendor.app()))
         vendor.resource = exits.enter_context(serve(vendor_server(vendor, vendor_url))) + "/mcp"
-        built = Stand(idp, vendor, store, exits, vendor_issuer=vendor_url)
+        built = Stand(idp, vendor, store, exits, vendor_issuer=vendor_url, tls=tls)
         built.start(OLD_KEY)
         yield built
 
@@ -269,6 +274,53 @@ def _leaves(error: BaseException) -> list[BaseException]:
     if isinstance(error, BaseExceptionGroup):
         return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
     return [error]
+
+
+def test_an_https_gateway_is_its_client_by_its_metadata_document(stand: Stand) -> None:
+    """A gateway at an https URL (in process, its certificate of the test's authority), in front of the vendor,
+    whose server says it takes Client ID Metadata Documents: its client id there is its document's URL (MCP's
+    order: a client given, then the document, then DCR), which it serves, no secret in it, to any GET. The vendor
+    fetches it over https, verified against the test's authority, finds its ``client_id`` its own URL and the
+    callback among its redirect URIs; the user signs in, and her retry reaches the vendor as herself, no one
+    registered. The same document fetched under another name (``localhost``) names another client id: the vendor
+    refuses it, and grants nothing. The module's gateway (http) registered as before."""
+    port = free_port()
+    base = f"https://127.0.0.1:{port}"
+    callback = base + "/oauth/callback"
+    login = Login(stand.idp.url, ClientAuth("client_secret_basic", *LOGIN))
+    grants = UpstreamGrants(upstream=stand.vendor.resource, callback=callback, login=login)
+    auth = GatewayAuth(jwks_url=stand.idp.url + "/jwks.json", issuer=stand.idp.url, audience=base + "/mcp")
+    app = gateway_app([stand.vendor.resource], config=SessionsConfig(secret=SECRET), auth=auth, upstream_token=grants)
+    trust = ssl.create_default_context(cafile=stand.tls[0])
+    registered = stand.vendor.counts["registrations"]
+    body = modern_request("tools/call", WHOAMI, meta=URL_CAPABLE)
+    headers = {**modern_headers(body), "Authorization": f"Bearer {stand.idp.token_for('uma', base + '/mcp')}"}
+    with serve(app, port=port, tls=stand.tls[1:]), httpx.Client(verify=trust, timeout=30) as http:
+        document = http.get(base + CLIENT_PATH)
+        assert document.status_code == 200 and document.headers["content-type"] == "application/json"
+        assert document.json() == {
+            "client_id": base + CLIENT_PATH,
+            "client_name": "mcp-sessions gateway",
+            "redirect_uris": [callback],
+            "grant_types": ["authorization_code", "refresh_token"],
+            "response_types": ["code"],
+            "token_endpoint_auth_method": "none",
+        }
+        assert http.post(base + CLIENT_PATH).status_code == 405
+        url = asked_url(result_of(http.post(base + "/mcp", json=body, headers=headers), body["id"]))
+        with httpx.Client(verify=trust, follow_redirects=True, headers={USER_HEADER: "uma"}, timeout=30) as web:
+            done = web.get(url)
+        assert done.status_code == 200, done.text
+        retried = result_of(http.post(base + "/mcp", json=body, headers=headers), body["id"])
+        assert whoami(retried)["sub"] == "uma"
+        assert stand.vendor.fetched == [base + CLIENT_PATH] and stand.vendor.misfits == []
+        assert stand.vendor.counts["registrations"] == registered
+        elsewhere = f"https://localhost:{port}{CLIENT_PATH}"
+        asked = {"client_id": elsewhere, "redirect_uri": callback, "response_type": "code", "state": "s"}
+        refused = httpx.get(stand.vendor_issuer + "/authorize", params=asked, headers={USER_HEADER: "uma"})
+        assert refused.status_code == 400 and stand.vendor.misfits == ["client_id"]
+    others = set(stand.vendor.clients_of.values()) - {base + CLIENT_PATH}
+    assert all(client.startswith("vc-") for client in others)  # the other gateways' (http): registered
 
 
 def test_a_client_without_url_elicitation_gets_the_url_in_an_error(stand: Stand) -> None:
