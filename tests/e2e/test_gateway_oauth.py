@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import ssl
 import sys
 import threading
@@ -36,8 +37,9 @@ from starlette.routing import Route
 from _authorities import stand_in_server
 from _mcp import CLIENT_CAPABILITIES_KEY, legacy_request, modern_headers, modern_request
 from _redis import free_port
+from _waits import until
 from conftest import asgi_client, serve
-from e2e._gateway import JSON_SSE, MAIN, SECRET, Process, gateway_process, main_run, result_of
+from e2e._gateway import JSON_SSE, MAIN, SECRET, Process, gateway_process, main_run, result_of, started
 from e2e._stdio import text_of
 from e2e._vendor import USER_HEADER, Idp, Vendor, vendor_server
 from mcp_sessions import KeySet, SessionsConfig, gateway_app
@@ -321,6 +323,94 @@ def test_an_https_gateway_is_its_client_by_its_metadata_document(stand: Stand) -
         assert refused.status_code == 400 and stand.vendor.misfits == ["client_id"]
     others = set(stand.vendor.clients_of.values()) - {base + CLIENT_PATH}
     assert all(client.startswith("vc-") for client in others)  # the other gateways' (http): registered
+
+
+def signing_in_file(stand: Stand, port: int, other: tuple[str, str], tools: str = "") -> str:
+    """A team file of two servers that sign their users in, the gateway at ``port``: ``vendor``, the vendor's
+    server (``upstream-token = "oauth"``), and ``tools``, the tests' stdio server whose ``OTHER_TOKEN`` is its
+    user's grant at ``other`` (its issuer and resource), with ``tools``' extra lines."""
+    login = f'login-issuer = "{stand.idp.url}"\nlogin-client-id = "{LOGIN[0]}"\n'
+    pythonpath = f"{MAIN}/middleware:{MAIN}/tests"
+    return (
+        f'[gateway]\nauth-jwks = "{stand.idp.url}/jwks.json"\nauth-issuer = "{stand.idp.url}"\n'
+        f'auth-audience = "http://127.0.0.1:{port}/"\nshutdown-timeout = 3\n'
+        f'[servers.vendor]\nurl = "{stand.vendor.resource}"\nupstream-token = "oauth"\n{login}'
+        f"[servers.tools]\nstdio = {json.dumps(f'{sys.executable} -m e2e._plain_stdio')}\n"
+        f'process-containment = "none"\naccept-shared-uid = true\nprocesses = "per-conversation"\nwarm = 0\n'
+        f'env = {{ PYTHONPATH = "{pythonpath}" }}\n{login}'
+        f'process-env = ["OTHER_TOKEN=oauth:{other[0]},resource={other[1]}"]\n{tools}'
+    )
+
+
+def test_a_team_file_s_servers_sign_their_users_in_at_the_gateway_s_base_across_a_reload(
+    stand: Stand, tmp_path: Path
+) -> None:
+    """``--config`` with two servers whose users sign in: the vendor's (``upstream-token = "oauth"``) and a stdio
+    one with an ``oauth:`` variable at another vendor's server. Each server's sign-in URL is the gateway's own
+    (``/oauth/authorize/ID`` at its base, where its one callback is), and each URL and callback reaches the
+    server whose sign-in made it: jo reaches the vendor as herself, and her process gets her token at the other.
+    A SIGHUP that replaces the stdio server keeps the vendor's sign-in under way (kai's URL, given before it,
+    grants after it) and jo's grant at the other (in the store: no sign-in again); ``/oauth/grants`` at the base
+    lists her grants at both servers, each with its ``server``. No token in the gateway's output."""
+    other = Vendor(resource="https://api.other.example/")
+    getenv = modern_request("tools/call", {"name": "getenv", "arguments": {"name": "OTHER_TOKEN"}}, meta=URL_CAPABLE)
+    call = modern_request("tools/call", WHOAMI, meta=URL_CAPABLE)
+    file = tmp_path / "team.toml"
+    with serve(other.app()) as other_issuer:
+
+        def command(port: int) -> tuple[list[str], dict[str, str]]:
+            file.write_text(signing_in_file(stand, port, (other_issuer, other.resource)), encoding="utf-8")
+            line = [sys.executable, "-m", "mcp_sessions", "gateway", "--config", str(file), "--port", str(port)]
+            environ = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_LOGIN_CLIENT_SECRET": LOGIN[1]}
+            environ["MCP_SESSIONS_STORE"] = f"sqlite:///{tmp_path / 'store.db'}"
+            return [*line, "--log-level", "info"], environ
+
+        gateway = started("mcp-sessions gateway --config team.toml", command)
+        try:
+            base = f"http://127.0.0.1:{gateway.port}"
+
+            def asked(user: str, server: str, body: dict[str, Any]) -> dict[str, Any]:
+                token = stand.idp.token_for(user, base + "/")
+                headers = {**modern_headers(body), "Authorization": f"Bearer {token}"}
+                answer = httpx.post(f"{base}/servers/{server}/mcp", json=body, headers=headers, timeout=30)
+                return result_of(answer, body["id"])
+
+            for server, body in (("vendor", call), ("tools", getenv)):
+                url = asked_url(asked("jo", server, body))
+                assert url.startswith(base + "/oauth/authorize/"), url
+                done = signed_in("jo", url)
+                assert done.status_code == 200 and "You are signed in to" in done.text, done.text
+            assert whoami(asked("jo", "vendor", call))["sub"] == "jo"
+            given = asked("jo", "tools", getenv)["result"]["structuredContent"]["result"]
+            assert claims_of(given)["sub"] == "jo" and given in other.issued
+
+            waiting = asked_url(asked("kai", "vendor", call))
+            before = len(gateway.log())
+            file.write_text(
+                signing_in_file(stand, gateway.port, (other_issuer, other.resource), "process-idle = 120\n"),
+                encoding="utf-8",
+            )
+            assert gateway.process is not None
+            gateway.process.send_signal(signal.SIGHUP)
+            until(lambda: b"reloaded" in gateway.log()[before:], "the reload's line")
+            assert b"draining tools" in gateway.log()[before:]
+            assert signed_in("kai", waiting).status_code == 200
+            assert whoami(asked("kai", "vendor", call))["sub"] == "kai"
+            codes = other.counts["codes"]
+            assert asked("jo", "tools", getenv)["result"]["structuredContent"]["result"] == given
+            assert other.counts["codes"] == codes
+
+            mine = {"Authorization": f"Bearer {stand.idp.token_for('jo', base + '/')}"}
+            listed = httpx.get(base + "/oauth/grants", headers=mine, timeout=30).json()
+            assert httpx.get(base + "/oauth/grants", timeout=30).status_code == 401
+        finally:
+            output = gateway.stop().decode(errors="replace")
+    assert {(grant["server"], grant["authorization_server"]) for grant in listed["grants"]} == {
+        ("vendor", stand.vendor_issuer),
+        ("tools", other_issuer),
+    }
+    for token in (*stand.vendor.issued, *other.issued):
+        assert token not in output
 
 
 def test_a_client_without_url_elicitation_gets_the_url_in_an_error(stand: Stand) -> None:
