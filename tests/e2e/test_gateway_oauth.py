@@ -283,9 +283,10 @@ def test_an_https_gateway_is_its_client_by_its_metadata_document(stand: Stand) -
     whose server says it takes Client ID Metadata Documents: its client id there is its document's URL (MCP's
     order: a client given, then the document, then DCR), which it serves, no secret in it, to any GET. The vendor
     fetches it over https, verified against the test's authority, finds its ``client_id`` its own URL and the
-    callback among its redirect URIs; the user signs in, and her retry reaches the vendor as herself, no one
-    registered. The same document fetched under another name (``localhost``) names another client id: the vendor
-    refuses it, and grants nothing. The module's gateway (http) registered as before."""
+    callback among its redirect URIs; the user signs in, and her retry reaches the vendor as herself (her token
+    refreshed by that client too), no one registered. The same document fetched under another name
+    (``localhost``) names another client id: the vendor refuses it, and grants nothing. The module's gateway
+    (http) registered as before."""
     port = free_port()
     base = f"https://127.0.0.1:{port}"
     callback = base + "/oauth/callback"
@@ -315,6 +316,9 @@ def test_an_https_gateway_is_its_client_by_its_metadata_document(stand: Stand) -
         assert done.status_code == 200, done.text
         retried = result_of(http.post(base + "/mcp", json=body, headers=headers), body["id"])
         assert whoami(retried)["sub"] == "uma"
+        stand.vendor.refused.add(whoami(retried)["token"])  # refreshed, by the client the grant is of: the URL
+        refreshed = whoami(result_of(http.post(base + "/mcp", json=body, headers=headers), body["id"]))
+        assert refreshed["sub"] == "uma" and refreshed["token"] != whoami(retried)["token"]
         assert stand.vendor.fetched == [base + CLIENT_PATH] and stand.vendor.misfits == []
         assert stand.vendor.counts["registrations"] == registered
         elsewhere = f"https://localhost:{port}{CLIENT_PATH}"
