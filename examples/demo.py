@@ -392,8 +392,17 @@ def _quiet_logs() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def serve_in_thread(app: Any, *, timeout: float = 10.0, path: str = "/mcp", root_path: str = "") -> Iterator[str]:
-    """Serve ``app`` with a real uvicorn on 127.0.0.1 (a free port) in a thread; yields its URL plus ``path``.
+def serve_in_thread(
+    app: Any,
+    *,
+    timeout: float = 10.0,
+    path: str = "/mcp",
+    root_path: str = "",
+    port: int = 0,
+    tls: tuple[str, str] | None = None,
+) -> Iterator[str]:
+    """Serve ``app`` with a real uvicorn on 127.0.0.1 (``port``, else a free one) in a thread; yields its URL plus
+    ``path``: https given ``tls``, the certificate chain's file and its key's.
 
     The app's lifespan runs; the server stops, bounded in time, when the block
     ends. :class:`ServerUnavailable` if it does not start within ``timeout``.
@@ -403,7 +412,7 @@ def serve_in_thread(app: Any, *, timeout: float = 10.0, path: str = "/mcp", root
     # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only then, and without it
     # every request on a kept-alive connection waits ~40 ms (Nagle + delayed ACK).
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     port = sock.getsockname()[1]
     # A keep-alive longer than a client's pause (uvicorn's default is 5 s): uvicorn closing an idle pooled connection
     # just as a client reuses it is a race between uvicorn and the client (httpx raises ReadError), not what a caller
@@ -415,6 +424,8 @@ def serve_in_thread(app: Any, *, timeout: float = 10.0, path: str = "/mcp", root
         timeout_graceful_shutdown=2,
         timeout_keep_alive=120,
         root_path=root_path,
+        ssl_certfile=None if tls is None else tls[0],
+        ssl_keyfile=None if tls is None else tls[1],
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -425,7 +436,7 @@ def serve_in_thread(app: Any, *, timeout: float = 10.0, path: str = "/mcp", root
             if not thread.is_alive() or time.monotonic() > deadline:
                 raise ServerUnavailable("the server did not start (see the log above)")
             time.sleep(0.01)
-        yield f"http://127.0.0.1:{port}{path}"
+        yield f"{'http' if tls is None else 'https'}://127.0.0.1:{port}{path}"
     finally:
         server.should_exit = True
         thread.join(timeout)

@@ -94,12 +94,15 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def serve(app: Any, *, timeout: float = 10.0, root_path: str = "") -> contextlib.AbstractContextManager[str]:
-    """``app`` on a real uvicorn on 127.0.0.1 in a thread, its lifespan run (the MCP SDK app needs it): the base URL.
+def serve(
+    app: Any, *, timeout: float = 10.0, root_path: str = "", port: int = 0, tls: tuple[str, str] | None = None
+) -> contextlib.AbstractContextManager[str]:
+    """``app`` on a real uvicorn on 127.0.0.1 in a thread, its lifespan run (the MCP SDK app needs it): the base URL
+    (https given ``tls``, a certificate chain's file and its key's; on ``port`` where given).
 
     ``examples.demo.serve_in_thread`` at the root path: the server stops, bounded in time, when the block ends.
     """
-    return serve_in_thread(app, timeout=timeout, path="", root_path=root_path)
+    return serve_in_thread(app, timeout=timeout, path="", root_path=root_path, port=port, tls=tls)
 
 
 @contextlib.contextmanager

@@ -6,8 +6,11 @@
   click through), and a token endpoint that checks the client's secret, the code's redirect URI and PKCE (S256), and
   answers an ID token (``nonce``, ``sub``) for the client. It also signs the users' bearer tokens for the gateway.
 - :class:`Vendor`: the vendor's authorization server: RFC 8414 metadata, Dynamic Client Registration (RFC 7591,
-  public clients), an authorization endpoint that consents at once for the ``X-Test-User`` a browser names (after
-  checking the client, its registered redirect URI, PKCE's S256 and the ``resource``), and a token endpoint:
+  public clients), Client ID Metadata Documents (given ``documents``, the trust it fetches them with over https: a
+  client id that is an https URL is the document there, whose ``client_id`` must be that URL, a public client's,
+  naming the redirect URI asked for; else the client is refused), an authorization endpoint that consents at once
+  for the ``X-Test-User`` a browser names (after checking the client, its registered redirect URI, PKCE's S256
+  and the ``resource``), and a token endpoint:
   the authorization code (once, its verifier checked), and refresh tokens rotated at each use, an old one seen
   again revoking the whole grant (RFC 9700 §4.14.2). Its access tokens are JWTs of its own key for the resource.
 - :func:`vendor_server`: the vendor's ``MCPServer`` behind bearer auth: a request without a token of the vendor's
@@ -21,6 +24,7 @@ import base64
 import hashlib
 import json
 import secrets
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,6 +32,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import anyio.to_thread
+import httpx
 import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 from mcp.server.mcpserver import Context, MCPServer
@@ -142,6 +147,30 @@ class Vendor:
     clients_of: dict[str, str] = field(default_factory=dict)  # grant id -> the client it was issued to
     # Given: each refresh waits (in the server's thread, at most 10 s) until the test sets it.
     holding: threading.Event | None = None
+    # Given: it takes Client ID Metadata Documents, fetched over https with this trust.
+    documents: ssl.SSLContext | None = None
+    fetched: list[str] = field(default_factory=list)  # the documents' URLs, each as fetched
+    misfits: list[str] = field(default_factory=list)  # why each document it refused was refused
+
+    async def document_of(self, client_id: str, redirect_uri: str) -> list[str] | None:
+        """The redirect URIs of the client whose id is the https URL ``client_id``: its document fetched there
+        (bounded, no redirect), checked as the draft's §4 says; ``None``, its reason in :attr:`misfits`, if not."""
+        if self.documents is None or not client_id.startswith("https://"):
+            return None
+        self.fetched.append(client_id)
+        async with httpx.AsyncClient(verify=self.documents, follow_redirects=False, timeout=5) as http:
+            response = await http.get(client_id)
+        document = response.json() if response.status_code == 200 and len(response.content) < 5120 else {}
+        uris = document.get("redirect_uris")
+        if document.get("client_id") != client_id:
+            self.misfits.append("client_id")
+        elif not isinstance(uris, list) or redirect_uri not in uris:
+            self.misfits.append("redirect_uri")
+        elif document.get("token_endpoint_auth_method") != "none" or "client_secret" in document:
+            self.misfits.append("secret")
+        else:
+            return uris
+        return None
 
     def keys(self) -> dict[str, Any]:
         public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key()))
@@ -176,6 +205,7 @@ class Vendor:
                     "code_challenge_methods_supported": ["S256"],
                     "grant_types_supported": ["authorization_code", "refresh_token"],
                     "token_endpoint_auth_methods_supported": ["none"],
+                    **({} if self.documents is None else {"client_id_metadata_document_supported": True}),
                 }
             )
 
@@ -193,6 +223,10 @@ class Vendor:
             query = request.query_params
             user = request.headers.get(USER_HEADER)
             uris = self.clients.get(query.get("client_id", ""))
+            if uris is None:
+                uris = await self.document_of(query.get("client_id", ""), query.get("redirect_uri", ""))
+                if uris is not None:
+                    self.clients[query["client_id"]] = uris  # known for its tokens and revocations from now on
             if uris is None or query.get("redirect_uri") not in uris:
                 return JSONResponse({"error": "invalid_client"}, 400)  # never redirected to an unknown URI
             if user in self.declining:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
+import ssl
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -32,16 +34,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from _authorities import stand_in_server
 from _mcp import CLIENT_CAPABILITIES_KEY, legacy_request, modern_headers, modern_request
 from _redis import free_port
+from _waits import until
 from conftest import asgi_client, serve
-from e2e._gateway import JSON_SSE, MAIN, SECRET, Process, gateway_process, main_run, result_of
+from e2e._gateway import JSON_SSE, MAIN, SECRET, Process, gateway_process, main_run, result_of, started
 from e2e._stdio import text_of
 from e2e._vendor import USER_HEADER, Idp, Vendor, vendor_server
 from mcp_sessions import KeySet, SessionsConfig, gateway_app
 from mcp_sessions._gateway.auth._client import ClientAuth
 from mcp_sessions._gateway.auth._kept import KeptGrants
-from mcp_sessions._gateway.auth._oauth import Login, UpstreamGrants
+from mcp_sessions._gateway.auth._oauth import CLIENT_PATH, Login, UpstreamGrants
 from mcp_sessions._gateway.auth._users import GatewayAuth
 from mcp_sessions.stores import MemoryStore
 
@@ -62,6 +66,7 @@ class Stand:
     exits: contextlib.ExitStack
     gateway: Process = field(init=False)
     vendor_issuer: str = ""
+    tls: tuple[str, str, str] = ("", "", "")  # an authority's file, and a certificate (chain, key) it signed
 
     def start(self, keys: str) -> str:
         """A gateway with the key set ``keys`` (``MCP_SESSIONS_KEYS``), on the store, under
@@ -89,13 +94,15 @@ class Stand:
 @pytest.fixture(scope="module")
 def stand(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stand]:
     idp = Idp(clients=dict([LOGIN]))
-    vendor = Vendor()
+    tls = stand_in_server(tmp_path_factory.mktemp("tls"), ["127.0.0.1", "localhost"])
+    # the vendor takes Client ID Metadata Documents: a gateway at an http URL still registers (RFC 7591)
+    vendor = Vendor(documents=ssl.create_default_context(cafile=tls[0]))
     store = tmp_path_factory.mktemp("oauth") / "store.db"
     with contextlib.ExitStack() as exits:
         idp.url = exits.enter_context(serve(idp.app()))
         vendor_url = exits.enter_context(serve(vendor.app()))
         vendor.resource = exits.enter_context(serve(vendor_server(vendor, vendor_url))) + "/mcp"
-        built = Stand(idp, vendor, store, exits, vendor_issuer=vendor_url)
+        built = Stand(idp, vendor, store, exits, vendor_issuer=vendor_url, tls=tls)
         built.start(OLD_KEY)
         yield built
 
@@ -269,6 +276,145 @@ def _leaves(error: BaseException) -> list[BaseException]:
     if isinstance(error, BaseExceptionGroup):
         return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
     return [error]
+
+
+def test_an_https_gateway_is_its_client_by_its_metadata_document(stand: Stand) -> None:
+    """A gateway at an https URL (in process, its certificate of the test's authority), in front of the vendor,
+    whose server says it takes Client ID Metadata Documents: its client id there is its document's URL (MCP's
+    order: a client given, then the document, then DCR), which it serves, no secret in it, to any GET. The vendor
+    fetches it over https, verified against the test's authority, finds its ``client_id`` its own URL and the
+    callback among its redirect URIs; the user signs in, and her retry reaches the vendor as herself (her token
+    refreshed by that client too), no one registered. The same document fetched under another name
+    (``localhost``) names another client id: the vendor refuses it, and grants nothing. The module's gateway
+    (http) registered as before."""
+    port = free_port()
+    base = f"https://127.0.0.1:{port}"
+    callback = base + "/oauth/callback"
+    login = Login(stand.idp.url, ClientAuth("client_secret_basic", *LOGIN))
+    grants = UpstreamGrants(upstream=stand.vendor.resource, callback=callback, login=login)
+    auth = GatewayAuth(jwks_url=stand.idp.url + "/jwks.json", issuer=stand.idp.url, audience=base + "/mcp")
+    app = gateway_app([stand.vendor.resource], config=SessionsConfig(secret=SECRET), auth=auth, upstream_token=grants)
+    trust = ssl.create_default_context(cafile=stand.tls[0])
+    registered = stand.vendor.counts["registrations"]
+    body = modern_request("tools/call", WHOAMI, meta=URL_CAPABLE)
+    headers = {**modern_headers(body), "Authorization": f"Bearer {stand.idp.token_for('uma', base + '/mcp')}"}
+    with serve(app, port=port, tls=stand.tls[1:]), httpx.Client(verify=trust, timeout=30) as http:
+        document = http.get(base + CLIENT_PATH)
+        assert document.status_code == 200 and document.headers["content-type"] == "application/json"
+        assert document.json() == {
+            "client_id": base + CLIENT_PATH,
+            "client_name": "mcp-sessions gateway",
+            "redirect_uris": [callback],
+            "grant_types": ["authorization_code", "refresh_token"],
+            "response_types": ["code"],
+            "token_endpoint_auth_method": "none",
+        }
+        assert http.post(base + CLIENT_PATH).status_code == 405
+        url = asked_url(result_of(http.post(base + "/mcp", json=body, headers=headers), body["id"]))
+        with httpx.Client(verify=trust, follow_redirects=True, headers={USER_HEADER: "uma"}, timeout=30) as web:
+            done = web.get(url)
+        assert done.status_code == 200, done.text
+        retried = result_of(http.post(base + "/mcp", json=body, headers=headers), body["id"])
+        assert whoami(retried)["sub"] == "uma"
+        stand.vendor.refused.add(whoami(retried)["token"])  # refreshed, by the client the grant is of: the URL
+        refreshed = whoami(result_of(http.post(base + "/mcp", json=body, headers=headers), body["id"]))
+        assert refreshed["sub"] == "uma" and refreshed["token"] != whoami(retried)["token"]
+        assert stand.vendor.fetched == [base + CLIENT_PATH] and stand.vendor.misfits == []
+        assert stand.vendor.counts["registrations"] == registered
+        elsewhere = f"https://localhost:{port}{CLIENT_PATH}"
+        asked = {"client_id": elsewhere, "redirect_uri": callback, "response_type": "code", "state": "s"}
+        refused = httpx.get(stand.vendor_issuer + "/authorize", params=asked, headers={USER_HEADER: "uma"})
+        assert refused.status_code == 400 and stand.vendor.misfits == ["client_id"]
+    others = set(stand.vendor.clients_of.values()) - {base + CLIENT_PATH}
+    assert all(client.startswith("vc-") for client in others)  # the other gateways' (http): registered
+
+
+def signing_in_file(stand: Stand, port: int, other: tuple[str, str], tools: str = "") -> str:
+    """A team file of two servers that sign their users in, the gateway at ``port``: ``vendor``, the vendor's
+    server (``upstream-token = "oauth"``), and ``tools``, the tests' stdio server whose ``OTHER_TOKEN`` is its
+    user's grant at ``other`` (its issuer and resource), with ``tools``' extra lines."""
+    login = f'login-issuer = "{stand.idp.url}"\nlogin-client-id = "{LOGIN[0]}"\n'
+    pythonpath = f"{MAIN}/middleware:{MAIN}/tests"
+    return (
+        f'[gateway]\nauth-jwks = "{stand.idp.url}/jwks.json"\nauth-issuer = "{stand.idp.url}"\n'
+        f'auth-audience = "http://127.0.0.1:{port}/"\nshutdown-timeout = 3\n'
+        f'[servers.vendor]\nurl = "{stand.vendor.resource}"\nupstream-token = "oauth"\n{login}'
+        f"[servers.tools]\nstdio = {json.dumps(f'{sys.executable} -m e2e._plain_stdio')}\n"
+        f'process-containment = "none"\naccept-shared-uid = true\nprocesses = "per-conversation"\nwarm = 0\n'
+        f'env = {{ PYTHONPATH = "{pythonpath}" }}\n{login}'
+        f'process-env = ["OTHER_TOKEN=oauth:{other[0]},resource={other[1]}"]\n{tools}'
+    )
+
+
+def test_a_team_file_s_servers_sign_their_users_in_at_the_gateway_s_base_across_a_reload(
+    stand: Stand, tmp_path: Path
+) -> None:
+    """``--config`` with two servers whose users sign in: the vendor's (``upstream-token = "oauth"``) and a stdio
+    one with an ``oauth:`` variable at another vendor's server. Each server's sign-in URL is the gateway's own
+    (``/oauth/authorize/ID`` at its base, where its one callback is), and each URL and callback reaches the
+    server whose sign-in made it: jo reaches the vendor as herself, and her process gets her token at the other.
+    A SIGHUP that replaces the stdio server keeps the vendor's sign-in under way (kai's URL, given before it,
+    grants after it) and jo's grant at the other (in the store: no sign-in again); ``/oauth/grants`` at the base
+    lists her grants at both servers, each with its ``server``. No token in the gateway's output."""
+    other = Vendor(resource="https://api.other.example/")
+    getenv = modern_request("tools/call", {"name": "getenv", "arguments": {"name": "OTHER_TOKEN"}}, meta=URL_CAPABLE)
+    call = modern_request("tools/call", WHOAMI, meta=URL_CAPABLE)
+    file = tmp_path / "team.toml"
+    with serve(other.app()) as other_issuer:
+
+        def command(port: int) -> tuple[list[str], dict[str, str]]:
+            file.write_text(signing_in_file(stand, port, (other_issuer, other.resource)), encoding="utf-8")
+            line = [sys.executable, "-m", "mcp_sessions", "gateway", "--config", str(file), "--port", str(port)]
+            environ = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_LOGIN_CLIENT_SECRET": LOGIN[1]}
+            environ["MCP_SESSIONS_STORE"] = f"sqlite:///{tmp_path / 'store.db'}"
+            return [*line, "--log-level", "info"], environ
+
+        gateway = started("mcp-sessions gateway --config team.toml", command)
+        try:
+            base = f"http://127.0.0.1:{gateway.port}"
+
+            def asked(user: str, server: str, body: dict[str, Any]) -> dict[str, Any]:
+                token = stand.idp.token_for(user, base + "/")
+                headers = {**modern_headers(body), "Authorization": f"Bearer {token}"}
+                answer = httpx.post(f"{base}/servers/{server}/mcp", json=body, headers=headers, timeout=30)
+                return result_of(answer, body["id"])
+
+            for server, body in (("vendor", call), ("tools", getenv)):
+                url = asked_url(asked("jo", server, body))
+                assert url.startswith(base + "/oauth/authorize/"), url
+                done = signed_in("jo", url)
+                assert done.status_code == 200 and "You are signed in to" in done.text, done.text
+            assert whoami(asked("jo", "vendor", call))["sub"] == "jo"
+            given = asked("jo", "tools", getenv)["result"]["structuredContent"]["result"]
+            assert claims_of(given)["sub"] == "jo" and given in other.issued
+
+            waiting = asked_url(asked("kai", "vendor", call))
+            before = len(gateway.log())
+            file.write_text(
+                signing_in_file(stand, gateway.port, (other_issuer, other.resource), "process-idle = 120\n"),
+                encoding="utf-8",
+            )
+            assert gateway.process is not None
+            gateway.process.send_signal(signal.SIGHUP)
+            until(lambda: b"reloaded" in gateway.log()[before:], "the reload's line")
+            assert b"draining tools" in gateway.log()[before:]
+            assert signed_in("kai", waiting).status_code == 200
+            assert whoami(asked("kai", "vendor", call))["sub"] == "kai"
+            codes = other.counts["codes"]
+            assert asked("jo", "tools", getenv)["result"]["structuredContent"]["result"] == given
+            assert other.counts["codes"] == codes
+
+            mine = {"Authorization": f"Bearer {stand.idp.token_for('jo', base + '/')}"}
+            listed = httpx.get(base + "/oauth/grants", headers=mine, timeout=30).json()
+            assert httpx.get(base + "/oauth/grants", timeout=30).status_code == 401
+        finally:
+            output = gateway.stop().decode(errors="replace")
+    assert {(grant["server"], grant["authorization_server"]) for grant in listed["grants"]} == {
+        ("vendor", stand.vendor_issuer),
+        ("tools", other_issuer),
+    }
+    for token in (*stand.vendor.issued, *other.issued):
+        assert token not in output
 
 
 def test_a_client_without_url_elicitation_gets_the_url_in_an_error(stand: Stand) -> None:

@@ -5,6 +5,7 @@ exit status 2, before anything starts."""
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 from pathlib import Path
@@ -12,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from mcp_sessions._cli import main
-from mcp_sessions._gateway._cli import add_arguments
+from mcp_sessions._gateway._cli import add_arguments, configured_file
 from mcp_sessions._gateway._file import FileError, servers_of
+from mcp_sessions._gateway._servers import sign_ins
 
 TWO = """
 [gateway]
@@ -133,6 +135,7 @@ def test_an_mcpservers_json_file_is_read_by_its_suffix_or_its_first_brace(tmp_pa
             "servers.b.path: /Servers/A/mcp is servers.a's too: two servers on one path",
         ),
         ('[servers.a]\nstdio = "cat"\npath = "/status"\n', "servers.a.path: /status is the gateway's own"),
+        ('[servers.a]\nstdio = "cat"\npath = "/oauth/a"\n', "servers.a.path: /oauth/a is the gateway's own"),
         ('[servers.a]\nstdio = "cat"\npath = "/a/../b"\n', "servers.a.path: an absolute path of plain segments"),
         ('[servers."a b"]\nstdio = "cat"\n', "servers.a b: a server's name is letters, digits"),
         ("[gateway]\nport = 9000\n", "mcpServers: a table of servers, at least one"),
@@ -209,26 +212,40 @@ def test_a_server_s_own_refusal_is_said_with_its_name_first(tmp_path: Path) -> N
     assert stderr.getvalue() == said
 
 
-@pytest.mark.parametrize(
-    ("key", "what"),
-    [
-        ('upstream-token = "oauth"', "upstream-token oauth"),
-        ('id-jag-subject = "id_token"', "id-jag-subject id_token"),
-        ('process-env = ["T=oauth:https://as.example"]', "process-env NAME=oauth:"),
-    ],
-)
-def test_a_server_whose_users_sign_in_at_the_gateway_is_refused_in_a_file(tmp_path: Path, key: str, what: str) -> None:
-    """``--upstream-token oauth``'s, ``--id-jag-subject id_token``'s and ``--process-env NAME=oauth:``'s sign-in pages
-    and callback are the gateway's own paths, which no server of a file is served at: refused in one line, not served
-    half."""
+SIGNING_IN = '[gateway]\nauth-jwks = "http://127.0.0.1:9/k"\nauth-issuer = "http://127.0.0.1:9"\n'
+SIGNING_IN += 'auth-audience = "https://gw.example/"\n[servers.plain]\nurl = "http://127.0.0.1:1/mcp"\n'
+SIGNING_IN += '[servers.vendor]\nurl = "http://127.0.0.1:1/mcp"\nupstream-token = "oauth"\n'
+
+
+def test_a_server_whose_users_sign_in_is_checked_as_the_command_line_s_and_signs_them_in_at_the_base(
+    tmp_path: Path,
+) -> None:
+    """A server of a file with ``upstream-token = "oauth"``: without its login, refused in one line that names it, as
+    the command line is; with it, its sign-in's routes are the gateway's own, on the origin of its ``auth-audience``
+    (its Client ID Metadata Document at ``/oauth/client.json`` there, not under the server's path), where the
+    servers' app routes them; a server that signs no one in has none."""
     file = tmp_path / "team.toml"
-    file.write_text(f'[servers.vendor]\nurl = "http://127.0.0.1:1/mcp"\n{key}\n', encoding="utf-8")
+    file.write_text(SIGNING_IN, encoding="utf-8")
     stderr = io.StringIO()
-    argv = ["gateway", "--config", str(file)]
-    environ = {"MCP_SESSIONS_SECRET": "x" * 32}
-    assert main(argv, stdin=io.StringIO(), stdout=io.StringIO(), stderr=stderr, environ=environ) == 2
-    said = f"servers.vendor: {what} is for a gateway of one server, not yet in a file"
+    environ = {"MCP_SESSIONS_SECRET": "x" * 32, "MCP_SESSIONS_LOGIN_CLIENT_SECRET": "s3cr3t-value"}
+    assert (
+        main(
+            ["gateway", "--config", str(file)],
+            stdin=io.StringIO(),
+            stdout=io.StringIO(),
+            stderr=stderr,
+            environ=environ,
+        )
+        == 2
+    )
+    said = "servers.vendor: --upstream-token oauth confirms who opens a sign-in URL: give --login-issuer and its client"
     assert stderr.getvalue() == f"mcp-sessions gateway: {said}\n"
+    file.write_text(SIGNING_IN + 'login-issuer = "http://127.0.0.1:9"\nlogin-client-id = "g"\n', encoding="utf-8")
+    config = configured_file(argparse.Namespace(config=str(file)), environ)
+    signing = {served.name: sign_ins(served.config) for served in config.servers}
+    assert signing["plain"] == ()
+    (vendor,) = signing["vendor"]
+    assert vendor.document_url == "https://gw.example/oauth/client.json"
 
 
 def test_a_reload_keeps_each_running_server_s_part_of_the_uids_and_gives_an_added_one_a_free_part(

@@ -554,13 +554,6 @@ def _served(server: ServerFlags, stdio: int, drain: float, environ: Mapping[str,
     own = {**environ, **server.env} if server.env else environ
     if server.env:
         server.flags.pass_env = [*server.flags.pass_env, *server.env]
-    mode = server.flags.upstream_token or environ.get("MCP_SESSIONS_UPSTREAM_TOKEN", "").strip()
-    subject = server.flags.id_jag_subject or environ.get("MCP_SESSIONS_ID_JAG_SUBJECT", "").strip()
-    granted = any(spec.partition("=")[2].startswith("oauth:") for spec in server.flags.process_env)
-    if mode == "oauth" or subject == "id_token" or granted:  # their sign-in pages and callback: the gateway's paths
-        what = "upstream-token oauth" if mode == "oauth" else "id-jag-subject id_token"
-        what = "process-env NAME=oauth:" if granted else what
-        raise ValueError(f"{server.where}: {what} is for a gateway of one server, not yet in a file")
     try:
         config = configured(server.flags, own)
     except (ValueError, TypeError, RuntimeError, NetworkError, SandboxError) as exc:

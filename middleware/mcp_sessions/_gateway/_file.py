@@ -66,8 +66,8 @@ HOST_KEYS: Final = frozenset({"command", "args", "env", "url", "path", "type"})
 """A server's keys that are no flag's: the ``mcpServers`` JSON's, and where it is served."""
 NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 """A server's name, as a path's part: letters, digits, ``.``, ``_`` and ``-``."""
-RESERVED: Final = ("/healthz", "/readyz", "/status", "/sessions", "/.well-known")
-"""The gateway's own paths, which no server may be served at (or under)."""
+RESERVED: Final = ("/healthz", "/readyz", "/status", "/sessions", "/.well-known", "/oauth")
+"""The gateway's own paths, which no server may be served at (or under): ``/oauth`` its users' sign-ins'."""
 SERVERS_PATH: Final = "/sessions"
 """Where a user lists (``GET``) and ends (``DELETE /sessions/DIGEST``) her conversations of every server at once:
 ``mcp-sessions sessions`` given the gateway's base URL appends it."""

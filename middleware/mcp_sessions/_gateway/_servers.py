@@ -9,6 +9,16 @@ app's front to judge); its protected-resource metadata (RFC 9728, path-inserted:
 ``/.well-known/oauth-protected-resource`` and the server's path) as it came, since the server's auth serves it
 there. Any other path is a 404 naming where the servers are: nothing reaches a server but at its own path.
 
+The users' sign-ins (``auth._oauth``: a server's ``upstream-token = "oauth"``, its ``oauth:`` variables, its
+``id-jag-subject = "id_token"``) are served once, at the gateway's base, where each server's callback is: a sign-in
+URL (``/oauth/authorize/ID``) reaches the server whose sign-in made it, a callback (``/oauth/callback``) the one
+whose sign-in holds its ``state`` (neither: the first server that signs anyone in, whose page says the link is
+unknown), the Client ID Metadata Document (``/oauth/client.json``) the first that serves one (one callback: one
+document); ``/oauth/grants`` is the user's grants at every server's sign-ins, each asked as a request of its own
+(its auth decides), listed (each with its ``server``) or revoked. Each server's grants are its sign-ins' (per user
+and authorization server, in the store that server's sessions use); a reload that keeps a server keeps its
+sign-ins under way, and one that replaces it keeps its grants in the store, not the sign-ins its old app began.
+
 Across the servers: ``GET /sessions`` lists the caller's conversations of every stdio server that verifies her token
 (each with its ``server``), ``DELETE /sessions/DIGEST`` ends the one of hers with that digest, wherever it is (what
 ``mcp-sessions sessions`` does, given the gateway's base URL); ``GET /status`` on the operator's port or socket is
@@ -40,15 +50,17 @@ from typing import Any, Final
 
 import anyio
 import anyio.abc
+from starlette.datastructures import QueryParams
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._asgi import header, send_json
 from .._pipeline import error_answer, unavailable
 from .._wire.protocol import INTERNAL_ERROR, MCP_METHOD_HEADER
-from ._config import Served, StdioProcesses
+from ._config import GatewayConfig, Served, StdioProcesses
 from ._file import SERVERS_PATH
 from ._front import StartupFailed, startup_failure
 from ._serving import CUT, CUT_DATA, RESTARTING, RETRY_AFTER
+from .auth._oauth import AUTHORIZE_PATH, CALLBACK_PATH, CLIENT_PATH, GRANTS_PATH, UpstreamGrants
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -106,6 +118,8 @@ class Servers:
         self.metadata = {METADATA + route.served.path: route for route in self.routes}
         listed = ", ".join(route.served.path for route in self.routes)
         self.nowhere = {"error": f"no server here: this gateway serves {listed}"}
+        signing = ((route, sign_ins(route.served.config)) for route in self.routes)
+        self.signing_in = tuple((route, each) for route, each in signing if each)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -127,6 +141,12 @@ class Servers:
             return await metadata.app(scope, receive, send)
         if scope["type"] != "http":
             return await send({"type": "websocket.close", "code": 1008})
+        if self.signing_in and (path in (CALLBACK_PATH, CLIENT_PATH) or path.startswith(AUTHORIZE_PATH)):
+            route = self._signing(scope, path)
+            SERVING.set(route.served.name)
+            return await self._served(route, scope, receive, send)
+        if self.signing_in and path == GRANTS_PATH:
+            return await self._grants(scope, send)
         if path == SERVERS_PATH or path.startswith(SERVERS_PATH + "/"):
             return await self._conversations(scope, send)
         if path == STATUS:
@@ -209,6 +229,36 @@ class Servers:
             self._route(serving)
             self._going.clear()
         return failed
+
+    def _signing(self, scope: Scope, path: str) -> Route:
+        """The server whose sign-in a sign-in's route is for (see the module): the one that made the URL, holds the
+        callback's ``state`` or serves the document; else the first that signs anyone in, which says so."""
+        if path == CALLBACK_PATH:
+            state = QueryParams(scope.get("query_string", b"").decode("latin-1")).get("state", "")
+            held = (route for route, each in self.signing_in if any(one.holds(state=state) for one in each))
+        elif path == CLIENT_PATH:
+            held = (route for route, each in self.signing_in if any(one.document is not None for one in each))
+        else:
+            one_time = path.removeprefix(AUTHORIZE_PATH)
+            held = (route for route, each in self.signing_in if any(one.holds(sign_in=one_time) for one in each))
+        return next(held, self.signing_in[0][0])
+
+    async def _grants(self, scope: Scope, send: Send) -> None:
+        """The user's grants at every server's sign-ins: each server's answer to her request (its auth decides),
+        its ``grants`` listed each with its ``server``, or its ``revoked`` servers joined; a refusal by every server
+        is the first's, one server's error is the answer."""
+        answers = [(route, await _asked(route, scope, GRANTS_PATH)) for route, _ in self.signing_in]
+        taken = [(route, answer) for route, answer in answers if answer.status not in (401, 403)]
+        if not taken:  # no server took her token: the first's refusal, its WWW-Authenticate with it
+            return await answers[0][1].send(send)
+        if (failed := next((answer for _, answer in taken if answer.status != 200), None)) is not None:
+            return await failed.send(send)
+        if scope["method"] == "DELETE":
+            revoked = [issuer for _, answer in taken for issuer in answer.json().get("revoked", [])]
+            return await send_json(send, 200, {"revoked": revoked}, b"")
+        listed = [(route.served.name, answer.json().get("grants", [])) for route, answer in taken]
+        grants = [{**grant, "server": name} for name, each in listed for grant in each]
+        await send_json(send, 200, {"grants": grants}, b"")
 
     async def _conversations(self, scope: Scope, send: Send) -> None:
         """A user's own conversations across the stdio servers whose auth takes her token (see the module)."""
@@ -347,6 +397,19 @@ async def _running(route: Route, scope: Scope) -> AsyncIterator[None]:
         finally:
             await to_app.send({"type": "lifespan.shutdown"})
             await stopped.wait()
+
+
+def sign_ins(config: GatewayConfig) -> tuple[UpstreamGrants, ...]:
+    """A server's sign-ins: a stdio server's ID-token login and ``oauth:`` variables' grants, an HTTP server's
+    ``upstream-token = "oauth"`` grants or its ID-JAG's ID-token login; none for most."""
+    if isinstance(config.serves, StdioProcesses):
+        subject = () if config.id_tokens is None else (config.id_tokens,)
+        return (*subject, *(config.process_grants or {}).values())
+    token = config.serves.upstream_token
+    if token is None:
+        return ()
+    found = token if token.mode == "oauth" else token.subject
+    return (found,) if isinstance(found, UpstreamGrants) else ()
 
 
 class _Noting:

@@ -11,9 +11,14 @@ first is read by RFC 8414 (then OpenID Connect Discovery), its ``issuer`` the on
 among its methods (MCP: else refused). Read once, as the first request needs it; a failure is the client's 502
 and the next request tries again.
 
-**The gateway's client there**: the one the operator gives (``client``, a ``_client.ClientAuth``; or
-``client_id`` alone, a public client), else one it registers by RFC 7591 once per server, a public client
-(``token_endpoint_auth_method`` ``none``) whose one redirect URI is the gateway's callback.
+**The gateway's client there**, in the order MCP's authorization spec (2025-11-25, "Client Registration") has a
+client choose: the one the operator gives (``client``, a ``_client.ClientAuth``; or ``client_id`` alone, a public
+client); else, where the gateway's own URL (its callback's) is https and the server's metadata says
+``client_id_metadata_document_supported``, the URL of its Client ID Metadata Document
+(draft-ietf-oauth-client-id-metadata-document), which it serves at :data:`CLIENT_PATH` (the server fetches it as it
+needs it: nothing to register, nothing kept); else one it registers by RFC 7591 once per server. Either way a public
+client (``token_endpoint_auth_method`` ``none``) whose one redirect URI is the gateway's callback. The document is
+built once from the callback, its ``client_id`` its own URL, and holds no secret: whoever fetches it is a stranger.
 
 **Signing in.** A request of a user with no grant yet gets a sign-in URL of the gateway's own
 (``/oauth/authorize/<one-time id>``), as URL-mode elicitation (SEP-1036) carries it in the request's era
@@ -106,6 +111,8 @@ MISSING_CAPABILITY: Final = -32021
 AUTHORIZE_PATH: Final = "/oauth/authorize/"
 CALLBACK_PATH: Final = "/oauth/callback"
 GRANTS_PATH: Final = "/oauth/grants"
+CLIENT_PATH: Final = "/oauth/client.json"
+"""Where the gateway serves its Client ID Metadata Document, on its callback's origin, where that is https."""
 COOKIE: Final = "mcp_sessions_sign_in"
 # The methods whose 2026-07-28 answer may be an input_required result (SEP-2322's multi-round-trip requests).
 _ASKING: Final = frozenset({"tools/call", "prompts/get", "resources/read"})
@@ -212,6 +219,9 @@ class _Server:
     revocation_endpoint: str | None
     resource: str
     scope: str | None
+    metadata_documents: bool = False
+    """Whether it takes a Client ID Metadata Document's URL for a client id: its metadata's
+    ``client_id_metadata_document_supported``."""
 
 
 @dataclass
@@ -294,6 +304,9 @@ class UpstreamGrants(UpstreamToken):
         self._upstream_url = upstream
         self._callback = callback
         self._secure = callback.startswith("https:")
+        # the Client ID Metadata Document's URL (its client id) and the document, where the gateway's URL is https
+        self.document_url = callback.removesuffix(CALLBACK_PATH) + CLIENT_PATH if self._secure else None
+        self.document = None if self.document_url is None else _document(self.document_url, callback)
         self._login = login
         self._given = client
         self._client_id = client_id
@@ -536,6 +549,7 @@ class UpstreamGrants(UpstreamToken):
             revocation_endpoint=revocation if isinstance(revocation, str) else None,
             resource=resource,
             scope=scope,
+            metadata_documents=found.get("client_id_metadata_document_supported") is True,
         )
 
     async def _metadata(self, issuer: str, *, oidc_first: bool) -> dict[str, Any]:
@@ -558,11 +572,14 @@ class UpstreamGrants(UpstreamToken):
         raise _server_error("an authorization server serves no metadata (RFC 8414)")
 
     async def _client_of(self, server: _Server) -> ClientAuth | str:
-        """The gateway's client at ``server``: the one given, else the one registered there (RFC 7591), once."""
+        """The gateway's client at ``server``: the one given, else its Client ID Metadata Document's URL where
+        ``server`` takes one and the gateway's URL is https, else the one registered there (RFC 7591), once."""
         if self._given is not None:
             return self._given
         if self._client_id is not None:
             return self._client_id
+        if self.document_url is not None and server.metadata_documents:
+            return self.document_url
         async with self._finding:
             known = self._registered.get(server.issuer)
             if known is not None:
@@ -705,6 +722,8 @@ class UpstreamGrants(UpstreamToken):
             if scope["type"] == "lifespan":
                 return await app(scope, receive, self._closing(send))
             path = scope.get("path", "") if scope["type"] == "http" else ""
+            if path == CLIENT_PATH and self.document is not None:
+                return await _served_document(self.document, scope, send)
             if path != CALLBACK_PATH and not path.startswith(AUTHORIZE_PATH):
                 return await app(scope, receive, send)
             if scope["method"] != "GET":
@@ -1025,6 +1044,7 @@ class IssuerGrants(UpstreamGrants):
                     revocation_endpoint=revocation if isinstance(revocation, str) else None,
                     resource=self._resource,
                     scope=self._scope,
+                    metadata_documents=found.get("client_id_metadata_document_supported") is True,
                 )
         return self._server
 
@@ -1050,9 +1070,16 @@ class SignIns:
             path = scope.get("path", "") if scope["type"] == "http" else None
             if path == CALLBACK_PATH or (path is not None and path.startswith(AUTHORIZE_PATH)):
                 return await routes[self._whose(scope, path)](scope, receive, send)
+            if path == CLIENT_PATH and (document := self.document) is not None:  # one callback: one document
+                return await _served_document(document, scope, send)
             await closing(scope, receive, send)
 
         return routed
+
+    @property
+    def document(self) -> bytes | None:
+        """The gateway's Client ID Metadata Document (each sign-in's is the same: one callback), where it has one."""
+        return next((each.document for each in self.each if each.document is not None), None)
 
     def _whose(self, scope: Scope, path: str) -> int:
         """Which sign-in made the URL ``path`` names, or the ``state`` its callback carries (none: the first)."""
@@ -1110,6 +1137,33 @@ def _page(status: int, text: str) -> _Answer:
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
     return sent
+
+
+def _document(url: str, callback: str) -> bytes:
+    """The gateway's Client ID Metadata Document at ``url``: its ``client_id`` that URL (the draft's §3: the server
+    compares them as strings), a public client whose one redirect URI is ``callback``; no secret, no key."""
+    document = {
+        "client_id": url,
+        "client_name": "mcp-sessions gateway",
+        "redirect_uris": [callback],
+        "grant_types": ["authorization_code", "refresh_token"],
+        "response_types": ["code"],
+        "token_endpoint_auth_method": "none",
+    }
+    return json.dumps(document).encode()
+
+
+async def _served_document(document: bytes, scope: Scope, send: Send) -> None:
+    """The Client ID Metadata Document, to any ``GET`` (whoever fetches it: it holds nothing a stranger may not
+    read), cacheable for five minutes (the draft's §4.4: the server caches it as HTTP says)."""
+    if scope["method"] not in ("GET", "HEAD"):
+        await _json(405, {"error": "the client's metadata document is read with GET"})(send)
+        return
+    headers = [(b"content-type", b"application/json"), (b"cache-control", b"public, max-age=300")]
+    headers.append((b"content-length", str(len(document)).encode()))
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    body = document if scope["method"] == "GET" else b""
+    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 def _client(client_id: str, secret: str | None, method: str | None) -> ClientAuth | str:
