@@ -52,7 +52,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..._asgi import Replay, header, is_transport, read_body, send_json, sse_event, too_large
+from ..._asgi import header, is_transport, send_json, sse_event
 from ..._bounded import BoundedDict
 from ..._config import SessionsConfig
 from ..._middleware import MCPSessionMiddleware
@@ -391,15 +391,10 @@ class _Reopened:
         name = (held, principal)
         if scope["method"] not in ("POST", "GET"):  # a DELETE: of the one it names now
             return await self.app(_naming(scope, self.opened.get(name, held)), receive, _renamed(send, held))
-        body = b""
-        if scope["method"] == "POST":
-            read = await read_body(receive, None, self.children.config.max_body_size)
-            if type(read) is not bytes:
-                return None if read is None else await too_large(send, self.children.config.max_body_size)
-            body = read
+        kept = _Kept(receive)
         missing = _Missing(send)
         named = self.opened.get(name, held)
-        await self.app(_naming(scope, named), Replay(body, receive), _renamed(missing, held))
+        await self.app(_naming(scope, named), kept, _renamed(missing, held))
         if not missing.refused:
             return None
         lock = self.reopening.setdefault(name, anyio.Lock())
@@ -414,7 +409,7 @@ class _Reopened:
         finally:
             if not lock.locked() and not lock.statistics().tasks_waiting:
                 self.reopening.pop(name, None)
-        await self.app(_naming(scope, now), Replay(body, receive), _renamed(send, held))
+        await self.app(_naming(scope, now), kept.again(), _renamed(send, held))
 
     async def _open(self, scope: Scope) -> bytes | None:
         """A new 2025 transport session of the request ``scope``'s caller, initialized, counted against the limits
@@ -486,6 +481,32 @@ class _Missing:
     async def replay(self) -> None:
         for message in self.held:
             await self.send(message)
+
+
+class _Kept:
+    """A request's ``receive`` that keeps the body's messages the app reads, to hand them to it again
+    (:meth:`again`) when it answered 404: the body is the one the sessions read and replay (one read, no copy of
+    it here), and what the SDK's transport does not read before its 404 is still in the sessions' replay."""
+
+    def __init__(self, receive: Receive) -> None:
+        self.receive = receive
+        self.read: list[Message] = []
+
+    async def __call__(self) -> Message:
+        message = await self.receive()
+        if message["type"] == "http.request":
+            self.read.append(message)
+        return message
+
+    def again(self) -> Receive:
+        """A ``receive`` that hands the messages read, then the request's own."""
+        held = iter(self.read)
+
+        async def receive() -> Message:
+            message = next(held, None)
+            return await self.receive() if message is None else message
+
+        return receive
 
 
 def _once(body: bytes) -> Receive:
