@@ -32,7 +32,7 @@ from mcp_sessions._gateway.auth._users import JWKS_LIFESPAN, JwtVerifier
 from mcp_sessions._gateway.http._proxy import client_headers
 from mcp_sessions._gateway.http._replicas import Replicas
 from mcp_sessions._gateway.stdio import _server as _stdio_server
-from mcp_sessions._gateway.stdio._server import _Reopened, _sessions_config, _under_sessions
+from mcp_sessions._gateway.stdio._server import _Declared, _Reopened, _sessions_config, _under_sessions
 from mcp_sessions._session import RateLimit
 from mcp_sessions._tokens import KeySet
 from mcp_sessions._wire import jsonrpc
@@ -404,7 +404,7 @@ async def test_a_2025_request_under_disk_state_is_read_once_and_once_a_pass_when
     hello: dict[str, object] = {"protocolVersion": "2025-11-25", "capabilities": {}}
     hello["clientInfo"] = {"name": "once", "version": "1"}
     ping = jsonrpc.dumps(jsonrpc.request("7", "ping"))
-    transport = httpx.ASGITransport(MCPSessionMiddleware(_Reopened(sdk, children), config=config))
+    transport = httpx.ASGITransport(MCPSessionMiddleware(_Reopened(sdk, children, _Declared(config)), config=config))
     async with server.session_manager.run(), httpx.AsyncClient(transport=transport, base_url="http://t") as http:
         opened = await http.post("/mcp", json=jsonrpc.request(0, "initialize", hello), headers=headers)
         session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"]}
