@@ -140,7 +140,8 @@ async def test_a_reopened_transport_session_declares_what_its_client_declared(tm
     """A 2025 client declares roots and sampling at its ``initialize``; its gateway is replaced by another on the
     same store (SQLite: two apps on one file, as a restart or another replica is): its transport session, opened
     again there, declares what she declared, so the server's ``roots/list`` reaches her after as before (it was
-    answered "no roots" for her: the reopening declared nothing), and its ``sampling/createMessage`` too."""
+    answered "no roots" for her: the reopening declared nothing), and its ``sampling/createMessage`` too; her
+    ``DELETE`` forgets it."""
     url_of_store = f"sqlite:///{tmp_path}/sessions.db"
     answers: dict[str, object] = {
         "roots/list": {"roots": [{"uri": "file:///work/hers"}]},
@@ -183,6 +184,8 @@ async def test_a_reopened_transport_session_declares_what_its_client_declared(tm
             await until_awaited(lambda: kept.get(record, "capabilities"), "her capabilities kept")
         with gateway() as after:
             seen += [await call(http, after, session, "roots", 2), await call(http, after, session, "sample", 3)]
+            ended = await http.delete(after, headers={**headers, "Mcp-Session-Id": session})
+            assert ended.status_code == 200 and await kept.get(record, "capabilities") is None  # forgotten
     await kept.aclose()
     assert seen == ["file:///work/hers", "file:///work/hers", "hers"]
     assert asked == ["roots/list", "roots/list", "sampling/createMessage"]

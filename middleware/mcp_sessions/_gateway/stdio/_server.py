@@ -396,7 +396,8 @@ class _Reopened:
         if held is None or _era(scope) is not Era.LEGACY:
             return await self.app(scope, receive, send)
         name = (held, _principal(scope))
-        if scope["method"] not in ("POST", "GET"):  # a DELETE: of the one it names now
+        if scope["method"] not in ("POST", "GET"):  # a DELETE: of the one it names now, and what she declared
+            await self.declared.forget(*name)
             return await self.app(_naming(scope, self.opened.get(name, held)), receive, _renamed(send, held))
         kept = _Kept(receive)
         missing = _Missing(send)
@@ -461,7 +462,8 @@ class _Declared:
     Kept in the sessions' store (``MCP_SESSIONS_STORE``), where what outlives a gateway is: through a restart with
     SQLite or Redis, and on another replica sharing one (memory keeps it for a transport session the gateway's SDK
     app ended while the gateway runs). Its record is named by a SHA-256 digest of the transport session's id and
-    its principal as the SDK's transport compares them (the store names neither), kept for the sessions' ``ttl``.
+    its principal as the SDK's transport compares them (the store names neither), kept for the sessions' ``ttl``
+    or until her client ends it (``DELETE``).
     It is the client's own declaration, no secret; over :data:`MAX_DECLARED` bytes it is not kept, and a store
     that fails is logged and passed over: the reopening then declares none, as a client that declared none."""
 
@@ -494,6 +496,13 @@ class _Declared:
             logger.warning("the store did not say a 2025 client's capabilities: its reopening declares none")
             return {}
         return kept if isinstance(kept, dict) else {}
+
+    async def forget(self, raw: bytes, principal: tuple[object, ...]) -> None:
+        """Her declaration forgotten as her client ends the transport session ``raw`` (its ``DELETE``)."""
+        try:
+            await self.store.delete(_record(raw, principal), "capabilities")
+        except SessionStoreUnavailable:
+            logger.warning("the store did not forget a 2025 client's capabilities: they expire with the sessions' ttl")
 
 
 def _record(raw: bytes, principal: tuple[object, ...]) -> str:
