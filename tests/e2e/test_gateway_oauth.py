@@ -31,7 +31,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from _authorities import stand_in_server
@@ -620,6 +620,8 @@ class Hostile:
                 await self.released.wait()
             if self.case == "too long":
                 return Response(b"{" + b" " * (1024 * 1024) + b"}", media_type="application/json")
+            if self.case == "cut":  # ends its connection within the body it began
+                return StreamingResponse(_cut(), media_type="application/json")
             if self.case == "not json":
                 return Response(b"<html>", media_type="text/html")
             named = "https://elsewhere.example/mcp" if self.case == "another resource" else base + "/mcp"
@@ -654,7 +656,8 @@ async def test_an_upstream_found_wrong_is_a_clear_error_never_a_500_or_a_hang(st
     """The gateway in process in front of an upstream whose discovery goes wrong, one way after another (a failure
     is not kept: each request finds anew): each a JSON-RPC error with 502 (or 504 for a server that does not
     answer within the gateway's timeout) that says what was wrong. A ``resource_metadata`` on another origin is not
-    fetched (the gateway would say it could not be reached)."""
+    fetched (the gateway would say it could not be reached); a server that ends its answer halfway closed the
+    connection (it was reached)."""
     hostile = Hostile()
     audience = "http://127.0.0.1:8000/mcp"
     with serve(hostile.app()) as base:
@@ -678,6 +681,7 @@ async def test_an_upstream_found_wrong_is_a_clear_error_never_a_500_or_a_hang(st
                 "another issuer",
                 "a line break",
                 "too long",
+                "cut",
                 "slow",
             ):
                 hostile.case = case
@@ -693,8 +697,14 @@ async def test_an_upstream_found_wrong_is_a_clear_error_never_a_500_or_a_hang(st
         "another issuer": (502, _failed("an authorization server's metadata names another issuer")),
         "a line break": (502, _failed("an authorization server's metadata names no authorization_endpoint")),
         "too long": (502, _failed("a server's answer is too long")),
+        "cut": (502, _failed("a server closed the connection without an answer")),
         "slow": (504, _failed("a server did not answer in time")),
     }
+
+
+async def _cut() -> AsyncIterator[bytes]:
+    yield b"{"
+    raise ConnectionAbortedError("the answer ends here")  # uvicorn closes the connection within the chunked body
 
 
 def _failed(reason: str) -> str:

@@ -11,6 +11,7 @@ conversation. Where the state lived in the process (the default), the end is tol
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
@@ -24,6 +25,7 @@ import pytest
 
 from _mcp import legacy_request
 from _redis import end_process, free_port
+from _waits import until_awaited
 from e2e._clients import CLIENTS, Conversations
 from e2e._gateway import (
     CACHE,
@@ -39,7 +41,10 @@ from e2e._gateway import (
 from e2e._issuer import ISSUER, jwks, signed
 from e2e._sealed import needs
 from e2e._stdio import stdio_gateway
+from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway.auth._users import GatewayAuth
+from mcp_sessions._gateway.stdio._server import _record
+from mcp_sessions.stores import store_from_url
 
 pytestmark = pytest.mark.anyio
 
@@ -129,3 +134,58 @@ def test_a_transport_session_opened_again_is_its_caller_s_alone() -> None:
     assert his[1:] == ["1", "2", "3"]
     assert hers[1] == "1"  # a conversation of her own
     assert json.loads(his[0])["pid"] != json.loads(hers[0])["pid"]
+
+
+async def test_a_reopened_transport_session_declares_what_its_client_declared(tmp_path: Path) -> None:
+    """A 2025 client declares roots and sampling at its ``initialize``; its gateway is replaced by another on the
+    same store (SQLite: two apps on one file, as a restart or another replica is): its transport session, opened
+    again there, declares what she declared, so the server's ``roots/list`` reaches her after as before (it was
+    answered "no roots" for her: the reopening declared nothing), and its ``sampling/createMessage`` too; her
+    ``DELETE`` forgets it."""
+    url_of_store = f"sqlite:///{tmp_path}/sessions.db"
+    answers: dict[str, object] = {
+        "roots/list": {"roots": [{"uri": "file:///work/hers"}]},
+        "sampling/createMessage": {"role": "assistant", "content": {"type": "text", "text": "hers"}, "model": "m"},
+    }
+    asked: list[str] = []
+    headers = {**JSON_SSE, "MCP-Protocol-Version": "2025-11-25"}
+
+    async def call(http: httpx.AsyncClient, url: str, session: str, tool: str, request_id: int) -> str:
+        """A ``tools/call`` in her transport session, each request of the server's on its stream answered."""
+        held = {**headers, "Mcp-Session-Id": session}
+        arguments = {"prompt": "hi"} if tool == "sample" else {}
+        body = legacy_request("tools/call", {"name": tool, "arguments": arguments}, id=request_id)
+        async with http.stream("POST", url, json=body, headers=held) as response:
+            async for line in response.aiter_lines():  # the stream ends with the call's answer
+                message = json.loads(line.removeprefix("data:")) if line.startswith("data:") else {}
+                if message.get("id") == request_id and "method" not in message:
+                    return str(message["result"]["content"][0]["text"])
+                if "method" in message:
+                    asked.append(message["method"])
+                    answer = {"jsonrpc": "2.0", "id": message["id"], "result": answers[message["method"]]}
+                    assert (await http.post(url, json=answer, headers=held)).status_code == 202
+        raise AssertionError(f"{tool}: no answer")
+
+    def gateway() -> contextlib.AbstractContextManager[str]:
+        return stdio_gateway(config=SessionsConfig(secret=SECRET, store=store_from_url(url_of_store)), state="disk")
+
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {"roots": {"listChanged": True}, "sampling": {}}}
+    hello["clientInfo"] = {"name": "hers", "version": "1"}
+    kept = store_from_url(url_of_store)
+    async with httpx.AsyncClient(timeout=60) as http:
+        with gateway() as before:
+            opened = await http.post(before, json=legacy_request("initialize", hello, id=0), headers=headers)
+            session = opened.headers["mcp-session-id"]
+            done = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            await http.post(before, json=done, headers={**headers, "Mcp-Session-Id": session})
+            seen = [await call(http, before, session, "roots", 1)]
+            # kept as her handshake ends (the SDK's handler of notifications/initialized runs beside its 202)
+            record = _record(session.encode(), ())
+            await until_awaited(lambda: kept.get(record, "capabilities"), "her capabilities kept")
+        with gateway() as after:
+            seen += [await call(http, after, session, "roots", 2), await call(http, after, session, "sample", 3)]
+            ended = await http.delete(after, headers={**headers, "Mcp-Session-Id": session})
+            assert ended.status_code == 200 and await kept.get(record, "capabilities") is None  # forgotten
+    await kept.aclose()
+    assert seen == ["file:///work/hers", "file:///work/hers", "hers"]
+    assert asked == ["roots/list", "roots/list", "sampling/createMessage"]

@@ -14,7 +14,8 @@ import pytest
 
 from mcp_sessions._cli import main
 from mcp_sessions._gateway._cli import add_arguments, configured_file
-from mcp_sessions._gateway._file import FileError, servers_of
+from mcp_sessions._gateway._file import FILE_LIMIT, FileError, servers_of
+from mcp_sessions._gateway._process_flags import TEMPLATE_LIMIT, _template
 from mcp_sessions._gateway._servers import sign_ins
 
 TWO = """
@@ -198,6 +199,26 @@ def test_a_server_s_flag_beside_a_file_is_refused(tmp_path: Path, flags: tuple[s
 def test_a_file_that_cannot_be_read_is_said_so(tmp_path: Path) -> None:
     with pytest.raises(FileError, match=r"--config: .*missing\.toml: No such file or directory"):
         servers_of(str(tmp_path / "missing.toml"), [], add_arguments)
+
+
+@pytest.mark.parametrize("kind", ["over", "not-utf-8"])
+def test_a_file_too_long_or_not_text_is_said_so_as_a_process_file_template_is(tmp_path: Path, kind: str) -> None:
+    """The ``--config`` file and a ``--process-file`` template are read by one bounded reader, each refusal naming
+    the flag and the file."""
+
+    def written(name: str, limit: int) -> tuple[Path, str]:
+        path = tmp_path / name
+        path.write_bytes(b"x" * (limit + 1) if kind == "over" else b"x = '\xff'")
+        return path, f"is over {limit} bytes" if kind == "over" else "is not UTF-8 text"
+
+    file, said = written("team.toml", FILE_LIMIT)
+    with pytest.raises(FileError) as refused:
+        servers_of(str(file), [], add_arguments)
+    assert str(refused.value) == f"--config: {file} {said}"
+    template, said = written("netrc", TEMPLATE_LIMIT)
+    with pytest.raises(ValueError, match=r"^--process-file ~/\.netrc: ") as failed:
+        _template("--process-file ~/.netrc", str(template))
+    assert str(failed.value) == f"--process-file ~/.netrc: {template} {said}"
 
 
 def test_a_server_s_own_refusal_is_said_with_its_name_first(tmp_path: Path) -> None:

@@ -7,6 +7,8 @@ import random
 import string
 import threading
 import time
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, cast
 
 import anyio
 import anyio.lowlevel
@@ -20,18 +22,24 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from starlette.types import Receive
 
 from conftest import SECRET, serve
-from mcp_sessions import MCPSessionMiddleware, SessionsConfig
+from mcp_sessions import MCPSessionMiddleware, SessionsConfig, _middleware
+from mcp_sessions._asgi import read_body
 from mcp_sessions._gateway._front import HostCheck, RoutedPaths, trusted_proxies
 from mcp_sessions._gateway.auth._users import JWKS_LIFESPAN, JwtVerifier
 from mcp_sessions._gateway.http._proxy import client_headers
 from mcp_sessions._gateway.http._replicas import Replicas
-from mcp_sessions._gateway.stdio._server import _sessions_config, _under_sessions
+from mcp_sessions._gateway.stdio import _server as _stdio_server
+from mcp_sessions._gateway.stdio._server import _Declared, _Reopened, _sessions_config, _under_sessions
 from mcp_sessions._session import RateLimit
 from mcp_sessions._tokens import KeySet
 from mcp_sessions._wire import jsonrpc
 from mcp_sessions._wire.sse import between_events
+
+if TYPE_CHECKING:
+    from mcp_sessions._gateway.stdio._table import Table
 
 URLS = ["http://10.0.0.1:3001/mcp", "http://10.0.0.2:3001/mcp", "http://10.0.0.3:3001/mcp"]
 KEYS = KeySet.from_secret("gateway-parts-secret-gateway-parts-secret-0123")
@@ -355,3 +363,60 @@ async def test_each_request_to_the_stdio_servers_transport_is_parsed_once(monkey
 
     assert parsed == [jsonrpc.dumps(jsonrpc.request("7", "ping"))]
     assert loads(answer.text.partition("data: ")[2] or answer.text) == jsonrpc.result("7", {})
+
+
+@pytest.mark.anyio
+async def test_a_2025_request_under_disk_state_is_read_once_and_once_a_pass_when_reopened(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under ``--conversation-state disk``, ``_Reopened`` stands in front of the SDK's app, whose route holds the
+    sessions (placed at its endpoint): it keeps what they read, to send a request again in a transport session it
+    opened after a 404, and reads no body itself (it read each 2025 POST whole first, a second 2 MiB held and
+    copied for every such request). A request in a session the SDK has: its body read and parsed once; one the
+    SDK no longer has: once in each pass through the sessions (the 404, then in the session opened for it, whose
+    ``initialize`` and ``notifications/initialized`` are the reopening's own)."""
+    server = MCPServer("reopened")
+    unprotected = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    ended = MCPError(-32603, "the server process of this conversation has ended (exited)")
+    config = _sessions_config(SessionsConfig(secret=SECRET), None, replica=False)
+    sdk = _under_sessions(server.streamable_http_app(transport_security=unprotected), lambda raw, stopping: ended)
+    # "shared": no per-conversation count to keep; its config, for the bound on a body read whole
+    children = cast("Table", SimpleNamespace(mode="shared", config=config))
+    reads: list[bytes] = []
+    parsed: list[bytes | str] = []
+    loads = jsonrpc.loads
+
+    async def read(receive: Receive, declared: bytes | None, limit: int) -> bytes | object | None:
+        body = await read_body(receive, declared, limit)
+        reads.append(body if type(body) is bytes else b"")
+        return body
+
+    def counted(body: bytes | str, *, answer: bool = False) -> object:
+        if not answer:
+            parsed.append(body)
+        return loads(body, answer=answer)
+
+    for module in (_middleware, _stdio_server):  # wherever a body would be read whole
+        monkeypatch.setattr(module, "read_body", read, raising=False)
+    monkeypatch.setattr(jsonrpc, "loads", counted)
+    headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25"}
+    headers["content-type"] = "application/json"
+    hello: dict[str, object] = {"protocolVersion": "2025-11-25", "capabilities": {}}
+    hello["clientInfo"] = {"name": "once", "version": "1"}
+    ping = jsonrpc.dumps(jsonrpc.request("7", "ping"))
+    transport = httpx.ASGITransport(MCPSessionMiddleware(_Reopened(sdk, children, _Declared(config)), config=config))
+    async with server.session_manager.run(), httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+        opened = await http.post("/mcp", json=jsonrpc.request(0, "initialize", hello), headers=headers)
+        session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"]}
+        del reads[:], parsed[:]
+        answer = await http.post("/mcp", content=ping, headers=session)
+        assert (reads, parsed) == ([ping], [ping])
+        assert loads(answer.text.partition("data: ")[2] or answer.text) == jsonrpc.result("7", {})
+
+        del reads[:], parsed[:]
+        held = {**headers, "mcp-session-id": "a1b2c3d4e5f60718293a4b5c6d7e8f90"}  # minted before a restart
+        answer = await http.post("/mcp", content=ping, headers=held)
+        assert answer.status_code == 200 and answer.headers["mcp-session-id"] == held["mcp-session-id"]
+        assert loads(answer.text.partition("data: ")[2] or answer.text) == jsonrpc.result("7", {})
+    assert reads == parsed
+    assert [body for body in reads if b'"ping"' in body] == [ping, ping]

@@ -161,16 +161,27 @@ def servers_of(
 
 def _read(path: str) -> str:
     try:
-        with open(path, "rb") as file:
-            data = file.read(FILE_LIMIT + 1)
+        return read_bounded(path, FILE_LIMIT)
     except OSError as exc:
         raise FileError(f"--config: {printable(path)}: {exc.strerror}") from None
-    if len(data) > FILE_LIMIT:
-        raise FileError(f"--config: {printable(path)} holds more than {FILE_LIMIT} bytes")
+    except ValueError as exc:
+        raise FileError(f"--config: {printable(path)} {exc}") from None
+
+
+def read_bounded(path: str, limit: int) -> str:
+    """The UTF-8 text of the operator's file ``path`` (this ``--config`` file, a ``--process-file`` template), read
+    once at startup, at most ``limit`` bytes: one reading, so that a file is refused the same way wherever it is
+    given, and a path to an endless file (``/dev/zero``) ends. ``OSError`` if it cannot be read; ``ValueError`` that
+    says what the file is (``is over N bytes``, ``is not UTF-8 text``), for the caller to put after its flag and
+    the path."""
+    with open(path, "rb") as file:
+        data = file.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"is over {limit} bytes")
     try:
         return data.decode()
     except UnicodeDecodeError:
-        raise FileError(f"--config: {printable(path)} is not UTF-8 text") from None
+        raise ValueError("is not UTF-8 text") from None
 
 
 def _parsed(path: str, text: str) -> object:

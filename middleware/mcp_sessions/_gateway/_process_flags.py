@@ -509,18 +509,14 @@ TEMPLATE_LIMIT: Final = 65536
 def _template(flag: str, path: str) -> string.Template:
     """The template file ``path``, read once, bounded."""
     from .._wire import printable
+    from ._file import read_bounded
 
     try:
-        with open(path, "rb") as file:
-            data = file.read(TEMPLATE_LIMIT + 1)
+        text = read_bounded(path, TEMPLATE_LIMIT)
     except OSError as exc:
         raise ValueError(f"{flag}: {printable(path)} cannot be read: {exc.strerror}") from None
-    if len(data) > TEMPLATE_LIMIT:
-        raise ValueError(f"{flag}: {printable(path)} is over {TEMPLATE_LIMIT} bytes")
-    try:
-        text = data.decode()
-    except UnicodeDecodeError:
-        raise ValueError(f"{flag}: {printable(path)} is not UTF-8 text") from None
+    except ValueError as exc:
+        raise ValueError(f"{flag}: {printable(path)} {exc}") from None
     if "\0" in text:
         raise ValueError(f"{flag}: {printable(path)} holds a NUL, which no shell carries")
     return string.Template(text)

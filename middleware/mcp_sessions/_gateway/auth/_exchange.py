@@ -10,7 +10,7 @@ expires (``expires_in``, else the issued JWT's ``exp``; neither: not cached), an
 same key while its exchange is under way wait for that one: its token, or its refusal (not cached: the next request
 asks again).
 
-The token endpoint is a stranger: its answer is read to at most :data:`MAX_ANSWER` bytes within
+The token endpoint is a stranger: its answer is read to at most :data:`._answer.MAX_ANSWER` bytes within
 :data:`TIMEOUT` seconds, and what it issues goes into a header only when it is a bearer token's characters
 (RFC 6750 §2.1). A refusal (§2.2.2: RFC 6749 §5.2's errors) is the client's 401 (``invalid_request``,
 ``invalid_grant``: this token cannot be exchanged) or 403 (``invalid_scope``, ``invalid_target``,
@@ -41,7 +41,6 @@ protected resource metadata (RFC 9728: the first of its ``authorization_servers`
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import re
 import time
@@ -57,6 +56,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..._bounded import BoundedDict
 from ..._pipeline import Rejection, error_answer, unavailable
 from ..._wire.protocol import INVALID_REQUEST
+from ._answer import read_answer
 
 if TYPE_CHECKING:
     import httpx
@@ -72,8 +72,6 @@ ID_JAG_TYPE: Final = "urn:ietf:params:oauth:token-type:id-jag"
 JWT_BEARER_GRANT: Final = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 TIMEOUT: Final = 10.0
 """The longest wait for the token endpoint's whole answer (and for the metadata's)."""
-MAX_ANSWER: Final = 64 * 1024
-"""The most of the token endpoint's answer read."""
 RENEW_BEFORE: Final = 30.0
 """An issued token is exchanged again this long before it expires (half its life for one shorter than a minute)."""
 MAX_CACHED: Final = 10_000
@@ -387,39 +385,9 @@ class TokenExchange:
         raise ExchangeRefused(502, error, message)
 
     async def _read(self, request: httpx.Request, server: str = "the authorization server") -> tuple[int, Any]:
-        """The status and JSON of the answer to ``request``: within the timeout, at most :data:`MAX_ANSWER` bytes."""
-        import httpx  # loaded as this exchange was made
-
-        host = request.url.host
-        body = b""
-        try:
-            with anyio.fail_after(self._timeout):
-                response = await self._http.send(request, stream=True)
-                try:
-                    async for chunk in response.aiter_bytes():
-                        body += chunk
-                        if len(body) > MAX_ANSWER:
-                            raise _server_error(f"{server}'s answer is too long")
-                finally:
-                    await response.aclose()
-        except TimeoutError:
-            logger.warning("mcp-sessions gateway: %s did not answer in %g s", host, self._timeout)
-            raise _server_error(f"{server} did not answer in time", 504) from None
-        # httpx's failures of a connection it made (a ConnectError or ConnectTimeout is one never made): the server
-        # reset it (ReadError, WriteError) or ended it before a whole answer (RemoteProtocolError).
-        except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as exc:
-            failure = type(exc).__name__
-            logger.warning("mcp-sessions gateway: %s closed the connection without an answer: %s", host, failure)
-            raise _server_error(f"{server} closed the connection without an answer") from None
-        except httpx.HTTPError as exc:
-            failure = type(exc).__name__
-            logger.warning("mcp-sessions gateway: %s could not be reached: %s", host, failure)
-            raise _server_error(f"{server} could not be reached") from None
-        try:
-            return response.status_code, json.loads(body)
-        except (ValueError, RecursionError):
-            # Not JSON: judged by its status alone.
-            return response.status_code, None
+        """The status and JSON of the answer to ``request`` (:func:`read_answer`), a failure naming ``server``."""
+        response, answer = await read_answer(self._http, request, self._timeout, server, _server_error)
+        return response.status_code, answer
 
 
 def _server_error(description: str, status: int = 502) -> ExchangeRefused:

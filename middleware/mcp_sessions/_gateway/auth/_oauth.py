@@ -48,7 +48,7 @@ keeps each user's ID token of the gateway's own client as an ID-JAG's subject (`
 :class:`IssuerGrants` a grant at a server named, not found, for a stdio process's ``oauth:`` variable; a gateway's
 several sign-ins share one pair of routes (:class:`SignIns`).
 
-Every server here is a stranger: each answer read to at most :data:`MAX_ANSWER` bytes within :data:`TIMEOUT`
+Every server here is a stranger: each answer read to at most :data:`._answer.MAX_ANSWER` bytes within :data:`TIMEOUT`
 seconds, no redirect followed, no cookie kept, no proxy variable read; an issued token goes into a header only
 when it is a bearer token's characters (RFC 6750 §2.1).
 """
@@ -80,6 +80,7 @@ from ..._pipeline import Rejection, error_answer, unavailable
 from ..._wire import jsonrpc
 from ..._wire.protocol import INVALID_REQUEST, MCP_PROTOCOL_VERSION_HEADER
 from ...profiles import Era
+from ._answer import read_answer
 from ._client import ClientAuth, ClientAuthMethod
 from ._exchange import ExchangeRefused, UpstreamToken
 
@@ -92,8 +93,6 @@ logger = logging.getLogger("mcp_sessions.gateway")
 
 TIMEOUT: Final = 10.0
 """The longest wait for a server's whole answer (metadata, registration, token endpoint, keys)."""
-MAX_ANSWER: Final = 64 * 1024
-"""The most of a server's answer read."""
 RENEW_BEFORE: Final = 30.0
 """An access token is refreshed this long before it expires (half its life for one shorter than a minute)."""
 LEASE_POLL: Final = 0.1
@@ -637,33 +636,10 @@ class UpstreamGrants(UpstreamToken):
         return status, answer
 
     async def _read(self, request: httpx.Request) -> tuple[int, Any, str]:
-        """The status, JSON (``None`` if not) and ``WWW-Authenticate`` of the answer to ``request``: within the
-        timeout, at most :data:`MAX_ANSWER` bytes; a failure to reach the server is a 502 or 504."""
-        import httpx
-
-        host = request.url.host
-        body = b""
-        try:
-            with anyio.fail_after(self._timeout):
-                response = await self._http.send(request, stream=True)
-                try:
-                    async for chunk in response.aiter_bytes():
-                        body += chunk
-                        if len(body) > MAX_ANSWER:
-                            raise _server_error("a server's answer is too long")
-                finally:
-                    await response.aclose()
-        except TimeoutError:
-            logger.warning("mcp-sessions gateway: %s did not answer in %g s", host, self._timeout)
-            raise _server_error("a server did not answer in time", 504) from None
-        except httpx.HTTPError as exc:
-            logger.warning("mcp-sessions gateway: %s could not be reached: %s", host, type(exc).__name__)
-            raise _server_error("a server could not be reached") from None
-        challenge = response.headers.get("www-authenticate", "")[:4096]
-        try:
-            return response.status_code, json.loads(body), challenge
-        except (ValueError, RecursionError):
-            return response.status_code, None, challenge
+        """The status, JSON (``None`` if not) and ``WWW-Authenticate`` of the answer to ``request``
+        (:func:`read_answer`): a failure to reach the server is a 502 or 504."""
+        response, answer = await read_answer(self._http, request, self._timeout, "a server", _server_error)
+        return response.status_code, answer, response.headers.get("www-authenticate", "")[:4096]
 
     # -- each user's own view of her grants ---------------------------------------------------------------------
 

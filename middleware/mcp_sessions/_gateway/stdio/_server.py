@@ -31,7 +31,10 @@ shutdown; whatever ended it, its conversations are over: their later requests ge
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
@@ -49,10 +52,11 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp_types.methods import CACHEABLE_METHODS
 from starlette.applications import Starlette
+from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..._asgi import Replay, header, is_transport, read_body, send_json, sse_event, too_large
+from ..._asgi import header, is_transport, send_json, sse_event
 from ..._bounded import BoundedDict
 from ..._config import SessionsConfig
 from ..._middleware import MCPSessionMiddleware
@@ -62,6 +66,7 @@ from ..._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
 from ..._wire.sse import SSERewriter
 from ...profiles import Era
 from ...sources import HostConversationSource
+from ...stores import SessionStoreUnavailable
 from ...subscriptions import SessionSubscriptionBus
 from .._config import DEFAULT_PROCESS_IDLE, GatewayConfig, StdioProcesses
 from .._front import GatewayFront, HostCheck, trusted_proxies
@@ -279,7 +284,9 @@ def _layered(
         server.streamable_http_app(transport_security=security, session_idle_timeout=idle), children.unanswered
     )
     if children.state == "disk":  # a transport session of a process gone is opened again, nothing lost
-        app = _Reopened(app, children)
+        declared = _Declared(children.config)
+        server.add_notification_handler("notifications/initialized", types.NotificationParams, declared.initialized)
+        app = _Reopened(app, children, declared)
     # a conversation's child starts at its sessions/create; no wire's session member reaches a child, as none
     # reaches an HTTP upstream
     config = config.replace(on_create=children.created, fronts_upstream=True)
@@ -368,14 +375,16 @@ class _Reopened:
     held is lost, and the SDK's client, which raises on a 404 ("Session terminated") and never initializes again,
     goes on. The SDK mints the ids (``uuid4``, its transport's): a new one is opened here as a client would open it
     (``initialize``, then ``notifications/initialized``, as the caller who asks: the SDK's transport is hers), and
-    each of the client's requests naming its id is handed the new one, whose answers name hers again. The client's
-    capabilities are not known again: the new one declares none (a server's request for its input, elicitation or
-    sampling, is not sent to it). An id no gateway minted is opened all the same, as an ``initialize`` would open
+    each of the client's requests naming its id is handed the new one, whose answers name hers again. The new one
+    declares the capabilities the client declared at its own ``initialize`` (:class:`_Declared`), so that she is
+    asked after the restart what she was asked before (her roots); where none were kept (a store that did not
+    outlive the gateway), none. An id no gateway minted is opened all the same, as an ``initialize`` would open
     one: within the same limits (``Table.connected``), the caller's alone. A ``DELETE`` ends the one it names."""
 
-    def __init__(self, app: ASGIApp, children: Table) -> None:
+    def __init__(self, app: ASGIApp, children: Table, declared: _Declared) -> None:
         self.app = app
         self.children = children
+        self.declared = declared
         # (the id a client holds, its principal as the SDK's transport compares it): the id the SDK now knows it by
         self.opened: BoundedDict[tuple[bytes, tuple[object, ...]], bytes] = BoundedDict(MAX_ENDED)
         # a lock per client's id while it is opened again: its requests that all found it gone open one, and
@@ -386,20 +395,14 @@ class _Reopened:
         held = header(scope.get("headers", ()), MCP_SESSION_ID_HEADER) if scope["type"] == "http" else None
         if held is None or _era(scope) is not Era.LEGACY:
             return await self.app(scope, receive, send)
-        user = scope.get("user")
-        principal = tuple(authorization_context(user).values()) if isinstance(user, AuthenticatedUser) else ()
-        name = (held, principal)
-        if scope["method"] not in ("POST", "GET"):  # a DELETE: of the one it names now
+        name = (held, _principal(scope))
+        if scope["method"] not in ("POST", "GET"):  # a DELETE: of the one it names now, and what she declared
+            await self.declared.forget(*name)
             return await self.app(_naming(scope, self.opened.get(name, held)), receive, _renamed(send, held))
-        body = b""
-        if scope["method"] == "POST":
-            read = await read_body(receive, None, self.children.config.max_body_size)
-            if type(read) is not bytes:
-                return None if read is None else await too_large(send, self.children.config.max_body_size)
-            body = read
+        kept = _Kept(receive)
         missing = _Missing(send)
         named = self.opened.get(name, held)
-        await self.app(_naming(scope, named), Replay(body, receive), _renamed(missing, held))
+        await self.app(_naming(scope, named), kept, _renamed(missing, held))
         if not missing.refused:
             return None
         lock = self.reopening.setdefault(name, anyio.Lock())
@@ -407,23 +410,25 @@ class _Reopened:
             async with lock:
                 now = self.opened.get(name)
                 if now is None or now == named:
-                    now = await self._open(scope)
+                    now = await self._open(scope, await self.declared.of(*name))
                     if now is None:
                         return await missing.replay()
                     self.opened[name] = now
         finally:
             if not lock.locked() and not lock.statistics().tasks_waiting:
                 self.reopening.pop(name, None)
-        await self.app(_naming(scope, now), Replay(body, receive), _renamed(send, held))
+        await self.app(_naming(scope, now), kept.again(), _renamed(send, held))
 
-    async def _open(self, scope: Scope) -> bytes | None:
-        """A new 2025 transport session of the request ``scope``'s caller, initialized, counted against the limits
-        (``Table.connected``): its id; ``None`` if the SDK's app did not open one in time."""
+    async def _open(self, scope: Scope, capabilities: dict[str, Any]) -> bytes | None:
+        """A new 2025 transport session of the request ``scope``'s caller, initialized declaring ``capabilities``,
+        counted against the limits (``Table.connected``): its id; ``None`` if the SDK's app did not open one in
+        time."""
         version = header(scope["headers"], MCP_PROTOCOL_VERSION_HEADER) or b"2025-11-25"
         base = [(name, value) for name, value in scope["headers"] if name not in _OPENING_DROPS]
         headers = [*base, (b"content-type", b"application/json"), (b"accept", b"application/json, text/event-stream")]
         client = {"name": "mcp-sessions gateway", "version": "reopened"}
-        params = {"protocolVersion": version.decode("ascii", "replace"), "capabilities": {}, "clientInfo": client}
+        version_named = version.decode("ascii", "replace")
+        params = {"protocolVersion": version_named, "capabilities": capabilities, "clientInfo": client}
         initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}
         with anyio.move_on_after(START_TIMEOUT):
             opening = _Missing(_discard)
@@ -432,7 +437,7 @@ class _Reopened:
             if raw is None:
                 return None
             done = jsonrpc.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"})
-            named = _naming({**scope, "method": "POST", "headers": headers}, raw)
+            named = _naming({**scope, "method": "POST", "headers": headers, _REOPENING: True}, raw)
             await self.app(named, _once(done), _discard)
             if self.children.mode != "shared":  # counted as _Opening counts one a client opens
                 await self.children.connected(raw, scope)
@@ -442,6 +447,74 @@ class _Reopened:
 
 
 _OPENING_DROPS: Final = frozenset({MCP_SESSION_ID_HEADER, b"content-type", b"content-length", b"accept"})
+_REOPENING: Final = "mcp_sessions.gateway.reopening"
+"""The scope key of the ``notifications/initialized`` that ends a reopening's handshake: what it declares is kept
+under the id the client holds, not under the SDK's new one."""
+MAX_DECLARED: Final = 16 * 1024
+"""The most of a 2025 client's declared capabilities kept (bytes of JSON): a client's are a few hundred."""
+
+
+class _Declared:
+    """What each 2025 client declared at its ``initialize`` (its capabilities), kept under ``--conversation-state
+    disk`` for the reopening of its transport session (:class:`_Reopened`), so that the client is asked after a
+    restart what it was asked before (its roots; sampling and elicitation as the server asks them).
+
+    Kept in the sessions' store (``MCP_SESSIONS_STORE``), where what outlives a gateway is: through a restart with
+    SQLite or Redis, and on another replica sharing one (memory keeps it for a transport session the gateway's SDK
+    app ended while the gateway runs). Its record is named by a SHA-256 digest of the transport session's id and
+    its principal as the SDK's transport compares them (the store names neither), kept for the sessions' ``ttl``
+    or until her client ends it (``DELETE``).
+    It is the client's own declaration, no secret; over :data:`MAX_DECLARED` bytes it is not kept, and a store
+    that fails is logged and passed over: the reopening then declares none, as a client that declared none."""
+
+    def __init__(self, config: SessionsConfig) -> None:
+        self.store = config.store
+        self.ttl = config.ttl
+
+    async def initialized(self, ctx: ServerRequestContext[Any, Any], params: types.NotificationParams) -> None:
+        """The SDK's handler of a 2025 client's ``notifications/initialized`` (its handshake done, its transport
+        session's id in the request): its declared capabilities kept."""
+        request = ctx.request
+        declared = ctx.session.client_capabilities
+        if not isinstance(request, Request) or declared is None or request.scope.get(_REOPENING):
+            return
+        raw = header(request.scope["headers"], MCP_SESSION_ID_HEADER)
+        kept = declared.model_dump(by_alias=True, mode="json", exclude_none=True)
+        if raw is None or len(jsonrpc.dumps(kept)) > MAX_DECLARED:
+            return
+        record = _record(raw, _principal(request.scope))
+        try:
+            await self.store.set(record, "capabilities", kept, expires_at=time.time() + self.ttl)
+        except SessionStoreUnavailable:
+            logger.warning("the store did not keep a 2025 client's capabilities: a reopening would declare none")
+
+    async def of(self, raw: bytes, principal: tuple[object, ...]) -> dict[str, Any]:
+        """What the client holding the transport session ``raw`` declared, as ``principal``: ``{}`` if nothing."""
+        try:
+            kept = await self.store.get(_record(raw, principal), "capabilities")
+        except SessionStoreUnavailable:
+            logger.warning("the store did not say a 2025 client's capabilities: its reopening declares none")
+            return {}
+        return kept if isinstance(kept, dict) else {}
+
+    async def forget(self, raw: bytes, principal: tuple[object, ...]) -> None:
+        """Her declaration forgotten as her client ends the transport session ``raw`` (its ``DELETE``)."""
+        try:
+            await self.store.delete(_record(raw, principal), "capabilities")
+        except SessionStoreUnavailable:
+            logger.warning("the store did not forget a 2025 client's capabilities: they expire with the sessions' ttl")
+
+
+def _record(raw: bytes, principal: tuple[object, ...]) -> str:
+    """The store's record of a transport session's declaration: a digest, so that the store names neither."""
+    named = json.dumps([raw.decode("latin-1"), [str(part) for part in principal]])
+    return "gateway-declared-" + hashlib.sha256(named.encode()).hexdigest()
+
+
+def _principal(scope: Scope) -> tuple[object, ...]:
+    """The request's principal as the SDK's transport compares it (``authorization_context``): none without auth."""
+    user = scope.get("user")
+    return tuple(authorization_context(user).values()) if isinstance(user, AuthenticatedUser) else ()
 
 
 def _naming(scope: Scope, raw: bytes) -> Scope:
@@ -486,6 +559,32 @@ class _Missing:
     async def replay(self) -> None:
         for message in self.held:
             await self.send(message)
+
+
+class _Kept:
+    """A request's ``receive`` that keeps the body's messages the app reads, to hand them to it again
+    (:meth:`again`) when it answered 404: the body is the one the sessions read and replay (one read, no copy of
+    it here), and what the SDK's transport does not read before its 404 is still in the sessions' replay."""
+
+    def __init__(self, receive: Receive) -> None:
+        self.receive = receive
+        self.read: list[Message] = []
+
+    async def __call__(self) -> Message:
+        message = await self.receive()
+        if message["type"] == "http.request":
+            self.read.append(message)
+        return message
+
+    def again(self) -> Receive:
+        """A ``receive`` that hands the messages read, then the request's own."""
+        held = iter(self.read)
+
+        async def receive() -> Message:
+            message = next(held, None)
+            return await self.receive() if message is None else message
+
+        return receive
 
 
 def _once(body: bytes) -> Receive:
