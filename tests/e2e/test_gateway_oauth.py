@@ -12,6 +12,7 @@ import contextlib
 import json
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -182,14 +183,21 @@ def test_two_users_sign_in_once_through_url_elicitation_and_reach_the_vendor_as_
         assert token not in done.text
 
 
-def test_a_stdio_process_gets_its_user_s_own_token_at_an_authorization_server(stand: Stand) -> None:
+def test_a_stdio_process_gets_its_user_s_own_token_at_an_authorization_server(stand: Stand, tmp_path: Path) -> None:
     """``--process-env VENDOR_TOKEN=oauth:ISSUER,resource=URI``: each conversation's process gets its user's own
     access token at the vendor's authorization server, which she grants once through the stdio gateway's own
     sign-in routes (URL elicitation, the team's IdP login first, then the vendor's consent); two users, each her own
     token. A second variable at another vendor's server is asked for in turn, each URL and callback going to the
-    sign-in that made it; ``/oauth/grants`` lists both. No token reaches the gateway's output."""
+    sign-in that made it; ``/oauth/grants`` lists both. No token reaches the gateway's output.
+
+    The operator's view, on the status socket (``mcp-sessions grants --status-socket``): every user's grants, who,
+    the server, when granted and when each expires, no token; carol's grant at the vendor revoked by name there (at
+    the vendor, RFC 7009, and in the gateway: her next call asks her again, dan's goes on); dan's own command then
+    revokes both of his; the status path at the clients' port says where it is; a revocation naming no one is a
+    usage error, and a 400 at the socket."""
     other = Vendor(resource="https://api.other.example/")
     getenv = modern_request("tools/call", {"name": "getenv", "arguments": {"name": "VENDOR_TOKEN"}}, meta=URL_CAPABLE)
+    status = tmp_path / "operator" / "status.sock"
     with serve(other.app()) as other_issuer:
         options = (
             *("--stdio", f"{sys.executable} -m e2e._plain_stdio", "--accept-shared-uid", "--log-level", "debug"),
@@ -197,21 +205,40 @@ def test_a_stdio_process_gets_its_user_s_own_token_at_an_authorization_server(st
             *("--login-issuer", stand.idp.url, "--login-client-id", LOGIN[0]),
             *("--process-env", f"VENDOR_TOKEN=oauth:{stand.vendor_issuer},resource={stand.vendor.resource}"),
             *("--process-env", f"OTHER_TOKEN=oauth:{other_issuer},resource={other.resource}"),
+            *("--status-socket", str(status)),
         )
         environ = {"PYTHONPATH": f"{MAIN}/middleware:{MAIN}/tests", "MCP_SESSIONS_LOGIN_CLIENT_SECRET": LOGIN[1]}
         given = {}
         with gateway_process([], *options, environ=environ) as front:
+            bearers = {user: stand.idp.token_for(user, front.url()) for user in ("carol", "dan")}
+
+            def getenv_as(user: str) -> dict[str, Any]:
+                headers = {**modern_headers(getenv), "Authorization": f"Bearer {bearers[user]}"}
+                return result_of(httpx.post(front.url(), json=getenv, headers=headers, timeout=30), getenv["id"])
+
             for user in ("carol", "dan"):
-                token = stand.idp.token_for(user, front.url())
-                headers = {**modern_headers(getenv), "Authorization": f"Bearer {token}"}
                 for _ in range(2):  # one sign-in for each server
-                    asked = result_of(httpx.post(front.url(), json=getenv, headers=headers, timeout=30), getenv["id"])
-                    done = signed_in(user, asked_url(asked))
+                    done = signed_in(user, asked_url(getenv_as(user)))
                     assert done.status_code == 200 and "You are signed in to" in done.text, done.text
-                answer = result_of(httpx.post(front.url(), json=getenv, headers=headers, timeout=30), getenv["id"])
-                given[user] = answer["result"]["structuredContent"]["result"]
-            mine = {"Authorization": f"Bearer {token}"}
+                given[user] = getenv_as(user)["result"]["structuredContent"]["result"]
+            mine = {"Authorization": f"Bearer {bearers['dan']}"}
             listed = httpx.get(front.url().replace("/mcp", "/oauth/grants"), headers=mine, timeout=30).json()
+            operator = ("grants", "--status-socket", str(status))
+            everyone = main_run(*operator, "--json")
+            table = main_run(*operator)
+            own = main_run("grants", front.url(), "--bearer-env", "TOKEN", environ={"TOKEN": bearers["dan"]})
+            at_clients = httpx.get(front.url().replace("/mcp", "/status/grants"), headers=mine, timeout=30)
+            nameless = main_run(*operator, "--revoke")
+            with httpx.Client(transport=httpx.HTTPTransport(uds=str(status))) as socket:
+                unnamed = socket.delete("http://localhost/status/grants")
+            revocations = (stand.vendor.counts["revocations"], other.counts["revocations"])
+            revoked = main_run(*operator, "--revoke", "--principal", "carol", "--server", stand.vendor_issuer)
+            by_operator = (stand.vendor.counts["revocations"], other.counts["revocations"])
+            carol_again = getenv_as("carol")
+            dan_still = getenv_as("dan")["result"]["structuredContent"]["result"]
+            as_dan = {"TOKEN": bearers["dan"]}
+            own_revoked = main_run("grants", front.url(), "--revoke", "--bearer-env", "TOKEN", environ=as_dan)
+            left = json.loads(main_run(*operator, "--json").stdout)["grants"]
             output = front.stop().decode(errors="replace")
     assert {grant["authorization_server"] for grant in listed["grants"]} == {stand.vendor_issuer, other_issuer}
     assert [grant for grant in other.grants.values() if grant] and other.counts["codes"] == 2
@@ -221,6 +248,31 @@ def test_a_stdio_process_gets_its_user_s_own_token_at_an_authorization_server(st
         assert token not in output
     assert [token for token in other.issued if token in output] == []
     assert "code=" not in output
+    # the operator's view: all four grants, no token
+    assert everyone.returncode == 0, everyone.stderr
+    shown = json.loads(everyone.stdout)["grants"]
+    servers = {stand.vendor_issuer: stand.vendor.resource, other_issuer: other.resource}
+    assert sorted((grant["principal"], grant["authorization_server"], grant["resource"]) for grant in shown) == sorted(
+        (user, server, resource) for user in ("carol", "dan") for server, resource in servers.items()
+    )
+    assert all(grant["issuer"] == stand.idp.url for grant in shown)
+    assert all(grant["granted_at"] < time.time() < grant["expires_at"] for grant in shown)
+    assert table.stdout.startswith("PRINCIPAL  SERVER") and table.stdout.count("carol") == 2, table.stdout
+    assert own.returncode == 0 and "carol" not in own.stdout and own.stdout.count("\n") == 3, own.stdout  # his two
+    for printed in (everyone.stdout, table.stdout, own.stdout):
+        assert [token for token in [*stand.vendor.issued, *other.issued] if token in printed] == []
+    assert at_clients.status_code == 404 and "--status-socket" in at_clients.json()["error"]
+    assert nameless.returncode == 2 and "--principal" in nameless.stderr
+    assert unnamed.status_code == 400 and "principal" in unnamed.json()["error"]
+    # carol's grant at the vendor revoked by the operator: at the vendor, and here; dan's goes on
+    assert revoked.returncode == 0 and revoked.stdout == f"revoked carol's grant at {stand.vendor_issuer}\n"
+    assert by_operator == (revocations[0] + 1, revocations[1])
+    assert asked_url(carol_again).startswith(front.url("/oauth/authorize/"))
+    assert dan_still == given["dan"]
+    # dan's own: both of his revoked, at each vendor; carol's grant at the other one alone is left
+    assert own_revoked.stdout == f"revoked the grant at {stand.vendor_issuer}\nrevoked the grant at {other_issuer}\n"
+    assert (stand.vendor.counts["revocations"], other.counts["revocations"]) == (revocations[0] + 2, revocations[1] + 1)
+    assert [(grant["principal"], grant["authorization_server"]) for grant in left] == [("carol", other_issuer)]
 
 
 @pytest.mark.anyio
