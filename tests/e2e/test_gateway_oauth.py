@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
+import shlex
+import subprocess
 import sys
 import threading
 import time
@@ -35,8 +38,10 @@ from starlette.routing import Route
 
 from _mcp import CLIENT_CAPABILITIES_KEY, legacy_request, modern_headers, modern_request
 from _redis import free_port
+from _uids import uids
 from conftest import asgi_client, serve
-from e2e._gateway import JSON_SSE, MAIN, SECRET, Process, gateway_process, main_run, result_of
+from e2e import _sealed
+from e2e._gateway import JSON_SSE, MAIN, SECRET, Process, gateway_process, main_run, result_of, started
 from e2e._stdio import text_of
 from e2e._vendor import USER_HEADER, Idp, Vendor, vendor_server
 from mcp_sessions import KeySet, SessionsConfig, gateway_app
@@ -46,11 +51,58 @@ from mcp_sessions._gateway.auth._oauth import Login, UpstreamGrants
 from mcp_sessions._gateway.auth._users import GatewayAuth
 from mcp_sessions.stores import MemoryStore
 
-LOGIN = ("gateway", "gateway-secret")  # the gateway's client at the team's IdP
+LOGIN = ("mcp-gateway-login", "gateway-secret")  # the gateway's client at the team's IdP (the docs' id)
 OLD_KEY = "old:" + "o" * 32  # the sessions' key set (MCP_SESSIONS_KEYS), which seals the grants kept in the store
 NEW_KEYS = "new:" + "n" * 32 + ",old:" + "o" * 32  # rotated: the new key signs, the old one still verifies
 URL_CAPABLE: dict[str, Any] = {CLIENT_CAPABILITIES_KEY: {"elicitation": {"url": {}}}}
 WHOAMI = {"name": "whoami", "arguments": {}}
+SECTION = "\n## Each user's own account on a vendor's server\n"
+"""docs/gateway.md's section whose commands the tests run as written, but for the example hosts and the secret."""
+UPSTREAM_LINE = "MCP_SESSIONS_LOGIN_CLIENT_SECRET=... mcp-sessions gateway --upstream "
+STDIO_LINE = "MCP_SESSIONS_LOGIN_CLIENT_SECRET=... mcp-sessions gateway --stdio "
+
+
+def section() -> str:
+    page: str = (MAIN / "docs" / "gateway.md").read_text(encoding="utf-8")
+    return page.partition(SECTION)[2].partition("\n## ")[0]
+
+
+def written_command(first: str, ours: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The section's gateway command that starts with ``first``, as a shell splits it: its variables (``...``, the
+    secret, the test's) and its arguments after ``mcp-sessions gateway``, in each of which ``ours``' examples (the
+    hosts, ports, uids) are the test's, the longest first."""
+    [block] = [block for block in re.findall(r"```text\n(.*?)```", section(), re.S) if block.startswith(first)]
+    words = shlex.split(block.replace("\\\n", " "))
+    variables = {}
+    while "=" in words[0]:
+        name, _, value = words.pop(0).partition("=")
+        variables[name] = LOGIN[1] if value == "..." else value
+    assert words[:2] == ["mcp-sessions", "gateway"], words
+    arguments = []
+    for word in words[2:]:
+        for example in sorted(ours, key=len, reverse=True):
+            word = word.replace(example, ours[example])
+        arguments.append(word)
+    return variables, arguments
+
+
+def shell_lines(first: str) -> str:
+    """The section's ``sh`` block whose first line starts with ``first``."""
+    [block] = [block for block in re.findall(r"```sh\n(.*?)```", section(), re.S) if block.startswith(first)]
+    return str(block)
+
+
+def operator_lines() -> str:
+    return shell_lines("mcp-sessions grants --status ")
+
+
+def run_written(lines: str, ours: dict[str, str], where: Path) -> subprocess.CompletedProcess[str]:
+    """``lines`` run by ``sh -e`` in ``where``, each of ``ours``' words in them replaced (the example hosts and
+    ports), this environment's ``mcp-sessions`` and ``curl`` on its ``PATH``."""
+    for example, here in ours.items():
+        lines = lines.replace(example, here)
+    environ = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "PYTHONPATH": f"{MAIN}/middleware"}
+    return subprocess.run(["sh", "-ec", lines], cwd=where, env=environ, capture_output=True, text=True, timeout=60)
 
 
 @dataclass
@@ -65,7 +117,8 @@ class Stand:
     vendor_issuer: str = ""
 
     def start(self, keys: str) -> str:
-        """A gateway with the key set ``keys`` (``MCP_SESSIONS_KEYS``), on the store, under
+        """docs/gateway.md's gateway, as written but for its example hosts, with the key set ``keys``
+        (``MCP_SESSIONS_KEYS``), on the store, under
         ``opentelemetry-instrument`` with its spans (httpx's calls to the servers among them) in its output; the one
         before stopped, this one on its port (its URL, the callback it registered and its users' audience, stay):
         all the one before wrote."""
@@ -75,14 +128,18 @@ class Stand:
             port = self.gateway.port
             before = self.gateway.stop().decode(errors="replace")
         url = f"http://127.0.0.1:{port}/mcp"
-        verifying = ("--auth-jwks", self.idp.url + "/jwks.json", "--auth-issuer", self.idp.url, "--auth-audience", url)
-        granting = ("--upstream-token", "oauth", "--login-issuer", self.idp.url, "--login-client-id", LOGIN[0])
+        ours = {
+            "https://mcp.vendor.example/mcp": self.vendor.resource,
+            "https://login.example.com/jwks": self.idp.url + "/jwks.json",
+            "https://login.example.com": self.idp.url,
+            "https://mcp.example.com/mcp": url,
+        }
+        variables, written = written_command(UPSTREAM_LINE, ours)  # docs/gateway.md's command, as written
         program = [str(Path(sys.executable).parent / "opentelemetry-instrument"), sys.executable, "-m", "mcp_sessions"]
-        line = [*program, "gateway", "--port", str(port), "--log-level", "debug", "--upstream", self.vendor.resource]
-        environ = {"MCP_SESSIONS_LOGIN_CLIENT_SECRET": LOGIN[1], "MCP_SESSIONS_KEYS": keys}
-        environ["MCP_SESSIONS_STORE"] = f"sqlite:///{self.store}"
+        line = [*program, "gateway", "--port", str(port), "--log-level", "debug"]
+        environ = {**variables, "MCP_SESSIONS_KEYS": keys, "MCP_SESSIONS_STORE": f"sqlite:///{self.store}"}
         environ |= {"OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none"}
-        self.gateway = Process("mcp-sessions gateway", [*line, *verifying, *granting], environ, port)
+        self.gateway = Process("mcp-sessions gateway", [*line, *written], environ, port)
         self.exits.callback(self.gateway.stop)
         return before
 
@@ -190,14 +247,15 @@ def test_a_stdio_process_gets_its_user_s_own_token_at_an_authorization_server(st
     token. A second variable at another vendor's server is asked for in turn, each URL and callback going to the
     sign-in that made it; ``/oauth/grants`` lists both. No token reaches the gateway's output.
 
-    The operator's view, on the status socket (``mcp-sessions grants --status-socket``): every user's grants, who,
-    the server, when granted and when each expires, no token; carol's grant at the vendor revoked by name there (at
-    the vendor, RFC 7009, and in the gateway: her next call asks her again, dan's goes on); dan's own command then
-    revokes both of his; the status path at the clients' port says where it is; a revocation naming no one is a
-    usage error, and a 400 at the socket."""
+    The operator's view, at the status port (``mcp-sessions grants --status URL``): every user's grants, who, the
+    server, when granted and when each expires, no token; bob's grant at the vendor revoked by name there (at the
+    vendor, RFC 7009, and in the gateway: his next call asks him again, alice's goes on); docs/gateway.md's
+    operator lines, as written but for the port, then list what is left and revoke alice's two; bob's own command
+    revokes his last. The status path at the clients' port says where it is; a revocation naming no one is a usage
+    error, and a 400 at the port."""
     other = Vendor(resource="https://api.other.example/")
     getenv = modern_request("tools/call", {"name": "getenv", "arguments": {"name": "VENDOR_TOKEN"}}, meta=URL_CAPABLE)
-    status = tmp_path / "operator" / "status.sock"
+    status_port = free_port()
     with serve(other.app()) as other_issuer:
         options = (
             *("--stdio", f"{sys.executable} -m e2e._plain_stdio", "--accept-shared-uid", "--log-level", "debug"),
@@ -205,43 +263,47 @@ def test_a_stdio_process_gets_its_user_s_own_token_at_an_authorization_server(st
             *("--login-issuer", stand.idp.url, "--login-client-id", LOGIN[0]),
             *("--process-env", f"VENDOR_TOKEN=oauth:{stand.vendor_issuer},resource={stand.vendor.resource}"),
             *("--process-env", f"OTHER_TOKEN=oauth:{other_issuer},resource={other.resource}"),
-            *("--status-socket", str(status)),
+            *("--status-port", str(status_port)),
         )
         environ = {"PYTHONPATH": f"{MAIN}/middleware:{MAIN}/tests", "MCP_SESSIONS_LOGIN_CLIENT_SECRET": LOGIN[1]}
         given = {}
         with gateway_process([], *options, environ=environ) as front:
-            bearers = {user: stand.idp.token_for(user, front.url()) for user in ("carol", "dan")}
+            bearers = {user: stand.idp.token_for(user, front.url()) for user in ("alice", "bob")}
 
             def getenv_as(user: str) -> dict[str, Any]:
                 headers = {**modern_headers(getenv), "Authorization": f"Bearer {bearers[user]}"}
                 return result_of(httpx.post(front.url(), json=getenv, headers=headers, timeout=30), getenv["id"])
 
-            for user in ("carol", "dan"):
+            def counts() -> tuple[int, int]:
+                return stand.vendor.counts["revocations"], other.counts["revocations"]
+
+            for user in ("alice", "bob"):
                 for _ in range(2):  # one sign-in for each server
                     done = signed_in(user, asked_url(getenv_as(user)))
                     assert done.status_code == 200 and "You are signed in to" in done.text, done.text
                 given[user] = getenv_as(user)["result"]["structuredContent"]["result"]
-            mine = {"Authorization": f"Bearer {bearers['dan']}"}
+            mine = {"Authorization": f"Bearer {bearers['bob']}"}
             listed = httpx.get(front.url().replace("/mcp", "/oauth/grants"), headers=mine, timeout=30).json()
-            operator = ("grants", "--status-socket", str(status))
+            operator = ("grants", "--status", f"http://127.0.0.1:{status_port}")
             everyone = main_run(*operator, "--json")
-            table = main_run(*operator)
-            own = main_run("grants", front.url(), "--bearer-env", "TOKEN", environ={"TOKEN": bearers["dan"]})
+            as_bob = {"TOKEN": bearers["bob"]}
+            own = main_run("grants", front.url(), "--bearer-env", "TOKEN", environ=as_bob)
             at_clients = httpx.get(front.url().replace("/mcp", "/status/grants"), headers=mine, timeout=30)
             nameless = main_run(*operator, "--revoke")
-            with httpx.Client(transport=httpx.HTTPTransport(uds=str(status))) as socket:
-                unnamed = socket.delete("http://localhost/status/grants")
-            revocations = (stand.vendor.counts["revocations"], other.counts["revocations"])
-            revoked = main_run(*operator, "--revoke", "--principal", "carol", "--server", stand.vendor_issuer)
-            by_operator = (stand.vendor.counts["revocations"], other.counts["revocations"])
-            carol_again = getenv_as("carol")
-            dan_still = getenv_as("dan")["result"]["structuredContent"]["result"]
-            as_dan = {"TOKEN": bearers["dan"]}
-            own_revoked = main_run("grants", front.url(), "--revoke", "--bearer-env", "TOKEN", environ=as_dan)
-            left = json.loads(main_run(*operator, "--json").stdout)["grants"]
+            unnamed = httpx.delete(f"http://127.0.0.1:{status_port}/status/grants", timeout=30)
+            before = counts()
+            revoked = main_run(*operator, "--revoke", "--principal", "bob", "--server", stand.vendor_issuer)
+            by_name = counts()
+            bob_again = getenv_as("bob")
+            alice_still = getenv_as("alice")["result"]["structuredContent"]["result"]
+            written = run_written(operator_lines(), {"8001": str(status_port)}, tmp_path)
+            by_docs = counts()
+            alice_again = getenv_as("alice")
+            own_revoked = main_run("grants", front.url(), "--revoke", "--bearer-env", "TOKEN", environ=as_bob)
+            left = main_run(*operator, "--json").stdout
             output = front.stop().decode(errors="replace")
     assert {grant["authorization_server"] for grant in listed["grants"]} == {stand.vendor_issuer, other_issuer}
-    assert [grant for grant in other.grants.values() if grant] and other.counts["codes"] == 2
+    assert other.counts["codes"] == 2
     for user, token in given.items():
         assert token in stand.vendor.issued
         assert (claims_of(token)["sub"], claims_of(token)["aud"]) == (user, stand.vendor.resource)
@@ -253,26 +315,70 @@ def test_a_stdio_process_gets_its_user_s_own_token_at_an_authorization_server(st
     shown = json.loads(everyone.stdout)["grants"]
     servers = {stand.vendor_issuer: stand.vendor.resource, other_issuer: other.resource}
     assert sorted((grant["principal"], grant["authorization_server"], grant["resource"]) for grant in shown) == sorted(
-        (user, server, resource) for user in ("carol", "dan") for server, resource in servers.items()
+        (user, server, resource) for user in ("alice", "bob") for server, resource in servers.items()
     )
     assert all(grant["issuer"] == stand.idp.url for grant in shown)
     assert all(grant["granted_at"] < time.time() < grant["expires_at"] for grant in shown)
-    assert table.stdout.startswith("PRINCIPAL  SERVER") and table.stdout.count("carol") == 2, table.stdout
-    assert own.returncode == 0 and "carol" not in own.stdout and own.stdout.count("\n") == 3, own.stdout  # his two
-    for printed in (everyone.stdout, table.stdout, own.stdout):
+    assert own.returncode == 0 and own.stdout.startswith("SERVER  ") and own.stdout.count("\n") == 3, own.stdout
+    for printed in (everyone.stdout, own.stdout, written.stdout):
         assert [token for token in [*stand.vendor.issued, *other.issued] if token in printed] == []
-    assert at_clients.status_code == 404 and "--status-socket" in at_clients.json()["error"]
+    assert at_clients.status_code == 404 and "--status-port" in at_clients.json()["error"]
     assert nameless.returncode == 2 and "--principal" in nameless.stderr
     assert unnamed.status_code == 400 and "principal" in unnamed.json()["error"]
-    # carol's grant at the vendor revoked by the operator: at the vendor, and here; dan's goes on
-    assert revoked.returncode == 0 and revoked.stdout == f"revoked carol's grant at {stand.vendor_issuer}\n"
-    assert by_operator == (revocations[0] + 1, revocations[1])
-    assert asked_url(carol_again).startswith(front.url("/oauth/authorize/"))
-    assert dan_still == given["dan"]
-    # dan's own: both of his revoked, at each vendor; carol's grant at the other one alone is left
-    assert own_revoked.stdout == f"revoked the grant at {stand.vendor_issuer}\nrevoked the grant at {other_issuer}\n"
-    assert (stand.vendor.counts["revocations"], other.counts["revocations"]) == (revocations[0] + 2, revocations[1] + 1)
-    assert [(grant["principal"], grant["authorization_server"]) for grant in left] == [("carol", other_issuer)]
+    # bob's grant at the vendor revoked by the operator: at the vendor, and here; alice's goes on
+    assert revoked.returncode == 0 and revoked.stdout == f"revoked bob's grant at {stand.vendor_issuer}\n"
+    assert by_name == (before[0] + 1, before[1])
+    assert asked_url(bob_again).startswith(front.url("/oauth/authorize/"))
+    assert alice_still == given["alice"]
+    # the docs' lines: the three grants left listed, alice's two revoked, at each vendor; she is asked again
+    assert written.returncode == 0, written.stderr
+    heading, *rows, first, second = written.stdout.splitlines()
+    assert heading.split() == ["PRINCIPAL", "SERVER", "RESOURCE", "SCOPE", "GRANTED", "EXPIRES"], written.stdout
+    left_then = [("alice", stand.vendor_issuer, stand.vendor.resource), ("alice", other_issuer, other.resource)]
+    left_then.append(("bob", other_issuer, other.resource))
+    assert [tuple(row.split()[:3]) for row in rows] == sorted(left_then)
+    assert [first, second] == [f"revoked alice's grant at {server}" for server in (stand.vendor_issuer, other_issuer)]
+    assert by_docs == (by_name[0] + 1, by_name[1] + 1)
+    assert asked_url(alice_again).startswith(front.url("/oauth/authorize/"))
+    # bob's own: his last, at the other vendor; none left
+    assert own_revoked.stdout == f"revoked the grant at {other_issuer}\n", own_revoked.stderr
+    assert (stand.vendor.counts["revocations"], other.counts["revocations"]) == (by_docs[0], by_docs[1] + 1)
+    assert json.loads(left) == {"grants": []}
+
+
+def test_the_docs_stdio_command_starts_as_written_and_the_operator_reads_it(stand: Stand, tmp_path: Path) -> None:
+    """docs/gateway.md's stdio command, as written but for its hosts, its server (``_sealed``'s, which a process of
+    another uid runs), its uids and its status port: it starts (each process a uid of its own, and the egress
+    ``--process-env-mask`` needs), and the section's operator lines read its status port: no grant yet, none to
+    revoke. (As first written it was refused at startup: ``--process-env`` without ``--process-uids``.)"""
+    _sealed.needs("root", "bwrap")
+    status_port = free_port()
+    with _sealed.hostile() as server:
+        ours = {
+            "npx -y @vendor/mcp-server": server,
+            "https://login.example.com/jwks": stand.idp.url + "/jwks.json",
+            "https://login.example.com": stand.idp.url,
+            "https://mcp.example.com/mcp": "{url}",
+            "https://auth.vendor.example": stand.vendor_issuer,
+            "61000-61999": uids(424, 4),
+            "8001": str(status_port),
+        }
+        variables, written = written_command(STDIO_LINE, ours)
+
+        def command(port: int) -> tuple[list[str], dict[str, str]]:
+            line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port), "--log-level", "info"]
+            given = [word.replace("{url}", f"http://127.0.0.1:{port}/mcp") for word in written]
+            return [*line, *given], {**variables, "MCP_SESSIONS_SECRET": SECRET}
+
+        front = started("mcp-sessions gateway --stdio", command)
+        try:
+            listed = httpx.get(f"http://127.0.0.1:{status_port}/status/grants", timeout=30)
+            done = run_written(operator_lines(), {"8001": str(status_port)}, tmp_path)
+        finally:
+            output = front.stop().decode(errors="replace")
+    assert listed.status_code == 200 and listed.json() == {"grants": []}, output[-2000:]
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "PRINCIPAL  SERVER  RESOURCE  SCOPE  GRANTED  EXPIRES\nno grant to revoke\n"
 
 
 @pytest.mark.anyio
@@ -500,6 +606,35 @@ def test_a_user_lists_and_revokes_her_own_grant(stand: Stand) -> None:
     assert stand.vendor.counts["revocations"] == revocations + 1
     assert grants("judy").json() == {"grants": []}
     assert asked_url(modern_call(stand, "judy")).startswith(stand.gateway.url("/oauth/authorize/"))
+
+
+def test_the_docs_lines_list_and_revoke_her_grant_as_written(stand: Stand, tmp_path: Path) -> None:
+    """docs/gateway.md's ``curl`` and ``mcp-sessions grants`` lines, as written but for the gateway's host (her token
+    in ``alice.jwt``, as they read it): her grant listed as JSON, then as a table (the server, the resource, the
+    scope asked, when granted and when it expires), revoked by the command (at the vendor too), the ``DELETE``
+    then finding none left; no token printed, and her next call asks her to sign in again."""
+    assert signed_in("liz", asked_url(modern_call(stand, "liz"))).status_code == 200
+    (tmp_path / "alice.jwt").write_text(stand.idp.token_for("liz", stand.gateway.url()))
+    revocations = stand.vendor.counts["revocations"]
+    lines = shell_lines("curl -s ")
+    done = run_written(lines, {"https://mcp.example.com": stand.gateway.url("")}, tmp_path)
+    assert done.returncode == 0, done.stderr
+    listed, heading, row, revoked, deleted = done.stdout.splitlines()
+    (grant,) = json.loads(listed)["grants"]
+    assert (grant["authorization_server"], grant["resource"], grant["scope"]) == (
+        stand.vendor_issuer,
+        stand.vendor.resource,
+        "mcp",  # the upstream's metadata's scopes_supported, asked and granted
+    )
+    assert grant["granted_at"] < time.time() < grant["expires_at"] and grant["refreshes"] is True
+    assert heading.split() == ["SERVER", "RESOURCE", "SCOPE", "GRANTED", "EXPIRES"]
+    granted = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(grant["granted_at"]))
+    assert row.split()[:3] == [stand.vendor_issuer, stand.vendor.resource, "mcp"] and granted in row
+    assert revoked == f"revoked the grant at {stand.vendor_issuer}"
+    assert json.loads(deleted) == {"revoked": []}
+    assert stand.vendor.counts["revocations"] == revocations + 1
+    assert [token for token in stand.vendor.issued if token in done.stdout] == []
+    assert asked_url(modern_call(stand, "liz")).startswith(stand.gateway.url("/oauth/authorize/"))
 
 
 class Hostile:
