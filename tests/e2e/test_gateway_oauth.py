@@ -115,6 +115,7 @@ class Stand:
     exits: contextlib.ExitStack
     gateway: Process = field(init=False)
     vendor_issuer: str = ""
+    status: str = ""
 
     def start(self, keys: str) -> str:
         """docs/gateway.md's gateway, as written but for its example hosts, with the key set ``keys``
@@ -136,7 +137,9 @@ class Stand:
         }
         variables, written = written_command(UPSTREAM_LINE, ours)  # docs/gateway.md's command, as written
         program = [str(Path(sys.executable).parent / "opentelemetry-instrument"), sys.executable, "-m", "mcp_sessions"]
-        line = [*program, "gateway", "--port", str(port), "--log-level", "debug"]
+        status_port = free_port()  # the operator's view of the users' grants
+        self.status = f"http://127.0.0.1:{status_port}"
+        line = [*program, "gateway", "--port", str(port), "--log-level", "debug", "--status-port", str(status_port)]
         environ = {**variables, "MCP_SESSIONS_KEYS": keys, "MCP_SESSIONS_STORE": f"sqlite:///{self.store}"}
         environ |= {"OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none"}
         self.gateway = Process("mcp-sessions gateway", [*line, *written], environ, port)
@@ -855,12 +858,19 @@ def test_a_restarted_gateway_keeps_each_grant_sealed_in_its_store(stand: Stand) 
     refreshed there goes with the client the first registered (the vendor binds a refresh token to its client),
     registered again by no one. The store's file
     holds neither of her tokens, nor her name; the first gateway's output, its spans exported at its exit, neither
-    token."""
+    token. The restarted gateway's operator lists her grant (the store's index, sealed under the old key), before
+    she has called, and revokes it: at the vendor, and in the store, so that her next call asks her again."""
     assert signed_in("ivy", asked_url(modern_call(stand, "ivy"))).status_code == 200
     token = whoami(modern_call(stand, "ivy"))["token"]
     codes = stand.vendor.counts["codes"]
     output = stand.start(NEW_KEYS)
     assert '"name": "POST"' in output  # httpx's spans, the token endpoint's among them
+    listed = main_run("grants", "--status", stand.status, "--principal", "ivy", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (grant,) = json.loads(listed.stdout)["grants"]
+    assert (grant["authorization_server"], grant["resource"]) == (stand.vendor_issuer, stand.vendor.resource)
+    processes = httpx.get(stand.status + "/status", timeout=30)  # an --upstream's listener: the grants alone
+    assert processes.status_code == 404 and "runs no process" in processes.json()["error"]
     after = whoami(modern_call(stand, "ivy"))
     assert after == {"sub": "ivy", "token": token}
     assert stand.vendor.counts["codes"] == codes
@@ -877,6 +887,13 @@ def test_a_restarted_gateway_keeps_each_grant_sealed_in_its_store(stand: Stand) 
         assert secret[-16:].encode() not in kept
     # her name nowhere but by chance inside a sealed value's base64 (3 letters of 64: 1 in 262,144 at each place)
     assert b"ivy" not in re.sub(rb'"(?:nonce|sealed)":"[A-Za-z0-9_=-]*"', b"", kept)
+    revocations = stand.vendor.counts["revocations"]
+    revoked = main_run("grants", "--status", stand.status, "--revoke", "--principal", "ivy")
+    assert revoked.stdout == f"revoked ivy's grant at {stand.vendor_issuer}\n", revoked.stderr
+    assert stand.vendor.counts["revocations"] == revocations + 1
+    everyone = json.loads(main_run("grants", "--status", stand.status, "--json").stdout)["grants"]
+    assert everyone and "ivy" not in [entry["principal"] for entry in everyone]  # the others' stay
+    assert asked_url(modern_call(stand, "ivy")).startswith(stand.gateway.url("/oauth/authorize/"))
 
 
 def _holder(vendor: Vendor, grant: str) -> str | None:

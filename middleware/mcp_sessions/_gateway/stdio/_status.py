@@ -14,7 +14,8 @@ count against the limits. ``GET /status/grants``, where the gateway signs users 
 server, the resource, the scope, when granted and when its access token expires, never a token;
 ``DELETE /status/grants?principal=NAME`` revokes hers (``&server=ISSUER`` the one there, ``&issuer=`` her token's
 issuer's alone), as she would herself (``auth._oauth``): at the server (RFC 7009), and in the store, so that a
-replica and a restart find it gone, and her next request asks her to sign in again.
+replica and a restart find it gone, and her next request asks her to sign in again. An ``--upstream-token oauth``
+gateway, which runs no process, serves its status listener for its users' grants alone (``http._app``).
 
 A user's own view (``GET /mcp/sessions``, on the clients' port, served where the gateway authenticates): her
 conversations, as the operator's view lists them; ``DELETE /mcp/sessions/DIGEST`` ends one of hers, by the path
@@ -48,7 +49,7 @@ from ._models import EndReason, Owner, ProcessEvents, ProcessView, known_as
 from ._table import Table
 
 if TYPE_CHECKING:
-    from ..auth._oauth import SignIns
+    from ..auth._exchange import SignInRoutes
 
 STATUS_PATH: Final = "/status"
 GRANTS_STATUS_PATH: Final = "/status/grants"
@@ -64,16 +65,17 @@ started ahead)."""
 class OperatorStatus:
     """``app``, and on the operator's ``port`` (a loopback socket of its own) or Unix socket ``path``, the status of
     ``children``, and of the key set ``keys`` reads (``JwtVerifier.state``), where the gateway verifies tokens;
-    every user's grants at ``signing_in``'s servers, where it signs users in."""
+    every user's grants at ``signing_in``'s servers, where it signs users in (``children`` ``None``: a gateway that runs
+    no process, an ``--upstream``'s, whose listener serves the grants alone)."""
 
     def __init__(
         self,
         app: ASGIApp,
-        children: Table,
+        children: Table | None,
         port: int | None,
         path: str | None = None,
         keys: Callable[[], dict[str, object]] | None = None,
-        signing_in: SignIns | None = None,
+        signing_in: SignInRoutes | None = None,
     ) -> None:
         self.app = app
         self.children = children
@@ -103,6 +105,9 @@ class OperatorStatus:
             return await self._grants(scope, send)
         if scope["path"] != STATUS_PATH:
             return await send_json(send, 404, {"error": f"the status is at {STATUS_PATH}"}, b"")
+        if self.children is None:
+            said = f"this gateway runs no process: its status listener serves its users' grants, {GRANTS_STATUS_PATH}"
+            return await send_json(send, 404, {"error": said}, b"")
         if scope["method"] != "GET":
             return await send_json(send, 405, {"error": "GET only"}, b"")
         answer = await status(self.children)
