@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 import shlex
 import subprocess
@@ -45,6 +46,7 @@ from e2e._gateway import JSON_SSE, MAIN, SECRET, Process, gateway_process, main_
 from e2e._stdio import text_of
 from e2e._vendor import USER_HEADER, Idp, Vendor, vendor_server
 from mcp_sessions import KeySet, SessionsConfig, gateway_app
+from mcp_sessions._gateway.auth import _kept
 from mcp_sessions._gateway.auth._client import ClientAuth
 from mcp_sessions._gateway.auth._kept import KeptGrants
 from mcp_sessions._gateway.auth._oauth import Login, UpstreamGrants
@@ -894,6 +896,28 @@ def test_a_restarted_gateway_keeps_each_grant_sealed_in_its_store(stand: Stand) 
     everyone = json.loads(main_run("grants", "--status", stand.status, "--json").stdout)["grants"]
     assert everyone and "ivy" not in [entry["principal"] for entry in everyone]  # the others' stay
     assert asked_url(modern_call(stand, "ivy")).startswith(stand.gateway.url("/oauth/authorize/"))
+
+
+@pytest.mark.anyio
+async def test_the_grants_index_is_sealed_follows_the_grants_and_drops_an_entry_past_its_time() -> None:
+    """``KeptGrants``' index, what the operator's view lists: an entry for each grant saved, sealed (neither her
+    name nor a token among the store's values), gone as its grant is forgotten; one past its time (its grant's
+    record expired with it, unforgotten) is not listed, and is dropped from the store as it is read."""
+    store = MemoryStore()
+    kept = KeptGrants(store, KeySet.from_secret("r" * 32))
+    about: dict[str, object] = {"issuer": "https://idp.example", "principal": "nina", "authorization_server": "as"}
+    await kept.save("nina-at-as", "access-of-nina", "refresh-of-nina", math.inf, about)
+    await kept.save("olga-at-as", "access-of-olga", None, math.inf, about | {"principal": "olga"})
+    assert sorted(str(entry["principal"]) for entry in await kept.listed()) == ["nina", "olga"]
+    stored = json.dumps(await store.items(_kept._INDEX)) + json.dumps(await store.items(_kept.record("nina-at-as")))
+    assert [word for word in ("nina", "olga", "access-of", "refresh-of") if word in stored] == []
+    await kept.forget("olga-at-as")
+    assert [entry["principal"] for entry in await kept.listed()] == ["nina"]
+    past: list[object] = [about | {"principal": "pia", "until": time.time() - 1}]
+    await kept._write(_kept._INDEX, past, field=_kept.record("pia-at-as"))  # as a grant's entry a day past KEPT_FOR
+    assert len(await store.items(_kept._INDEX)) == 2
+    assert [entry["principal"] for entry in await kept.listed()] == ["nina"]
+    assert list(await store.items(_kept._INDEX)) == [_kept.record("nina-at-as")]
 
 
 def _holder(vendor: Vendor, grant: str) -> str | None:

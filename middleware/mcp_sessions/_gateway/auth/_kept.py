@@ -123,8 +123,9 @@ class KeptGrants:
             raise StoreFailed from exc
 
     async def listed(self) -> list[dict[str, object]]:
-        """Every grant the index holds, as :meth:`save` entered it, but those past their time (see the module); an
-        entry that does not open (its key gone from the set) is left out."""
+        """Every grant the index holds, as :meth:`save` entered it, but those past their time (see the module),
+        which are dropped as they are read, so the index holds no more than the grants kept; an entry that does not
+        open (its key gone from the set) is left out, and left for a gateway that holds its key."""
         try:
             entries = await self._store.items(_INDEX)
         except SessionStoreUnavailable as exc:
@@ -134,9 +135,18 @@ class KeptGrants:
         for name, sealed in entries.items():
             opened = self._opened(name, sealed) if isinstance(sealed, dict) else None
             entry = opened[0] if opened is not None and len(opened) == 1 else None
-            if isinstance(entry, dict) and isinstance(until := entry.pop("until", None), int | float) and until > now:
+            until = entry.pop("until", None) if isinstance(entry, dict) else None
+            if isinstance(entry, dict) and isinstance(until, int | float) and until > now:
                 found.append(entry)
+            elif isinstance(until, int | float):  # its grant's record is gone by now: so is the entry
+                await self._dropped(name)
         return found
+
+    async def _dropped(self, name: str) -> None:
+        try:
+            await self._store.delete(_INDEX, name)
+        except SessionStoreUnavailable as exc:
+            raise StoreFailed from exc
 
     async def lease(self, who: str, seconds: float) -> str | None:
         """This replica's lease on ``who``'s refresh for ``seconds``, taken where no other's is still running (the
