@@ -588,15 +588,17 @@ def _vendor_token_endpoint(stand: Stand) -> str:
 
 def test_a_user_lists_and_revokes_her_own_grant(stand: Stand) -> None:
     """judy's ``GET /oauth/grants`` (with her bearer token) lists her grant at the vendor's server, no token in it;
-    another user's lists none, a request without a token gets 401; her ``DELETE`` revokes it at the server
-    (RFC 7009) and here, and her next call asks her to sign in again."""
+    another user's lists none, a request without a token gets 401; her ``DELETE`` at another server revokes
+    nothing, at the vendor's (``?server=``) revokes it there (RFC 7009) and here, and her next call asks her to
+    sign in again."""
     assert signed_in("judy", asked_url(modern_call(stand, "judy"))).status_code == 200
     token = whoami(modern_call(stand, "judy"))["token"]
 
-    def grants(user: str, method: str = "GET") -> httpx.Response:
+    def grants(user: str, method: str = "GET", server: str | None = None) -> httpx.Response:
         bearer = stand.idp.token_for(user, stand.gateway.url())
         headers = {"Authorization": f"Bearer {bearer}"} if user else {}
-        return httpx.request(method, stand.gateway.url("/oauth/grants"), headers=headers, timeout=30)
+        params = {} if server is None else {"server": server}
+        return httpx.request(method, stand.gateway.url("/oauth/grants"), headers=headers, params=params, timeout=30)
 
     listed = grants("judy")
     assert listed.status_code == 200, listed.text
@@ -606,7 +608,9 @@ def test_a_user_lists_and_revokes_her_own_grant(stand: Stand) -> None:
     assert grants("kim").json() == {"grants": []}
     assert grants("").status_code == 401
     revocations = stand.vendor.counts["revocations"]
-    revoked = grants("judy", "DELETE")
+    assert grants("judy", "DELETE", server="https://elsewhere.example").json() == {"revoked": []}  # not hers there
+    assert [kept["authorization_server"] for kept in grants("judy").json()["grants"]] == [grant["authorization_server"]]
+    revoked = grants("judy", "DELETE", server=stand.vendor_issuer)
     assert revoked.status_code == 200 and revoked.json()["revoked"] == [grant["authorization_server"]]
     assert stand.vendor.counts["revocations"] == revocations + 1
     assert grants("judy").json() == {"grants": []}
