@@ -362,7 +362,7 @@ def test_the_help_and_the_docs_name_every_command() -> None:
     assert helped.returncode == 0, helped.stderr
     listed = helped.stdout.split("COMMAND\n", 1)[1]
     named = set(re.findall(r"^    (\w+)", listed, re.MULTILINE))
-    assert named == {"keygen", "inspect", "create", "delete", "gateway", "connect", "sessions", "conformance"}
+    assert named == {"keygen", "inspect", "create", "delete", "gateway", "connect", "sessions", "grants", "conformance"}
     assert "Keys and tokens" not in helped.stdout
     section = (ROOT / "docs" / "client.md").read_text().split("## The `mcp-sessions` command", 1)[1]
     assert all(f"`{command}`" in section.split("\n\n**")[0] for command in named)

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
+import re
+import shlex
 import signal
 import ssl
+import subprocess
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,23 +42,73 @@ from starlette.routing import Route
 from _authorities import stand_in_server
 from _mcp import CLIENT_CAPABILITIES_KEY, legacy_request, modern_headers, modern_request
 from _redis import free_port
+from _uids import uids
 from _waits import until
 from conftest import asgi_client, serve
+from e2e import _sealed
 from e2e._gateway import JSON_SSE, MAIN, SECRET, Process, gateway_process, main_run, result_of, started
 from e2e._stdio import text_of
 from e2e._vendor import USER_HEADER, Idp, Vendor, vendor_server
 from mcp_sessions import KeySet, SessionsConfig, gateway_app
+from mcp_sessions._gateway.auth import _kept
 from mcp_sessions._gateway.auth._client import ClientAuth
 from mcp_sessions._gateway.auth._kept import KeptGrants
 from mcp_sessions._gateway.auth._oauth import CLIENT_PATH, Login, UpstreamGrants
 from mcp_sessions._gateway.auth._users import GatewayAuth
 from mcp_sessions.stores import MemoryStore
 
-LOGIN = ("gateway", "gateway-secret")  # the gateway's client at the team's IdP
+LOGIN = ("mcp-gateway-login", "gateway-secret")  # the gateway's client at the team's IdP (the docs' id)
 OLD_KEY = "old:" + "o" * 32  # the sessions' key set (MCP_SESSIONS_KEYS), which seals the grants kept in the store
 NEW_KEYS = "new:" + "n" * 32 + ",old:" + "o" * 32  # rotated: the new key signs, the old one still verifies
 URL_CAPABLE: dict[str, Any] = {CLIENT_CAPABILITIES_KEY: {"elicitation": {"url": {}}}}
 WHOAMI = {"name": "whoami", "arguments": {}}
+SECTION = "\n## Each user's own account on a vendor's server\n"
+"""docs/gateway.md's section whose commands the tests run as written, but for the example hosts and the secret."""
+UPSTREAM_LINE = "MCP_SESSIONS_LOGIN_CLIENT_SECRET=... mcp-sessions gateway --upstream "
+STDIO_LINE = "MCP_SESSIONS_LOGIN_CLIENT_SECRET=... mcp-sessions gateway --stdio "
+
+
+def section() -> str:
+    page: str = (MAIN / "docs" / "gateway.md").read_text(encoding="utf-8")
+    return page.partition(SECTION)[2].partition("\n## ")[0]
+
+
+def written_command(first: str, ours: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The section's gateway command that starts with ``first``, as a shell splits it: its variables (``...``, the
+    secret, the test's) and its arguments after ``mcp-sessions gateway``, in each of which ``ours``' examples (the
+    hosts, ports, uids) are the test's, the longest first."""
+    [block] = [block for block in re.findall(r"```text\n(.*?)```", section(), re.S) if block.startswith(first)]
+    words = shlex.split(block.replace("\\\n", " "))
+    variables = {}
+    while "=" in words[0]:
+        name, _, value = words.pop(0).partition("=")
+        variables[name] = LOGIN[1] if value == "..." else value
+    assert words[:2] == ["mcp-sessions", "gateway"], words
+    arguments = []
+    for word in words[2:]:
+        for example in sorted(ours, key=len, reverse=True):
+            word = word.replace(example, ours[example])
+        arguments.append(word)
+    return variables, arguments
+
+
+def shell_lines(first: str) -> str:
+    """The section's ``sh`` block whose first line starts with ``first``."""
+    [block] = [block for block in re.findall(r"```sh\n(.*?)```", section(), re.S) if block.startswith(first)]
+    return str(block)
+
+
+def operator_lines() -> str:
+    return shell_lines("mcp-sessions grants --status ")
+
+
+def run_written(lines: str, ours: dict[str, str], where: Path) -> subprocess.CompletedProcess[str]:
+    """``lines`` run by ``sh -e`` in ``where``, each of ``ours``' words in them replaced (the example hosts and
+    ports), this environment's ``mcp-sessions`` and ``curl`` on its ``PATH``."""
+    for example, here in ours.items():
+        lines = lines.replace(example, here)
+    environ = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "PYTHONPATH": f"{MAIN}/middleware"}
+    return subprocess.run(["sh", "-ec", lines], cwd=where, env=environ, capture_output=True, text=True, timeout=60)
 
 
 @dataclass
@@ -67,9 +122,11 @@ class Stand:
     gateway: Process = field(init=False)
     vendor_issuer: str = ""
     tls: tuple[str, str, str] = ("", "", "")  # an authority's file, and a certificate (chain, key) it signed
+    status: str = ""
 
     def start(self, keys: str) -> str:
-        """A gateway with the key set ``keys`` (``MCP_SESSIONS_KEYS``), on the store, under
+        """docs/gateway.md's gateway, as written but for its example hosts, with the key set ``keys``
+        (``MCP_SESSIONS_KEYS``), on the store, under
         ``opentelemetry-instrument`` with its spans (httpx's calls to the servers among them) in its output; the one
         before stopped, this one on its port (its URL, the callback it registered and its users' audience, stay):
         all the one before wrote."""
@@ -79,14 +136,20 @@ class Stand:
             port = self.gateway.port
             before = self.gateway.stop().decode(errors="replace")
         url = f"http://127.0.0.1:{port}/mcp"
-        verifying = ("--auth-jwks", self.idp.url + "/jwks.json", "--auth-issuer", self.idp.url, "--auth-audience", url)
-        granting = ("--upstream-token", "oauth", "--login-issuer", self.idp.url, "--login-client-id", LOGIN[0])
+        ours = {
+            "https://mcp.vendor.example/mcp": self.vendor.resource,
+            "https://login.example.com/jwks": self.idp.url + "/jwks.json",
+            "https://login.example.com": self.idp.url,
+            "https://mcp.example.com/mcp": url,
+        }
+        variables, written = written_command(UPSTREAM_LINE, ours)  # docs/gateway.md's command, as written
         program = [str(Path(sys.executable).parent / "opentelemetry-instrument"), sys.executable, "-m", "mcp_sessions"]
-        line = [*program, "gateway", "--port", str(port), "--log-level", "debug", "--upstream", self.vendor.resource]
-        environ = {"MCP_SESSIONS_LOGIN_CLIENT_SECRET": LOGIN[1], "MCP_SESSIONS_KEYS": keys}
-        environ["MCP_SESSIONS_STORE"] = f"sqlite:///{self.store}"
+        status_port = free_port()  # the operator's view of the users' grants
+        self.status = f"http://127.0.0.1:{status_port}"
+        line = [*program, "gateway", "--port", str(port), "--log-level", "debug", "--status-port", str(status_port)]
+        environ = {**variables, "MCP_SESSIONS_KEYS": keys, "MCP_SESSIONS_STORE": f"sqlite:///{self.store}"}
         environ |= {"OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none"}
-        self.gateway = Process("mcp-sessions gateway", [*line, *verifying, *granting], environ, port)
+        self.gateway = Process("mcp-sessions gateway", [*line, *written], environ, port)
         self.exits.callback(self.gateway.stop)
         return before
 
@@ -189,14 +252,22 @@ def test_two_users_sign_in_once_through_url_elicitation_and_reach_the_vendor_as_
         assert token not in done.text
 
 
-def test_a_stdio_process_gets_its_user_s_own_token_at_an_authorization_server(stand: Stand) -> None:
+def test_a_stdio_process_gets_its_user_s_own_token_at_an_authorization_server(stand: Stand, tmp_path: Path) -> None:
     """``--process-env VENDOR_TOKEN=oauth:ISSUER,resource=URI``: each conversation's process gets its user's own
     access token at the vendor's authorization server, which she grants once through the stdio gateway's own
     sign-in routes (URL elicitation, the team's IdP login first, then the vendor's consent); two users, each her own
     token. A second variable at another vendor's server is asked for in turn, each URL and callback going to the
-    sign-in that made it; ``/oauth/grants`` lists both. No token reaches the gateway's output."""
+    sign-in that made it; ``/oauth/grants`` lists both. No token reaches the gateway's output.
+
+    The operator's view, at the status port (``mcp-sessions grants --status URL``): every user's grants, who, the
+    server, when granted and when each expires, no token; bob's grant at the vendor revoked by name there (at the
+    vendor, RFC 7009, and in the gateway: his next call asks him again, alice's goes on); docs/gateway.md's
+    operator lines, as written but for the port, then list what is left and revoke alice's two; bob's own command
+    revokes his last. The status path at the clients' port says where it is; a revocation naming no one is a usage
+    error, and a 400 at the port."""
     other = Vendor(resource="https://api.other.example/")
     getenv = modern_request("tools/call", {"name": "getenv", "arguments": {"name": "VENDOR_TOKEN"}}, meta=URL_CAPABLE)
+    status_port = free_port()
     with serve(other.app()) as other_issuer:
         options = (
             *("--stdio", f"{sys.executable} -m e2e._plain_stdio", "--accept-shared-uid", "--log-level", "debug"),
@@ -204,30 +275,122 @@ def test_a_stdio_process_gets_its_user_s_own_token_at_an_authorization_server(st
             *("--login-issuer", stand.idp.url, "--login-client-id", LOGIN[0]),
             *("--process-env", f"VENDOR_TOKEN=oauth:{stand.vendor_issuer},resource={stand.vendor.resource}"),
             *("--process-env", f"OTHER_TOKEN=oauth:{other_issuer},resource={other.resource}"),
+            *("--status-port", str(status_port)),
         )
         environ = {"PYTHONPATH": f"{MAIN}/middleware:{MAIN}/tests", "MCP_SESSIONS_LOGIN_CLIENT_SECRET": LOGIN[1]}
         given = {}
         with gateway_process([], *options, environ=environ) as front:
-            for user in ("carol", "dan"):
-                token = stand.idp.token_for(user, front.url())
-                headers = {**modern_headers(getenv), "Authorization": f"Bearer {token}"}
+            bearers = {user: stand.idp.token_for(user, front.url()) for user in ("alice", "bob")}
+
+            def getenv_as(user: str) -> dict[str, Any]:
+                headers = {**modern_headers(getenv), "Authorization": f"Bearer {bearers[user]}"}
+                return result_of(httpx.post(front.url(), json=getenv, headers=headers, timeout=30), getenv["id"])
+
+            def counts() -> tuple[int, int]:
+                return stand.vendor.counts["revocations"], other.counts["revocations"]
+
+            for user in ("alice", "bob"):
                 for _ in range(2):  # one sign-in for each server
-                    asked = result_of(httpx.post(front.url(), json=getenv, headers=headers, timeout=30), getenv["id"])
-                    done = signed_in(user, asked_url(asked))
+                    done = signed_in(user, asked_url(getenv_as(user)))
                     assert done.status_code == 200 and "You are signed in to" in done.text, done.text
-                answer = result_of(httpx.post(front.url(), json=getenv, headers=headers, timeout=30), getenv["id"])
-                given[user] = answer["result"]["structuredContent"]["result"]
-            mine = {"Authorization": f"Bearer {token}"}
+                given[user] = getenv_as(user)["result"]["structuredContent"]["result"]
+            mine = {"Authorization": f"Bearer {bearers['bob']}"}
             listed = httpx.get(front.url().replace("/mcp", "/oauth/grants"), headers=mine, timeout=30).json()
+            operator = ("grants", "--status", f"http://127.0.0.1:{status_port}")
+            everyone = main_run(*operator, "--json")
+            as_bob = {"TOKEN": bearers["bob"]}
+            own = main_run("grants", front.url(), "--bearer-env", "TOKEN", environ=as_bob)
+            at_clients = httpx.get(front.url().replace("/mcp", "/status/grants"), headers=mine, timeout=30)
+            nameless = main_run(*operator, "--revoke")
+            unnamed = httpx.delete(f"http://127.0.0.1:{status_port}/status/grants", timeout=30)
+            before = counts()
+            revoked = main_run(*operator, "--revoke", "--principal", "bob", "--server", stand.vendor_issuer)
+            by_name = counts()
+            bob_again = getenv_as("bob")
+            alice_still = getenv_as("alice")["result"]["structuredContent"]["result"]
+            written = run_written(operator_lines(), {"8001": str(status_port)}, tmp_path)
+            by_docs = counts()
+            alice_again = getenv_as("alice")
+            own_revoked = main_run("grants", front.url(), "--revoke", "--bearer-env", "TOKEN", environ=as_bob)
+            left = main_run(*operator, "--json").stdout
             output = front.stop().decode(errors="replace")
     assert {grant["authorization_server"] for grant in listed["grants"]} == {stand.vendor_issuer, other_issuer}
-    assert [grant for grant in other.grants.values() if grant] and other.counts["codes"] == 2
+    assert other.counts["codes"] == 2
     for user, token in given.items():
         assert token in stand.vendor.issued
         assert (claims_of(token)["sub"], claims_of(token)["aud"]) == (user, stand.vendor.resource)
         assert token not in output
     assert [token for token in other.issued if token in output] == []
     assert "code=" not in output
+    # the operator's view: all four grants, no token
+    assert everyone.returncode == 0, everyone.stderr
+    shown = json.loads(everyone.stdout)["grants"]
+    servers = {stand.vendor_issuer: stand.vendor.resource, other_issuer: other.resource}
+    assert sorted((grant["principal"], grant["authorization_server"], grant["resource"]) for grant in shown) == sorted(
+        (user, server, resource) for user in ("alice", "bob") for server, resource in servers.items()
+    )
+    assert all(grant["issuer"] == stand.idp.url for grant in shown)
+    assert all(grant["granted_at"] < time.time() < grant["expires_at"] for grant in shown)
+    assert own.returncode == 0 and own.stdout.startswith("SERVER  ") and own.stdout.count("\n") == 3, own.stdout
+    for printed in (everyone.stdout, own.stdout, written.stdout):
+        assert [token for token in [*stand.vendor.issued, *other.issued] if token in printed] == []
+    assert at_clients.status_code == 404 and "--status-port" in at_clients.json()["error"]
+    assert nameless.returncode == 2 and "--principal" in nameless.stderr
+    assert unnamed.status_code == 400 and "principal" in unnamed.json()["error"]
+    # bob's grant at the vendor revoked by the operator: at the vendor, and here; alice's goes on
+    assert revoked.returncode == 0 and revoked.stdout == f"revoked bob's grant at {stand.vendor_issuer}\n"
+    assert by_name == (before[0] + 1, before[1])
+    assert asked_url(bob_again).startswith(front.url("/oauth/authorize/"))
+    assert alice_still == given["alice"]
+    # the docs' lines: the three grants left listed, alice's two revoked, at each vendor; she is asked again
+    assert written.returncode == 0, written.stderr
+    heading, *rows, first, second = written.stdout.splitlines()
+    assert heading.split() == ["PRINCIPAL", "SERVER", "RESOURCE", "SCOPE", "GRANTED", "EXPIRES"], written.stdout
+    left_then = [("alice", stand.vendor_issuer, stand.vendor.resource), ("alice", other_issuer, other.resource)]
+    left_then.append(("bob", other_issuer, other.resource))
+    assert [tuple(row.split()[:3]) for row in rows] == sorted(left_then)
+    assert [first, second] == [f"revoked alice's grant at {server}" for server in (stand.vendor_issuer, other_issuer)]
+    assert by_docs == (by_name[0] + 1, by_name[1] + 1)
+    assert asked_url(alice_again).startswith(front.url("/oauth/authorize/"))
+    # bob's own: his last, at the other vendor; none left
+    assert own_revoked.stdout == f"revoked the grant at {other_issuer}\n", own_revoked.stderr
+    assert (stand.vendor.counts["revocations"], other.counts["revocations"]) == (by_docs[0], by_docs[1] + 1)
+    assert json.loads(left) == {"grants": []}
+
+
+def test_the_docs_stdio_command_starts_as_written_and_the_operator_reads_it(stand: Stand, tmp_path: Path) -> None:
+    """docs/gateway.md's stdio command, as written but for its hosts, its server (``_sealed``'s, which a process of
+    another uid runs), its uids and its status port: it starts (each process a uid of its own, and the egress
+    ``--process-env-mask`` needs), and the section's operator lines read its status port: no grant yet, none to
+    revoke. (As first written it was refused at startup: ``--process-env`` without ``--process-uids``.)"""
+    _sealed.needs("root", "bwrap")
+    status_port = free_port()
+    with _sealed.hostile() as server:
+        ours = {
+            "npx -y @vendor/mcp-server": server,
+            "https://login.example.com/jwks": stand.idp.url + "/jwks.json",
+            "https://login.example.com": stand.idp.url,
+            "https://mcp.example.com/mcp": "{url}",
+            "https://auth.vendor.example": stand.vendor_issuer,
+            "61000-61999": uids(424, 4),
+            "8001": str(status_port),
+        }
+        variables, written = written_command(STDIO_LINE, ours)
+
+        def command(port: int) -> tuple[list[str], dict[str, str]]:
+            line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port), "--log-level", "info"]
+            given = [word.replace("{url}", f"http://127.0.0.1:{port}/mcp") for word in written]
+            return [*line, *given], {**variables, "MCP_SESSIONS_SECRET": SECRET}
+
+        front = started("mcp-sessions gateway --stdio", command)
+        try:
+            listed = httpx.get(f"http://127.0.0.1:{status_port}/status/grants", timeout=30)
+            done = run_written(operator_lines(), {"8001": str(status_port)}, tmp_path)
+        finally:
+            output = front.stop().decode(errors="replace")
+    assert listed.status_code == 200 and listed.json() == {"grants": []}, output[-2000:]
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "PRINCIPAL  SERVER  RESOURCE  SCOPE  GRANTED  EXPIRES\nno grant to revoke\n"
 
 
 @pytest.mark.anyio
@@ -571,15 +734,17 @@ def _vendor_token_endpoint(stand: Stand) -> str:
 
 def test_a_user_lists_and_revokes_her_own_grant(stand: Stand) -> None:
     """judy's ``GET /oauth/grants`` (with her bearer token) lists her grant at the vendor's server, no token in it;
-    another user's lists none, a request without a token gets 401; her ``DELETE`` revokes it at the server
-    (RFC 7009) and here, and her next call asks her to sign in again."""
+    another user's lists none, a request without a token gets 401; her ``DELETE`` at another server revokes
+    nothing, at the vendor's (``?server=``) revokes it there (RFC 7009) and here, and her next call asks her to
+    sign in again."""
     assert signed_in("judy", asked_url(modern_call(stand, "judy"))).status_code == 200
     token = whoami(modern_call(stand, "judy"))["token"]
 
-    def grants(user: str, method: str = "GET") -> httpx.Response:
+    def grants(user: str, method: str = "GET", server: str | None = None) -> httpx.Response:
         bearer = stand.idp.token_for(user, stand.gateway.url())
         headers = {"Authorization": f"Bearer {bearer}"} if user else {}
-        return httpx.request(method, stand.gateway.url("/oauth/grants"), headers=headers, timeout=30)
+        params = {} if server is None else {"server": server}
+        return httpx.request(method, stand.gateway.url("/oauth/grants"), headers=headers, params=params, timeout=30)
 
     listed = grants("judy")
     assert listed.status_code == 200, listed.text
@@ -589,11 +754,42 @@ def test_a_user_lists_and_revokes_her_own_grant(stand: Stand) -> None:
     assert grants("kim").json() == {"grants": []}
     assert grants("").status_code == 401
     revocations = stand.vendor.counts["revocations"]
-    revoked = grants("judy", "DELETE")
+    assert grants("judy", "DELETE", server="https://elsewhere.example").json() == {"revoked": []}  # not hers there
+    assert [kept["authorization_server"] for kept in grants("judy").json()["grants"]] == [grant["authorization_server"]]
+    revoked = grants("judy", "DELETE", server=stand.vendor_issuer)
     assert revoked.status_code == 200 and revoked.json()["revoked"] == [grant["authorization_server"]]
     assert stand.vendor.counts["revocations"] == revocations + 1
     assert grants("judy").json() == {"grants": []}
     assert asked_url(modern_call(stand, "judy")).startswith(stand.gateway.url("/oauth/authorize/"))
+
+
+def test_the_docs_lines_list_and_revoke_her_grant_as_written(stand: Stand, tmp_path: Path) -> None:
+    """docs/gateway.md's ``curl`` and ``mcp-sessions grants`` lines, as written but for the gateway's host (her token
+    in ``alice.jwt``, as they read it): her grant listed as JSON, then as a table (the server, the resource, the
+    scope asked, when granted and when it expires), revoked by the command (at the vendor too), the ``DELETE``
+    then finding none left; no token printed, and her next call asks her to sign in again."""
+    assert signed_in("liz", asked_url(modern_call(stand, "liz"))).status_code == 200
+    (tmp_path / "alice.jwt").write_text(stand.idp.token_for("liz", stand.gateway.url()))
+    revocations = stand.vendor.counts["revocations"]
+    lines = shell_lines("curl -s ")
+    done = run_written(lines, {"https://mcp.example.com": stand.gateway.url("")}, tmp_path)
+    assert done.returncode == 0, done.stderr
+    listed, heading, row, revoked, deleted = done.stdout.splitlines()
+    (grant,) = json.loads(listed)["grants"]
+    assert (grant["authorization_server"], grant["resource"], grant["scope"]) == (
+        stand.vendor_issuer,
+        stand.vendor.resource,
+        "mcp",  # the upstream's metadata's scopes_supported, asked and granted
+    )
+    assert grant["granted_at"] < time.time() < grant["expires_at"] and grant["refreshes"] is True
+    assert heading.split() == ["SERVER", "RESOURCE", "SCOPE", "GRANTED", "EXPIRES"]
+    granted = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(grant["granted_at"]))
+    assert row.split()[:3] == [stand.vendor_issuer, stand.vendor.resource, "mcp"] and granted in row
+    assert revoked == f"revoked the grant at {stand.vendor_issuer}"
+    assert json.loads(deleted) == {"revoked": []}
+    assert stand.vendor.counts["revocations"] == revocations + 1
+    assert [token for token in stand.vendor.issued if token in done.stdout] == []
+    assert asked_url(modern_call(stand, "liz")).startswith(stand.gateway.url("/oauth/authorize/"))
 
 
 class Hostile:
@@ -824,12 +1020,19 @@ def test_a_restarted_gateway_keeps_each_grant_sealed_in_its_store(stand: Stand) 
     refreshed there goes with the client the first registered (the vendor binds a refresh token to its client),
     registered again by no one. The store's file
     holds neither of her tokens, nor her name; the first gateway's output, its spans exported at its exit, neither
-    token."""
+    token. The restarted gateway's operator lists her grant (the store's index, sealed under the old key), before
+    she has called, and revokes it: at the vendor, and in the store, so that her next call asks her again."""
     assert signed_in("ivy", asked_url(modern_call(stand, "ivy"))).status_code == 200
     token = whoami(modern_call(stand, "ivy"))["token"]
     codes = stand.vendor.counts["codes"]
     output = stand.start(NEW_KEYS)
     assert '"name": "POST"' in output  # httpx's spans, the token endpoint's among them
+    listed = main_run("grants", "--status", stand.status, "--principal", "ivy", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (grant,) = json.loads(listed.stdout)["grants"]
+    assert (grant["authorization_server"], grant["resource"]) == (stand.vendor_issuer, stand.vendor.resource)
+    processes = httpx.get(stand.status + "/status", timeout=30)  # an --upstream's listener: the grants alone
+    assert processes.status_code == 404 and "runs no process" in processes.json()["error"]
     after = whoami(modern_call(stand, "ivy"))
     assert after == {"sub": "ivy", "token": token}
     assert stand.vendor.counts["codes"] == codes
@@ -844,7 +1047,37 @@ def test_a_restarted_gateway_keeps_each_grant_sealed_in_its_store(stand: Stand) 
         assert secret not in output
         assert secret.encode() not in kept
         assert secret[-16:].encode() not in kept
-    assert b"ivy" not in kept
+    # her name nowhere but by chance inside a sealed value's base64 (3 letters of 64: 1 in 262,144 at each place)
+    assert b"ivy" not in re.sub(rb'"(?:nonce|sealed)":"[A-Za-z0-9_=-]*"', b"", kept)
+    revocations = stand.vendor.counts["revocations"]
+    revoked = main_run("grants", "--status", stand.status, "--revoke", "--principal", "ivy")
+    assert revoked.stdout == f"revoked ivy's grant at {stand.vendor_issuer}\n", revoked.stderr
+    assert stand.vendor.counts["revocations"] == revocations + 1
+    everyone = json.loads(main_run("grants", "--status", stand.status, "--json").stdout)["grants"]
+    assert "ivy" not in [entry["principal"] for entry in everyone]
+    assert asked_url(modern_call(stand, "ivy")).startswith(stand.gateway.url("/oauth/authorize/"))
+
+
+@pytest.mark.anyio
+async def test_the_grants_index_is_sealed_follows_the_grants_and_drops_an_entry_past_its_time() -> None:
+    """``KeptGrants``' index, what the operator's view lists: an entry for each grant saved, sealed (neither her
+    name nor a token among the store's values), gone as its grant is forgotten; one past its time (its grant's
+    record expired with it, unforgotten) is not listed, and is dropped from the store as it is read."""
+    store = MemoryStore()
+    kept = KeptGrants(store, KeySet.from_secret("r" * 32))
+    about: dict[str, object] = {"issuer": "https://idp.example", "principal": "nina", "authorization_server": "as"}
+    await kept.save("nina-at-as", "access-of-nina", "refresh-of-nina", math.inf, about)
+    await kept.save("olga-at-as", "access-of-olga", None, math.inf, about | {"principal": "olga"})
+    assert sorted(str(entry["principal"]) for entry in await kept.listed()) == ["nina", "olga"]
+    stored = json.dumps(await store.items(_kept._INDEX)) + json.dumps(await store.items(_kept.record("nina-at-as")))
+    assert [word for word in ("nina", "olga", "access-of", "refresh-of") if word in stored] == []
+    await kept.forget("olga-at-as")
+    assert [entry["principal"] for entry in await kept.listed()] == ["nina"]
+    past: list[object] = [about | {"principal": "pia", "until": time.time() - 1}]
+    await kept._write(_kept._INDEX, past, field=_kept.record("pia-at-as"))  # as a grant's entry a day past KEPT_FOR
+    assert len(await store.items(_kept._INDEX)) == 2
+    assert [entry["principal"] for entry in await kept.listed()] == ["nina"]
+    assert list(await store.items(_kept._INDEX)) == [_kept.record("nina-at-as")]
 
 
 def _holder(vendor: Vendor, grant: str) -> str | None:

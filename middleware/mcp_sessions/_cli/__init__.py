@@ -11,6 +11,8 @@
     mcp-sessions connect https://mcp.example.com/mcp   a remote server as a host's stdio server, per conversation
     mcp-sessions gateway status http://127.0.0.1:8001   what a gateway --stdio runs (its --status-port)
     mcp-sessions sessions http://127.0.0.1:8000/mcp --bearer-file me.jwt   your own conversations there
+    mcp-sessions grants http://127.0.0.1:8000/mcp --bearer-file me.jwt   your grants at vendors' servers there
+    mcp-sessions grants --status http://127.0.0.1:8001   every user's (--revoke --principal NAME: revoke hers)
     mcp-sessions conformance http://127.0.0.1:8000/mcp   check each session wire the server implements
 
 Private key material goes only to standard output or to a new file with mode
@@ -63,6 +65,7 @@ COMMANDS: Final = {
         "to it over HTTP; 'gateway status URL': what a gateway --stdio runs"
     ),
     "sessions": "list your own conversations on a gateway --stdio, or end one",
+    "grants": "list or revoke your grants at vendors' servers on a gateway (an operator: anyone's, --status)",
     "connect": "serve a remote MCP server to a stdio host (Claude Code…), naming the host's conversation",
     "conformance": "check how well a server implements each session wire (needs the pack: pip install ./conformance)",
 }

@@ -472,7 +472,7 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
     forwarded = environ.get("FORWARDED_ALLOW_IPS") if args.forwarded_allow_ips is None else args.forwarded_allow_ips
     auth = _auth(args, environ)
     tools = _tools(args, auth)
-    _stdio_only(args)
+    _stdio_only(args, environ)
     upstream_token, exchange = _upstream_token(args, environ, auth, sessions)
     id_tokens = process_grants = None
     serves: Forwarding | StdioProcesses
@@ -744,19 +744,24 @@ def _edge(args: argparse.Namespace, sandbox: Any, egress: EgressPolicy | None) -
     return Edge(masked, listening), replace(egress, proxy=masked.port, masked=hosts)
 
 
-def _stdio_only(args: argparse.Namespace) -> None:
-    """What only a ``--stdio`` gateway takes, refused for an ``--upstream``'s, which has no processes."""
+def _stdio_only(args: argparse.Namespace, environ: Mapping[str, str]) -> None:
+    """What only a ``--stdio`` gateway takes, refused for an ``--upstream``'s, which has no processes (but for the
+    status listener of one that signs its users in, whose grants the operator lists there)."""
     if args.process_env and args.stdio is None:
         raise ValueError("--process-env sets a variable in --stdio processes; an --upstream has none")
     if args.conversation_state != StdioProcesses.state and args.stdio is None:
         raise ValueError("--conversation-state says where a --stdio server keeps it; an --upstream has no processes")
     if args.process_mount and args.stdio is None:
         raise ValueError("--process-mount grants a directory to --stdio processes; an --upstream has none")
-    if args.status_port is not None and (args.stdio is None or args.status_port == args.port):
+    # an --upstream's users' grants (--upstream-token oauth) are the operator's to list too, on the same listener
+    mode = args.upstream_token or environ.get("MCP_SESSIONS_UPSTREAM_TOKEN", "").strip()
+    subject = args.id_jag_subject or environ.get("MCP_SESSIONS_ID_JAG_SUBJECT", "").strip()
+    signs_in = mode == "oauth" or (mode == "id-jag" and subject == "id_token")
+    if args.status_port is not None and ((args.stdio is None and not signs_in) or args.status_port == args.port):
         raise ValueError("--status-port serves --stdio processes' status, on a port other than --port")
     network = args.process_network or args.process_allow_net or args.process_allow_host
     network = network or args.process_allow_private_host
-    if args.stdio is None and (args.status_socket or network):
+    if args.stdio is None and ((args.status_socket and not signs_in) or network):
         raise ValueError(
             "--status-socket, --process-network and its grants are for --stdio processes; an --upstream has none"
         )

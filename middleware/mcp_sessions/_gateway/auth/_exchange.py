@@ -455,12 +455,18 @@ def subject_token(scope: Scope) -> str | None:
 
 
 class SignInRoutes(Protocol):
-    """What serves a sign-in's pages and a user's view of her grants (``_oauth.SignIns``): ``_oauth`` builds on this
-    module, never the other way."""
+    """What serves a sign-in's pages, a user's view of her grants and the operator's of everyone's
+    (``_oauth.SignIns``): ``_oauth`` builds on this module, never the other way."""
 
     def wrap(self, app: ASGIApp) -> ASGIApp: ...
 
     def serving_grants(self, app: ASGIApp) -> ASGIApp: ...
+
+    async def every_grant(self, principal: str | None = None, server: str | None = None) -> list[dict[str, object]]: ...
+
+    async def revoke_grants(
+        self, principal: str, issuer: str | None = None, server: str | None = None
+    ) -> list[dict[str, str]]: ...
 
 
 class IdTokenSource(Protocol):

@@ -13,6 +13,12 @@ neither token. The client the gateway registered (RFC 7591) is kept the same way
 token to its client, which a replica or a restart that registered anew could not use. A refresh takes a lease on
 the grant's record first (the store's atomic update), so that two replicas never refresh one grant at once: a
 server that rotates refresh tokens ends a grant whose old one comes back.
+
+What an operator lists (every user's grants, ``stdio._status``) is an index record of its own, one field a grant,
+named as the grant's record is and sealed the same way (the field's name the associated data): who, the server,
+the resource, the scope, when granted and when its access token expires, never a token. The store lists no
+records, so a grant is entered there as it is kept and dropped as it is forgotten; an entry outlives its grant's
+record by no more than :data:`KEPT_FOR` (each says until when it is kept, and is not listed past it).
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ server's to say, and most do not)."""
 _INFO: Final = b"mcp-sessions gateway: a user's grant at an upstream's authorization server"
 _FIELD: Final = "grant"
 _LEASE: Final = "refreshing"
+_INDEX: Final = "oauth-grants"
+"""The index record: a field per grant kept, what the operator's view lists (see the module)."""
 
 
 class StoreFailed(Exception):
@@ -55,8 +63,9 @@ class StoreFailed(Exception):
 
 class KeptGrants:
     """Grants sealed in ``store`` with the keys of ``keys`` (see the module): :meth:`load`, :meth:`save`,
-    :meth:`forget`; and the registered clients: :meth:`client`, :meth:`keep_client`. A grant is ``(access,
-    refresh, renew_at)``, ``renew_at`` on the monotonic clock."""
+    :meth:`forget`, and every user's as listed (:meth:`listed`); and the registered clients: :meth:`client`,
+    :meth:`keep_client`. A grant is ``(access, refresh, renew_at, granted_at, expires_at, scope)``, ``renew_at`` on
+    the monotonic clock, the two others wall-clock seconds."""
 
     def __init__(self, store: SessionStore, keys: KeySet) -> None:
         self._store = store
@@ -73,28 +82,69 @@ class KeptGrants:
             raise ValueError("the gateway keeps users' grants sealed with the sessions' signing key: give one")
         self._signer = keys.signer.kid
 
-    async def load(self, who: str) -> tuple[str, str | None, float] | None:
-        """The grant kept for ``who`` (a user and server, as :func:`record` names them), or ``None``."""
+    async def load(self, who: str) -> tuple[str, str | None, float, float | None, float | None, str | None] | None:
+        """The grant kept for ``who`` (a user and server, as :func:`record` names them), or ``None``; one kept before
+        grants said when they were granted says ``None`` for what it lacks."""
         opened = await self._read(record(who))
-        if opened is None or len(opened) != 3:
+        if opened is None or len(opened) not in (3, 6):
             return None
-        access, refresh, renew_at = opened
+        access, refresh, renew_at, granted_at, expires_at, scope = [*opened, None, None, None][:6]
         if not isinstance(access, str) or not (refresh is None or isinstance(refresh, str)):
             return None
         if not (renew_at is None or isinstance(renew_at, int | float)):
             return None
         left = math.inf if renew_at is None else renew_at - time.time()
-        return access, refresh, time.monotonic() + left
+        said = scope if isinstance(scope, str) else None
+        return access, refresh, time.monotonic() + left, _when(granted_at), _when(expires_at), said
 
-    async def save(self, who: str, access: str, refresh: str | None, renew_at: float) -> None:
-        """Keep ``who``'s grant (``renew_at`` monotonic), sealed, for :data:`KEPT_FOR` seconds."""
+    async def save(
+        self,
+        who: str,
+        access: str,
+        refresh: str | None,
+        renew_at: float,
+        listed: dict[str, object],
+    ) -> None:
+        """Keep ``who``'s grant (``renew_at`` monotonic), sealed, for :data:`KEPT_FOR` seconds, and enter it in the
+        index as ``listed`` says it (who, the server, the resource, ``scope``, ``granted_at``, ``expires_at``: no
+        token)."""
         renew_wall = None if renew_at == math.inf else time.time() + renew_at - time.monotonic()
-        await self._write(record(who), [access, refresh, renew_wall])
+        shown = [listed.get("granted_at"), listed.get("expires_at"), listed.get("scope")]
+        await self._write(record(who), [access, refresh, renew_wall, *shown])
+        until = time.time() + KEPT_FOR
+        await self._write(_INDEX, [{**listed, "until": until}], field=record(who))
 
     async def forget(self, who: str) -> None:
-        """Drop ``who``'s grant (revoked, refused): she signs in again."""
+        """Drop ``who``'s grant (revoked, refused), and its entry in the index: she signs in again."""
         try:
             await self._store.delete(record(who), _FIELD)
+            await self._store.delete(_INDEX, record(who))
+        except SessionStoreUnavailable as exc:
+            raise StoreFailed from exc
+
+    async def listed(self) -> list[dict[str, object]]:
+        """Every grant the index holds, as :meth:`save` entered it, but those past their time (see the module),
+        which are dropped as they are read, so the index holds no more than the grants kept; an entry that does not
+        open (its key gone from the set) is left out, and left for a gateway that holds its key."""
+        try:
+            entries = await self._store.items(_INDEX)
+        except SessionStoreUnavailable as exc:
+            raise StoreFailed from exc
+        now = time.time()
+        found = []
+        for name, sealed in entries.items():
+            opened = self._opened(name, sealed) if isinstance(sealed, dict) else None
+            entry = opened[0] if opened is not None and len(opened) == 1 else None
+            until = entry.pop("until", None) if isinstance(entry, dict) else None
+            if isinstance(entry, dict) and isinstance(until, int | float) and until > now:
+                found.append(entry)
+            elif isinstance(until, int | float):  # its grant's record is gone by now: so is the entry
+                await self._dropped(name)
+        return found
+
+    async def _dropped(self, name: str) -> None:
+        try:
+            await self._store.delete(_INDEX, name)
         except SessionStoreUnavailable as exc:
             raise StoreFailed from exc
 
@@ -153,12 +203,15 @@ class KeptGrants:
             logger.warning("mcp-sessions gateway: a kept grant does not open with the sessions' keys: asked again")
         return opened
 
-    async def _write(self, name: str, value: list[object]) -> None:
+    async def _write(self, name: str, value: list[object], field: str = _FIELD) -> None:
+        """``value`` sealed under ``name``'s ``field``: the grant's record's name its associated data, or in the
+        index the field's (an entry moved to another field does not open)."""
         nonce = os.urandom(12)
-        sealed = self._sealing[self._signer].encrypt(nonce, json.dumps(value).encode(), name.encode())
+        bound = name if field == _FIELD else field
+        sealed = self._sealing[self._signer].encrypt(nonce, json.dumps(value).encode(), bound.encode())
         kept = {"kid": self._signer, "nonce": _b64(nonce), "sealed": _b64(sealed)}
         try:
-            await self._store.set(name, _FIELD, kept, expires_at=time.time() + KEPT_FOR)
+            await self._store.set(name, field, kept, expires_at=time.time() + KEPT_FOR)
         except SessionStoreUnavailable as exc:
             raise StoreFailed from exc
 
@@ -184,6 +237,11 @@ def record(who: str) -> str:
 
 def _client_record(registered_at: str) -> str:
     return "oauth-client-" + hashlib.sha256(registered_at.encode()).hexdigest()
+
+
+def _when(value: object) -> float | None:
+    """A time kept (wall-clock seconds), if it is one."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _b64(data: bytes) -> str:

@@ -123,6 +123,7 @@ _ERROR_CODE: Final = re.compile(r"[\x20-\x21\x23-\x5b\x5d-\x7e]{1,64}")
 # hostile header of one long word costs one pass, not one a letter.
 _CHALLENGE_PARAM: Final = re.compile(r'(?<![A-Za-z_])([A-Za-z_]+)="([^"]*)"')
 _URL: Final = re.compile(r"[\x21-\x7e]{1,2048}")
+_SCOPE: Final = re.compile(r"(?=.{1,1024}$)[\x21\x23-\x5b\x5d-\x7e]+(?: [\x21\x23-\x5b\x5d-\x7e]+)*")
 _PAGE_HEADERS: Final = (
     (b"content-type", b"text/html; charset=utf-8"),
     (b"cache-control", b"no-store"),
@@ -225,11 +226,16 @@ class _Server:
 
 @dataclass
 class _Grant:
-    """A user's tokens at one server, and when (monotonic) to refresh the access token."""
+    """A user's tokens at one server, and when (monotonic) to refresh the access token; what her view and the
+    operator's show of it: when she granted it and when its access token expires (wall-clock seconds, ``None``
+    where unknown: kept before either was, or no lifetime said), and the scope granted."""
 
     access: str = field(repr=False)
     refresh: str | None = field(repr=False)
     renew_at: float
+    granted_at: float | None = None
+    expires_at: float | None = None
+    scope: str | None = None
 
 
 @dataclass
@@ -448,6 +454,8 @@ class UpstreamGrants(UpstreamToken):
                 await self._keep(self._kept.forget(self._record(key)))
             raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
         refreshed = await self._granted_in(answer, grant.refresh, key)
+        refreshed.granted_at = grant.granted_at  # renewed, not granted again
+        refreshed.scope = refreshed.scope or grant.scope  # an answer may leave out the scope it leaves as it was
         self._grants[key] = refreshed
         await self._saved(key, refreshed)
         return refreshed
@@ -472,9 +480,23 @@ class UpstreamGrants(UpstreamToken):
         return _granted(answer, refresh)
 
     async def _saved(self, key: tuple[User, str], grant: _Grant) -> None:
-        """``grant`` kept in the store, where there is one."""
+        """``grant`` kept in the store, where there is one, and entered in its index as :meth:`_shown` says it."""
         if self._kept is not None:
-            await self._keep(self._kept.save(self._record(key), grant.access, grant.refresh, grant.renew_at))
+            listed = self._shown(key, grant)
+            await self._keep(self._kept.save(self._record(key), grant.access, grant.refresh, grant.renew_at, listed))
+
+    def _shown(self, key: tuple[User, str], grant: _Grant) -> dict[str, object]:
+        """What the operator's view shows of a user's grant: who (her token's issuer and principal), the server,
+        the resource, the scope, when granted, when its access token expires; never a token."""
+        (issuer, principal), server = key
+        resource = "" if self._server is None else self._server.resource
+        shown: dict[str, object] = {"issuer": issuer, "principal": principal, "authorization_server": server}
+        return shown | {
+            "resource": resource,
+            "scope": grant.scope,
+            "granted_at": grant.granted_at,
+            "expires_at": grant.expires_at,
+        }
 
     async def _keep(self, step: Awaitable[_T]) -> _T:
         """``step`` of the store's, whose failure is the client's 503 (the store's failures are retried)."""
@@ -652,15 +674,27 @@ class UpstreamGrants(UpstreamToken):
 
     async def _listed(self, user: User) -> list[dict[str, object]]:
         server = await self._found()
-        grant = await self._grant_of((user, server.issuer))
+        key = (user, server.issuer)
+        grant = await self._grant_of(key)
         if grant is None:
             return []
         left = None if grant.renew_at == math.inf else max(0, round(grant.renew_at - time.monotonic()))
-        listed = {"authorization_server": server.issuer, "resource": server.resource, "refreshes": bool(grant.refresh)}
-        return [listed | {"renewed_in": left}]
+        shown = {k: v for k, v in self._shown(key, grant).items() if k not in ("issuer", "principal")}
+        return [shown | {"refreshes": bool(grant.refresh), "renewed_in": left}]
 
-    async def _revoked(self, user: User) -> list[str]:
+    async def _every(self) -> list[dict[str, object]]:
+        """Every user's grant here, as :meth:`_shown` says each: the store's index (another replica's, or a
+        gateway's before a restart, too), else this process's memory."""
+        if self._kept is not None:
+            return await self._keep(self._kept.listed())
+        return [self._shown(key, grant) for key, grant in self._grants.items()]
+
+    async def _revoked(self, user: User, server_named: str | None = None) -> list[str]:
+        """The user's grant at this server (if it is ``server_named``, where named) revoked: at the server's
+        revocation endpoint (RFC 7009), and forgotten here and in the store; the servers revoked at."""
         server = await self._found()
+        if server_named is not None and server_named.rstrip("/") != server.issuer.rstrip("/"):
+            return []
         key = (user, server.issuer)
         grant = await self._grant_of(key)
         if grant is None:
@@ -676,7 +710,7 @@ class UpstreamGrants(UpstreamToken):
             status, _ = await self._post_token(server.revocation_endpoint, server.issuer, client, form)
             if status != 200:
                 logger.warning("mcp-sessions gateway: %s answered %d to a revocation", server.issuer, status)
-        logger.info("mcp-sessions gateway: a user revoked her grant at %s", server.issuer)
+        logger.info("mcp-sessions gateway: a grant at %s revoked", server.issuer)
         return [server.issuer]
 
     async def _grant_of(self, key: tuple[User, str]) -> _Grant | None:
@@ -851,6 +885,7 @@ class UpstreamGrants(UpstreamToken):
             grant = self._grants[key] = _granted(answer, None)
         except ExchangeRefused:
             raise _Refused(502, "The upstream's authorization server issued no usable token.") from None
+        grant.scope = grant.scope or server.scope  # RFC 6749 §5.1: an answer names the scope where it is not the asked
         await self._saved(key, grant)
         self._spend(leg)
         logger.info("mcp-sessions gateway: a user granted access at %s", server.issuer)
@@ -1068,21 +1103,24 @@ class SignIns:
 
     def serving_grants(self, app: ASGIApp) -> ASGIApp:
         """``app`` with the user's grants at every sign-in's server at :data:`GRANTS_PATH`: ``GET`` lists them (the
-        server, the resource, whether it refreshes, never a token), ``DELETE`` revokes them (at each server's
-        revocation endpoint, RFC 7009, where it has one; then here and in the store), so that her next request asks
-        her to sign in again."""
+        server, the resource, the scope, when granted, when its access token expires, whether it refreshes, never a
+        token), ``DELETE`` revokes them, or the one at ``?server=ISSUER`` (at each server's revocation endpoint, RFC
+        7009, where it has one; then here and in the store), so that her next request asks her to sign in
+        again."""
 
         async def grants(scope: Scope, receive: Receive, send: Send) -> None:
             if scope["type"] != "http" or scope.get("path") != GRANTS_PATH:
                 return await app(scope, receive, send)
             user = _user_of(scope)
+            server = QueryParams(scope.get("query_string", b"").decode("latin-1")).get("server")
             try:
                 if user is None:
                     answer = _json(401, {"error": "the request names no user"})
                 elif scope["method"] == "GET":
                     answer = _json(200, {"grants": [g for each in self.each for g in await each._listed(user)]})
                 elif scope["method"] == "DELETE":
-                    answer = _json(200, {"revoked": [i for each in self.each for i in await each._revoked(user)]})
+                    revoked = [i for each in self.each for i in await each._revoked(user, server)]
+                    answer = _json(200, {"revoked": revoked})
                 else:
                     answer = _json(405, {"error": "GET lists your grants, DELETE revokes them"})
             except ExchangeRefused as failed:
@@ -1090,6 +1128,42 @@ class SignIns:
             await answer(send)
 
         return grants
+
+    async def every_grant(self, principal: str | None = None, server: str | None = None) -> list[dict[str, object]]:
+        """Every user's grants at the sign-ins' servers (the operator's view, ``stdio._status``), those of
+        ``principal`` or at ``server`` alone where named: as the store's index holds them where they are kept (the
+        sign-ins share it), else as each holds them in memory; never a token."""
+        found: dict[tuple[object, ...], dict[str, object]] = {}
+        for each in self.each:
+            for entry in await each._every():
+                named = (entry.get("issuer"), entry.get("principal"), entry.get("authorization_server"))
+                found[(*named, entry.get("resource"))] = entry
+        return [
+            entry
+            for _, entry in sorted(found.items(), key=lambda item: tuple(str(part) for part in item[0]))
+            if principal in (None, entry.get("principal"))
+            and (server is None or str(entry.get("authorization_server")).rstrip("/") == server.rstrip("/"))
+        ]
+
+    async def revoke_grants(
+        self, principal: str, issuer: str | None = None, server: str | None = None
+    ) -> list[dict[str, str]]:
+        """The operator's revocation of ``principal``'s grants (her token's ``issuer``'s alone, where named), every
+        one, or the one at ``server``: each as she would revoke it herself (at the server, RFC 7009, then here and
+        in the store); those revoked, by user and server."""
+        users = {
+            (str(entry.get("issuer")), principal)
+            for entry in await self.every_grant(principal, server)
+            if issuer is None or entry.get("issuer") == issuer
+        }
+        revoked = []
+        for user in sorted(users):
+            for each in self.each:
+                for at in await each._revoked(user, server):
+                    revoked.append({"issuer": user[0], "principal": principal, "authorization_server": at})
+        if revoked:
+            logger.info("mcp-sessions gateway: the operator revoked %d grant(s)", len(revoked))
+        return revoked
 
 
 _Answer = Any  # an awaitable page: called with send
@@ -1100,7 +1174,7 @@ def _id_token(id_token: str, claims: Mapping[str, Any], refresh: str | None) -> 
     life for a short one)."""
     lifetime = float(claims["exp"]) - time.time()
     renew_at = time.monotonic() + lifetime - min(RENEW_BEFORE, max(lifetime, 0.0) / 2)
-    return _Grant(id_token, refresh or None, renew_at)
+    return _Grant(id_token, refresh or None, renew_at, time.time(), float(claims["exp"]))
 
 
 def _page(status: int, text: str) -> _Answer:
@@ -1246,7 +1320,10 @@ def _granted(answer: dict[str, Any], refresh: str | None) -> _Grant:
     now = time.monotonic()
     # No lifetime said: refreshed when the upstream refuses it.
     renew_at = math.inf if lifetime is None else now + lifetime - min(RENEW_BEFORE, lifetime / 2)
-    return _Grant(token, refresh, renew_at)
+    expires_at = None if lifetime is None else time.time() + lifetime
+    scope = answer.get("scope")  # RFC 6749 §5.1: what was granted, where it is not what was asked
+    said = scope if isinstance(scope, str) and _SCOPE.fullmatch(scope) else None
+    return _Grant(token, refresh, renew_at, time.time(), expires_at, said)
 
 
 def _error_of(status: int, answer: Any) -> str | None:

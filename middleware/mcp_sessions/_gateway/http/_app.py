@@ -116,8 +116,13 @@ def forwarding_app(config: GatewayConfig) -> GatewayFront:
     trusted = trusted_proxies(config.forwarded_allow_ips)
     signing_in = upstream_token.signing_in
     if signing_in is not None:
-        # each user's own grants behind the authentication; the sign-in's pages, for a browser with no bearer, before
+        # each user's own grants behind the authentication; the sign-in's pages, for a browser with no bearer, before;
+        # every user's on the operator's status listener, if it has one
+        from ..stdio._status import OperatorStatus
+
         front = signing_in.wrap(guarded(signing_in.serving_grants(app), auth, config.tools, sessions))
+        status = (config.listening.status_port, config.listening.status_socket)
+        front = OperatorStatus(front, None, *status, signing_in=signing_in)
     else:
         front = guarded(app, auth, config.tools, sessions)
     return GatewayFront(front, trusted=trusted)

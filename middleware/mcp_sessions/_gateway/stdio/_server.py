@@ -302,7 +302,7 @@ def _layered(
     # without a status port or socket too: a status request at the clients' port is told where it is
     verifier = None if auth is None else auth.verifier
     keys = None if verifier is None else verifier.state
-    checked = OperatorStatus(checked, children, *status, keys=keys)
+    checked = OperatorStatus(checked, children, *status, keys=keys, signing_in=signing_in)
     return GatewayFront(checked, trusted=trusted)
 
 
