@@ -513,21 +513,24 @@ def test_a_team_file_s_servers_sign_their_users_in_at_the_gateway_s_base_across_
     stand: Stand, tmp_path: Path
 ) -> None:
     """``--config`` with two servers whose users sign in: the vendor's (``upstream-token = "oauth"``) and a stdio
-    one with an ``oauth:`` variable at another vendor's server. Each server's sign-in URL is the gateway's own
-    (``/oauth/authorize/ID`` at its base, where its one callback is), and each URL and callback reaches the
-    server whose sign-in made it: jo reaches the vendor as herself, and her process gets her token at the other.
-    A SIGHUP that replaces the stdio server keeps the vendor's sign-in under way (kai's URL, given before it,
-    grants after it) and jo's grant at the other (in the store: no sign-in again); ``/oauth/grants`` at the base
-    lists her grants at both servers, each with its ``server``. No token in the gateway's output."""
+        one with an ``oauth:`` variable at another vendor's server. Each server's sign-in URL is the gateway's own
+        (``/oauth/authorize/ID`` at its base, where its one callback is), and each URL and callback reaches the
+        server whose sign-in made it: jo reaches the vendor as herself, and her process gets her token at the other.
+        A SIGHUP that replaces the stdio server keeps the vendor's sign-in under way (kai's URL, given before it,
+        grants after it) and jo's grant at the other (in the store: no sign-in again); ``/oauth/grants`` at the base
+        lists her grants at both servers, each with its ``server``, and the operator's ``/status/grants`` every user's,
+    where revoking kai's leaves jo's. No token in the gateway's output."""
     other = Vendor(resource="https://api.other.example/")
     getenv = modern_request("tools/call", {"name": "getenv", "arguments": {"name": "OTHER_TOKEN"}}, meta=URL_CAPABLE)
     call = modern_request("tools/call", WHOAMI, meta=URL_CAPABLE)
     file = tmp_path / "team.toml"
+    status_port = free_port()  # the operator's view of every server's grants
     with serve(other.app()) as other_issuer:
 
         def command(port: int) -> tuple[list[str], dict[str, str]]:
             file.write_text(signing_in_file(stand, port, (other_issuer, other.resource)), encoding="utf-8")
             line = [sys.executable, "-m", "mcp_sessions", "gateway", "--config", str(file), "--port", str(port)]
+            line += ["--status-port", str(status_port)]
             environ = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_LOGIN_CLIENT_SECRET": LOGIN[1]}
             environ["MCP_SESSIONS_STORE"] = f"sqlite:///{tmp_path / 'store.db'}"
             return [*line, "--log-level", "info"], environ
@@ -570,12 +573,26 @@ def test_a_team_file_s_servers_sign_their_users_in_at_the_gateway_s_base_across_
             mine = {"Authorization": f"Bearer {stand.idp.token_for('jo', base + '/')}"}
             listed = httpx.get(base + "/oauth/grants", headers=mine, timeout=30).json()
             assert httpx.get(base + "/oauth/grants", timeout=30).status_code == 401
+            operator = f"http://127.0.0.1:{status_port}/status/grants"
+            every = httpx.get(operator, timeout=30).json()["grants"]
+            assert httpx.get(base + "/status/grants", timeout=30).status_code == 404  # not at the clients' door
+            revoked = httpx.delete(operator, params={"principal": "kai"}, timeout=30).json()["revoked"]
+            after = httpx.get(operator, timeout=30).json()["grants"]
         finally:
             output = gateway.stop().decode(errors="replace")
     assert {(grant["server"], grant["authorization_server"]) for grant in listed["grants"]} == {
         ("vendor", stand.vendor_issuer),
         ("tools", other_issuer),
     }
+    assert {(grant["principal"], grant["server"]) for grant in every} == {
+        ("jo", "vendor"),
+        ("jo", "tools"),
+        ("kai", "vendor"),
+    }
+    assert [(each["principal"], each["server"], each["authorization_server"]) for each in revoked] == [
+        ("kai", "vendor", stand.vendor_issuer)
+    ]
+    assert {(grant["principal"], grant["server"]) for grant in after} == {("jo", "vendor"), ("jo", "tools")}
     for token in (*stand.vendor.issued, *other.issued):
         assert token not in output
 

@@ -7,7 +7,7 @@ import ipaddress
 import logging
 import shlex
 import socket
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, TextIO
 from urllib.parse import urlsplit
@@ -531,8 +531,7 @@ def configured_file(args: argparse.Namespace, environ: Mapping[str, str]) -> Gat
     found = servers_of(args.config, getattr(args, "command_line", ()), add_arguments)
     stdio = [server for server in found if server.flags.stdio is not None]
     status = (found[0].flags.status_port, found[0].flags.status_socket)
-    if status != (None, None) and not stdio:
-        raise ValueError("gateway.status-port and status-socket show stdio servers' processes: the file has none")
+    _operator_has_a_view(status, found, environ)
     drain = found[0].flags.shutdown_timeout
     if drain is None:  # one drain, long enough for a stdio server's calls where there is one
         drain = STDIO_SHUTDOWN_TIMEOUT if stdio else DEFAULT_SHUTDOWN_TIMEOUT
@@ -544,8 +543,8 @@ def configured_file(args: argparse.Namespace, environ: Mapping[str, str]) -> Gat
 def _served(server: ServerFlags, stdio: int, drain: float, environ: Mapping[str, str]) -> Served:
     """One server of the file, built as the command line's would be: what the host has (its half, and
     ``max-processes``' default) shared by the file's ``stdio`` servers, unless the server sets its own."""
-    if server.flags.stdio is None:  # the status is the stdio servers'
-        server.flags.status_port = server.flags.status_socket = None
+    if server.flags.stdio is None and not _signs_in(server.flags, environ):  # the status is the stdio servers'
+        server.flags.status_port = server.flags.status_socket = None  # and the signing-in servers' grants
     server.flags.process_share = stdio  # the host's half, shared by every stdio server's processes
     if "max-processes" not in server.table and stdio:  # and the processes its default sizes it for
         server.flags.max_processes = max(default_max_processes() // stdio, 1)
@@ -659,8 +658,7 @@ class Reload:
             )
         stdio = [server for server in found if server.flags.stdio is not None]
         status = self.config.listening
-        if (status.status_port, status.status_socket) != (None, None) and not stdio:
-            raise ValueError("gateway.status-port and status-socket show stdio servers' processes: the file has none")
+        _operator_has_a_view((status.status_port, status.status_socket), found, self.environ)
         served: list[Served] = []
         try:
             for server in found:
@@ -754,9 +752,7 @@ def _stdio_only(args: argparse.Namespace, environ: Mapping[str, str]) -> None:
     if args.process_mount and args.stdio is None:
         raise ValueError("--process-mount grants a directory to --stdio processes; an --upstream has none")
     # an --upstream's users' grants (--upstream-token oauth) are the operator's to list too, on the same listener
-    mode = args.upstream_token or environ.get("MCP_SESSIONS_UPSTREAM_TOKEN", "").strip()
-    subject = args.id_jag_subject or environ.get("MCP_SESSIONS_ID_JAG_SUBJECT", "").strip()
-    signs_in = mode == "oauth" or (mode == "id-jag" and subject == "id_token")
+    signs_in = _signs_in(args, environ)
     if args.status_port is not None and ((args.stdio is None and not signs_in) or args.status_port == args.port):
         raise ValueError("--status-port serves --stdio processes' status, on a port other than --port")
     network = args.process_network or args.process_allow_net or args.process_allow_host
@@ -764,6 +760,26 @@ def _stdio_only(args: argparse.Namespace, environ: Mapping[str, str]) -> None:
     if args.stdio is None and ((args.status_socket and not signs_in) or network):
         raise ValueError(
             "--status-socket, --process-network and its grants are for --stdio processes; an --upstream has none"
+        )
+
+
+def _signs_in(args: argparse.Namespace, environ: Mapping[str, str]) -> bool:
+    """Whether an ``--upstream`` gateway signs its users in (``--upstream-token oauth``, or an ID-JAG of the ID
+    token of their login): it holds grants, which its status listener shows the operator."""
+    mode = args.upstream_token or environ.get("MCP_SESSIONS_UPSTREAM_TOKEN", "").strip()
+    subject = args.id_jag_subject or environ.get("MCP_SESSIONS_ID_JAG_SUBJECT", "").strip()
+    return bool(mode == "oauth" or (mode == "id-jag" and subject == "id_token"))
+
+
+def _operator_has_a_view(
+    status: tuple[int | None, str | None], found: Sequence[ServerFlags], environ: Mapping[str, str]
+) -> None:
+    """A file's ``gateway.status-port`` or ``status-socket`` refused where no server has a view for the operator:
+    no stdio server's processes, no server's users' grants."""
+    shown = any(each.flags.stdio is not None or _signs_in(each.flags, environ) for each in found)
+    if status != (None, None) and not shown:
+        raise ValueError(
+            "gateway.status-port and status-socket show stdio servers' processes and users' grants: the file has none"
         )
 
 

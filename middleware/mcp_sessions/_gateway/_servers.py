@@ -22,8 +22,9 @@ sign-ins under way, and one that replaces it keeps its grants in the store, not 
 Across the servers: ``GET /sessions`` lists the caller's conversations of every stdio server that verifies her token
 (each with its ``server``), ``DELETE /sessions/DIGEST`` ends the one of hers with that digest, wherever it is (what
 ``mcp-sessions sessions`` does, given the gateway's base URL); ``GET /status`` on the operator's port or socket is
-every server's view in one. Each server is asked as a request of its own (its auth, its own audience's, decides),
-its answer read whole, bounded (:data:`ANSWER_LIMIT`).
+every server's view in one, and ``/status/grants`` there every user's grants at every server's sign-ins (each with
+its ``server``), or one user's revoked. Each server is asked as a request of its own (its auth, its own
+audience's, decides), its answer read whole, bounded (:data:`ANSWER_LIMIT`).
 
 The lifespan starts the servers' apps one after the other, in the file's order, and stops them in the reverse: a
 server that does not start is said in one line naming it (``StartupFailed``), the ones started stopped. What a
@@ -61,6 +62,7 @@ from ._file import SERVERS_PATH
 from ._front import StartupFailed, startup_failure
 from ._serving import CUT, CUT_DATA, RESTARTING, RETRY_AFTER
 from .auth._oauth import AUTHORIZE_PATH, CALLBACK_PATH, CLIENT_PATH, GRANTS_PATH, UpstreamGrants
+from .stdio._status import GRANTS_STATUS_PATH
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -145,8 +147,8 @@ class Servers:
             route = self._signing(scope, path)
             SERVING.set(route.served.name)
             return await self._served(route, scope, receive, send)
-        if self.signing_in and path == GRANTS_PATH:
-            return await self._grants(scope, send)
+        if self.signing_in and path in (GRANTS_PATH, GRANTS_STATUS_PATH):
+            return await self._grants(scope, send, path)
         if path == SERVERS_PATH or path.startswith(SERVERS_PATH + "/"):
             return await self._conversations(scope, send)
         if path == STATUS:
@@ -243,18 +245,21 @@ class Servers:
             held = (route for route, each in self.signing_in if any(one.holds(sign_in=one_time) for one in each))
         return next(held, self.signing_in[0][0])
 
-    async def _grants(self, scope: Scope, send: Send) -> None:
-        """The user's grants at every server's sign-ins: each server's answer to her request (its auth decides),
-        its ``grants`` listed each with its ``server``, or its ``revoked`` servers joined; a refusal by every server
-        is the first's, one server's error is the answer."""
-        answers = [(route, await _asked(route, scope, GRANTS_PATH)) for route, _ in self.signing_in]
+    async def _grants(self, scope: Scope, send: Send, path: str) -> None:
+        """The user's grants at every server's sign-ins (``path`` :data:`GRANTS_PATH`), or every user's on the
+        operator's listener (:data:`GRANTS_STATUS_PATH`): each server's answer to the request (its auth, or its
+        status listener, decides), its ``grants`` listed each with its ``server``, or its ``revoked`` servers
+        joined; a refusal by every server is the first's, one server's error is the answer."""
+        answers = [(route, await _asked(route, scope, path)) for route, _ in self.signing_in]
         taken = [(route, answer) for route, answer in answers if answer.status not in (401, 403)]
         if not taken:  # no server took her token: the first's refusal, its WWW-Authenticate with it
             return await answers[0][1].send(send)
         if (failed := next((answer for _, answer in taken if answer.status != 200), None)) is not None:
             return await failed.send(send)
         if scope["method"] == "DELETE":
-            revoked = [issuer for _, answer in taken for issuer in answer.json().get("revoked", [])]
+            gone = [(route.served.name, each) for route, answer in taken for each in answer.json().get("revoked", [])]
+            # the operator's are each a user's at a server (named here too); a user's, the servers' issuers
+            revoked = [{**each, "server": name} if isinstance(each, dict) else each for name, each in gone]
             return await send_json(send, 200, {"revoked": revoked}, b"")
         listed = [(route.served.name, answer.json().get("grants", [])) for route, answer in taken]
         grants = [{**grant, "server": name} for name, each in listed for grant in each]

@@ -684,10 +684,14 @@ class UpstreamGrants(UpstreamToken):
 
     async def _every(self) -> list[dict[str, object]]:
         """Every user's grant here, as :meth:`_shown` says each: the store's index (another replica's, or a
-        gateway's before a restart, too), else this process's memory."""
-        if self._kept is not None:
-            return await self._keep(self._kept.listed())
-        return [self._shown(key, grant) for key, grant in self._grants.items()]
+        gateway's before a restart, too) of this server and resource (the index is the store's, which other
+        sign-ins and a file's other servers share), else this process's memory."""
+        if self._kept is None:
+            return [self._shown(key, grant) for key, grant in self._grants.items()]
+        server = await self._found()
+        here = (server.issuer, server.resource)
+        listed = await self._keep(self._kept.listed())
+        return [entry for entry in listed if (entry.get("authorization_server"), entry.get("resource")) == here]
 
     async def _revoked(self, user: User, server_named: str | None = None) -> list[str]:
         """The user's grant at this server (if it is ``server_named``, where named) revoked: at the server's
