@@ -36,7 +36,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import anyio.abc
@@ -49,6 +49,9 @@ from ._config import Served, StdioProcesses
 from ._file import SERVERS_PATH
 from ._front import StartupFailed, startup_failure
 from ._serving import CUT, CUT_DATA, RESTARTING, RETRY_AFTER
+
+if TYPE_CHECKING:
+    from .sealed._sandbox import Sandbox
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -65,11 +68,14 @@ _CUT = error_answer(502, INTERNAL_ERROR, CUT, "cut", data=CUT_DATA)
 
 @dataclass(frozen=True)
 class Route:
-    """A server's app at ``served.path``; ``endpoint``, the path the app serves."""
+    """A server's app at ``served.path``; ``endpoint``, the path the app serves; ``sandbox``, what its processes run
+    in (built from its policy with the app, closed once the app has stopped), which a reload that keeps the route
+    keeps."""
 
     served: Served
     app: ASGIApp
     endpoint: str
+    sandbox: Sandbox | None = None
 
     @property
     def stdio(self) -> bool:
