@@ -226,10 +226,10 @@ def needs(*features: str) -> None:
 
 
 def _cgroup_writable(controller: str) -> bool:
-    from mcp_sessions._gateway.sealed._cgroups import Cgroups
+    from mcp_sessions._gateway.sealed._cgroups import Bounds
 
     bounds = {"memory": (1 << 30, None, None), "pids": (None, 64, None), "cpu": (None, None, 0.5)}[controller]
-    return Cgroups.found(*bounds) is not None
+    return Bounds.found(*bounds) is not None
 
 
 @contextlib.contextmanager

@@ -81,7 +81,7 @@ from mcp_sessions import SessionsConfig, gateway_app
 from mcp_sessions._gateway.auth import _users
 from mcp_sessions._gateway.auth._expiry import LIFETIME
 from mcp_sessions._gateway.auth._users import GatewayAuth
-from mcp_sessions._gateway.sealed._sandbox import Sandbox
+from mcp_sessions._gateway.sealed._sandbox import SandboxPolicy
 
 pytestmark = pytest.mark.anyio
 
@@ -408,7 +408,7 @@ def text_of_answer(response: httpx.Response) -> str:
 
 def test_the_principal_header_counts_from_a_trusted_proxy_alone() -> None:
     auth = GatewayAuth(principal_header="X-Forwarded-User")
-    contained = Sandbox("bwrap", network="none")  # on the host's network, a process would pass for the proxy
+    contained = SandboxPolicy("bwrap", network="none")  # on the host's network, a process would pass for the proxy
     with (
         stdio_gateway(auth=auth, forwarded_allow_ips="127.0.0.1", sandbox=contained) as url,
         httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30) as around,

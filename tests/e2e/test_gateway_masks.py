@@ -6,6 +6,7 @@ gateway's proxy."""
 
 from __future__ import annotations
 
+import argparse
 import base64
 import contextlib
 import hashlib
@@ -546,6 +547,45 @@ as it is accepted (its read ends at once, never at its 30 s timeout)."""
 def test_a_mask_the_gateway_cannot_keep_is_one_line_and_exit_status_2(options: tuple[str, ...], said: str) -> None:
     done = gateway_run("--port", str(free_port()), "--stdio", "/bin/cat", *options, within=60)
     assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said}\n")
+
+
+def test_the_sandbox_s_policy_is_a_value_and_what_runs_it_is_built_from_it_each_time(tmp_path: Path) -> None:
+    """Issue 102 item 3: the configuration holds what the operator asked, compared by value (two read from the same
+    flags are equal), and nothing that runs: the uid pool, the control groups, the egress table and the masked
+    credentials' proxy are each sandbox's own, built from the policy (``Sandbox``), as the app is made, so that a
+    server of a ``--config`` file (or its reload) never shares another's. The proxy's port, known once it is bound,
+    is granted in that sandbox's own egress table, and its certificates in that sandbox's grants."""
+    _sealed.needs("root", "bwrap")
+    from mcp_sessions._gateway._cli import add_arguments, configured
+    from mcp_sessions._gateway.sealed._sandbox import Sandbox
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    flags = parser.parse_args(
+        [
+            *("--stdio", "/bin/cat", "--processes", "per-conversation", "--process-containment", "bwrap"),
+            *("--process-uids", UIDS, "--process-env", "API_TOKEN=header:X-Token"),
+            *("--process-env-mask", f"API_TOKEN={API}", "--process-state", str(tmp_path)),
+        ]
+    )
+    policy, again = (configured(flags, {"MCP_SESSIONS_SECRET": SECRET}).sandbox for _ in range(2))
+    assert policy is not None and again is not None
+    assert (policy, hash(policy)) == (again, hash(again))
+    assert policy.egress is not None and policy.egress.proxy is None  # the port is the running proxy's
+    made = [Sandbox(policy), Sandbox(policy)]
+    try:
+        one, other = made
+        assert one.edge is not None and other.edge is not None and one.egress is not None and other.egress is not None
+        assert one.edge.masks.port != other.edge.masks.port
+        assert (one.egress.policy.proxy, other.egress.policy.proxy) == (one.edge.masks.port, other.edge.masks.port)
+        assert one.egress.table != other.egress.table
+        assert one.uids is not None and other.uids is not None and one.uids is not other.uids
+        assert one.grants == (*policy.grants, one.edge.masks.grant)
+        assert one.said == f"{policy.said}, {one.egress.said}"
+    finally:
+        for sandbox in made:
+            sandbox.close()
+    assert not os.path.exists(one.edge.masks.authority.shared)  # its certificates gone with it
 
 
 def test_the_operator_s_authority_signs_what_the_process_sees_and_its_key_is_nowhere_in_the_process(

@@ -42,8 +42,8 @@ from e2e._issuer import ISSUER, jwks, signed
 from e2e._sealed import needs
 from e2e._stdio import SERVER, stdio_config, stdio_gateway
 from mcp_sessions import SessionsConfig
-from mcp_sessions._gateway.sealed._cgroups import Cgroups
-from mcp_sessions._gateway.sealed._sandbox import Sandbox
+from mcp_sessions._gateway.sealed._cgroups import Bounds
+from mcp_sessions._gateway.sealed._sandbox import SandboxPolicy
 from mcp_sessions._gateway.stdio._modes import default_max_processes
 from mcp_sessions._gateway.stdio._server import stdio_gateway_app
 
@@ -260,7 +260,7 @@ def test_an_end_is_one_word_in_the_metric_the_status_the_log_and_the_clients_err
     options: dict[str, Any] = {}
     if tool == "allocate":
         needs("root", "cgroup-memory")
-        options["sandbox"] = Sandbox(cgroups=Cgroups.found(64 << 20, None))
+        options["sandbox"] = SandboxPolicy(bounds=Bounds.found(64 << 20, None))
     reader = InMemoryMetricReader()
     config = SessionsConfig(secret=SECRET, meter_provider=MeterProvider(metric_readers=[reader]))
     gateway = stdio_config(SERVER, config, pass_env=("PYTHONPATH",), status_port=8001, **options)

@@ -174,9 +174,9 @@ CONNECTIONS = 9000
 def tcp_peak(gateway: int) -> Iterator[Callable[[], int]]:
     """The most TCP buffers the kernel counted (``memory.kmem.tcp.max_usage_in_bytes``) in the v1 groups of the
     ``gateway``'s processes meanwhile, read every 50 ms (once a group is removed its count is gone)."""
-    from mcp_sessions._gateway.sealed._cgroups import Cgroups
+    from mcp_sessions._gateway.sealed._cgroups import Bounds
 
-    cgroups = Cgroups.found(64 << 20, None)
+    cgroups = Bounds.found(64 << 20, None)
     assert cgroups is not None and cgroups.version == 1, "v2 counts TCP buffers in memory.current"
     peaks: list[int] = [0]
     done = threading.Event()
@@ -206,7 +206,7 @@ def test_by_default_a_conversations_directories_count_in_its_memory_bound(server
     (or end the conversation), below the 512 MiB each directory may hold here. (A third, not a half: under cgroup v1
     a quarter of the bound is kept for its TCP buffers, and the interpreter's own pages count too.)"""
     needs("root", "bwrap", "cgroup-memory")
-    from mcp_sessions._gateway.sealed._cgroups import Cgroups
+    from mcp_sessions._gateway.sealed._cgroups import Bounds
 
     host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     bound = default_memory(201, together=True) >> 20  # the tests' gateway: --warm 0
@@ -217,7 +217,7 @@ def test_by_default_a_conversations_directories_count_in_its_memory_bound(server
         mcp = client(process)
         session = mcp.create_session()
         assert process.process is not None
-        cgroups = Cgroups.found(64 << 20, None)
+        cgroups = Bounds.found(64 << 20, None)
         assert cgroups is not None
         [own] = cgroups.parents[0].glob(f"mcp-sessions-{process.process.pid}-*-gateway")
         assert int((own / "memory.limit_in_bytes").read_text()) == host // 2 >> 12 << 12  # in pages
@@ -264,8 +264,8 @@ def test_where_etc_resolv_conf_leads_under_run_a_process_still_reads_it(
 
 
 READY_GROUPS = (
-    "import sys; from mcp_sessions._gateway.sealed._cgroups import Cgroups; "
-    "sys.stdout.write(str(Cgroups.found(64 << 20, None).create().dirs[0]))"
+    "import sys; from mcp_sessions._gateway.sealed._cgroups import Bounds, Cgroups; "
+    "sys.stdout.write(str(Cgroups(Bounds.found(64 << 20, None)).create().dirs[0]))"
 )
 """A gateway's first step with a control group (its first process's), in a process of its own: its run's group made
 and the dead runs' removed; it prints the group it made, and ends, as a SIGKILLed gateway would, leaving it."""
@@ -277,13 +277,14 @@ def test_a_gateway_removes_the_groups_of_dead_gateways_alone_seen_from_any_pid_n
     a container's) saw no other's pid: it removed the group another had just made for a process, whose start then
     failed ("Connection closed" at initialize). Now each gateway holds a lock on a group of its own while it lives."""
     needs("root", "cgroup-memory")
-    from mcp_sessions._gateway.sealed._cgroups import Cgroups
+    from mcp_sessions._gateway.sealed._cgroups import Bounds, Cgroups
 
     isolated = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")
     dead = Path(subprocess.run([sys.executable, "-c", READY_GROUPS], capture_output=True, text=True, check=True).stdout)
     assert dead.is_dir()
-    cgroups = Cgroups.found(64 << 20, None)
-    assert cgroups is not None
+    bounds = Bounds.found(64 << 20, None)
+    assert bounds is not None
+    cgroups = Cgroups(bounds)
     live = cgroups.create()  # this process's first: the dead run's groups removed; its own, empty, just made
     try:
         assert not dead.exists()
@@ -299,9 +300,9 @@ def test_a_gateway_stopped_leaves_no_control_group(server: str) -> None:
     """A gateway's groups, its processes' and its own, are gone once it stops (SIGTERM): none waits for the next
     gateway's start."""
     needs("root", "bwrap", "cgroup-memory")
-    from mcp_sessions._gateway.sealed._cgroups import Cgroups
+    from mcp_sessions._gateway.sealed._cgroups import Bounds
 
-    cgroups = Cgroups.found(64 << 20, None)
+    cgroups = Bounds.found(64 << 20, None)
     assert cgroups is not None
     with gateway(server, "--process-containment", "bwrap", "--process-memory", "64") as process:
         assert process.process is not None
@@ -318,10 +319,11 @@ def test_processes_that_start_at_once_each_get_their_control_group() -> None:
     needs("root", "cgroup-memory")
     from concurrent.futures import ThreadPoolExecutor
 
-    from mcp_sessions._gateway.sealed._cgroups import Cgroups
+    from mcp_sessions._gateway.sealed._cgroups import Bounds, Cgroups
 
-    cgroups = Cgroups.found(64 << 20, None)
-    assert cgroups is not None
+    bounds = Bounds.found(64 << 20, None)
+    assert bounds is not None
+    cgroups = Cgroups(bounds)
     with ThreadPoolExecutor(8) as threads:
         groups = list(threads.map(lambda _: cgroups.create(), range(8)))
     try:

@@ -39,7 +39,7 @@ from e2e._issuer import ISSUER, jwks, signed
 from e2e._stdio import COUNT, SERVER, SERVER_PATH, stdio_gateway, text_of
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway.auth._users import GatewayAuth
-from mcp_sessions._gateway.sealed._cgroups import Cgroups
+from mcp_sessions._gateway.sealed._cgroups import Bounds
 from mcp_sessions._gateway.stdio import _admission
 
 pytestmark = pytest.mark.anyio
@@ -98,7 +98,7 @@ async def test_each_caller_gets_a_process_of_her_own_and_its_end_ends_her_conver
     as if nothing had happened. Now each caller has a process of her own, counted once; its end ends her
     conversations ("Session not found", told once: her next session is served at once), not his; the lists the SDK's
     client sends, naming none, cost no process."""
-    if bound and Cgroups.found(1 << 30, None) is None:
+    if bound and Bounds.found(1 << 30, None) is None:
         missing("this test needs a memory control group the gateway may create (v2 delegated, or v1 as root)")
     with verifying("--processes", "auto", *bound) as gateway:
         async with client_of(gateway, "alice") as alice, client_of(gateway, "bob") as bob:

@@ -36,7 +36,7 @@ from conftest import SECRET
 from e2e._gateway import CACHE, Process, for_every_uid, installed, main_run, node, readable_directory, rss_kib
 from e2e._sealed import AUTH, PRIVATE, SECRETS, UIDS, call, client, gateway, needs, of_uid, running, shared, team, text
 from e2e._stdio import stdio_gateway
-from mcp_sessions._gateway.sealed._sandbox import Sandbox
+from mcp_sessions._gateway.sealed._sandbox import SandboxPolicy
 
 NETRC = "machine api.test\n  login me\n  password ${USER_SECRET}\n"
 """A ``--process-file`` template: a ``.netrc`` (curl's, git's) for the user's own secret."""
@@ -313,7 +313,7 @@ def test_a_server_that_closes_its_stdout_is_ended_and_its_call_answered_at_once(
     too, whose own two processes held the pipe's write end, and under unshare, whose waiting parent did, so that the
     call was never answered. The gateway in process: its command is not the point."""
     needs(*([containment] if containment != "none" else []))
-    contained = Sandbox(containment)  # type: ignore[arg-type]  # one of the three
+    contained = SandboxPolicy(containment)  # type: ignore[arg-type]  # one of the three
     with stdio_gateway(server.split(), sandbox=contained) as url, httpx.Client(timeout=30) as http:
         mcp = ModernClient(http, url, path="")
         answer = call(mcp, "hangup", mcp.create_session())

@@ -25,7 +25,7 @@ from conftest import SECRET
 from e2e._gateway import CACHE, installed, legacy_initialize, node, result_of
 from e2e._stdio import COUNT, ENVIRON, SERVER, own_children, stdio_gateway
 from mcp_sessions import SessionsConfig
-from mcp_sessions._gateway.sealed._sandbox import Sandbox
+from mcp_sessions._gateway.sealed._sandbox import SandboxPolicy
 
 pytestmark = pytest.mark.anyio
 
@@ -43,7 +43,7 @@ async def test_a_stock_client_that_names_nothing_keeps_its_server_memory_graph(
     ``create_entities`` wrote; with ``per-request``, as before, each call had a process of its own: an empty graph."""
     index = installed(MEMORY, "@modelcontextprotocol/server-memory")
     server = ["sh", "-c", f"MEMORY_FILE_PATH=$HOME/memory.jsonl exec {node()} {index}"]  # $HOME: the process's own
-    with stdio_gateway(server, sessionless=sessionless, sandbox=Sandbox(cwd=f"{tmp_path}/{{id}}")) as url:
+    with stdio_gateway(server, sessionless=sessionless, sandbox=SandboxPolicy(cwd=f"{tmp_path}/{{id}}")) as url:
         async with Client(url) as client:
             await client.call_tool("create_entities", PLAN)
             graph = json.dumps((await client.call_tool("read_graph", {})).model_dump(mode="json"))

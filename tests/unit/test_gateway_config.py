@@ -128,7 +128,7 @@ def test_whom_it_lets_in_from_the_flags_else_the_environment(
     assert (config.allowed_hosts, config.allowed_origins, config.forwarded_allow_ips) == front
     assert config.auth is None
     assert config.exchange is None
-    assert config.egress is None
+    assert config.sandbox is None or config.sandbox.egress is None
 
 
 @pytest.mark.parametrize(

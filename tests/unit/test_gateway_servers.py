@@ -1,10 +1,13 @@
 """``--config``'s app (``_gateway._servers.Servers``), called directly: each server's app reached at its path alone,
 its path made the app's own (a prefix sent percent-encoded is no server's), its metadata as it came; the servers
 started in the file's order and stopped in the reverse, and one that does not start said by its name, the ones
-started stopped; and no egress table left by a start that one refused."""
+started stopped; no egress table left by a start that one refused; and a reload whose server's sandbox cannot be
+made changes nothing, the sandboxes made for it closed."""
 
 from __future__ import annotations
 
+import argparse
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -14,11 +17,13 @@ from starlette.types import Message, Receive, Scope, Send
 
 from _waits import until_awaited
 from mcp_sessions import SessionsConfig
-from mcp_sessions._gateway._cli import _install_egress
+from mcp_sessions._gateway import _cli
+from mcp_sessions._gateway._cli import _install
 from mcp_sessions._gateway._config import Forwarding, GatewayConfig, Served
 from mcp_sessions._gateway._front import StartupFailed, startup_failure
 from mcp_sessions._gateway._servers import Route, Servers
 from mcp_sessions._gateway.sealed._network import NetworkError
+from mcp_sessions._gateway.sealed._sandbox import Sandbox
 
 pytestmark = pytest.mark.anyio
 
@@ -157,9 +162,9 @@ def test_a_table_refused_at_startup_removes_the_servers_tables_installed_before_
     """No half-built gateway: a file whose second server's egress table nft refuses leaves not the first's."""
     said: list[str] = []
     tables = [Table(said, "a"), Table(said, "b", refused=True), Table(said, "c")]
-    config = SimpleNamespace(each=[SimpleNamespace(egress=table) for table in tables])
+    sandboxes = [cast("Sandbox", SimpleNamespace(install=table.install, egress=table)) for table in tables]
     with pytest.raises(NetworkError, match="nft refused b"):
-        _install_egress(cast("GatewayConfig", config))
+        _install(sandboxes)
     assert said == ["a installed", "a removed"]
 
 
@@ -246,3 +251,35 @@ async def test_a_server_a_reload_starts_that_does_not_start_is_said_and_the_othe
             stopping.set()
     assert steps == ["a started", "b failed", "a stopped"]
     assert said == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+
+
+async def test_a_reload_whose_server_s_sandbox_cannot_be_made_changes_nothing_and_closes_those_made(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each server's sandbox is made from its policy as its route is built (its uids' records, its proxy's
+    authority and socket), after the file is read: one that cannot be made refuses the reload in one line, before
+    any server is drained, and the sandboxes made for the others meanwhile are closed; the servers serve on."""
+    steps: list[str] = []
+    app = routed(("a", "/a", Recording("a", steps)))
+    kept = app.routes[0]
+    closed: list[str] = []
+
+    def route(served: Served) -> Route:
+        if served.name == "c":
+            raise ValueError("servers.c: --process-state /tmp: it must be the gateway's user's alone to write")
+        made = SimpleNamespace(close=lambda: closed.append(served.name))
+        return Route(served, Recording(served.name, steps), "/mcp", cast("Sandbox", made))
+
+    monkeypatch.setattr(_cli, "_route", route)
+    config = replace(kept.served.config, servers=(kept.served,))
+    reload = _cli.Reload(argparse.Namespace(config="servers.toml"), {}, config, app)
+    new = [replace(kept.served, name=name, path=f"/{name}") for name in ("b", "c")]
+    monkeypatch.setattr(reload, "_read", lambda: [kept.served, *new])
+    assert await reload() is None
+    assert closed == ["b"]
+    assert app.routes == (kept,) and reload.config is config and steps == []
+    [said] = [record.getMessage() for record in caplog.records if "reload" in record.getMessage()]
+    assert said == (
+        "mcp-sessions gateway: reload refused, nothing changed: servers.c: --process-state /tmp: it must be the "
+        "gateway's user's alone to write"
+    )

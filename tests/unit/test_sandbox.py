@@ -16,14 +16,22 @@ import pytest
 from mcp_sessions._gateway.sealed import _sandbox
 from mcp_sessions._gateway.sealed._grants import owner_name
 from mcp_sessions._gateway.sealed._kernel import run_helper
-from mcp_sessions._gateway.sealed._sandbox import Place, ProcessFile, Sandbox, SandboxError, Uids
+from mcp_sessions._gateway.sealed._sandbox import (
+    Place,
+    ProcessFile,
+    Sandbox,
+    SandboxError,
+    SandboxPolicy,
+    UidRange,
+    Uids,
+)
 from mcp_sessions._gateway.stdio._child import Child, _ignored, _no_client, _taken
 
 
 def test_a_uid_a_process_still_runs_in_is_tried_again_later(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A killed gateway's processes end with their namespaces, a moment later: the uid one of them still holds is
     given out once none runs, the next one meanwhile."""
-    uids = Uids("61990-61991", locks=str(tmp_path), state=str(tmp_path / "state"))
+    uids = Uids(UidRange.parsed("61990-61991", locks=str(tmp_path), state=str(tmp_path / "state")))
     running = {61990}
     monkeypatch.setattr(_sandbox, "running_uids", lambda: running)
     assert uids.take("alice") == 61991
@@ -43,10 +51,10 @@ def test_a_uid_kept_for_a_user_goes_to_her_alone_across_restarts_and_gateways(
     monkeypatch.setattr(_sandbox, "running_uids", set)
     locks, state = str(tmp_path / "locks"), str(tmp_path / "state")
     alice, bob, carol = (owner_name(("token", name)) for name in ("alice", "bob", "carol"))
-    first = Uids("61990-61993", locks, state)
+    first = Uids(UidRange.parsed("61990-61993", locks=locks, state=state))
     first.give_back(hers := first.take(alice, keep=2))
     assert hers == 61990
-    second = Uids("61990-61993", locks, state)
+    second = Uids(UidRange.parsed("61990-61993", locks=locks, state=state))
     assert [second.take(bob, keep=2), second.take(bob, keep=2)] == [61991, 61992]
     with pytest.raises(SandboxError, match=r"every uid kept for this user \(2, twice --max-processes-per-principal"):
         second.take(bob, keep=2)
@@ -91,8 +99,11 @@ async def test_a_taken_uid_is_always_a_place_s(tmp_path: Path, monkeypatch: pyte
     """A request cancelled while its process's place is made still gets the place whole (each step is bounded), so
     its uid is left with it, never held by no one; a uid's lock that cannot be opened (no descriptor left) is a
     SandboxError, which that request gets, never an error of the process table's."""
-    uids = Uids("61990-61990", locks=str(tmp_path), state=str(tmp_path / "state"))
-    sandbox = Sandbox(uids=uids)
+    sandbox = Sandbox(
+        SandboxPolicy(uids=UidRange.parsed("61990-61990", locks=str(tmp_path), state=str(tmp_path / "state")))
+    )
+    uids = sandbox.uids
+    assert uids is not None
     with anyio.CancelScope() as scope:
         scope.cancel()
         place = await sandbox.enter("p1")

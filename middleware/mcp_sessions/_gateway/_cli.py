@@ -6,8 +6,7 @@ import argparse
 import ipaddress
 import logging
 import shlex
-import socket
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, TextIO
 from urllib.parse import urlsplit
@@ -33,7 +32,7 @@ from ._process_flags import add_process_arguments, process_options, seal_gateway
 from ._serving import EXIT_USAGE, bind, private_directory
 from .http._app import forwarding_app
 from .sealed._kernel import SandboxError
-from .sealed._network import NO_ROUTE, AllowedHost, EgressRules, NetworkError, add_network_arguments, routed
+from .sealed._network import NO_ROUTE, AllowedHost, NetworkError, add_network_arguments, routed
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
@@ -46,7 +45,7 @@ if TYPE_CHECKING:
     from .auth._tools import ToolPolicy
     from .auth._users import GatewayAuth
     from .sealed._network import EgressPolicy
-    from .sealed._sandbox import Sandbox
+    from .sealed._sandbox import Sandbox, SandboxPolicy
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -387,17 +386,24 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         from ._lifecycle import serve
 
         config = configured(args, environ) if args.config is None else configured_file(args, environ)
-        app = _app(config)
+        app, sandbox = _app(config)
+    except ModuleNotFoundError as exc:
+        print(f"mcp-sessions gateway: {exc.name} is missing: pip install 'mcp-sessions[gateway]'", file=stderr)
+        return EXIT_USAGE
+    except (ImportError, ValueError, TypeError, RuntimeError, NetworkError, SandboxError) as exc:
+        print(f"mcp-sessions gateway: {exc}", file=stderr)
+        return EXIT_USAGE
+    running = _running(app, sandbox)
+    try:
         listening = config.listening
         bound = bind(listening.host, listening.port)  # a port in use: before anything starts
         for each in config.each:
             if each.sandbox is not None:
                 seal_gateway(each.sandbox.containment)
-        _install_egress(config)
-    except ModuleNotFoundError as exc:
-        print(f"mcp-sessions gateway: {exc.name} is missing: pip install 'mcp-sessions[gateway]'", file=stderr)
-        return EXIT_USAGE
+        _install(running())
     except (ImportError, ValueError, TypeError, RuntimeError, NetworkError, SandboxError) as exc:
+        for made in running():  # what each holds: its proxy's certificates and socket, made with it
+            made.close()
         print(f"mcp-sessions gateway: {exc}", file=stderr)
         return EXIT_USAGE
     logging.basicConfig(level=listening.log_level.upper(), format="%(levelname)s: %(message)s")
@@ -412,48 +418,69 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         from ._servers import named_logs
 
         named_logs()
-    for name, path, each in [(s.name, s.path, s.config) for s in config.servers] or [("", "", config)]:
-        _said(each, f"http://{listening.host}:{listening.port}{path}", f"{name}: " if name else "")
+    served = [(s.name, s.path, s.config, route.sandbox) for s, route in zip(config.servers, _routes(app), strict=True)]
+    for name, path, each, running_in in served or [("", "", config, sandbox)]:
+        _said(each, running_in, f"http://{listening.host}:{listening.port}{path}", f"{name}: " if name else "")
     reload = None
     if config.servers:
         from ._servers import Servers
 
         assert isinstance(app, Servers)
         reload = Reload(args, environ, config, app)
-    return serve(app, bound, config, stderr, reload)
+
+    def release() -> None:
+        for each in running():
+            each.close()
+
+    return serve(app, bound, config, stderr, reload, release)
 
 
-def _install_egress(config: GatewayConfig) -> None:
+def _routes(app: ASGIApp) -> tuple[Route, ...]:
+    """The servers ``app`` serves now, with ``--config`` (``Servers``' routes); none without."""
+    from ._servers import Servers
+
+    return app.routes if isinstance(app, Servers) else ()
+
+
+def _running(app: ASGIApp, sandbox: Sandbox | None) -> Callable[[], list[Sandbox]]:
+    """The sandboxes ``app``'s processes run in, as they are when asked: every server's with ``--config`` (those
+    a reload kept, replaced or added), else ``sandbox``. What the gateway installs before it serves and closes as
+    it stops."""
+    if sandbox is not None:
+        return lambda: [sandbox]
+    return lambda: [route.sandbox for route in _routes(app) if route.sandbox is not None]
+
+
+def _install(sandboxes: list[Sandbox]) -> None:
     """Every server's egress table, before any process starts; one refused, those installed before it are removed,
     so that a gateway that does not start leaves none of its tables."""
     installed = []
     try:
-        for each in config.each:
-            if each.egress is not None:
-                each.egress.install()
-                installed.append(each.egress)
+        for each in sandboxes:
+            each.install()
+            installed.append(each)
     except BaseException:
-        for egress in installed:
-            egress.remove()
+        for each in installed:
+            if each.egress is not None:
+                each.egress.remove()
         raise
 
 
-def _said(config: GatewayConfig, url: str, server: str) -> None:
+def _said(config: GatewayConfig, sandbox: Sandbox | None, url: str, server: str) -> None:
     """The startup lines of a server (``server``: its name, with ``--config``): what it serves at ``url``, and how
-    each of its processes runs."""
+    each of its processes runs (``sandbox``, what runs ``config``'s policy)."""
     serves = config.serves
     served = ", ".join(serves.upstreams) if isinstance(serves, Forwarding) else f"stdio {shlex.join(serves.command)}"
     logger.info("mcp-sessions gateway: %s%s on %s", server, served, url)
-    if (options := config.sandbox) is not None:
-        egress = config.egress
-        network = f"network {options.network}" if egress is None else egress.said
-        logger.info("mcp-sessions gateway: %seach process: %s, %s", server, options.said, network)
-        if egress is not None and options.containment in ("bwrap", "unshare") and not routed():
+    if sandbox is not None:
+        options = sandbox.policy
+        logger.info("mcp-sessions gateway: %seach process: %s", server, sandbox.said)
+        if sandbox.egress is not None and options.containment in ("bwrap", "unshare") and not routed():
             logger.warning("mcp-sessions gateway: %s", NO_ROUTE)
         if options.profile:
             logger.info("mcp-sessions gateway: %seach process's seccomp profile: %s", server, options.profile)
         stdio = serves if isinstance(serves, StdioProcesses) else None
-        if options.edge is not None and stdio and (old := node_without_proxy(stdio.command, stdio.environ)):
+        if sandbox.edge is not None and stdio and (old := node_without_proxy(stdio.command, stdio.environ)):
             logger.warning("mcp-sessions gateway: %s%s", server, old)  # its masks reach no fetch of its
 
 
@@ -479,11 +506,7 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
     if args.stdio is not None:
         command = shlex.split(args.stdio)
         sandbox = process_options(args, command, auth)
-        edge, policy = _edge(args, sandbox, _egress(args, sandbox, forwarded))  # the masked credentials' proxy
-        grants = sandbox.grants if edge is None else (*sandbox.grants, edge.masks.grant)
-        # each process's uid put under the egress table's rules as it is taken
-        egress = None if policy is None else EgressRules(policy)
-        sandbox = replace(sandbox, grants=grants, edge=edge, egress=egress)
+        sandbox = _masked(args, sandbox, _egress(args, sandbox, forwarded))  # the masked credentials, and their rules
         if exchange is not None and exchange.id_jag is not None:  # NAME=id-jag:ISSUER's subject
             id_tokens = _id_tokens(args, environ, sessions)
         process_grants = _process_grants(args, environ, auth, sessions)
@@ -568,32 +591,60 @@ def _listening(args: argparse.Namespace) -> Listening:
     return Listening(args.host, args.port, args.log_level, shutdown_timeout, args.status_port, args.status_socket)
 
 
-def _app(config: GatewayConfig) -> ASGIApp:
+def _app(config: GatewayConfig) -> tuple[ASGIApp, Sandbox | None]:
     """The app ``config`` serves: a proxy to its upstream (``forwarding_app``), or its stdio server's processes
-    (``stdio_gateway_app``, which needs the ``mcp`` SDK); closing the token exchange's client as it stops."""
+    (``stdio_gateway_app``, which needs the ``mcp`` SDK); closing the token exchange's client as it stops. And the
+    sandbox its processes run in, built here from its policy (``_sandbox.Sandbox``), which the gateway installs
+    before it serves and closes as it stops; with ``--config``, each route's (``Servers``' routes)."""
     if config.servers:
         from ._servers import Servers
 
-        return Servers([_route(served) for served in config.servers])
+        routes: list[Route] = []
+        try:
+            for served in config.servers:
+                routes.append(_route(served))
+        except BaseException:
+            _closed(routes)
+            raise
+        return Servers(routes), None
     app: ASGIApp
+    sandbox = None
     if isinstance(config.serves, StdioProcesses):
+        from .sealed._sandbox import Sandbox
         from .stdio._server import stdio_gateway_app
 
-        app = stdio_gateway_app(config)
+        sandbox = None if config.sandbox is None else Sandbox(config.sandbox)
+        try:
+            app = stdio_gateway_app(config, sandbox=sandbox)
+        except BaseException:
+            if sandbox is not None:
+                sandbox.close()
+            raise
     else:
         app = forwarding_app(config)
     if config.exchange is not None:  # its client closed as the app stops, in either mode
         app = config.exchange.wrap(app)
-    return app
+    return app, sandbox
 
 
 def _route(served: Served) -> Route:
-    """A server of the file at its path: its app, and the path the app serves."""
+    """A server of the file at its path: its app, the sandbox its processes run in, and the path the app serves."""
     from ._servers import Route
 
     each = served.config
     endpoint = "/mcp" if isinstance(each.serves, StdioProcesses) else urlsplit(each.serves.upstreams[0]).path
-    return Route(served, _app(replace(each, servers=())), endpoint or "/")
+    try:
+        app, sandbox = _app(replace(each, servers=()))
+    except (ValueError, NetworkError, SandboxError) as exc:  # its sandbox's files and directories: named as its flags
+        raise ValueError(f"{served.flags.where if served.flags else served.name}: {exc}") from None
+    return Route(served, app, endpoint or "/", sandbox)
+
+
+def _closed(routes: Sequence[Route]) -> None:
+    """What the sandboxes of ``routes``, built but never served, hold: their proxies' certificates."""
+    for route in routes:
+        if route.sandbox is not None:
+            route.sandbox.close()
 
 
 class Reload:
@@ -618,16 +669,27 @@ class Reload:
             return None
         running = {each.name: each for each in self.config.servers}
         now = {id(route.served): route for route in self.app.routes}
-        routes = [now.get(id(each)) or _route(each) for each in served]  # those that go on, as they serve
-        failed = await self.app.replace(
-            routes, self.config.listening.shutdown_timeout, lambda route: _released(route.served.config), _readied
-        )
+        routes: list[Route] = []  # those that go on, as they serve, and the others built here
+        built: list[Route] = []  # their sandboxes made
+        try:
+            for each in served:
+                if (route := now.get(id(each))) is None:
+                    route = _route(each)
+                    built.append(route)
+                routes.append(route)
+        except (ValueError, TypeError, RuntimeError, NetworkError, SandboxError) as exc:
+            _closed(built)
+            logger.error("mcp-sessions gateway: reload refused, nothing changed: %s", exc)
+            return None
+        failed = await self.app.replace(routes, self.config.listening.shutdown_timeout, _released, _readied)
         serving = tuple(each for each in served if each.name not in failed)
         self.config = replace(self.config, servers=serving)
         listening = self.config.listening
+        sandboxes = {id(route.served): route.sandbox for route in routes}
         for each in serving:
             if each is not running.get(each.name):
-                _said(each.config, f"http://{listening.host}:{listening.port}{each.path}", f"{each.name}: ")
+                url = f"http://{listening.host}:{listening.port}{each.path}"
+                _said(each.config, sandboxes[id(each)], url, f"{each.name}: ")
         names = {each.name for each in serving}
         added = [each.name for each in serving if each.name not in running]
         changed = [each.name for each in serving if each.name in running and each is not running[each.name]]
@@ -660,42 +722,31 @@ class Reload:
         status = self.config.listening
         _operator_has_a_view((status.status_port, status.status_socket), found, self.environ)
         served: list[Served] = []
-        try:
-            for server in found:
-                old = running.get(server.name)
-                if old is not None and old.flags is not None and old.flags.table == server.table:
-                    served.append(old)
-                else:
-                    served.append(_served(server, len(stdio), status.shutdown_timeout, self.environ))
-        except BaseException:
-            for each in served:  # the proxies of those built, none of which will serve
-                if each.name not in running or running[each.name] is not each:
-                    _released(each.config)
-            raise
+        for server in found:
+            old = running.get(server.name)
+            if old is not None and old.flags is not None and old.flags.table == server.table:
+                served.append(old)  # its route, its sandbox among it, goes on as it serves
+            else:
+                served.append(_served(server, len(stdio), status.shutdown_timeout, self.environ))
         return served
 
 
 def _readied(route: Route) -> None:
     """A server a reload starts, made ready as at startup: its containment checked, its egress table installed."""
-    each = route.served.config
-    if each.sandbox is not None:
-        seal_gateway(each.sandbox.containment)
-    if each.egress is not None:
-        each.egress.install()
+    if route.served.config.sandbox is not None:
+        seal_gateway(route.served.config.sandbox.containment)
+    if route.sandbox is not None:
+        route.sandbox.install()
 
 
-def _released(each: GatewayConfig) -> None:
-    """What a server holds at run time, once its processes have ended: its egress table, its control groups, its
-    masked credentials' proxy."""
-    if (egress := each.egress) is not None:
-        egress.remove()
-    if (cgroups := each.cgroups) is not None:
-        cgroups.close()
-    if (edge := each.edge) is not None:
-        edge.masks.close()
+def _released(route: Route) -> None:
+    """What a server holds at run time, once its processes have ended: what its sandbox holds (its egress table, its
+    control groups, its masked credentials' proxy)."""
+    if route.sandbox is not None:
+        route.sandbox.close()
 
 
-def _egress(args: argparse.Namespace, sandbox: Sandbox, forwarded: str | None) -> EgressPolicy | None:
+def _egress(args: argparse.Namespace, sandbox: SandboxPolicy, forwarded: str | None) -> EgressPolicy | None:
     """``_network.egress_rules`` for ``sandbox``'s processes (``None`` unless its network is ``egress``); and the
     status socket's directory checked."""
     from ._front import trusted_proxies
@@ -716,16 +767,15 @@ def _egress(args: argparse.Namespace, sandbox: Sandbox, forwarded: str | None) -
     )
 
 
-def _edge(args: argparse.Namespace, sandbox: Any, egress: EgressPolicy | None) -> tuple[Any, EgressPolicy | None]:
-    """The proxy of ``--process-env-mask``'s credentials (``_edge``), its port bound on this host's loopback, and
-    ``egress`` that grants it and refuses the masked hosts' direct connections; None and ``egress`` as it is without
-    the flag."""
+def _masked(args: argparse.Namespace, sandbox: SandboxPolicy, egress: EgressPolicy | None) -> SandboxPolicy:
+    """``sandbox`` with its egress rules (``egress``) and ``--process-env-mask``'s credentials, checked: the rules
+    refuse the masked hosts' direct connections, and grant the gateway's proxy, which the app's sandbox makes as it
+    starts (``_sandbox.Sandbox``: its authority, ``--process-env-mask-ca``'s files or its own, and its port)."""
     if not args.process_env_mask:
         if args.process_env_mask_ca:
             raise ValueError("--process-env-mask-ca signs the certificates of --process-env-mask's hosts: give both")
-        return None, egress
-    from .sealed._edge import Edge
-    from .sealed._masks import Authority, Mask, Masks
+        return replace(sandbox, egress=egress)
+    from .sealed._masks import Mask, masked_hosts
 
     env = {spec.partition("=")[0] for spec in args.process_env}
     masks = tuple(Mask.parsed(given, env) for given in args.process_env_mask)
@@ -734,12 +784,8 @@ def _edge(args: argparse.Namespace, sandbox: Any, egress: EgressPolicy | None) -
             "--process-env-mask needs --process-network egress (with --process-uids): the rules that send the "
             f"process to the gateway's proxy, not {sandbox.network}"
         )
-    names = {host for mask in masks for host, _ in mask.hosts}
-    authority = Authority.given(args.process_env_mask_ca) if args.process_env_mask_ca else Authority.made(names)
-    listening = socket.create_server(("127.0.0.1", 0))
-    masked = Masks(masks, authority, port=listening.getsockname()[1])
-    hosts = tuple(AllowedHost(host, port) for host, port in sorted(masked.hosts))
-    return Edge(masked, listening), replace(egress, proxy=masked.port, masked=hosts)
+    hosts = tuple(AllowedHost(host, port) for host, port in sorted(masked_hosts(masks)))
+    return replace(sandbox, egress=replace(egress, masked=hosts), masks=masks, masks_ca=args.process_env_mask_ca)
 
 
 def _stdio_only(args: argparse.Namespace, environ: Mapping[str, str]) -> None:

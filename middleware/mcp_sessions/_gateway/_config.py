@@ -27,10 +27,7 @@ if TYPE_CHECKING:
     from .auth._oauth import IdTokens, IssuerGrants
     from .auth._tools import ToolPolicy
     from .auth._users import GatewayAuth
-    from .sealed._cgroups import Cgroups
-    from .sealed._edge import Edge
-    from .sealed._network import EgressRules
-    from .sealed._sandbox import Sandbox
+    from .sealed._sandbox import SandboxPolicy
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 LOG_LEVELS: Final = get_args(LogLevel)  # --log-level's choices
@@ -147,10 +144,11 @@ class StdioProcesses:
     own random id (none in the shared one). ``process_env`` (``NAME=claim:CLAIM``, ``NAME=header:HEADER-NAME``,
     ``NAME=exchange:AUDIENCE``, with ``exchange_scope``) sets each conversation's own values of those variables, from
     the request that starts it (``auth._users.ProcessEnv``; no process is started ahead then, as it could not know
-    them). ``sandbox``: how each runs and is contained (the ``--process-*`` flags; ``None``: as the gateway runs,
-    in its process group). ``state``: where the server keeps a conversation's state (:data:`StateKept`): with
-    ``"disk"``, a conversation this gateway has no process for (it restarted, was killed, or another replica served
-    it) gets a new one, as nothing it held is lost; with ``"process"``, the operator's word is that it was."""
+    them). ``sandbox``: how each runs and is contained (the ``--process-*`` flags, a value: what runs it, its uid
+    pool, control groups and egress table, is the app's; ``None``: as the gateway runs, in its process group).
+    ``state``: where the server keeps a conversation's state (:data:`StateKept`): with ``"disk"``, a conversation
+    this gateway has no process for (it restarted, was killed, or another replica served it) gets a new one, as
+    nothing it held is lost; with ``"process"``, the operator's word is that it was."""
 
     command: tuple[str, ...]
     processes: Processes = "auto"
@@ -162,7 +160,7 @@ class StdioProcesses:
     pass_env: tuple[str, ...] = ()
     process_env: tuple[str, ...] = ()
     exchange_scope: str | None = None
-    sandbox: Sandbox | None = None
+    sandbox: SandboxPolicy | None = None
     state: StateKept = "process"
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ, repr=False, compare=False)
 
@@ -211,33 +209,14 @@ class GatewayConfig:
 
     @property
     def each(self) -> tuple[GatewayConfig, ...]:
-        """Every server's configuration (``servers``'), else this one: whose processes' rules, groups and proxy the
-        gateway installs and removes."""
+        """Every server's configuration (``servers``'), else this one."""
         return tuple(served.config for served in self.servers) or (self,)
 
     @property
-    def sandbox(self) -> Sandbox | None:
+    def sandbox(self) -> SandboxPolicy | None:
         """How the stdio processes run (``StdioProcesses.sandbox``); ``None`` for an upstream's, or for processes
         run as the gateway runs."""
         return self.serves.sandbox if isinstance(self.serves, StdioProcesses) else None
-
-    @property
-    def egress(self) -> EgressRules | None:
-        """The stdio processes' egress rules (``--process-network egress``), which the gateway installs before any
-        process starts and removes once they have all ended; ``None`` for an upstream's."""
-        return None if self.sandbox is None else self.sandbox.egress
-
-    @property
-    def cgroups(self) -> Cgroups | None:
-        """The stdio processes' control groups (``--process-memory``, ``--process-pids``, ``--process-cpu``), whose
-        gateway's own groups go as it stops; ``None`` without them."""
-        return None if self.sandbox is None else self.sandbox.cgroups
-
-    @property
-    def edge(self) -> Edge | None:
-        """The stdio processes' masked credentials' proxy (``sealed._edge.Edge``, ``--process-env-mask``), whose
-        values and certificates' directory go as the gateway stops; ``None`` without it."""
-        return None if self.sandbox is None else self.sandbox.edge
 
 
 @dataclass(frozen=True, kw_only=True)

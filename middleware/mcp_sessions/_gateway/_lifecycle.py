@@ -76,11 +76,14 @@ def serve(
     config: GatewayConfig,
     stderr: TextIO,
     reload: Callable[[], Awaitable[GatewayConfig | None]] | None = None,
+    release: Callable[[], None] | None = None,
 ) -> int:
     """Serve ``app`` with uvicorn on ``bound`` (``_serving.bind``'s) as ``config`` says, until stopped; the exit
     status (:class:`Gateway` says how it starts, drains and stops, and what a signal does in each). ``reload``: what
-    SIGHUP does (``_cli.Reload``, with ``--config``), the gateway's configuration then (``None``: unchanged)."""
-    return Gateway(app, config, reload).run_until_stopped(bound, stderr)
+    SIGHUP does (``_cli.Reload``, with ``--config``), the gateway's configuration then (``None``: unchanged).
+    ``release``: what the app's processes ran in, let go once they have all ended (``_cli``'s: every server's
+    sandbox, ``_sandbox.Sandbox.close``)."""
+    return Gateway(app, config, reload, release).run_until_stopped(bound, stderr)
 
 
 class Gateway(uvicorn.Server):
@@ -127,6 +130,7 @@ class Gateway(uvicorn.Server):
         app: ASGIApp,
         config: GatewayConfig,
         reload: Callable[[], Awaitable[GatewayConfig | None]] | None = None,
+        release: Callable[[], None] | None = None,
     ) -> None:
         # The upstream's own Date and Server go to the client, as any proxy's do. The app itself reads the forwarded
         # headers of the proxies --forwarded-allow-ips trusts (uvicorn's own would hide the peer from it). h11, the
@@ -169,6 +173,7 @@ class Gateway(uvicorn.Server):
         self._draining: asyncio.Task[None] | None = None
         self._status_socket: str | None = None  # its file, once bound, removed by _gone
         self._reload = reload
+        self._release = release
         self._reloads: list[asyncio.Task[None]] = []  # SIGHUP's, run one at a time
 
     def run_until_stopped(self, bound: socket.socket, stderr: TextIO) -> int:
@@ -286,18 +291,14 @@ class Gateway(uvicorn.Server):
     def _gone(self) -> None:
         """Shutdown, once uvicorn has stopped (every process ended): the status socket's file removed, the
         processes' egress rules, the gateway's own control groups, and the masked credentials' values and
-        certificates (a SIGKILLed gateway's go at the next start), every server's. Said twice, done once."""
+        certificates (a SIGKILLed gateway's go at the next start), every server's (``release``: what runs in the
+        sandboxes of the servers served now). Said twice, done once."""
         if self._status_socket is not None:
             with contextlib.suppress(OSError):
                 os.unlink(self._status_socket)
             self._status_socket = None
-        for each in self.gateway.each:  # every server's, with --config
-            if (egress := each.egress) is not None:
-                egress.remove()
-            if (cgroups := each.cgroups) is not None:
-                cgroups.close()
-            if (edge := each.edge) is not None:  # SIGTERM, raised again after this, ends the process
-                edge.masks.close()
+        if self._release is not None:  # SIGTERM, raised again after this, ends the process
+            self._release()
 
     def _begin_drain(self) -> None:
         """Shutdown's first step, at the first signal of a started gateway (see the module)."""

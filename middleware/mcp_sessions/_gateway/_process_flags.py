@@ -1,6 +1,6 @@
 """``mcp-sessions gateway --stdio``'s process flags: which process a request reaches, how many run and for how
 long (``--processes``, ``--max-processes``, ...), and how each runs and is contained (``--process-*``), checked
-into the :class:`~.sealed._sandbox.Sandbox` every process is started in, and the variables no process is given
+into the :class:`~.sealed._sandbox.SandboxPolicy` every process is started by, and the variables no process is given
 (``_loader.loads_code``: ``--pass-env``'s here, ``--process-env``'s in ``auth._users``). What ``_cli`` calls, as it
 calls ``sealed._network`` for ``--process-network`` and ``_lifecycle`` to serve."""
 
@@ -38,7 +38,7 @@ from .sealed._grants import STATE, USER_GIDS
 from .sealed._sandbox import CONTAINMENTS, DISK
 
 if TYPE_CHECKING:
-    from .sealed._sandbox import ProcessFile, Sandbox
+    from .sealed._sandbox import ProcessFile, SandboxPolicy
 
 _PR_SET_DUMPABLE: Final = 4
 _PR_SET_CHILD_SUBREAPER: Final = 36
@@ -233,13 +233,13 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
     )
 
 
-def process_options(args: argparse.Namespace, command: Sequence[str], auth: object | None) -> Sandbox:
+def process_options(args: argparse.Namespace, command: Sequence[str], auth: object | None) -> SandboxPolicy:
     """How the stdio processes run (``--process-*``), checked, the containment tried once (``auto`` resolved to
     the one that works here). Nothing of the gateway's own process changes here: :func:`seal_gateway` does, as the
     command starts. ``auth`` is the gateway's users' authentication (a ``GatewayAuth``), of which only whether there
     is one counts here: typed so, the flags import nothing of ``auth/``, which imports the configuration's types
     (``_config``), whose defaults the flags read."""
-    from .sealed._sandbox import Sandbox, SandboxError, private_under
+    from .sealed._sandbox import SandboxError, SandboxPolicy, private_under
 
     if command and shutil.which(command[0]) is None:
         raise ValueError(f"--stdio: {command[0]}: no such command (or not executable)")
@@ -266,17 +266,17 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: obje
         raise ValueError("--process-cwd needs '{id}' in its last part: each conversation gets a directory of its own")
     if cwd is None and uids is not None:  # a uid of its own, so a HOME of its own
         cwd = os.path.join(tempfile.gettempdir(), "mcp-sessions", "{id}")
-    cgroups = _bounds(args, per_uid=uids is not None)
+    bounds = _bounds(args, per_uid=uids is not None)
     seccomp, profile = _seccomp(args)
     grants, users = _grants(args, cwd, uids, auth)
-    sandbox = Sandbox(
+    sandbox = SandboxPolicy(
         args.process_containment,
         uids=uids,
         user=user,
         group=group,
         cwd=cwd,
-        cgroups=cgroups,
-        pids=args.process_pids if cgroups is None else None,
+        bounds=bounds,
+        pids=args.process_pids if bounds is None else None,
         network=args.process_network or ("egress" if uids is not None else "host"),
         disk=args.process_disk,
         seccomp=seccomp,
@@ -448,7 +448,7 @@ def _grants(args: argparse.Namespace, cwd: str | None, uids: Any, auth: object |
     """The host's directories granted to each process (``--process-mount``), checked, and with ``{user}``, the
     users' directories (``--process-user-gids``): only for callers the gateway authenticates, a uid each, and a
     process per conversation of one caller's."""
-    from .sealed._grants import UserDirectories, checked, grant
+    from .sealed._grants import UserGroups, checked, grant
     from .sealed._sandbox import PRIVATE
 
     homes = None if cwd is None else os.path.dirname(cwd)
@@ -464,7 +464,7 @@ def _grants(args: argparse.Namespace, cwd: str | None, uids: Any, auth: object |
         raise ValueError("--process-mount USERS/{user}: a process shared by every user is no one's: not with shared")
     process_uids = range(uids.first, uids.last + 1)
     users = os.path.dirname(per_user[0].source)
-    return grants, UserDirectories(users, args.process_user_gids, process_uids, args.process_state)
+    return grants, UserGroups.checked(users, args.process_user_gids, process_uids, args.process_state)
 
 
 def _process_files(args: argparse.Namespace, cwd: str | None, grants: Sequence[Any]) -> tuple[ProcessFile, ...]:
@@ -524,7 +524,7 @@ def _template(flag: str, path: str) -> string.Template:
 
 def _run_as(args: argparse.Namespace) -> tuple[Any, int | None, int | None]:
     """As whom the processes run: a uid each from ``--process-uids``, or ``--process-user``'s uid and gid."""
-    from .sealed._sandbox import UID_LOCKS, Uids
+    from .sealed._sandbox import UidRange
 
     if (args.process_uids or args.process_user) and os.geteuid() != 0:
         flag = "--process-uids" if args.process_uids else "--process-user"
@@ -532,12 +532,9 @@ def _run_as(args: argparse.Namespace) -> tuple[Any, int | None, int | None]:
     if args.process_uids and args.process_user:
         raise ValueError("--process-uids gives each process a uid of its own: not with --process-user")
     if args.process_uids is not None:
-        try:
-            # a user's conversations' processes, and as many still ending (Uids: a uid kept for her)
-            per_user = 2 * max(1, args.max_processes_per_principal)
-            uids = Uids(args.process_uids, state=args.process_state, per_user=per_user)
-        except OSError as exc:
-            raise ValueError(f"--process-uids: {UID_LOCKS} could not be made: {exc.strerror}") from None
+        # a user's conversations' processes, and as many still ending (Uids: a uid kept for her)
+        per_user = 2 * max(1, args.max_processes_per_principal)
+        uids = UidRange.parsed(args.process_uids, per_user=per_user, state=args.process_state)
         if (someone := uids.taken_by_users()) is not None:
             raise ValueError(f"--process-uids: the range is the gateway's alone, but {someone} is a user here")
         return uids, None, None
@@ -559,7 +556,7 @@ def _bounds(args: argparse.Namespace, *, per_uid: bool) -> Any:
     ``args.process_share`` (not a flag; 1 unless set): the stdio servers of a ``--config`` file, among which the
     host's half is shared, so that one gateway's processes together stay within it whatever server runs them: each
     server's processes are bounded together by its share (cgroup v1), and a process's default counts them all."""
-    from .sealed._cgroups import CPU_PERIOD, Cgroups
+    from .sealed._cgroups import CPU_PERIOD, Bounds
 
     for flag, value in (("--process-memory", args.process_memory), ("--process-pids", args.process_pids)):
         if value is not None and value < 1:
@@ -571,17 +568,16 @@ def _bounds(args: argparse.Namespace, *, per_uid: bool) -> Any:
     memory = None if args.process_memory is None else args.process_memory << 20
     share = getattr(args, "process_share", 1)
     processes = max(args.max_processes + args.warm + 1, 1) * share  # a bad count is said later
-    if memory is None and (cgroups := Cgroups.found(1, args.process_pids, cpu)) is not None:
-        together = cgroups.version == 1  # v1: the gateway's own group bounds them together (Cgroups.together)
-        cgroups.memory = default_memory(processes, together=together)
-        cgroups.together = _host_memory() // 2 // share if together else None
-        return cgroups
+    if memory is None and (bounds := Bounds.found(1, args.process_pids, cpu)) is not None:
+        together = bounds.version == 1  # v1: the gateway's own group bounds them together (Bounds.together)
+        memory = default_memory(processes, together=together)
+        return replace(bounds, memory=memory, together=_host_memory() // 2 // share if together else None)
     if memory is None and args.process_pids is None and cpu is None:
         return None
-    cgroups = Cgroups.found(memory, args.process_pids, cpu)
-    if cgroups is not None and memory is not None and cgroups.version == 1:
-        cgroups.together = _host_memory() // 2 // share
-    if cgroups is None and (memory is not None or cpu is not None or not per_uid):
+    bounds = Bounds.found(memory, args.process_pids, cpu)
+    if bounds is not None and memory is not None and bounds.version == 1:
+        bounds = replace(bounds, together=_host_memory() // 2 // share)
+    if bounds is None and (memory is not None or cpu is not None or not per_uid):
         flag = "--process-pids (without --process-uids)"
         if memory is not None or cpu is not None:
             flag = "--process-memory" if memory is not None else "--process-cpu"
@@ -590,7 +586,7 @@ def _bounds(args: argparse.Namespace, *, per_uid: bool) -> Any:
             "gateway none it may create (cgroup v2 delegated with the controller, or v1's "
             "hierarchy, writable)"
         )
-    return cgroups
+    return bounds
 
 
 def _seccomp(args: argparse.Namespace) -> tuple[bytes, str]:
@@ -611,7 +607,7 @@ def _seccomp(args: argparse.Namespace) -> tuple[bytes, str]:
 def default_memory(processes: int, *, together: bool) -> int:
     """``--process-memory`` unless given (bytes): half of this host's memory shared by the ``processes`` that may run
     at once (``--max-processes``, ``--warm`` and the shared one), where nothing bounds them ``together``; where
-    something does (the gateway's own group, half the host's memory: :attr:`~.sealed._cgroups.Cgroups.together`), at
+    something does (the gateway's own group, half the host's memory: :attr:`~.sealed._cgroups.Bounds.together`), at
     least :data:`ROOM`, for a Python or Node server runs in no less (at most a quarter of the host). A 24 GB host's
     ``--max-processes 200`` gave 59 MiB each, under which a Python server on the ``mcp`` SDK was killed at its start."""
     host = _host_memory()

@@ -47,7 +47,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import anyio.abc
@@ -64,6 +64,9 @@ from ._serving import CUT, CUT_DATA, RESTARTING, RETRY_AFTER
 from .auth._oauth import AUTHORIZE_PATH, CALLBACK_PATH, CLIENT_PATH, GRANTS_PATH, UpstreamGrants
 from .stdio._status import GRANTS_STATUS_PATH
 
+if TYPE_CHECKING:
+    from .sealed._sandbox import Sandbox
+
 logger = logging.getLogger("mcp_sessions.gateway")
 
 SERVING: Final[ContextVar[str | None]] = ContextVar("mcp_sessions.gateway.serving", default=None)
@@ -79,11 +82,14 @@ _CUT = error_answer(502, INTERNAL_ERROR, CUT, "cut", data=CUT_DATA)
 
 @dataclass(frozen=True)
 class Route:
-    """A server's app at ``served.path``; ``endpoint``, the path the app serves."""
+    """A server's app at ``served.path``; ``endpoint``, the path the app serves; ``sandbox``, what its processes run
+    in (built from its policy with the app, closed once the app has stopped), which a reload that keeps the route
+    keeps."""
 
     served: Served
     app: ASGIApp
     endpoint: str
+    sandbox: Sandbox | None = None
 
     @property
     def stdio(self) -> bool:

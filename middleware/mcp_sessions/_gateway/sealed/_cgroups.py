@@ -35,10 +35,12 @@ holds a lock on (``flock``) while it lives: the other groups of its run are a de
 it. No pid can tell: a gateway in a PID namespace of its own sees no other's pid, and its own may be another's."""
 
 
-@dataclass
-class Cgroups:
-    """Where the gateway creates a control group per process, with the bounds it writes in each: under its own
-    cgroup v2 (``version`` 2: one directory), else under its own cgroup in each v1 hierarchy it needs."""
+@dataclass(frozen=True)
+class Bounds:
+    """What the operator's bounds ask of each process (``--process-memory``, ``--process-pids``, ``--process-cpu``),
+    and where the gateway may create a control group per process to hold them: under its own cgroup v2
+    (``version`` 2: one directory), else under its own cgroup in each v1 hierarchy it needs. A value, found once
+    (:meth:`found`); the groups themselves are :class:`Cgroups`', made as the gateway runs."""
 
     version: int
     parents: tuple[Path, ...]
@@ -48,17 +50,9 @@ class Cgroups:
     # The processes' memory together (v1: the gateway's own group's, which theirs are in), so that the host keeps the
     # rest however many run; None: unbounded together (v2, where the gateway runs in its own group, a leaf).
     together: int | None = None
-    # The parents readied for its processes (:meth:`_ready`), at the first; its own groups' locks held from then on.
-    ready: bool = field(default=False, init=False)
-    locks: list[int] = field(default_factory=list, init=False)
-    # Its groups' names: mcp-sessions-PID-RUN-N, RUN its own (two gateways that are each the first process of a PID
-    # namespace of their own, two containers, share the pid 1), N counted.
-    name: str = field(default_factory=lambda: f"mcp-sessions-{os.getpid()}-{secrets.token_hex(4)}", init=False)
-    _ids: Iterator[int] = field(default_factory=count, init=False)
-    _readying: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     @classmethod
-    def found(cls, memory: int | None, pids: int | None, cpu: float | None = None) -> Cgroups | None:
+    def found(cls, memory: int | None, pids: int | None, cpu: float | None = None) -> Bounds | None:
         """The gateway's own control groups that can bound ``memory``, ``pids`` and ``cpu`` (cores); None when this
         host gives it none (not root, or read-only as in most containers). Only reads: the kernel's ``access(2)``
         says whether the gateway may write there; nothing is made, nothing moved."""
@@ -72,60 +66,6 @@ class Cgroups:
         if len(parents) == len(wanted):
             return cls(1, tuple(parents), memory, pids, cpu)
         return None
-
-    def create(self) -> Cgroup:
-        """A new control group for one process, its bounds written; the first readies the parents (:meth:`_ready`):
-        the gateway's first process, the revision probe, starts with it."""
-        with self._readying:  # processes start at once, each in a thread of its own: the first readies them
-            if not self.ready:
-                self._ready()
-        name = f"{self.name}-{next(self._ids)}"
-        # Under v1 in the gateway's own group, which bounds them together; under v2 beside it (it runs in its own).
-        under = [parent / f"{self.name}-{_OWN}" if self.version == 1 else parent for parent in self.parents]
-        cgroup = Cgroup(self.version, tuple(parent / name for parent in under))
-        try:
-            for directory in cgroup.dirs:
-                directory.mkdir()
-            cgroup.bound(self.memory, self.pids, self.cpu)
-        except OSError:
-            cgroup.remove()
-            raise
-        return cgroup
-
-    def _ready(self) -> None:
-        """The gateway's own group made in each parent and its lock held; then the empty groups of gateways that were
-        killed (SIGKILL: their processes died with them, their directories stayed) removed, each run's once no one
-        holds its own group's lock (:data:`_OWN`); in v2, the gateway moved into its own group, a leaf (no process may
-        stay in a cgroup that gives controllers), and the controllers given to its children. Each parent is locked
-        meanwhile, so that no other gateway's start finds its own group made but not yet locked, and takes it for a
-        dead one's."""
-        for parent in self.parents:
-            own = parent / f"{self.name}-{_OWN}"
-            with _locked(parent):
-                own.mkdir(exist_ok=True)
-                if (lock := locked(own, directory=True)) is None:  # no start took it: they hold the parent's first
-                    raise BlockingIOError(f"{own}: its lock is another's")
-                self.locks.append(lock)
-                _remove_dead(parent, self.name)
-            for name in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):  # v1's memory hierarchy's
-                if self.version == 1 and self.together is not None and (own / name).exists():
-                    (own / name).write_text(str(self.together))
-        if self.version == 2:  # one parent: the last own group made is its
-            (own / "cgroup.procs").write_text(str(os.getpid()))
-            enabled = [f"+{name}" for name in _controllers(self.memory, self.pids, self.cpu)]
-            (self.parents[0] / "cgroup.subtree_control").write_text(" ".join(enabled))
-        self.ready = True
-
-    def close(self) -> None:
-        """At the gateway's end, every process ended: its own groups removed, where it runs in none (v1; under v2
-        it runs in its own until it exits, and the next start removes it)."""
-        for lock in self.locks:
-            os.close(lock)
-        self.locks.clear()
-        if self.version == 1 and self.ready:
-            for parent in self.parents:
-                with suppress(OSError):
-                    (parent / f"{self.name}-{_OWN}").rmdir()
 
     @property
     def said(self) -> str:
@@ -143,6 +83,78 @@ class Cgroups:
         if bound == "memory":
             return f"it was killed over its memory bound, {(self.memory or 0) >> 20} MiB: raise --process-memory"
         return f"it reached its process bound, {self.pids}: raise --process-pids"
+
+
+@dataclass
+class Cgroups:
+    """The gateway's control groups as it runs, under ``bounds``' parents: its own group in each, locked while it
+    lives, and a group per process, its bounds written."""
+
+    bounds: Bounds
+    # The parents readied for its processes (:meth:`_ready`), at the first; its own groups' locks held from then on.
+    ready: bool = field(default=False, init=False)
+    locks: list[int] = field(default_factory=list, init=False)
+    # Its groups' names: mcp-sessions-PID-RUN-N, RUN its own (two gateways that are each the first process of a PID
+    # namespace of their own, two containers, share the pid 1), N counted.
+    name: str = field(default_factory=lambda: f"mcp-sessions-{os.getpid()}-{secrets.token_hex(4)}", init=False)
+    _ids: Iterator[int] = field(default_factory=count, init=False)
+    _readying: threading.Lock = field(default_factory=threading.Lock, init=False)
+
+    def create(self) -> Cgroup:
+        """A new control group for one process, its bounds written; the first readies the parents (:meth:`_ready`):
+        the gateway's first process, the revision probe, starts with it."""
+        with self._readying:  # processes start at once, each in a thread of its own: the first readies them
+            if not self.ready:
+                self._ready()
+        name = f"{self.name}-{next(self._ids)}"
+        # Under v1 in the gateway's own group, which bounds them together; under v2 beside it (it runs in its own).
+        under = [
+            parent / f"{self.name}-{_OWN}" if self.bounds.version == 1 else parent for parent in self.bounds.parents
+        ]
+        cgroup = Cgroup(self.bounds.version, tuple(parent / name for parent in under))
+        try:
+            for directory in cgroup.dirs:
+                directory.mkdir()
+            cgroup.bound(self.bounds.memory, self.bounds.pids, self.bounds.cpu)
+        except OSError:
+            cgroup.remove()
+            raise
+        return cgroup
+
+    def _ready(self) -> None:
+        """The gateway's own group made in each parent and its lock held; then the empty groups of gateways that were
+        killed (SIGKILL: their processes died with them, their directories stayed) removed, each run's once no one
+        holds its own group's lock (:data:`_OWN`); in v2, the gateway moved into its own group, a leaf (no process may
+        stay in a cgroup that gives controllers), and the controllers given to its children. Each parent is locked
+        meanwhile, so that no other gateway's start finds its own group made but not yet locked, and takes it for a
+        dead one's."""
+        for parent in self.bounds.parents:
+            own = parent / f"{self.name}-{_OWN}"
+            with _locked(parent):
+                own.mkdir(exist_ok=True)
+                if (lock := locked(own, directory=True)) is None:  # no start took it: they hold the parent's first
+                    raise BlockingIOError(f"{own}: its lock is another's")
+                self.locks.append(lock)
+                _remove_dead(parent, self.name)
+            for name in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):  # v1's memory hierarchy's
+                if self.bounds.version == 1 and self.bounds.together is not None and (own / name).exists():
+                    (own / name).write_text(str(self.bounds.together))
+        if self.bounds.version == 2:  # one parent: the last own group made is its
+            (own / "cgroup.procs").write_text(str(os.getpid()))
+            enabled = [f"+{name}" for name in _controllers(self.bounds.memory, self.bounds.pids, self.bounds.cpu)]
+            (self.bounds.parents[0] / "cgroup.subtree_control").write_text(" ".join(enabled))
+        self.ready = True
+
+    def close(self) -> None:
+        """At the gateway's end, every process ended: its own groups removed, where it runs in none (v1; under v2
+        it runs in its own until it exits, and the next start removes it)."""
+        for lock in self.locks:
+            os.close(lock)
+        self.locks.clear()
+        if self.bounds.version == 1 and self.ready:
+            for parent in self.bounds.parents:
+                with suppress(OSError):
+                    (parent / f"{self.name}-{_OWN}").rmdir()
 
 
 @dataclass

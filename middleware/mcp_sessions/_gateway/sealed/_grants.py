@@ -187,24 +187,43 @@ def state_directory(path: str, part: str) -> str:
     return made
 
 
-class UserDirectories:
-    """Each user's own directory in ``users`` (the ``USERS`` of ``USERS/{user}``) and her group, from ``gids``
-    (``--process-user-gids FIRST-LAST``), recorded in ``state`` (``--process-state``) for the host's gateways."""
+@dataclass(frozen=True)
+class UserGroups:
+    """Where each user's own directory is (``users``, the ``USERS`` of ``USERS/{user}``), the gids her group is taken
+    from (``gids``, ``--process-user-gids FIRST-LAST``), and where the host's gateways record them (``state``,
+    ``--process-state``): what the operator asked, checked once (:meth:`checked`); the directories are
+    :class:`UserDirectories`', made as the gateway runs."""
 
-    def __init__(self, users: str, gids: str, process_uids: range | None = None, state: str = STATE) -> None:
+    users: str
+    gids: range
+    state: str = STATE
+
+    @classmethod
+    def checked(cls, users: str, gids: str, process_uids: range | None = None, state: str = STATE) -> UserGroups:
+        """``--process-user-gids`` read, a range apart from ``process_uids`` (each process's own gid) and from every
+        group of the host's; a :class:`GrantError` says which."""
         first, _, last = gids.partition("-")
         if not (first.isdigit() and last.isdigit() and 0 < int(first) <= int(last) < 2**32 - 1):
             raise GrantError(f"--process-user-gids takes FIRST-LAST, two gids above 0: not {gids!r}")
-        self.gids = range(int(first), int(last) + 1)
-        self.users = users
+        given = range(int(first), int(last) + 1)
         uids = process_uids or range(0)
-        if max(self.gids.start, uids.start) < min(self.gids.stop, uids.stop):
+        if max(given.start, uids.start) < min(given.stop, uids.stop):
             raise GrantError("--process-user-gids and --process-uids (each process's own gid) must not meet")
-        taken = [group.gr_name for group in grp.getgrall() if group.gr_gid in self.gids]
-        taken += [user.pw_name for user in pwd.getpwall() if self.gids.start <= user.pw_gid < self.gids.stop]
+        taken = [group.gr_name for group in grp.getgrall() if group.gr_gid in given]
+        taken += [user.pw_name for user in pwd.getpwall() if given.start <= user.pw_gid < given.stop]
         if taken:
             raise GrantError(f"--process-user-gids: the range is the gateway's alone, but {taken[0]}'s group is in it")
-        self.records = state_directory(state, "gids")
+        return cls(users, given, state)
+
+
+class UserDirectories:
+    """Each user's own directory in ``groups.users`` and her group, from ``groups.gids``, recorded in
+    ``groups.state`` for the host's gateways, as the gateway runs."""
+
+    def __init__(self, groups: UserGroups) -> None:
+        self.gids = groups.gids
+        self.users = groups.users
+        self.records = state_directory(groups.state, "gids")
 
     def own(self, identity: Sequence[str]) -> tuple[str, int]:
         """The user ``identity``'s directory and group, made on her first use, and recorded. Blocking; ``OSError``

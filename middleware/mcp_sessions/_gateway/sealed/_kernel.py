@@ -41,7 +41,7 @@ class SandboxError(Exception):
 @functools.cache
 def tool(name: str) -> str:
     """The absolute path of the helper ``name``, found on the gateway's ``PATH`` the first time it is asked for (at
-    startup: ``Sandbox.check``), and kept: a user's ``PATH`` never chooses what root runs."""
+    startup: ``SandboxPolicy.check``), and kept: a user's ``PATH`` never chooses what root runs."""
     found = shutil.which(name)
     if found is None:
         raise SandboxError(f"{name} is not installed")

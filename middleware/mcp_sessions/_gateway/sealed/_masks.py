@@ -173,9 +173,8 @@ class Masks:
 
     @property
     def hosts(self) -> frozenset[tuple[str, int]]:
-        """Every masked credential's hosts, plain HTTP's too: the process's rules refuse its direct connections to
-        them."""
-        return frozenset(host for mask in self.masks for host in mask.hosts | mask.plain)
+        """Every masked credential's hosts (:func:`masked_hosts`)."""
+        return masked_hosts(self.masks)
 
     @property
     def grant(self) -> Grant:
@@ -235,6 +234,11 @@ class Masks:
 
     def close(self) -> None:
         self.authority.close()
+
+
+def masked_hosts(masks: Collection[Mask]) -> frozenset[tuple[str, int]]:
+    """Every host of ``masks``, plain HTTP's too: the process's rules refuse its direct connections to them."""
+    return frozenset(host for mask in masks for host in mask.hosts | mask.plain)
 
 
 class Authority:

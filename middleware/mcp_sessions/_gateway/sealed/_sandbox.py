@@ -22,8 +22,10 @@ A process is started through a chain of them, each doing one thing and then runn
   run by the absolute path found at startup (:func:`tool`), with root's fixed environment (:data:`HELPER_ENV`): no
   variable of a user's reaches a program root runs.
 
-:class:`Sandbox` is what the flags chose, checked once at startup (:meth:`Sandbox.check`); :class:`Place` is
-one process's: its uid (from :class:`Uids`), its directory, its control group. A contained process writes nothing
+:class:`SandboxPolicy` is what the flags chose, a value in the configuration, checked once at startup
+(:meth:`SandboxPolicy.check`); :class:`Sandbox` is what runs it, built from it as the app is made (its uid pool,
+control groups, egress table, users' directories, masked credentials' proxy); :class:`Place` is one process's: its
+uid (from :class:`Uids`), its directory, its control group. A contained process writes nothing
 that outlives its namespace, so nothing is swept after it: a uid is given out (:meth:`Uids.take`) once no process
 of it runs (a killed gateway's end with their namespaces), and tried again later while one still does. What it
 writes in a tree granted ``:rw`` outlives it, its uid's: that uid is kept for its user.
@@ -37,6 +39,7 @@ import os
 import pwd
 import re
 import shlex
+import socket
 import string
 import subprocess
 import sys
@@ -47,16 +50,30 @@ from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from itertools import chain
 from pathlib import Path
-from typing import Any, Final, Literal, NamedTuple, get_args
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple, get_args
 
 import anyio
 
-from ._cgroups import Bound, Cgroup, Cgroups, read
-from ._grants import STATE, Grant, GrantError, UserDirectories, owner_name, state_directory
+from ._cgroups import Bound, Bounds, Cgroup, Cgroups, read
+from ._grants import STATE, Grant, GrantError, UserDirectories, UserGroups, owner_name, state_directory
 from ._kernel import HELPER_ENV, above, locked, no_user_namespaces, run_helper, running_uids, tool
 from ._kernel import SandboxError as SandboxError
-from ._network import CGROUPS_FIRST, EgressRules, Link, Network, NetworkError, ProcessNetwork, linkable, routed
+from ._network import (
+    CGROUPS_FIRST,
+    EgressPolicy,
+    EgressRules,
+    Link,
+    Network,
+    NetworkError,
+    ProcessNetwork,
+    linkable,
+    routed,
+)
 from ._seccomp import applied
+
+if TYPE_CHECKING:
+    from ._edge import Edge
+    from ._masks import Mask
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -246,8 +263,35 @@ def environment(environ: Mapping[str, str], passed: Collection[str] = ()) -> dic
     return reached
 
 
+@dataclass(frozen=True)
+class UidRange:
+    """The uids the operator reserved for the processes (``--process-uids FIRST-LAST``), of which at most
+    ``per_user`` are kept for one user; where the host's gateways lock them (``locks``) and record whom each is kept
+    for (``state``): what :class:`Uids` gives out as the gateway runs."""
+
+    first: int
+    last: int
+    per_user: int = 8
+    locks: str = UID_LOCKS
+    state: str = STATE
+
+    @classmethod
+    def parsed(cls, spec: str, *, per_user: int = 8, locks: str = UID_LOCKS, state: str = STATE) -> UidRange:
+        first, _, last = spec.partition("-")
+        if not (first.isdigit() and last.isdigit() and 0 < int(first) <= int(last)):
+            raise ValueError(f"--process-uids takes FIRST-LAST, two uids above 0: not {spec!r}")
+        return cls(int(first), int(last), per_user, locks, state)
+
+    def taken_by_users(self) -> str | None:
+        """A user of the system's in the range, if any (the range must be the gateway's alone)."""
+        for user in pwd.getpwall():
+            if self.first <= user.pw_uid <= self.last:
+                return f"{user.pw_name} ({user.pw_uid})"
+        return None
+
+
 class Uids:
-    """A range of uids the operator reserved (``--process-uids FIRST-LAST``): a free one per process, which no other
+    """The uids the operator reserved (:class:`UidRange`), as the gateway runs: a free one per process, which no other
     gateway of the host holds (:data:`UID_LOCKS`), and in which nothing of its last process is left.
 
     A process's uid owns nothing once it ends, but for what it wrote in a tree of the host's granted ``:rw`` (a
@@ -259,27 +303,17 @@ class Uids:
     her conversations' processes, and as many still ending), hers taken first; the operator gives a uid back to
     everyone by removing both records, once its files are chowned or gone."""
 
-    def __init__(self, spec: str, locks: str = UID_LOCKS, state: str = STATE, per_user: int = 8) -> None:
-        first, _, last = spec.partition("-")
-        if not (first.isdigit() and last.isdigit() and 0 < int(first) <= int(last)):
-            raise ValueError(f"--process-uids takes FIRST-LAST, two uids above 0: not {spec!r}")
-        self.first = int(first)
-        self.last = int(last)
+    def __init__(self, given: UidRange) -> None:
+        self.first = given.first
+        self.last = given.last
         # The least recently used first.
         self.free = deque(range(self.first, self.last + 1))
-        self.locks = locks
-        self.per_user = per_user
+        self.locks = given.locks
+        self.per_user = given.per_user
         self.held: dict[int, int] = {}  # each uid given out, and the descriptor of its lock
-        os.makedirs(locks, mode=0o700, exist_ok=True)
-        self.kept = state_directory(state, "uids")  # each uid kept for an owner: a link naming her
-        self.owners = state_directory(state, "owners")  # each owner's, listed
-
-    def taken_by_users(self) -> str | None:
-        """A user of the system's in the range, if any (the range must be the gateway's alone)."""
-        for user in pwd.getpwall():
-            if self.first <= user.pw_uid <= self.last:
-                return f"{user.pw_name} ({user.pw_uid})"
-        return None
+        os.makedirs(given.locks, mode=0o700, exist_ok=True)
+        self.kept = state_directory(given.state, "uids")  # each uid kept for an owner: a link naming her
+        self.owners = state_directory(given.state, "owners")  # each owner's, listed
 
     def take(self, owner: str, keep: int = 0) -> int:
         """A free uid for a process of ``owner`` (:func:`owner_name`), locked, in which no process runs (the
@@ -352,17 +386,19 @@ class Uids:
 
 
 @dataclass(frozen=True)
-class Sandbox:
-    """How every process runs (the ``--process-*`` flags): its containment (``auto`` until :meth:`chosen`), its uid
-    (one of ``uids`` each, or ``user`` and ``group`` for all), its directory (``cwd``, a template with ``{id}``),
-    its bounds, and its network (``none``: a network namespace of its own, its loopback only)."""
+class SandboxPolicy:
+    """How every process runs (the ``--process-*`` flags), as the operator asked it: its containment (``auto``
+    until :meth:`chosen`), its uid (one of ``uids`` each, or ``user`` and ``group`` for all), its directory
+    (``cwd``, a template with ``{id}``), its bounds, and its network (``none``: a network namespace of its own, its
+    loopback only). A value, in the configuration: it holds nothing that runs, and two made from the same flags are
+    equal; what runs is the :class:`Sandbox` the app builds from it."""
 
     containment: Containment = "none"
-    uids: Uids | None = None
+    uids: UidRange | None = None
     user: int | None = None
     group: int | None = None
     cwd: str | None = None
-    cgroups: Cgroups | None = None
+    bounds: Bounds | None = None
     # As RLIMIT_NPROC, where no control group bounds them.
     pids: int | None = None
     network: Network = "host"
@@ -376,10 +412,13 @@ class Sandbox:
     profile: str = ""
     # The host's directories granted to each process (--process-mount), and with {user}, where each user's is.
     grants: tuple[Grant, ...] = ()
-    users: UserDirectories | None = None
-    # Under egress, the gateway's rules (_network): each uid taken is put under them, and let go as it is given back.
-    egress: EgressRules | None = None
-    edge: Any = None  # the masked credentials' proxy (_edge.Edge), with --process-env-mask
+    users: UserGroups | None = None
+    # Under egress, what the gateway's rules grant (_network), the masked credentials' hosts among them.
+    egress: EgressPolicy | None = None
+    # The credentials masked (--process-env-mask), and the authority that signs their hosts' certificates
+    # (--process-env-mask-ca's files; None: one made at start): the proxy's, _edge.Edge.
+    masks: tuple[Mask, ...] = ()
+    masks_ca: str | None = None
     files: tuple[ProcessFile, ...] = ()  # written in each process's own directories as it starts (--process-file)
 
     @property
@@ -403,8 +442,8 @@ class Sandbox:
         elif self.user is not None:
             runs_as = "one uid"
         bounds = "none"
-        if self.cgroups:
-            bounds = self.cgroups.said
+        if self.bounds:
+            bounds = self.bounds.said
         elif self.pids:
             bounds = "RLIMIT_NPROC"
         chosen = f" ({self.choice})" if self.choice else ""
@@ -413,7 +452,7 @@ class Sandbox:
         # The network: the startup line's next part (_network's rules say theirs).
         return f"containment {self.containment}{chosen}, {runs_as}, bounds {bounds}{grants}"
 
-    def chosen(self) -> Sandbox:
+    def chosen(self) -> SandboxPolicy:
         """This sandbox as it runs here, tried once (:meth:`check`): ``auto`` is bubblewrap where it works, else
         util-linux's ``unshare`` where the gateway is root (its mounts need it) and it works, else ``none``."""
         if self.containment != "auto":
@@ -484,7 +523,7 @@ class Sandbox:
         the processes start through found too (:func:`tool`)."""
         containment = self.containment
         if containment == "auto":
-            raise SandboxError("--process-containment auto is chosen once, at startup (Sandbox.chosen)")
+            raise SandboxError("--process-containment auto is chosen once, at startup (SandboxPolicy.chosen)")
         try:
             if containment != "none" and not os.access(tool(containment), os.X_OK):
                 raise SandboxError(f"{containment} is not installed")
@@ -509,7 +548,7 @@ class Sandbox:
     def _helpers(self) -> list[str]:
         """The helpers, besides the containment's own, that start each process."""
         helpers = ["setpriv"] if self.uids is not None or self.user is not None or self.contains_root else []
-        if helpers or self.cgroups is not None or self.containment != "none":
+        if helpers or self.bounds is not None or self.containment != "none":
             helpers += ["bash", "env"]  # the last helper (_LAST)
         if self.pids is not None:
             helpers.append("prlimit")
@@ -523,23 +562,73 @@ class Sandbox:
             helpers.append("rm")
         return [*helpers, *ProcessNetwork(self.network).helpers()]
 
+
+class Sandbox:
+    """The processes' sandbox as the gateway runs it, built from ``policy`` (:class:`SandboxPolicy`) as the app is
+    made, and closed (:meth:`close`) once its processes have ended: the uid pool (:class:`Uids`), the control
+    groups (``_cgroups.Cgroups``), the users' own directories (``_grants.UserDirectories``), the masked credentials'
+    proxy (``_edge.Edge``: its authority and its port on this host's loopback) and the egress table
+    (``_network.EgressRules``, installed by :meth:`install` before any process starts). Two gateways' sandboxes,
+    or one server's and another's of a ``--config`` file, share none of them, whatever their policies."""
+
+    def __init__(self, policy: SandboxPolicy) -> None:
+        self.policy = policy
+        self.uids: Uids | None = None
+        if policy.uids is not None:
+            try:
+                self.uids = Uids(policy.uids)
+            except OSError as exc:
+                raise SandboxError(f"--process-uids: {policy.uids.locks} could not be made: {exc.strerror}") from None
+        self.users = None if policy.users is None else UserDirectories(policy.users)
+        self.cgroups = None if policy.bounds is None else Cgroups(policy.bounds)
+        self.edge = None if not policy.masks else _edge(policy.masks, policy.masks_ca)  # last: it holds a socket
+        egress = policy.egress
+        if egress is not None and self.edge is not None:  # the proxy's port, known once it is bound
+            egress = replace(egress, proxy=self.edge.masks.port)
+        self.egress = None if egress is None else EgressRules(egress)
+        # The grants, and with masked credentials the proxy's certificates, read-only in every process.
+        self.grants = policy.grants if self.edge is None else (*policy.grants, self.edge.masks.grant)
+
+    def install(self) -> None:
+        """Its egress table installed (:meth:`~._network.EgressRules.install`), before any of its processes starts."""
+        if self.egress is not None:
+            self.egress.install()
+
+    def close(self) -> None:
+        """What it holds on the host, once its processes have ended: its egress table, its own control groups, its
+        masked credentials' values, certificates and proxy's socket (closed already where the proxy served)."""
+        if self.egress is not None and self.egress.lock is not None:  # installed, and not removed yet
+            self.egress.remove()
+        if self.cgroups is not None:
+            self.cgroups.close()
+        if self.edge is not None:
+            self.edge.masks.close()
+            self.edge.listening.close()
+
+    @property
+    def said(self) -> str:
+        """How the gateway's startup line says it: the policy's words, then its network's (its egress table's)."""
+        network = f"network {self.policy.network}" if self.egress is None else self.egress.said
+        return f"{self.policy.said}, {network}"
+
     async def enter(self, process_id: str, user: Sequence[str] | None = None) -> Place:
         """A place for a new process: its uid taken, its directory and control group made, and its grants: with
         ``user`` (who she is: ``stdio._models.Owner``'s identity) her own directory, made on first use; with none
         (a process no one's, as the shared one), an empty read-only directory there. Made whole or not at all,
         even when its request is cancelled meanwhile (each step is bounded): a uid taken is never left held by no
         one."""
-        self._installed()
+        policy = self.policy
+        policy._installed()
         with anyio.CancelScope(shield=True):
-            uid = self.user
-            gid = self.group
+            uid = policy.user
+            gid = policy.group
             if self.uids is not None:
                 # Whom its uid is kept for: her, else no one of this gateway's trees (its shared process, or every
                 # process where no one is authenticated), the same on its next start.
                 trees = sorted(grant.source for grant in self.grants if grant.writable and not grant.per_user)
                 owner = owner_name(user if user is not None else ("no one", *trees))
                 keep = 0
-                if self.keeps_uids:
+                if policy.keeps_uids:
                     keep = self.uids.per_user if user is not None else self.uids.last - self.uids.first + 1
                 try:
                     uid = gid = await anyio.to_thread.run_sync(self.uids.take, owner, keep)
@@ -550,13 +639,13 @@ class Sandbox:
                 if self.egress is not None and self.uids is not None and uid is not None:
                     await anyio.to_thread.run_sync(self.egress.hold, uid)
                 await anyio.to_thread.run_sync(place.granted, user)
-                if self.cwd is not None:
-                    place.cwd = self.cwd.replace("{id}", process_id)
+                if policy.cwd is not None:
+                    place.cwd = policy.cwd.replace("{id}", process_id)
                     if place.workdir is not None:  # a mount point, or uncontained its directory
                         await anyio.to_thread.run_sync(_workdir, place.workdir, place)
                 if self.cgroups is not None:
                     place.cgroup = await anyio.to_thread.run_sync(self.cgroups.create)
-                if self.network == "egress" and self.containment in ("bwrap", "unshare") and uid is not None:
+                if policy.network == "egress" and policy.containment in ("bwrap", "unshare") and uid is not None:
                     await place.linked()
             except (OSError, GrantError, NetworkError) as exc:
                 await place.leave()
@@ -603,7 +692,7 @@ class Place:
         """The directory of the host's its first helper starts in (``cwd`` uncontained, or where a tmpfs is mounted
         over it), made by :meth:`Sandbox.enter`; None where it needs none: contained, a home under one of
         :data:`PRIVATE` is made in the namespace alone, so that nothing of it is left on the host."""
-        contained = self.sandbox.containment != "none"
+        contained = self.sandbox.policy.containment != "none"
         if self.cwd is None or (contained and private_under(self.cwd) is not None):
             return None
         return self.cwd
@@ -615,7 +704,7 @@ class Place:
         line, the environment it starts with, and the descriptor of the file that holds ``environ`` (a ``memfd``
         the caller passes on, then closes, with those of its seccomp filters), which only the last helper reads, as
         the server's own user. Without a helper: the server itself, with ``environ``, and no file."""
-        sandbox = self.sandbox
+        sandbox = self.sandbox.policy
         line: list[str] = []
         # Under unshare, the first process of its PID namespace ends with the shell that waits for it (its parent).
         ends = ["--pdeathsig", "KILL"] if sandbox.containment == "unshare" else []
@@ -650,7 +739,7 @@ class Place:
         """Its own ``HOME`` and ``TMPDIR``, where it has a directory; else, contained, its own ``/tmp`` as its home
         (the host's files, the gateway's home among them, are read-only to it)."""
         if self.cwd is None:
-            return {} if self.sandbox.containment == "none" else {"HOME": "/tmp"}  # noqa: S108
+            return {} if self.sandbox.policy.containment == "none" else {"HOME": "/tmp"}  # noqa: S108
         return {"HOME": self.cwd, "TMPDIR": os.path.join(self.cwd, "tmp")}
 
     def exceeded(self) -> Bound | None:
@@ -675,6 +764,23 @@ class Place:
                 if self.sandbox.egress is not None:
                     await anyio.to_thread.run_sync(self.sandbox.egress.let_go, self.uid)
                 self.sandbox.uids.give_back(self.uid)
+
+
+def _edge(masks: tuple[Mask, ...], ca: str | None) -> Edge:
+    """The masked credentials' proxy, as a gateway's start makes it: its authority (``ca``'s files, read once; else
+    one of its own, made now for the masked hosts alone), its port bound on this host's loopback. A ``ValueError``
+    names a file that cannot serve."""
+    from ._edge import Edge
+    from ._masks import Authority, Masks
+
+    names = {host for mask in masks for host, _ in mask.hosts}
+    authority = Authority.given(ca) if ca else Authority.made(names)
+    try:
+        listening = socket.create_server(("127.0.0.1", 0))
+    except OSError:
+        authority.close()
+        raise
+    return Edge(Masks(masks, authority, port=listening.getsockname()[1]), listening)
 
 
 def reap_adopted(group: int, *, wait: bool = False) -> None:
@@ -707,7 +813,7 @@ def _memfd(data: bytes) -> int:
 
 
 def _namespace(
-    sandbox: Sandbox,
+    sandbox: SandboxPolicy,
     cwd: str | None,
     filters: Sequence[int] = (),
     link: Link | None = None,
@@ -724,8 +830,8 @@ def _namespace(
     0700: a home of its own, where ``chmod`` and ``git`` work as in any other; ``mounts`` are its grants
     (``--process-mount``), bound last. Its first process dies with the gateway, even by SIGKILL (bubblewrap's
     ``--die-with-parent``, ``setpriv --pdeathsig``). ``filters`` are the descriptors of its seccomp filters
-    (:meth:`Sandbox.filters`), given to bubblewrap, or under ``unshare`` applied once its mounts are made, before the
-    next helper, by the gateway's own interpreter (util-linux's tools apply none)."""
+    (:meth:`SandboxPolicy.filters`), given to bubblewrap, or under ``unshare`` applied once its mounts are made,
+    before the next helper, by the gateway's own interpreter (util-linux's tools apply none)."""
     containment = sandbox.containment
     if containment not in ("bwrap", "unshare"):
         return []
@@ -825,7 +931,7 @@ def _read_only() -> list[tuple[str, str]]:
 def _workdir(path: str, place: Place) -> str:
     """A new directory of the process's own (its cwd and ``HOME``), mode 0700, and uncontained ``tmp`` in it, its
     ``TMPDIR``: contained, it is the mount point of its home's tmpfs, which holds its ``tmp``."""
-    made = [path] if place.sandbox.containment != "none" else [path, os.path.join(path, "tmp")]
+    made = [path] if place.sandbox.policy.containment != "none" else [path, os.path.join(path, "tmp")]
     for directory in made:
         os.makedirs(directory, mode=0o700)
         if place.uid is not None:

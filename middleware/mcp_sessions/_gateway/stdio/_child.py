@@ -36,7 +36,7 @@ from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 from ..._version import __version__
 from ..._wire import printable
 from ..._wire.protocol import RATE_LIMITED
-from ..sealed._sandbox import Place, Sandbox, SandboxError, reap_adopted
+from ..sealed._sandbox import Place, Sandbox, SandboxError, SandboxPolicy, reap_adopted
 from ._models import OVER, End, EndReason
 
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -155,7 +155,7 @@ class Child:
         self.on_request = on_request
         self.on_notify = on_notify
         self.on_progress = on_progress
-        self.options = options or ProcessOptions()
+        self.options = options or ProcessOptions(SandboxPolicy())
         self.ready = anyio.Event()  # initialized, or failed (then ``failure`` says why)
         self.done = anyio.Event()  # asked to stop, or its stdout ended
         # How it ended, set here alone: by the first to stop it, or by the cause of its crash (a bound it reached,
@@ -245,10 +245,10 @@ class Child:
             exceeded = await anyio.to_thread.run_sync(place.exceeded)
             if exceeded is not None:
                 self._caused(End(OVER[exceeded]))
-            cgroups = self.options.cgroups
-            if exceeded is not None and self.end is not None and self.end.failure is not None and cgroups is not None:
+            bounds = self.options.policy.bounds
+            if exceeded is not None and self.end is not None and self.end.failure is not None and bounds is not None:
                 # Its start ended by its bound ("Connection closed" at initialize): the gateway's last line says which.
-                self.end = End(self.end.reason, f"{self.end}; {cgroups.told(exceeded)}")
+                self.end = End(self.end.reason, f"{self.end}; {bounds.told(exceeded)}")
         except Exception:
             # This conversation's alone: the process table's task group, everyone's, must not end with it.
             logger.exception("%s: its process group could not be stopped", self.label)

@@ -73,7 +73,7 @@ from .._front import GatewayFront, HostCheck, trusted_proxies
 from .._serving import REFUSING, RESTARTING, RETRY_AFTER, STOPPING
 from ..auth._tools import ToolPolicy, guarded
 from ..auth._users import FrontedConversations, GatewayAuth, ProcessEnv
-from ..sealed._sandbox import environment
+from ..sealed._sandbox import Sandbox, environment
 from ._child import START_TIMEOUT
 from ._status import OperatorStatus, OwnConversations, ProcessMetrics
 from ._table import AFTER_ANSWER, MAX_ENDED, Table, cut
@@ -190,10 +190,12 @@ class StdioServer(Server[Any]):
         return await self.children.relay(ctx)
 
 
-def stdio_gateway_app(config: GatewayConfig) -> GatewayFront:
+def stdio_gateway_app(config: GatewayConfig, *, sandbox: Sandbox | None = None) -> GatewayFront:
     """Sessions for a stdio MCP server: the ASGI app ``mcp-sessions gateway --stdio`` serves (see the module), as
     ``config`` says, whole (``config.serves``, the server's processes: :class:`StdioProcesses`). Serve it with
-    lifespan on: it starts and stops the children."""
+    lifespan on: it starts and stops the children. ``sandbox``: what the children run in, built from
+    ``config.serves.sandbox`` (the policy) unless given; whoever builds it installs and closes it
+    (``_cli``: its egress table before the gateway serves, the whole once every child has ended)."""
     serves = config.serves
     if not isinstance(serves, StdioProcesses):
         raise TypeError("stdio_gateway_app serves a stdio server's processes: config.serves is a StdioProcesses")
@@ -212,7 +214,9 @@ def stdio_gateway_app(config: GatewayConfig) -> GatewayFront:
     sessions = _sessions_config(config.sessions, bus, replica=bool(trusted))
     idle = serves.process_idle or sessions.idle_ttl or DEFAULT_PROCESS_IDLE
     passed = environment(serves.environ, serves.pass_env)  # by allow-list
-    sandbox = serves.sandbox
+    policy = serves.sandbox
+    if sandbox is None and policy is not None:
+        sandbox = Sandbox(policy)
     table = partial(
         Table,
         serves.command,
@@ -223,7 +227,7 @@ def stdio_gateway_app(config: GatewayConfig) -> GatewayFront:
         per_caller=serves.max_processes_per_principal,
         sessionless=serves.sessionless,
         # a child started ahead cannot know its user's values, nor her directory
-        warm=0 if credentials.sources or (sandbox is not None and sandbox.per_user) else serves.warm,
+        warm=0 if credentials.sources or (policy is not None and policy.per_user) else serves.warm,
         environ={name: value for name, value in passed.items() if name not in credentials.sources},
         bus=bus,
         options=sandbox,
