@@ -309,8 +309,14 @@ def sections_and_verdicts(
             "work counted inline), a `MeterProvider` with an in-memory reader; `otel-asgi` is "
             "`opentelemetry-instrumentation-asgi`'s `OpenTelemetryMiddleware` with its default options. On the "
             "MCPServer the same span, link, context and metric cost the middleware more than on the trivial app: "
-            "each runs after an MCPServer request has put its own code and data in the CPU's caches, and the "
-            "MCPServer's process collects garbage more often; otel-asgi pays the same way.",
+            "the same calls, two of them doing more (the `SessionSpanProcessor` sets `session.id` on the SDK's own "
+            "span, now a child of the middleware's; the answer to rewrite is longer), each take 1.3-1.6x as long "
+            "after an MCPServer request has put its own code and data in the CPU's caches; otel-asgi pays the same "
+            "way. "
+            "The MCPServer's process also collects garbage more often, which moves the means, not these medians: "
+            "the `mcp` SDK arms a 5 s `anyio.move_on_after` for each request and cancels it, and asyncio keeps a "
+            "cancelled timer, and the request's context with it (its spans, its session), until it cleans its "
+            "timer heap.",
             header,
             table(MCP_SDK) + table(TRIVIAL_SDK),
         ),

@@ -28,6 +28,7 @@ from ._pipeline import (
     Forwarder,
     Resolver,
     check_handles,
+    record_user,
     start_operations,
 )
 from ._plan import Planner, json_rpc_headers
@@ -159,7 +160,9 @@ class MCPSessionMiddleware(AtEndpoints):
         if self._handles is not None:
             await check_handles(self._handles, self._sessions, scope, plan)
         if plan.traced:
-            await start_operations(self._telemetry, scope, plan, capture=self.config.capture_content)
+            start_operations(self._telemetry, scope, plan, capture=self.config.capture_content)
+            if self._telemetry.users is not None:
+                await record_user(self._telemetry.users, scope, plan)
         if plan.refused or plan.local is not None or plan.answered:
             return await self._answers.answer(scope, receive, send, plan, body)
         exchange = self._forwarder.prepare(scope, replay, send, plan)

@@ -10,4 +10,5 @@ from ._span import detach as detach
 from ._telemetry import Operation as Operation
 from ._telemetry import Telemetry as Telemetry
 from ._telemetry import TraceMode as TraceMode
+from ._telemetry import TraceUser as TraceUser
 from ._telemetry import TraceUserMode as TraceUserMode

@@ -19,7 +19,7 @@ import logging
 import time
 import traceback
 from collections.abc import Callable, Collection, Iterable, Mapping, MutableMapping
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 from opentelemetry import baggage, context, propagate, trace
 from opentelemetry import metrics as otel_metrics
@@ -168,7 +168,7 @@ class Telemetry:
         self.transport_session_digest = transport_digest or process_digest("ts-")
         # What session.id records of a host's id too long for the viewers: the key set's digest of the conversation.
         self._conversation_digest = conversation_digest or _process_conversation_digest()
-        self._shared: dict[tuple[str, str | None, str | None, bool], tuple[str, dict[str, AttributeValue]]] = {}
+        self._shared: dict[tuple[str, str | None, str | None, bool], _Shared] = {}
         self._tracer_provider, self._meter_provider = tracer_provider, meter_provider
         self._enabled = False
         self.tracer = trace.get_tracer("mcp_sessions", __version__, tracer_provider)
@@ -250,7 +250,9 @@ class Telemetry:
         # A new trace: this span names it for the viewers.
         op.root = parent is None and not trace.get_current_span().get_span_context().is_valid
         # Attributes and links go to start_span: the sampler sees them, and the SDK cleans them in one pass.
-        name, attributes = self._span_attributes(op, scope, headers, message, params, modern, session_source)
+        shared = self._shared_attributes(op)
+        op.metric_attributes = shared.metric
+        attributes = self._span_attributes(op, shared.span, scope, headers, message, params, modern, session_source)
         if user_id is not None:
             attributes["user.id"] = user_id
         if original is not None and redacted_string(original) == original:  # kept only if nothing in it is redacted
@@ -258,37 +260,38 @@ class Telemetry:
         if turn_id is not None:
             attributes["mcp_sessions.conversation.turn_id"] = turn_id  # Codex's turn, Claude Code's tool use…
         op.span = self.tracer.start_span(
-            name, context=parent, kind=SpanKind.SERVER, attributes=attributes, links=links, start_time=start_ns
+            shared.name, context=parent, kind=SpanKind.SERVER, attributes=attributes, links=links, start_time=start_ns
         )
         return op
 
-    def _shared_attributes(self, op: Operation) -> tuple[str, dict[str, AttributeValue]]:
-        """The span's name, and the attributes it shares with every call of its method, protocol version, target
-        and place in its trace (the metric's, its kind, a root's names for the viewers): built once, then copied.
-        Each part of the key is a bounded name."""
-        key = (op.method_name, op.version_name, op.target_name(), op.root)
+    def _shared_attributes(self, op: Operation) -> _Shared:
+        """The span's name, and the attributes its span and its duration metric share with every call of its method,
+        protocol version, target and place in its trace (the metric's, its kind, a root's names for the viewers):
+        built once, then shared, never changed. Each part of the key is a bounded name."""
+        key = (op.method_name, op.version_name, op.named_target, op.root)
         found = self._shared.get(key)
         if found is None:
             name, kind = op.span_name(), self.kinds.get(op.method_name, TURN)
-            attributes = {**op.metric_attributes, CALL_KIND_ATTRIBUTE: kind}
+            metric = op.metric_attributes_for(op.named_target)
+            span = {**metric, CALL_KIND_ATTRIBUTE: kind}
             if op.root:
-                attributes.update(root_attributes(name, kind))
-            found = self._shared[key] = (name, attributes)
+                span.update(root_attributes(name, kind))
+            found = self._shared[key] = _Shared(name, span, metric)
         return found
 
     def _span_attributes(
         self,
         op: Operation,
+        shared: Mapping[str, AttributeValue],
         scope: Mapping[str, Any],
         headers: Mapping[bytes, bytes],
         message: Mapping[str, object],
         params: Mapping[str, object] | None,
         modern: bool,
         session_source: str | None,
-    ) -> tuple[str, dict[str, AttributeValue]]:
-        """The span's name, and the attributes it starts with: the shared ones, then what the message, connection
-        and session say."""
-        name, shared = self._shared_attributes(op)
+    ) -> dict[str, AttributeValue]:
+        """The attributes the span starts with: the ``shared`` ones, then what the message, connection and session
+        say."""
         attributes = dict(shared)
         if op.method_name == OTHER:
             attributes["mcp_sessions.method_original"] = redacted_string(op.method)
@@ -313,7 +316,7 @@ class Telemetry:
         transport_session = None if modern else headers.get(b"mcp-session-id")
         if transport_session is not None:
             attributes["mcp.session.id"] = self.transport_session_digest(transport_session)
-        return name, attributes
+        return attributes
 
 
 class Operation:
@@ -338,9 +341,11 @@ class Operation:
         self.version_name = protocol_version
         if protocol_version is not None and protocol_version not in KNOWN_VERSIONS:
             self.version_name = OTHER
-        self._named_target = self.target_name()
-        self.metric_attributes = self._metric_attributes(self._named_target)
-        """The duration metric's attributes (and the span's first ones), built once: copy before changing."""
+        self.named_target = self.target_name()
+        """The target as the span's name and the metric carry it when the call starts (:meth:`target_name`)."""
+        self.metric_attributes: Mapping[str, AttributeValue] = {}
+        """The duration metric's attributes, shared by every call of the same method, version and target
+        (:meth:`Telemetry.start` sets them): never changed."""
         self.error_type: str | None = None
         self.status_code: str | None = None
         self.error_message: str | None = None
@@ -369,7 +374,7 @@ class Operation:
 
     def span_name(self) -> str:
         """``{mcp.method.name} {target}``, the target only when it is a known name (span names stay low-cardinality)."""
-        target = self._named_target
+        target = self.named_target
         return self.method_name if target is None or target == OTHER else f"{self.method_name} {target}"
 
     def session_attributes(self) -> dict[str, AttributeValue]:
@@ -379,7 +384,7 @@ class Operation:
             attributes["mcp.protocol.version"] = self.version_name
         return attributes
 
-    def _metric_attributes(self, target: str | None) -> dict[str, AttributeValue]:
+    def metric_attributes_for(self, target: str | None) -> dict[str, AttributeValue]:
         """The duration metric's attributes, with ``target`` as :meth:`target_name` bounds it."""
         attributes = self.session_attributes()
         attributes["mcp.method.name"] = self.method_name
@@ -493,9 +498,9 @@ class Operation:
         recording = span.is_recording()
         if self.target is not None:
             target = self.target_name()
-            learned = target != self._named_target  # from this very answer: the metric and the span say it
+            learned = target != self.named_target  # from this very answer: the metric and the span say it
             if learned:
-                attributes = self._metric_attributes(target)
+                attributes = self.metric_attributes_for(target)
             if recording:
                 if target == OTHER:
                     span.set_attribute("mcp_sessions.target_original", redacted_string(self.target))
@@ -516,6 +521,17 @@ class Operation:
             record_text(span, "output", f"session {self.session_id} {self._local_outcome}")
         span.end()
         self.telemetry.operation_duration.record(duration, attributes)
+
+
+class _Shared(NamedTuple):
+    """What every call of one method, protocol version, target and place in its trace shares (built once)."""
+
+    name: str
+    """The span's name."""
+    span: dict[str, AttributeValue]
+    """The span's first attributes: the metric's, the call's kind, a root's names for the viewers (copied)."""
+    metric: dict[str, AttributeValue]
+    """The duration metric's attributes."""
 
 
 def _target_attribute(method: str) -> str:

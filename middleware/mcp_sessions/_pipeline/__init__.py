@@ -4,7 +4,7 @@ the middleware's own), answer, forward, rewrite the response."""
 from ._answer import Answers
 from ._forward import REQUEST_ID, Exchange, Forwarder
 from ._probe import DEFAULT_PROBE_TIMEOUT, Rejection, error_answer, unavailable
-from ._resolve import Resolver, check_handles, start_operations
+from ._resolve import Resolver, check_handles, record_user, start_operations
 from ._response import DEFAULT_MAX_RESPONSE_SIZE
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "Resolver",
     "check_handles",
     "error_answer",
+    "record_user",
     "start_operations",
     "unavailable",
 ]

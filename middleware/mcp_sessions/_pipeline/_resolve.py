@@ -16,7 +16,7 @@ from ..profiles import Era
 from ..sources import turn_of
 
 if TYPE_CHECKING:
-    from .._otel import Operation, Telemetry
+    from .._otel import Operation, Telemetry, TraceUser
     from .._plan import Call, Plan
     from .._session import Session, SessionService
     from ..sources import SessionSource
@@ -122,25 +122,26 @@ async def check_handles(handles: Handles, sessions: SessionService, scope: Scope
         plan.refused = True
 
 
-async def start_operations(telemetry: Telemetry, scope: Scope, plan: Plan, *, capture: bool = False) -> None:
+def start_operations(telemetry: Telemetry, scope: Scope, plan: Plan, *, capture: bool = False) -> None:
     """A SERVER span per JSON-RPC call of ``plan``, for a request an OpenTelemetry SDK records (``plan.traced``).
 
     With ``capture`` (the ``capture_content`` option), each ``tools/call``'s span records its arguments,
     and its result once the response is read (``_otel/_span.py``); a session method's, its label and
-    outcome. With ``trace_user``, a recording span gets ``user.id`` from the principal, asked once.
+    outcome. Who made the calls is :func:`record_user`'s, with ``trace_user``.
     """
-    user: str | None = None
-    asked = False
     for call in plan.calls:
         if call.method is not None:
             call.operation = operation = _start(telemetry, scope, plan, call)
-            if telemetry.users is not None and operation.recording:
-                if not asked:
-                    user, asked = await telemetry.users.user_id(scope), True
-                if user is not None:
-                    operation.set_user(user)
             if capture:
                 _capture(call, operation)
+
+
+async def record_user(users: TraceUser, scope: Scope, plan: Plan) -> None:
+    """``user.id`` on each recording span of ``plan``, from the principal, asked once (the ``trace_user`` option)."""
+    recording = [call.operation for call in plan.calls if call.operation is not None and call.operation.recording]
+    if recording and (user := await users.user_id(scope)) is not None:
+        for operation in recording:
+            operation.set_user(user)
 
 
 def _capture(call: Call, operation: Operation) -> None:
