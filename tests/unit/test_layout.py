@@ -237,6 +237,13 @@ def test_the_gateway_folds_no_unrelated_values_into_one_line() -> None:
     assert offenders == []
 
 
+@functools.cache
+def source_of(klass: type) -> str:
+    """A class of the package's source ("" for another's): read once, as ``inspect`` parses its whole module to find
+    a class (seconds over the docstrings' hundreds of names)."""
+    return inspect.getsource(klass) if klass.__module__.startswith(NAME) else ""
+
+
 def has(owner: object, name: str) -> tuple[bool, object]:
     """Whether ``owner`` has ``name``: an attribute, a class's annotated field or one its methods set on ``self``;
     and its value where it has one at hand."""
@@ -245,8 +252,7 @@ def has(owner: object, name: str) -> tuple[bool, object]:
     for klass in owner.__mro__ if isinstance(owner, type) else ():
         if name in vars(klass).get("__annotations__", {}):
             return True, None
-        source = inspect.getsource(klass) if klass.__module__.startswith(NAME) else ""
-        if re.search(rf"self\.{name}\b(: [^=]+)? = ", source):
+        if re.search(rf"self\.{name}\b(: [^=]+)? = ", source_of(klass)):
             return True, None
     return False, None
 
