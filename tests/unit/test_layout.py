@@ -239,9 +239,19 @@ def test_the_gateway_folds_no_unrelated_values_into_one_line() -> None:
 
 @functools.cache
 def source_of(klass: type) -> str:
-    """A class of the package's source ("" for another's): read once, as ``inspect`` parses its whole module to find
-    a class (seconds over the docstrings' hundreds of names)."""
-    return inspect.getsource(klass) if klass.__module__.startswith(NAME) else ""
+    """A class of the package's source ("" for another's), once, cut from its module's tree :func:`modules` parsed:
+    ``inspect.getsource`` parses the whole module again for each class (seconds over the docstrings' names)."""
+    if not klass.__module__.startswith(NAME):
+        return ""
+    parsed = {module: (path, tree) for module, path, tree in modules()}
+    path, tree = parsed.get(klass.__module__, (None, None))
+    node: ast.AST | None = tree
+    for name in klass.__qualname__.split("."):
+        node = next((c for c in getattr(node, "body", ()) if isinstance(c, ast.ClassDef) and c.name == name), None)
+    if path is None or not isinstance(node, ast.ClassDef):  # a class made in a function, say: inspect finds it
+        return inspect.getsource(klass)
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    return "".join(lines[node.lineno - 1 : node.end_lineno])
 
 
 def has(owner: object, name: str) -> tuple[bool, object]:
