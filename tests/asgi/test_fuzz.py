@@ -323,23 +323,34 @@ content_types = st.sampled_from(
 )
 
 
+# What requests() draws from, built once (as asgi._fuzz's composites' are: one built at each draw is validated again).
+request_bodies = mostly(
+    encoded(messages),
+    st.one_of(encoded(st.lists(messages, min_size=1, max_size=3)), encoded(json_values), st.binary(max_size=200)),
+)
+request_content_types = st.lists(content_types, min_size=1, max_size=2)
+versions = st.sampled_from([None, MODERN, LEGACY, "garbage"])
+header_values = st.sampled_from([*TOKENS, "sessions/create", "tools/call"])
+hosts = mostly(st.just(b"127.0.0.1:8000"), st.sampled_from([b"evil.example", b""]))
+accepts = mostly(st.just(CLIENT_HEADERS[1][1]), st.sampled_from([b"text/html", b"*/*"]))
+origins = st.sampled_from([b"http://localhost:3000", b"https://evil.example"])
+
+
 @st.composite
 def requests(draw: st.DrawFn) -> tuple[bytes, list[tuple[bytes, bytes]], list[int], str]:
-    batches = st.lists(messages, min_size=1, max_size=3)
-    anything = st.one_of(encoded(batches), encoded(json_values), st.binary(max_size=200))
-    body = draw(mostly(encoded(messages), anything))
-    headers = [(b"content-type", value) for value in draw(st.lists(content_types, min_size=1, max_size=2))]
-    version = draw(st.sampled_from([None, MODERN, LEGACY, "garbage"]))
+    body = draw(request_bodies)
+    headers = [(b"content-type", value) for value in draw(request_content_types)]
+    version = draw(versions)
     if version is not None:
         headers.append((b"mcp-protocol-version", version.encode()))
     for name in ("mcp-session-id", "mcp-method"):
         if draw(st.booleans()):
-            value = draw(st.sampled_from([*TOKENS, "sessions/create", "tools/call"]))
+            value = draw(header_values)
             headers.append((name.encode(), value.encode()))
-    headers.append((b"host", draw(mostly(st.just(b"127.0.0.1:8000"), st.sampled_from([b"evil.example", b""])))))
-    headers.append((b"accept", draw(mostly(st.just(CLIENT_HEADERS[1][1]), st.sampled_from([b"text/html", b"*/*"])))))
+    headers.append((b"host", draw(hosts)))
+    headers.append((b"accept", draw(accepts)))
     if draw(st.integers(min_value=0, max_value=7)) == 0:
-        headers.append((b"origin", draw(st.sampled_from([b"http://localhost:3000", b"https://evil.example"]))))
+        headers.append((b"origin", draw(origins)))
     headers = draw(st.permutations(headers))
     chunks = draw(st.lists(st.integers(min_value=0, max_value=len(body)), max_size=4))
     return body, headers, chunks, draw(st.sampled_from(["POST"] * 7 + ["GET"]))

@@ -237,6 +237,23 @@ def test_the_gateway_folds_no_unrelated_values_into_one_line() -> None:
     assert offenders == []
 
 
+@functools.cache
+def source_of(klass: type) -> str:
+    """A class of the package's source ("" for another's), once, cut from its module's tree :func:`modules` parsed:
+    ``inspect.getsource`` parses the whole module again for each class (seconds over the docstrings' names)."""
+    if not klass.__module__.startswith(NAME):
+        return ""
+    parsed = {module: (path, tree) for module, path, tree in modules()}
+    path, tree = parsed.get(klass.__module__, (None, None))
+    node: ast.AST | None = tree
+    for name in klass.__qualname__.split("."):
+        node = next((c for c in getattr(node, "body", ()) if isinstance(c, ast.ClassDef) and c.name == name), None)
+    if path is None or not isinstance(node, ast.ClassDef):  # a class made in a function, say: inspect finds it
+        return inspect.getsource(klass)
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    return "".join(lines[node.lineno - 1 : node.end_lineno])
+
+
 def has(owner: object, name: str) -> tuple[bool, object]:
     """Whether ``owner`` has ``name``: an attribute, a class's annotated field or one its methods set on ``self``;
     and its value where it has one at hand."""
@@ -245,8 +262,7 @@ def has(owner: object, name: str) -> tuple[bool, object]:
     for klass in owner.__mro__ if isinstance(owner, type) else ():
         if name in vars(klass).get("__annotations__", {}):
             return True, None
-        source = inspect.getsource(klass) if klass.__module__.startswith(NAME) else ""
-        if re.search(rf"self\.{name}\b(: [^=]+)? = ", source):
+        if re.search(rf"self\.{name}\b(: [^=]+)? = ", source_of(klass)):
             return True, None
     return False, None
 
