@@ -16,7 +16,8 @@ process it should hold is running and has answered ``initialize``: the server to
 ``notifications/initialized``) and the processes of answered requests gone. So the per-request rows are taken
 at a rate the pool keeps up with, which the run reports; a process start is its ceiling. Two more measures:
 a new conversation (a 2026 ``sessions/create``, a 2025 ``initialize`` and the first call after it), its time
-against a call's; and the most calls a second each sessionless mode sustains, unpaced, ``--clients`` at once.
+against a call's, and its first answer (``initialize``, then that call) beside a new session's through
+supergateway; and the most calls a second each sessionless mode sustains, unpaced, ``--clients`` at once.
 Then each gateway opens ``--conversations`` more (transport sessions), each used once, and the growth of the
 gateway process's own RSS (``VmRSS``, its children excluded) is divided by their number. Last, each gateway's
 start: from its spawn to the first ``tools/call`` a 2025 client has answered through it (its server's process
@@ -67,6 +68,10 @@ THEIRS_MODERN = f"supergateway {SUPERGATEWAY_VERSION}, 2026 request (a process p
 CREATE = "sessions/create (2026)"
 INITIALIZE = "initialize (2025)"
 FIRST_CALL = "the first tools/call after a 2025 initialize"
+FIRST_ANSWER = "a new 2025 conversation's first answer (initialize, then its first tools/call)"
+THEIRS_INITIALIZE = f"initialize (2025), supergateway {SUPERGATEWAY_VERSION} --stateful"
+THEIRS_FIRST_ANSWER = f"{FIRST_ANSWER}, supergateway {SUPERGATEWAY_VERSION} --stateful"
+OPENINGS = (CREATE, INITIALIZE, FIRST_CALL, FIRST_ANSWER, THEIRS_INITIALIZE, THEIRS_FIRST_ANSWER)
 HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 START_TIMEOUT = 30.0
 SETTLE_TIMEOUT = 30.0  # how long the machine may take to settle between two requests
@@ -233,14 +238,17 @@ class Conversation:
 
 class Initialize:
     """A new 2025 conversation each time: its ``initialize`` timed, then its first ``tools/call`` (kept in
-    ``first_calls``), then its ``DELETE``."""
+    ``first_calls``), then its ``DELETE``; and the whole, from ``initialize`` sent to that call's answer (kept in
+    ``first_answers``): what a user of a new conversation waits for."""
 
     def __init__(self, http: httpx.Client, url: str) -> None:
-        self.http, self.url, self.first_calls = http, url, list[float]()
+        self.http, self.url, self.first_calls, self.first_answers = http, url, list[float](), list[float]()
 
     def call(self) -> float:
+        started = time.perf_counter()
         conversation = Conversation(self.http, self.url)
         self.first_calls.append(conversation.call())
+        self.first_answers.append((time.perf_counter() - started) * 1000)
         conversation.close()
         return conversation.opened_ms
 
@@ -435,6 +443,7 @@ def run(rounds: int, conversations: int, clients: int, seconds: float, count: in
         url = {name: f"http://127.0.0.1:{port}/mcp" for name, (_, port, _) in argv.items()}
         direct = Direct(command)
         initialize, per_request = Initialize(http, url["ours"]), Modern(http, url["ours"])
+        their_initialize = Initialize(http, url["theirs"])
         paced: list[float] = []  # when each per-request call was sent
 
         def own_process() -> float:
@@ -452,13 +461,16 @@ def run(rounds: int, conversations: int, clients: int, seconds: float, count: in
             THEIRS_MODERN: Modern(http, url["theirs"]).call,
             CREATE: per_request.create,
             INITIALIZE: initialize.call,
+            THEIRS_INITIALIZE: their_initialize.call,
         }
         # ours: the shared process, the 2025 client's (used) and the warm pool (fresh); supergateway: the 2025 client's
         settled = [Settled(ours.pid, 4, work / "ready", fresh=3), Settled(theirs.pid, 1)]
         interleaved(ways, min(2, rounds), settled)  # warm up: imports, first calls
-        del paced[:], initialize.first_calls[:]
+        del paced[:], initialize.first_calls[:], initialize.first_answers[:], their_initialize.first_answers[:]
         timings = interleaved(ways, rounds, settled)
         timings[FIRST_CALL] = initialize.first_calls
+        timings[FIRST_ANSWER] = initialize.first_answers
+        timings[THEIRS_FIRST_ANSWER] = their_initialize.first_answers
         direct.close()
         most = {}
         for name, target in ((PER_REQUEST, url["ours"]), (SHARED, url["shared"]), (THEIRS_MODERN, url["theirs"])):
@@ -518,7 +530,14 @@ OPEN_TEXT = (
     " above: a 2026 `sessions/create` (timed to its answer; then `sessions/delete`), a 2025 `initialize` (timed to"
     " its answer, which carries the transport session's id; then `notifications/initialized`), and the first"
     " `tools/call` of that 2025 conversation (the process may still be starting), then its `DELETE`. The ratio is"
-    " to the added p50 of a 2025 client's `tools/call` in the table above."
+    " to the added p50 of a 2025 client's `tools/call` in the table above. The last row is what a user of a new"
+    " conversation waits for, beside the peer's: from the `initialize` sent to its first `tools/call`'s answer,"
+    f" through the gateway (already running, its warm pool on) and through supergateway {SUPERGATEWAY_VERSION}"
+    " `--stateful` (a process started for each new session), alternated with every row above; its ratio is to"
+    " supergateway's. The gateway is the first table's: a process per conversation (`--processes"
+    " per-conversation`, as supergateway's a process per session: the default, `auto`, would serve this client in"
+    " its caller's process, started already) and `--process-containment none` (a process started ahead is"
+    " contained before it is taken, so its containment is not in this time)."
 )
 CEILING_TEXT = (
     "The most 2026 `tools/call`s (naming no conversation) a second each gateway answers, unpaced: {clients} clients"
@@ -541,7 +560,7 @@ def tables(results: dict[str, Any], clients: int, seconds: float) -> list[dict[s
     ways = results["ways"]
     rows = []
     for name, entry in ways.items():
-        if name in (CREATE, INITIALIZE, FIRST_CALL):
+        if name in OPENINGS:
             continue
         added = [entry.get(key) for key in ("added_p50_ms", "added_p99_ms")]
         memory = entry.get("rss_kib_per_conversation")
@@ -566,6 +585,16 @@ def tables(results: dict[str, Any], clients: int, seconds: float) -> list[dict[s
         ]
         for name in (CREATE, INITIALIZE, FIRST_CALL)
     ]
+    ours_first, theirs_first = ways[FIRST_ANSWER], ways[THEIRS_FIRST_ANSWER]
+    opening.append(
+        [
+            f"{FIRST_ANSWER}: the gateway (supergateway {SUPERGATEWAY_VERSION} --stateful's beside it)",
+            str(ours_first["calls"]),
+            f"{ours_first['p50_ms']:.1f} ({theirs_first['p50_ms']:.1f})",
+            f"{ours_first['p99_ms']:.1f} ({theirs_first['p99_ms']:.1f})",
+            f"{ours_first['p50_ms'] / theirs_first['p50_ms']:.2f}x supergateway's",
+        ]
+    )
     most = [
         [name, f"{entry['calls']:.0f}", f"{entry['refused']:.0f}", f"{entry['per_second']:.1f}"]
         for name, entry in results["ceiling"].items()
@@ -668,6 +697,18 @@ def verdicts(results: dict[str, Any]) -> list[dict[str, str]]:
                 f"{took / call:.1f}x" if call > 0 else "a call added nothing",
             )
         )
+    ours_first, theirs_first = ways[FIRST_ANSWER]["p50_ms"], ways[THEIRS_FIRST_ANSWER]["p50_ms"]
+    judged.append(
+        verdict(
+            "a new conversation's first answer (a 2025 `initialize`, then its first `tools/call`) through"
+            " `mcp-sessions gateway --stdio`, already running, takes at most 1.0x what a new session's takes through"
+            f" supergateway {SUPERGATEWAY_VERSION} `--stateful` (p50, the same stdio server)",
+            f"the gateway {ours_first:.1f} ms (its warm pool: a process started ahead), supergateway"
+            f" {theirs_first:.1f} ms (a process started for the session)",
+            ours_first <= theirs_first,
+            f"{ours_first / theirs_first:.2f}x supergateway's",
+        )
+    )
     return judged
 
 

@@ -172,7 +172,7 @@ def test_the_benchmark_against_supergateway_runs_and_reports(tmp_path: Path) -> 
     printed = run("bench_stdio.py", "--quick", "--json", str(out))
     report = json.loads(out.read_text())
     assert len(report["sections"]) == 4
-    assert len(report["verdicts"]) == 7
+    assert len(report["verdicts"]) == 8  # a new conversation's first answer beside supergateway's: the last
     ways = report["ways"]
     assert set(ways) == {
         "stdio directly",
@@ -184,6 +184,9 @@ def test_the_benchmark_against_supergateway_runs_and_reports(tmp_path: Path) -> 
         "sessions/create (2026)",
         "initialize (2025)",
         "the first tools/call after a 2025 initialize",
+        "a new 2025 conversation's first answer (initialize, then its first tools/call)",
+        "initialize (2025), supergateway 4.0.0 --stateful",
+        "a new 2025 conversation's first answer (initialize, then its first tools/call), supergateway 4.0.0 --stateful",
     }
     for name in ("mcp-sessions gateway --stdio, 2025 client", "supergateway 4.0.0 --stateful, 2025 client"):
         assert {"p50_ms", "p99_ms", "added_p50_ms", "added_p99_ms", "rss_kib_per_conversation"} <= set(ways[name])

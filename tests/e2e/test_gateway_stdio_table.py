@@ -32,6 +32,7 @@ from e2e._stdio import COUNT, ENVIRON, SERVER, SERVER_PATH, stdio_gateway
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway.auth._users import GatewayAuth
 from mcp_sessions._gateway.stdio import _admission
+from mcp_sessions._gateway.stdio._models import asking
 from mcp_sessions._gateway.stdio._modes import default_max_processes
 from mcp_sessions._gateway.stdio._table import Table
 from mcp_sessions.profiles import SESSION_META_KEY, SESSION_NOT_FOUND
@@ -182,7 +183,8 @@ async def test_the_operator_view_of_every_process() -> None:
     )
     async with children.running():
         scope = {"type": "http", "headers": [], "client": ("10.0.0.7", 1234)}
-        conversation = await children.conversation_for(scope, "tools/call")
+        asked = await asking(scope, children.config, children.process_env)
+        conversation = await children.reach(await children.conversation_for(asked, "tools/call"))
         with anyio.fail_after(WITHIN):
             await children.pool.warm[0].child.ready.wait()  # started ahead as the request took the one before it
         views = {view.kind: view for view in children.pool.views()}

@@ -20,8 +20,9 @@ from mcp_types.version import LATEST_MODERN_VERSION
 from conftest import SECRET
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway.stdio import _admission
-from mcp_sessions._gateway.stdio._models import Asking, Caller, End, EndReason, Key, Owner
-from mcp_sessions._gateway.stdio._table import AFTER_ANSWER, NOTHING, Actions, Table
+from mcp_sessions._gateway.stdio._models import AFTER_ANSWER, Asking, Caller, End, EndReason, Key, Owner, asking
+from mcp_sessions._gateway.stdio._relay import Conversation
+from mcp_sessions._gateway.stdio._table import NOTHING, Actions, Table
 from mcp_sessions._session import SCOPE_KEY
 from mcp_sessions._tokens import SessionClaims
 from mcp_sessions._wire import Refusal
@@ -73,7 +74,7 @@ class Made(list[MemoryChild]):
 
 @asynccontextmanager
 async def table(
-    *, gated: bool = False, speaks: Sequence[str] = (), **options: Any
+    *, gated: bool = False, speaks: Sequence[str] = (), config: SessionsConfig | None = None, **options: Any
 ) -> AsyncIterator[tuple[Table, Made]]:
     """A running table whose processes are :class:`MemoryChild` (``gated``: each but the first waits for its
     ``started``; a revision probe is answered ``speaks``), and the processes it made, in order."""
@@ -91,7 +92,7 @@ async def table(
 
     settings: dict[str, Any] = {"processes": "per-conversation", "idle": 600.0, "max_processes": 16, "per_caller": 4}
     settings |= {"sessionless": "per-caller", "warm": 0, "environ": {}, **options}
-    config = SessionsConfig(secret=SECRET)
+    config = config or SessionsConfig(secret=SECRET)
     children = Table(["server"], config=config, bus=SessionSubscriptionBus(), factory=factory, **settings)
     if children.mode == "auto":
         await children.choose()
@@ -103,6 +104,13 @@ def scope(address: str = "10.0.0.1", session: object = None, transport: bytes | 
     """A request's scope as the table sees it: its client address, its session, its 2025 transport session."""
     headers = [] if transport is None else [(b"mcp-session-id", transport), (b"mcp-protocol-version", b"2025-11-25")]
     return {"type": "http", "client": (address, 1), "headers": headers, SCOPE_KEY: session}
+
+
+async def reach(children: Table, request: dict[str, Any], method: str, state: object = None) -> Conversation:
+    """The conversation ``request`` reaches, as ``Table.relay`` walks it: read once at its edge (``asking``),
+    decided (``conversation_for``), what the decision returned done and its process awaited (``reach``)."""
+    asked = await asking(request, children.config, children.process_env)
+    return await children.reach(await children.conversation_for(asked, method, state), asked.later)
 
 
 def data_layer(session_id: str) -> SimpleNamespace:
@@ -209,7 +217,7 @@ async def test_process_ended_returns_the_conversations_whose_sessions_end_with_i
     a crash's conversation is returned, for the lifetimes to end its session with it, and an end the gateway
     asked for (idle) returns none (that end ended it). No task group runs."""
     children = idle_table()
-    opened = [children.open(Key("data-layer-session", sid), Asking(ALICE, None, None)) for sid in ("s1", "s2")]
+    opened = [children.open(Asking(ALICE, None, None), Key("data-layer-session", sid)) for sid in ("s1", "s2")]
     [crashed], [idled] = [reached.actions.start for reached in opened]
     crashed.child.crash()  # type: ignore[attr-defined]
     idled.child.stop(EndReason.IDLE)
@@ -226,8 +234,8 @@ async def test_perform_ends_an_answered_process_once_the_answer_is_sent() -> Non
     ``AFTER_ANSWER`` until the answer is sent (``_server._Opening`` runs it); with no request, it is done at once."""
     async with table(sessionless="per-request") as (children, _):
         request = scope() | {AFTER_ANSWER: []}
-        reached = await children.conversation_for(request, "tools/call")
-        children.perform(children.answered(reached), request)
+        reached = await reach(children, request, "tools/call")
+        children.perform(children.answered(reached), request[AFTER_ANSWER])
 
         assert not reached.child.done.is_set()
         assert len(request[AFTER_ANSWER]) == 2  # the refill its start asked for, and its end
@@ -238,9 +246,9 @@ async def test_perform_ends_an_answered_process_once_the_answer_is_sent() -> Non
 
 async def test_a_callers_requests_that_name_nothing_are_one_conversation_of_hers() -> None:
     async with table() as (children, made):
-        hers = [await children.conversation_for(scope(), "tools/call") for _ in range(2)]
-        his = await children.conversation_for(scope("10.0.0.2"), "tools/call")
-        listed = await children.conversation_for(scope(), "tools/list")
+        hers = [await reach(children, scope(), "tools/call") for _ in range(2)]
+        his = await reach(children, scope("10.0.0.2"), "tools/call")
+        listed = await reach(children, scope(), "tools/list")
 
     assert hers[0] is hers[1]
     assert his is not hers[0]
@@ -251,13 +259,13 @@ async def test_a_callers_requests_that_name_nothing_are_one_conversation_of_hers
 
 async def test_per_request_each_request_has_a_process_ended_once_answered() -> None:
     async with table(sessionless="per-request") as (children, made):
-        first = await children.conversation_for(scope(), "tools/call")
+        first = await reach(children, scope(), "tools/call")
         actions = children.answered(first)
         assert not first.child.done.is_set()  # answered decides; perform ends it
         children.perform(actions)
         with anyio.fail_after(5):
             await first.child.done.wait()
-        second = await children.conversation_for(scope(), "tools/call")
+        second = await reach(children, scope(), "tools/call")
 
     assert first is not second
     assert len(made) == 3
@@ -268,7 +276,7 @@ async def test_a_caller_at_her_limit_is_refused_and_another_is_not() -> None:
         await create(children, "s1")
         with pytest.raises(Refusal) as refused:
             await create(children, "s2")
-        theirs = await children.conversation_for(scope("10.0.0.2"), "tools/call")
+        theirs = await reach(children, scope("10.0.0.2"), "tools/call")
 
     assert refused.value.code == RATE_LIMITED
     assert "--max-processes-per-principal" in str(refused.value)
@@ -282,8 +290,8 @@ async def test_her_idle_conversation_makes_room_and_is_then_not_found(monkeypatc
         await create(children, "s1")
         await create(children, "s2")  # s1, idle, ends for it
         with pytest.raises(MCPError) as gone:
-            await children.conversation_for(scope(session=data_layer("s1")), "tools/call")
-        kept = await children.conversation_for(scope(session=data_layer("s2")), "tools/call")
+            await reach(children, scope(session=data_layer("s1")), "tools/call")
+        kept = await reach(children, scope(session=data_layer("s2")), "tools/call")
 
     assert gone.value.error.code == SESSION_NOT_FOUND
     assert kept.key.id == "s2"
@@ -303,8 +311,8 @@ async def test_a_full_table_ends_the_conversation_idle_longest_for_a_new_one(mon
         monkeypatch.setattr(_admission, "EVICT_AFTER", 0.0)
         await create(children, "theirs", "10.0.0.3")  # hers, idle longest, ends for it
         with pytest.raises(MCPError) as gone:
-            await children.conversation_for(scope(session=data_layer("hers")), "tools/call")
-        kept = await children.conversation_for(scope("10.0.0.2", session=data_layer("his")), "tools/call")
+            await reach(children, scope(session=data_layer("hers")), "tools/call")
+        kept = await reach(children, scope("10.0.0.2", session=data_layer("his")), "tools/call")
         ends = [child.end for child in made[1:]]
 
     assert refused.value.code == RATE_LIMITED
@@ -319,7 +327,7 @@ async def test_another_callers_session_is_not_found() -> None:
     async with table() as (children, _):
         await create(children, "hers")
         with pytest.raises(MCPError) as refused:
-            await children.conversation_for(scope("10.0.0.2", session=data_layer("hers")), "tools/call")
+            await reach(children, scope("10.0.0.2", session=data_layer("hers")), "tools/call")
 
     assert refused.value.error.code == SESSION_NOT_FOUND
 
@@ -328,18 +336,18 @@ async def test_a_crashed_conversation_stays_ended_and_a_callers_own_is_told_once
     """A crashed conversation is ended for good; a caller's own process (her requests that name none) is told to
     her next such request once, and the one after gets a new process: never an empty one in silence."""
     async with table() as (children, made):
-        transport = await children.conversation_for(scope(transport=b"t1"), "tools/call")
-        sessionless = await children.conversation_for(scope(), "tools/call")
+        transport = await reach(children, scope(transport=b"t1"), "tools/call")
+        sessionless = await reach(children, scope(), "tools/call")
         for conversation in (transport, sessionless):
             [process] = [process for process in children.pool.live if process.conversation is conversation]
             conversation.child.crash()  # type: ignore[attr-defined]
             with anyio.fail_after(5):
                 await process.gone.wait()  # its end handled: it has left the pool, and the table
         with pytest.raises(MCPError) as ended:
-            await children.conversation_for(scope(transport=b"t1"), "tools/call")
+            await reach(children, scope(transport=b"t1"), "tools/call")
         with pytest.raises(MCPError) as told:
-            await children.conversation_for(scope(), "tools/call")
-        again = await children.conversation_for(scope(), "tools/call")
+            await reach(children, scope(), "tools/call")
+        again = await reach(children, scope(), "tools/call")
 
     for refused in (ended, told):
         assert "conversation has ended (crash: it exited)" in refused.value.error.message
@@ -359,22 +367,22 @@ async def test_a_conversation_this_table_never_served_gets_a_process_only_where_
     async with table(state=state) as (children, made):
         if state == "process":
             with pytest.raises(MCPError) as refused:
-                await children.conversation_for(scope(session=session), "tools/call")
+                await reach(children, scope(session=session), "tools/call")
             assert refused.value.error.code == SESSION_NOT_FOUND
             assert len(made) == 1  # the shared one alone
             return
-        resumed = await children.conversation_for(scope(session=session), "tools/call")
+        resumed = await reach(children, scope(session=session), "tools/call")
         assert resumed.key == Key("data-layer-session", "before-the-restart")
-        assert await children.conversation_for(scope(session=session), "tools/call") is resumed
+        assert await reach(children, scope(session=session), "tools/call") is resumed
         with pytest.raises(MCPError) as another:
-            await children.conversation_for(scope("10.0.0.2", session=session), "tools/call")
+            await reach(children, scope("10.0.0.2", session=session), "tools/call")
         assert another.value.error.code == SESSION_NOT_FOUND
         [process] = [process for process in children.pool.live if process.conversation is resumed]
         resumed.child.crash()  # type: ignore[attr-defined]
         with anyio.fail_after(5):
             await process.gone.wait()
         with pytest.raises(MCPError) as ended:
-            await children.conversation_for(scope(session=session), "tools/call")
+            await reach(children, scope(session=session), "tools/call")
     assert ended.value.error.code == SESSION_NOT_FOUND
     assert len(made) == 2
 
@@ -385,7 +393,7 @@ async def test_a_sessions_end_while_its_process_starts_ends_it() -> None:
 
         async def first_call() -> None:
             try:
-                reached.append(await children.conversation_for(scope(transport=b"t1"), "tools/call"))
+                reached.append(await reach(children, scope(transport=b"t1"), "tools/call"))
             except MCPError as exc:
                 reached.append(exc)
 
@@ -405,7 +413,7 @@ async def test_concurrent_first_requests_reach_one_process() -> None:
         reached: list[Any] = []
 
         async def call() -> None:
-            reached.append(await children.conversation_for(scope(), "tools/call"))
+            reached.append(await reach(children, scope(), "tools/call"))
 
         tasks.start_soon(call)
         tasks.start_soon(call)
@@ -423,7 +431,51 @@ async def test_auto_asks_the_server_through_the_factory_what_it_speaks(speaks: l
     """``--processes auto``, the default: a process per caller for a server that speaks 2026-07-28, else a process
     per conversation; its probe is made by the factory, as every process is."""
     async with table(processes="auto", speaks=speaks) as (children, made):
-        conversation = await children.conversation_for(scope(), "tools/call")
+        conversation = await reach(children, scope(), "tools/call")
 
     assert made[0].label == "the revision probe"
     assert conversation.key.kind == chosen
+
+
+async def test_the_decision_returns_what_it_starts_and_reach_does_it() -> None:
+    """``conversation_for`` decides from the request read once (an ``Asking``), and returns the process it made
+    (``Actions.start``), launched by no one yet: ``reach`` does it, then waits for it."""
+    async with table(sessionless="per-request") as (children, made):
+        reached = await children.conversation_for(Asking(ALICE, None, None), "tools/call")
+        [process] = reached.actions.start
+        assert process.tasks is None  # decided, not launched
+        assert reached.actions.refill
+
+        conversation = await children.reach(reached)
+
+    assert conversation is reached.conversation
+    assert process.tasks is not None
+    assert conversation.child is made[-1]
+
+
+async def test_a_relayed_request_is_read_once_at_its_edge(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Table.relay`` reads the request's scope once (who asks: the principal hook runs once), and the decision and
+    the name a process of many is given for it (``Table.named``) both take that one value: the name is the
+    request's session and its caller, the same for her next request."""
+    asked_of: list[object] = []
+
+    def principal(request: object) -> str:
+        asked_of.append(request)
+        return "alice"
+
+    named: list[str | None] = []
+
+    async def relay(self: Conversation, ctx: object, conversation: str | None = None) -> dict[str, Any]:
+        named.append(conversation)
+        return {}
+
+    monkeypatch.setattr(Conversation, "relay", relay)
+    config = SessionsConfig(secret=SECRET, principal=principal)
+    request = scope(session=SimpleNamespace(source="host", id="c1", data=None)) | {AFTER_ANSWER: []}
+    ctx = SimpleNamespace(request=SimpleNamespace(scope=request), params={}, method="tools/list")
+    async with table(processes="shared", config=config) as (children, _):
+        await children.relay(ctx)  # type: ignore[arg-type]
+        await children.relay(ctx)  # type: ignore[arg-type]
+
+    assert len(asked_of) == 2  # once a request
+    assert named[0] is not None and named == [named[0]] * 2

@@ -88,22 +88,30 @@ class Asking(NamedTuple):
     draining: bool = False  # the gateway drains: no new conversation but a 2025 transport session's first call
     refusing: bool = False  # the drain's signalled calls are answered: no new request (but a retry's input)
     credentials: Callable[[], Credentials] = partial(ProcessEnv().of, None)  # --process-env's, if a process starts
+    later: list[Callable[[], None]] | None = None  # its AFTER_ANSWER: done once its answer is sent (None: at once)
+
+
+AFTER_ANSWER: Final = "mcp_sessions.gateway.after_answer"
+"""In a request's scope, what it leaves to do once its answer is sent (``_server._Opening`` does it)."""
 
 
 async def asking(scope: Scope, config: SessionsConfig, process_env: ProcessEnv) -> Asking:
-    """Who asks (whom the limits count, as the create limit does: the principal, else the client address), and
-    what the request names: its session, its 2025 transport session."""
+    """The request ``scope`` as the table reads it, read here once, at its edge (``Table.relay``, the sessions'
+    create, a 2025 transport session's opening): who asks (whom the limits count, as the create limit does: the
+    principal, else the client address), and what the request names: its session, its 2025 transport session."""
     principal = await principal_digest(config.principal, scope, config.keys.audience)
+    return asked_by(scope, principal, scope.get(SCOPE_KEY), process_env)
+
+
+def asked_by(scope: Scope, principal: str | None, session: Session | None, process_env: ProcessEnv) -> Asking:
+    """What the table's decisions read of the request ``scope`` of ``principal`` (its digest; None: unauthenticated,
+    counted by its address), in ``session``, read here once."""
     caller = Caller(caller_of(scope, principal), known_as(scope))
-    return asked_by(scope, caller, scope.get(SCOPE_KEY), process_env)
-
-
-def asked_by(scope: Scope, caller: Caller, session: Session | None, process_env: ProcessEnv) -> Asking:
-    """What the table's decisions read of the request ``scope`` of ``caller``, in ``session``, read here once."""
     draining = scope.get(DRAINING, bool)()
     refusing = scope.get(REFUSING, bool)()
     credentials = partial(process_env.of, scope)
-    return Asking(caller, session, transport_of(scope), scope.get("user"), draining, refusing, credentials)
+    later = scope.get(AFTER_ANSWER)
+    return Asking(caller, session, transport_of(scope), scope.get("user"), draining, refusing, credentials, later)
 
 
 def transport_of(scope: Scope) -> bytes | None:

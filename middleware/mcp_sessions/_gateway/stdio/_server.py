@@ -75,8 +75,9 @@ from ..auth._tools import ToolPolicy, guarded
 from ..auth._users import FrontedConversations, GatewayAuth, ProcessEnv
 from ..sealed._sandbox import Sandbox, environment
 from ._child import START_TIMEOUT
+from ._models import AFTER_ANSWER
 from ._status import OperatorStatus, OwnConversations, ProcessMetrics
-from ._table import AFTER_ANSWER, MAX_ENDED, Table, cut
+from ._table import MAX_ENDED, Table, cut
 
 logger = logging.getLogger("mcp_sessions.gateway")
 

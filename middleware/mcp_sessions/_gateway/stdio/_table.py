@@ -8,8 +8,9 @@ started ahead; ``_admission`` says whether a new conversation may have one (the 
 process's messages do for its client is ``_relay``'s.
 
 Who may reach a process is decided in one place, :meth:`Table.conversation_for`, which every relayed request
-walks once (:meth:`Table.relay`), as httpcore's pool serves a request: one synchronous decision that returns what
-it leaves to do (:class:`Actions`), then one method that does it (:meth:`Table.perform`). There, the request's
+walks once (:meth:`Table.relay`), as httpcore's pool serves a request: the request read once at its edge (one
+:class:`~._models.Asking`: who asks, what it names, its session), then one decision from that value that returns
+what it leaves to do (:class:`Actions`), then one method that does it (:meth:`Table.perform`). There, the request's
 name for its conversation becomes a typed :class:`Key` (a 2025 transport session on the 2025 path only, a
 data-layer session, a host's conversation, the caller's requests that name none, a request's own, the shared
 one); each conversation is created whole, its owner in it; and the caller is checked against that owner, for
@@ -41,7 +42,7 @@ from starlette.types import Scope
 
 from ..._bounded import BoundedDict
 from ..._config import SessionsConfig
-from ..._session import PRINCIPAL_CLAIM, SCOPE_KEY, Session, caller_of
+from ..._session import PRINCIPAL_CLAIM, Session
 from ..._tokens import IdDigests, SessionClaims
 from ..._wire import Refusal
 from ..._wire.protocol import RATE_LIMITED, UPSTREAM_UNAVAILABLE
@@ -64,7 +65,6 @@ from ._models import (
     asked_by,
     asking,
     key_digest,
-    known_as,
 )
 from ._modes import Processes, Sessionless, StateKept
 from ._pool import Pool
@@ -83,8 +83,6 @@ EXPECTED: Final = (EndReason.IDLE, EndReason.EXPIRED, EndReason.BY_USER)
 new one. Any other end (a crash, a bound, eviction) is told to her next request once (``Table._own``)."""
 Metrics = Callable[[Callable[[], Counter[str]]], ProcessEvents]
 """What counts the table's processes, given how many of each kind live (``_status.ProcessMetrics``)."""
-AFTER_ANSWER: Final = "mcp_sessions.gateway.after_answer"
-"""In a request's scope, what it leaves to do once its answer is sent (``_server._Opening`` does it)."""
 
 
 @dataclass(frozen=True)
@@ -118,8 +116,8 @@ class Table:
     which starts and ends nothing: it returns what to do (:class:`Actions`: the processes it made, through
     ``pool``, to launch; the conversations to end, one evicted by ``admission``), and :meth:`perform` does it, each
     process's life run by ``lifetimes``. Around the decisions, the async methods as the gateway runs it: what a
-    request names and who asks read before the table decides (:meth:`conversation_for`), its process awaited
-    after (:meth:`ready`); its shared process started and every process stopped with the gateway, what the server
+    request names and who asks read once, before the table decides (:meth:`relay`), its process awaited after
+    (:meth:`reach`); its shared process started and every process stopped with the gateway, what the server
     speaks chosen, each request relayed, and the operator's and each user's views."""
 
     def __init__(
@@ -183,20 +181,19 @@ class Table:
 
     def route(self, asked: Asking, method: str, state: object) -> Reached:
         """The decision: the conversation a caller's request reaches (and what reaching it leaves to do), named by
-        its ``session``, its 2025 transport session (``raw``) or ``state``, or none; opened (within the limits)
+        its ``session``, its 2025 transport session (``transport``) or ``state``, or none; opened (within the limits)
         where it may be. With ``processes="per-caller"``, the caller's own process, for a request that names no
         conversation or one of those it serves; a conversation it does not serve, or served before it ended, is
         refused as in the per-conversation table, never served by another process."""
         caller = asked.caller
         session = asked.session
-        raw = asked.transport
         if session is not None and session.source == "data-layer":
             # ended: "not found" at once, as the session's revocation (under way) will say; the call that ended its
             # process was told why
             key = self._moved.get(session.id, Key("data-layer-session", session.id))
             found = self._holder(key, caller)
             if found is None and self.resumed(key):
-                return self.open(key, asked, expires_at=session.expires_at_timestamp, counted=True)
+                return self.open(asked, key, expires_at=session.expires_at_timestamp, counted=True)
             if found is not None and found.child.done.is_set():  # its end not yet handled: ended all the same
                 found = None
             return self._found(found, caller, self.not_found)
@@ -204,21 +201,21 @@ class Table:
         if session is not None and session.source != "transport":
             key = Key("host-conversation", _bound(session.id, caller.id))
             if (found := self._holder(key, caller)) is None and key not in self._ended:
-                return self.open(key, asked, counted=True)  # its first request spent the operation
+                return self.open(asked, key, counted=True)  # its first request spent the operation
             return self._found(found, caller, partial(self.gone, key))
-        if raw is not None:
-            return self._transported(raw, asked, method=method)
+        if asked.transport is not None:
+            return self._transported(asked, method=method)
         if self.mode == "per-caller":
-            return self._own("caller", asked)
+            return self._own(asked, "caller")
         if self.sessionless == "per-caller":
-            return self._own("sessionless", asked)
+            return self._own(asked, "sessionless")
         # a retry that brings input reaches the request that asked
         if state is not None:
             waiting = self._retained.get(state) if isinstance(state, str) else None
             reached = self._found(waiting, caller, _no_state)
             del self._retained[str(state)]  # still good for its owner until it is taken
             return reached
-        return self.open(Key("request", secrets.token_hex(12)), asked)  # a request's own child
+        return self.open(asked, Key("request", secrets.token_hex(12)))  # a request's own child
 
     def resumed(self, key: Key) -> bool:
         """Whether a conversation this table has never served (its process ran before the gateway's restart, its
@@ -237,17 +234,18 @@ class Table:
             raise _no_state() if found.key.kind == "request" else self.not_found()
         return Reached(found)
 
-    def _transported(self, raw: bytes, asked: Asking, counted: bool = False, method: str = "") -> Reached:
+    def _transported(self, asked: Asking, *, counted: bool = False, method: str = "") -> Reached:
         """A 2025 transport session's conversation: its process, started by its first request that needs one (its
         ``initialize`` starts none, nor a list, which the shared process answers as a fresh one would: a client that
         only lists, or names another conversation in each request, such as ``mcp-sessions connect``'s, costs none),
         within the limits (a refusal is that request's error)."""
-        transport = self.transport_key(raw)
+        assert asked.transport is not None
+        transport = self.transport_key(asked.transport)
         if (found := self._holder(transport, asked.caller)) is None and transport not in self._ended:
             if method in LISTS:
                 return self.shared_conversation()
             self._connections.pop(transport, None)  # a process's now: the limits count it
-            return self.open(transport, asked, transport=raw, counted=counted)
+            return self.open(asked, transport, counted=counted)
         return self._found(found, asked.caller, partial(self.gone, transport))
 
     def _holder(self, key: Key, caller: Caller) -> Conversation | None:
@@ -258,7 +256,7 @@ class Table:
         return own if own is not None and key in own.riders else None
 
     def _own(
-        self, kind: Literal["caller", "sessionless"], asked: Asking, counted: bool = False, *, told: bool = True
+        self, asked: Asking, kind: Literal["caller", "sessionless"], counted: bool = False, *, told: bool = True
     ) -> Reached:
         """The caller's own process of ``kind``, started (within the limits) if it has none that lives. One that has
         ended leaves its conversations ended (:meth:`process_ended`), not the caller: her next request that names
@@ -274,7 +272,7 @@ class Table:
             for ridden in own.riders:
                 self._ended[ridden] = own.child.end or End(EndReason.EXITED)
             del self._conversations[key]
-        return self.open(key, asked, counted=counted)
+        return self.open(asked, key, counted=counted)
 
     def shared_conversation(self) -> Reached:
         """The shared process's conversation; a new one made (to start) if it has ended: no one's, a new one is as
@@ -288,14 +286,14 @@ class Table:
 
     def open(
         self,
-        key: Key,
         asked: Asking,
+        key: Key,
         *,
         expires_at: float = math.inf,
-        transport: bytes | None = None,
         counted: bool = False,
     ) -> Reached:
-        """A new conversation, ``caller``'s, its child taken from those started ahead or started: within the limits,
+        """A new conversation, ``asked``'s caller's (a 2025 transport session's, ``key``, is the one the request
+        names), its child taken from those started ahead or started: within the limits,
         and spending the caller's create-limit slot (unless its create has, ``counted``); with
         ``processes="per-caller"``, in the caller's own process, which starts (within the limits) if it has none
         that lives, and ends it. One whose child has ended is refused with the error of its kind (:meth:`gone`),
@@ -307,11 +305,12 @@ class Table:
         if asked.draining and key.kind != "transport-session":
             raise restarting()
         caller = asked.caller
+        transport = asked.transport if key.kind == "transport-session" else None
         begun = partial(
             Conversation, key, owner=caller, bus=self.bus, expires_at=expires_at, transport=transport, user=asked.user
         )
         if self.mode == "per-caller" and key.kind != "caller":
-            own = self._own("caller", asked, counted, told=False)
+            own = self._own(asked, "caller", counted, told=False)
             own.conversation.riders[key] = begun(own.conversation.child)
             return own
         live = [found for found in self._conversations.values() if not found.child.done.is_set()]
@@ -330,29 +329,28 @@ class Table:
         ended = tuple((conversation, EndReason.EVICTED) for conversation in evicted)
         return Reached(conversation, Actions(start=started, end=ended, refill=True))
 
-    def perform(self, actions: Actions, scope: Scope | None = None) -> None:
+    def perform(self, actions: Actions, later: list[Callable[[], None]] | None = None) -> None:
         """Do what a decision returned (nothing, for a refusal, which returns none), in one place: the processes it
         made launched (``Pool.launch``); the conversations it ended ended at once, their sessions each in a task (a
         store's write, or a 2025 transport session's ``DELETE``: the request that evicted them does not wait for
         it); a request's own process kept for its retry (``Lifetimes.retain``); and, once the answer of the request
-        ``scope`` is sent (its :data:`AFTER_ANSWER`; at once with none), a request's own process ended and those
-        started ahead refilled (``Pool.fill``), which takes no CPU from that answer. Synchronous, as nothing here
-        waits: what takes time runs in the pool's task group."""
+        that asked is sent (``later``, its :data:`~._models.AFTER_ANSWER`; at once with none), a request's own
+        process ended and those started ahead refilled (``Pool.fill``), which takes no CPU from that answer.
+        Synchronous, as nothing here waits: what takes time runs in the pool's task group."""
         for conversation, why in actions.end:
             self.lifetimes.close_soon(conversation, why)
         for conversation in actions.retain:
             self.lifetimes.retain(conversation)
         self.pool.launch(actions.start)
-        later: list[Callable[[], None]] = [
+        after: list[Callable[[], None]] = [
             partial(self.lifetimes.close_soon, answered, EndReason.ANSWERED) for answered in actions.release
         ]
         if actions.refill:
-            later.append(self.pool.fill)
-        pending: list[Callable[[], None]] | None = None if scope is None else scope.get(AFTER_ANSWER)
-        if pending is not None:
-            pending.extend(later)
+            after.append(self.pool.fill)
+        if later is not None:
+            later.extend(after)
             return
-        for action in later:
+        for action in after:
             action()
 
     def answered(self, conversation: Conversation) -> Actions:
@@ -412,30 +410,29 @@ class Table:
             CHILD_EXITED, f"the server process of this conversation has ended ({end}), with its state; {then}"
         )
 
-    async def conversation_for(self, scope: Scope, method: str, state: object = None) -> Conversation:
-        """The conversation a request reaches, the most specific name first: its data-layer session's (one opened in a
-        2025 transport session is that transport session's, ``Table.created``), its host conversation's (bound to its
-        caller: what a host's request names in ``_meta``, whatever connection it came through), its 2025 transport
-        session's; else, naming none, its caller's own (``sessionless="per-caller"``), a child of the request's own
-        (``"per-request"``: the one that asked, for a retry that brings its input, ``state``, its ``requestState``) or
-        the shared one (``"shared"``), which also answers the lists (:data:`LISTS`) that name nothing: they cost no
-        process and count against no limit. Whatever names it, the caller must be its owner. A conversation whose
+    async def conversation_for(self, asked: Asking, method: str, state: object = None) -> Reached:
+        """The decision of which conversation a request (``asked``: read once at its edge, :meth:`relay`) reaches,
+        the most specific name first: its data-layer session's (one opened in a 2025 transport session is that
+        transport session's, ``Table.created``), its host conversation's (bound to its caller: what a host's request
+        names in ``_meta``, whatever connection it came through), its 2025 transport session's; else, naming none,
+        its caller's own (``sessionless="per-caller"``), a child of the request's own (``"per-request"``: the one
+        that asked, for a retry that brings its input, ``state``, its ``requestState``) or the shared one
+        (``"shared"``), which also answers the lists (:data:`LISTS`) that name nothing: they cost no process and
+        count against no limit. Whatever names it, the caller must be its owner. A conversation whose
         child ran elsewhere (another replica, or before a restart) or has ended gets no new one: a data-layer
         session's is "not found" here; a host's, which the store the replicas share records as another start's
-        (:data:`_HELD`), has ended. What the request's names and caller are is read first; which conversation they
-        reach is then one decision (:meth:`route`), and what it returns is done (:meth:`perform`)."""
-        asked = await asking(scope, self.config, self.process_env)
+        (:data:`_HELD`), has ended. A host conversation's first here is claimed in the store the replicas share
+        (:meth:`_claim`, the one wait); which conversation the request reaches is then one decision (:meth:`route`),
+        whose answer (:class:`Reached`) the caller has done (:meth:`reach`)."""
         if asked.refusing and state is None:  # a retry that brings input is part of a call in flight
             raise restarting()
         nameless = asked.session is None and asked.transport is None and state is None
         sessionless = self.sessionless if self.mode != "per-caller" else "per-caller"
         if self.mode == "shared" or (nameless and (method in LISTS or sessionless == "shared")):
-            reached = self.shared_conversation()
-        else:
-            if asked.session is not None and asked.session.source not in ("data-layer", "transport"):
-                await self._claim(asked.session, asked.caller, asked.draining)
-            reached = self.route(asked, method, state)
-        return await self.reach(reached, scope)
+            return self.shared_conversation()
+        if asked.session is not None and asked.session.source not in ("data-layer", "transport"):
+            await self._claim(asked.session, asked.caller, asked.draining)
+        return self.route(asked, method, state)
 
     async def _claim(self, session: Session, caller: Caller, draining: bool) -> None:
         """A host conversation this table has not served: claimed for this start in the store the replicas share
@@ -451,10 +448,10 @@ class Table:
                 raise self.gone(key, End(EndReason.ELSEWHERE))
             await session.data.set(_HELD, self.instance)
 
-    async def reach(self, reached: Reached, scope: Scope | None = None) -> Conversation:
-        """What a decision returned done (:meth:`perform`: for the request ``scope``, if one asked), then the
-        conversation it reaches once its process is ready (:meth:`ready`)."""
-        self.perform(reached.actions, scope)
+    async def reach(self, reached: Reached, later: list[Callable[[], None]] | None = None) -> Conversation:
+        """What a decision returned done (:meth:`perform`: ``later``, once the answer of the request that asked is
+        sent, if one did), then the conversation it reaches once its process is ready (:meth:`ready`)."""
+        self.perform(reached.actions, later)
         return await self.ready(reached.conversation)
 
     async def ready(self, conversation: Conversation) -> Conversation:
@@ -476,16 +473,14 @@ class Table:
         names the session while it lives. Its create spent the caller's create-limit slot already."""
         if self.mode == "shared":
             return
-        caller = Caller(caller_of(scope, claims.extra.get(PRINCIPAL_CLAIM)), known_as(scope))
-        asked = asked_by(scope, caller, None, self.process_env)
-        raw = asked.transport
+        asked = asked_by(scope, claims.extra.get(PRINCIPAL_CLAIM), None, self.process_env)
         try:
-            if raw is not None and self.mode == "per-conversation":
-                reached = self._transported(raw, asked, counted=True)
+            if asked.transport is not None and self.mode == "per-conversation":
+                reached = self._transported(asked, counted=True)
             else:
                 key = Key("data-layer-session", claims.session_id)
-                reached = self.open(key, asked, expires_at=claims.expires_at, counted=True)
-            conversation = await self.reach(reached, scope)
+                reached = self.open(asked, key, expires_at=claims.expires_at, counted=True)
+            conversation = await self.reach(reached, asked.later)
         except MCPError as exc:
             retry = 1 if exc.error.code == RATE_LIMITED else None
             raise Refusal(exc.error.code, exc.error.message, reason="process_refused", retry_after=retry) from None
@@ -557,31 +552,34 @@ class Table:
             logger.info("the server speaks only the 2025-11-25 handshake: --processes per-conversation")
 
     async def relay(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
-        """A client's request, relayed to the process of its conversation (:meth:`conversation_for`), and its answer:
-        the one walk of every relayed request through the table."""
+        """A client's request, relayed to the process of its conversation, and its answer: the one walk of every
+        relayed request through the table. Its edge: the request is read once (:func:`~._models.asking`), and what
+        the table does is that value's: decided (:meth:`conversation_for`), done (:meth:`reach`), and, once it is
+        answered, decided and done again (:meth:`answered`, :meth:`perform`)."""
         scope = {} if ctx.request is None else ctx.request.scope
+        asked = await asking(scope, self.config, self.process_env)
         state = (ctx.params or {}).get("requestState")
-        conversation = await self.conversation_for(scope, ctx.method, state)
+        conversation = await self.reach(await self.conversation_for(asked, ctx.method, state), asked.later)
         try:
             # each request names its conversation
             if conversation.pooled:
-                return await conversation.relay(ctx, await self.named(scope, conversation.owner))
+                return await conversation.relay(ctx, self.named(asked, conversation.owner))
             # its process has the --process-env values it started with: this request's?
             given = self.process_env.check(conversation.credentials, scope)
             if conversation.masked is not None:  # a masked value renewed (an exchanged token): the proxy's alone
                 self.pool.renew(conversation.masked, given)
             return await conversation.relay(ctx)
         finally:
-            self.perform(self.answered(conversation), scope)
+            self.perform(self.answered(conversation), asked.later)
 
-    async def named(self, scope: Scope, owner: Caller | None) -> str | None:
+    def named(self, asked: Asking, owner: Caller | None) -> str | None:
         """A request's conversation as a process of many sees it: a digest of its session's name and its caller
         (``owner``, a caller's own process's, found already; else the shared one's request's), the same for each of
         its requests (never a bearer value); None for a request that names none."""
-        session: Session | None = scope.get(SCOPE_KEY)
+        session = asked.session
         if session is None:
             return None
-        caller = owner or (await asking(scope, self.config, self.process_env)).caller
+        caller = owner or asked.caller
         return hashlib.sha256(f"{session.source}\0{session.id}\0{caller.id}".encode()).hexdigest()[:32]
 
     async def failed(self, why: str, child: ChildProcess) -> StartupFailed:
