@@ -60,9 +60,9 @@ from .._wire.protocol import INTERNAL_ERROR, MCP_METHOD_HEADER
 from ._config import GatewayConfig, Served, StdioProcesses
 from ._file import SERVERS_PATH
 from ._front import StartupFailed, startup_failure
+from ._operator import GRANTS_STATUS_PATH
 from ._serving import CUT, CUT_DATA, RESTARTING, RETRY_AFTER
 from .auth._oauth import AUTHORIZE_PATH, CALLBACK_PATH, CLIENT_PATH, GRANTS_PATH, UpstreamGrants
-from .stdio._status import GRANTS_STATUS_PATH
 
 if TYPE_CHECKING:
     from .sealed._sandbox import Sandbox

@@ -14,7 +14,7 @@ token to its client, which a replica or a restart that registered anew could not
 the grant's record first (the store's atomic update), so that two replicas never refresh one grant at once: a
 server that rotates refresh tokens ends a grant whose old one comes back.
 
-What an operator lists (every user's grants, ``stdio._status``) is an index record of its own, one field a grant,
+What an operator lists (every user's grants, ``_operator``) is an index record of its own, one field a grant,
 named as the grant's record is and sealed the same way (the field's name the associated data): who, the server,
 the resource, the scope, when granted and when its access token expires, never a token. The store lists no
 records, so a grant is entered there as it is kept and dropped as it is forgotten; an entry outlives its grant's

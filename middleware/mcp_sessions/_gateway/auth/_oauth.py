@@ -1134,7 +1134,7 @@ class SignIns:
         return grants
 
     async def every_grant(self, principal: str | None = None, server: str | None = None) -> list[dict[str, object]]:
-        """Every user's grants at the sign-ins' servers (the operator's view, ``stdio._status``), those of
+        """Every user's grants at the sign-ins' servers (the operator's view, ``_operator``), those of
         ``principal`` or at ``server`` alone where named: as the store's index holds them where they are kept (the
         sign-ins share it), else as each holds them in memory; never a token."""
         found: dict[tuple[object, ...], dict[str, object]] = {}

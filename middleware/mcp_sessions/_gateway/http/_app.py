@@ -22,6 +22,7 @@ from .._config import (
     GatewayConfig,
 )
 from .._front import GatewayFront, HostCheck, RoutedPaths, trusted_proxies
+from .._operator import OperatorStatus
 from ._replicas import Replicas
 
 if TYPE_CHECKING:
@@ -118,8 +119,6 @@ def forwarding_app(config: GatewayConfig) -> GatewayFront:
     if signing_in is not None:
         # each user's own grants behind the authentication; the sign-in's pages, for a browser with no bearer, before;
         # every user's on the operator's status listener, if it has one
-        from ..stdio._status import OperatorStatus
-
         front = signing_in.wrap(guarded(signing_in.serving_grants(app), auth, config.tools, sessions))
         status = (config.listening.status_port, config.listening.status_socket)
         front = OperatorStatus(front, None, *status, signing_in=signing_in)

@@ -70,13 +70,14 @@ from ...stores import SessionStoreUnavailable
 from ...subscriptions import SessionSubscriptionBus
 from .._config import DEFAULT_PROCESS_IDLE, GatewayConfig, StdioProcesses
 from .._front import GatewayFront, HostCheck, trusted_proxies
+from .._operator import OperatorStatus
 from .._serving import REFUSING, RESTARTING, RETRY_AFTER, STOPPING
 from ..auth._tools import ToolPolicy, guarded
 from ..auth._users import FrontedConversations, GatewayAuth, ProcessEnv
 from ..sealed._sandbox import Sandbox, environment
 from ._child import START_TIMEOUT
 from ._models import AFTER_ANSWER
-from ._status import OperatorStatus, OwnConversations, ProcessMetrics
+from ._status import OwnConversations, ProcessMetrics, processes
 from ._table import MAX_ENDED, Table, cut
 
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -307,7 +308,7 @@ def _layered(
     # without a status port or socket too: a status request at the clients' port is told where it is
     verifier = None if auth is None else auth.verifier
     keys = None if verifier is None else verifier.state
-    checked = OperatorStatus(checked, children, *status, keys=keys, signing_in=signing_in)
+    checked = OperatorStatus(checked, partial(processes, children), *status, keys=keys, signing_in=signing_in)
     return GatewayFront(checked, trusted=trusted)
 
 

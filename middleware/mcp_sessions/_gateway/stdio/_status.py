@@ -1,21 +1,4 @@
-"""What ``gateway --stdio`` runs, for its operator and for each user.
-
-The operator's view (``--status-port``, off by default) is served on a port of its own bound to the loopback
-address, as Envoy's admin interface and Kong's Admin API are: who may read it is who may connect to the machine's
-loopback, which the operating system decides, and no token exists to leak, forward or rotate; with
-``--process-network host``, the gateway's own processes are among them. ``--status-socket PATH``: on a Unix socket,
-in a directory only the gateway's user may enter (``_serving.private_socket``), so that the file system decides, as
-for the Docker daemon's socket. It is never on the
-clients' port, so neither a client nor a front that forwards every path reaches it; on the port, a ``Host`` that
-is not a loopback name is refused (a page that rebinds its name to 127.0.0.1 gets 403). ``GET /status``: every live
-process (:class:`~._models.ProcessView`, its memory read from ``/proc`` on a thread), and each user's
-count against the limits. ``GET /status/grants``, where the gateway signs users in (``oauth:`` variables,
-``--id-jag-subject id_token``): every user's grants (``?principal=`` hers, ``?server=`` one server's), who, the
-server, the resource, the scope, when granted and when its access token expires, never a token;
-``DELETE /status/grants?principal=NAME`` revokes hers (``&server=ISSUER`` the one there, ``&issuer=`` her token's
-issuer's alone), as she would herself (``auth._oauth``): at the server (RFC 7009), and in the store, so that a
-replica and a restart find it gone, and her next request asks her to sign in again. An ``--upstream-token oauth``
-gateway, which runs no process, serves its status listener for its users' grants alone (``http._app``).
+"""What ``gateway --stdio`` runs, for its operator (``_operator.OperatorStatus`` serves it) and for each user.
 
 A user's own view (``GET /mcp/sessions``, on the clients' port, served where the gateway authenticates): her
 conversations, as the operator's view lists them; ``DELETE /mcp/sessions/DIGEST`` ends one of hers, by the path
@@ -39,17 +22,15 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio.to_thread
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
-from starlette.datastructures import Headers, QueryParams
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..._asgi import send_json
 from ..._version import __version__
-from ..auth._exchange import ExchangeRefused
 from ._models import EndReason, Owner, ProcessEvents, ProcessView, known_as
 from ._table import Table
 
 if TYPE_CHECKING:
-    from ..auth._exchange import SignInRoutes
+    pass
 
 STATUS_PATH: Final = "/status"
 GRANTS_STATUS_PATH: Final = "/status/grants"
@@ -62,83 +43,7 @@ CONVERSATIONS: Final = frozenset(
 started ahead)."""
 
 
-class OperatorStatus:
-    """``app``, and on the operator's ``port`` (a loopback socket of its own) or Unix socket ``path``, the status of
-    ``children``, and of the key set ``keys`` reads (``JwtVerifier.state``), where the gateway verifies tokens;
-    every user's grants at ``signing_in``'s servers, where it signs users in (``children`` ``None``: a gateway that runs
-    no process, an ``--upstream``'s, whose listener serves the grants alone)."""
-
-    def __init__(
-        self,
-        app: ASGIApp,
-        children: Table | None,
-        port: int | None,
-        path: str | None = None,
-        keys: Callable[[], dict[str, object]] | None = None,
-        signing_in: SignInRoutes | None = None,
-    ) -> None:
-        self.app = app
-        self.children = children
-        self.port = port
-        self.path = path
-        self.keys = keys
-        self.signing_in = signing_in
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        server = scope.get("server") or ("", None)
-        on_socket = self.path is not None and tuple(server) == (self.path, None)
-        on_port = self.port is not None and server[1] == self.port
-        operators = (STATUS_PATH, GRANTS_STATUS_PATH)
-        if scope["type"] == "http" and scope["path"] in operators and not (on_socket or on_port):
-            # an operator's request at the clients' door: where to ask, not the auth's bare 401
-            served = "its own port or socket" if (self.port, self.path) != (None, None) else "none, as started"
-            where = f"the operator's status is not on the clients' port: --status-port or --status-socket ({served})"
-            return await send_json(send, 404, {"error": where}, b"")
-        if scope["type"] == "lifespan" or not (on_socket or on_port):
-            return await self.app(scope, receive, send)
-        if scope["type"] != "http":
-            return await send({"type": "websocket.close", "code": 1008})
-        host = Headers(scope=scope).get("host", "").rpartition(":")[0]
-        if on_port and host not in LOOPBACK_NAMES:  # no page reaches a Unix socket
-            return await send_json(send, 403, {"error": "the status port answers loopback names only"}, b"")
-        if scope["path"] == GRANTS_STATUS_PATH:
-            return await self._grants(scope, send)
-        if scope["path"] != STATUS_PATH:
-            return await send_json(send, 404, {"error": f"the status is at {STATUS_PATH}"}, b"")
-        if self.children is None:
-            said = f"this gateway runs no process: its status listener serves its users' grants, {GRANTS_STATUS_PATH}"
-            return await send_json(send, 404, {"error": said}, b"")
-        if scope["method"] != "GET":
-            return await send_json(send, 405, {"error": "GET only"}, b"")
-        answer = await status(self.children)
-        if self.keys is not None:
-            answer["keys"] = self.keys()
-        await send_json(send, 200, answer, b"")
-
-    async def _grants(self, scope: Scope, send: Send) -> None:
-        """Every user's grants listed, or one user's revoked (see the module)."""
-        if self.signing_in is None:
-            where = "this gateway signs no one in (no oauth: variable, no --id-jag-subject id_token): it holds no grant"
-            return await send_json(send, 404, {"error": where}, b"")
-        asked = QueryParams(scope.get("query_string", b"").decode("latin-1"))
-        principal = asked.get("principal")
-        server = asked.get("server")
-        try:
-            if scope["method"] == "GET":
-                listed = await self.signing_in.every_grant(principal, server)
-                return await send_json(send, 200, {"grants": listed}, b"")
-            if scope["method"] != "DELETE":
-                said = "GET lists the grants, DELETE ?principal=NAME revokes hers"
-                return await send_json(send, 405, {"error": said}, b"")
-            if not principal:
-                return await send_json(send, 400, {"error": "name whose grants to revoke: ?principal=NAME"}, b"")
-            revoked = await self.signing_in.revoke_grants(principal, asked.get("issuer"), server)
-        except ExchangeRefused as failed:
-            return await send_json(send, failed.status, {"error": failed.description}, b"")
-        await send_json(send, 200, {"revoked": revoked}, b"")
-
-
-async def status(children: Table) -> dict[str, Any]:
+async def processes(children: Table) -> dict[str, Any]:
     """Every live process with its memory, each user's and everyone's count against the limits, and how many
     processes ended, by their end's label (the ends metric's words)."""
     views = children.pool.views()
