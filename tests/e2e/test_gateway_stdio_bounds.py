@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from _waits import WITHIN, until, until_awaited
 from e2e._gateway import Process, gateway_run
 from e2e._sealed import UIDS, call, client, gateway, needs, shared, text
 from mcp_sessions._gateway._process_flags import default_memory
+from mcp_sessions._gateway.sealed._cgroups import BOUNDS_POLL
 from mcp_sessions._gateway.sealed._network import TCP_BUFFERS
 from mcp_sessions._gateway.sealed._sandbox import PTYS
 
@@ -298,7 +300,9 @@ def test_a_gateway_removes_the_groups_of_dead_gateways_alone_seen_from_any_pid_n
 
 def test_a_gateway_stopped_leaves_no_control_group(server: str) -> None:
     """A gateway's groups, its processes' and its own, are gone once it stops (SIGTERM): none waits for the next
-    gateway's start."""
+    gateway's start. Idle meanwhile, its event loop's thread wakes for the watch of its processes' groups alone (one
+    read of them all a tick, ``BOUNDS_POLL``), no longer for uvicorn's tick too, ten times a second (:func:`woken`,
+    over a window of measure: ``IDLE``)."""
     needs("root", "bwrap", "cgroup-memory")
     from mcp_sessions._gateway.sealed._cgroups import Bounds
 
@@ -310,7 +314,21 @@ def test_a_gateway_stopped_leaves_no_control_group(server: str) -> None:
         mcp = client(process)
         assert text(call(mcp, "whoami", mcp.create_session()))
         assert [group.name for group in cgroups.parents[0].glob(f"mcp-sessions-{pid}-*-gateway")]
+        before = woken(pid)
+        time.sleep(IDLE)
+        assert woken(pid) - before < 4 * IDLE / BOUNDS_POLL, f"{woken(pid) - before} wakes in {IDLE} s"
     assert not [group.name for parent in cgroups.parents for group in parent.glob(f"mcp-sessions-{pid}-*")]
+
+
+IDLE = 2.0
+
+
+def woken(pid: int) -> int:
+    """How often the thread ``pid`` has slept and woken (its voluntary context switches: the kernel's count)."""
+    for line in Path(f"/proc/{pid}/task/{pid}/status").read_text().splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    raise AssertionError(f"/proc/{pid}/task/{pid}/status says no voluntary_ctxt_switches")
 
 
 def test_processes_that_start_at_once_each_get_their_control_group() -> None:
@@ -347,7 +365,7 @@ def test_the_live_processes_groups_are_read_together_and_only_the_one_past_its_b
     import anyio
     import anyio.to_thread
 
-    from mcp_sessions._gateway.sealed._cgroups import BOUNDS_POLL, Bound, Bounds, Cgroups
+    from mcp_sessions._gateway.sealed._cgroups import Bound, Bounds, Cgroups
 
     bounds = Bounds.found(None, 4)
     assert bounds is not None
