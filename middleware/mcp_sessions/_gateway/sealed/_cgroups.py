@@ -221,10 +221,9 @@ class Cgroup:
 
     version: int
     dirs: tuple[Path, ...]
-    # What :meth:`exceeded` reads (each events file and the count it reads there; v1's TCP buffers' usage), found at
-    # its first read, once the group's bounds are written.
+    # What :meth:`exceeded` reads, in order: each events file and the count it reads there ("" for v1's TCP buffers'
+    # usage), found at its first read, once the group's bounds are written.
     _watched: list[tuple[str, str]] | None = field(default=None, init=False, repr=False)
-    _tcp: list[str] = field(default_factory=list, init=False, repr=False)
 
     def bound(self, memory: int | None, pids: int | None, cpu: float | None = None) -> None:
         """Write the bounds into each of its directories that has their files (in v1, each hierarchy has its own);
@@ -262,19 +261,16 @@ class Cgroup:
         live process (:meth:`Cgroups.reached`): the files that exist found once, each read with one ``read(2)``."""
         if self._watched is None:
             events = "memory.oom_control" if self.version == 1 else "memory.events"
+            wanted = ((events, "oom_kill"), ("memory.kmem.tcp.usage_in_bytes", ""), ("pids.events", "max"))
             self._watched = [
                 (str(directory / name), key)
                 for directory in self.dirs
-                for name, key in ((events, "oom_kill"), ("pids.events", "max"))
+                for name, key in wanted
                 if (directory / name).exists()
             ]
-            self._tcp = [str(directory / "memory.kmem.tcp.usage_in_bytes") for directory in self.dirs]
-            self._tcp = [usage for usage in self._tcp if os.path.exists(usage)]
         for path, key in self._watched:
-            if _count(path, key):
-                return "memory" if key == "oom_kill" else "pids"
-        if self._tcp and _sockets_past(self._tcp):
-            return "memory"
+            if _count(path, key) if key else _sockets_past(path):
+                return "pids" if key == "max" else "memory"
         return None
 
     def members(self) -> list[int]:
@@ -386,20 +382,18 @@ def own(controller: str = "", pid: int | str = "self") -> Path | None:
     return None
 
 
-def _sockets_past(usages: list[str]) -> bool:
-    """Whether cgroup v1's count of a group's TCP buffers is past its bound (``memory.kmem.tcp``; ``usages``: each
-    ``usage_in_bytes`` file, beside its ``limit_in_bytes``): the kernel charges each socket's first buffer of a queue,
-    sent or received, whatever the bound (it forces that charge, so that every connection moves), and ends no process
-    for it, as it does for memory: 5,727 connections unread pinned 393 MiB under a 150 MiB bound. The gateway ends the
+def _sockets_past(usage_file: str) -> bool:
+    """Whether cgroup v1's count of a group's TCP buffers is past its bound (``memory.kmem.tcp``; ``usage_file``: its
+    ``usage_in_bytes``, beside its ``limit_in_bytes``): the kernel charges each socket's first buffer of a queue, sent
+    or received, whatever the bound (it forces that charge, so that every connection moves), and ends no process for
+    it, as it does for memory: 5,727 connections unread pinned 393 MiB under a 150 MiB bound. The gateway ends the
     conversation once the count is past, as the OOM killer ends a process past its memory. The limit is read only
-    when the usage is not zero (a process that opened no connection, most of them, costs one read)."""
-    for usage_file in usages:
-        usage = _read_small(usage_file).strip()
-        if usage and usage != b"0":
-            limit = _read_small(usage_file.replace("usage_in_bytes", "limit_in_bytes")).strip()
-            if limit and int(usage) > int(limit):
-                return True
-    return False
+    where the usage is not zero (a process that opened no connection, most of them, costs one read)."""
+    usage = _read_small(usage_file).strip()
+    if not usage or usage == b"0":
+        return False
+    limit = _read_small(usage_file.removesuffix("usage_in_bytes") + "limit_in_bytes").strip()
+    return bool(limit) and int(usage) > int(limit)
 
 
 def _count(path: str, key: str) -> int:
