@@ -133,11 +133,11 @@ class Cgroups:
     async def reached(self, cgroup: Cgroup) -> Bound:
         """Which bound ``cgroup``'s processes reached (:meth:`Cgroup.exceeded`), once they have. Every live group of
         the gateway's is read together, every :data:`BOUNDS_POLL` s, in one thread of anyio's, by one of the callers
-        at a time (the first; when it returns or is cancelled, another takes over); the others sleep until theirs is
-        found. A task and a thread per process each tick cost the gateway 1.4 ms of CPU a second per idle process
-        (200, ``--max-processes 200``, a quarter of a core doing nothing). No kernel event tells all of it: under v1
-        the TCP buffers' count past its share has none (cgroup v2's ``memory.events`` and ``pids.events`` could be
-        watched by inotify alone)."""
+        at a time (the first; when it returns or is cancelled, it wakes another, which takes over); the others sleep
+        until theirs is found. A task and a thread hop per process each tick cost the gateway 1.4 ms of CPU a second
+        per idle process (200, ``--max-processes 200``, over a quarter of a core doing nothing). No kernel event tells
+        all of it: under v1 the TCP buffers' count past its share has none (cgroup v2's ``memory.events`` and
+        ``pids.events`` could be watched by inotify alone)."""
         watched = _Watched(cgroup)
         self._watched.add(watched)
         try:
@@ -154,11 +154,11 @@ class Cgroups:
                         await self._read_all()
                 finally:
                     self._reading = False
-                    for other in self._watched:  # one of them reads them from now on: the first to run
-                        other.woken.set()
             return watched.bound
         finally:
             self._watched.discard(watched)
+            if not self._reading and self._watched:  # another reads them from now on (or, cancelled, wakes one)
+                next(iter(self._watched)).woken.set()
 
     async def _read_all(self) -> None:
         """Every watched group not yet found over a bound read once, in one thread hop, and those that reached one
