@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,10 +26,11 @@ import pytest
 
 from _redis import free_port
 from _uids import uids
-from _waits import until
+from _waits import WITHIN, until, until_awaited
 from e2e._gateway import Process, gateway_run
 from e2e._sealed import UIDS, call, client, gateway, needs, shared, text
 from mcp_sessions._gateway._process_flags import default_memory
+from mcp_sessions._gateway.sealed._cgroups import BOUNDS_POLL
 from mcp_sessions._gateway.sealed._network import TCP_BUFFERS
 from mcp_sessions._gateway.sealed._sandbox import PTYS
 
@@ -298,7 +300,9 @@ def test_a_gateway_removes_the_groups_of_dead_gateways_alone_seen_from_any_pid_n
 
 def test_a_gateway_stopped_leaves_no_control_group(server: str) -> None:
     """A gateway's groups, its processes' and its own, are gone once it stops (SIGTERM): none waits for the next
-    gateway's start."""
+    gateway's start. Idle meanwhile, its event loop's thread wakes for the watch of its processes' groups alone (one
+    read of them all a tick, ``BOUNDS_POLL``), no longer for uvicorn's tick too, ten times a second (:func:`woken`,
+    over a window of measure: ``IDLE``)."""
     needs("root", "bwrap", "cgroup-memory")
     from mcp_sessions._gateway.sealed._cgroups import Bounds
 
@@ -310,7 +314,21 @@ def test_a_gateway_stopped_leaves_no_control_group(server: str) -> None:
         mcp = client(process)
         assert text(call(mcp, "whoami", mcp.create_session()))
         assert [group.name for group in cgroups.parents[0].glob(f"mcp-sessions-{pid}-*-gateway")]
+        before = woken(pid)
+        time.sleep(IDLE)
+        assert woken(pid) - before < 4 * IDLE / BOUNDS_POLL, f"{woken(pid) - before} wakes in {IDLE} s"
     assert not [group.name for parent in cgroups.parents for group in parent.glob(f"mcp-sessions-{pid}-*")]
+
+
+IDLE = 2.0
+
+
+def woken(pid: int) -> int:
+    """How often the thread ``pid`` has slept and woken (its voluntary context switches: the kernel's count)."""
+    for line in Path(f"/proc/{pid}/task/{pid}/status").read_text().splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    raise AssertionError(f"/proc/{pid}/task/{pid}/status says no voluntary_ctxt_switches")
 
 
 def test_processes_that_start_at_once_each_get_their_control_group() -> None:
@@ -333,3 +351,69 @@ def test_processes_that_start_at_once_each_get_their_control_group() -> None:
         for group in groups:
             group.remove()
         cgroups.close()
+
+
+def test_the_live_processes_groups_are_read_together_and_only_the_one_past_its_bound_is_woken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each process's watch hopped to a thread of its own every ``BOUNDS_POLL`` to read its group's files: an idle
+    gateway cost 4.0 ms of CPU a second and 15.0 with 8 idle conversations (1.4 ms/s each; 200, ``--max-processes
+    200``, over a quarter of a core doing nothing). Now the gateway's live groups are read together, in one thread
+    hop a tick, by one of their watchers at a time (another reads on once it is gone), and only the one past its
+    bound is woken: 8 groups, one of them a process's that forks past its pids bound."""
+    needs("root", "cgroup-pids")
+    import anyio
+    import anyio.to_thread
+
+    from mcp_sessions._gateway.sealed._cgroups import Bound, Bounds, Cgroups
+
+    bounds = Bounds.found(None, 4)
+    assert bounds is not None
+    cgroups = Cgroups(bounds)
+    groups = [cgroups.create() for _ in range(8)]
+    hops: list[float] = []
+    hop = anyio.to_thread.run_sync
+
+    async def counted(function: Callable[[], object]) -> object:
+        hops.append(anyio.current_time())
+        return await hop(function)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    found: dict[int, Bound] = {}
+    forks = f"echo $$ > {groups[5].procs[0]}; for i in 1 2 3 4 5 6; do sleep 60 & done; wait"
+
+    async def watched() -> float:
+        first = anyio.CancelScope()
+
+        async def watch(index: int, scope: anyio.CancelScope | None = None) -> None:
+            with scope or anyio.CancelScope():
+                found[index] = await cgroups.reached(groups[index])
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(watch, 0, first)
+            for index in range(1, 8):
+                tasks.start_soon(watch, index)
+            await until_awaited(lambda: len(hops) >= 3, "three ticks")
+            first.cancel()  # the reader's process ended: another reads on
+            ticked = len(hops)
+            await until_awaited(lambda: len(hops) >= ticked + 2, "two ticks after the reader left")
+            started = anyio.current_time()
+            # its shell ends at its first fork refused ("Cannot fork"); its sleeps are killed with its group
+            async with await anyio.open_process(["/bin/sh", "-c", forks], stdout=None, stderr=None):
+                await until_awaited(lambda: 5 in found, "the group past its bound found")
+                reacted = anyio.current_time() - started
+            tasks.cancel_scope.cancel()
+        return reacted
+
+    try:
+        reacted = anyio.run(watched)
+        ticks = (hops[-1] - hops[0]) / BOUNDS_POLL
+    finally:
+        monkeypatch.undo()
+        for group in groups:
+            group.killed(WITHIN)
+            group.remove()
+        cgroups.close()
+    assert found == {5: "pids"}
+    assert len(hops) <= ticks + 3, f"{len(hops)} thread hops in {ticks:.1f} ticks, for 8 groups"
+    assert reacted < BOUNDS_POLL + 1.0, f"{reacted:.2f} s"

@@ -18,9 +18,15 @@ from itertools import count
 from pathlib import Path
 from typing import Final, Literal
 
+import anyio
+import anyio.to_thread
+
 from ._kernel import locked
 
 _POLL: Final = 0.05
+_SMALL: Final = 4096
+BOUNDS_POLL: Final = 0.5
+"""How often the live processes' control groups are asked whether they reached a bound (:meth:`Cgroups.reached`)."""
 Bound = Literal["memory", "pids"]
 """Which bound a conversation's processes reached (``--process-memory``, ``--process-pids``)."""
 
@@ -99,6 +105,9 @@ class Cgroups:
     name: str = field(default_factory=lambda: f"mcp-sessions-{os.getpid()}-{secrets.token_hex(4)}", init=False)
     _ids: Iterator[int] = field(default_factory=count, init=False)
     _readying: threading.Lock = field(default_factory=threading.Lock, init=False)
+    # The live processes' groups that :meth:`reached` watches, and whether one of its callers reads them meanwhile.
+    _watched: set[_Watched] = field(default_factory=set, init=False)
+    _reading: bool = field(default=False, init=False)
 
     def create(self) -> Cgroup:
         """A new control group for one process, its bounds written; the first readies the parents (:meth:`_ready`):
@@ -120,6 +129,46 @@ class Cgroups:
             cgroup.remove()
             raise
         return cgroup
+
+    async def reached(self, cgroup: Cgroup) -> Bound:
+        """Which bound ``cgroup``'s processes reached (:meth:`Cgroup.exceeded`), once they have. Every live group of
+        the gateway's is read together, every :data:`BOUNDS_POLL` s, in one thread of anyio's, by one of the callers
+        at a time (the first; when it returns or is cancelled, it wakes another, which takes over); the others sleep
+        until theirs is found. A task and a thread hop per process each tick cost the gateway 1.4 ms of CPU a second
+        per idle process (200, ``--max-processes 200``, over a quarter of a core doing nothing). No kernel event tells
+        all of it: under v1 the TCP buffers' count past its share has none (cgroup v2's ``memory.events`` and
+        ``pids.events`` could be watched by inotify alone)."""
+        watched = _Watched(cgroup)
+        self._watched.add(watched)
+        try:
+            while watched.bound is None:
+                if self._reading:  # another caller reads them all
+                    await watched.woken.wait()
+                    watched.woken = anyio.Event()
+                    continue
+                self._reading = True
+                try:
+                    await self._read_all()
+                    while watched.bound is None:
+                        await anyio.sleep(BOUNDS_POLL)
+                        await self._read_all()
+                finally:
+                    self._reading = False
+            return watched.bound
+        finally:
+            self._watched.discard(watched)
+            if not self._reading and self._watched:  # another reads them from now on (or, cancelled, wakes one)
+                next(iter(self._watched)).woken.set()
+
+    async def _read_all(self) -> None:
+        """Every watched group not yet found over a bound read once, in one thread hop, and those that reached one
+        woken."""
+        watched = [each for each in self._watched if each.bound is None]
+        found = await anyio.to_thread.run_sync(lambda: [each.cgroup.exceeded() for each in watched])
+        for each, bound in zip(watched, found, strict=True):
+            if bound is not None:
+                each.bound = bound
+                each.woken.set()
 
     def _ready(self) -> None:
         """The gateway's own group made in each parent and its lock held; then the empty groups of gateways that were
@@ -157,12 +206,24 @@ class Cgroups:
                     (parent / f"{self.name}-{_OWN}").rmdir()
 
 
+@dataclass(eq=False)
+class _Watched:
+    """One caller of :meth:`Cgroups.reached`: its group, the bound found there, and what wakes it."""
+
+    cgroup: Cgroup
+    bound: Bound | None = None
+    woken: anyio.Event = field(default_factory=anyio.Event)
+
+
 @dataclass
 class Cgroup:
     """One process's control group (v2), or its groups in the v1 hierarchies."""
 
     version: int
     dirs: tuple[Path, ...]
+    # What :meth:`exceeded` reads, in order: each events file and the count it reads there ("" for v1's TCP buffers'
+    # usage), found at its first read, once the group's bounds are written.
+    _watched: list[tuple[str, str]] | None = field(default=None, init=False, repr=False)
 
     def bound(self, memory: int | None, pids: int | None, cpu: float | None = None) -> None:
         """Write the bounds into each of its directories that has their files (in v1, each hierarchy has its own);
@@ -196,13 +257,20 @@ class Cgroup:
 
     def exceeded(self) -> Bound | None:
         """Which bound the processes reached: the kernel's counts of OOM kills and of refused forks, and under v1 its
-        count of their TCP buffers past their share (:func:`_sockets_past`)."""
-        events = "memory.oom_control" if self.version == 1 else "memory.events"
-        for directory in self.dirs:
-            if _count(directory / events, "oom_kill") or _sockets_past(directory):
-                return "memory"
-            if _count(directory / "pids.events", "max"):
-                return "pids"
+        count of their TCP buffers past their share (:func:`_sockets_past`). Read every :data:`BOUNDS_POLL` s for each
+        live process (:meth:`Cgroups.reached`): the files that exist found once, each read with one ``read(2)``."""
+        if self._watched is None:
+            events = "memory.oom_control" if self.version == 1 else "memory.events"
+            wanted = ((events, "oom_kill"), ("memory.kmem.tcp.usage_in_bytes", ""), ("pids.events", "max"))
+            self._watched = [
+                (str(directory / name), key)
+                for directory in self.dirs
+                for name, key in wanted
+                if (directory / name).exists()
+            ]
+        for path, key in self._watched:
+            if _count(path, key) if key else _sockets_past(path):
+                return "pids" if key == "max" else "memory"
         return None
 
     def members(self) -> list[int]:
@@ -314,24 +382,43 @@ def own(controller: str = "", pid: int | str = "self") -> Path | None:
     return None
 
 
-def _sockets_past(directory: Path) -> bool:
-    """Whether cgroup v1's count of a group's TCP buffers is past its bound (``memory.kmem.tcp``): the kernel charges
-    each socket's first buffer of a queue, sent or received, whatever the bound (it forces that charge, so that every
-    connection moves), and ends no process for it, as it does for memory: 5,727 connections unread pinned 393 MiB under
-    a 150 MiB bound. The gateway ends the conversation once the count is past, as the OOM killer ends a process past
-    its memory. Not in a v1 memory hierarchy (no such files): never."""
-    usage = read(directory / "memory.kmem.tcp.usage_in_bytes")
-    limit = read(directory / "memory.kmem.tcp.limit_in_bytes")
-    return bool(usage and limit) and int(usage) > int(limit)
+def _sockets_past(usage_file: str) -> bool:
+    """Whether cgroup v1's count of a group's TCP buffers is past its bound (``memory.kmem.tcp``; ``usage_file``: its
+    ``usage_in_bytes``, beside its ``limit_in_bytes``): the kernel charges each socket's first buffer of a queue, sent
+    or received, whatever the bound (it forces that charge, so that every connection moves), and ends no process for
+    it, as it does for memory: 5,727 connections unread pinned 393 MiB under a 150 MiB bound. The gateway ends the
+    conversation once the count is past, as the OOM killer ends a process past its memory. The limit is read only
+    where the usage is not zero (a process that opened no connection, most of them, costs one read)."""
+    usage = _read_small(usage_file).strip()
+    if not usage or usage == b"0":
+        return False
+    limit = _read_small(usage_file.removesuffix("usage_in_bytes") + "limit_in_bytes").strip()
+    return bool(limit) and int(usage) > int(limit)
 
 
-def _count(path: Path, key: str) -> int:
+def _count(path: str, key: str) -> int:
     """The count a cgroup events file gives ``key`` (0 when it has none)."""
-    for line in read(path).splitlines():
-        name, _, value = line.partition(" ")
-        if name == key:
+    wanted = key.encode()
+    for line in _read_small(path).splitlines():
+        name, _, value = line.partition(b" ")
+        if name == wanted:
             return int(value)
     return 0
+
+
+def _read_small(path: str) -> bytes:
+    """The first :data:`_SMALL` bytes of ``path`` (a control group's file: a few lines), in one ``read(2)``, with no
+    object made but the bytes; empty where it cannot be read (a group gone, a kernel without the file)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    try:
+        return os.read(descriptor, _SMALL)
+    except OSError:
+        return b""
+    finally:
+        os.close(descriptor)
 
 
 def read(path: str | Path) -> str:

@@ -745,6 +745,13 @@ class Place:
     def exceeded(self) -> Bound | None:
         return None if self.cgroup is None else self.cgroup.exceeded()
 
+    async def reached(self) -> Bound | None:
+        """Which bound its control group reached, once it has (``_cgroups.Cgroups.reached``: every live process's
+        read together); None at once where it has none."""
+        if self.cgroup is None or self.sandbox.cgroups is None:
+            return None
+        return await self.sandbox.cgroups.reached(self.cgroup)
+
     async def leave(self) -> str | None:
         """Once the process has ended: what is left of its control group killed (one step), its directory (an empty
         mount point: what the process wrote went with its tmpfs) and control group removed, its uid given back. What

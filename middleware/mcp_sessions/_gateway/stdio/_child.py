@@ -57,8 +57,6 @@ WRITE_DEADLINE: Final = 10.0
 MAX_WAITING_BYTES: Final = 8 << 20
 """How much may wait to be written to a child's stdin: once this much waits, more gets an error at once. In bytes,
 not lines: a burst of a conversation's small concurrent requests all waits its turn at once."""
-BOUNDS_POLL: Final = 0.5
-"""How often a process's control group is asked whether it reached a bound."""
 _POLL: Final = 0.05
 stderr_logger = logging.getLogger("mcp_sessions.gateway.stderr")
 # How every child runs: the name the process table knows.
@@ -286,11 +284,9 @@ class Child:
 
     async def _watch_bounds(self, place: Place) -> None:
         """End the child once its control group reached a bound (a fork refused, a process killed for memory)."""
-        # Polled: files, no event, say when a bound is reached.
-        bound = await anyio.to_thread.run_sync(place.exceeded)
-        while bound is None:
-            await anyio.sleep(BOUNDS_POLL)
-            bound = await anyio.to_thread.run_sync(place.exceeded)
+        bound = await place.reached()
+        if bound is None:  # it has no control group
+            return
         logger.warning("%s: its conversation is %s: it ends", self.label, OVER[bound].text)
         if bound == "memory" and place.cgroup is not None:
             # At once, as the kernel's OOM killer ends a process: what pins memory past the bound (unread socket
