@@ -7,10 +7,12 @@ need them skip, and under CI (``CI`` set) they fail: ``_redis.missing``.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import ctypes
 import io
 import json
+import logging
 import os
 import re
 import shutil
@@ -34,8 +36,10 @@ from starlette.types import Message, Receive, Scope, Send
 
 from _mcp import MODERN, era_session, legacy_request, messages, modern_headers, modern_request, replaying
 from _redis import end_process, free_port, missing, only_skips, until_listening
+from conftest import serve
 from mcp_sessions import get_session
 from mcp_sessions._cli import main
+from mcp_sessions._gateway._cli import _app, add_arguments, configured
 
 MAIN = Path(__file__).resolve().parents[2]
 CACHE = MAIN / ".cache"
@@ -210,6 +214,77 @@ def gateway_process(
         return [*line, *(item for url in upstreams for item in ("--upstream", url)), *given], environ
 
     gateway = started("mcp-sessions gateway", command)
+    try:
+        yield gateway
+    except BaseException:
+        print(f"the gateway's log:\n{gateway.output()}")  # beside the failure, in pytest's captured stdout
+        raise
+    finally:
+        gateway.stop()
+
+
+class InProcess:
+    """A gateway built and served in this process (``gateway_in_process``): what a test of its answers reads of a
+    ``Process``, its port, its URLs and its log; ``stop`` ends it as the command ends (its lifespan's end: its
+    processes stopped, their last lines logged) and gives all it logged."""
+
+    def __init__(self, port: int, stack: contextlib.ExitStack, logged: io.StringIO) -> None:
+        self.port, self._stack, self._logged = port, stack, logged
+
+    def url(self, path: str = "/mcp") -> str:
+        """The URL of ``path`` on this gateway's port."""
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def output(self) -> str:
+        return self._logged.getvalue()[-4000:]
+
+    def stop(self) -> bytes:
+        """End the gateway (once; again does nothing): all it logged."""
+        self._stack.close()
+        return self._logged.getvalue().encode()
+
+
+@contextlib.contextmanager
+def gateway_in_process(
+    upstreams: Sequence[str], *arguments: str, environ: Mapping[str, str] | None = None
+) -> Iterator[InProcess]:
+    """``gateway_process``'s gateway without a process of its own, for a test whose subject is the app's answers and
+    log, not the process: its flags parsed by the command's parser, then ``configured`` and ``_app`` as ``run``
+    calls them, its sandbox installed and closed as ``run`` does (the gateway's own seal, ``seal_gateway``, is the
+    process's: not this test process's), served by uvicorn in a thread on a free loopback port (``serve``). Its
+    log (``mcp_sessions``' loggers at ``--log-level``, ``warning`` unless given) is what ``stop`` gives. A new
+    interpreter cost 0.75 CPU-seconds, ``import mcp`` 0.64 of them."""
+    if "--stdio" in arguments:  # as gateway_process gives them
+        arguments = (*arguments, "--pass-env", "PYTHONPATH", "--pass-env", "STDIO_TEST_FILES")
+        defaults = {"--processes": "per-conversation", "--warm": "0", "--process-containment": "none"}
+        arguments = (
+            *arguments,
+            *(item for flag, value in defaults.items() if flag not in arguments for item in (flag, value)),
+        )
+    port = free_port()
+    given = [argument.replace("{url}", f"http://127.0.0.1:{port}/mcp") for argument in arguments]
+    line = ["--port", str(port), "--log-level", "warning", *(item for url in upstreams for item in ("--upstream", url))]
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args([*line, *given])
+    inherited = {key: value for key, value in os.environ.items() if not key.startswith("MCP_SESSIONS_")}
+    config = configured(args, {**inherited, "MCP_SESSIONS_SECRET": SECRET, **(environ or {})})
+    logged = io.StringIO()
+    handler = logging.StreamHandler(logged)
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    logger = logging.getLogger("mcp_sessions")
+    level = logger.level
+    with contextlib.ExitStack() as stack:
+        app, sandbox = _app(config)
+        if sandbox is not None:
+            stack.callback(sandbox.close)
+            sandbox.install()
+        logger.addHandler(handler)
+        logger.setLevel(config.listening.log_level.upper())
+        stack.callback(logger.setLevel, level)
+        stack.callback(logger.removeHandler, handler)
+        stack.enter_context(serve(app, port=port))
+        gateway = InProcess(port, stack.pop_all(), logged)
     try:
         yield gateway
     except BaseException:
