@@ -235,25 +235,30 @@ class InProcess:
         """The URL of ``path`` on this gateway's port."""
         return f"http://127.0.0.1:{self.port}{path}"
 
+    def log(self) -> bytes:
+        """Everything the gateway logged so far."""
+        return self._logged.getvalue().encode()
+
     def output(self) -> str:
         return self._logged.getvalue()[-4000:]
 
     def stop(self) -> bytes:
         """End the gateway (once; again does nothing): all it logged."""
         self._stack.close()
-        return self._logged.getvalue().encode()
+        return self.log()
 
 
 @contextlib.contextmanager
 def gateway_in_process(
     upstreams: Sequence[str], *arguments: str, environ: Mapping[str, str] | None = None
-) -> Iterator[InProcess]:
+) -> Iterator[InProcess | Process]:
     """``gateway_process``'s gateway without a process of its own, for a test whose subject is the app's answers and
     log, not the process: its flags parsed by the command's parser, then ``configured`` and ``_app`` as ``run``
     calls them, its sandbox installed and closed as ``run`` does (the gateway's own seal, ``seal_gateway``, is the
     process's: not this test process's), served by uvicorn in a thread on a free loopback port (``serve``). Its
     log (``mcp_sessions``' loggers at ``--log-level``, ``warning`` unless given) is what ``stop`` gives. A new
-    interpreter cost 0.75 CPU-seconds, ``import mcp`` 0.64 of them."""
+    interpreter cost 0.75 CPU-seconds, ``import mcp`` 0.64 of them. Its own process all the same
+    (``gateway_process``) where its processes' bounds are cgroup v2's, whose gateway moves itself into its group."""
     if "--stdio" in arguments:  # as gateway_process gives them
         arguments = (*arguments, "--pass-env", "PYTHONPATH", "--pass-env", "STDIO_TEST_FILES")
         defaults = {"--processes": "per-conversation", "--warm": "0", "--process-containment": "none"}
@@ -269,6 +274,12 @@ def gateway_in_process(
     args = parser.parse_args([*line, *given])
     inherited = {key: value for key, value in os.environ.items() if not key.startswith("MCP_SESSIONS_")}
     config = configured(args, {**inherited, "MCP_SESSIONS_SECRET": SECRET, **(environ or {})})
+    if config.sandbox is not None and config.sandbox.bounds is not None and config.sandbox.bounds.version == 2:
+        # under cgroup v2 the gateway moves itself into a group of its own (no process may stay in one that gives
+        # controllers): this test process would stay there, so the gateway runs as its own process
+        with gateway_process(upstreams, *arguments, environ=environ) as process:
+            yield process
+        return
     logged = io.StringIO()
     handler = logging.StreamHandler(logged)
     handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
