@@ -39,7 +39,7 @@ from _redis import end_process, free_port, missing, only_skips, until_listening
 from conftest import serve
 from mcp_sessions import get_session
 from mcp_sessions._cli import main
-from mcp_sessions._gateway._cli import _app, add_arguments, configured
+from mcp_sessions._gateway._cli import _app, _install, _running, add_arguments, configured, configured_file
 
 MAIN = Path(__file__).resolve().parents[2]
 CACHE = MAIN / ".cache"
@@ -253,47 +253,52 @@ def gateway_in_process(
     upstreams: Sequence[str], *arguments: str, environ: Mapping[str, str] | None = None
 ) -> Iterator[InProcess | Process]:
     """``gateway_process``'s gateway without a process of its own, for a test whose subject is the app's answers and
-    log, not the process: its flags parsed by the command's parser, then ``configured`` and ``_app`` as ``run``
-    calls them, its sandbox installed and closed as ``run`` does (the gateway's own seal, ``seal_gateway``, is the
-    process's: not this test process's), served by uvicorn in a thread on a free loopback port (``serve``). Its
-    log (``mcp_sessions``' loggers at ``--log-level``, ``warning`` unless given) is what ``stop`` gives. A new
-    interpreter cost 0.75 CPU-seconds, ``import mcp`` 0.64 of them. Its own process all the same
-    (``gateway_process``) where its processes' bounds are cgroup v2's, whose gateway moves itself into its group."""
+    log, not the process: its flags parsed by the command's parser, then ``configured`` (``configured_file`` with
+    ``--config``) and ``_app`` as ``run`` calls them, its sandboxes installed and closed as ``run`` does (the
+    gateway's own seal, ``seal_gateway``, is the process's: not this test process's), served by uvicorn in a thread
+    on a free loopback port (``serve``). Its log (``mcp_sessions``' loggers at ``--log-level``, ``warning`` unless
+    given, from its configuration on) is what ``stop`` gives. A new interpreter cost 0.75 CPU-seconds, ``import
+    mcp`` 0.64 of them. Its own process all the same (``gateway_process``) where its processes' bounds are cgroup
+    v2's: that gateway moves itself into a group of its own, which would keep this test process."""
+    asked = arguments
     if "--stdio" in arguments:  # as gateway_process gives them
         arguments = (*arguments, "--pass-env", "PYTHONPATH", "--pass-env", "STDIO_TEST_FILES")
         defaults = {"--processes": "per-conversation", "--warm": "0", "--process-containment": "none"}
-        arguments = (
-            *arguments,
-            *(item for flag, value in defaults.items() if flag not in arguments for item in (flag, value)),
-        )
+        given_flags = [item for flag, value in defaults.items() if flag not in arguments for item in (flag, value)]
+        arguments = (*arguments, *given_flags)
     port = free_port()
-    given = [argument.replace("{url}", f"http://127.0.0.1:{port}/mcp") for argument in arguments]
     line = ["--port", str(port), "--log-level", "warning", *(item for url in upstreams for item in ("--upstream", url))]
+    line += [argument.replace("{url}", f"http://127.0.0.1:{port}/mcp") for argument in arguments]
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    args = parser.parse_args([*line, *given])
+    args = parser.parse_args(line)
+    args.command_line = line  # main's: the flags given, which a --config file's yield to
     inherited = {key: value for key, value in os.environ.items() if not key.startswith("MCP_SESSIONS_")}
-    config = configured(args, {**inherited, "MCP_SESSIONS_SECRET": SECRET, **(environ or {})})
-    if config.sandbox is not None and config.sandbox.bounds is not None and config.sandbox.bounds.version == 2:
-        # under cgroup v2 the gateway moves itself into a group of its own (no process may stay in one that gives
-        # controllers): this test process would stay there, so the gateway runs as its own process
-        with gateway_process(upstreams, *arguments, environ=environ) as process:
-            yield process
-        return
+    given = {**inherited, "MCP_SESSIONS_SECRET": SECRET, **(environ or {})}
     logged = io.StringIO()
     handler = logging.StreamHandler(logged)
     handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
     logger = logging.getLogger("mcp_sessions")
-    level = logger.level
     with contextlib.ExitStack() as stack:
-        app, sandbox = _app(config)
-        if sandbox is not None:
-            stack.callback(sandbox.close)
-            sandbox.install()
-        logger.addHandler(handler)
-        logger.setLevel(config.listening.log_level.upper())
-        stack.callback(logger.setLevel, level)
+        stack.callback(logger.setLevel, logger.level)
         stack.callback(logger.removeHandler, handler)
+        logger.addHandler(handler)
+        logger.setLevel(args.log_level.upper())
+        config = configured(args, given) if args.config is None else configured_file(args, given)
+        if any(each.sandbox and each.sandbox.bounds and each.sandbox.bounds.version == 2 for each in config.each):
+            stack.close()
+            with gateway_process(upstreams, *asked, environ=environ) as process:
+                yield process
+            return
+        app, sandbox = _app(config)
+        running = _running(app, sandbox)
+
+        @stack.callback
+        def release() -> None:
+            for made in running():
+                made.close()
+
+        _install(running())
         stack.enter_context(serve(app, port=port))
         gateway = InProcess(port, stack.pop_all(), logged)
     try:
