@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import errno
 import io
 import json
 import logging
@@ -260,14 +261,35 @@ def gateway_in_process(
     given, from its configuration on) is what ``stop`` gives. A new interpreter cost 0.75 CPU-seconds, ``import
     mcp`` 0.64 of them. Its own process all the same (``gateway_process``) where its processes' bounds are cgroup
     v2's: that gateway moves itself into a group of its own, which would keep this test process."""
-    asked = arguments
+    given = arguments
     if "--stdio" in arguments:  # as gateway_process gives them
-        arguments = (*arguments, "--pass-env", "PYTHONPATH", "--pass-env", "STDIO_TEST_FILES")
+        given = (*given, "--pass-env", "PYTHONPATH", "--pass-env", "STDIO_TEST_FILES")
         defaults = {"--processes": "per-conversation", "--warm": "0", "--process-containment": "none"}
-        given_flags = [item for flag, value in defaults.items() if flag not in arguments for item in (flag, value)]
-        arguments = (*arguments, *given_flags)
+        given = (*given, *(item for flag, value in defaults.items() if flag not in given for item in (flag, value)))
+    for tries in range(3, 0, -1):  # again on another port if the first was taken meanwhile, as started() does
+        try:
+            gateway = _served([*(item for url in upstreams for item in ("--upstream", url)), *given], environ)
+            break
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or tries == 1:
+                raise
+    if gateway is None:
+        with gateway_process(upstreams, *arguments, environ=environ) as process:
+            yield process
+        return
+    try:
+        yield gateway
+    except BaseException:
+        print(f"the gateway's log:\n{gateway.output()}")  # beside the failure, in pytest's captured stdout
+        raise
+    finally:
+        gateway.stop()
+
+
+def _served(arguments: Sequence[str], environ: Mapping[str, str] | None) -> InProcess | None:
+    """:func:`gateway_in_process`'s gateway on a free port, serving; None where its bounds are cgroup v2's."""
     port = free_port()
-    line = ["--port", str(port), "--log-level", "warning", *(item for url in upstreams for item in ("--upstream", url))]
+    line = ["--port", str(port), "--log-level", "warning"]
     line += [argument.replace("{url}", f"http://127.0.0.1:{port}/mcp") for argument in arguments]
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -286,10 +308,7 @@ def gateway_in_process(
         logger.setLevel(args.log_level.upper())
         config = configured(args, given) if args.config is None else configured_file(args, given)
         if any(each.sandbox and each.sandbox.bounds and each.sandbox.bounds.version == 2 for each in config.each):
-            stack.close()
-            with gateway_process(upstreams, *asked, environ=environ) as process:
-                yield process
-            return
+            return None
         app, sandbox = _app(config)
         running = _running(app, sandbox)
 
@@ -300,14 +319,7 @@ def gateway_in_process(
 
         _install(running())
         stack.enter_context(serve(app, port=port))
-        gateway = InProcess(port, stack.pop_all(), logged)
-    try:
-        yield gateway
-    except BaseException:
-        print(f"the gateway's log:\n{gateway.output()}")  # beside the failure, in pytest's captured stdout
-        raise
-    finally:
-        gateway.stop()
+        return InProcess(port, stack.pop_all(), logged)
 
 
 def gateway_run(*arguments: str, within: float = 90) -> subprocess.CompletedProcess[str]:
