@@ -7,10 +7,13 @@ need them skip, and under CI (``CI`` set) they fail: ``_redis.missing``.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import ctypes
+import errno
 import io
 import json
+import logging
 import os
 import re
 import shutil
@@ -34,8 +37,10 @@ from starlette.types import Message, Receive, Scope, Send
 
 from _mcp import MODERN, era_session, legacy_request, messages, modern_headers, modern_request, replaying
 from _redis import end_process, free_port, missing, only_skips, until_listening
+from conftest import serve
 from mcp_sessions import get_session
 from mcp_sessions._cli import main
+from mcp_sessions._gateway._cli import _app, _install, _running, add_arguments, configured, configured_file
 
 MAIN = Path(__file__).resolve().parents[2]
 CACHE = MAIN / ".cache"
@@ -217,6 +222,104 @@ def gateway_process(
         raise
     finally:
         gateway.stop()
+
+
+class InProcess:
+    """A gateway built and served in this process (``gateway_in_process``): what a test of its answers reads of a
+    ``Process``, its port, its URLs and its log; ``stop`` ends it as the command ends (its lifespan's end: its
+    processes stopped, their last lines logged) and gives all it logged."""
+
+    def __init__(self, port: int, stack: contextlib.ExitStack, logged: io.StringIO) -> None:
+        self.port, self._stack, self._logged = port, stack, logged
+
+    def url(self, path: str = "/mcp") -> str:
+        """The URL of ``path`` on this gateway's port."""
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def log(self) -> bytes:
+        """Everything the gateway logged so far."""
+        return self._logged.getvalue().encode()
+
+    def output(self) -> str:
+        return self._logged.getvalue()[-4000:]
+
+    def stop(self) -> bytes:
+        """End the gateway (once; again does nothing): all it logged."""
+        self._stack.close()
+        return self.log()
+
+
+@contextlib.contextmanager
+def gateway_in_process(
+    upstreams: Sequence[str], *arguments: str, environ: Mapping[str, str] | None = None
+) -> Iterator[InProcess | Process]:
+    """``gateway_process``'s gateway without a process of its own, for a test whose subject is the app's answers and
+    log, not the process: its flags parsed by the command's parser, then ``configured`` (``configured_file`` with
+    ``--config``) and ``_app`` as ``run`` calls them, its sandboxes installed and closed as ``run`` does (the
+    gateway's own seal, ``seal_gateway``, is the process's: not this test process's), served by uvicorn in a thread
+    on a free loopback port (``serve``). Its log (``mcp_sessions``' loggers at ``--log-level``, ``warning`` unless
+    given, from its configuration on) is what ``stop`` gives. A new interpreter cost 0.75 CPU-seconds, ``import
+    mcp`` 0.64 of them. Its own process all the same (``gateway_process``) where its processes' bounds are cgroup
+    v2's: that gateway moves itself into a group of its own, which would keep this test process."""
+    given = arguments
+    if "--stdio" in arguments:  # as gateway_process gives them
+        given = (*given, "--pass-env", "PYTHONPATH", "--pass-env", "STDIO_TEST_FILES")
+        defaults = {"--processes": "per-conversation", "--warm": "0", "--process-containment": "none"}
+        given = (*given, *(item for flag, value in defaults.items() if flag not in given for item in (flag, value)))
+    for tries in range(3, 0, -1):  # again on another port if the first was taken meanwhile, as started() does
+        try:
+            gateway = _served([*(item for url in upstreams for item in ("--upstream", url)), *given], environ)
+            break
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or tries == 1:
+                raise
+    if gateway is None:
+        with gateway_process(upstreams, *arguments, environ=environ) as process:
+            yield process
+        return
+    try:
+        yield gateway
+    except BaseException:
+        print(f"the gateway's log:\n{gateway.output()}")  # beside the failure, in pytest's captured stdout
+        raise
+    finally:
+        gateway.stop()
+
+
+def _served(arguments: Sequence[str], environ: Mapping[str, str] | None) -> InProcess | None:
+    """:func:`gateway_in_process`'s gateway on a free port, serving; None where its bounds are cgroup v2's."""
+    port = free_port()
+    line = ["--port", str(port), "--log-level", "warning"]
+    line += [argument.replace("{url}", f"http://127.0.0.1:{port}/mcp") for argument in arguments]
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(line)
+    args.command_line = line  # main's: the flags given, which a --config file's yield to
+    inherited = {key: value for key, value in os.environ.items() if not key.startswith("MCP_SESSIONS_")}
+    given = {**inherited, "MCP_SESSIONS_SECRET": SECRET, **(environ or {})}
+    logged = io.StringIO()
+    handler = logging.StreamHandler(logged)
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    logger = logging.getLogger("mcp_sessions")
+    with contextlib.ExitStack() as stack:
+        stack.callback(logger.setLevel, logger.level)
+        stack.callback(logger.removeHandler, handler)
+        logger.addHandler(handler)
+        logger.setLevel(args.log_level.upper())
+        config = configured(args, given) if args.config is None else configured_file(args, given)
+        if any(each.sandbox and each.sandbox.bounds and each.sandbox.bounds.version == 2 for each in config.each):
+            return None
+        app, sandbox = _app(config)
+        running = _running(app, sandbox)
+
+        @stack.callback
+        def release() -> None:
+            for made in running():
+                made.close()
+
+        _install(running())
+        stack.enter_context(serve(app, port=port))
+        return InProcess(port, stack.pop_all(), logged)
 
 
 def gateway_run(*arguments: str, within: float = 90) -> subprocess.CompletedProcess[str]:

@@ -26,7 +26,7 @@ from e2e._gateway import (
     JSON_SSE,
     MAIN,
     everything_server,
-    gateway_process,
+    gateway_in_process,
     legacy_initialize,
     result_of,
     run_recipe,
@@ -46,8 +46,9 @@ def upstream() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def gateway(upstream: str) -> Iterator[str]:
-    with gateway_process([upstream], "--keepalive", str(KEEPALIVE)) as process:
-        yield process.url()
+    # in process, served in a thread as the command serves it: what these tests ask is the app's answers
+    with gateway_in_process([upstream], "--keepalive", str(KEEPALIVE)) as gateway:
+        yield gateway.url()
 
 
 def echo(message: str, session: str | None, request_id: int = 2) -> dict[str, Any]:

@@ -62,8 +62,10 @@ from e2e._gateway import (
     MAIN,
     PYTHONPATH,
     SECRET,
+    InProcess,
     Process,
     created,
+    gateway_in_process,
     gateway_process,
     installed,
     legacy_initialize,
@@ -163,7 +165,7 @@ def token(user: str = "alice", *, key: Any = KEY, algorithm: str = "RS256", kid:
     return jwt.encode(claims, key, algorithm=algorithm, headers={"kid": kid})
 
 
-def for_gateway(process: Process, user: str = "alice", **changed: Any) -> str:
+def for_gateway(process: Process | InProcess, user: str = "alice", **changed: Any) -> str:
     return token(user, aud=changed.pop("aud", process.url()), **changed)
 
 
@@ -235,7 +237,9 @@ def test_a_clock_a_few_seconds_off_is_no_refusal(team: Process, changed: dict[st
 
 def test_a_jwks_that_cannot_be_fetched_is_one_warning_at_startup_and_every_401_says_so() -> None:
     keys = f"http://127.0.0.1:{free_port()}/jwks.json"  # nothing listens there
-    with gateway("--upstream", "http://127.0.0.1:9/mcp", *verifying(keys)) as front:
+    # in process: the warning is the app's, as it starts (its key set's first fetch), and the 401 its answer
+    flags = ("--upstream", "http://127.0.0.1:9/mcp", *verifying(keys), "--log-level", "info")
+    with gateway_in_process([], *flags) as front:
         lines = [line for line in front.log().splitlines() if b"JWKS" in line]
         assert len(lines) == 1, lines
         assert lines[0].startswith(b"WARNING: "), lines

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import socket
 import threading
@@ -28,7 +29,7 @@ import pytest
 from _mcp import messages, modern_headers, modern_request, session_meta
 from _waits import WITHIN, until
 from conftest import SECRET, serve
-from e2e._gateway import Process, created, gateway_process, rss_kib
+from e2e._gateway import InProcess, Process, created, gateway_in_process, gateway_process, rss_kib
 from e2e._hostile import Request, raw_server
 from mcp_sessions import SessionsConfig, gateway_app
 from mcp_sessions._gateway._serving import CUT
@@ -146,13 +147,15 @@ def upstream() -> Iterator[HostileUpstream]:
 
 
 @pytest.fixture(scope="module")
-def front(upstream: HostileUpstream) -> Iterator[Process]:
-    with gateway_process([upstream.origin + "/mcp"]) as process:
-        yield process
+def front(upstream: HostileUpstream) -> Iterator[InProcess | Process]:
+    """The gateway in process, from the command's flags, on a real uvicorn in a thread (a raw client's socket
+    matters): its tests ask what it answers and when it closes its upstream connection, not the process."""
+    with gateway_in_process([upstream.origin + "/mcp"]) as gateway:
+        yield gateway
 
 
 @pytest.fixture(scope="module")
-def session(front: Process) -> str:
+def session(front: InProcess | Process) -> str:
     with httpx.Client(timeout=10) as http:
         return created(http, front.url())
 
@@ -186,7 +189,7 @@ def tool_call(name: str, session: str | None, request_id: int = 7) -> dict[str, 
     ],
 )
 def test_a_location_on_the_upstreams_origin_becomes_a_path_on_the_gateways(
-    upstream: HostileUpstream, front: Process, http: httpx.Client, to: str, sent: str
+    upstream: HostileUpstream, front: InProcess | Process, http: httpx.Client, to: str, sent: str
 ) -> None:
     names = {"origin": upstream.origin, "host": upstream.origin.removeprefix("http://")}
     response = http.get(front.url("/redirect"), params={"to": to.format(**names)})
@@ -223,7 +226,7 @@ def raw_request(port: int, tag: str, method: str, path: str, body: dict[str, Any
 )
 def test_a_client_that_goes_away_closes_the_upstream_connection(
     upstream: HostileUpstream,
-    front: Process,
+    front: InProcess | Process,
     session: str,
     kind: str,
     method: str,
@@ -276,15 +279,15 @@ def test_sigterm_stops_the_gateway_while_an_answer_streams(upstream: HostileUpst
 )
 def test_an_answer_past_the_bound_is_refused_and_its_upstream_connection_closed(
     upstream: HostileUpstream,
-    front: Process,
+    front: InProcess | Process,
     session: str,
     http: httpx.Client,
     tool: str,
     status: int,
     content_type: str,
 ) -> None:
-    assert front.process is not None
-    pid, before = front.process.pid, rss_kib(front.process.pid)  # for the record only
+    pid = front.process.pid if isinstance(front, Process) and front.process is not None else os.getpid()
+    before = rss_kib(pid)  # for the record only
     body = tool_call(tool, session, 8)
     response = http.post(front.url(), json=body, headers={**modern_headers(body), "X-Tag": tool})
     after = rss_kib(pid)

@@ -36,7 +36,7 @@ from starlette.routing import Route
 
 from _mcp import CLIENT_CAPABILITIES_KEY, legacy_request, modern_headers, modern_request
 from conftest import asgi_client, serve
-from e2e._gateway import JSON_SSE, MAIN, SECRET, Process, gateway_process, main_run, result_of
+from e2e._gateway import JSON_SSE, MAIN, SECRET, Process, gateway_in_process, gateway_process, main_run, result_of
 from e2e._idjag import (
     ACCESS_TOKEN_TYPE,
     ID_JAG_JWT_TYPE,
@@ -446,7 +446,9 @@ def test_a_stdio_process_gets_its_user_s_token_of_the_api_s_authorization_server
     begun = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}
     initialize = legacy_request("initialize", begun)
     given = {}
-    with gateway("--stdio", SERVER, *env, *verifying(idp), *keyed(keys)) as front:
+    # in process: its subject is the app's answers and its log; the process is the recipe's tests'
+    flags = ("--stdio", SERVER, *env, *verifying(idp), *keyed(keys), "--log-level", "debug")
+    with gateway_in_process([], *flags, environ={"PYTHONPATH": f"{MAIN}/middleware:{MAIN}/tests"}) as front:
         users = {user: idp.login(user, front.url()) for user in ("alice", "bob")}
         asked = result_of(call(front.url(), users["alice"], getenv), getenv["id"])["result"]
         assert asked["resultType"] == "input_required", asked

@@ -32,14 +32,14 @@ import pytest
 
 from _authorities import taken_leaf
 from _mcp import CLIENT_CAPABILITIES_KEY, ModernClient, modern_request
-from _redis import free_port, missing
+from _redis import missing
 from _uids import members, uids
 from _waits import WITHIN, until
 from conftest import SECRET, serve
 from e2e import _idjag, _sealed, _vendor
 from e2e._authorization import GATEWAY, authorization_server, login
 from e2e._dns import elsewhere, resolver
-from e2e._gateway import CACHE, NODE22, for_every_uid, gateway_run, installed, readable_directory
+from e2e._gateway import CACHE, NODE22, for_every_uid, installed, main_run, readable_directory
 from e2e._masked import NAMES, SERVER, stand_in_authority
 from mcp_sessions._gateway._node import node_without_proxy
 from mcp_sessions._gateway.sealed._edge import ASKING_PER_ADDRESS, TUNNELS, _socket_as
@@ -545,7 +545,12 @@ as it is accepted (its read ends at once, never at its 30 s timeout)."""
     ids=["not-given", "no-egress", "authority-alone"],
 )
 def test_a_mask_the_gateway_cannot_keep_is_one_line_and_exit_status_2(options: tuple[str, ...], said: str) -> None:
-    done = gateway_run("--port", str(free_port()), "--stdio", "/bin/cat", *options, within=60)
+    # by main in this process, as the command runs it: refused as its flags are read, before it binds; on a port
+    # taken, so that a mask let through ends in another line at once, not in a gateway serving in the test's process
+    environ = {"PATH": os.environ["PATH"], "MCP_SESSIONS_SECRET": SECRET}
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = str(taken.getsockname()[1])
+        done = main_run("gateway", "--port", port, "--stdio", "/bin/cat", *options, environ=environ)
     assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said}\n")
 
 

@@ -44,9 +44,11 @@ from e2e._gateway import (
     CACHE,
     MAIN,
     SECRET,
+    InProcess,
     Process,
     everything_server,
     for_every_uid,
+    gateway_in_process,
     installed,
     main_run,
     node,
@@ -68,7 +70,7 @@ TOKEN = "ghp_" + "Te4mT0kenValue" * 2 + "0123456789"  # a GitHub token's shape
 
 
 @pytest.fixture(scope="module")
-def two_stdio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Process, Path]]:
+def two_stdio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[InProcess | Process, Path]]:
     """The gateway of a ``mcpServers`` file: server-filesystem on a tree, server-memory with its file in ``env``;
     uncontained (``process-containment``, a key of the gateway's beside the host's), so that the tree under the
     tests' /tmp is the one it reads."""
@@ -87,24 +89,14 @@ def two_stdio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Proces
         },
     }
     file.write_text(json.dumps({"mcpServers": servers}), encoding="utf-8")
-
-    def command_line(port: int) -> tuple[list[str], dict[str, str]]:
-        line = ["-m", "mcp_sessions", "gateway", "--config", str(file), "--port", str(port), "--log-level", "warning"]
-        return [sys.executable, *line], {"MCP_SESSIONS_SECRET": SECRET}
-
-    gateway = started("mcp-sessions gateway --config", command_line)
-    try:
+    # in process, from the same file (configured_file): these tests ask its paths' answers, not the process
+    with gateway_in_process([], "--config", str(file)) as gateway:
         yield gateway, tree
-    except BaseException:
-        print(f"the gateway's log:\n{gateway.output()}")
-        raise
-    finally:
-        gateway.stop()
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_each_server_of_an_mcpservers_file_is_at_its_path_with_its_own_tools(
-    two_stdio: tuple[Process, Path], mode: str
+    two_stdio: tuple[InProcess | Process, Path], mode: str
 ) -> None:
     """Each server of the file at ``/servers/NAME/mcp``, its tools its own: server-filesystem's reads the tree's
     file; server-memory's keeps an entity and reads it back (its file from the server's ``env``)."""
@@ -126,7 +118,7 @@ async def test_each_server_of_an_mcpservers_file_is_at_its_path_with_its_own_too
     assert f"kept-{mode}" in (tree.parent / "memory.jsonl").read_text(encoding="utf-8")
 
 
-def test_a_path_no_server_is_at_is_a_404_naming_the_servers(two_stdio: tuple[Process, Path]) -> None:
+def test_a_path_no_server_is_at_is_a_404_naming_the_servers(two_stdio: tuple[InProcess | Process, Path]) -> None:
     gateway, _ = two_stdio
     for path in ("/mcp", "/servers/nope/mcp", "/servers", "/servers/files"):
         answer = httpx.post(gateway.url(path), json={}, timeout=10)

@@ -34,7 +34,7 @@ from _mcp import (
 from _redis import free_port, missing
 from _waits import WITHIN
 from conftest import SECRET
-from e2e._gateway import Process, gateway_process, legacy_initialize, result_of
+from e2e._gateway import InProcess, Process, gateway_in_process, gateway_process, legacy_initialize, result_of
 from e2e._issuer import ISSUER, jwks, signed
 from e2e._stdio import COUNT, SERVER, SERVER_PATH, stdio_gateway, text_of
 from mcp_sessions import SessionsConfig
@@ -48,22 +48,24 @@ STDIO_SERVER = shlex.join(SERVER)
 CHILD_EXITED = -32603
 
 
-def bearer(gateway: Process, name: str) -> dict[str, str]:
+def bearer(gateway: Process | InProcess, name: str) -> dict[str, str]:
     claims = {"iss": ISSUER, "aud": gateway.url(), "sub": name, "exp": int(time.time()) + 300}
     return {"Authorization": f"Bearer {signed(claims)}"}
 
 
 @contextlib.contextmanager
-def verifying(*arguments: str) -> Iterator[Process]:
-    """A gateway that verifies tokens against the JWKS, with ``arguments``; its log at ``info``."""
+def verifying(*arguments: str, process: bool = True) -> Iterator[Process | InProcess]:
+    """A gateway that verifies tokens against the JWKS, with ``arguments``; its log at ``info``. In this process
+    unless ``process`` (a test of its status port's)."""
+    serving = gateway_process if process else gateway_in_process
     with jwks() as keys:
         auth = ("--auth-jwks", keys, "--auth-issuer", ISSUER, "--auth-audience", "{url}", "--log-level", "info")
-        with gateway_process([], "--stdio", STDIO_SERVER, *auth, *arguments, environ=SERVER_PATH) as gateway:
+        with serving([], "--stdio", STDIO_SERVER, *auth, *arguments, environ=SERVER_PATH) as gateway:
             yield gateway
 
 
 @contextlib.asynccontextmanager
-async def client_of(gateway: Process, name: str) -> AsyncIterator[Client]:
+async def client_of(gateway: Process | InProcess, name: str) -> AsyncIterator[Client]:
     """The ``mcp`` SDK's client, as the user ``name`` (a token of hers)."""
     async with (
         httpx2.AsyncClient(headers=bearer(gateway, name), timeout=WITHIN) as http,
@@ -100,7 +102,7 @@ async def test_each_caller_gets_a_process_of_her_own_and_its_end_ends_her_conver
     client sends, naming none, cost no process."""
     if bound and Bounds.found(1 << 30, None) is None:
         missing("this test needs a memory control group the gateway may create (v2 delegated, or v1 as root)")
-    with verifying("--processes", "auto", *bound) as gateway:
+    with verifying("--processes", "auto", *bound, process=False) as gateway:  # its answers and its log
         async with client_of(gateway, "alice") as alice, client_of(gateway, "bob") as bob:
             hers, his = await create_session(alice), await create_session(bob)
             counted = [await count(alice, hers), await count(alice, hers), await count(bob, his)]
@@ -142,6 +144,7 @@ def team() -> Iterator[tuple[Process, int]]:
     contained = ("--process-containment", "bwrap", "--process-network", "none")
     limited = ("--max-processes-per-principal", "1", "--status-port", str(status_port))
     with verifying(*proxied, *contained, *limited) as gateway:
+        assert isinstance(gateway, Process)
         yield gateway, status_port
 
 

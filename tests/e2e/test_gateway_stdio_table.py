@@ -26,7 +26,7 @@ from mcp import Client
 from _mcp import legacy_request, modern_headers, modern_request, session_meta
 from _waits import WITHIN, Deadline, until
 from conftest import SECRET
-from e2e._gateway import created, gateway_process, legacy_initialize, result_of
+from e2e._gateway import created, gateway_in_process, gateway_process, legacy_initialize, result_of
 from e2e._issuer import ISSUER, jwks, signed
 from e2e._stdio import COUNT, ENVIRON, SERVER, SERVER_PATH, stdio_gateway
 from mcp_sessions import SessionsConfig
@@ -257,7 +257,7 @@ def test_a_team_of_twenty_and_six_runs_of_a_script_are_served_under_a_4_gib_host
     auth = ("--auth-issuer", ISSUER, "--auth-audience", "{url}")
     with (
         jwks() as keys,
-        gateway_process(
+        gateway_in_process(  # its subject is the table's answers: the app's
             [],
             "--stdio",
             shlex.join(SERVER),
