@@ -846,16 +846,20 @@ class UpstreamGrants(UpstreamToken):
             query["scope"] = server.scope
         return _redirect(server.authorization_endpoint, query)
 
-    async def _confirmed(self, leg: _Leg, code: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
-        """The IdP's code swapped for an ID token that must name the user who asked (and carry the leg's
-        ``nonce``): the token endpoint's answer, the ID token, and its verified claims."""
-        idp = await self._idp_metadata()
-        form = {
+    def _code_form(self, leg: _Leg, code: str) -> dict[str, str]:
+        """The token request that swaps a leg's authorization ``code`` (RFC 6749 §4.1.3), with PKCE's verifier."""
+        return {
             "grant_type": "authorization_code",
             "code": code,
             "redirect_uri": self._callback,
             "code_verifier": leg.verifier,
         }
+
+    async def _confirmed(self, leg: _Leg, code: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
+        """The IdP's code swapped for an ID token that must name the user who asked (and carry the leg's
+        ``nonce``): the token endpoint's answer, the ID token, and its verified claims."""
+        idp = await self._idp_metadata()
+        form = self._code_form(leg, code)
         endpoint = _url_in(idp, "token_endpoint")
         status, answer = await self._post_token(endpoint, self._login.issuer, self._login.client, form)
         id_token = answer.get("id_token") if isinstance(answer, dict) and status == 200 else None
@@ -872,12 +876,7 @@ class UpstreamGrants(UpstreamToken):
     async def _granted(self, leg: _Leg, code: str) -> _Answer:
         """The upstream's server's code swapped for the user's tokens, kept for her."""
         server = await self._found()
-        form = {
-            "grant_type": "authorization_code",
-            "code": code,
-            "redirect_uri": self._callback,
-            "code_verifier": leg.verifier,
-        }
+        form = self._code_form(leg, code)
         if server.resource:
             form["resource"] = server.resource
         status, answer = await self._token_request(server, form)
