@@ -774,7 +774,8 @@ def test_a_user_lists_and_revokes_her_own_grant(stand: Stand) -> None:
     assert grants("judy", "DELETE", server="https://elsewhere.example").json() == {"revoked": []}  # not hers there
     assert [kept["authorization_server"] for kept in grants("judy").json()["grants"]] == [grant["authorization_server"]]
     revoked = grants("judy", "DELETE", server=stand.vendor_issuer)
-    assert revoked.status_code == 200 and revoked.json()["revoked"] == [grant["authorization_server"]]
+    told = {"authorization_server": grant["authorization_server"], "notified": True}
+    assert revoked.status_code == 200 and revoked.json()["revoked"] == [told]
     assert stand.vendor.counts["revocations"] == revocations + 1
     assert grants("judy").json() == {"grants": []}
     assert asked_url(modern_call(stand, "judy")).startswith(stand.gateway.url("/oauth/authorize/"))
@@ -1073,6 +1074,43 @@ def test_a_restarted_gateway_keeps_each_grant_sealed_in_its_store(stand: Stand) 
     everyone = json.loads(main_run("grants", "--status", stand.status, "--json").stdout)["grants"]
     assert "ivy" not in [entry["principal"] for entry in everyone]
     assert asked_url(modern_call(stand, "ivy")).startswith(stand.gateway.url("/oauth/authorize/"))
+
+
+def test_a_gateway_restarted_with_its_upstream_down_lists_its_grants_and_revokes_them_in_itself(
+    stand: Stand, tmp_path: Path
+) -> None:
+    """uma signs in at a vendor of the test's own, whose server and authorization server then go down, and the
+    gateway restarts on the same store: its operator lists her grant from the store's index, as JSON and as a table
+    (no server asked: it once answered the upstream's 502), and revokes it in the gateway, whose line says the
+    vendor was not told (and its log why); nothing is left to list."""
+    vendor = Vendor()
+    with contextlib.ExitStack() as exits:
+        with contextlib.ExitStack() as upstream:
+            issuer = upstream.enter_context(serve(vendor.app()))
+            vendor.resource = upstream.enter_context(serve(vendor_server(vendor, issuer))) + "/mcp"
+            down = Stand(stand.idp, vendor, tmp_path / "store.db", exits, vendor_issuer=issuer)
+            down.start(OLD_KEY)
+            assert signed_in("uma", asked_url(modern_call(down, "uma"))).status_code == 200
+            assert whoami(modern_call(down, "uma"))["sub"] == "uma"
+        down.start(OLD_KEY)  # the vendor's two servers stopped: nothing listens at their ports
+        operator = ("grants", "--status", down.status)
+        listed = main_run(*operator, "--json")
+        shown = main_run(*operator)
+        revoked = main_run(*operator, "--revoke", "--principal", "uma")
+        left = main_run(*operator, "--json")
+        output = down.gateway.stop().decode(errors="replace")
+    assert listed.returncode == 0, listed.stderr
+    (grant,) = json.loads(listed.stdout)["grants"]
+    assert (grant["principal"], grant["authorization_server"], grant["resource"]) == ("uma", issuer, vendor.resource)
+    assert shown.stdout.splitlines()[1].split()[:3] == ["uma", issuer, vendor.resource], shown.stdout
+    assert revoked.returncode == 0, revoked.stderr
+    said = f"revoked uma's grant at {issuer}, in the gateway only: the server was not told (revoke it there too)\n"
+    assert revoked.stdout == said
+    assert vendor.counts["revocations"] == 0
+    assert json.loads(left.stdout) == {"grants": []}
+    assert f"a grant at {issuer} forgotten here, the server not told: " in output
+    for token in vendor.issued:
+        assert token not in output
 
 
 @pytest.mark.anyio
