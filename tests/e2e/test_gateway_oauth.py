@@ -331,7 +331,8 @@ def test_a_stdio_process_gets_its_user_s_own_token_at_an_authorization_server(st
     )
     assert all(grant["issuer"] == stand.idp.url for grant in shown)
     assert all(grant["granted_at"] < time.time() < grant["expires_at"] for grant in shown)
-    assert own.returncode == 0 and own.stdout.startswith("SERVER  ") and own.stdout.count("\n") == 3, own.stdout
+    assert own.returncode == 0 and own.stdout.count("\n") == 3, own.stdout
+    assert own.stdout.startswith("AUTHORIZATION SERVER  "), own.stdout
     for printed in (everyone.stdout, own.stdout, written.stdout):
         assert [token for token in [*stand.vendor.issued, *other.issued] if token in printed] == []
     assert at_clients.status_code == 404 and "--status-port" in at_clients.json()["error"]
@@ -345,7 +346,8 @@ def test_a_stdio_process_gets_its_user_s_own_token_at_an_authorization_server(st
     # the docs' lines: the three grants left listed, alice's two revoked, at each vendor; she is asked again
     assert written.returncode == 0, written.stderr
     heading, *rows, first, second = written.stdout.splitlines()
-    assert heading.split() == ["PRINCIPAL", "SERVER", "RESOURCE", "SCOPE", "GRANTED", "EXPIRES"], written.stdout
+    assert heading.startswith("PRINCIPAL  AUTHORIZATION SERVER  "), written.stdout
+    assert heading.split()[3:] == ["RESOURCE", "SCOPE", "GRANTED", "EXPIRES"], written.stdout
     left_then = [("alice", stand.vendor_issuer, stand.vendor.resource), ("alice", other_issuer, other.resource)]
     left_then.append(("bob", other_issuer, other.resource))
     assert [tuple(row.split()[:3]) for row in rows] == sorted(left_then)
@@ -390,7 +392,7 @@ def test_the_docs_stdio_command_starts_as_written_and_the_operator_reads_it(stan
             output = front.stop().decode(errors="replace")
     assert listed.status_code == 200 and listed.json() == {"grants": []}, output[-2000:]
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "PRINCIPAL  SERVER  RESOURCE  SCOPE  GRANTED  EXPIRES\nno grant to revoke\n"
+    assert done.stdout == "PRINCIPAL  AUTHORIZATION SERVER  RESOURCE  SCOPE  GRANTED  EXPIRES\nno grant to revoke\n"
 
 
 @pytest.mark.anyio
@@ -575,6 +577,9 @@ def test_a_team_file_s_servers_sign_their_users_in_at_the_gateway_s_base_across_
             assert httpx.get(base + "/oauth/grants", timeout=30).status_code == 401
             operator = f"http://127.0.0.1:{status_port}/status/grants"
             every = httpx.get(operator, timeout=30).json()["grants"]
+            shown = main_run("grants", "--status", f"http://127.0.0.1:{status_port}")
+            as_jo = {"TOKEN": stand.idp.token_for("jo", base + "/")}
+            own = main_run("grants", base + "/servers/vendor/mcp", "--bearer-env", "TOKEN", environ=as_jo)
             assert httpx.get(base + "/status/grants", timeout=30).status_code == 404  # not at the clients' door
             revoked = httpx.delete(operator, params={"principal": "kai"}, timeout=30).json()["revoked"]
             after = httpx.get(operator, timeout=30).json()["grants"]
@@ -589,6 +594,17 @@ def test_a_team_file_s_servers_sign_their_users_in_at_the_gateway_s_base_across_
         ("jo", "tools"),
         ("kai", "vendor"),
     }
+    # the tables name each grant's server of the file first, as the JSON does
+    heading, *rows = shown.stdout.splitlines()
+    assert heading.startswith("SERVER  PRINCIPAL  AUTHORIZATION SERVER  "), shown.stdout
+    assert sorted(tuple(row.split()[:3]) for row in rows) == [
+        ("tools", "jo", other_issuer),
+        ("vendor", "jo", stand.vendor_issuer),
+        ("vendor", "kai", stand.vendor_issuer),
+    ]
+    heading, *rows = own.stdout.splitlines()
+    assert heading.startswith("SERVER  AUTHORIZATION SERVER  "), own.stdout
+    assert sorted(tuple(row.split()[:2]) for row in rows) == [("tools", other_issuer), ("vendor", stand.vendor_issuer)]
     assert [(each["principal"], each["server"], each["authorization_server"]) for each in revoked] == [
         ("kai", "vendor", stand.vendor_issuer)
     ]
@@ -800,7 +816,8 @@ def test_the_docs_lines_list_and_revoke_her_grant_as_written(stand: Stand, tmp_p
         "mcp",  # the upstream's metadata's scopes_supported, asked and granted
     )
     assert grant["granted_at"] < time.time() < grant["expires_at"] and grant["refreshes"] is True
-    assert heading.split() == ["SERVER", "RESOURCE", "SCOPE", "GRANTED", "EXPIRES"]
+    assert heading.startswith("AUTHORIZATION SERVER  ")
+    assert heading.split()[2:] == ["RESOURCE", "SCOPE", "GRANTED", "EXPIRES"]
     granted = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(grant["granted_at"]))
     assert row.split()[:3] == [stand.vendor_issuer, stand.vendor.resource, "mcp"] and granted in row
     assert revoked == f"revoked the grant at {stand.vendor_issuer}"
