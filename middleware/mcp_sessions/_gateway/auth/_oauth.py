@@ -676,15 +676,14 @@ class UpstreamGrants(UpstreamToken):
         return SignIns([self]).serving_grants(app)
 
     async def _listed(self, user: User) -> list[dict[str, object]]:
-        listed = []
-        for entry in await self._held(user):
-            grant = await self._grant_of((user, str(entry["authorization_server"])))
-            if grant is None:
-                continue
-            left = None if grant.renew_at == math.inf else max(0, round(grant.renew_at - time.monotonic()))
-            shown = {name: value for name, value in entry.items() if name not in ("issuer", "principal")}
-            listed.append(shown | {"refreshes": bool(grant.refresh), "renewed_in": left})
-        return listed
+        server = await self._found()
+        key = (user, server.issuer)
+        grant = await self._grant_of(key)
+        if grant is None:
+            return []
+        left = None if grant.renew_at == math.inf else max(0, round(grant.renew_at - time.monotonic()))
+        shown = {k: v for k, v in self._shown(key, grant).items() if k not in ("issuer", "principal")}
+        return [shown | {"refreshes": bool(grant.refresh), "renewed_in": left}]
 
     async def _every(self) -> list[dict[str, object]]:
         """Every user's grant here, as :meth:`_shown` says each, with no server asked: the store's index (another
@@ -699,16 +698,26 @@ class UpstreamGrants(UpstreamToken):
             if entry.get("sign_in") == self._listed_as
         ]
 
-    async def _held(self, user: User) -> list[dict[str, object]]:
-        """The user's entries of :meth:`_every`: one a server she granted here."""
-        return [entry for entry in await self._every() if (entry.get("issuer"), entry.get("principal")) == user]
-
     async def _revoked(self, user: User, server_named: str | None = None) -> list[dict[str, object]]:
-        """The user's grants here (the one at ``server_named``, where named) revoked: forgotten here and in the
-        store, then at the server (:meth:`_revoked_at`); each by its server, and whether that server was told."""
+        """The user's grant here (if it is ``server_named``'s, where named) revoked: forgotten here and in the store,
+        then at the server (:meth:`_told`); each by its server, and whether that server was told. Where the server
+        cannot be found now (a gateway restarted while its upstream is down), her grants are those the store's
+        index names (a read of every entry, as the operator's listing is), and no server is told."""
+        try:
+            server: _Server | None = await self._found()
+            unfound = ""
+        except ExchangeRefused as failed:
+            server = None
+            unfound = failed.description
+        if server is not None:
+            issuers = [server.issuer]
+        else:
+            held = await self._every()
+            issuers = [
+                str(each["authorization_server"]) for each in held if (each["issuer"], each["principal"]) == user
+            ]
         revoked: list[dict[str, object]] = []
-        for entry in await self._held(user):
-            issuer = str(entry["authorization_server"])
+        for issuer in issuers:
             if server_named is not None and server_named.rstrip("/") != issuer.rstrip("/"):
                 continue
             key = (user, issuer)
@@ -718,34 +727,31 @@ class UpstreamGrants(UpstreamToken):
             self._grants.pop(key, None)
             if self._kept is not None:
                 await self._keep(self._kept.forget(self._record(key)))
-            revoked.append({"authorization_server": issuer, "notified": await self._revoked_at(issuer, grant)})
+            unsaid = unfound if server is None else await self._told(server, grant)
+            if unsaid is None:
+                logger.info("mcp-sessions gateway: a grant at %s revoked", issuer)
+            else:
+                logger.warning(
+                    "mcp-sessions gateway: a grant at %s forgotten here, the server not told: %s", issuer, unsaid
+                )
+            revoked.append({"authorization_server": issuer, "notified": unsaid is None})
         return revoked
 
-    async def _revoked_at(self, issuer: str, grant: _Grant) -> bool:
-        """``grant``, forgotten here, revoked at its server's revocation endpoint (RFC 7009; its refresh token, which
-        ends its access tokens too where the server ties them): whether the server took it. A server that names no
-        endpoint, cannot be reached or found, or refuses, is not told, and the log says so: the gateway holds the
-        grant no more all the same (what an operator revoking a user's access needs first), and its tokens end as
-        the server ends them."""
-        status = None
-        why = "it names no revocation endpoint"
+    async def _told(self, server: _Server, grant: _Grant) -> str | None:
+        """``grant``, forgotten here, revoked at ``server``'s revocation endpoint (RFC 7009; its refresh token, which
+        ends its access tokens too where the server ties them): ``None`` where the server took it, else why it was
+        not told. The gateway holds the grant no more all the same (what an operator revoking a user's access needs
+        first, whatever the vendor's state), and its tokens end as the server ends them."""
+        if server.revocation_endpoint is None:
+            return "it names no revocation endpoint"
+        token, hint = (grant.refresh, "refresh_token") if grant.refresh else (grant.access, "access_token")
+        form = {"token": token, "token_type_hint": hint}
         try:
-            server = await self._found()
-            if server.issuer != issuer:
-                why = f"the upstream's authorization server is {server.issuer} now"
-            elif server.revocation_endpoint is not None:
-                token, hint = (grant.refresh, "refresh_token") if grant.refresh else (grant.access, "access_token")
-                form = {"token": token, "token_type_hint": hint}
-                client = await self._client_of(server)
-                status, _ = await self._post_token(server.revocation_endpoint, server.issuer, client, form)
-                why = f"it answered {status}"
+            client = await self._client_of(server)
+            status, _ = await self._post_token(server.revocation_endpoint, server.issuer, client, form)
         except ExchangeRefused as failed:
-            why = failed.description
-        if status == 200:
-            logger.info("mcp-sessions gateway: a grant at %s revoked", issuer)
-            return True
-        logger.warning("mcp-sessions gateway: a grant at %s forgotten here, the server not told: %s", issuer, why)
-        return False
+            return failed.description
+        return None if status == 200 else f"it answered {status}"
 
     async def _grant_of(self, key: tuple[User, str]) -> _Grant | None:
         """The user's grant at the server: in memory, else from the store."""
