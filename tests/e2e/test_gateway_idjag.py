@@ -475,7 +475,9 @@ def test_a_stdio_process_gets_its_user_s_token_of_the_api_s_authorization_server
         mine = {"Authorization": f"Bearer {users['alice']}"}
         listed = httpx.get(grants, headers=mine, timeout=30)
         assert listed.json()["grants"][0]["authorization_server"] == idp.url, listed.text
-        assert httpx.delete(grants, headers=mine, timeout=30).json() == {"revoked": [idp.url]}
+        revoked = httpx.delete(grants, headers=mine, timeout=30).json()
+        # the stand-in names no revocation endpoint: forgotten at the gateway, the IdP not told
+        assert revoked == {"revoked": [{"authorization_server": idp.url, "notified": False}]}
         again = result_of(call(front.url(), users["alice"], getenv), getenv["id"])["result"]
         assert again["resultType"] == "input_required"
         output = front.stop().decode(errors="replace")
@@ -560,6 +562,54 @@ def test_the_subject_is_her_id_token_from_the_gateway_s_own_login_asked_for_by_u
     assert "code=" not in output
     assert secrets_in(output, alice, bob, for_alice, again, *idp.id_tokens, *idp.refresh_tokens) == []
     assert secrets_in(page.text, *idp.id_tokens) == []
+
+
+def test_a_file_s_server_takes_its_subject_from_her_login_at_the_gateway_s_base(
+    servers: tuple[IdentityProvider, ResourceServer], keys: dict[str, Path], tmp_path: Path
+) -> None:
+    """``id-jag-subject = "id_token"`` in a ``--config`` file's server (its ``login-*`` keys beside it, the exchange's
+    client in ``[gateway]``), routed as the file routes it: alice's call at ``/servers/tools/mcp`` is asked to sign
+    in at the gateway's base (``/oauth/authorize/ID``, where its one callback is), the IdP signs her in, and her
+    retry reaches the upstream with her own token of its server, by an ID-JAG exchanged for her ID token;
+    ``/oauth/grants`` at the base lists her login with its ``server``. No token reaches the log. (The flags' form:
+    ``test_the_subject_is_her_id_token_from_the_gateway_s_own_login_asked_for_by_url_elicitation``.)"""
+    idp, resource_server = servers
+    capable = modern_request("tools/call", {"name": "seen", "arguments": {}}, meta=URL_CAPABLE)
+    file = tmp_path / "team.toml"
+    with upstream(resource_server) as mcp:
+        file.write_text(
+            f'[gateway]\nauth-jwks = "{idp.url}/jwks.json"\nauth-issuer = "{idp.url}"\n'
+            f'exchange-client-id = "{AT_IDP}"\nexchange-client-auth = "private_key_jwt"\n'
+            f'exchange-client-key-file = "{keys[AT_IDP]}"\n'
+            f'[servers.tools]\nurl = "{mcp}"\nupstream-token = "id-jag"\nid-jag-subject = "id_token"\n'
+            f'id-jag-client-id = "{AT_AS}"\nid-jag-client-auth = "private_key_jwt"\n'
+            f'id-jag-client-key-file = "{keys[AT_AS]}"\n'
+            f'login-issuer = "{idp.url}"\nlogin-client-id = "{AT_IDP}"\nlogin-client-auth = "private_key_jwt"\n'
+            f'login-client-key-file = "{keys[AT_IDP]}"\n',
+            encoding="utf-8",
+        )
+        # in process, from the file (configured_file): its subject is the app's answers and its log
+        with gateway_in_process([], "--config", str(file), "--auth-audience", "{url}") as front:
+            alice = idp.login("alice", front.url())
+            served = front.url("/servers/tools/mcp")
+            asked = result_of(call(served, alice, capable), capable["id"])["result"]
+            assert asked["resultType"] == "input_required", asked
+            (elicitation,) = asked["inputRequests"].values()
+            assert elicitation["params"]["url"].startswith(front.url("/oauth/authorize/"))
+            page = signed_in("alice", elicitation["params"]["url"])
+            assert page.status_code == 200 and "You are signed in at" in page.text
+            token = seen_token(call(served, alice))
+            listed = httpx.get(front.url("/oauth/grants"), headers={"Authorization": f"Bearer {alice}"}, timeout=30)
+            output = front.stop().decode(errors="replace")
+    assert idp.asked[-1]["subject_token_type"] == ID_TOKEN_TYPE
+    assert idp.asked[-1]["client_id"] == AT_IDP  # the stand-in takes an ID token issued to the client that asks
+    assert (claims(token)["sub"], claims(token)["aud"], claims(token)["iss"]) == ("alice", mcp, resource_server.url)
+    assert token in resource_server.issued
+    assert [(grant["server"], grant["authorization_server"]) for grant in listed.json()["grants"]] == [
+        ("tools", idp.url)
+    ]
+    assert secrets_in(output, alice, token, *idp.id_tokens, *idp.refresh_tokens) == []
+    assert secrets_in(listed.text, *idp.id_tokens, *idp.refresh_tokens) == []
 
 
 ISSUER = "https://tools-login.example"

@@ -331,7 +331,8 @@ def test_a_stdio_process_gets_its_user_s_own_token_at_an_authorization_server(st
     )
     assert all(grant["issuer"] == stand.idp.url for grant in shown)
     assert all(grant["granted_at"] < time.time() < grant["expires_at"] for grant in shown)
-    assert own.returncode == 0 and own.stdout.startswith("SERVER  ") and own.stdout.count("\n") == 3, own.stdout
+    assert own.returncode == 0 and own.stdout.count("\n") == 3, own.stdout
+    assert own.stdout.startswith("AUTHORIZATION SERVER  "), own.stdout
     for printed in (everyone.stdout, own.stdout, written.stdout):
         assert [token for token in [*stand.vendor.issued, *other.issued] if token in printed] == []
     assert at_clients.status_code == 404 and "--status-port" in at_clients.json()["error"]
@@ -345,7 +346,8 @@ def test_a_stdio_process_gets_its_user_s_own_token_at_an_authorization_server(st
     # the docs' lines: the three grants left listed, alice's two revoked, at each vendor; she is asked again
     assert written.returncode == 0, written.stderr
     heading, *rows, first, second = written.stdout.splitlines()
-    assert heading.split() == ["PRINCIPAL", "SERVER", "RESOURCE", "SCOPE", "GRANTED", "EXPIRES"], written.stdout
+    assert heading.startswith("PRINCIPAL  AUTHORIZATION SERVER  "), written.stdout
+    assert heading.split()[3:] == ["RESOURCE", "SCOPE", "GRANTED", "EXPIRES"], written.stdout
     left_then = [("alice", stand.vendor_issuer, stand.vendor.resource), ("alice", other_issuer, other.resource)]
     left_then.append(("bob", other_issuer, other.resource))
     assert [tuple(row.split()[:3]) for row in rows] == sorted(left_then)
@@ -390,7 +392,7 @@ def test_the_docs_stdio_command_starts_as_written_and_the_operator_reads_it(stan
             output = front.stop().decode(errors="replace")
     assert listed.status_code == 200 and listed.json() == {"grants": []}, output[-2000:]
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "PRINCIPAL  SERVER  RESOURCE  SCOPE  GRANTED  EXPIRES\nno grant to revoke\n"
+    assert done.stdout == "PRINCIPAL  AUTHORIZATION SERVER  RESOURCE  SCOPE  GRANTED  EXPIRES\nno grant to revoke\n"
 
 
 @pytest.mark.anyio
@@ -575,6 +577,9 @@ def test_a_team_file_s_servers_sign_their_users_in_at_the_gateway_s_base_across_
             assert httpx.get(base + "/oauth/grants", timeout=30).status_code == 401
             operator = f"http://127.0.0.1:{status_port}/status/grants"
             every = httpx.get(operator, timeout=30).json()["grants"]
+            shown = main_run("grants", "--status", f"http://127.0.0.1:{status_port}")
+            as_jo = {"TOKEN": stand.idp.token_for("jo", base + "/")}
+            own = main_run("grants", base + "/servers/vendor/mcp", "--bearer-env", "TOKEN", environ=as_jo)
             assert httpx.get(base + "/status/grants", timeout=30).status_code == 404  # not at the clients' door
             revoked = httpx.delete(operator, params={"principal": "kai"}, timeout=30).json()["revoked"]
             after = httpx.get(operator, timeout=30).json()["grants"]
@@ -589,6 +594,17 @@ def test_a_team_file_s_servers_sign_their_users_in_at_the_gateway_s_base_across_
         ("jo", "tools"),
         ("kai", "vendor"),
     }
+    # the tables name each grant's server of the file first, as the JSON does
+    heading, *rows = shown.stdout.splitlines()
+    assert heading.startswith("SERVER  PRINCIPAL  AUTHORIZATION SERVER  "), shown.stdout
+    assert sorted(tuple(row.split()[:3]) for row in rows) == [
+        ("tools", "jo", other_issuer),
+        ("vendor", "jo", stand.vendor_issuer),
+        ("vendor", "kai", stand.vendor_issuer),
+    ]
+    heading, *rows = own.stdout.splitlines()
+    assert heading.startswith("SERVER  AUTHORIZATION SERVER  "), own.stdout
+    assert sorted(tuple(row.split()[:2]) for row in rows) == [("tools", other_issuer), ("vendor", stand.vendor_issuer)]
     assert [(each["principal"], each["server"], each["authorization_server"]) for each in revoked] == [
         ("kai", "vendor", stand.vendor_issuer)
     ]
@@ -774,7 +790,8 @@ def test_a_user_lists_and_revokes_her_own_grant(stand: Stand) -> None:
     assert grants("judy", "DELETE", server="https://elsewhere.example").json() == {"revoked": []}  # not hers there
     assert [kept["authorization_server"] for kept in grants("judy").json()["grants"]] == [grant["authorization_server"]]
     revoked = grants("judy", "DELETE", server=stand.vendor_issuer)
-    assert revoked.status_code == 200 and revoked.json()["revoked"] == [grant["authorization_server"]]
+    told = {"authorization_server": grant["authorization_server"], "notified": True}
+    assert revoked.status_code == 200 and revoked.json()["revoked"] == [told]
     assert stand.vendor.counts["revocations"] == revocations + 1
     assert grants("judy").json() == {"grants": []}
     assert asked_url(modern_call(stand, "judy")).startswith(stand.gateway.url("/oauth/authorize/"))
@@ -799,7 +816,8 @@ def test_the_docs_lines_list_and_revoke_her_grant_as_written(stand: Stand, tmp_p
         "mcp",  # the upstream's metadata's scopes_supported, asked and granted
     )
     assert grant["granted_at"] < time.time() < grant["expires_at"] and grant["refreshes"] is True
-    assert heading.split() == ["SERVER", "RESOURCE", "SCOPE", "GRANTED", "EXPIRES"]
+    assert heading.startswith("AUTHORIZATION SERVER  ")
+    assert heading.split()[2:] == ["RESOURCE", "SCOPE", "GRANTED", "EXPIRES"]
     granted = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(grant["granted_at"]))
     assert row.split()[:3] == [stand.vendor_issuer, stand.vendor.resource, "mcp"] and granted in row
     assert revoked == f"revoked the grant at {stand.vendor_issuer}"
@@ -1073,6 +1091,43 @@ def test_a_restarted_gateway_keeps_each_grant_sealed_in_its_store(stand: Stand) 
     everyone = json.loads(main_run("grants", "--status", stand.status, "--json").stdout)["grants"]
     assert "ivy" not in [entry["principal"] for entry in everyone]
     assert asked_url(modern_call(stand, "ivy")).startswith(stand.gateway.url("/oauth/authorize/"))
+
+
+def test_a_gateway_restarted_with_its_upstream_down_lists_its_grants_and_revokes_them_in_itself(
+    stand: Stand, tmp_path: Path
+) -> None:
+    """uma signs in at a vendor of the test's own, whose server and authorization server then go down, and the
+    gateway restarts on the same store: its operator lists her grant from the store's index, as JSON and as a table
+    (no server asked: it once answered the upstream's 502), and revokes it in the gateway, whose line says the
+    vendor was not told (and its log why); nothing is left to list."""
+    vendor = Vendor()
+    with contextlib.ExitStack() as exits:
+        with contextlib.ExitStack() as upstream:
+            issuer = upstream.enter_context(serve(vendor.app()))
+            vendor.resource = upstream.enter_context(serve(vendor_server(vendor, issuer))) + "/mcp"
+            down = Stand(stand.idp, vendor, tmp_path / "store.db", exits, vendor_issuer=issuer)
+            down.start(OLD_KEY)
+            assert signed_in("uma", asked_url(modern_call(down, "uma"))).status_code == 200
+            assert whoami(modern_call(down, "uma"))["sub"] == "uma"
+        down.start(OLD_KEY)  # the vendor's two servers stopped: nothing listens at their ports
+        operator = ("grants", "--status", down.status)
+        listed = main_run(*operator, "--json")
+        shown = main_run(*operator)
+        revoked = main_run(*operator, "--revoke", "--principal", "uma")
+        left = main_run(*operator, "--json")
+        output = down.gateway.stop().decode(errors="replace")
+    assert listed.returncode == 0, listed.stderr
+    (grant,) = json.loads(listed.stdout)["grants"]
+    assert (grant["principal"], grant["authorization_server"], grant["resource"]) == ("uma", issuer, vendor.resource)
+    assert shown.stdout.splitlines()[1].split()[:3] == ["uma", issuer, vendor.resource], shown.stdout
+    assert revoked.returncode == 0, revoked.stderr
+    said = f"revoked uma's grant at {issuer}, in the gateway only: the server was not told (revoke it there too)\n"
+    assert revoked.stdout == said
+    assert vendor.counts["revocations"] == 0
+    assert json.loads(left.stdout) == {"grants": []}
+    assert f"a grant at {issuer} forgotten here, the server not told: " in output
+    for token in vendor.issued:
+        assert token not in output
 
 
 @pytest.mark.anyio

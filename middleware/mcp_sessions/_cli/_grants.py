@@ -7,8 +7,10 @@ As for ``sessions`` and ``gateway status``, the two views are two doors. A user'
 The operator's: ``--status URL`` (the gateway's ``--status-port``) or ``--status-socket PATH`` asks ``GET
 /status/grants``, every user's (``--principal``, ``--server``: some), sending no credential (the loopback or the
 socket's directory is the guard), and ``--revoke --principal NAME`` asks ``DELETE``. A revocation is the gateway's:
-at the vendor (RFC 7009) and in its store. Requests and answers as ``sessions``' (``_sessions.fetched``); times in
-UTC; ``--json`` prints the gateway's answer (wall-clock seconds).
+in its store, then at the vendor (RFC 7009), whose line says where the vendor was not told. A ``--config``
+gateway's grants are each a server's of its file: its name the first column, as for ``sessions``. Requests and
+answers as ``sessions``' (``_sessions.fetched``); times in UTC; ``--json`` prints the gateway's answer (wall-clock
+seconds).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from urllib.parse import urlencode, urlsplit
 
 from . import EXIT_OK, UsageError
 from ._credentials import add_credential_arguments, credential_headers
-from ._sessions import cell, fetched, table
+from ._sessions import cell, fetched, table, with_server
 
 DESCRIPTION: Final = (
     "List your grants at vendors' servers held by the gateway whose MCP endpoint is URL, or revoke them "
@@ -31,7 +33,8 @@ DESCRIPTION: Final = (
     "hers), or --revoke --principal NAME. Exit status: 0 done, 1 refused or unreachable, 2 usage error."
 )
 COLUMNS: Final = ("authorization_server", "resource", "scope", "granted_at", "expires_at")
-HEADINGS: Final = {"authorization_server": "SERVER", "granted_at": "GRANTED", "expires_at": "EXPIRES"}
+HEADINGS: Final = {"authorization_server": "AUTHORIZATION SERVER", "granted_at": "GRANTED", "expires_at": "EXPIRES"}
+HERE_ONLY: Final = ", in the gateway only: the server was not told (revoke it there too)"
 
 
 def add_arguments(grants: argparse.ArgumentParser) -> None:
@@ -85,14 +88,15 @@ def run(
     if args.revoke:
         revoked = answer.get("revoked") or []
         for each in revoked:
-            whose = f"{cell(each.get('principal'))}'s grant" if isinstance(each, dict) else "the grant"
-            at = each.get("authorization_server") if isinstance(each, dict) else each
-            stdout.write(f"revoked {whose} at {cell(at)}\n")
+            entry = each if isinstance(each, dict) else {"authorization_server": each}
+            whose = f"{cell(entry['principal'])}'s grant" if "principal" in entry else "the grant"  # the operator's
+            said = HERE_ONLY if entry.get("notified") is False else ""
+            stdout.write(f"revoked {whose} at {cell(entry.get('authorization_server'))}{said}\n")
         if not revoked:
             stdout.write("no grant to revoke\n")
         return EXIT_OK
     listed = [row for row in answer.get("grants", []) if isinstance(row, dict)]
-    columns = ("principal", *COLUMNS) if operator else COLUMNS
+    columns = with_server(listed, ("principal", *COLUMNS) if operator else COLUMNS)
     rows = [[_shown(column, row.get(column)) for column in columns] for row in listed]
     stdout.write(table([HEADINGS.get(column, column.upper()) for column in columns], rows))
     return EXIT_OK

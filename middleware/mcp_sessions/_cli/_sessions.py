@@ -109,13 +109,13 @@ def run(
         stdout.write(json.dumps(answer, indent=2) + "\n")
         return EXIT_OK
     conversations = answer.get("conversations", [])
-    columns = _with_server(conversations, COLUMNS)
+    columns = with_server(conversations, COLUMNS)
     rows = [[_shown(column, row.get(column)) for column in columns] for row in conversations]
     stdout.write(table([column.upper() for column in columns], rows))
     return EXIT_OK
 
 
-def _with_server(rows: list[Any], columns: tuple[str, ...]) -> tuple[str, ...]:
+def with_server(rows: list[Any], columns: tuple[str, ...]) -> tuple[str, ...]:
     """``columns``, and first the server's where the rows name one (a gateway of many servers: ``--config``)."""
     return ("server", *columns) if any(isinstance(row, dict) and "server" in row for row in rows) else columns
 
@@ -130,7 +130,7 @@ def _status(url: str, as_json: bool, stdout: TextIO, path: str | None = None) ->
         stdout.write(json.dumps(answer, indent=2) + "\n")
         return EXIT_OK
     processes = answer.get("processes", [])
-    columns = _with_server(processes, STATUS_COLUMNS)
+    columns = with_server(processes, STATUS_COLUMNS)
     rows = [[_shown(column, process.get(column)) for column in columns] for process in processes]
     stdout.write(table([column.upper() for column in columns], rows))
     total = answer.get("total", {})

@@ -13,9 +13,12 @@ is not a loopback name is refused (a page that rebinds its name to 127.0.0.1 get
 ``--upstream-token oauth``): every user's grants (``?principal=`` hers, ``?server=`` one server's), who, the
 server, the resource, the scope, when granted and when its access token expires, never a token;
 ``DELETE /status/grants?principal=NAME`` revokes hers (``&server=ISSUER`` the one there, ``&issuer=`` her token's
-issuer's alone), as she would herself (``auth._oauth``): at the server (RFC 7009), and in the store, so that a
-replica and a restart find it gone, and her next request asks her to sign in again. An ``--upstream-token oauth``
-gateway, which runs no process, serves its status listener for its users' grants alone (``http._app``).
+issuer's alone), as she would herself (``auth._oauth``): in the store, so that a replica and a restart find it
+gone, and her next request asks her to sign in again, then at the server (RFC 7009; each revoked says whether the
+server was told: one that cannot be reached is not, and the gateway holds the grant no more all the same). The
+listing asks no server: it reads the store's index, so that a restarted gateway whose upstream is down lists it.
+An ``--upstream-token oauth`` gateway, which runs no process, serves its status listener for its users' grants
+alone (``http._app``).
 
 Here, below ``stdio/`` and ``http/``, which both serve it: a stdio gateway gives its view of its processes
 (``view``).

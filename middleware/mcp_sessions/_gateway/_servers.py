@@ -264,8 +264,7 @@ class Servers:
             return await failed.send(send)
         if scope["method"] == "DELETE":
             gone = [(route.served.name, each) for route, answer in taken for each in answer.json().get("revoked", [])]
-            # the operator's are each a user's at a server (named here too); a user's, the servers' issuers
-            revoked = [{**each, "server": name} if isinstance(each, dict) else each for name, each in gone]
+            revoked = [{**each, "server": name} for name, each in gone]  # each a grant at a server: this one's
             return await send_json(send, 200, {"revoked": revoked}, b"")
         listed = [(route.served.name, answer.json().get("grants", [])) for route, answer in taken]
         grants = [{**grant, "server": name} for name, each in listed for grant in each]

@@ -466,7 +466,7 @@ class SignInRoutes(Protocol):
 
     async def revoke_grants(
         self, principal: str, issuer: str | None = None, server: str | None = None
-    ) -> list[dict[str, str]]: ...
+    ) -> list[dict[str, object]]: ...
 
 
 class IdTokenSource(Protocol):

@@ -16,7 +16,8 @@ server that rotates refresh tokens ends a grant whose old one comes back.
 
 What an operator lists (every user's grants, ``_operator``) is an index record of its own, one field a grant,
 named as the grant's record is and sealed the same way (the field's name the associated data): who, the server,
-the resource, the scope, when granted and when its access token expires, never a token. The store lists no
+the resource, the scope, when granted and when its access token expires, and the sign-in whose it is (named by its
+configuration, so that listing finds no server first), never a token. The store lists no
 records, so a grant is entered there as it is kept and dropped as it is forgotten; an entry outlives its grant's
 record by no more than :data:`KEPT_FOR` (each says until when it is kept, and is not listed past it).
 """

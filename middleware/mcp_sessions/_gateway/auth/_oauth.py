@@ -307,6 +307,9 @@ class UpstreamGrants(UpstreamToken):
         import httpx
 
         self._upstream_url = upstream
+        # what names its entries in the store's index, which a gateway's sign-ins and a file's servers share: its
+        # configuration's, so that the operator's listing needs no server found (the upstream's may be down)
+        self._listed_as = upstream
         self._callback = callback
         self._secure = callback.startswith("https:")
         # the Client ID Metadata Document's URL (its client id) and the document, where the gateway's URL is https
@@ -482,7 +485,7 @@ class UpstreamGrants(UpstreamToken):
     async def _saved(self, key: tuple[User, str], grant: _Grant) -> None:
         """``grant`` kept in the store, where there is one, and entered in its index as :meth:`_shown` says it."""
         if self._kept is not None:
-            listed = self._shown(key, grant)
+            listed = self._shown(key, grant) | {"sign_in": self._listed_as}
             await self._keep(self._kept.save(self._record(key), grant.access, grant.refresh, grant.renew_at, listed))
 
     def _shown(self, key: tuple[User, str], grant: _Grant) -> dict[str, object]:
@@ -668,8 +671,8 @@ class UpstreamGrants(UpstreamToken):
     def serving_grants(self, app: ASGIApp) -> ASGIApp:
         """``app`` with each user's own grants at :data:`GRANTS_PATH`, for the gateway's authentication to put in
         front: ``GET`` lists them (the server, the resource, whether it refreshes, never a token), ``DELETE``
-        revokes them (at the server's revocation endpoint, RFC 7009, where it has one; then here and in the
-        store), so that her next request asks her to sign in again."""
+        revokes them (here and in the store, then at the server's revocation endpoint, RFC 7009: each says
+        whether the server was told), so that her next request asks her to sign in again."""
         return SignIns([self]).serving_grants(app)
 
     async def _listed(self, user: User) -> list[dict[str, object]]:
@@ -683,39 +686,72 @@ class UpstreamGrants(UpstreamToken):
         return [shown | {"refreshes": bool(grant.refresh), "renewed_in": left}]
 
     async def _every(self) -> list[dict[str, object]]:
-        """Every user's grant here, as :meth:`_shown` says each: the store's index (another replica's, or a
-        gateway's before a restart, too) of this server and resource (the index is the store's, which other
-        sign-ins and a file's other servers share), else this process's memory."""
+        """Every user's grant here, as :meth:`_shown` says each, with no server asked: the store's index (another
+        replica's, or a gateway's before a restart, too) where they are kept, its entries of this sign-in (the index
+        is the store's, which other sign-ins and a file's other servers share), else this process's memory."""
         if self._kept is None:
             return [self._shown(key, grant) for key, grant in self._grants.items()]
-        server = await self._found()
-        here = (server.issuer, server.resource)
         listed = await self._keep(self._kept.listed())
-        return [entry for entry in listed if (entry.get("authorization_server"), entry.get("resource")) == here]
+        return [
+            {name: value for name, value in entry.items() if name != "sign_in"}
+            for entry in listed
+            if entry.get("sign_in") == self._listed_as
+        ]
 
-    async def _revoked(self, user: User, server_named: str | None = None) -> list[str]:
-        """The user's grant at this server (if it is ``server_named``, where named) revoked: at the server's
-        revocation endpoint (RFC 7009), and forgotten here and in the store; the servers revoked at."""
-        server = await self._found()
-        if server_named is not None and server_named.rstrip("/") != server.issuer.rstrip("/"):
-            return []
-        key = (user, server.issuer)
-        grant = await self._grant_of(key)
-        if grant is None:
-            return []
-        self._grants.pop(key, None)
-        if self._kept is not None:
-            await self._keep(self._kept.forget(self._record(key)))
-        if server.revocation_endpoint is not None:
-            # RFC 7009 §2.1: the refresh token revokes the grant's access tokens too, where the server ties them.
-            token, hint = (grant.refresh, "refresh_token") if grant.refresh else (grant.access, "access_token")
-            form = {"token": token, "token_type_hint": hint}
+    async def _revoked(self, user: User, server_named: str | None = None) -> list[dict[str, object]]:
+        """The user's grant here (if it is ``server_named``'s, where named) revoked: forgotten here and in the store,
+        then at the server (:meth:`_told`); each by its server, and whether that server was told. Where the server
+        cannot be found now (a gateway restarted while its upstream is down), her grants are those the store's
+        index names (a read of every entry, as the operator's listing is), and no server is told."""
+        try:
+            server: _Server | None = await self._found()
+            unfound = ""
+        except ExchangeRefused as failed:
+            server = None
+            unfound = failed.description
+        if server is not None:
+            issuers = [server.issuer]
+        else:
+            held = await self._every()
+            issuers = [
+                str(each["authorization_server"]) for each in held if (each["issuer"], each["principal"]) == user
+            ]
+        revoked: list[dict[str, object]] = []
+        for issuer in issuers:
+            if server_named is not None and server_named.rstrip("/") != issuer.rstrip("/"):
+                continue
+            key = (user, issuer)
+            grant = await self._grant_of(key)
+            if grant is None:
+                continue
+            self._grants.pop(key, None)
+            if self._kept is not None:
+                await self._keep(self._kept.forget(self._record(key)))
+            unsaid = unfound if server is None else await self._told(server, grant)
+            if unsaid is None:
+                logger.info("mcp-sessions gateway: a grant at %s revoked", issuer)
+            else:
+                logger.warning(
+                    "mcp-sessions gateway: a grant at %s forgotten here, the server not told: %s", issuer, unsaid
+                )
+            revoked.append({"authorization_server": issuer, "notified": unsaid is None})
+        return revoked
+
+    async def _told(self, server: _Server, grant: _Grant) -> str | None:
+        """``grant``, forgotten here, revoked at ``server``'s revocation endpoint (RFC 7009; its refresh token, which
+        ends its access tokens too where the server ties them): ``None`` where the server took it, else why it was
+        not told. The gateway holds the grant no more all the same (what an operator revoking a user's access needs
+        first, whatever the vendor's state), and its tokens end as the server ends them."""
+        if server.revocation_endpoint is None:
+            return "it names no revocation endpoint"
+        token, hint = (grant.refresh, "refresh_token") if grant.refresh else (grant.access, "access_token")
+        form = {"token": token, "token_type_hint": hint}
+        try:
             client = await self._client_of(server)
             status, _ = await self._post_token(server.revocation_endpoint, server.issuer, client, form)
-            if status != 200:
-                logger.warning("mcp-sessions gateway: %s answered %d to a revocation", server.issuer, status)
-        logger.info("mcp-sessions gateway: a grant at %s revoked", server.issuer)
-        return [server.issuer]
+        except ExchangeRefused as failed:
+            return failed.description
+        return None if status == 200 else f"it answered {status}"
 
     async def _grant_of(self, key: tuple[User, str]) -> _Grant | None:
         """The user's grant at the server: in memory, else from the store."""
@@ -959,6 +995,7 @@ class IdTokens(UpstreamGrants):
         super().__init__(
             upstream=upstream, callback=callback, login=login, client=login.client, kept=kept, timeout=timeout
         )
+        self._listed_as = "id_token\0" + login.issuer  # never a grant's at the IdP, were it a vendor's too
 
     def held(self, scope: Scope) -> str | None:
         """The ID token kept for the user of ``scope``, if any (not refreshed: what the last exchange was given)."""
@@ -1038,6 +1075,7 @@ class IssuerGrants(UpstreamGrants):
             upstream=issuer, callback=callback, login=login, client=client, client_id=client_id, scope=scope, kept=kept
         )
         self._resource = resource or ""
+        self._listed_as = f"{issuer}\0{self._resource}"  # one server's grants for two resources are two sign-ins'
 
     def _record(self, key: tuple[User, str]) -> str:
         return f"{_who(key)}\0{self._resource}"  # the resource too: one server's grants for two are two
@@ -1107,9 +1145,9 @@ class SignIns:
     def serving_grants(self, app: ASGIApp) -> ASGIApp:
         """``app`` with the user's grants at every sign-in's server at :data:`GRANTS_PATH`: ``GET`` lists them (the
         server, the resource, the scope, when granted, when its access token expires, whether it refreshes, never a
-        token), ``DELETE`` revokes them, or the one at ``?server=ISSUER`` (at each server's revocation endpoint, RFC
-        7009, where it has one; then here and in the store), so that her next request asks her to sign in
-        again."""
+        token), ``DELETE`` revokes them, or the one at ``?server=ISSUER`` (here and in the store, then at each
+        server's revocation endpoint, RFC 7009: each says whether its server was told), so that her next request asks
+        her to sign in again."""
 
         async def grants(scope: Scope, receive: Receive, send: Send) -> None:
             if scope["type"] != "http" or scope.get("path") != GRANTS_PATH:
@@ -1122,7 +1160,7 @@ class SignIns:
                 elif scope["method"] == "GET":
                     answer = _json(200, {"grants": [g for each in self.each for g in await each._listed(user)]})
                 elif scope["method"] == "DELETE":
-                    revoked = [i for each in self.each for i in await each._revoked(user, server)]
+                    revoked = [at for each in self.each for at in await each._revoked(user, server)]
                     answer = _json(200, {"revoked": revoked})
                 else:
                     answer = _json(405, {"error": "GET lists your grants, DELETE revokes them"})
@@ -1150,10 +1188,10 @@ class SignIns:
 
     async def revoke_grants(
         self, principal: str, issuer: str | None = None, server: str | None = None
-    ) -> list[dict[str, str]]:
+    ) -> list[dict[str, object]]:
         """The operator's revocation of ``principal``'s grants (her token's ``issuer``'s alone, where named), every
-        one, or the one at ``server``: each as she would revoke it herself (at the server, RFC 7009, then here and
-        in the store); those revoked, by user and server."""
+        one, or the one at ``server``: each as she would revoke it herself (here and in the store, then at the
+        server, RFC 7009); those revoked, by user and server, and whether the server was told."""
         users = {
             (str(entry.get("issuer")), principal)
             for entry in await self.every_grant(principal, server)
@@ -1163,7 +1201,7 @@ class SignIns:
         for user in sorted(users):
             for each in self.each:
                 for at in await each._revoked(user, server):
-                    revoked.append({"issuer": user[0], "principal": principal, "authorization_server": at})
+                    revoked.append({"issuer": user[0], "principal": principal, **at})
         if revoked:
             logger.info("mcp-sessions gateway: the operator revoked %d grant(s)", len(revoked))
         return revoked
