@@ -18,8 +18,11 @@ from e2e._sealed import ANSWERING
 NAMES = ("api.test", "other.test")
 """The stand-in API's names: the first masked, the second not (the same server, reached by an opaque tunnel)."""
 API = r"""
-import gzip, hashlib, http.server, json, ssl, sys, threading
+import gzip, hashlib, http.server, json, socketserver, ssl, sys, threading
 SEEN = []
+class Server(http.server.ThreadingHTTPServer):
+    # not HTTPServer's bind, whose getfqdn of the address waits 10 s on DNS that no one answers in the namespace
+    server_bind = socketserver.TCPServer.server_bind
 class Echo(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # a connection kept alive, as an API's is
     def answer(self):
@@ -76,8 +79,7 @@ class Echo(http.server.BaseHTTPRequestHandler):
     do_GET = do_POST = do_TRACE = answer
     def log_message(self, *args): pass
 def serve(address, count, port):
-    secure = http.server.ThreadingHTTPServer((address, port), Echo)
-    plain = http.server.ThreadingHTTPServer((address, port), Echo)
+    secure, plain = Server((address, port), Echo), Server((address, port), Echo)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(CHAIN, KEY)
     secure.socket = context.wrap_socket(secure.socket, server_side=True)
