@@ -387,13 +387,15 @@ def test_the_docs_stdio_command_signs_her_in_and_her_masked_token_reaches_the_ap
         mcp = ModernClient(stack.enter_context(httpx.Client(timeout=60, headers=bearer)), front.url(""))
         env = {"name": "env", "arguments": {"variable": "VENDOR_TOKEN"}}
         getenv = modern_request("tools/call", env, meta=URL_CAPABLE)
-        done = signed_in("alice", asked_url(result_of(mcp.post(getenv), getenv["id"])))
+        url = asked_url(result_of(mcp.post(getenv), getenv["id"]))
+        done = signed_in("alice", url)
         session = mcp.create_session()
         placeholder = _sealed.text(_sealed.call(mcp, "env", session, variable="VENDOR_TOKEN"))
         token = _masked.bearer_sent(mcp, session, api, placeholder)
         found = _masked.searched(mcp, session, token)
         operated = run_written(operator_lines(), {"8001": str(status_port)}, tmp_path)
         output = front.log().decode(errors="replace")
+    assert url.startswith(front.url("/oauth/authorize/"))
     assert done.status_code == 200 and "You are signed in to" in done.text, done.text
     assert token in vendor.issued and placeholder != token
     assert (claims_of(token)["sub"], claims_of(token)["aud"]) == ("alice", vendor.resource)
