@@ -6,20 +6,36 @@ and gzip'd at ``/coded``, a ``git`` fetch asked for its credential; a second por
 hostile stdio server (:data:`SERVER`) whose tools run a command in the process (``run``) and search everything it
 can read of itself for a value (``search``: its environment, its memory through ``/proc/self/mem``, and the files of
 its home, ``/tmp`` and the gateway's certificates; the value asked in two halves, so that the asking puts it whole
-nowhere)."""
+nowhere). :func:`stand_in` runs both for a test, the API at an address of the world's (``_dns``), and
+:func:`bearer_sent`, :func:`ran`, :func:`searched` and :func:`seen` ask them."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import ssl
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import httpx
 
 from _authorities import stand_in_server
-from e2e._sealed import ANSWERING
+from _mcp import ModernClient
+from _redis import missing
+from e2e._dns import elsewhere, resolver
+from e2e._gateway import readable_directory
+from e2e._sealed import ANSWERING, call, needs, text
 
 NAMES = ("api.test", "other.test")
 """The stand-in API's names: the first masked, the second not (the same server, reached by an opaque tunnel)."""
 API = r"""
-import gzip, hashlib, http.server, json, ssl, sys, threading
+import gzip, hashlib, http.server, json, socketserver, ssl, sys, threading
 SEEN = []
+class Server(http.server.ThreadingHTTPServer):
+    # not HTTPServer's bind, whose getfqdn of the address waits 10 s on DNS that no one answers in the namespace
+    server_bind = socketserver.TCPServer.server_bind
 class Echo(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # a connection kept alive, as an API's is
     def answer(self):
@@ -76,8 +92,7 @@ class Echo(http.server.BaseHTTPRequestHandler):
     do_GET = do_POST = do_TRACE = answer
     def log_message(self, *args): pass
 def serve(address, count, port):
-    secure = http.server.ThreadingHTTPServer((address, port), Echo)
-    plain = http.server.ThreadingHTTPServer((address, port), Echo)
+    secure, plain = Server((address, port), Echo), Server((address, port), Echo)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(CHAIN, KEY)
     secure.socket = context.wrap_socket(secure.socket, server_side=True)
@@ -135,3 +150,65 @@ def stand_in_authority(directory: Path) -> tuple[str, str]:
     in ``directory``: the authority's file (the gateway's ``SSL_CERT_FILE``), and :data:`API` with its files named."""
     authority, chain, key = stand_in_server(directory, NAMES)
     return authority, f"CHAIN, KEY = {chain!r}, {key!r}\n{API}"
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """The stand-in API (its address and TLS and plain ports, its authority's file), the hostile server's file,
+    and what runs the gateway in the stand-in resolver's world."""
+
+    world: str
+    ports: list[int]
+    authority: str
+    server: Path
+    prefix: tuple[str, ...]
+
+
+@contextlib.contextmanager
+def stand_in() -> Iterator[StandIn]:
+    """The stand-in API at an address of the world's, :data:`NAMES` resolved to it for a gateway run with its
+    ``prefix``, and :data:`SERVER` in a directory every user may read: skipped without root, bubblewrap or nft."""
+    needs("root", "bwrap")
+    if not Path("/usr/sbin/nft").exists() and not Path("/usr/bin/nft").exists():
+        missing("nft is not installed (scripts/system-deps.sh)")
+    with contextlib.ExitStack() as stack:
+        certs = stack.enter_context(readable_directory("mcp-sessions-api-"))
+        authority, program = stand_in_authority(certs)
+        world, ports = stack.enter_context(elsewhere(serve=program))
+        prefix = stack.enter_context(resolver(dict.fromkeys(NAMES, world)))
+        server = certs / "hostile.py"
+        server.write_text(SERVER)
+        server.chmod(0o644)
+        yield StandIn(world, ports, authority, server, prefix)
+
+
+def ran(mcp: ModernClient, session: dict[str, Any], *argv: str) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads(text(call(mcp, "run", session, argv=list(argv))))
+    return found
+
+
+def searched(mcp: ModernClient, session: dict[str, Any], value: str) -> list[str]:
+    """Where the process found ``value``, searched before any answer of the API's that echoes what it got (all but
+    ``/unechoed``'s)."""
+    half = len(value) // 2
+    found = text(call(mcp, "search", session, head=value[:half], tail=value[half:]))
+    return list(json.loads(found))
+
+
+def seen(world: str, secure: int, authority: str) -> list[str]:
+    """Every ``Authorization`` the stand-in API (at ``world``, its TLS port ``secure``) got, asked from this host (its
+    route to the test's namespace)."""
+    context = ssl.create_default_context(cafile=authority)
+    context.check_hostname = False
+    found: list[str] = httpx.get(f"https://{world}:{secure}/seen", verify=context, timeout=30).json()
+    return found
+
+
+def bearer_sent(mcp: ModernClient, session: dict[str, Any], api: StandIn, placeholder: str) -> str:
+    """The bearer token the API got as the process's ``curl`` sent it ``placeholder`` (at ``/unechoed``: its answer
+    to the process echoes none of it), read from this host."""
+    curl = ("curl", "-sS", "-H", f"Authorization: Bearer {placeholder}", f"https://{NAMES[0]}:{api.ports[0]}/unechoed")
+    done = ran(mcp, session, *curl)
+    assert done["out"] == "{}", done
+    got = [each for each in seen(api.world, api.ports[0], api.authority) if each.startswith("Bearer ")]
+    return got[-1].removeprefix("Bearer ")

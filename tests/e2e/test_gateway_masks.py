@@ -36,11 +36,10 @@ from _redis import missing
 from _uids import members, uids
 from _waits import WITHIN, until
 from conftest import SECRET, serve
-from e2e import _idjag, _sealed, _vendor
+from e2e import _idjag, _masked, _sealed, _vendor
 from e2e._authorization import GATEWAY, authorization_server, login
-from e2e._dns import elsewhere, resolver
-from e2e._gateway import CACHE, NODE22, for_every_uid, installed, main_run, readable_directory
-from e2e._masked import NAMES, SERVER, stand_in_authority
+from e2e._gateway import CACHE, NODE22, for_every_uid, installed, main_run
+from e2e._masked import NAMES, StandIn, bearer_sent, ran, searched, seen
 from mcp_sessions._gateway._node import node_without_proxy
 from mcp_sessions._gateway.sealed._edge import ASKING_PER_ADDRESS, TUNNELS, _socket_as
 from mcp_sessions._gateway.sealed._masks import SHARED, Authority
@@ -80,32 +79,10 @@ class Masked:
     node: str
 
 
-@dataclass(frozen=True)
-class StandIn:
-    """The stand-in API (its address and TLS and plain ports, its authority's file), the hostile server's file,
-    and what runs the gateway in the stand-in resolver's world."""
-
-    world: str
-    ports: list[int]
-    authority: str
-    server: Path
-    prefix: tuple[str, ...]
-
-
 @pytest.fixture(scope="module")
 def stand_in() -> Iterator[StandIn]:
-    _sealed.needs("root", "bwrap")
-    if not Path("/usr/sbin/nft").exists() and not Path("/usr/bin/nft").exists():
-        missing("nft is not installed (scripts/system-deps.sh)")
-    with contextlib.ExitStack() as stack:
-        certs = stack.enter_context(readable_directory("mcp-sessions-api-"))
-        authority, program = stand_in_authority(certs)
-        world, ports = stack.enter_context(elsewhere(serve=program))
-        prefix = stack.enter_context(resolver(dict.fromkeys(NAMES, world)))
-        server = certs / "hostile.py"
-        server.write_text(SERVER)
-        server.chmod(0o644)
-        yield StandIn(world, ports, authority, server, prefix)
+    with _masked.stand_in() as api:
+        yield api
 
 
 @contextlib.contextmanager
@@ -164,11 +141,6 @@ def operated(stand_in: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Ite
         yield gateway, files
 
 
-def ran(mcp: ModernClient, session: dict[str, Any], *argv: str) -> dict[str, Any]:
-    found: dict[str, Any] = json.loads(_sealed.text(_sealed.call(mcp, "run", session, argv=list(argv))))
-    return found
-
-
 def echoed(mcp: ModernClient, session: dict[str, Any], *argv: str) -> dict[str, Any]:
     """What the stand-in API echoed of the request ``argv`` made (its method, its target as ``path``, its headers,
     lower-cased, as the process got them: the value scrubbed), and what it got (``got``: each header's SHA-256)."""
@@ -186,14 +158,6 @@ def digest(text: str) -> str:
 
 def basic(pair: str) -> str:
     return "Basic " + base64.b64encode(pair.encode()).decode()
-
-
-def searched(mcp: ModernClient, session: dict[str, Any], value: str) -> list[str]:
-    """Where the process found ``value``, searched before any answer of the API's that echoes what it got (all but
-    ``/unechoed``'s)."""
-    half = len(value) // 2
-    found = _sealed.text(_sealed.call(mcp, "search", session, head=value[:half], tail=value[half:]))
-    return list(json.loads(found))
 
 
 def test_each_client_reaches_the_api_with_the_value_and_the_process_holds_the_placeholder_alone(
@@ -387,15 +351,6 @@ def test_git_over_https_reaches_the_api_with_the_value_in_its_basic_credential(
     ran(mcp, session, "git", "-c", "credential.helper=", "ls-remote", remote)  # no repository there: it fails after
     got = [each for each in seen(masked.world, masked.secure, masked.authority) if each.startswith("Basic ")]
     assert f"x-access-token:{TOKEN}" in [base64.b64decode(each.removeprefix("Basic ")).decode() for each in got]
-
-
-def seen(world: str, secure: int, authority: str) -> list[str]:
-    """Every ``Authorization`` the stand-in API (at ``world``, its TLS port ``secure``) got, asked from this host (its
-    route to the test's namespace)."""
-    context = ssl.create_default_context(cafile=authority)
-    context.check_hostname = False
-    found: list[str] = httpx.get(f"https://{world}:{secure}/seen", verify=context, timeout=30).json()
-    return found
 
 
 def test_the_placeholder_stays_one_to_another_host_over_plain_http_and_a_direct_connection_is_refused(
@@ -782,13 +737,9 @@ def test_an_exchanged_token_renewed_mid_conversation_reaches_the_api_and_the_pro
         mcp = ModernClient(http, f"http://127.0.0.1:{front.port}")
         session = mcp.create_session()
         placeholder = _sealed.text(_sealed.call(mcp, "env", session, variable="API_TOKEN"))
-        # what the API got is read from this host: its answer to the process echoes none of it
-        curl = ("curl", "-sS", "-H", f"Authorization: Bearer {placeholder}", f"https://{API}:{ports[0]}/unechoed")
 
         def got() -> str:
-            assert ran(mcp, session, *curl)["out"] == "{}"
-            every = seen(stand_in.world, ports[0], stand_in.authority)
-            return [each for each in every if each.startswith("Bearer ")][-1].removeprefix("Bearer ")  # not the asking
+            return bearer_sent(mcp, session, stand_in, placeholder)
 
         exchanged = time.monotonic()  # at the latest: the gateway exchanged it as the conversation started
         first = got()
@@ -861,10 +812,7 @@ def test_a_masked_id_jag_token_reaches_the_api_and_the_process_holds_the_placeho
         tokens = []
         for variable in ("API_TOKEN", "VENDOR_TOKEN"):
             placeholder = _sealed.text(_sealed.call(mcp, "env", session, variable=variable))
-            curl = ("curl", "-sS", "-H", f"Authorization: Bearer {placeholder}", f"https://{API}:{ports[0]}/unechoed")
-            assert ran(mcp, session, *curl)["out"] == "{}"
-            got = [each for each in seen(stand_in.world, ports[0], stand_in.authority) if each.startswith("Bearer ")]
-            tokens.append((placeholder, got[-1].removeprefix("Bearer ")))
+            tokens.append((placeholder, bearer_sent(mcp, session, stand_in, placeholder)))
         found = [searched(mcp, session, token) for _, token in tokens]
     (placeholder, token), (vendor_placeholder, vendor_token) = tokens
     assert vendor_token in vendor.issued and vendor_placeholder != vendor_token

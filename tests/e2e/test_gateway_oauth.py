@@ -40,12 +40,12 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from _authorities import stand_in_server
-from _mcp import CLIENT_CAPABILITIES_KEY, legacy_request, modern_headers, modern_request
+from _mcp import CLIENT_CAPABILITIES_KEY, ModernClient, legacy_request, modern_headers, modern_request
 from _redis import free_port
 from _uids import uids
 from _waits import until
 from conftest import asgi_client, serve
-from e2e import _sealed
+from e2e import _masked, _sealed
 from e2e._gateway import JSON_SSE, MAIN, SECRET, Process, gateway_process, main_run, result_of, started
 from e2e._stdio import text_of
 from e2e._vendor import USER_HEADER, Idp, Vendor, vendor_server
@@ -360,39 +360,57 @@ def test_a_stdio_process_gets_its_user_s_own_token_at_an_authorization_server(st
     assert json.loads(left) == {"grants": []}
 
 
-def test_the_docs_stdio_command_starts_as_written_and_the_operator_reads_it(stand: Stand, tmp_path: Path) -> None:
-    """docs/gateway.md's stdio command, as written but for its hosts, its server (``_sealed``'s, which a process of
-    another uid runs), its uids and its status port: it starts (each process a uid of its own, and the egress
-    ``--process-env-mask`` needs), and the section's operator lines read its status port: no grant yet, none to
-    revoke. (As first written it was refused at startup: ``--process-env`` without ``--process-uids``.)"""
-    _sealed.needs("root", "bwrap")
+def test_the_docs_stdio_command_signs_her_in_and_her_masked_token_reaches_the_api(stand: Stand, tmp_path: Path) -> None:
+    """docs/gateway.md's stdio command, as written but for its hosts (the API's ``_masked``'s stand-in, at its port),
+    its server (``_masked``'s, which a process of another uid runs), its uids and its status port: alice's first call
+    asks her to sign in (URL elicitation); the headless browser signs her in at the IdP and consents at the vendor's
+    authorization server (a ``_vendor`` stand-in for the API); her conversation's process then holds the placeholder
+    alone, and its ``curl`` reaches the API through the masking proxy with her own token of the vendor's. The
+    section's operator lines then list her grant and revoke it at the vendor. (As first written it was refused at
+    startup: ``--process-env`` without ``--process-uids``.)"""
     status_port = free_port()
-    with _sealed.hostile() as server:
+    with _masked.stand_in() as api, contextlib.ExitStack() as stack:
+        vendor = Vendor(resource=f"https://{_masked.NAMES[0]}:{api.ports[0]}/")
         ours = {
-            "npx -y @vendor/mcp-server": server,
+            "npx -y @vendor/mcp-server": f"/usr/bin/python3 {api.server}",
             "https://login.example.com/jwks": stand.idp.url + "/jwks.json",
             "https://login.example.com": stand.idp.url,
             "https://mcp.example.com/mcp": "{url}",
-            "https://auth.vendor.example": stand.vendor_issuer,
+            "https://auth.vendor.example": stack.enter_context(serve(vendor.app())),
+            "api.vendor.example": f"{_masked.NAMES[0]}:{api.ports[0]}",
             "61000-61999": uids(424, 4),
             "8001": str(status_port),
         }
-        variables, written = written_command(STDIO_LINE, ours)
-
-        def command(port: int) -> tuple[list[str], dict[str, str]]:
-            line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port), "--log-level", "info"]
-            given = [word.replace("{url}", f"http://127.0.0.1:{port}/mcp") for word in written]
-            return [*line, *given], {**variables, "MCP_SESSIONS_SECRET": SECRET}
-
-        front = started("mcp-sessions gateway --stdio", command)
-        try:
-            listed = httpx.get(f"http://127.0.0.1:{status_port}/status/grants", timeout=30)
-            done = run_written(operator_lines(), {"8001": str(status_port)}, tmp_path)
-        finally:
-            output = front.stop().decode(errors="replace")
-    assert listed.status_code == 200 and listed.json() == {"grants": []}, output[-2000:]
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == "PRINCIPAL  AUTHORIZATION SERVER  RESOURCE  SCOPE  GRANTED  EXPIRES\nno grant to revoke\n"
+        variables, (stdio, server, *written) = written_command(STDIO_LINE, ours)
+        assert stdio == "--stdio", written
+        environ = {**variables, "MCP_SESSIONS_SECRET": SECRET, "SSL_CERT_FILE": api.authority}
+        front = stack.enter_context(_sealed.gateway(server, *written, environ=environ, prefix=api.prefix))
+        bearer = {"Authorization": f"Bearer {stand.idp.token_for('alice', front.url())}"}
+        mcp = ModernClient(stack.enter_context(httpx.Client(timeout=60, headers=bearer)), front.url(""))
+        env = {"name": "env", "arguments": {"variable": "VENDOR_TOKEN"}}
+        getenv = modern_request("tools/call", env, meta=URL_CAPABLE)
+        url = asked_url(result_of(mcp.post(getenv), getenv["id"]))
+        done = signed_in("alice", url)
+        session = mcp.create_session()
+        placeholder = _sealed.text(_sealed.call(mcp, "env", session, variable="VENDOR_TOKEN"))
+        token = _masked.bearer_sent(mcp, session, api, placeholder)
+        found = _masked.searched(mcp, session, token)
+        operated = run_written(operator_lines(), {"8001": str(status_port)}, tmp_path)
+        output = front.log().decode(errors="replace")
+    assert url.startswith(front.url("/oauth/authorize/"))
+    assert done.status_code == 200 and "You are signed in to" in done.text, done.text
+    assert token in vendor.issued and placeholder != token
+    assert (claims_of(token)["sub"], claims_of(token)["aud"]) == ("alice", vendor.resource)
+    assert found == []  # not in its environment, its memory, nor its files
+    assert operated.returncode == 0, operated.stderr
+    heading, row, revoked = operated.stdout.splitlines()
+    assert heading.split() == ["PRINCIPAL", "AUTHORIZATION", "SERVER", "RESOURCE", "SCOPE", "GRANTED", "EXPIRES"], (
+        operated.stdout
+    )
+    assert row.split()[:3] == ["alice", ours["https://auth.vendor.example"], vendor.resource]
+    assert revoked == f"revoked alice's grant at {ours['https://auth.vendor.example']}"
+    assert vendor.counts["revocations"] == 1
+    assert [each for each in vendor.issued if each in output or each in operated.stdout] == []
 
 
 @pytest.mark.anyio

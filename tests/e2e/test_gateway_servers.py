@@ -39,7 +39,6 @@ from _redis import free_port, missing
 from _uids import members, uids
 from _waits import WITHIN, until
 from e2e import _sealed
-from e2e._dns import elsewhere, resolver
 from e2e._gateway import (
     CACHE,
     MAIN,
@@ -56,7 +55,7 @@ from e2e._gateway import (
     started,
 )
 from e2e._issuer import ISSUER, jwks, signed
-from e2e._masked import NAMES, SERVER, stand_in_authority
+from e2e._masked import NAMES, stand_in
 from e2e._stdio import FILESYSTEM, SERVER_PATH, filesystem, text_of
 from e2e._stdio import SERVER as TESTS_SERVER
 
@@ -170,13 +169,7 @@ def team() -> Iterator[Team]:
         users.chmod(0o700)
         files = stack.enter_context(for_every_uid(installed(FILESYSTEM, "server-filesystem"), CACHE / "filesystem"))
         memory = stack.enter_context(for_every_uid(MEMORY, CACHE / "memory"))
-        certs = stack.enter_context(readable_directory("mcp-sessions-api-"))
-        authority, program = stand_in_authority(certs)
-        world, ports = stack.enter_context(elsewhere(serve=program))
-        prefix = stack.enter_context(resolver(dict.fromkeys(NAMES, world)))
-        server = certs / "hostile.py"
-        server.write_text(SERVER)
-        server.chmod(0o644)
+        api = stack.enter_context(stand_in())
         wiki = stack.enter_context(everything_server())
         keys = stack.enter_context(jwks())
         written = {
@@ -184,15 +177,15 @@ def team() -> Iterator[Team]:
             "/srv/mcp/memory/node_modules/@modelcontextprotocol/server-memory/dist/index.js": str(memory),
             "/srv/team/project": str(project),
             "/srv/team/users": str(users),
-            "/usr/local/bin/github-mcp-server stdio": f"/usr/bin/python3 {server}",
-            "api.github.com": f"{NAMES[0]}:{ports[0]}",
+            "/usr/local/bin/github-mcp-server stdio": f"/usr/bin/python3 {api.server}",
+            "api.github.com": f"{NAMES[0]}:{api.ports[0]}",
             "http://127.0.0.1:3001/mcp": wiki,
             "http://127.0.0.1:9000/jwks.json": keys,
             "http://127.0.0.1:9000": ISSUER,
             '"61000-61999"': f'"{UIDS}"',
         }
         status = free_port()
-        file = certs / "team.toml"
+        file = api.server.parent / "team.toml"
         # the uids kept for its users (the project tree is granted rw): the test's alone, not the host's for good, where
         # each run's users (their audience has the run's port) would hold more of the range until none is free
         state = stack.enter_context(tempfile.TemporaryDirectory())
@@ -203,13 +196,13 @@ def team() -> Iterator[Team]:
                 assert given in text, given  # the docs still say it, as the test replaces it
                 text = text.replace(given, ours)
             file.write_text(text, encoding="utf-8")
-            line = [*prefix, sys.executable, "-m", "mcp_sessions", "gateway", "--config", str(file)]
+            line = [*api.prefix, sys.executable, "-m", "mcp_sessions", "gateway", "--config", str(file)]
             line += ["--process-state", state]
-            return line, {"MCP_SESSIONS_SECRET": SECRET, "SSL_CERT_FILE": authority}
+            return line, {"MCP_SESSIONS_SECRET": SECRET, "SSL_CERT_FILE": api.authority}
 
         gateway = started("mcp-sessions gateway --config team.toml", command)
         try:
-            yield Team(gateway, f"http://127.0.0.1:{gateway.port}", status, project, ports[0])
+            yield Team(gateway, f"http://127.0.0.1:{gateway.port}", status, project, api.ports[0])
         except BaseException:
             print(f"the gateway's log:\n{gateway.output()}")
             raise
