@@ -9,6 +9,7 @@ by the ``mcp`` SDK's client in both eras and by raw HTTP.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import shlex
@@ -584,6 +585,32 @@ def test_a_server_that_never_answers_ends_the_start_after_its_30_s_in_one_line(t
     assert "handshake" not in done.stderr  # no era guessed, no 2nd process
 
 
+GC_STATE = """\
+import gc, os, signal
+def _said(signum, frame):  # the collector's state, on SIGUSR1, which nothing else in the gateway handles
+    with open(os.environ["GC_STATE"] + ".part", "w") as out:
+        out.write(f"{gc.isenabled()} {gc.get_freeze_count()}")
+    os.replace(os.environ["GC_STATE"] + ".part", os.environ["GC_STATE"])
+signal.signal(signal.SIGUSR1, _said)
+"""
+
+
+def test_a_serving_gateway_collects_garbage_and_never_scans_what_its_start_made(tmp_path: Path) -> None:
+    """The collector is off while the gateway is built (what its start makes, the ``mcp`` SDK's import among it,
+    lives as long as the gateway: collections found nothing there to free, a tenth of the start's CPU), and on once
+    it listens, what the start made frozen: a gateway that served with it off would never free a cycle."""
+    (tmp_path / "sitecustomize.py").write_text(GC_STATE)
+    state = tmp_path / "state"
+    environ = {"PYTHONPATH": os.pathsep.join([str(tmp_path), SERVER_PATH["PYTHONPATH"]]), "GC_STATE": str(state)}
+    with gateway_process([], "--stdio", shlex.join(SERVER), environ=environ) as process:
+        assert process.process is not None
+        process.process.send_signal(signal.SIGUSR1)
+        until(state.exists, process.output)
+    enabled, frozen = state.read_text().split()
+    assert enabled == "True"
+    assert int(frozen) > 20_000, frozen  # the SDK's import alone makes about 90,000
+
+
 def test_a_port_in_use_is_one_line_and_exit_status_2_before_any_process_starts(tmp_path: Path) -> None:
     started = tmp_path / "started"
     server = [sys.executable, "-c", f"import pathlib; pathlib.Path({str(started)!r}).touch()"]
@@ -595,6 +622,7 @@ def test_a_port_in_use_is_one_line_and_exit_status_2_before_any_process_starts(t
     said = f"mcp-sessions gateway: --host 127.0.0.1 --port {port}: Address already in use\n"
     assert (done.returncode, done.stderr) == (2, said)
     assert not started.exists()  # the port first: no process ran
+    assert gc.isenabled()  # off while the gateway was built, back on as its start ended
 
 
 async def _pids_of_a_conversation(url: str) -> list[int]:

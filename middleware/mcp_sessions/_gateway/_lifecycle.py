@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import gc
 import logging
 import os
 import signal
@@ -82,7 +83,10 @@ def serve(
     status (:class:`Gateway` says how it starts, drains and stops, and what a signal does in each). ``reload``: what
     SIGHUP does (``_cli.Reload``, with ``--config``), the gateway's configuration then (``None``: unchanged).
     ``release``: what the app's processes ran in, let go once they have all ended (``_cli``'s: every server's
-    sandbox, ``_sandbox.Sandbox.close``)."""
+    sandbox, ``_sandbox.Sandbox.close``). What the gateway's start made lasts as long as it does: frozen, never
+    scanned by the collector, which ``_cli.run`` kept off until now."""
+    gc.freeze()
+    gc.enable()
     return Gateway(app, config, reload, release).run_until_stopped(bound, stderr)
 
 
