@@ -247,8 +247,10 @@ class Telemetry:
         if session_id is not None and len(session_id) > MAX_VIEWER_ID_LENGTH:
             original, session_id = session_id, self._conversation_digest(session_source or "", session_id, None)
         op = Operation(self, method, target, protocol_version, session_id)
-        # A new trace: this span names it for the viewers.
-        op.root = parent is None and not trace.get_current_span().get_span_context().is_valid
+        if parent is None:  # the ambient context, read once: for whether a trace starts here, and for the SDK
+            parent = context.get_current()
+            # A new trace: this span names it for the viewers.
+            op.root = not trace.get_current_span(parent).get_span_context().is_valid
         # Attributes and links go to start_span: the sampler sees them, and the SDK cleans them in one pass.
         shared = self._shared_attributes(op)
         op.metric_attributes = shared.metric
