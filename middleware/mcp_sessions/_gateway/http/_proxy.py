@@ -359,10 +359,11 @@ class _Connected:
 
 def _unread(failed: httpx.HTTPError) -> bool:
     """Whether the replica never read the request that ``failed``: no connection was made, or the one it went on was
-    reset before a byte of its answer (a TCP closed with data it has not read resets the connection "to show that
-    data was lost", RFC 1122 §4.2.2.13; a server that read a request and then failed has nothing pending, and closes
-    it). A stopping server resets so the connections it accepted but had not read from, and those in its listener's
-    queue (uvicorn's stop stops listening, then closes every connection with no request under way)."""
+    reset before a byte of its answer, seen as its answer was awaited or as the request was written (a broken pipe):
+    a TCP closed with data it has not read resets the connection "to show that data was lost" (RFC 1122 §4.2.2.13),
+    and so does one that gets data once closed; a server that read a request and then failed has nothing pending, and
+    closes it. A stopping server resets so the connections it accepted but had not read from, and those in its
+    listener's queue (uvicorn's stop stops listening, then closes every connection with no request under way)."""
     if isinstance(failed, (httpx.ConnectError, httpx.ConnectTimeout)):
         return True
     if not isinstance(failed, (httpx.ReadError, httpx.WriteError)):
@@ -373,7 +374,8 @@ def _unread(failed: httpx.HTTPError) -> bool:
         # another httpx error: the request's first sending's, not this one's (``_send``)
         if cause is None or isinstance(cause, httpx.HTTPError):
             return False
-        if isinstance(cause, ConnectionResetError):
+        # reset as it read the answer, or as it wrote the request (the write's broken pipe)
+        if isinstance(cause, (ConnectionResetError, BrokenPipeError)):
             return True
         cause = cause.__cause__ or cause.__context__
     return False
