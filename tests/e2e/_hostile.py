@@ -13,6 +13,7 @@ import contextlib
 import gzip
 import json
 import re
+import socket
 import subprocess
 import threading
 import zlib
@@ -113,6 +114,44 @@ def raw_server(handler: Handler) -> Iterator[RawServer]:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
+
+
+@dataclass
+class ResettingServer:
+    """A server on ``url`` that resets each connection with its request unread; ``resets`` counts them."""
+
+    url: str
+    resets: int = 0
+
+
+@contextlib.contextmanager
+def resetting_server(most: int = 8) -> Iterator[ResettingServer]:
+    """A server on 127.0.0.1 (a free port), in a thread, that closes each connection (``most`` at most) once a
+    request has come on it, unread, as a stopping server closes a connection it accepted and has not read from: the
+    kernel answers the client with a reset (RFC 1122 §4.2.2.13). Stopped when the block ends."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    server = ResettingServer(f"http://127.0.0.1:{listener.getsockname()[1]}")
+
+    def reset_each() -> None:
+        for _ in range(most):
+            try:
+                connection, _peer = listener.accept()
+            except OSError:  # the block ended: the listener shut
+                return
+            with connection:
+                connection.settimeout(10)
+                with contextlib.suppress(OSError):
+                    connection.recv(1, socket.MSG_PEEK)  # the request has come, and stays unread
+                server.resets += 1  # before the close: the client hears of it after
+
+    thread = threading.Thread(target=reset_each, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
+        listener.close()
+        thread.join(10)
 
 
 def response(status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> bytes:

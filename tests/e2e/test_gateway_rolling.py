@@ -11,7 +11,9 @@ while its own is down, and back on its own once it returns (a 2025 transport ses
 
 And the front's side of a stop, made certain: a stopping server closes its idle kept-alive connections, and a request
 the front sent on one as it closed it comes back with nothing; the front sends it once more on a connection of its
-own. A stand-in upstream (``_hostile.raw_server``) closes a connection as the next request on it comes.
+own. A stand-in upstream (``_hostile.raw_server``) closes a connection as the next request on it comes. And a request
+the front sent on a new connection as the server stopped (accepted, not yet read, closed: a reset) was never read:
+it goes to the other replica, or, with none, is refused retryably (``_hostile.resetting_server``).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from _waits import until_awaited
 from conftest import in_process
 from e2e._clients import CLIENTS, Conversations
 from e2e._gateway import INITIALIZE, JSON_SSE, PYTHONPATH, SECRET, Process, readable_directory
-from e2e._hostile import Request, raw_server
+from e2e._hostile import Request, raw_server, resetting_server
 from mcp_sessions import SessionsConfig, gateway_app
 
 pytestmark = pytest.mark.anyio
@@ -304,3 +306,26 @@ def test_a_request_on_a_kept_alive_connection_the_upstream_closed_unanswered_is_
             assert dropped.status_code == 502, dropped.text
             asked = [request.message["id"] for request in upstream.received]
             assert asked == [1, 2, DROPPED], asked
+
+
+def test_a_request_a_stopping_replica_reset_unread_goes_to_the_other_one() -> None:
+    """A request on a connection of its own that the replica reset before a byte of its answer (closed with the
+    request unread, as a stopping server closes a connection it accepted but has not read from) was never run: it goes
+    to the other replica, which answers it; with no other, it is refused for now (503, ``Retry-After``, ``-32014``),
+    which a client sends again. Not 502, "may have run": the load-dependent flake of the rolling restart above."""
+    with resetting_server() as stopping, raw_server(closes_when_reused) as other:
+        urls = [stopping.url + "/mcp", other.url + "/mcp"]
+        app = gateway_app(urls, config=SessionsConfig(secret=SECRET))
+        with in_process(app) as http:
+            baggage = f"gen_ai.conversation.id={placed_on(urls, 0)}"
+            answer = http.post("/mcp", json=legacy_request("ping", id=1), headers={**JSON_SSE, "baggage": baggage})
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["result"] == {"id": 1}
+            assert stopping.resets == 1  # its own replica first
+        with in_process(gateway_app(urls[:1], config=SessionsConfig(secret=SECRET))) as http:
+            refused = http.post("/mcp", json=legacy_request("ping", id=2), headers=JSON_SSE)
+            assert refused.status_code == 503, refused.text
+            assert "retry-after" in refused.headers
+            assert refused.json()["error"]["code"] == -32014, refused.text
+            assert refused.json()["id"] == 2
+            assert stopping.resets == 2  # asked once

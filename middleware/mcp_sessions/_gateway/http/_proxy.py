@@ -12,11 +12,15 @@ idle, between two requests (uvicorn and Node at a stop, either at its keep-alive
 as it closed one was never read. That is RFC 9110 §9.2.2's "means to detect that the original request was never
 applied", which lets a POST be sent again; Go's ``net/http`` tells this case apart the same way (a server that
 closed an idle connection). One that went on a connection of its own and came back with no answer is not sent again:
-the upstream may have run it. The response goes back chunk by chunk, each ``send`` awaited before the next read (the
-backpressure). The connect and the wait for the response's first byte are bounded; an event stream is not. Whatever
-the answer, a client that disconnects once its body is sent ends it: the upstream request is cancelled and its
-connection closed (:func:`while_connected`), so the upstream sees the client go. An upstream that cannot answer gets
-a JSON-RPC error with 502, 503 or 504 and ``Retry-After``, never a hang.
+the upstream may have run it; unless the connection was reset before a byte of its answer, which a TCP does as it
+closes one with data its server has not read (RFC 1122 §4.2.2.13): a stopping server closes so the connections it
+accepted and had not read from, and those in its listener's queue. A request so reset was never read: it goes to the
+next replica, as one that could not be connected to (:func:`_unread`). The response goes back chunk by chunk, each
+``send`` awaited before the next read (the backpressure). The connect and the wait for the response's first byte
+are bounded; an event stream is not. Whatever the answer, a client that disconnects once its body is sent ends it:
+the upstream request is cancelled and its connection closed (:func:`while_connected`), so the upstream sees the
+client go. An upstream that cannot answer gets a JSON-RPC error with 502, 503 or 504 and ``Retry-After``, never a
+hang.
 
 **Event streams** can stay open for hours. Proxies cut a connection that carried nothing for a while (often
 60 s), so after ``keepalive`` seconds of silence the gateway sends an SSE comment, ``: keep-alive``, but only
@@ -94,6 +98,8 @@ _BAGGAGE_SAFE: Final = "!#$&'()*+-./:<=>?@[]^_`{|}~"
 _MAX_ID_BODY: Final = 64 * 1024
 # httpcore's words for an upstream that closed the connection before its answer's status line.
 _CLOSED_UNANSWERED: Final = "Server disconnected without sending a response."
+# How deep under httpx's error a connection's reset may be: httpcore's, anyio's, then the socket's.
+_CAUSES: Final = 4
 # The ``mcp`` SDK's answer for a transport session it does not hold (404): the client opens a new one.
 _LOST_SESSION: Final = error_answer(404, INVALID_REQUEST, "Session not found", "transport_session_lost")
 Body = bytes | AsyncIterator[bytes]
@@ -232,20 +238,21 @@ class UpstreamProxy:
             replica.in_flight += 1
             try:
                 response = await self._send(upstream, replayable=isinstance(content, bytes))
-            except (httpx.ConnectError, httpx.ConnectTimeout):
-                self._replicas.failed(replica)
-                # A body read whole, never sent, goes to the next replica; one that streamed does not.
-                if not isinstance(content, bytes):
-                    status = 502
-                    reason = "The upstream replica could not be reached"
             except TimeoutError:
                 status = 504
                 reason = "The upstream did not answer in time"
             except httpx.HTTPError as exc:
-                failure = type(exc).__name__
-                logger.warning("mcp-sessions gateway: upstream %s failed: %s", replica.url, failure)
-                status = 502
-                reason = "The upstream failed before answering"
+                if _unread(exc):
+                    self._replicas.failed(replica)
+                    # A body read whole, never read there, goes to the next replica; one that streamed does not.
+                    if not isinstance(content, bytes):
+                        status = 502
+                        reason = "The upstream replica could not be reached"
+                else:
+                    failure = type(exc).__name__
+                    logger.warning("mcp-sessions gateway: upstream %s failed: %s", replica.url, failure)
+                    status = 502
+                    reason = "The upstream failed before answering"
             except BaseException:
                 # Cancelled: the client left while the answer's headers were awaited.
                 replica.in_flight -= 1
@@ -348,6 +355,30 @@ class _Connected:
     async def __call__(self, event: str, info: Mapping[str, object]) -> None:
         if event == "connection.connect_tcp.started":
             self.opened = True
+
+
+def _unread(failed: httpx.HTTPError) -> bool:
+    """Whether the replica never read the request that ``failed``: no connection was made, or the one it went on was
+    reset before a byte of its answer, seen as its answer was awaited or as the request was written (a broken pipe):
+    a TCP closed with data it has not read resets the connection "to show that data was lost" (RFC 1122 §4.2.2.13),
+    and so does one that gets data once closed; a server that read a request and then failed has nothing pending, and
+    closes it. A stopping server resets so the connections it accepted but had not read from, and those in its
+    listener's queue (uvicorn's stop stops listening, then closes every connection with no request under way)."""
+    if isinstance(failed, (httpx.ConnectError, httpx.ConnectTimeout)):
+        return True
+    if not isinstance(failed, (httpx.ReadError, httpx.WriteError)):
+        return False
+    cause = failed.__cause__
+    # httpcore's error, anyio's, the socket's: a reset is never deeper
+    for _ in range(_CAUSES):
+        # another httpx error: the request's first sending's, not this one's (``_send``)
+        if cause is None or isinstance(cause, httpx.HTTPError):
+            return False
+        # reset as it read the answer, or as it wrote the request (the write's broken pipe)
+        if isinstance(cause, (ConnectionResetError, BrokenPipeError)):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def _refused_grant(response: httpx.Response, upstream_token: UpstreamToken, content: Body) -> bool:
