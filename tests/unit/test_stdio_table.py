@@ -11,15 +11,18 @@ from types import SimpleNamespace
 from typing import Any
 
 import anyio
+import anyio.abc
 import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+from mcp.shared.message import SessionMessage
 from mcp_types.version import LATEST_MODERN_VERSION
 
 from conftest import SECRET
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway.stdio import _admission
+from mcp_sessions._gateway.stdio._child import _ignored, _no_client
 from mcp_sessions._gateway.stdio._models import AFTER_ANSWER, Asking, Caller, End, EndReason, Key, Owner, asking
 from mcp_sessions._gateway.stdio._relay import Conversation
 from mcp_sessions._gateway.stdio._table import NOTHING, Actions, Table
@@ -479,3 +482,66 @@ async def test_a_relayed_request_is_read_once_at_its_edge(monkeypatch: pytest.Mo
 
     assert len(asked_of) == 2  # once a request
     assert named[0] is not None and named == [named[0]] * 2
+
+
+class Recorded:
+    """A conversation's task group that keeps what it is asked to start."""
+
+    def __init__(self, tasks: anyio.abc.TaskGroup) -> None:
+        self.tasks = tasks
+        self.started: list[object] = []
+
+    def start_soon(self, func: Any, *args: Any) -> None:
+        self.started.append(func)
+        self.tasks.start_soon(func, *args)
+
+
+async def test_a_2025_call_is_awaited_in_its_requests_own_task_and_its_notifications_come_first() -> None:
+    """A call that cannot outlive its client's request (a 2025 client's) is awaited in that request's task: its
+    conversation starts no task for it; one for its notifications, at the first, which reach the client before the
+    answer. The child is the ``mcp`` SDK's dispatcher over memory streams, as ``_child.Pipe`` is over pipes."""
+    to_child, child_reads = anyio.create_memory_object_stream[SessionMessage](4)
+    child_writes, from_child = anyio.create_memory_object_stream[SessionMessage | Exception](4)
+    link: JSONRPCDispatcher[Any] = JSONRPCDispatcher(from_child, to_child)
+
+    async def child() -> None:  # answers each request, told first to say something
+        async for message in child_reads:
+            request = message.message
+            assert isinstance(request, types.JSONRPCRequest) and request.params is not None
+            if request.params["arguments"]["say"]:
+                said = {"level": "info", "data": "working"}
+                await child_writes.send(
+                    SessionMessage(
+                        types.JSONRPCNotification(jsonrpc="2.0", method="notifications/message", params=said)
+                    )
+                )
+            await child_writes.send(
+                SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=request.id, result={"content": []}))
+            )
+
+    told: list[str] = []
+
+    async def send_notification(notification: types.ServerNotification, related_request_id: object) -> None:
+        told.append(notification.method)
+
+    def ctx(say: bool) -> Any:
+        session = SimpleNamespace(client_capabilities=None, send_notification=send_notification)
+        params = {"name": "work", "arguments": {"say": say}}
+        return SimpleNamespace(
+            params=params, method="tools/call", protocol_version="2025-11-25", request_id=1, session=session
+        )
+
+    memory = SimpleNamespace(link=link, label="memory", done=anyio.Event())
+    conversation = Conversation(Key("transport-session", "t"), memory, owner=None, bus=SessionSubscriptionBus())  # type: ignore[arg-type]
+    with to_child, child_reads, child_writes, from_child:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(child)
+            await tasks.start(link.run, _no_client, _ignored, conversation.on_notification)
+            conversation.tasks = recorded = Recorded(tasks)  # type: ignore[assignment]
+            assert await conversation.relay(ctx(say=False)) == {"content": []}
+            assert recorded.started == []
+            assert told == []
+            assert await conversation.relay(ctx(say=True)) == {"content": []}
+            assert told == ["notifications/message"]
+            assert len(recorded.started) == 1  # what sent it
+            tasks.cancel_scope.cancel()
