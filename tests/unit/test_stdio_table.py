@@ -532,7 +532,7 @@ async def test_a_2025_call_is_awaited_in_its_requests_own_task_and_its_notificat
         )
 
     memory = SimpleNamespace(link=link, label="memory", done=anyio.Event())
-    conversation = Conversation(Key("transport-session", "t"), memory, owner=None, bus=SessionSubscriptionBus())  # type: ignore[arg-type]
+    conversation = Conversation(Key("transport-session", "t"), memory, owner=None, bus=SessionSubscriptionBus())
     with to_child, child_reads, child_writes, from_child:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(child)
