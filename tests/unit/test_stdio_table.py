@@ -496,10 +496,22 @@ class Recorded:
         self.tasks.start_soon(func, *args)
 
 
-async def test_a_2025_call_is_awaited_in_its_requests_own_task_and_its_notifications_come_first() -> None:
-    """A call that cannot outlive its client's request (a 2025 client's) is awaited in that request's task: its
-    conversation starts no task for it; one for its notifications, at the first, which reach the client before the
-    answer. The child is the ``mcp`` SDK's dispatcher over memory streams, as ``_child.Pipe`` is over pipes."""
+@pytest.mark.parametrize(
+    ("kind", "revision", "started", "told"),
+    [
+        ("transport-session", "2025-11-25", (0, 1), ["notifications/message"]),  # a 2025 client's
+        ("shared", LATEST_MODERN_VERSION, (0, 0), []),  # a process of many asks no client, and tells none
+        ("request", LATEST_MODERN_VERSION, (1, 2), ["notifications/message"]),  # it may ask: in rounds
+    ],
+)
+async def test_a_call_is_awaited_in_its_requests_own_task_unless_it_may_outlive_it(
+    kind: str, revision: str, started: tuple[int, int], told: list[str]
+) -> None:
+    """A call that cannot outlive its client's request (a 2025 client's; one to a process of many, which asks no
+    client) is awaited in that request's task: its conversation starts no task for it; one for its notifications,
+    at the first, which reach the client before the answer. One whose process may ask a 2026-07-28 client runs in a
+    task of its conversation's (its input comes in a retry). The child is the ``mcp`` SDK's dispatcher over memory
+    streams, as ``_child.Pipe`` is over pipes."""
     to_child, child_reads = anyio.create_memory_object_stream[SessionMessage](4)
     child_writes, from_child = anyio.create_memory_object_stream[SessionMessage | Exception](4)
     link: JSONRPCDispatcher[Any] = JSONRPCDispatcher(from_child, to_child)
@@ -510,38 +522,33 @@ async def test_a_2025_call_is_awaited_in_its_requests_own_task_and_its_notificat
             assert isinstance(request, types.JSONRPCRequest) and request.params is not None
             if request.params["arguments"]["say"]:
                 said = {"level": "info", "data": "working"}
-                await child_writes.send(
-                    SessionMessage(
-                        types.JSONRPCNotification(jsonrpc="2.0", method="notifications/message", params=said)
-                    )
-                )
-            await child_writes.send(
-                SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=request.id, result={"content": []}))
-            )
+                notification = types.JSONRPCNotification(jsonrpc="2.0", method="notifications/message", params=said)
+                await child_writes.send(SessionMessage(notification))
+            answer = types.JSONRPCResponse(jsonrpc="2.0", id=request.id, result={"content": []})
+            await child_writes.send(SessionMessage(answer))
 
-    told: list[str] = []
+    heard: list[str] = []
 
     async def send_notification(notification: types.ServerNotification, related_request_id: object) -> None:
-        told.append(notification.method)
+        heard.append(notification.method)
 
     def ctx(say: bool) -> Any:
         session = SimpleNamespace(client_capabilities=None, send_notification=send_notification)
         params = {"name": "work", "arguments": {"say": say}}
         return SimpleNamespace(
-            params=params, method="tools/call", protocol_version="2025-11-25", request_id=1, session=session
+            params=params, method="tools/call", protocol_version=revision, request_id=1, session=session
         )
 
+    answer = {"content": []} if revision == "2025-11-25" else {"content": [], "resultType": "complete"}
     memory = SimpleNamespace(link=link, label="memory", done=anyio.Event())
-    conversation = Conversation(Key("transport-session", "t"), memory, owner=None, bus=SessionSubscriptionBus())
+    conversation = Conversation(Key(kind, "c"), memory, owner=None, bus=SessionSubscriptionBus())  # type: ignore[arg-type]
     with to_child, child_reads, child_writes, from_child:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(child)
             await tasks.start(link.run, _no_client, _ignored, conversation.on_notification)
             conversation.tasks = recorded = Recorded(tasks)  # type: ignore[assignment]
-            assert await conversation.relay(ctx(say=False)) == {"content": []}
-            assert recorded.started == []
-            assert told == []
-            assert await conversation.relay(ctx(say=True)) == {"content": []}
-            assert told == ["notifications/message"]
-            assert len(recorded.started) == 1  # what sent it
+            assert await conversation.relay(ctx(say=False)) == answer
+            assert (len(recorded.started), heard) == (started[0], [])
+            assert await conversation.relay(ctx(say=True)) == answer
+            assert (len(recorded.started), heard) == (started[1], told)
             tasks.cancel_scope.cancel()

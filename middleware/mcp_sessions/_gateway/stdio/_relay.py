@@ -81,18 +81,22 @@ class Call:
     counted) and its requests to a 2026-07-28 client (:class:`Ask`); the stream's end is its answer (``result``),
     never dropped.
 
-    A call that may outlive its client's request (``in_rounds``: a 2026-07-28 call, whose input comes in a retry)
-    runs in its conversation's tasks, and the request's task reads the stream (:meth:`outcome`); any other is awaited
-    in the request's own task, as the SDK's handler awaits any call, and the stream is read by a task started for its
-    first notification, read whole before the answer is returned.
+    A call that may outlive its client's request (``in_rounds``: a 2026-07-28 call whose process may ask its client,
+    who brings the input in a retry; a process of many asks none, ``asks``) runs in its conversation's tasks, and the
+    request's task reads the stream (:meth:`outcome`); any other is awaited in the request's own task, as the SDK's
+    handler awaits any call, and the stream is read by a task started for its first notification, read whole before
+    the answer is returned.
     """
 
-    def __init__(self, ctx: ServerRequestContext[Any, Any], label: str, progress_token: object = None) -> None:
+    def __init__(
+        self, ctx: ServerRequestContext[Any, Any], label: str, progress_token: object = None, *, asks: bool = True
+    ) -> None:
         self.ctx = ctx
         self.label = label
         # the client's, under which the child's progress reaches it
         self.progress_token = progress_token
-        self.in_rounds = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and ctx.method in INPUT_REQUIRED_METHODS
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        self.in_rounds = asks and modern and ctx.method in INPUT_REQUIRED_METHODS
         self._events, self._next = anyio.create_memory_object_stream[types.ServerNotification | Ask](MAX_QUEUED)
         # the child's answer; none if the call was abandoned
         self.result: dict[str, Any] | MCPError | None = None
@@ -337,7 +341,7 @@ class Conversation:
                 # the child got no roots before its client was known: it may ask them now
                 self.roots_told = True
                 await self.child.link.notify("notifications/roots/list_changed", None)
-            call = Call(ctx, self.child.label, given.get("progressToken"))
+            call = Call(ctx, self.child.label, given.get("progressToken"), asks=not self.pooled)
             # the child reports under a token of the link's
             if call.progress_token is not None:
                 self.progressing = {key: held for key, held in self.progressing.items() if not held.ended}
