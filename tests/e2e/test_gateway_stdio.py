@@ -38,6 +38,7 @@ from _mcp import (
     DeleteSessionResult,
     create_session,
     jwt_claims,
+    legacy_request,
     modern_headers,
     modern_request,
     sdk_session_meta,
@@ -52,6 +53,7 @@ from e2e._gateway import (
     gateway_process,
     gateway_run,
     installed,
+    legacy_initialize,
     main_run,
     node,
     result_of,
@@ -300,6 +302,20 @@ async def test_stderr_goes_to_the_log_prefixed_with_the_process_id(url: str, log
 
 
 # -- what MCP carries -----------------------------------------------------------------------------
+
+
+def test_a_call_with_params_its_revision_refuses_is_invalid_params_from_the_gateway(url: str) -> None:
+    """The gateway relays a request's params as they came (no model of its own between): the ``mcp`` SDK checks a
+    spec method's params against its revision's schema before any handler, and refuses a ``tools/call`` with no
+    ``name``, or whose ``arguments`` are no object, in either era, with ``-32602``; no process is asked."""
+    with httpx.Client(timeout=WITHIN) as http:
+        headers = legacy_initialize(http, url)
+        nameless = legacy_request("tools/call", {"arguments": {}}, id=7)
+        legacy = result_of(http.post(url, json=nameless, headers=headers), 7)
+        listed = modern_request("tools/call", {"name": "whoami", "arguments": ["not", "an", "object"]}, id=8)
+        modern = result_of(http.post(url, json=listed, headers=modern_headers(listed)), 8)
+
+    assert legacy["error"]["code"] == modern["error"]["code"] == -32602, (legacy, modern)
 
 
 async def test_progress_arrives_under_the_clients_own_token(url: str, mode: str) -> None:

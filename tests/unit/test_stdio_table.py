@@ -11,15 +11,18 @@ from types import SimpleNamespace
 from typing import Any
 
 import anyio
+import anyio.abc
 import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+from mcp.shared.message import SessionMessage
 from mcp_types.version import LATEST_MODERN_VERSION
 
 from conftest import SECRET
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway.stdio import _admission
+from mcp_sessions._gateway.stdio._child import _ignored, _no_client
 from mcp_sessions._gateway.stdio._models import AFTER_ANSWER, Asking, Caller, End, EndReason, Key, Owner, asking
 from mcp_sessions._gateway.stdio._relay import Conversation
 from mcp_sessions._gateway.stdio._table import NOTHING, Actions, Table
@@ -479,3 +482,73 @@ async def test_a_relayed_request_is_read_once_at_its_edge(monkeypatch: pytest.Mo
 
     assert len(asked_of) == 2  # once a request
     assert named[0] is not None and named == [named[0]] * 2
+
+
+class Recorded:
+    """A conversation's task group that keeps what it is asked to start."""
+
+    def __init__(self, tasks: anyio.abc.TaskGroup) -> None:
+        self.tasks = tasks
+        self.started: list[object] = []
+
+    def start_soon(self, func: Any, *args: Any) -> None:
+        self.started.append(func)
+        self.tasks.start_soon(func, *args)
+
+
+@pytest.mark.parametrize(
+    ("kind", "revision", "started", "told"),
+    [
+        ("transport-session", "2025-11-25", (0, 1), ["notifications/message"]),  # a 2025 client's
+        ("shared", LATEST_MODERN_VERSION, (0, 0), []),  # a process of many asks no client, and tells none
+        ("request", LATEST_MODERN_VERSION, (1, 2), ["notifications/message"]),  # it may ask: in rounds
+    ],
+)
+async def test_a_call_is_awaited_in_its_requests_own_task_unless_it_may_outlive_it(
+    kind: str, revision: str, started: tuple[int, int], told: list[str]
+) -> None:
+    """A call that cannot outlive its client's request (a 2025 client's; one to a process of many, which asks no
+    client) is awaited in that request's task: its conversation starts no task for it; one for its notifications,
+    at the first, which reach the client before the answer. One whose process may ask a 2026-07-28 client runs in a
+    task of its conversation's (its input comes in a retry). The child is the ``mcp`` SDK's dispatcher over memory
+    streams, as ``_child.Pipe`` is over pipes."""
+    to_child, child_reads = anyio.create_memory_object_stream[SessionMessage](4)
+    child_writes, from_child = anyio.create_memory_object_stream[SessionMessage | Exception](4)
+    link: JSONRPCDispatcher[Any] = JSONRPCDispatcher(from_child, to_child)
+
+    async def child() -> None:  # answers each request, told first to say something
+        async for message in child_reads:
+            request = message.message
+            assert isinstance(request, types.JSONRPCRequest) and request.params is not None
+            if request.params["arguments"]["say"]:
+                said = {"level": "info", "data": "working"}
+                notification = types.JSONRPCNotification(jsonrpc="2.0", method="notifications/message", params=said)
+                await child_writes.send(SessionMessage(notification))
+            answer = types.JSONRPCResponse(jsonrpc="2.0", id=request.id, result={"content": []})
+            await child_writes.send(SessionMessage(answer))
+
+    heard: list[str] = []
+
+    async def send_notification(notification: types.ServerNotification, related_request_id: object) -> None:
+        heard.append(notification.method)
+
+    def ctx(say: bool) -> Any:
+        session = SimpleNamespace(client_capabilities=None, send_notification=send_notification)
+        params = {"name": "work", "arguments": {"say": say}}
+        return SimpleNamespace(
+            params=params, method="tools/call", protocol_version=revision, request_id=1, session=session
+        )
+
+    answer = {"content": []} if revision == "2025-11-25" else {"content": [], "resultType": "complete"}
+    memory = SimpleNamespace(link=link, label="memory", done=anyio.Event())
+    conversation = Conversation(Key(kind, "c"), memory, owner=None, bus=SessionSubscriptionBus())  # type: ignore[arg-type]
+    with to_child, child_reads, child_writes, from_child:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(child)
+            await tasks.start(link.run, _no_client, _ignored, conversation.on_notification)
+            conversation.tasks = recorded = Recorded(tasks)  # type: ignore[assignment]
+            assert await conversation.relay(ctx(say=False)) == answer
+            assert (len(recorded.started), heard) == (started[0], [])
+            assert await conversation.relay(ctx(say=True)) == answer
+            assert (len(recorded.started), heard) == (started[1], told)
+            tasks.cancel_scope.cancel()

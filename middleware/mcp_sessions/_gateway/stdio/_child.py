@@ -410,7 +410,7 @@ class Pipe(anyio.abc.UnreliableObjectStream[SessionMessage]):
         self.child = child
         self.stdin = process.stdin
         self.stdout = BufferedByteReceiveStream(process.stdout)
-        self.writing = anyio.Lock()
+        self.writing = anyio.Lock(fast_acquire=True)  # a line none holds up is written at once, not a turn later
         self.waiting = 0
 
     async def send(self, message: SessionMessage) -> None:

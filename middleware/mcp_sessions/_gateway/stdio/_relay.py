@@ -80,14 +80,23 @@ class Call:
     (its progress under the client's own token; at most ``MAX_QUEUED`` wait for a slow client, more are dropped and
     counted) and its requests to a 2026-07-28 client (:class:`Ask`); the stream's end is its answer (``result``),
     never dropped.
+
+    A call that may outlive its client's request (``in_rounds``: a 2026-07-28 call whose process may ask its client,
+    who brings the input in a retry; a process of many asks none, ``asks``) runs in its conversation's tasks, and the
+    request's task reads the stream (:meth:`outcome`); any other is awaited in the request's own task, as the SDK's
+    handler awaits any call, and the stream is read by a task started for its first notification, read whole before
+    the answer is returned.
     """
 
-    def __init__(self, ctx: ServerRequestContext[Any, Any], label: str, progress_token: object = None) -> None:
+    def __init__(
+        self, ctx: ServerRequestContext[Any, Any], label: str, progress_token: object = None, *, asks: bool = True
+    ) -> None:
         self.ctx = ctx
         self.label = label
         # the client's, under which the child's progress reaches it
         self.progress_token = progress_token
-        self.in_rounds = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and ctx.method in INPUT_REQUIRED_METHODS
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        self.in_rounds = asks and modern and ctx.method in INPUT_REQUIRED_METHODS
         self._events, self._next = anyio.create_memory_object_stream[types.ServerNotification | Ask](MAX_QUEUED)
         # the child's answer; none if the call was abandoned
         self.result: dict[str, Any] | MCPError | None = None
@@ -97,6 +106,19 @@ class Call:
         # the keys of those the client has been asked (in an input_required result)
         self.shown: set[str] = set()
         self.scope = anyio.CancelScope()
+        self.ended = False
+        self._send: Callable[[], Awaitable[dict[str, Any]]] | None = None  # awaited in the request's task
+        self._tasks: anyio.abc.TaskGroup | None = None  # where its notifications are read, if it has any
+        self._told: anyio.Event | None = None  # set once they are read, from the first one's
+
+    def begin(self, send: Callable[[], Awaitable[dict[str, Any]]], tasks: anyio.abc.TaskGroup) -> None:
+        """The child's call (``send``): in its conversation's ``tasks`` if it may outlive the client's request
+        (``in_rounds``), else awaited by :meth:`outcome`, in the request's own task."""
+        self._tasks = tasks
+        if self.in_rounds:
+            tasks.start_soon(self.run, send)
+        else:
+            self._send = send
 
     async def run(self, send: Callable[[], Awaitable[dict[str, Any]]]) -> None:
         """The child's answer (or error), which ends the call's events."""
@@ -115,11 +137,27 @@ class Call:
             self.dropped += 1
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             return False
+        if self._send is not None and self._told is None and self._tasks is not None:
+            # awaited in the request's task: another reads its notifications, from the first
+            self._told = anyio.Event()
+            self._tasks.start_soon(self._tell_all, self._told)
         return True
+
+    async def _tell_all(self, told: anyio.Event) -> None:
+        try:
+            async for event in self._next:
+                if not isinstance(event, Ask):  # none but a call in rounds asks in its stream
+                    await self._notify(event)
+        except anyio.ClosedResourceError:
+            pass  # the call ended
+        finally:
+            told.set()
 
     def end(self) -> None:
         """The call is over for its client: the child's call ends (and is cancelled), what it still sends is dropped."""
-        self.scope.cancel()
+        self.ended = True
+        if self.result is None:  # not answered: still running, or never started
+            self.scope.cancel()
         self._events.close()  # closed by run too, unless it never started
         self._next.close()
         self.dropped = _report_dropped(self.label, self.dropped)  # once a call
@@ -173,14 +211,16 @@ class Call:
     async def outcome(self) -> dict[str, Any]:
         """The child's answer, its notifications sent to the client first; or, on 2026-07-28, the child's requests
         to the client as an ``input_required`` result."""
+        if self._send is not None:
+            await self.run(self._send)
+            if self._told is not None:
+                await self._told.wait()
+            return self._answer()
         try:
             while not isinstance(event := await self._next.receive(), Ask):
                 await self._notify(event)
         except (anyio.EndOfStream, anyio.ClosedResourceError):
-            if isinstance(self.result, dict):
-                return self.result
-            abandoned = MCPError(types.INVALID_REQUEST, "this request was abandoned: its input came too late")
-            raise self.result or abandoned from None
+            return self._answer()
         asked = {event.key: event.request}
         with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
             # more of the child's requests at once: in one result
@@ -192,6 +232,12 @@ class Call:
                         await self._notify(notification)
         self.shown.update(asked)
         return {"resultType": "input_required", "inputRequests": asked}
+
+    def _answer(self) -> dict[str, Any]:
+        if isinstance(self.result, dict):
+            return self.result
+        abandoned = MCPError(types.INVALID_REQUEST, "this request was abandoned: its input came too late")
+        raise self.result or abandoned from None
 
     async def _notify(self, notification: types.ServerNotification) -> None:
         try:
@@ -295,15 +341,15 @@ class Conversation:
                 # the child got no roots before its client was known: it may ask them now
                 self.roots_told = True
                 await self.child.link.notify("notifications/roots/list_changed", None)
-            call = Call(ctx, self.child.label, given.get("progressToken"))
+            call = Call(ctx, self.child.label, given.get("progressToken"), asks=not self.pooled)
             # the child reports under a token of the link's
             if call.progress_token is not None:
-                self.progressing = {key: held for key, held in self.progressing.items() if not held.scope.cancel_called}
+                self.progressing = {key: held for key, held in self.progressing.items() if not held.ended}
                 key = str(next(self._tokens))
                 params["_meta"] = {**(jsonrpc.meta(params) or {}), "progressToken": key}
                 self.progressing[key] = call
             assert self.tasks is not None  # its process was launched before it was ready (Table.perform)
-            self.tasks.start_soon(call.run, partial(self.child.link.send_raw_request, ctx.method, params))
+            call.begin(partial(self.child.link.send_raw_request, ctx.method, params), self.tasks)
         self.calls.append(call)
         self.latest = ctx
         self.requests += 1
@@ -311,7 +357,7 @@ class Conversation:
         try:
             result = await call.outcome()
             if result.get("resultType") == "input_required":
-                self.parked = {key: held for key, held in self.parked.items() if not held.scope.cancel_called}
+                self.parked = {key: held for key, held in self.parked.items() if not held.ended}
                 if len(self.parked) >= MAX_PARKED:
                     raise MCPError(types.INVALID_REQUEST, f"at most {MAX_PARKED} requests may wait for input at once")
                 result["requestState"] = state = secrets.token_urlsafe(16)

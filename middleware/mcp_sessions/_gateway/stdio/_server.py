@@ -82,21 +82,16 @@ from ._table import MAX_ENDED, Table, cut
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
-_RELAYED: Final[dict[str, tuple[tuple[str, type[types.RequestParams]], ...]]] = {
-    "tools": (("tools/list", types.PaginatedRequestParams), ("tools/call", types.CallToolRequestParams)),
-    "resources": (
-        ("resources/list", types.PaginatedRequestParams),
-        ("resources/templates/list", types.PaginatedRequestParams),
-        ("resources/read", types.ReadResourceRequestParams),
-    ),
-    "prompts": (("prompts/list", types.PaginatedRequestParams), ("prompts/get", types.GetPromptRequestParams)),
-    "completions": (("completion/complete", types.CompleteRequestParams),),
-    "logging": (("logging/setLevel", types.SetLevelRequestParams),),
+# Each relayed as it came: the SDK checks a spec method's params against its revision's schema before any handler
+# (INVALID_PARAMS), so each is registered with the base params (its _meta), not parsed a second time for nothing.
+_RELAYED: Final[dict[str, tuple[str, ...]]] = {
+    "tools": ("tools/list", "tools/call"),
+    "resources": ("resources/list", "resources/templates/list", "resources/read"),
+    "prompts": ("prompts/list", "prompts/get"),
+    "completions": ("completion/complete",),
+    "logging": ("logging/setLevel",),
 }
-_SUBSCRIBE: Final = (
-    ("resources/subscribe", types.SubscribeRequestParams),
-    ("resources/unsubscribe", types.UnsubscribeRequestParams),
-)
+_SUBSCRIBE: Final = ("resources/subscribe", "resources/unsubscribe")
 
 
 class StdioServer(Server[Any]):
@@ -173,11 +168,11 @@ class StdioServer(Server[Any]):
         self.child_capabilities = answer.capabilities
         for capability, methods in _RELAYED.items():
             if getattr(answer.capabilities, capability) is not None:
-                for method, params_type in methods:
-                    self.add_request_handler(method, params_type, self._relay)
+                for method in methods:
+                    self.add_request_handler(method, types.RequestParams, self._relay)
         if answer.capabilities.resources is not None and answer.capabilities.resources.subscribe:
-            for method, params_type in _SUBSCRIBE:
-                self.add_request_handler(method, params_type, self._relay)
+            for method in _SUBSCRIBE:
+                self.add_request_handler(method, types.RequestParams, self._relay)
 
     async def _learn_schemas(self) -> None:
         self.input_schemas = await self.children.tool_schemas()

@@ -456,7 +456,8 @@ class Table:
 
     async def ready(self, conversation: Conversation) -> Conversation:
         """``conversation`` once its process is ready to serve it; the error of its end if it has ended."""
-        await conversation.child.ready.wait()
+        if not conversation.child.ready.is_set():  # still starting (a set Event's wait yields a turn all the same)
+            await conversation.child.ready.wait()
         end = conversation.child.end
         if end is not None and end.failure is not None:
             raise MCPError(CHILD_EXITED, end.failure)
