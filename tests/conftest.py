@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import os
 import ssl
 from collections.abc import AsyncIterator, Generator, Iterator
@@ -227,6 +228,16 @@ def pytest_configure(config: pytest.Config) -> None:
         )
     reserve()  # this run's --process-uids (tests/_uids.py)
     config.pluginmanager.register(Census(config), "census")  # its table at the end (tests/_census.py)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The suite's own process, from here on: what collecting made (the test modules, the SDK, about 180,000
+    objects) lives for the run, frozen (the collector never scans it again), and the collector's youngest generation
+    is ten times Python's default, so that its full passes over what the run keeps (650,000 objects by the end of
+    tests/unit, 160 ms a pass) come a tenth as often. Those passes were a fifth of the process's CPU (9.6 of 51
+    CPU-s over tests/unit and tests/asgi, ``gc.callbacks``). A test that needs garbage gone collects it itself."""
+    gc.freeze()
+    gc.set_threshold(7000, 10, 10)
 
 
 @pytest.hookimpl(wrapper=True)
