@@ -523,7 +523,14 @@ TEXT = (
     " once: KiB/conversation is the growth of the gateway process's own resident memory (`VmRSS`, its child"
     ' processes excluded) over their number ("shrank": the process gave back more than the conversations took, as'
     " node's collector may). Neither gateway writes a log line per request (ours `--log-level warning`,"
-    " supergateway `--logLevel none`)."
+    " supergateway `--logLevel none`). Where a 2025 client's call goes in the gateway (a cProfile of 1,000 calls,"
+    " issue 102's last step): about 4,950 Python calls a call, about 250 of them this project's (the table's"
+    " decision, the relay, the session's check and echo); the rest is the `mcp` SDK's transport the gateway is built"
+    " on (its lowlevel `Server` behind its streamable HTTP transport, its `JSONRPCDispatcher` to the process):"
+    " sse_starlette's five tasks a response, the SDK's own two spans (made with no provider set), its validation,"
+    " serialization and dump of each result; 7 task spawns and 21 turns of the event loop a call. The process gets"
+    " one `write(2)` a call and answers in one `read(2)` (strace); its seccomp filter costs nothing this measures"
+    " (the server's CPU a call 1.93 ms uncontained, 1.87 under Docker's profile, 1.85 under an allow-all one)."
 )
 OPEN_TEXT = (
     "A new conversation through `mcp-sessions gateway --stdio` (its default `--warm 2`), alternated with the rows"
