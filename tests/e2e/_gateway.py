@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any, TypeVar, cast
 
 import anyio
 import httpx
@@ -56,6 +56,7 @@ INSPECTOR_CLI = os.environ.get("MCP_SESSIONS_INSPECTOR_CLI") or str(
 )
 JSON_SSE = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 SECRET = "gateway-test-secret-gateway-test-secret-0123"
+G = TypeVar("G", "Process", "InProcess")
 INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
 
 
@@ -198,27 +199,36 @@ def gateway_process(
     mcp-sessions`` say), its port and its output (``--log-level`` in ``arguments`` overrides ``warning``;
     ``{url}`` in them is its own MCP URL)."""
     environ = {"MCP_SESSIONS_SECRET": SECRET, **(environ or {})}
-    if "--stdio" in arguments:  # the tests' servers import the tests' modules, and some write their files
-        arguments = (*arguments, "--pass-env", "PYTHONPATH", "--pass-env", "STDIO_TEST_FILES")
-    if "--stdio" in arguments and "--processes" not in arguments:  # a process per conversation, as they test
-        arguments = (*arguments, "--processes", "per-conversation")
-    if "--stdio" in arguments and "--warm" not in arguments:  # none started ahead but by the pool's own tests
-        arguments = (*arguments, "--warm", "0")
-    # Their servers' pids tell processes apart, and pytest's tmp_path is where they leave files for the test: under
-    # the default containment (auto), each would be pid 2 in a /tmp of its own.
-    if "--stdio" in arguments and "--process-containment" not in arguments:
-        arguments = (*arguments, "--process-containment", "none")
+    arguments = _as_tests_run(arguments)
 
     def command(port: int) -> tuple[list[str], Mapping[str, str]]:
         line = [*program, "gateway", "--port", str(port), "--log-level", "warning"]
         given = [argument.replace("{url}", f"http://127.0.0.1:{port}/mcp") for argument in arguments]
         return [*line, *(item for url in upstreams for item in ("--upstream", url)), *given], environ
 
-    gateway = started("mcp-sessions gateway", command)
+    with _logged_on_failure(started("mcp-sessions gateway", command)) as gateway:
+        yield gateway
+
+
+def _as_tests_run(arguments: Sequence[str]) -> tuple[str, ...]:
+    """``arguments``, and with ``--stdio`` what the tests' servers need where a test gives none of its own: the
+    tests' modules and files passed on (they import the one and write the other), a process per conversation, none
+    started ahead (but by the pool's own tests), and no containment: their pids tell processes apart, and pytest's
+    tmp_path is where they leave files for the test (under the default, each would be pid 2 in a /tmp of its own)."""
+    if "--stdio" not in arguments:
+        return tuple(arguments)
+    defaults = {"--processes": "per-conversation", "--warm": "0", "--process-containment": "none"}
+    unset = [item for flag, value in defaults.items() if flag not in arguments for item in (flag, value)]
+    return (*arguments, "--pass-env", "PYTHONPATH", "--pass-env", "STDIO_TEST_FILES", *unset)
+
+
+@contextlib.contextmanager
+def _logged_on_failure(gateway: G) -> Iterator[G]:
+    """``gateway``, its log printed beside a failure (in pytest's captured stdout), stopped at the end."""
     try:
         yield gateway
     except BaseException:
-        print(f"the gateway's log:\n{gateway.output()}")  # beside the failure, in pytest's captured stdout
+        print(f"the gateway's log:\n{gateway.output()}")
         raise
     finally:
         gateway.stop()
@@ -261,11 +271,7 @@ def gateway_in_process(
     given, from its configuration on) is what ``stop`` gives. A new interpreter cost 0.75 CPU-seconds, ``import
     mcp`` 0.64 of them. Its own process all the same (``gateway_process``) where its processes' bounds are cgroup
     v2's: that gateway moves itself into a group of its own, which would keep this test process."""
-    given = arguments
-    if "--stdio" in arguments:  # as gateway_process gives them
-        given = (*given, "--pass-env", "PYTHONPATH", "--pass-env", "STDIO_TEST_FILES")
-        defaults = {"--processes": "per-conversation", "--warm": "0", "--process-containment": "none"}
-        given = (*given, *(item for flag, value in defaults.items() if flag not in given for item in (flag, value)))
+    given = _as_tests_run(arguments)
     for tries in range(3, 0, -1):  # again on another port if the first was taken meanwhile, as started() does
         try:
             gateway = _served([*(item for url in upstreams for item in ("--upstream", url)), *given], environ)
@@ -277,13 +283,8 @@ def gateway_in_process(
         with gateway_process(upstreams, *arguments, environ=environ) as process:
             yield process
         return
-    try:
-        yield gateway
-    except BaseException:
-        print(f"the gateway's log:\n{gateway.output()}")  # beside the failure, in pytest's captured stdout
-        raise
-    finally:
-        gateway.stop()
+    with _logged_on_failure(gateway) as served:
+        yield served
 
 
 def _served(arguments: Sequence[str], environ: Mapping[str, str] | None) -> InProcess | None:
