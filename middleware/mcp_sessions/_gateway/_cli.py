@@ -92,6 +92,7 @@ OAUTH_VARIABLES: Final = {
     "client_secret": "MCP_SESSIONS_OAUTH_CLIENT_SECRET",
     "scope": "MCP_SESSIONS_OAUTH_SCOPE",
     "callback": "MCP_SESSIONS_OAUTH_CALLBACK",
+    "issuer": "MCP_SESSIONS_OAUTH_ISSUER",
 }
 """The variable each ``--oauth-*`` flag falls back to, and the client secret's (never a flag)."""
 LOGIN_VARIABLES: Final = {
@@ -357,6 +358,12 @@ def _oauth_arguments(gateway: argparse.ArgumentParser) -> None:
             choices=("client_secret_basic", "client_secret_post", "private_key_jwt"),
             help="how the gateway authenticates there (default client_secret_basic with a secret)",
         )
+    oauth.add_argument(
+        "--oauth-issuer",
+        metavar="URL",
+        help="the upstream's authorization server, which its protected resource metadata must name (default: the "
+        "first it names); required for a client secret there, which goes to no server but the one named",
+    )
     oauth.add_argument(
         "--oauth-scope",
         metavar="SCOPE",
@@ -890,6 +897,8 @@ def _upstream_token(
         raise ValueError("the client secret is never a flag: MCP_SESSIONS_ID_JAG_CLIENT_SECRET, or a file")
     if mode != "id-jag" and _setting(args, environ, "issuer", "id_jag"):
         raise ValueError("--id-jag-issuer names --upstream-token id-jag's server; NAME=id-jag:ISSUER names its own")
+    if mode != "oauth" and _setting(args, environ, "issuer", "oauth"):
+        raise ValueError("--oauth-issuer names --upstream-token oauth's server; NAME=oauth:ISSUER names its own")
     if not granting and (given := [name for name in ID_JAG_VARIABLES if _setting(args, environ, name, "id_jag")]):
         flag = "--id-jag-" + given[0].replace("_", "-")
         raise ValueError(f"{flag} is for --upstream-token id-jag or --process-env NAME=id-jag:ISSUER, neither given")
@@ -908,7 +917,10 @@ def _upstream_token(
     if auth is None or auth.verifier is None:
         raise ValueError("the token exchange exchanges the bearer tokens the gateway verifies: give --auth-jwks")
     from .auth._client import ClientAuth
+    from .auth._exchange import id_jag_target
 
+    issuer = _setting(args, environ, "issuer") or _setting(args, environ, "issuer", "auth")
+    endpoint = _setting(args, environ, "token_endpoint")
     client = ClientAuth.given(
         "--exchange-client",
         _setting(args, environ, "client_auth"),
@@ -917,9 +929,17 @@ def _upstream_token(
         secret_file=_setting(args, environ, "client_secret_file"),
         key_file=_setting(args, environ, "client_key_file"),
         key_id=_setting(args, environ, "client_key_id"),
+        servers=(endpoint, issuer),
+        naming="--exchange-issuer or --exchange-token-endpoint",
     )
     granted = None
     if granting:
+        # the resources' authorization servers the operator named: --id-jag-issuer, each NAME=id-jag:ISSUER's
+        named = [_setting(args, environ, "issuer", "id_jag")]
+        for spec in args.process_env:
+            name, _, source = spec.partition("=")
+            if source.startswith("id-jag:"):
+                named.append(id_jag_target(source.removeprefix("id-jag:"), f"--process-env {name}").audience)
         granted = ClientAuth.given(
             "--id-jag-client",
             _setting(args, environ, "client_auth", "id_jag"),
@@ -928,9 +948,9 @@ def _upstream_token(
             secret_file=_setting(args, environ, "client_secret_file", "id_jag"),
             key_file=_setting(args, environ, "client_key_file", "id_jag"),
             key_id=_setting(args, environ, "client_key_id", "id_jag"),
+            servers=tuple(named),
+            naming="--id-jag-issuer (or use private_key_jwt, whose assertions name their server)",
         )
-    issuer = _setting(args, environ, "issuer") or _setting(args, environ, "issuer", "auth")
-    endpoint = _setting(args, environ, "token_endpoint")
     exchange = TokenExchange(client=client, token_endpoint=endpoint, issuer=issuer, id_jag=granted)
     # for --process-env NAME=exchange:AUDIENCE (or id-jag:ISSUER) alone
     if mode is None:
@@ -959,7 +979,8 @@ def _upstream_grants(
         raise ValueError(
             "--upstream-token oauth keeps each user's grant: give --auth-jwks (or --auth-principal-header)"
         )
-    client, client_id = _oauth_client_given(args, environ)
+    issuer = _setting(args, environ, "issuer", "oauth")
+    client, client_id = _oauth_client_given(args, environ, issuer, "--oauth-issuer")
     login = _login(args, environ, "--upstream-token oauth confirms who opens a sign-in URL")
     callback = _callback(args, environ, "--upstream-token oauth")
     from .auth._kept import KeptGrants
@@ -971,14 +992,18 @@ def _upstream_grants(
         login=login,
         client=client,
         client_id=client_id,
+        issuer=issuer,
         scope=_setting(args, environ, "scope", "oauth"),
         kept=KeptGrants(sessions.store, sessions.keys),
     )
 
 
-def _oauth_client_given(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[ClientAuth | None, str | None]:
-    """The gateway's client at a vendor's authorization server (``--oauth-client-*``): a confidential one, by its
-    secret or key; else its id alone (a public client); else neither (it registers, RFC 7591)."""
+def _oauth_client_given(
+    args: argparse.Namespace, environ: Mapping[str, str], issuer: str | None, naming: str
+) -> tuple[ClientAuth | None, str | None]:
+    """The gateway's client at a vendor's authorization server (``--oauth-client-*``), whose ``issuer`` the operator
+    named (else ``None``: a secret is refused, saying to give ``naming``): a confidential one, by its secret or
+    key; else its id alone (a public client); else neither (it registers, RFC 7591)."""
     oauth = dict(_oauth_client(args, environ, "oauth"))
     method = oauth.pop("method", None)
     client_id = oauth.pop("client_id", None)
@@ -986,7 +1011,7 @@ def _oauth_client_given(args: argparse.Namespace, environ: Mapping[str, str]) ->
         return None, client_id
     from .auth._client import ClientAuth
 
-    return ClientAuth.given("--oauth-client", method, client_id, **oauth), None
+    return ClientAuth.given("--oauth-client", method, client_id, **oauth, servers=(issuer,), naming=naming), None
 
 
 def _process_grants(
@@ -1014,7 +1039,7 @@ def _process_grants(
     issuers = [target.audience for target in targets.values()]
     if len(set(issuers)) < len(issuers):
         raise ValueError("--process-env: one NAME=oauth: variable per authorization server")
-    client, client_id = _oauth_client_given(args, environ)
+    client, client_id = _oauth_client_given(args, environ, issuers[0], "NAME=oauth:ISSUER")
     if (client or client_id) and len(specs) > 1:
         raise ValueError("--oauth-client-* name the gateway's client at one server: with several oauth: it registers")
     login = _login(args, environ, "--process-env NAME=oauth: confirms who opens a sign-in URL")
@@ -1062,7 +1087,9 @@ def _login(args: argparse.Namespace, environ: Mapping[str, str], needs: str) -> 
     from .auth._client import ClientAuth
     from .auth._oauth import Login
 
-    client = ClientAuth.given("--login-client", login.pop("method"), login.pop("client_id"), **login)
+    method = login.pop("method")
+    client_id = login.pop("client_id")
+    client = ClientAuth.given("--login-client", method, client_id, **login, servers=(issuer,), naming="--login-issuer")
     return Login(issuer, client, _setting(args, environ, "claim", "login") or "sub")
 
 
