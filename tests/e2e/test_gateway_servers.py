@@ -386,7 +386,8 @@ def test_a_reload_adds_changes_and_removes_servers_and_the_others_conversations_
     count); b is drained as a stop drains the gateway (a request meanwhile 503 with Retry-After, its call in flight
     past the bound told it may have run, ``-32603``), its conversation then ended (``-32043``, as after a restart),
     and b serves new ones; c is served at its path; d's path is no server's. A bad file then changes nothing, said
-    in one line; a change of the gateway's own table is refused, naming its key."""
+    in one line (one whose server is under another's path, naming both); a change of the gateway's own table is
+    refused, naming its key."""
     gateway, file = reloading
     http = httpx.Client(timeout=30)
     _sealed.OPEN.append(http)
@@ -421,6 +422,10 @@ def test_a_reload_adds_changes_and_removes_servers_and_the_others_conversations_
         ("[servers.a]\nstdio = 1 2\n", "not TOML"),
         (reload_file({"a": "", "c": ""}, gateway="port = 1\n"), "gateway.port: the gateway's own key"),
         (reload_file({"a": "process-memroy = 1\n", "c": ""}), "servers.a.process-memroy: unknown key"),
+        (  # b's requests would be a's (issue 110)
+            reload_file({"a": "", "c": 'path = "/servers/a/mcp/sessions"\n'}),
+            "servers.c.path: /servers/a/mcp/sessions is under servers.a's /servers/a/mcp",
+        ),
     ):
         file.write_text(written, encoding="utf-8")
         lines = hangup(gateway, "reload refused, nothing changed")
