@@ -133,10 +133,28 @@ def test_an_mcpservers_json_file_is_read_by_its_suffix_or_its_first_brace(tmp_pa
         ('[servers.a]\nurl = "http://h/mcp"\ntype = "stdio"\n', "servers.a.type: http, as its url says"),
         (
             '[servers.a]\nstdio = "cat"\n[servers.b]\nstdio = "cat"\npath = "/Servers/A/mcp"\n',
-            "servers.b.path: /Servers/A/mcp is servers.a's too: two servers on one path",
+            "servers.b.path: /Servers/A/mcp is servers.a's /servers/a/mcp: a request to one would reach the other",
         ),
-        ('[servers.a]\nstdio = "cat"\npath = "/status"\n', "servers.a.path: /status is the gateway's own"),
-        ('[servers.a]\nstdio = "cat"\npath = "/oauth/a"\n', "servers.a.path: /oauth/a is the gateway's own"),
+        (  # issue 110: b's requests were a's (its audience, policy and uids), while b's metadata named b's URL
+            '[servers.a]\nstdio = "cat"\n[servers.b]\nstdio = "cat"\npath = "/servers/a/mcp/sessions"\n',
+            "servers.b.path: /servers/a/mcp/sessions is under servers.a's /servers/a/mcp: a request to one would",
+        ),
+        (
+            '[servers.a]\nstdio = "cat"\n[servers.b]\nstdio = "cat"\npath = "/SERVERS/a"\n',
+            "servers.b.path: /SERVERS/a holds servers.a's /servers/a/mcp: a request to one would reach the other",
+        ),
+        (
+            '[servers.a]\nstdio = "cat"\npath = "/x/mcp/deeper"\n[servers.b]\nstdio = "cat"\npath = "/x/mcp"\n',
+            "servers.b.path: /x/mcp holds servers.a's /x/mcp/deeper: a request to one would reach the other",
+        ),
+        ('[servers.a]\nstdio = "cat"\npath = "/status"\n', "servers.a.path: /status is the gateway's own /status"),
+        ('[servers.a]\nstdio = "cat"\npath = "/OAuth/a"\n', "servers.a.path: /OAuth/a is under the gateway's own"),
+        (
+            '[servers.a]\nstdio = "cat"\npath = "/.well-known/oauth-protected-resource/a"\n',
+            "servers.a.path: /.well-known/oauth-protected-resource/a is under the gateway's own /.well-known",
+        ),
+        ('[servers.a]\nstdio = "cat"\npath = "/servers/a/mcp/"\n', "servers.a.path: an absolute path of plain"),
+        ('[servers.a]\nstdio = "cat"\npath = "/servers/%61/mcp"\n', "servers.a.path: an absolute path of plain"),
         ('[servers.a]\nstdio = "cat"\npath = "/a/../b"\n', "servers.a.path: an absolute path of plain segments"),
         ('[servers."a b"]\nstdio = "cat"\n', "servers.a b: a server's name is letters, digits"),
         ("[gateway]\nport = 9000\n", "mcpServers: a table of servers, at least one"),

@@ -652,16 +652,19 @@ def _app(config: GatewayConfig) -> tuple[ASGIApp, Sandbox | None]:
 
 
 def _route(served: Served) -> Route:
-    """A server of the file at its path: its app, the sandbox its processes run in, and the path the app serves."""
+    """A server of the file at its path: its app, which serves its endpoint there (its sessions are minted at and
+    bound to it, as its clients reach it, whatever the audience: the servers share the keys and the audience; an
+    upstream gets its own path), and the sandbox its processes run in."""
     from ._servers import Route
 
     each = served.config
-    endpoint = "/mcp" if isinstance(each.serves, StdioProcesses) else urlsplit(each.serves.upstreams[0]).path
+    serves = replace(each.serves, path=served.path)
+    sessions = each.sessions.replace(binds_endpoint=True)
     try:
-        app, sandbox = _app(replace(each, servers=()))
+        app, sandbox = _app(replace(each, serves=serves, sessions=sessions, servers=()))
     except (ValueError, NetworkError, SandboxError) as exc:  # its sandbox's files and directories: named as its flags
         raise ValueError(f"{served.flags.where if served.flags else served.name}: {exc}") from None
-    return Route(served, app, endpoint or "/", sandbox)
+    return Route(served, app, sandbox)
 
 
 def _closed(routes: Sequence[Route]) -> None:

@@ -104,7 +104,9 @@ class Listening:
 @dataclass(frozen=True)
 class Forwarding:
     """An ``--upstream`` gateway's: the replicas' URLs, and how long it waits for them (``gateway_app``'s options,
-    which say what each is); ``upstream_token`` ``None``: the default ``gateway_app`` says."""
+    which say what each is); ``upstream_token`` ``None``: the default ``gateway_app`` says. ``path``: where the
+    endpoint is served, if not at the upstream's own path (a ``--config`` server's own path), the path its sessions
+    are minted at and bound to; what a client sends under it reaches the upstream under the upstream's path."""
 
     upstreams: tuple[str, ...]
     keepalive: float | None = DEFAULT_KEEPALIVE
@@ -112,6 +114,7 @@ class Forwarding:
     first_byte_timeout: float = DEFAULT_FIRST_BYTE_TIMEOUT
     failure_cooldown: float = DEFAULT_FAILURE_COOLDOWN
     upstream_token: UpstreamToken | None = None
+    path: str | None = None
 
     def __post_init__(self) -> None:
         for name, value in (
@@ -148,7 +151,8 @@ class StdioProcesses:
     pool, control groups and egress table, is the app's; ``None``: as the gateway runs, in its process group).
     ``state``: where the server keeps a conversation's state (:data:`StateKept`): with ``"disk"``, a conversation
     this gateway has no process for (it restarted, was killed, or another replica served it) gets a new one, as
-    nothing it held is lost; with ``"process"``, the operator's word is that it was."""
+    nothing it held is lost; with ``"process"``, the operator's word is that it was. ``path``: where the endpoint
+    is served (a ``--config`` server's own path), the path its sessions are minted at and bound to."""
 
     command: tuple[str, ...]
     processes: Processes = "auto"
@@ -162,6 +166,7 @@ class StdioProcesses:
     exchange_scope: str | None = None
     sandbox: SandboxPolicy | None = None
     state: StateKept = "process"
+    path: str = "/mcp"
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -2,10 +2,10 @@
 as for one server) at its path, and what is the gateway's across them.
 
 A request reaches a server's app at the server's path (``/servers/NAME/mcp``, or its ``path``) and under it (``.../
-sessions``, a user's own conversations of that server), its path made the one the app serves (``/mcp`` for a stdio
-server's, the upstream URL's for an HTTP one's: the path an upstream gets is its own), as a reverse proxy's prefix
-is stripped (a prefix sent percent-encoded is no server's: the rest of the path goes on as it was sent, for the
-app's front to judge); its protected-resource metadata (RFC 9728, path-inserted:
+sessions``, a user's own conversations of that server), as it came: the app serves its endpoint there, so that its
+sessions are minted at and bound to the path its clients reach (an HTTP server's proxy sends the upstream its own
+path: ``Forwarding.path``); a prefix sent percent-encoded is no server's (the rest of the path goes on as it was
+sent, for the app's front to judge); its protected-resource metadata (RFC 9728, path-inserted:
 ``/.well-known/oauth-protected-resource`` and the server's path) as it came, since the server's auth serves it
 there. Any other path is a 404 naming where the servers are: nothing reaches a server but at its own path.
 
@@ -82,13 +82,11 @@ _CUT = error_answer(502, INTERNAL_ERROR, CUT, "cut", data=CUT_DATA)
 
 @dataclass(frozen=True)
 class Route:
-    """A server's app at ``served.path``; ``endpoint``, the path the app serves; ``sandbox``, what its processes run
-    in (built from its policy with the app, closed once the app has stopped), which a reload that keeps the route
-    keeps."""
+    """A server's app, which serves its endpoint at ``served.path``; ``sandbox``, what its processes run in (built
+    from its policy with the app, closed once the app has stopped), which a reload that keeps the route keeps."""
 
     served: Served
     app: ASGIApp
-    endpoint: str
     sandbox: Sandbox | None = None
 
     @property
@@ -140,10 +138,8 @@ class Servers:
             served = route.served.path
             # its path as sent, too: the rest of the raw path is what the app's front judges, never re-encoded here
             if (path == served or path.startswith(served + "/")) and raw.startswith(served.encode()):
-                inner = route.endpoint + path[len(served) :]
-                rewritten = {**scope, "path": inner, "raw_path": route.endpoint.encode() + raw[len(served) :]}
                 SERVING.set(route.served.name)  # the request's own context
-                return await self._served(route, rewritten, receive, send)
+                return await self._served(route, scope, receive, send)
         if (metadata := self.metadata.get(path)) is not None:
             SERVING.set(metadata.served.name)
             return await metadata.app(scope, receive, send)
@@ -280,7 +276,7 @@ class Servers:
         digest = scope["path"][len(SERVERS_PATH) + 1 :]
         answers = []
         for route in routes:
-            answer = await _asked(route, scope, f"{route.endpoint}/sessions" + (f"/{digest}" if digest else ""))
+            answer = await _asked(route, scope, f"{route.served.path}/sessions" + (f"/{digest}" if digest else ""))
             if scope["method"] == "DELETE" and answer.status == 200:
                 return await send_json(send, 200, {**answer.json(), "server": route.served.name}, b"")
             answers.append((route, answer))
