@@ -250,10 +250,15 @@ def _argv(
 
 
 def _host_keys(where: str, host: Mapping[str, Any], server: Mapping[str, object]) -> list[str]:
-    """The ``mcpServers`` keys as flags: ``command`` and ``args`` as ``--stdio``, ``url`` as ``--upstream``."""
-    for key in ("command", "url", "path", "type"):
+    """The ``mcpServers`` keys as flags: ``command`` and ``args`` as ``--stdio``, ``url`` as ``--upstream`` (a list:
+    the replicas, as ``upstream``'s)."""
+    for key in ("command", "path", "type"):
         if key in host and not isinstance(host[key], str):
             raise FileError(f"{where}.{key}: a string")
+    urls = host.get("url", [])
+    urls = [urls] if isinstance(urls, str) else urls
+    if not isinstance(urls, list) or not all(isinstance(url, str) for url in urls):
+        raise FileError(f"{where}.url: a string or a list of strings")
     args = host.get("args", [])
     if not isinstance(args, list) or not all(isinstance(arg, str) for arg in args):
         raise FileError(f"{where}.args: a list of strings")
@@ -269,7 +274,7 @@ def _host_keys(where: str, host: Mapping[str, Any], server: Mapping[str, object]
         raise FileError(f"{where}.type: {kind}, as its {given[0]} says")
     if "command" in host:
         return [f"--stdio={shlex.join([host['command'], *args])}"]
-    return [f"--upstream={host['url']}"] if "url" in host else []
+    return [f"--upstream={url}" for url in urls]
 
 
 def _served_path(where: str, path: object) -> str:
