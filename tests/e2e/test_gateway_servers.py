@@ -337,6 +337,25 @@ def test_a_user_s_conversations_across_the_servers_are_listed_and_ended_at_the_b
     assert status["total"]["processes"] == sum(each["total"]["processes"] for each in status["servers"].values())
 
 
+def test_a_user_ends_her_conversation_of_one_server_through_another_server_s_url(team: Team) -> None:
+    """Issue 112 (6): ``mcp-sessions sessions URL --end DIGEST``, URL a server's, ended only that server's
+    conversations (404 for the one of another server that the gateway's listing showed her); now hers wherever it
+    is, and never another user's."""
+    memory = team.client("erin", "/servers/memory/mcp")
+    session = memory.create_session()
+    memory.call_tool("read_graph", {}, session=session)
+    erin, frank = ({"TOKEN": team.token(user)} for user in ("erin", "frank"))
+    listed = main_run("sessions", team.base, "--bearer-env", "TOKEN", "--json", environ=erin)
+    [digest] = [each["conversation"] for each in json.loads(listed.stdout)["conversations"]]
+    files = f"{team.base}/servers/files/mcp"
+    refused = main_run("sessions", files, "--bearer-env", "TOKEN", "--end", digest, environ=frank)
+    assert refused.returncode == 1, refused.stdout  # not his
+    assert "error" not in memory.call_tool("read_graph", {}, session=session)[1]
+    ended = main_run("sessions", files, "--bearer-env", "TOKEN", "--end", digest, environ=erin)
+    assert (ended.returncode, ended.stdout) == (0, f"ended {digest}\n"), ended.stderr
+    assert "error" in memory.call_tool("read_graph", {}, session=session)[1]
+
+
 def reload_file(servers: dict[str, str], gateway: str = "", files: Path = Path("/nowhere")) -> str:
     """A file of the tests' stdio server, each of ``servers`` with its own extra key lines, uncontained, none
     started ahead, a process per conversation, its files in ``files``; ``gateway``: the ``[gateway]`` table's

@@ -21,7 +21,9 @@ sign-ins under way, and one that replaces it keeps its grants in the store, not 
 
 Across the servers: ``GET /sessions`` lists the caller's conversations of every stdio server that verifies her token
 (each with its ``server``), ``DELETE /sessions/DIGEST`` ends the one of hers with that digest, wherever it is (what
-``mcp-sessions sessions`` does, given the gateway's base URL); ``GET /status`` on the operator's port or socket is
+``mcp-sessions sessions`` does, given the gateway's base URL), as does a ``DELETE`` to a stdio server's own
+``.../sessions/DIGEST`` (``--end`` given a server's URL: the conversation ended is the caller's, wherever the
+listing shows it); ``GET /status`` on the operator's port or socket is
 every server's view in one, and ``/status/grants`` there every user's grants at every server's sign-ins (each with
 its ``server``), or one user's revoked. Each server is asked as a request of its own (its auth, its own
 audience's, decides), its answer read whole, bounded (:data:`ANSWER_LIMIT`).
@@ -138,6 +140,10 @@ class Servers:
             served = route.served.path
             # its path as sent, too: the rest of the raw path is what the app's front judges, never re-encoded here
             if (path == served or path.startswith(served + "/")) and raw.startswith(served.encode()):
+                ending = f"{served}/sessions/"
+                if route.stdio and scope["type"] == "http" and scope["method"] == "DELETE" and path.startswith(ending):
+                    # the caller's conversation wherever it is, as the gateway's listing shows them together
+                    return await self._conversations(scope, send, path[len(ending) :])
                 SERVING.set(route.served.name)  # the request's own context
                 return await self._served(route, scope, receive, send)
         if (metadata := self.metadata.get(path)) is not None:
@@ -152,7 +158,7 @@ class Servers:
         if self.signing_in and path in (GRANTS_PATH, GRANTS_STATUS_PATH):
             return await self._grants(scope, send, path)
         if path == SERVERS_PATH or path.startswith(SERVERS_PATH + "/"):
-            return await self._conversations(scope, send)
+            return await self._conversations(scope, send, path[len(SERVERS_PATH) + 1 :])
         if path == STATUS:
             return await self._status(scope, send)
         await send_json(send, 404, self.nowhere, b"")
@@ -266,14 +272,14 @@ class Servers:
         grants = [{**grant, "server": name} for name, each in listed for grant in each]
         await send_json(send, 200, {"grants": grants}, b"")
 
-    async def _conversations(self, scope: Scope, send: Send) -> None:
-        """A user's own conversations across the stdio servers whose auth takes her token (see the module)."""
+    async def _conversations(self, scope: Scope, send: Send, digest: str) -> None:
+        """A user's own conversations across the stdio servers whose auth takes her token, or the one of hers with
+        ``digest`` (see the module)."""
         routes = [route for route in self.routes if route.stdio and route.served.config.auth is not None]
         if not routes:
             return await send_json(
                 send, 404, {"error": "no server here verifies who asks: no one's own conversations"}, b""
             )
-        digest = scope["path"][len(SERVERS_PATH) + 1 :]
         answers = []
         for route in routes:
             answer = await _asked(route, scope, f"{route.served.path}/sessions" + (f"/{digest}" if digest else ""))
