@@ -31,7 +31,7 @@ audience's, decides), its answer read whole, bounded (:data:`ANSWER_LIMIT`).
 The lifespan starts the servers' apps one after the other, in the file's order, and stops them in the reverse: a
 server that does not start is said in one line naming it (``StartupFailed``), the ones started stopped. What a
 server's app does, it does in a context that names it (:data:`SERVING`), so that the gateway's log lines and its
-processes' (``process 3f2a...: ...``) say whose they are (:func:`named_logs`).
+processes' (``process 3f2a...: ...``) say whose they are (``_logs``).
 
 A reload (:meth:`Servers.replace`, on SIGHUP) serves other routes in place of some, the others' apps untouched (their
 processes, uids and conversations go on): each server that goes (removed, or replaced) is drained as a stop drains the
@@ -47,7 +47,6 @@ import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -62,6 +61,7 @@ from .._wire.protocol import INTERNAL_ERROR, MCP_METHOD_HEADER
 from ._config import GatewayConfig, Served, StdioProcesses
 from ._file import SERVERS_PATH
 from ._front import StartupFailed, startup_failure
+from ._logs import SERVING
 from ._operator import GRANTS_STATUS_PATH
 from ._serving import CUT, CUT_DATA, RESTARTING, RETRY_AFTER
 from .auth._oauth import AUTHORIZE_PATH, CALLBACK_PATH, CLIENT_PATH, GRANTS_PATH, UpstreamGrants
@@ -71,8 +71,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
-SERVING: Final[ContextVar[str | None]] = ContextVar("mcp_sessions.gateway.serving", default=None)
-"""The name of the server whose app runs (its requests, its lifespan, and the tasks they start)."""
 METADATA: Final = "/.well-known/oauth-protected-resource"
 STATUS: Final = "/status"
 ANSWER_LIMIT: Final = 4 << 20
@@ -485,18 +483,3 @@ async def _asked(route: Route, scope: Scope, path: str) -> _Answer:
     answer.body = b"".join(parts)
     answer.headers.append((b"content-length", str(len(answer.body)).encode()))
     return answer
-
-
-class _Named(logging.Filter):
-    """A log line of a server's app, its server's name first (:data:`SERVING`)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if (name := SERVING.get()) is not None:
-            record.msg = f"{name}: {record.msg}"  # a name is letters, digits, '.', '_' and '-': no '%'
-        return True
-
-
-def named_logs() -> None:
-    """The gateway's loggers' lines, and its processes', each with the name of the server it is of."""
-    for name in ("mcp_sessions.gateway", "mcp_sessions.gateway.stderr"):
-        logging.getLogger(name).addFilter(_Named())
