@@ -90,15 +90,16 @@ def servers_file(directory: Path) -> Path:
     return file
 
 
-async def test_a_drain_s_lines_name_no_server(tmp_path: Path) -> None:
+@pytest.mark.parametrize("form", ["text", "json"])
+async def test_a_drain_s_lines_name_no_server(tmp_path: Path, form: str) -> None:
     """Issue 112 (5): with ``--config``, a drain's line said as a call of one server ended was that server's
     (``INFO: a: mcp-sessions gateway: the calls in flight at the signal are answered ...``): the drain is the whole
-    gateway's."""
+    gateway's. A server's own lines name it, in the text and as the JSON's ``server``."""
     file = servers_file(tmp_path)
 
     def command_line(port: int) -> tuple[list[str], dict[str, str]]:
         line = ["-m", "mcp_sessions", "gateway", "--config", str(file), "--port", str(port), "--log-level", "info"]
-        return [sys.executable, *line], {"MCP_SESSIONS_SECRET": SECRET}
+        return [sys.executable, *line, "--log-format", form], {"MCP_SESSIONS_SECRET": SECRET}
 
     gateway = started("mcp-sessions gateway --config servers.json", command_line)
     try:
@@ -119,6 +120,10 @@ async def test_a_drain_s_lines_name_no_server(tmp_path: Path) -> None:
         lines = gateway.log().decode().splitlines()
     finally:
         gateway.stop()
+    if form == "json":  # as the text would say it
+        records = [json.loads(line) for line in lines]
+        named = [f"{r['server']}: " if "server" in r else "" for r in records]
+        lines = [f"{r['time']} {r['level']}: {name}{r['message']}" for r, name in zip(records, named, strict=True)]
     drain = [line for line in lines if "mcp-sessions gateway: draining" in line or "the calls in flight" in line]
     assert len(drain) == 2, lines
     assert all(" INFO: mcp-sessions gateway: " in line for line in drain), drain
