@@ -290,9 +290,9 @@ def test_the_docs_team_file_serves_four_servers_each_at_its_path(team: Team) -> 
     for name in ("files", "memory", "github"):
         assert re.search(rf"{name}: each process: containment bwrap \(auto\), a uid each", said), said[:3000]
     # each process's lines, and the gateway's of each server, name their server
-    assert re.search(r"^INFO: memory: process [0-9a-f]+: Knowledge Graph MCP Server running on stdio$", said, re.M)
-    assert re.search(r"^INFO: files: shared: Secure MCP Filesystem Server running on stdio$", said, re.M)
-    assert re.search(r"^INFO: files: mcp-sessions gateway: refused to alice: Tool 'move_file'", said, re.M)
+    assert re.search(r"^\S+ INFO: memory: process [0-9a-f]+: Knowledge Graph MCP Server running on stdio$", said, re.M)
+    assert re.search(r"^\S+ INFO: files: shared: Secure MCP Filesystem Server running on stdio$", said, re.M)
+    assert re.search(r"^\S+ INFO: files: mcp-sessions gateway: refused to alice: Tool 'move_file'", said, re.M)
     # the host's half shared by the three stdio servers' processes (cgroup v1: each server's together)
     host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     together = re.findall(r"; (\d+) MiB together\)", said)
@@ -331,10 +331,31 @@ def test_a_user_s_conversations_across_the_servers_are_listed_and_ended_at_the_b
     operator = main_run("gateway", "status", f"http://127.0.0.1:{team.status}")
     assert operator.returncode == 0, operator.stderr
     assert re.search(r"^github +shared ", operator.stdout, re.M), operator.stdout
+    for user in ("carol", "dave"):  # each user's count is one server's, and says whose (issue 112, 5)
+        assert re.search(rf"^  {user} on files: 1 of \d+ \(", operator.stdout, re.M), operator.stdout
     status = httpx.get(f"http://127.0.0.1:{team.status}/status", timeout=30).json()
     assert {each["server"] for each in status["processes"]} == {"files", "memory", "github"}
     assert set(status["servers"]) == {"files", "memory", "github"}
     assert status["total"]["processes"] == sum(each["total"]["processes"] for each in status["servers"].values())
+
+
+def test_a_user_ends_her_conversation_of_one_server_through_another_server_s_url(team: Team) -> None:
+    """Issue 112 (6): ``mcp-sessions sessions URL --end DIGEST``, URL a server's, ended only that server's
+    conversations (404 for the one of another server that the gateway's listing showed her); now hers wherever it
+    is, and never another user's."""
+    memory = team.client("erin", "/servers/memory/mcp")
+    session = memory.create_session()
+    memory.call_tool("read_graph", {}, session=session)
+    erin, frank = ({"TOKEN": team.token(user)} for user in ("erin", "frank"))
+    listed = main_run("sessions", team.base, "--bearer-env", "TOKEN", "--json", environ=erin)
+    [digest] = [each["conversation"] for each in json.loads(listed.stdout)["conversations"]]
+    files = f"{team.base}/servers/files/mcp"
+    refused = main_run("sessions", files, "--bearer-env", "TOKEN", "--end", digest, environ=frank)
+    assert refused.returncode == 1, refused.stdout  # not his
+    assert "error" not in memory.call_tool("read_graph", {}, session=session)[1]
+    ended = main_run("sessions", files, "--bearer-env", "TOKEN", "--end", digest, environ=erin)
+    assert (ended.returncode, ended.stdout) == (0, f"ended {digest}\n"), ended.stderr
+    assert "error" in memory.call_tool("read_graph", {}, session=session)[1]
 
 
 def reload_file(servers: dict[str, str], gateway: str = "", files: Path = Path("/nowhere")) -> str:

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 LOG_LEVELS: Final = get_args(LogLevel)  # --log-level's choices
+LogFormat = Literal["text", "json"]
+LOG_FORMATS: Final = get_args(LogFormat)  # --log-format's choices
 Processes = Literal["auto", "per-conversation", "shared"]
 """Whose conversations a process serves (``--processes``): ``"auto"`` becomes ``"per-conversation"`` or
 ``"per-caller"`` (``stdio._table.Table.choose``)."""
@@ -90,8 +92,8 @@ def default_max_processes(memory: int | None = None) -> int:
 
 @dataclass(frozen=True)
 class Listening:
-    """How the gateway serves, whatever it serves: its address, its log level, how long its drain lasts, and the
-    operator's status port and Unix socket (loopback only)."""
+    """How the gateway serves, whatever it serves: its address, how long its drain lasts, the operator's status
+    port and Unix socket (loopback only), and its log lines' level and form (``_logs``)."""
 
     host: str = "127.0.0.1"
     port: int = 8000
@@ -99,6 +101,7 @@ class Listening:
     shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
     status_port: int | None = None
     status_socket: str | None = None
+    log_format: LogFormat = "text"
 
 
 @dataclass(frozen=True)

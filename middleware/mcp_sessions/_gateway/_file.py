@@ -52,6 +52,7 @@ FILE_LIMIT: Final = 1 << 20
 GATEWAY_KEYS: Final = frozenset(
     {
         *("host", "port", "allowed-host", "allowed-origin", "forwarded-allow-ips", "shutdown-timeout", "log-level"),
+        "log-format",
         *("status-port", "status-socket", "process-uids", "process-user-gids", "process-state"),
         *("auth-jwks", "auth-issuer", "auth-audience", "auth-principal-claim", "auth-principal-header"),
         *("auth-resource", "auth-leeway", "auth-server"),
@@ -250,10 +251,15 @@ def _argv(
 
 
 def _host_keys(where: str, host: Mapping[str, Any], server: Mapping[str, object]) -> list[str]:
-    """The ``mcpServers`` keys as flags: ``command`` and ``args`` as ``--stdio``, ``url`` as ``--upstream``."""
-    for key in ("command", "url", "path", "type"):
+    """The ``mcpServers`` keys as flags: ``command`` and ``args`` as ``--stdio``, ``url`` as ``--upstream`` (a list:
+    the replicas, as ``upstream``'s)."""
+    for key in ("command", "path", "type"):
         if key in host and not isinstance(host[key], str):
             raise FileError(f"{where}.{key}: a string")
+    urls = host.get("url", [])
+    urls = [urls] if isinstance(urls, str) else urls
+    if not isinstance(urls, list) or not all(isinstance(url, str) for url in urls):
+        raise FileError(f"{where}.url: a string or a list of strings")
     args = host.get("args", [])
     if not isinstance(args, list) or not all(isinstance(arg, str) for arg in args):
         raise FileError(f"{where}.args: a list of strings")
@@ -269,7 +275,7 @@ def _host_keys(where: str, host: Mapping[str, Any], server: Mapping[str, object]
         raise FileError(f"{where}.type: {kind}, as its {given[0]} says")
     if "command" in host:
         return [f"--stdio={shlex.join([host['command'], *args])}"]
-    return [f"--upstream={host['url']}"] if "url" in host else []
+    return [f"--upstream={url}" for url in urls]
 
 
 def _served_path(where: str, path: object) -> str:
