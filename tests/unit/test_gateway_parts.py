@@ -22,7 +22,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from starlette.types import Receive
+from starlette.types import Receive, Scope
 
 from conftest import SECRET, serve
 from mcp_sessions import MCPSessionMiddleware, SessionsConfig, _middleware
@@ -288,6 +288,16 @@ async def test_a_stale_key_set_is_fetched_behind_the_request_in_a_task_of_the_li
             released.set()
 
 
+def ending(ended: MCPError) -> Table:
+    """The table as the guard of the SDK's transport asks it: a request's conversation claimed (none here), and a
+    request in flight as its transport session ends told ``ended``."""
+
+    async def claim(scope: Scope) -> None:
+        return None
+
+    return cast("Table", SimpleNamespace(claim=claim, unanswered=lambda raw, stopping: ended))
+
+
 @pytest.mark.anyio
 async def test_a_request_in_flight_as_its_transport_session_ends_gets_its_answer_or_the_error_of_the_end() -> None:
     """The ``mcp`` SDK's transport, as a 2025 session's end (its client's ``DELETE``, or the gateway's at the end of
@@ -299,7 +309,7 @@ async def test_a_request_in_flight_as_its_transport_session_ends_gets_its_answer
     unprotected = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     ended = MCPError(-32603, "the server process of this conversation has ended (exited)")
     config = _sessions_config(SessionsConfig(secret=SECRET, max_body_size=1000), None, replica=False)
-    sdk = _under_sessions(server.streamable_http_app(transport_security=unprotected), lambda raw, stopping: ended)
+    sdk = _under_sessions(server.streamable_http_app(transport_security=unprotected), ending(ended))
     app = MCPSessionMiddleware(sdk, config=config)
 
     headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25"}
@@ -341,7 +351,7 @@ async def test_each_request_to_the_stdio_servers_transport_is_parsed_once(monkey
     unprotected = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     ended = MCPError(-32603, "the server process of this conversation has ended (exited)")
     config = _sessions_config(SessionsConfig(secret=SECRET), None, replica=False)
-    sdk = _under_sessions(server.streamable_http_app(transport_security=unprotected), lambda raw, stopping: ended)
+    sdk = _under_sessions(server.streamable_http_app(transport_security=unprotected), ending(ended))
     parsed: list[bytes | str] = []
     loads = jsonrpc.loads
 
@@ -379,7 +389,7 @@ async def test_a_2025_request_under_disk_state_is_read_once_and_once_a_pass_when
     unprotected = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     ended = MCPError(-32603, "the server process of this conversation has ended (exited)")
     config = _sessions_config(SessionsConfig(secret=SECRET), None, replica=False)
-    sdk = _under_sessions(server.streamable_http_app(transport_security=unprotected), lambda raw, stopping: ended)
+    sdk = _under_sessions(server.streamable_http_app(transport_security=unprotected), ending(ended))
     # "shared": no per-conversation count to keep; its config, for the bound on a body read whole
     children = cast("Table", SimpleNamespace(mode="shared", config=config))
     reads: list[bytes] = []

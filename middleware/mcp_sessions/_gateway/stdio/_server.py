@@ -282,7 +282,7 @@ def _layered(
     # the gateway's own check instead
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     app: ASGIApp = _under_sessions(
-        server.streamable_http_app(transport_security=security, session_idle_timeout=idle), children.unanswered
+        server.streamable_http_app(transport_security=security, session_idle_timeout=idle), children
     )
     if children.state == "disk":  # a transport session of a process gone is opened again, nothing lost
         declared = _Declared(children.config)
@@ -623,6 +623,10 @@ class _TransportRequests:
     """The requests POSTed in a 2025 transport session, where the ``mcp`` SDK's transport would lose an answer, and
     the calls of the gateway's stop cuts (of either era):
 
+    - the conversation a request names is claimed in the store (``Table.claim``) before the SDK answers it: a store
+      that fails or stalls there leaves the request unanswered to the sessions, which answer it as every store
+      failure, the retryable -32010 with HTTP 503 and ``Retry-After``; in the SDK, a handler's failure is -32603,
+      and a 2025 request's event stream has started its 200;
     - it keys a session's requests in flight by ``str(id)``, so that ``7`` and ``"7"`` would share one stream and
       cross, or hang: a request whose id reads as one in flight in its transport session gets a JSON-RPC error
       instead, until the first is answered. Only the requests of the principal the SDK's transport lets in
@@ -642,9 +646,9 @@ class _TransportRequests:
     without one (a notification, a response, a batch, the sessions' probe) is the transport's, untouched. A
     2026-07-28 request has no transport session (its ``Mcp-Session-Id``, if any, is no transport session's)."""
 
-    def __init__(self, app: ASGIApp, unanswered: Callable[[bytes, Callable[[], bool]], MCPError]) -> None:
+    def __init__(self, app: ASGIApp, children: Table) -> None:
         self.app = app
-        self.unanswered = unanswered
+        self.children = children
         # (transport session id, its principal as the SDK's transport compares it, request id as the SDK keys it)
         self.in_flight: set[tuple[bytes, tuple[object, ...], str]] = set()
 
@@ -657,6 +661,7 @@ class _TransportRequests:
         if scope["type"] != "http" or REQUEST_ID not in scope:
             return await self.app(scope, receive, send)
         request_id: str | int | None = scope[REQUEST_ID]
+        await self.children.claim(scope)
         if _era(scope) is not Era.LEGACY:  # a 2026-07-28 request: its Mcp-Session-Id, if any, is no transport session's
             return await self._told_if_cut(scope, receive, _Answered(send, lambda: request_id, partial(_cut, scope)))
         transport = header(scope["headers"], MCP_SESSION_ID_HEADER)
@@ -673,7 +678,7 @@ class _TransportRequests:
         self.in_flight.add(key)
         # whether the gateway was asked to stop (by its command's uvicorn)
         stopping = scope.get(STOPPING, bool)
-        answered = partial(self.unanswered, transport, stopping)
+        answered = partial(self.children.unanswered, transport, stopping)
         answer = _Answered(send, lambda: request_id, answered, answer_id=request_id)
         try:
             await self._told_if_cut(scope, receive, answer)
@@ -694,7 +699,7 @@ class _TransportRequests:
             await answer.end()
 
 
-def _under_sessions(app: Starlette, unanswered: Callable[[bytes, Callable[[], bool]], MCPError]) -> Starlette:
+def _under_sessions(app: Starlette, children: Table) -> Starlette:
     """The SDK's ``app`` with :class:`_TransportRequests` in front of its transport, on the transport's route: the
     sessions, placed at that endpoint once they are built, go in front of it (it looks like the transport), so that
     it reads what they parsed instead of the body."""
@@ -702,7 +707,7 @@ def _under_sessions(app: Starlette, unanswered: Callable[[bytes, Callable[[], bo
     if not routes:  # the SDK's app changed its shape: no request would be guarded
         raise TypeError(f"the mcp SDK's app has no transport route to guard: {app.routes!r}")
     for route in routes:
-        route.app = _TransportRequests(route.app, unanswered)
+        route.app = _TransportRequests(route.app, children)
     return app
 
 
