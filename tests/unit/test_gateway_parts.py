@@ -30,9 +30,9 @@ from mcp_sessions._asgi import read_body
 from mcp_sessions._gateway._front import HostCheck, RoutedPaths, trusted_proxies
 from mcp_sessions._gateway.auth._users import JWKS_LIFESPAN, JwtVerifier
 from mcp_sessions._gateway.http._proxy import client_headers
-from mcp_sessions._gateway.http._replicas import Replicas
+from mcp_sessions._gateway.http._replicas import Replicas, TransportIds
 from mcp_sessions._gateway.stdio import _server as _stdio_server
-from mcp_sessions._gateway.stdio._server import _Declared, _Reopened, _sessions_config, _under_sessions
+from mcp_sessions._gateway.stdio._server import _TAG, _Declared, _Reopened, _sessions_config, _under_sessions
 from mcp_sessions._session import RateLimit
 from mcp_sessions._tokens import KeySet
 from mcp_sessions._wire import jsonrpc
@@ -424,7 +424,9 @@ async def test_a_2025_request_under_disk_state_is_read_once_and_once_a_pass_when
         assert loads(answer.text.partition("data: ")[2] or answer.text) == jsonrpc.result("7", {})
 
         del reads[:], parsed[:]
-        held = {**headers, "mcp-session-id": "a1b2c3d4e5f60718293a4b5c6d7e8f90"}  # minted before a restart
+        minted = TransportIds(config.keys).sign(_TAG, b"a1b2c3d4e5f60718293a4b5c6d7e8f90")  # before a restart
+        assert minted is not None
+        held = {**headers, "mcp-session-id": minted.decode()}
         answer = await http.post("/mcp", content=ping, headers=held)
         assert answer.status_code == 200 and answer.headers["mcp-session-id"] == held["mcp-session-id"]
         assert loads(answer.text.partition("data: ")[2] or answer.text) == jsonrpc.result("7", {})
