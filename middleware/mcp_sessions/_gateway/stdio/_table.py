@@ -42,7 +42,7 @@ from starlette.types import Scope
 
 from ..._bounded import BoundedDict
 from ..._config import SessionsConfig
-from ..._session import PRINCIPAL_CLAIM
+from ..._session import PRINCIPAL_CLAIM, SCOPE_KEY
 from ..._tokens import IdDigests, SessionClaims
 from ..._wire import Refusal
 from ..._wire.protocol import RATE_LIMITED, UPSTREAM_UNAVAILABLE
@@ -438,10 +438,10 @@ class Table:
         table has not served is claimed there for this start (:data:`_HELD`), unless another start's claim is there:
         then it ran elsewhere, and has ended (its tombstone, which :meth:`route` answers). A drain opens it nowhere
         (:meth:`open` refuses it): never claimed here, the next replica may open it."""
-        asked = await asking(scope, self.config, self.process_env)
-        session = asked.session
+        session = scope.get(SCOPE_KEY)  # the sessions': only a host's conversation is claimed
         if self.mode == "shared" or session is None or session.source in ("data-layer", "transport"):
             return
+        asked = await asking(scope, self.config, self.process_env)
         key = Key("host-conversation", _bound(session.id, asked.caller.id))
         if asked.draining or self._holder(key, asked.caller) is not None or key in self._ended:
             return
