@@ -40,8 +40,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from _authorities import stand_in_server
+from _failing_stores import writes_paused
 from _mcp import CLIENT_CAPABILITIES_KEY, ModernClient, legacy_request, modern_headers, modern_request
-from _redis import free_port
+from _redis import free_port, redis_server
 from _uids import uids
 from _waits import until
 from conftest import asgi_client, serve
@@ -56,7 +57,7 @@ from mcp_sessions._gateway.auth._client import ClientAuth
 from mcp_sessions._gateway.auth._kept import KeptGrants
 from mcp_sessions._gateway.auth._oauth import CLIENT_PATH, Login, UpstreamGrants
 from mcp_sessions._gateway.auth._users import GatewayAuth
-from mcp_sessions.stores import MemoryStore
+from mcp_sessions.stores import MemoryStore, RedisStore, SessionStore
 
 LOGIN = ("mcp-gateway-login", "gateway-secret")  # the gateway's client at the team's IdP (the docs' id)
 OLD_KEY = "old:" + "o" * 32  # the sessions' key set (MCP_SESSIONS_KEYS), which seals the grants kept in the store
@@ -1053,6 +1054,32 @@ async def test_two_replicas_refreshing_one_grant_at_once_refresh_it_once(stand: 
     assert stand.vendor.counts["refreshes"] == refreshes + 1
 
 
+@pytest.mark.anyio
+async def test_a_grant_refreshed_while_the_store_stalls_is_told_to_retry(stand: Stand) -> None:
+    """110.4: vic's token due for a refresh while the replicas' Redis holds writes (its lease on her grant, the
+    store's atomic update, outlives the store's timeout): her call gets the retryable -32010 with HTTP 503 and
+    ``Retry-After``, as every store failure of the gateway, where it was -32014 ("the upstream's authorization
+    failed"); once Redis writes again, the same call is refreshed and served."""
+    with redis_server() as server:
+        store = RedisStore(server.url)
+        first, _ = replicas(stand, store)
+        headers = {**modern_headers(REPLICAS_CALL), "Authorization": f"Bearer {stand.idp.token_for('vic', AUDIENCE)}"}
+        stand.vendor.lifetime = 0
+        try:
+            async with asgi_client(first) as one:
+                await signed_in_through(first, one, "vic", headers)  # her first token due at once, the next not
+                stand.vendor.lifetime = 300
+                with writes_paused(server):
+                    stalled = await one.post("/mcp", json=REPLICAS_CALL, headers=headers)
+                served = (await one.post("/mcp", json=REPLICAS_CALL, headers=headers)).json()
+        finally:
+            stand.vendor.lifetime = 300
+            await store.aclose()
+    assert (stalled.status_code, stalled.headers.get("retry-after")) == (503, "1"), stalled.text
+    assert stalled.json()["error"] == {"code": -32010, "message": "Session store unavailable, retry later"}
+    assert whoami(served)["sub"] == "vic", served
+
+
 class Watched(MemoryStore):
     """The replicas' store, which says when two leases have been asked for (``_kept``'s ``refreshing`` field)."""
 
@@ -1074,7 +1101,7 @@ AUDIENCE = "http://127.0.0.1:8000/mcp"  # the in-process replicas' (asgi_client'
 REPLICAS_CALL = modern_request("tools/call", WHOAMI, meta=URL_CAPABLE)
 
 
-def replicas(stand: Stand, store: MemoryStore | None = None) -> tuple[Any, Any]:
+def replicas(stand: Stand, store: SessionStore | None = None) -> tuple[Any, Any]:
     """Two gateways in process in front of the vendor, on one store (``store``, else a new one) and one key set
     (each its own sessions)."""
     store = MemoryStore() if store is None else store
