@@ -205,7 +205,7 @@ async def test_a_reopened_transport_session_declares_what_its_client_declared(tm
 
 def minted_as(session: str) -> bytes:
     """The SDK's id of the transport session a client holds as ``session`` (the gateway's signed id of it)."""
-    verified = TransportIds(SessionsConfig(secret=SECRET).keys).verify(session.encode())
+    verified = TransportIds(SessionsConfig(secret=SECRET).keys, "/mcp").verify(session.encode())
     assert verified is not None, session
     return verified[1]
 

@@ -414,7 +414,9 @@ async def test_a_2025_request_under_disk_state_is_read_once_and_once_a_pass_when
     hello: dict[str, object] = {"protocolVersion": "2025-11-25", "capabilities": {}}
     hello["clientInfo"] = {"name": "once", "version": "1"}
     ping = jsonrpc.dumps(jsonrpc.request("7", "ping"))
-    transport = httpx.ASGITransport(MCPSessionMiddleware(_Reopened(sdk, children, _Declared(config)), config=config))
+    transport = httpx.ASGITransport(
+        MCPSessionMiddleware(_Reopened(sdk, children, _Declared(config), "/mcp"), config=config)
+    )
     async with server.session_manager.run(), httpx.AsyncClient(transport=transport, base_url="http://t") as http:
         opened = await http.post("/mcp", json=jsonrpc.request(0, "initialize", hello), headers=headers)
         session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"]}
@@ -424,7 +426,7 @@ async def test_a_2025_request_under_disk_state_is_read_once_and_once_a_pass_when
         assert loads(answer.text.partition("data: ")[2] or answer.text) == jsonrpc.result("7", {})
 
         del reads[:], parsed[:]
-        minted = TransportIds(config.keys).sign(_TAG, b"a1b2c3d4e5f60718293a4b5c6d7e8f90")  # before a restart
+        minted = TransportIds(config.keys, "/mcp").sign(_TAG, b"a1b2c3d4e5f60718293a4b5c6d7e8f90")  # before a restart
         assert minted is not None
         held = {**headers, "mcp-session-id": minted.decode()}
         answer = await http.post("/mcp", content=ping, headers=held)

@@ -67,10 +67,12 @@ MAX_MOVED: Final = 100_000
 
 
 class TransportIds:
-    """Signs the transport session ids replicas issue, for clients, and checks those clients send back."""
+    """Signs the transport session ids replicas issue, for clients, and checks those clients send back; with an
+    ``endpoint``, ids of that endpoint alone (a gateway's server that opens an id again itself, where no upstream
+    would refuse another server's)."""
 
-    def __init__(self, keys: KeySet) -> None:
-        label = _LABEL + keys.audience.encode()
+    def __init__(self, keys: KeySet, endpoint: str = "") -> None:
+        label = _LABEL + keys.audience.encode() + (b"\x00" + endpoint.encode() if endpoint else b"")
         if keys.signer is None:
             raise ValueError("the gateway signs transport session ids: give it a key that can sign")
         self._signing = derived_key(keys.signer, label)

@@ -298,7 +298,7 @@ def _layered(
     if children.state == "disk":  # a transport session of a process gone is opened again, nothing lost
         declared = _Declared(children.config)
         server.add_notification_handler("notifications/initialized", types.NotificationParams, declared.initialized)
-        app = _Reopened(app, children, declared)
+        app = _Reopened(app, children, declared, endpoint)
     # a conversation's child starts at its sessions/create; no wire's session member reaches a child, as none
     # reaches an HTTP upstream
     config = config.replace(on_create=children.created, fronts_upstream=True)
@@ -396,7 +396,7 @@ class _Reopened:
     gateway signed (made up, altered, another deployment's) is never opened: the SDK's 404 "Session not found",
     and no process. A ``DELETE`` ends the one it names."""
 
-    def __init__(self, app: ASGIApp, children: Table, declared: _Declared) -> None:
+    def __init__(self, app: ASGIApp, children: Table, declared: _Declared, endpoint: str) -> None:
         self.app = app
         self.children = children
         self.declared = declared
@@ -405,7 +405,7 @@ class _Reopened:
         # a lock per client's id while it is opened again: its requests that all found it gone open one, and
         # other clients' reopenings (after a restart, every conversation's) do not wait behind it
         self.reopening: dict[tuple[bytes, tuple[object, ...]], anyio.Lock] = {}
-        self.ids = TransportIds(children.config.keys)
+        self.ids = TransportIds(children.config.keys, endpoint)  # its server's: refused at another's
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
