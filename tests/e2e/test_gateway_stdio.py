@@ -15,6 +15,7 @@ import os
 import shlex
 import signal
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -639,6 +640,45 @@ def test_a_port_in_use_is_one_line_and_exit_status_2_before_any_process_starts(t
     assert (done.returncode, done.stderr) == (2, said)
     assert not started.exists()  # the port first: no process ran
     assert gc.isenabled()  # off while the gateway was built, back on as its start ended
+
+
+def test_a_sigterm_while_the_gateway_is_built_ends_its_start_with_exit_status_0(tmp_path: Path) -> None:
+    """110.5: a SIGTERM before uvicorn heard signals (the gateway reading its ``--config`` file, making its
+    sandboxes) ended it by the signal (-15), what it had made left; now it ends the start as one during its first
+    process's start does: exit status 0, no server started, nothing of its left running. The file is a FIFO, as
+    ``--config <(envsubst < servers.toml)`` gives it: the signal comes while the gateway reads it."""
+    started = tmp_path / "started"
+    server = [sys.executable, "-c", "import sys; open(sys.argv[1], 'a'); sys.stdin.read()", str(started)]
+    servers = f"[servers.blocked]\nstdio = {json.dumps(shlex.join(server))}\nprocess-containment = 'none'\n"
+    fifo = tmp_path / "servers.toml"
+    os.mkfifo(fifo)
+    line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", "0", "--config", str(fifo)]
+    environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
+    with subprocess.Popen(line, env=environ, stderr=subprocess.PIPE, text=True, start_new_session=True) as gateway:
+        try:
+            with contextlib.suppress(BrokenPipeError), open(fifo, "w") as file:  # open once the gateway reads it
+                gateway.send_signal(signal.SIGTERM)
+                file.write(servers)
+            status = gateway.wait(WITHIN)
+            said = gateway.stderr.read() if gateway.stderr else ""
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(gateway.pid, signal.SIGKILL)
+    assert status == 0, said
+    assert "Traceback" not in said, said
+    assert not started.exists()
+    assert not _in_session(gateway.pid)
+
+
+def _in_session(session: int) -> list[int]:
+    """The live processes of ``session`` (a gateway's, started in a session of its own)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rpartition(")")[2].split()
+            if int(fields[3]) == session and fields[0] != "Z":
+                found.append(int(stat.parent.name))
+    return found
 
 
 async def _pids_of_a_conversation(url: str) -> list[int]:

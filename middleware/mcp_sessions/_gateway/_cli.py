@@ -30,7 +30,7 @@ from ._config import (
 )
 from ._node import node_without_proxy
 from ._process_flags import add_process_arguments, process_options, seal_gateway
-from ._serving import EXIT_USAGE, bind, private_directory
+from ._serving import EXIT_USAGE, StartSignals, bind, private_directory
 from .http._app import forwarding_app
 from .sealed._kernel import SandboxError
 from .sealed._network import NO_ROUTE, AllowedHost, NetworkError, add_network_arguments, routed
@@ -381,17 +381,19 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     alone, about 90,000 objects) lives as long as the gateway, and the 220 collections that found nothing to free
     in it took a tenth of the start's CPU. ``_lifecycle.serve`` freezes what the start made (never scanned again)
     and turns the collector back on before the gateway listens; a start that ends before then turns it back on
-    here."""
+    here. A SIGTERM or Ctrl-C from here on ends the start (``StartSignals``), as one while its first process starts
+    does."""
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _run(args, stderr, environ)
+        with StartSignals() as start:
+            return _run(args, stderr, environ, start)
     finally:
         if collecting:
             gc.enable()
 
 
-def _run(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, str]) -> int:
+def _run(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, str], start: StartSignals) -> int:
     if args.config is not None and (args.upstream is not None or args.stdio is not None):
         print("mcp-sessions gateway: --config names the servers: not with --upstream or --stdio", file=stderr)
         return EXIT_USAGE
@@ -449,7 +451,7 @@ def _run(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, str]) -
         for each in running():
             each.close()
 
-    return serve(app, bound, config, stderr, reload, release)
+    return serve(app, bound, config, stderr, reload, release, start)
 
 
 def _routes(app: ASGIApp) -> tuple[Route, ...]:

@@ -12,8 +12,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import socket
 import stat
+import threading
+from types import FrameType, TracebackType
 from typing import Final
 
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -38,6 +41,37 @@ REFUSING: Final = "mcp_sessions.gateway.refusing"
 """The scope key of a callable that says whether the gateway, draining, has answered every call that was in flight at
 its signal: from then ``--stdio``'s table takes no new request (``-32014``, 503 with ``Retry-After``), so that the
 drain's calls only end, and a conversation's next call goes to the next gateway."""
+
+
+class StartSignals:
+    """SIGTERM and SIGINT (Ctrl-C) from the gateway's first step until uvicorn hears them: noted, not obeyed, so that
+    one that comes while the gateway is built (its configuration read, its sandboxes made, its egress rules installed)
+    ends the start as one during the app's start does (``_lifecycle.Gateway``, which takes them as it starts):
+    nothing left running, exit status 0; the system's SIGTERM ended the process at once (exit -15), its rules and
+    control groups left for the next start, and Python's Ctrl-C printed a traceback. :meth:`restore` gives the
+    signals back their handlers, as a stopped gateway raises its signal again. Outside the main thread (a test's
+    gateway), which signals never reach, it notes nothing."""
+
+    def __init__(self) -> None:
+        self.signals: list[int] = []
+        self._before: dict[int, signal._HANDLER] = {}
+
+    def __enter__(self) -> StartSignals:
+        if threading.current_thread() is threading.main_thread():
+            self._before = {sig: signal.signal(sig, self._noted) for sig in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.restore()
+
+    def _noted(self, sig: int, frame: FrameType | None) -> None:
+        self.signals.append(sig)
+
+    def restore(self) -> None:
+        """The handlers the signals had before (said twice, done once)."""
+        while self._before:
+            sig, handler = self._before.popitem()
+            signal.signal(sig, handler)
 
 
 def bind(host: str, port: int, flags: str = "--host {host} --port {port}") -> socket.socket:
