@@ -409,8 +409,8 @@ def _run(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, str], s
     except ModuleNotFoundError as exc:
         print(f"mcp-sessions gateway: {exc.name} is missing: pip install 'mcp-sessions[gateway]'", file=stderr)
         return EXIT_USAGE
-    except (ImportError, ValueError, TypeError, RuntimeError, NetworkError, SandboxError) as exc:
-        print(f"mcp-sessions gateway: {exc}", file=stderr)
+    except (ImportError, ValueError, TypeError, RuntimeError, NetworkError, SandboxError, OSError) as exc:
+        print(f"mcp-sessions gateway: {exc}", file=stderr)  # an OSError's path, for what no step names itself
         return EXIT_USAGE
     running = _running(app, sandbox)
     try:
@@ -420,7 +420,7 @@ def _run(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, str], s
             if each.sandbox is not None:
                 seal_gateway(each.sandbox.containment)
         _install(running())
-    except (ImportError, ValueError, TypeError, RuntimeError, NetworkError, SandboxError) as exc:
+    except (ImportError, ValueError, TypeError, RuntimeError, NetworkError, SandboxError, OSError) as exc:
         for made in running():  # what each holds: its proxy's certificates and socket, made with it
             made.close()
         print(f"mcp-sessions gateway: {exc}", file=stderr)

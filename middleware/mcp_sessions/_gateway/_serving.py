@@ -95,11 +95,16 @@ def bind(host: str, port: int, flags: str = "--host {host} --port {port}") -> so
 
 def private_directory(path: str) -> None:
     """The directory of the socket ``path``, which only the gateway's user may enter: made 0700 if missing,
-    refused (``ValueError``) if another user may enter it."""
+    refused (``ValueError``) if another user may enter it, or it cannot be made."""
     directory = os.path.dirname(os.path.abspath(path))
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(directory, 0o700)
-    found = os.lstat(directory)
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, 0o700)
+        found = os.lstat(directory)
+    except OSError as exc:
+        raise ValueError(
+            f"--status-socket: {directory}: {exc.strerror}: give a path in a directory the gateway's user can create"
+        ) from None
     if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid() or found.st_mode & 0o011:
         raise ValueError(
             f"--status-socket: {directory} must be a directory of the gateway's user that no one else may enter "
