@@ -32,7 +32,7 @@ from ._node import node_without_proxy
 from ._process_flags import add_process_arguments, process_options, seal_gateway
 from ._serving import EXIT_USAGE, StartSignals, bind, private_directory
 from .http._app import forwarding_app
-from .sealed._kernel import SandboxError
+from .sealed._kernel import RUNTIME, SandboxError
 from .sealed._network import NO_ROUTE, AllowedHost, NetworkError, add_network_arguments, routed
 
 if TYPE_CHECKING:
@@ -524,7 +524,9 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
     serves: Forwarding | StdioProcesses
     if args.stdio is not None:
         command = shlex.split(args.stdio)
-        sandbox = process_options(args, command, auth)
+        # systemd's RuntimeDirectory= (the first where it names several)
+        runtime = args.runtime_directory or environ.get("RUNTIME_DIRECTORY", "").partition(":")[0] or RUNTIME
+        sandbox = process_options(args, command, auth, runtime)
         sandbox = _masked(args, sandbox, _egress(args, sandbox, forwarded))  # the masked credentials, and their rules
         if exchange is not None and exchange.id_jag is not None:  # NAME=id-jag:ISSUER's subject
             id_tokens = _id_tokens(args, environ, sessions)
