@@ -654,20 +654,26 @@ def test_a_sigterm_while_the_gateway_is_built_ends_its_start_with_exit_status_0(
     os.mkfifo(fifo)
     line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", "0", "--config", str(fifo)]
     environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
+
+    def opened() -> int:  # once the gateway has opened it to read (ENXIO until then): no wait on one that ended
+        return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+
     with subprocess.Popen(line, env=environ, stderr=subprocess.PIPE, text=True, start_new_session=True) as gateway:
         try:
-            with contextlib.suppress(BrokenPipeError), open(fifo, "w") as file:  # open once the gateway reads it
-                gateway.send_signal(signal.SIGTERM)
-                file.write(servers)
-            status = gateway.wait(WITHIN)
-            said = gateway.stderr.read() if gateway.stderr else ""
+            writer = until(opened, "the gateway reading its --config file", ignoring=(OSError,))
+            gateway.send_signal(signal.SIGTERM)
+            with contextlib.suppress(BrokenPipeError):
+                os.write(writer, servers.encode())
+            os.close(writer)
+            said = gateway.communicate(timeout=WITHIN)[1]
+            left = _in_session(gateway.pid)
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(gateway.pid, signal.SIGKILL)
-    assert status == 0, said
+    assert gateway.returncode == 0, said
     assert "Traceback" not in said, said
     assert not started.exists()
-    assert not _in_session(gateway.pid)
+    assert not left
 
 
 def _in_session(session: int) -> list[int]:
