@@ -59,6 +59,7 @@ from e2e._gateway import (
     node,
     result_of,
     run_recipe,
+    stopped_as_it_starts,
 )
 from e2e._listen import client as listening
 from e2e._stdio import SDK_SERVER, SERVER, SERVER_PATH, gone, own_children, stdio_gateway, text_of
@@ -674,6 +675,17 @@ def test_a_sigterm_while_the_gateway_is_built_ends_its_start_with_exit_status_0(
     assert "Traceback" not in said, said
     assert not started.exists()
     assert not left
+
+
+def test_a_sigterm_as_the_start_ends_is_a_stopped_start_with_exit_status_0() -> None:
+    """110.5: a SIGTERM as the app's start ended (an ``--upstream`` gateway's takes no time after uvicorn's "Waiting
+    for application startup") cancelled the app once it had started: uvicorn was told of a failed start after its
+    end (a traceback), and the signal, raised again, ended the gateway (-15). A start the signal meets is now a
+    stopped start whichever comes first, its end or the cancel: exit status 0, no traceback."""
+    upstream = f"http://127.0.0.1:{free_port()}/mcp"  # never reached: the start asks nothing of it
+    status, left, _ = stopped_as_it_starts("--port", "0", "--upstream", upstream)
+    assert status == 0, left
+    assert "Traceback" not in left, left
 
 
 def _in_session(session: int) -> list[int]:

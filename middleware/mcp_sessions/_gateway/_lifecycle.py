@@ -119,8 +119,8 @@ class Gateway(uvicorn.Server):
       started: its first process not answering yet, which uvicorn would wait for, deaf to signals): the start is
       ended (``_stop_starting`` cancels the lifespan's start, whose processes are stopped), nothing is said of a
       failure, the rules are removed, and the gateway exits with status 0, never having listened (a start that
-      ends as the signal comes is stopped at once, as uvicorn stops: its processes stopped, then the signal
-      raised again);
+      ends as the signal comes is stopped at once, as uvicorn stops, its processes stopped, and exits 0 too: a
+      signal of the start is never raised again);
     - **during the drain** (the second signal): the drain ends at once: every call still in flight is cancelled and
       told ``-32014`` (503 where its answer has not started), the streams are ended, and uvicorn stops, its shutdown
       steps as above;
@@ -231,11 +231,12 @@ class Gateway(uvicorn.Server):
         return status
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        """A signal, as the class says: before the app has started, the start ended; then the drain, or its end."""
-        self._signals.append(sig)
+        """A signal, as the class says: before the app has started, the start ended (exit status 0: never raised
+        again); then the drain, or its end."""
         if not self.started:  # uvicorn's own stop, never its force quit; a first process that never answers keeps
             self.should_exit = True  # no one waiting
             return self._stop_starting()
+        self._signals.append(sig)
         assert self._loop is not None
         if self._stop_asked:
             self._hurried = True
@@ -249,8 +250,9 @@ class Gateway(uvicorn.Server):
     def capture_signals(self) -> Iterator[None]:
         """uvicorn's, its handler :meth:`handle_exit`; once uvicorn has stopped, the shutdown's last step,
         ``_gone``; then, uvicorn's handlers and the system's given back (``StartSignals.restore``), the signals that
-        stopped it raised again, the last first, as uvicorn raises those it caught (SIGTERM ends the process by it,
-        Ctrl-C raises ``KeyboardInterrupt``). A signal noted while the gateway was built is taken first."""
+        stopped a started gateway raised again, the last first, as uvicorn raises those it caught (SIGTERM ends the
+        process by it, Ctrl-C raises ``KeyboardInterrupt``). A signal noted while the gateway was built is taken
+        first."""
         with super().capture_signals():
             for sig in self._start.signals:  # while the gateway was built: its start is ended before it begins
                 self.handle_exit(sig, None)
@@ -372,8 +374,15 @@ class Gateway(uvicorn.Server):
         """A signal before the app has started: the start under way, or about to be, is ended (its processes
         stopped)."""
         self._stop_asked = True
-        if self._starting is not None and self._loop is not None:
-            self._loop.call_soon_threadsafe(self._starting.cancel)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._cancel_start)
+
+    def _cancel_start(self) -> None:
+        """The app's start cancelled, unless it ended meanwhile: a started app's lifespan is never cancelled (its
+        shutdown would not run, and uvicorn would be told of a failed start after its end); uvicorn stops it, as
+        ``should_exit`` asks."""
+        if self._starting is not None:
+            self._starting.cancel()
 
     def stop_asked(self) -> bool:
         """Whether the gateway drains (``DRAINING``)."""
@@ -404,6 +413,8 @@ class Gateway(uvicorn.Server):
         async def sending(message: Message) -> None:
             if message["type"] == "lifespan.startup.complete":
                 self._starting = None  # started: a stop is uvicorn's from now on
+                if starting.cancel_called:  # a signal as it ended, its cancel not delivered yet (anyio delivers it at
+                    return None  # the app's next wait): a stopped start, as below, never a failure after its end
             if message["type"] == "lifespan.startup.failed":
                 held.append(message)  # its text is a traceback: the exception says it in one line
             else:
