@@ -64,8 +64,18 @@ EXCHANGE = ("--upstream-token", "exchange")
 VERIFYING = ("--auth-jwks", "http://127.0.0.1:9/k", "--auth-issuer", "http://127.0.0.1:9", "--auth-audience", UPSTREAM)
 AUDIENCE = "http://gateway/mcp"  # the in-process gateway's: its users' tokens are for it
 SEEN = modern_request("tools/call", {"name": "seen", "arguments": {}})
-SECRET_CLIENT = ClientAuth("client_secret_basic", *GATEWAY)  # the gateway's client at idpyoidc's, by its secret
-STRANGER = ClientAuth("client_secret_basic", "g", secret="s")  # at a stand-in that checks no client
+
+
+def secret_client(server: str) -> ClientAuth:
+    """The gateway's client at idpyoidc's ``server``, by its secret."""
+    return ClientAuth("client_secret_basic", *GATEWAY, servers=(server,))
+
+
+def stranger(server: str) -> ClientAuth:
+    """The gateway's client at a stand-in ``server`` (its token endpoint) that checks no client."""
+    return ClientAuth("client_secret_basic", "g", secret="s", servers=(server,))
+
+
 KEYED = ("mcp-gateway", "gateway-2026")  # docs/gateway.md's client id and key id, by private_key_jwt
 RSA_KEYED = "rsa-gateway"  # a client by an RSA key of the tests' own
 _JWT = re.compile(r"eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
@@ -169,7 +179,7 @@ def in_process(server: Process, upstream: str, *, exchanged: bool = True) -> Ite
     """The gateway in process, as the command builds it: its MCP URL. Tokens for ``AUDIENCE`` verified with
     ``server``'s keys, and (``exchanged``) exchanged for ``UPSTREAM`` by a client closed as the app stops."""
     issuer = server.url("")
-    exchange = TokenExchange(client=SECRET_CLIENT, issuer=issuer)
+    exchange = TokenExchange(client=secret_client(issuer), issuer=issuer)
     auth = GatewayAuth(jwks_url=issuer + "/jwks.json", issuer=issuer, audience=AUDIENCE)
     token = UpstreamToken("exchange", exchange, Target(UPSTREAM)) if exchanged else None
     app = gateway_app([upstream], config=SessionsConfig(secret=SECRET), auth=auth, upstream_token=token)
@@ -451,7 +461,7 @@ async def test_one_user_s_concurrent_first_requests_make_one_exchange(
     """Through the gateway in process: the requests that miss while a user's exchange is under way wait for it, a
     refusal included (each gets it, and the next request asks again); the client is closed as the app stops."""
     issuer, audience = authorization_server.url(""), "http://127.0.0.1:8000/mcp"
-    exchange = TokenExchange(client=SECRET_CLIENT, issuer=issuer)
+    exchange = TokenExchange(client=secret_client(issuer), issuer=issuer)
     auth = GatewayAuth(jwks_url=issuer + "/jwks.json", issuer=issuer, audience=audience)
     token = UpstreamToken("exchange", exchange, Target(UPSTREAM))
     app = gateway_app([upstream], config=SessionsConfig(secret=SECRET), auth=auth, upstream_token=token)
@@ -526,7 +536,7 @@ async def test_the_client_secret_never_leaves_the_gateway(
         if client_auth == "private_key_jwt":
             client = ClientAuth(client_auth, "g", key=ec.generate_private_key(ec.SECP256R1()))
         else:
-            client = ClientAuth(client_auth, "g", secret=secret)
+            client = ClientAuth(client_auth, "g", secret=secret, servers=(base + "/echo",))
         exchange = TokenExchange(client=client, token_endpoint=base + "/echo")
         try:
             with anyio.fail_after(WITHIN), pytest.raises(ExchangeRefused) as refused:
@@ -629,7 +639,7 @@ async def test_an_assertion_names_the_issuer_whose_metadata_named_the_endpoint_e
 
 async def test_no_cookie_of_one_users_exchange_goes_with_anothers() -> None:
     with serve(TOKEN_ENDPOINT) as base:
-        exchange = TokenExchange(client=STRANGER, token_endpoint=base + "/cookie")
+        exchange = TokenExchange(client=stranger(base + "/cookie"), token_endpoint=base + "/cookie")
         try:
             tokens = [await exchange.token(user, Target("aud")) for user in ("alice-token", "bob-token")]
         finally:
@@ -651,7 +661,7 @@ async def test_no_cookie_of_one_users_exchange_goes_with_anothers() -> None:
 async def test_a_token_endpoint_is_a_stranger(path: str | None, status: int, says: str) -> None:
     with serve(TOKEN_ENDPOINT) as base:
         endpoint = None if path is None else base + path
-        exchange = TokenExchange(client=STRANGER, token_endpoint=endpoint, issuer=base, timeout=2)
+        exchange = TokenExchange(client=stranger(endpoint or base), token_endpoint=endpoint, issuer=base, timeout=2)
         try:
             with anyio.fail_after(WITHIN), pytest.raises(ExchangeRefused) as refused:
                 await exchange.token("the-user-s-token", Target("aud"))
@@ -690,7 +700,7 @@ async def test_a_token_endpoint_that_closes_the_connection_is_told_from_one_neve
             await listener.aclose()
         else:
             serving.start_soon(listener.serve, unanswered)
-        exchange = TokenExchange(client=STRANGER, token_endpoint=endpoint)
+        exchange = TokenExchange(client=stranger(endpoint), token_endpoint=endpoint)
         try:
             with anyio.fail_after(WITHIN), caplog.at_level(logging.WARNING), pytest.raises(ExchangeRefused) as refused:
                 await exchange.token("the-user-s-token", Target("aud"))

@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote_plus
 
 import anyio
 import httpx
@@ -51,7 +52,7 @@ from e2e._idjag import (
 from e2e._vendor import USER_HEADER
 from mcp_sessions import SessionsConfig, gateway_app
 from mcp_sessions._gateway._keys import private_key
-from mcp_sessions._gateway.auth._client import ClientAuth
+from mcp_sessions._gateway.auth._client import ClientAuth, ClientAuthMethod
 from mcp_sessions._gateway.auth._exchange import ExchangeRefused, Target, TokenExchange, UpstreamToken
 from mcp_sessions._gateway.auth._users import GatewayAuth
 
@@ -395,6 +396,68 @@ async def test_an_upstream_s_metadata_that_names_no_server_for_it_is_a_502_namin
     assert alice not in answers[1].text
 
 
+def _naming_itself(received: list[tuple[str, str, bytes]]) -> Starlette:
+    """An upstream whose protected resource metadata names itself as its authorization server, which serves that
+    server's metadata and a token endpoint that takes anything: each request to it (``received``: its path, its
+    ``Authorization``, its body)."""
+
+    async def named(request: Request) -> Response:
+        base = str(request.base_url).rstrip("/")
+        if request.url.path.startswith("/.well-known/oauth-protected-resource"):
+            return JSONResponse({"resource": base + "/mcp", "authorization_servers": [base]})
+        return JSONResponse({"issuer": base, "token_endpoint": base + "/token"})
+
+    async def token(request: Request) -> Response:
+        received.append((request.url.path, request.headers.get("authorization", ""), await request.body()))
+        return JSONResponse({"access_token": "taken", "token_type": "Bearer"})
+
+    return Starlette(
+        routes=[
+            Route("/.well-known/oauth-protected-resource/mcp", named),
+            Route("/.well-known/oauth-authorization-server", named),
+            Route("/token", token, methods=["POST"]),
+        ]
+    )
+
+
+@pytest.mark.parametrize("method", ["client_secret_basic", "client_secret_post"])
+@pytest.mark.parametrize("given", [False, True], ids=["issuer discovered", "issuer given"])
+async def test_a_client_secret_goes_to_no_server_but_the_one_named_for_it(
+    servers: tuple[IdentityProvider, ResourceServer], keys: dict[str, Path], method: ClientAuthMethod, given: bool
+) -> None:
+    """The gateway's client at the resource's server holds a secret named for that server; the upstream's metadata
+    (RFC 9728) names another, itself. Its issuer read from there, the ID-JAG's grant is refused before it is sent,
+    naming both servers (``ClientAuth``'s one rule); its issuer given (``--id-jag-issuer``), the metadata that names
+    another is refused before anything is exchanged, naming both. Either way the other server receives no request
+    for a token, and the secret is nowhere in the answer."""
+    idp, resource_server = servers
+    secret = "s3cr3t/of+the-real-server"
+    received: list[tuple[str, str, bytes]] = []
+    with serve(_naming_itself(received)) as base:
+        idp.records[(AT_IDP, base)] = AT_AS  # the identity provider would issue an ID-JAG for it
+        at_idp = ClientAuth("private_key_jwt", AT_IDP, key=private_key(str(keys[AT_IDP]), "-"))
+        there = ClientAuth(method, AT_AS, secret=secret, servers=(resource_server.url,))
+        exchange = TokenExchange(client=at_idp, issuer=idp.url, id_jag=there)
+        auth = GatewayAuth(jwks_url=idp.url + "/jwks.json", issuer=idp.url, audience=AUDIENCE)
+        target = Target(resource_server.url if given else None)
+        token = UpstreamToken("id-jag", exchange, target, upstream=base + "/mcp")
+        app = gateway_app([base + "/mcp"], config=SessionsConfig(secret=SECRET), auth=auth, upstream_token=token)
+        alice = idp.login("alice", AUDIENCE)
+        asked = len(idp.asked)
+        async with asgi_client(exchange.wrap(app)) as http:
+            headers = {**modern_headers(SEEN), "Authorization": f"Bearer {alice}"}
+            answer = await http.post("/mcp", json=SEEN, headers=headers)
+    assert received == []
+    assert answer.status_code == 502
+    message = result_of(answer, SEEN["id"])["error"]["message"]
+    if given:
+        assert f"names the authorization server {base}, not {resource_server.url} (--id-jag-issuer)" in message
+        assert len(idp.asked) == asked  # nothing exchanged
+    else:
+        assert f"the gateway's client secret goes to {resource_server.url} alone, not to {base}" in message
+    assert secret not in answer.text and quote_plus(secret) not in answer.text
+
+
 @pytest.mark.parametrize(
     "answer",
     [
@@ -417,8 +480,8 @@ async def test_an_identity_provider_that_issues_no_id_jag_is_a_502_and_nothing_g
         return JSONResponse(answer)
 
     stand_in = Starlette(routes=[Route("/token", token, methods=["POST"])])
-    client = ClientAuth("client_secret_basic", "g", secret="s")
     with serve(stand_in) as base:
+        client = ClientAuth("client_secret_basic", "g", secret="s", servers=(base + "/token", base + "/as"))
         exchange = TokenExchange(client=client, token_endpoint=base + "/token", id_jag=client)
         try:
             with anyio.fail_after(30), pytest.raises(ExchangeRefused) as refused:
@@ -619,7 +682,7 @@ AS_IDP = ("--exchange-client-id", "g", "--exchange-client-secret-file", "/etc/ho
 AT_SERVER = ("--id-jag-client-id", "t", "--id-jag-client-secret-file", "/etc/hostname")
 SHARED = ("--accept-shared-uid", "--process-containment", "none")
 STDIO_GRANTING = ("--stdio", SERVER, *SHARED, "--process-env", f"T=id-jag:{ISSUER}", *VERIFIED, *AS_IDP, *AT_SERVER)
-GRANTING = ("--upstream", UPSTREAM, "--upstream-token", "id-jag", *VERIFIED, *AS_IDP)
+GRANTING = ("--upstream", UPSTREAM, "--upstream-token", "id-jag", "--id-jag-issuer", ISSUER, *VERIFIED, *AS_IDP)
 
 
 @pytest.mark.parametrize(

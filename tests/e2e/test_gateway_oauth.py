@@ -47,6 +47,7 @@ from _waits import until
 from conftest import asgi_client, serve
 from e2e import _masked, _sealed
 from e2e._gateway import JSON_SSE, MAIN, SECRET, Process, gateway_process, main_run, result_of, started
+from e2e._issuer import ISSUER, jwks, signed
 from e2e._stdio import text_of
 from e2e._vendor import USER_HEADER, Idp, Vendor, vendor_server
 from mcp_sessions import KeySet, SessionsConfig, gateway_app
@@ -473,7 +474,7 @@ def test_an_https_gateway_is_its_client_by_its_metadata_document(stand: Stand) -
     port = free_port()
     base = f"https://127.0.0.1:{port}"
     callback = base + "/oauth/callback"
-    login = Login(stand.idp.url, ClientAuth("client_secret_basic", *LOGIN))
+    login = Login(stand.idp.url, ClientAuth("client_secret_basic", *LOGIN, servers=(stand.idp.url,)))
     grants = UpstreamGrants(upstream=stand.vendor.resource, callback=callback, login=login)
     auth = GatewayAuth(jwks_url=stand.idp.url + "/jwks.json", issuer=stand.idp.url, audience=base + "/mcp")
     app = gateway_app([stand.vendor.resource], config=SessionsConfig(secret=SECRET), auth=auth, upstream_token=grants)
@@ -910,7 +911,7 @@ async def test_an_upstream_found_wrong_is_a_clear_error_never_a_500_or_a_hang(st
     hostile = Hostile()
     audience = "http://127.0.0.1:8000/mcp"
     with serve(hostile.app()) as base:
-        login = Login(stand.idp.url, ClientAuth("client_secret_basic", *LOGIN))
+        login = Login(stand.idp.url, ClientAuth("client_secret_basic", *LOGIN, servers=(stand.idp.url,)))
         grants = UpstreamGrants(
             upstream=base + "/mcp", callback="http://127.0.0.1:8000/oauth/callback", login=login, timeout=0.5
         )
@@ -949,6 +950,39 @@ async def test_an_upstream_found_wrong_is_a_clear_error_never_a_500_or_a_hang(st
         "cut": (502, _failed("a server closed the connection without an answer")),
         "slow": (504, _failed("a server did not answer in time")),
     }
+
+
+@pytest.mark.anyio
+async def test_the_vendor_s_server_given_is_the_one_the_upstream_must_name() -> None:
+    """``--oauth-issuer`` names the vendor's authorization server, for which the gateway's client holds a secret:
+    an upstream whose metadata (RFC 9728) names another (itself) is the client's 502 naming both, and the server it
+    named is asked nothing (neither its metadata nor its endpoints: no user is sent there, no secret)."""
+    named = "https://vendor-login.example"
+    client = ClientAuth("client_secret_basic", "vendor-client", secret="s3cr3t-value", servers=(named,))
+    login = Login("http://127.0.0.1:9", ClientAuth("client_secret_basic", *LOGIN, servers=("http://127.0.0.1:9",)))
+    audience = "http://127.0.0.1:8000/mcp"
+    asked: list[str] = []
+    hostile = Hostile().app()
+
+    async def recorded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            asked.append(scope["path"])
+        await hostile(scope, receive, send)
+
+    with serve(recorded) as base, jwks() as keys:
+        callback = "http://127.0.0.1:8000/oauth/callback"
+        grants = UpstreamGrants(upstream=base + "/mcp", callback=callback, login=login, client=client, issuer=named)
+        auth = GatewayAuth(jwks_url=keys, issuer=ISSUER, audience=audience)
+        app = gateway_app([base + "/mcp"], config=SessionsConfig(secret=SECRET), auth=auth, upstream_token=grants)
+        body = modern_request("tools/call", WHOAMI, meta=URL_CAPABLE)
+        bearer = signed({"iss": ISSUER, "aud": audience, "sub": "max", "exp": time.time() + 600})
+        headers = {**modern_headers(body), "Authorization": f"Bearer {bearer}"}
+        async with asgi_client(app) as http:
+            answer = await http.post("/mcp", json=body, headers=headers)
+    said = f"the upstream's resource metadata names the server {base}, not {named} (--oauth-issuer)"
+    assert (answer.status_code, answer.json()["error"]["message"]) == (502, _failed(said))
+    assert asked == ["/mcp", "/.well-known/oauth-protected-resource/mcp"]
+    assert "s3cr3t-value" not in answer.text
 
 
 async def _cut() -> AsyncIterator[bytes]:
@@ -1047,7 +1081,7 @@ def replicas(stand: Stand, store: MemoryStore | None = None) -> tuple[Any, Any]:
     keys = KeySet.from_secret("r" * 32)
 
     def replica() -> Any:
-        login = Login(stand.idp.url, ClientAuth("client_secret_basic", *LOGIN))
+        login = Login(stand.idp.url, ClientAuth("client_secret_basic", *LOGIN, servers=(stand.idp.url,)))
         callback = "http://127.0.0.1:8000/oauth/callback"
         grants = UpstreamGrants(
             upstream=stand.vendor.resource, callback=callback, login=login, kept=KeptGrants(store, keys)

@@ -149,6 +149,35 @@ def test_a_configuration_no_gateway_could_serve_is_refused_in_one_line(flags: li
     assert "\n" not in str(refused.value)
 
 
+VERIFIED = ["--auth-jwks", "http://127.0.0.1:9/k", "--auth-issuer", "http://127.0.0.1:9", "--auth-audience", URL]
+EXCHANGING = [*VERIFIED, "--exchange-client-id", "g", "--exchange-client-auth", "client_secret_post"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "refusal"),
+    [
+        (
+            [*UPSTREAM, "--upstream-token", "id-jag", *EXCHANGING, "--id-jag-client-id", "t"],
+            "--id-jag-client's secret goes only to a server named for it: give --id-jag-issuer",
+        ),
+        (
+            [*UPSTREAM, "--upstream-token", "oauth", *VERIFIED, "--oauth-client-id", "v"],
+            "--oauth-client's secret goes only to a server named for it: give --oauth-issuer",
+        ),
+        ([*UPSTREAM, "--oauth-issuer", "https://as.example"], "--oauth-issuer names --upstream-token oauth's server"),
+    ],
+)
+def test_a_client_secret_with_no_server_named_for_it_is_refused_at_startup(flags: list[str], refusal: str) -> None:
+    """A secret names no server: one whose server would be read from the upstream's metadata (a stranger's) is
+    refused as the gateway starts, saying which flag names it."""
+    secrets = {f"MCP_SESSIONS_{group}_CLIENT_SECRET": "s3cr3t" for group in ("EXCHANGE", "ID_JAG", "OAUTH", "LOGIN")}
+    environ = {**secrets, "MCP_SESSIONS_LOGIN_ISSUER": "http://127.0.0.1:9", "MCP_SESSIONS_LOGIN_CLIENT_ID": "g"}
+    with pytest.raises(ValueError) as refused:
+        config_of(flags, environ)
+    assert str(refused.value).startswith(refusal)
+    assert "\n" not in str(refused.value) and "s3cr3t" not in str(refused.value)
+
+
 def test_the_configuration_is_frozen_and_never_shows_the_environment() -> None:
     config = config_of([*STDIO, "--pass-env", "API_TOKEN"], {"API_TOKEN": "s3cret-value"})
     with pytest.raises(dataclasses.FrozenInstanceError):

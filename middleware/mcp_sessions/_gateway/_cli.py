@@ -6,6 +6,7 @@ import argparse
 import gc
 import ipaddress
 import logging
+import logging.config
 import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -19,6 +20,7 @@ from ._config import (
     DEFAULT_FIRST_BYTE_TIMEOUT,
     DEFAULT_KEEPALIVE,
     DEFAULT_SHUTDOWN_TIMEOUT,
+    LOG_FORMATS,
     LOG_LEVELS,
     STDIO_SHUTDOWN_TIMEOUT,
     Forwarding,
@@ -92,6 +94,7 @@ OAUTH_VARIABLES: Final = {
     "client_secret": "MCP_SESSIONS_OAUTH_CLIENT_SECRET",
     "scope": "MCP_SESSIONS_OAUTH_SCOPE",
     "callback": "MCP_SESSIONS_OAUTH_CALLBACK",
+    "issuer": "MCP_SESSIONS_OAUTH_ISSUER",
 }
 """The variable each ``--oauth-*`` flag falls back to, and the client secret's (never a flag)."""
 LOGIN_VARIABLES: Final = {
@@ -189,6 +192,14 @@ def _serving_arguments(gateway: argparse.ArgumentParser) -> None:
         "then have 5 s to end)",
     )
     gateway.add_argument("--log-level", default=Listening.log_level, choices=LOG_LEVELS)
+    gateway.add_argument(
+        "--log-format",
+        default=Listening.log_format,
+        choices=LOG_FORMATS,
+        help="each log line as text, its time (RFC 3339) and level first, or as one JSON object (time, level, "
+        f"logger, message, and where there are a server, a conversation, a principal's digest) (default "
+        f"{Listening.log_format})",
+    )
     gateway.add_argument(
         "--status-port",
         type=int,
@@ -358,6 +369,12 @@ def _oauth_arguments(gateway: argparse.ArgumentParser) -> None:
             help="how the gateway authenticates there (default client_secret_basic with a secret)",
         )
     oauth.add_argument(
+        "--oauth-issuer",
+        metavar="URL",
+        help="the upstream's authorization server, which its protected resource metadata must name (default: the "
+        "first it names); required for a client secret there, which goes to no server but the one named",
+    )
+    oauth.add_argument(
         "--oauth-scope",
         metavar="SCOPE",
         help="the scope asked for (default: the upstream's 401's, else its metadata's)",
@@ -425,18 +442,9 @@ def _run(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, str], s
             made.close()
         print(f"mcp-sessions gateway: {exc}", file=stderr)
         return EXIT_USAGE
-    logging.basicConfig(level=listening.log_level.upper(), format="%(levelname)s: %(message)s")
-    # a line per forwarded request, its query string in it
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    # with --stdio: the SDK's lines name transport session ids
-    logging.getLogger("mcp").setLevel(logging.WARNING)
-    # and so do its session manager's warnings and errors (an id sent with another user's credential, a crash): a
-    # bearer value in no log line; the gateway logs each conversation's end itself.
-    logging.getLogger("mcp.server.streamable_http_manager").setLevel(logging.CRITICAL)
-    if config.servers:  # each line says whose it is
-        from ._servers import named_logs
+    from ._logs import log_config
 
-        named_logs()
+    logging.config.dictConfig(log_config(listening.log_format, listening.log_level))
     served = [(s.name, s.path, s.config, route.sandbox) for s, route in zip(config.servers, _routes(app), strict=True)]
     for name, path, each, running_in in served or [("", "", config, sandbox)]:
         _said(each, running_in, f"http://{listening.host}:{listening.port}{path}", f"{name}: " if name else "")
@@ -609,7 +617,9 @@ def _listening(args: argparse.Namespace) -> Listening:
     shutdown_timeout = args.shutdown_timeout
     if shutdown_timeout is None:
         shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT if args.stdio is None else STDIO_SHUTDOWN_TIMEOUT
-    return Listening(args.host, args.port, args.log_level, shutdown_timeout, args.status_port, args.status_socket)
+    return Listening(
+        args.host, args.port, args.log_level, shutdown_timeout, args.status_port, args.status_socket, args.log_format
+    )
 
 
 def _app(config: GatewayConfig) -> tuple[ASGIApp, Sandbox | None]:
@@ -649,16 +659,19 @@ def _app(config: GatewayConfig) -> tuple[ASGIApp, Sandbox | None]:
 
 
 def _route(served: Served) -> Route:
-    """A server of the file at its path: its app, the sandbox its processes run in, and the path the app serves."""
+    """A server of the file at its path: its app, which serves its endpoint there (its sessions are minted at and
+    bound to it, as its clients reach it, whatever the audience: the servers share the keys and the audience; an
+    upstream gets its own path), and the sandbox its processes run in."""
     from ._servers import Route
 
     each = served.config
-    endpoint = "/mcp" if isinstance(each.serves, StdioProcesses) else urlsplit(each.serves.upstreams[0]).path
+    serves = replace(each.serves, path=served.path)
+    sessions = each.sessions.replace(binds_endpoint=True)
     try:
-        app, sandbox = _app(replace(each, servers=()))
+        app, sandbox = _app(replace(each, serves=serves, sessions=sessions, servers=()))
     except (ValueError, NetworkError, SandboxError) as exc:  # its sandbox's files and directories: named as its flags
         raise ValueError(f"{served.flags.where if served.flags else served.name}: {exc}") from None
-    return Route(served, app, endpoint or "/", sandbox)
+    return Route(served, app, sandbox)
 
 
 def _closed(routes: Sequence[Route]) -> None:
@@ -894,6 +907,8 @@ def _upstream_token(
         raise ValueError("the client secret is never a flag: MCP_SESSIONS_ID_JAG_CLIENT_SECRET, or a file")
     if mode != "id-jag" and _setting(args, environ, "issuer", "id_jag"):
         raise ValueError("--id-jag-issuer names --upstream-token id-jag's server; NAME=id-jag:ISSUER names its own")
+    if mode != "oauth" and _setting(args, environ, "issuer", "oauth"):
+        raise ValueError("--oauth-issuer names --upstream-token oauth's server; NAME=oauth:ISSUER names its own")
     if not granting and (given := [name for name in ID_JAG_VARIABLES if _setting(args, environ, name, "id_jag")]):
         flag = "--id-jag-" + given[0].replace("_", "-")
         raise ValueError(f"{flag} is for --upstream-token id-jag or --process-env NAME=id-jag:ISSUER, neither given")
@@ -912,7 +927,10 @@ def _upstream_token(
     if auth is None or auth.verifier is None:
         raise ValueError("the token exchange exchanges the bearer tokens the gateway verifies: give --auth-jwks")
     from .auth._client import ClientAuth
+    from .auth._exchange import id_jag_target
 
+    issuer = _setting(args, environ, "issuer") or _setting(args, environ, "issuer", "auth")
+    endpoint = _setting(args, environ, "token_endpoint")
     client = ClientAuth.given(
         "--exchange-client",
         _setting(args, environ, "client_auth"),
@@ -921,9 +939,17 @@ def _upstream_token(
         secret_file=_setting(args, environ, "client_secret_file"),
         key_file=_setting(args, environ, "client_key_file"),
         key_id=_setting(args, environ, "client_key_id"),
+        servers=(endpoint, issuer),
+        naming="--exchange-issuer or --exchange-token-endpoint",
     )
     granted = None
     if granting:
+        # the resources' authorization servers the operator named: --id-jag-issuer, each NAME=id-jag:ISSUER's
+        named = [_setting(args, environ, "issuer", "id_jag")]
+        for spec in args.process_env:
+            name, _, source = spec.partition("=")
+            if source.startswith("id-jag:"):
+                named.append(id_jag_target(source.removeprefix("id-jag:"), f"--process-env {name}").audience)
         granted = ClientAuth.given(
             "--id-jag-client",
             _setting(args, environ, "client_auth", "id_jag"),
@@ -932,9 +958,9 @@ def _upstream_token(
             secret_file=_setting(args, environ, "client_secret_file", "id_jag"),
             key_file=_setting(args, environ, "client_key_file", "id_jag"),
             key_id=_setting(args, environ, "client_key_id", "id_jag"),
+            servers=tuple(named),
+            naming="--id-jag-issuer (or use private_key_jwt, whose assertions name their server)",
         )
-    issuer = _setting(args, environ, "issuer") or _setting(args, environ, "issuer", "auth")
-    endpoint = _setting(args, environ, "token_endpoint")
     exchange = TokenExchange(client=client, token_endpoint=endpoint, issuer=issuer, id_jag=granted)
     # for --process-env NAME=exchange:AUDIENCE (or id-jag:ISSUER) alone
     if mode is None:
@@ -963,7 +989,8 @@ def _upstream_grants(
         raise ValueError(
             "--upstream-token oauth keeps each user's grant: give --auth-jwks (or --auth-principal-header)"
         )
-    client, client_id = _oauth_client_given(args, environ)
+    issuer = _setting(args, environ, "issuer", "oauth")
+    client, client_id = _oauth_client_given(args, environ, issuer, "--oauth-issuer")
     login = _login(args, environ, "--upstream-token oauth confirms who opens a sign-in URL")
     callback = _callback(args, environ, "--upstream-token oauth")
     from .auth._kept import KeptGrants
@@ -975,14 +1002,18 @@ def _upstream_grants(
         login=login,
         client=client,
         client_id=client_id,
+        issuer=issuer,
         scope=_setting(args, environ, "scope", "oauth"),
         kept=KeptGrants(sessions.store, sessions.keys),
     )
 
 
-def _oauth_client_given(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[ClientAuth | None, str | None]:
-    """The gateway's client at a vendor's authorization server (``--oauth-client-*``): a confidential one, by its
-    secret or key; else its id alone (a public client); else neither (it registers, RFC 7591)."""
+def _oauth_client_given(
+    args: argparse.Namespace, environ: Mapping[str, str], issuer: str | None, naming: str
+) -> tuple[ClientAuth | None, str | None]:
+    """The gateway's client at a vendor's authorization server (``--oauth-client-*``), whose ``issuer`` the operator
+    named (else ``None``: a secret is refused, saying to give ``naming``): a confidential one, by its secret or
+    key; else its id alone (a public client); else neither (it registers, RFC 7591)."""
     oauth = dict(_oauth_client(args, environ, "oauth"))
     method = oauth.pop("method", None)
     client_id = oauth.pop("client_id", None)
@@ -990,7 +1021,7 @@ def _oauth_client_given(args: argparse.Namespace, environ: Mapping[str, str]) ->
         return None, client_id
     from .auth._client import ClientAuth
 
-    return ClientAuth.given("--oauth-client", method, client_id, **oauth), None
+    return ClientAuth.given("--oauth-client", method, client_id, **oauth, servers=(issuer,), naming=naming), None
 
 
 def _process_grants(
@@ -1018,7 +1049,7 @@ def _process_grants(
     issuers = [target.audience for target in targets.values()]
     if len(set(issuers)) < len(issuers):
         raise ValueError("--process-env: one NAME=oauth: variable per authorization server")
-    client, client_id = _oauth_client_given(args, environ)
+    client, client_id = _oauth_client_given(args, environ, issuers[0], "NAME=oauth:ISSUER")
     if (client or client_id) and len(specs) > 1:
         raise ValueError("--oauth-client-* name the gateway's client at one server: with several oauth: it registers")
     login = _login(args, environ, "--process-env NAME=oauth: confirms who opens a sign-in URL")
@@ -1066,7 +1097,9 @@ def _login(args: argparse.Namespace, environ: Mapping[str, str], needs: str) -> 
     from .auth._client import ClientAuth
     from .auth._oauth import Login
 
-    client = ClientAuth.given("--login-client", login.pop("method"), login.pop("client_id"), **login)
+    method = login.pop("method")
+    client_id = login.pop("client_id")
+    client = ClientAuth.given("--login-client", method, client_id, **login, servers=(issuer,), naming="--login-issuer")
     return Login(issuer, client, _setting(args, environ, "claim", "login") or "sub")
 
 

@@ -12,6 +12,13 @@ issuer's metadata (rfc7523bis's choice, the fix for the audience injection of as
 too), else the token endpoint it was given (RFC 7523 §3's other reading, which some servers take alone). Either way
 the assertion names the server it is sent to, and no other.
 
+A secret names no server: whoever receives it can use it. So a client with a secret holds the ``servers`` the
+operator named for it (issuer identifiers, or a token endpoint given in place of its issuer's), and
+:meth:`ClientAuth.request` sends it to no other (:class:`ServerNotNamed`): a server read from a stranger's document
+(an upstream's RFC 9728 metadata) is not one of them unless the operator named it too. Every token endpoint request
+of the gateway's authenticates here, so this one rule holds for each of its clients (the token exchange's, the
+ID-JAG grant's, the login's, a vendor's, one registered at a server: that server's alone).
+
 Neither the secret nor an assertion nor the key is logged or put in an error; :meth:`ClientAuth.request` says what
 each request sent, so that an answer that echoes it is not quoted.
 """
@@ -41,6 +48,10 @@ ASSERTION_LIFETIME: Final = 60
 _CURVES: Final = {"secp256r1": "ES256", "secp384r1": "ES384", "secp521r1": "ES512"}  # RFC 7518 §3.4
 
 
+class ServerNotNamed(Exception):
+    """A request for a server that the client's secret was not named for: what it says names both (no secret)."""
+
+
 class Authentication(NamedTuple):
     """What one request to a token endpoint carries to authenticate the gateway: form parameters, headers, and the
     credentials as sent (what an answer must not be quoted for)."""
@@ -54,13 +65,15 @@ class Authentication(NamedTuple):
 class ClientAuth:
     """The gateway's client at one authorization server: ``method``, ``client_id``, and its ``secret`` (the secret
     methods) or ``key`` (``private_key_jwt``: RSA of 2048 bits or more, or EC on P-256, P-384 or P-521) with an
-    optional ``key_id``. Neither the secret nor the key is in its ``repr``."""
+    optional ``key_id``; with a secret, the ``servers`` it goes to (see the module). Neither the secret nor the key
+    is in its ``repr``."""
 
     method: ClientAuthMethod
     client_id: str
     secret: str | None = field(default=None, repr=False)
     key: PrivateKey | None = field(default=None, repr=False)
     key_id: str | None = None
+    servers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -73,6 +86,8 @@ class ClientAuth:
             _algorithm(self.key)
         elif not self.secret or self.key is not None:
             raise ValueError(f"{self.method} sends the client's secret, and signs nothing")
+        elif not self.servers:
+            raise ValueError(f"{self.method} sends the client's secret to the servers named for it: name them")
 
     @classmethod
     def given(
@@ -85,10 +100,14 @@ class ClientAuth:
         secret_file: str | None = None,
         key_file: str | None = None,
         key_id: str | None = None,
+        servers: tuple[str | None, ...] = (),
+        naming: str = "its issuer",
     ) -> ClientAuth:
         """The client of the flags ``FLAG-id``, ``FLAG-auth``, ``FLAG-secret-file``, ``FLAG-key-file`` and
-        ``FLAG-key-id`` (``flag`` is ``--exchange-client``), and the secret from elsewhere (its variable);
-        ``ValueError`` in one line, naming the flag, for what does not go together or cannot be read."""
+        ``FLAG-key-id`` (``flag`` is ``--exchange-client``), and the secret from elsewhere (its variable), for the
+        ``servers`` the operator named (``None`` for one not given: a secret with none refused, saying to give
+        ``naming``); ``ValueError`` in one line, naming the flag, for what does not go together or cannot be
+        read."""
         method = method or "client_secret_basic"
         if method not in METHODS:
             raise ValueError(f"{flag}-auth is one of {', '.join(METHODS)}, not {method!r}")
@@ -105,7 +124,10 @@ class ClientAuth:
                     raise ValueError(f"{flag}-secret-file: {secret_file}: {exc.strerror}") from None
             if not secret:
                 raise ValueError(f"the gateway's client needs its client secret for {method}: give {flag}-secret-file")
-            return cls(method, client_id, secret=secret)  # type: ignore[arg-type]
+            named = tuple(server for server in servers if server)
+            if not named:
+                raise ValueError(f"{flag}'s secret goes only to a server named for it: give {naming}")
+            return cls(method, client_id, secret=secret, servers=named)  # type: ignore[arg-type]
         if secret_file is not None or secret:
             raise ValueError(f"private_key_jwt sends no secret: give {flag}-key-file, and no client secret")
         if key_file is None:
@@ -118,8 +140,11 @@ class ClientAuth:
         return cls("private_key_jwt", client_id, key=key, key_id=key_id or None)
 
     def request(self, audience: str) -> Authentication:
-        """What a request to the token endpoint of the server ``audience`` names carries: the secret, or a new
-        assertion for that audience."""
+        """What a request to the token endpoint of the server ``audience`` names carries: the secret (only to one of
+        its ``servers``, else :class:`ServerNotNamed`), or a new assertion for that audience."""
+        if self.secret is not None and audience.rstrip("/") not in {server.rstrip("/") for server in self.servers}:
+            named = ", ".join(self.servers)
+            raise ServerNotNamed(f"the gateway's client secret goes to {named} alone, not to {audience}")
         if self.method == "client_secret_post":
             assert self.secret is not None
             data = {"client_id": self.client_id, "client_secret": self.secret}

@@ -34,8 +34,8 @@ refused: the identity provider, or the resource's authorization server by its is
 user's verified access token (``subject_token_type`` ``access_token``), or for an identity provider that takes only
 an ID token issued to the client that asks (the draft's first reading, Okta's Cross App Access), her ID token from
 the gateway's own login (:data:`ID_TOKEN_TYPE`, ``_oauth.IdTokens``). An upstream's issuer may be read from its
-protected resource metadata (RFC 9728: the first of its ``authorization_servers``,
-:meth:`TokenExchange.resource_metadata`).
+protected resource metadata (RFC 9728: the first of its ``authorization_servers``, or the one given, which it must
+list: :meth:`TokenExchange.resource_metadata`); a client secret goes there only if it was named for it (``_client``).
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ from ..._bounded import BoundedDict
 from ..._pipeline import Rejection, error_answer, unavailable
 from ..._wire.protocol import INVALID_REQUEST
 from ._answer import read_answer
+from ._client import ServerNotNamed
 
 if TYPE_CHECKING:
     import httpx
@@ -294,10 +295,13 @@ class TokenExchange:
         form = {"grant_type": JWT_BEARER_GRANT, "assertion": id_jag}
         return await self._post(endpoint, form, "assertion", server=server, client=self.id_jag, audience=issuer)
 
-    async def resource_metadata(self, url: str, resource: str | None = None) -> tuple[str, str]:
-        """The first authorization server, and the resource, that the protected resource at ``url`` names in its
-        metadata (RFC 9728 §3: the well-known part before the resource's path), whose ``resource`` must be
-        ``resource`` if given, else ``url`` (§3.3); :class:`ExchangeRefused` (502) otherwise."""
+    async def resource_metadata(
+        self, url: str, resource: str | None = None, issuer: str | None = None
+    ) -> tuple[str, str]:
+        """The first authorization server (``issuer`` if given, which it must name), and the resource, that the
+        protected resource at ``url`` names in its metadata (RFC 9728 §3: the well-known part before the resource's
+        path), whose ``resource`` must be ``resource`` if given, else ``url`` (§3.3); :class:`ExchangeRefused`
+        (502) otherwise."""
         resource = resource or url
         parts = urlsplit(url)
         server = f"the upstream's resource metadata ({parts.scheme}://{parts.netloc})"
@@ -311,6 +315,11 @@ class TokenExchange:
             raise _server_error(f"{server} names another resource than {resource}: give --exchange-resource")
         if not isinstance(servers, list) or not servers or not isinstance(servers[0], str):
             raise _server_error(f"{server} names no authorization server: give --id-jag-issuer")
+        if issuer is not None:
+            if issuer.rstrip("/") not in {str(listed).rstrip("/") for listed in servers}:
+                first = _printable(servers[0])[:200]
+                raise _server_error(f"{server} names the authorization server {first}, not {issuer} (--id-jag-issuer)")
+            return issuer, resource
         if urlsplit(servers[0]).scheme not in ("http", "https"):
             raise _server_error(f"{server} names no http(s) authorization server: give --id-jag-issuer")
         return servers[0], resource
@@ -356,7 +365,11 @@ class TokenExchange:
         is not quoted back, sent by ``client`` (default the exchange's) whose assertion names ``audience``."""
         audience = audience or self._audience
         assert audience is not None  # the endpoint is known: given, or read from the issuer's metadata
-        authentication = (client or self._client).request(audience)
+        try:
+            authentication = (client or self._client).request(audience)
+        except ServerNotNamed as unnamed:
+            logger.warning("mcp-sessions gateway: %s: not sent", unnamed)
+            raise _server_error(str(unnamed)) from None
         data = form | authentication.data
         request = self._http.build_request("POST", endpoint, data=data, headers=authentication.headers)
         status, answer = await self._read(request, server)
@@ -485,7 +498,8 @@ class UpstreamToken:
     ``"id-jag"`` (with ``exchange`` and ``target``); ``"passthrough"`` needs none of this (the client's goes as it
     came); ``"oauth"`` is ``_oauth.UpstreamGrants``'s, each user's own grant at the upstream's authorization server.
     An ``"id-jag"`` target without its issuer (or resource) takes it from the protected resource metadata of
-    ``upstream`` (RFC 9728), read at the first request that needs it (a failure is that request's 502, not kept).
+    ``upstream`` (RFC 9728), read at the first request that needs it (a failure is that request's 502, not kept),
+    which must list the issuer where one is given.
     An ``"id-jag"`` with ``subject`` (``_oauth.IdTokens``) exchanges the user's ID token kept there, issued to the
     gateway's own client, in place of her access token; ``signing_in`` is what serves the sign-in's routes, if any."""
 
@@ -530,8 +544,8 @@ class UpstreamToken:
         target = self.target
         if target.id_jag and not (target.audience and target.resource):
             assert self.exchange is not None and self._upstream is not None
-            issuer, resource = await self.exchange.resource_metadata(self._upstream, target.resource)
-            target = self.target = Target(target.audience or issuer, resource, target.scope, id_jag=True)
+            issuer, resource = await self.exchange.resource_metadata(self._upstream, target.resource, target.audience)
+            target = self.target = Target(issuer, resource, target.scope, id_jag=True)
         return target
 
     async def authorization(self, scope: Scope) -> bytes | None:

@@ -77,11 +77,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..._bounded import BoundedDict
 from ..._pipeline import Rejection, error_answer, unavailable
-from ..._wire import jsonrpc
+from ..._wire import jsonrpc, printable
 from ..._wire.protocol import INVALID_REQUEST, MCP_PROTOCOL_VERSION_HEADER
 from ...profiles import Era
 from ._answer import read_answer
-from ._client import ClientAuth, ClientAuthMethod
+from ._client import ClientAuth, ClientAuthMethod, ServerNotNamed
 from ._exchange import ExchangeRefused, UpstreamToken
 
 if TYPE_CHECKING:
@@ -276,7 +276,8 @@ class UpstreamGrants(UpstreamToken):
     """``--upstream-token oauth``: each user's own access token at the upstream's authorization server (see the
     module). ``upstream`` is the upstream's MCP URL, ``callback`` the gateway's ``/oauth/callback`` as browsers
     reach it, ``login`` the team's IdP; ``client`` or ``client_id`` the gateway's client at the upstream's server
-    (neither: registered), and ``scope`` what it asks for (default: the upstream's 401's, else its metadata's);
+    (neither: registered), ``issuer`` that server where the operator names it (the upstream's metadata must name it
+    too), and ``scope`` what it asks for (default: the upstream's 401's, else its metadata's);
     ``kept``, where the grants outlive the process (else in its memory alone). Serve the app :meth:`wrap`
     returns: it serves the sign-in's two routes and closes the HTTP client."""
 
@@ -291,6 +292,7 @@ class UpstreamGrants(UpstreamToken):
         login: Login,
         client: ClientAuth | None = None,
         client_id: str | None = None,
+        issuer: str | None = None,
         scope: str | None = None,
         kept: KeptGrants | None = None,
         timeout: float = TIMEOUT,
@@ -318,6 +320,7 @@ class UpstreamGrants(UpstreamToken):
         self._login = login
         self._given = client
         self._client_id = client_id
+        self._issuer = issuer
         self._scope = scope
         self._kept = kept
         self._timeout = timeout
@@ -556,7 +559,13 @@ class UpstreamGrants(UpstreamToken):
             raise _server_error("the upstream's resource metadata names another resource")
         if not isinstance(servers, list) or not servers or not isinstance(servers[0], str):
             raise _server_error("the upstream's resource metadata names no authorization server")
-        found = await self._metadata(servers[0], oidc_first=False)
+        issuer = self._issuer or servers[0]
+        if issuer.rstrip("/") not in {str(listed).rstrip("/") for listed in servers}:
+            first = printable(servers[0])[:200]
+            raise _server_error(
+                f"the upstream's resource metadata names the server {first}, not {issuer} (--oauth-issuer)"
+            )
+        found = await self._metadata(issuer, oidc_first=False)
         if "S256" not in (found.get("code_challenge_methods_supported") or []):
             raise _server_error("the upstream's authorization server does not say it takes PKCE's S256")
         scope = self._scope or said.get("scope")
@@ -566,7 +575,7 @@ class UpstreamGrants(UpstreamToken):
         registration = found.get("registration_endpoint")
         revocation = found.get("revocation_endpoint")
         return _Server(
-            issuer=servers[0],
+            issuer=issuer,
             authorization_endpoint=_url_in(found, "authorization_endpoint"),
             token_endpoint=_url_in(found, "token_endpoint"),
             registration_endpoint=registration if isinstance(registration, str) else None,
@@ -611,7 +620,7 @@ class UpstreamGrants(UpstreamToken):
             registered_at = f"{server.issuer}\0{self._callback}"
             kept = None if self._kept is None else await self._keep(self._kept.client(registered_at))
             if kept is not None:  # registered by another replica, or before a restart
-                known = self._registered[server.issuer] = _client(*kept)
+                known = self._registered[server.issuer] = _client(server.issuer, *kept)
                 return known
             if server.registration_endpoint is None:
                 raise _server_error("the upstream's authorization server takes no registration: give --oauth-client-id")
@@ -632,7 +641,7 @@ class UpstreamGrants(UpstreamToken):
             method = answer.get("token_endpoint_auth_method")
             secret = secret if isinstance(secret, str) and secret else None
             method = method if isinstance(method, str) else None
-            registered = _client(client_id, secret, method)
+            registered = _client(server.issuer, client_id, secret, method)
             if self._kept is not None:
                 await self._keep(self._kept.keep_client(registered_at, client_id, secret, method))
             self._registered[server.issuer] = registered
@@ -653,7 +662,11 @@ class UpstreamGrants(UpstreamToken):
         if isinstance(client, str):  # a public client names itself
             data = {"client_id": client}
         else:
-            authentication = client.request(issuer)
+            try:
+                authentication = client.request(issuer)
+            except ServerNotNamed as unnamed:
+                logger.warning("mcp-sessions gateway: %s: not sent", unnamed)
+                raise _server_error(str(unnamed)) from None
             data = authentication.data
             headers = authentication.headers
         request = self._http.build_request("POST", endpoint, data=form | data, headers=headers)
@@ -1257,13 +1270,13 @@ async def _served_document(document: bytes, scope: Scope, send: Send) -> None:
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-def _client(client_id: str, secret: str | None, method: str | None) -> ClientAuth | str:
-    """The client a registration gave: public (its id alone), or confidential by its secret and the method it was
-    given (``client_secret_basic`` unless ``client_secret_post``)."""
+def _client(issuer: str, client_id: str, secret: str | None, method: str | None) -> ClientAuth | str:
+    """The client a registration at ``issuer`` gave: public (its id alone), or confidential by its secret (for that
+    server alone) and the method it was given (``client_secret_basic`` unless ``client_secret_post``)."""
     if secret is None:
         return client_id
     chosen: ClientAuthMethod = "client_secret_post" if method == "client_secret_post" else "client_secret_basic"
-    return ClientAuth(chosen, client_id, secret=secret)
+    return ClientAuth(chosen, client_id, secret=secret, servers=(issuer,))
 
 
 def _json(status: int, body: object) -> _Answer:

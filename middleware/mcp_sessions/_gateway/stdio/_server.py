@@ -236,7 +236,15 @@ def stdio_gateway_app(config: GatewayConfig, *, sandbox: Sandbox | None = None) 
     check = HostCheck(config.allowed_hosts, config.allowed_origins)
     status = (config.listening.status_port, config.listening.status_socket)
     return _layered(
-        table, sessions, idle=idle, auth=config.auth, tools=config.tools, check=check, trusted=trusted, status=status
+        table,
+        sessions,
+        endpoint=serves.path,
+        idle=idle,
+        auth=config.auth,
+        tools=config.tools,
+        check=check,
+        trusted=trusted,
+        status=status,
     )
 
 
@@ -261,6 +269,7 @@ def _layered(
     table: Callable[..., Table],
     config: SessionsConfig,
     *,
+    endpoint: str,
     idle: float,
     auth: GatewayAuth | None,
     tools: ToolPolicy | None,
@@ -268,22 +277,23 @@ def _layered(
     trusted: list[str],
     status: tuple[int | None, str | None],
 ) -> GatewayFront:
-    """The SDK's app for :class:`StdioServer`, and the layers around it, outermost last: the guard of its transport's
-    requests (:class:`_TransportRequests`, at its endpoint, where the sessions then place their work in front of it),
-    the sessions, the gateway's auth and tool policy, its Host and Origin check (as in front of an HTTP upstream), its
-    front door. The table (``table``, given how to end a 2025 transport session) ends one through the sessions, which
-    it sits in."""
+    """The SDK's app for :class:`StdioServer` at ``endpoint`` (the path its sessions are bound to), and the layers
+    around it, outermost last: the guard of its transport's requests (:class:`_TransportRequests`, at it, where the
+    sessions then place their work in front of it), the sessions, the gateway's auth and tool policy, its Host and
+    Origin check (as in front of an HTTP upstream), its front door. The table (``table``, given how to end a 2025
+    transport session) ends one through the sessions, which it sits in."""
 
     async def end_transport(transport: bytes, user: object) -> None:
-        await _end_transport(sessions, transport, user)
+        await _end_transport(sessions, endpoint, transport, user)
 
     children = table(end_transport=end_transport)
     server = StdioServer(children)
     # the gateway's own check instead
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    app: ASGIApp = _under_sessions(
-        server.streamable_http_app(transport_security=security, session_idle_timeout=idle), children.unanswered
+    served = server.streamable_http_app(
+        streamable_http_path=endpoint, transport_security=security, session_idle_timeout=idle
     )
+    app: ASGIApp = _under_sessions(served, children.unanswered)
     if children.state == "disk":  # a transport session of a process gone is opened again, nothing lost
         declared = _Declared(children.config)
         server.add_notification_handler("notifications/initialized", types.NotificationParams, declared.initialized)
@@ -293,7 +303,7 @@ def _layered(
     config = config.replace(on_create=children.created, fronts_upstream=True)
     sessions = MCPSessionMiddleware(_Opening(app, children), config=config)
     exchanged = children.process_env.wrap(sessions)  # exchanges, once the user is known
-    own: ASGIApp = sessions if auth is None else OwnConversations(exchanged, children)
+    own: ASGIApp = sessions if auth is None else OwnConversations(exchanged, children, endpoint)
     signing_in = children.process_env.signing_in
     if signing_in is not None:  # her view of her grants behind the authentication (the sign-in's pages: below)
         own = signing_in.serving_grants(own)
@@ -339,17 +349,17 @@ class _Opening:
         return opening
 
 
-async def _end_transport(app: ASGIApp, transport: bytes, user: object = None) -> None:
-    """End a 2025 transport session as its client would, with a ``DELETE`` (its later requests get 404): as
-    ``user``, who opened it (the SDK answers any other's ``DELETE`` "Session not found")."""
+async def _end_transport(app: ASGIApp, endpoint: str, transport: bytes, user: object = None) -> None:
+    """End a 2025 transport session as its client would, with a ``DELETE`` at ``endpoint`` (its later requests get
+    404): as ``user``, who opened it (the SDK answers any other's ``DELETE`` "Session not found")."""
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
         "method": "DELETE",
         "scheme": "http",
-        "path": "/mcp",
-        "raw_path": b"/mcp",
+        "path": endpoint,
+        "raw_path": endpoint.encode(),
         "query_string": b"",
         "root_path": "",
         "headers": [(MCP_SESSION_ID_HEADER, transport)],
