@@ -16,8 +16,9 @@ import signal
 import socket
 import stat
 import threading
+from collections.abc import Callable
 from types import FrameType, TracebackType
-from typing import Final
+from typing import Any, Final
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -54,7 +55,7 @@ class StartSignals:
 
     def __init__(self) -> None:
         self.signals: list[int] = []
-        self._before: dict[int, signal._HANDLER] = {}
+        self._before: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
 
     def __enter__(self) -> StartSignals:
         if threading.current_thread() is threading.main_thread():
