@@ -17,11 +17,13 @@ import logging
 import os
 import re
 import shutil
+import signal
 import socket
 import stat
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -330,6 +332,28 @@ def gateway_run(*arguments: str, within: float = 90) -> subprocess.CompletedProc
     line = [sys.executable, "-m", "mcp_sessions", "gateway", *arguments]
     environ["MCP_SESSIONS_SECRET"] = SECRET
     return subprocess.run(line, capture_output=True, text=True, env=environ, timeout=within, check=False)
+
+
+def stopped_as_it_starts(*arguments: str, within: float = 90) -> tuple[int, str, float]:
+    """``mcp-sessions gateway ARGUMENTS`` as its own process, sent SIGTERM once uvicorn says "Waiting for application
+    startup" (the app's start begins: uvicorn hears signals from then): its exit status, what it said after the
+    signal, and how long (seconds) it took to end, within ``within``; nothing of its session left."""
+    line = [sys.executable, "-m", "mcp_sessions", "gateway", *arguments]
+    environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
+    with subprocess.Popen(line, env=environ, stderr=subprocess.PIPE, text=True, start_new_session=True) as gateway:
+        try:
+            assert gateway.stderr is not None
+            said = ""
+            while "Waiting for application startup" not in said:
+                said = gateway.stderr.readline()
+                assert said, "the gateway ended before its app's start"
+            gateway.send_signal(signal.SIGTERM)
+            sent = time.monotonic()
+            left = gateway.communicate(timeout=within)[1]
+            return gateway.returncode, left, time.monotonic() - sent
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(gateway.pid, signal.SIGKILL)
 
 
 def main_run(

@@ -345,3 +345,19 @@ def test_the_status_shows_the_server_inside_its_wrappers() -> None:
     assert f"server process {process['pid']} ended (shutdown" in said, said
     assert server[1:3] == [b"-m", b"e2e._plain_stdio"], server
     assert process["memory"] > 8 << 20, process  # an interpreter, not bubblewrap's 2 MiB
+
+
+def test_a_status_socket_whose_directory_cannot_be_made_is_one_line_and_exit_status_2() -> None:
+    """110.5: a ``--status-socket`` in a directory the gateway cannot make was a ``PermissionError`` (or
+    ``FileNotFoundError``) traceback; now one line names the directory and what to give, as a port in use is."""
+    server = shlex.join([sys.executable, "-c", "import sys; sys.stdin.read()"])
+    socket_in = "/proc/mcp-sessions-status/status.sock"  # /proc makes no directory, for root either
+    line = ("--port", str(free_port()), "--stdio", server, "--process-containment", "none")
+    done = gateway_run(*line, "--status-socket", socket_in)
+    said = done.stderr.splitlines()
+    assert done.returncode == 2, done.stderr
+    assert said[-1] == (
+        "mcp-sessions gateway: --status-socket: /proc/mcp-sessions-status: No such file or directory: give a path in a "
+        "directory the gateway's user can create"
+    ), said
+    assert "Traceback" not in done.stderr

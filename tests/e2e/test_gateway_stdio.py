@@ -16,6 +16,7 @@ import re
 import shlex
 import signal
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -59,6 +60,7 @@ from e2e._gateway import (
     node,
     result_of,
     run_recipe,
+    stopped_as_it_starts,
 )
 from e2e._listen import client as listening
 from e2e._stdio import SDK_SERVER, SERVER, SERVER_PATH, gone, own_children, stdio_gateway, text_of
@@ -640,6 +642,62 @@ def test_a_port_in_use_is_one_line_and_exit_status_2_before_any_process_starts(t
     assert (done.returncode, done.stderr) == (2, said)
     assert not started.exists()  # the port first: no process ran
     assert gc.isenabled()  # off while the gateway was built, back on as its start ended
+
+
+def test_a_sigterm_while_the_gateway_is_built_ends_its_start_with_exit_status_0(tmp_path: Path) -> None:
+    """110.5: a SIGTERM before uvicorn heard signals (the gateway reading its ``--config`` file, making its
+    sandboxes) ended it by the signal (-15), what it had made left; now it ends the start as one during its first
+    process's start does: exit status 0, no server started, nothing of its left running. The file is a FIFO, as
+    ``--config <(envsubst < servers.toml)`` gives it: the signal comes while the gateway reads it."""
+    started = tmp_path / "started"
+    server = [sys.executable, "-c", "import sys; open(sys.argv[1], 'a'); sys.stdin.read()", str(started)]
+    servers = f"[servers.blocked]\nstdio = {json.dumps(shlex.join(server))}\nprocess-containment = 'none'\n"
+    fifo = tmp_path / "servers.toml"
+    os.mkfifo(fifo)
+    line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", "0", "--config", str(fifo)]
+    environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
+
+    def opened() -> int:  # once the gateway has opened it to read (ENXIO until then): no wait on one that ended
+        return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+
+    with subprocess.Popen(line, env=environ, stderr=subprocess.PIPE, text=True, start_new_session=True) as gateway:
+        try:
+            writer = until(opened, "the gateway reading its --config file", ignoring=(OSError,))
+            gateway.send_signal(signal.SIGTERM)
+            with contextlib.suppress(BrokenPipeError):
+                os.write(writer, servers.encode())
+            os.close(writer)
+            said = gateway.communicate(timeout=WITHIN)[1]
+            left = _in_session(gateway.pid)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(gateway.pid, signal.SIGKILL)
+    assert gateway.returncode == 0, said
+    assert "Traceback" not in said, said
+    assert not started.exists()
+    assert not left
+
+
+def test_a_sigterm_as_the_start_ends_is_a_stopped_start_with_exit_status_0() -> None:
+    """110.5: a SIGTERM as the app's start ended (an ``--upstream`` gateway's takes no time after uvicorn's "Waiting
+    for application startup") cancelled the app once it had started: uvicorn was told of a failed start after its
+    end (a traceback), and the signal, raised again, ended the gateway (-15). A start the signal meets is now a
+    stopped start whichever comes first, its end or the cancel: exit status 0, no traceback."""
+    upstream = f"http://127.0.0.1:{free_port()}/mcp"  # never reached: the start asks nothing of it
+    status, left, _ = stopped_as_it_starts("--port", "0", "--upstream", upstream)
+    assert status == 0, left
+    assert "Traceback" not in left, left
+
+
+def _in_session(session: int) -> list[int]:
+    """The live processes of ``session`` (a gateway's, started in a session of its own)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rpartition(")")[2].split()
+            if int(fields[3]) == session and fields[0] != "Z":
+                found.append(int(stat.parent.name))
+    return found
 
 
 async def _pids_of_a_conversation(url: str) -> list[int]:

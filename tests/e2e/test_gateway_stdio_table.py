@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import shlex
 import signal
 import subprocess
@@ -26,7 +25,14 @@ from mcp import Client
 from _mcp import legacy_request, modern_headers, modern_request, session_meta
 from _waits import WITHIN, Deadline, until
 from conftest import SECRET
-from e2e._gateway import created, gateway_in_process, gateway_process, legacy_initialize, result_of
+from e2e._gateway import (
+    created,
+    gateway_in_process,
+    gateway_process,
+    legacy_initialize,
+    result_of,
+    stopped_as_it_starts,
+)
 from e2e._issuer import ISSUER, jwks, signed
 from e2e._stdio import COUNT, ENVIRON, SERVER, SERVER_PATH, stdio_gateway
 from mcp_sessions import SessionsConfig
@@ -385,23 +391,6 @@ def test_sigterm_while_the_first_process_never_answers_initialize_stops_the_gate
     ``initialize`` held the gateway for the 30 s of its start; now the start is given up, its process stopped, and
     the gateway exits 0 within the 10 s of a stop."""
     silent = [sys.executable, "-c", "import time; time.sleep(600)"]
-    line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", "0", "--stdio", shlex.join(silent)]
-    environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
-    with subprocess.Popen(line, env=environ, stderr=subprocess.PIPE, text=True, start_new_session=True) as gateway:
-        try:
-            assert gateway.stderr is not None
-            said = ""
-            while "Waiting for application startup" not in said:  # uvicorn's, once it hears signals
-                said = gateway.stderr.readline()
-                assert said, "the gateway ended before it started its first process"
-            gateway.send_signal(signal.SIGTERM)
-            sent = time.monotonic()
-            status = gateway.wait(WITHIN)
-            stopped_in = time.monotonic() - sent
-            left = gateway.stderr.read()
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(gateway.pid, signal.SIGKILL)
-
+    status, left, stopped_in = stopped_as_it_starts("--port", "0", "--stdio", shlex.join(silent))
     assert (status, left) == (0, ""), left
     assert stopped_in < 10.0

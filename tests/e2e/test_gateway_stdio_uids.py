@@ -13,15 +13,17 @@ import os
 import signal
 import subprocess
 import sys
+import sysconfig
 import uuid
 from pathlib import Path
 
 import pytest
 
+from _redis import missing
 from _uids import members, uids
 from _waits import WITHIN, until
 from conftest import SECRET
-from e2e._gateway import main_run, python_every_uid_runs, readable_directory
+from e2e._gateway import MAIN, for_every_uid, main_run, python_every_uid_runs, readable_directory
 from e2e._sealed import call, client, gateway, needs, of_uid, running, text
 from mcp_sessions._gateway.sealed._kernel import running_uids
 
@@ -52,6 +54,44 @@ def test_nothing_a_uid_wrote_or_started_reaches_its_next_owner_even_after_its_ga
         mcp = client(second)
         assert json.loads(text(call(mcp, "whoami")))["uid"] == uid
         assert [text(call(mcp, "read", path=path)) for path in left] == [GONE] * len(left)
+
+
+def test_a_container_root_that_cannot_write_its_runtime_directory_is_told_which_in_one_line() -> None:
+    """110.5: a gateway whose root is not the host's (a container's or a pod's: a user namespace's root), before a
+    runtime directory its host's root owns, died with a ``PermissionError`` traceback from the lock of its egress
+    table; now it refuses in one line that names the directory and what to give, before any process starts. The
+    directory is systemd's ``RUNTIME_DIRECTORY``, which the gateway reads (``RuntimeDirectory=``)."""
+    needs("root", "unshare")
+    [user] = members(uids(284, 1))
+    container = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", "unshare", "--user"]
+    container.append("--map-root-user")  # its root is the host's uid `user`
+    if subprocess.run([*container, "true"], capture_output=True, timeout=WITHIN, check=False).returncode != 0:
+        missing("this host gives an unprivileged user no user namespace (sysctl user.max_user_namespaces)")
+    python = python_every_uid_runs()
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    with (
+        readable_directory("mcp-sessions-container-") as top,
+        for_every_uid(MAIN / "middleware/mcp_sessions/__init__.py", MAIN / "middleware") as ours,
+        for_every_uid(purelib / "mcp/__init__.py", purelib) as theirs,
+    ):
+        state = top / "state"
+        state.mkdir(mode=0o700)
+        os.chown(state, user, user)  # the container root's
+        runtime = top / "run"
+        runtime.mkdir(mode=0o755)  # the host root's, as the host's /run/mcp-sessions
+        environ = {"PATH": os.environ["PATH"], "HOME": str(top), "MCP_SESSIONS_SECRET": SECRET}
+        environ |= {"PYTHONPATH": f"{ours.parents[1]}:{theirs.parents[1]}", "RUNTIME_DIRECTORY": str(runtime)}
+        sealed = ("--process-uids", uids(285, 3), "--process-state", str(state))
+        line = [*container, python, "-m", "mcp_sessions", "gateway", "--port", "0", "--stdio", f"{python} -c pass"]
+        done = subprocess.run(
+            [*line, *sealed], env=environ, capture_output=True, text=True, timeout=WITHIN, cwd=top, check=False
+        )
+    said = (
+        f"mcp-sessions gateway: the runtime directory {runtime}: Permission denied: give one the gateway's user (uid "
+        "0) may write, by --runtime-directory DIR or systemd's RuntimeDirectory= (RUNTIME_DIRECTORY), the same for "
+        "every gateway of the host\n"
+    )
+    assert (done.returncode, done.stderr) == (2, said)
 
 
 def test_a_zombie_of_a_uid_is_not_a_process_of_it() -> None:

@@ -32,9 +32,9 @@ from ._config import (
 )
 from ._node import node_without_proxy
 from ._process_flags import add_process_arguments, process_options, seal_gateway
-from ._serving import EXIT_USAGE, bind, private_directory
+from ._serving import EXIT_USAGE, StartSignals, bind, private_directory
 from .http._app import forwarding_app
-from .sealed._kernel import SandboxError
+from .sealed._kernel import RUNTIME, SandboxError
 from .sealed._network import NO_ROUTE, AllowedHost, NetworkError, add_network_arguments, routed
 
 if TYPE_CHECKING:
@@ -398,17 +398,19 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     alone, about 90,000 objects) lives as long as the gateway, and the 220 collections that found nothing to free
     in it took a tenth of the start's CPU. ``_lifecycle.serve`` freezes what the start made (never scanned again)
     and turns the collector back on before the gateway listens; a start that ends before then turns it back on
-    here."""
+    here. A SIGTERM or Ctrl-C from here on ends the start (``StartSignals``), as one while its first process starts
+    does."""
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _run(args, stderr, environ)
+        with StartSignals() as start:
+            return _run(args, stderr, environ, start)
     finally:
         if collecting:
             gc.enable()
 
 
-def _run(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, str]) -> int:
+def _run(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, str], start: StartSignals) -> int:
     if args.config is not None and (args.upstream is not None or args.stdio is not None):
         print("mcp-sessions gateway: --config names the servers: not with --upstream or --stdio", file=stderr)
         return EXIT_USAGE
@@ -424,8 +426,8 @@ def _run(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, str]) -
     except ModuleNotFoundError as exc:
         print(f"mcp-sessions gateway: {exc.name} is missing: pip install 'mcp-sessions[gateway]'", file=stderr)
         return EXIT_USAGE
-    except (ImportError, ValueError, TypeError, RuntimeError, NetworkError, SandboxError) as exc:
-        print(f"mcp-sessions gateway: {exc}", file=stderr)
+    except (ImportError, ValueError, TypeError, RuntimeError, NetworkError, SandboxError, OSError) as exc:
+        print(f"mcp-sessions gateway: {exc}", file=stderr)  # an OSError's path, for what no step names itself
         return EXIT_USAGE
     running = _running(app, sandbox)
     try:
@@ -435,7 +437,7 @@ def _run(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, str]) -
             if each.sandbox is not None:
                 seal_gateway(each.sandbox.containment)
         _install(running())
-    except (ImportError, ValueError, TypeError, RuntimeError, NetworkError, SandboxError) as exc:
+    except (ImportError, ValueError, TypeError, RuntimeError, NetworkError, SandboxError, OSError) as exc:
         for made in running():  # what each holds: its proxy's certificates and socket, made with it
             made.close()
         print(f"mcp-sessions gateway: {exc}", file=stderr)
@@ -457,7 +459,7 @@ def _run(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, str]) -
         for each in running():
             each.close()
 
-    return serve(app, bound, config, stderr, reload, release)
+    return serve(app, bound, config, stderr, reload, release, start)
 
 
 def _routes(app: ASGIApp) -> tuple[Route, ...]:
@@ -530,7 +532,9 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
     serves: Forwarding | StdioProcesses
     if args.stdio is not None:
         command = shlex.split(args.stdio)
-        sandbox = process_options(args, command, auth)
+        # systemd's RuntimeDirectory= (the first where it names several)
+        runtime = args.runtime_directory or environ.get("RUNTIME_DIRECTORY", "").partition(":")[0] or RUNTIME
+        sandbox = process_options(args, command, auth, runtime)
         sandbox = _masked(args, sandbox, _egress(args, sandbox, forwarded))  # the masked credentials, and their rules
         if exchange is not None and exchange.id_jag is not None:  # NAME=id-jag:ISSUER's subject
             id_tokens = _id_tokens(args, environ, sessions)

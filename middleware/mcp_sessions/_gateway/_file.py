@@ -53,7 +53,7 @@ GATEWAY_KEYS: Final = frozenset(
     {
         *("host", "port", "allowed-host", "allowed-origin", "forwarded-allow-ips", "shutdown-timeout", "log-level"),
         "log-format",
-        *("status-port", "status-socket", "process-uids", "process-user-gids", "process-state"),
+        *("status-port", "status-socket", "process-uids", "process-user-gids", "process-state", "runtime-directory"),
         *("auth-jwks", "auth-issuer", "auth-audience", "auth-principal-claim", "auth-principal-header"),
         *("auth-resource", "auth-leeway", "auth-server"),
         *("exchange-token-endpoint", "exchange-issuer", "exchange-client-id", "exchange-client-secret-file"),

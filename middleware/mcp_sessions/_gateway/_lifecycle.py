@@ -56,6 +56,7 @@ from ._serving import (
     RESTARTING,
     RETRY_AFTER,
     STOPPING,
+    StartSignals,
     bind,
     private_socket,
 )
@@ -78,16 +79,18 @@ def serve(
     stderr: TextIO,
     reload: Callable[[], Awaitable[GatewayConfig | None]] | None = None,
     release: Callable[[], None] | None = None,
+    start: StartSignals | None = None,
 ) -> int:
     """Serve ``app`` with uvicorn on ``bound`` (``_serving.bind``'s) as ``config`` says, until stopped; the exit
     status (:class:`Gateway` says how it starts, drains and stops, and what a signal does in each). ``reload``: what
     SIGHUP does (``_cli.Reload``, with ``--config``), the gateway's configuration then (``None``: unchanged).
     ``release``: what the app's processes ran in, let go once they have all ended (``_cli``'s: every server's
-    sandbox, ``_sandbox.Sandbox.close``). What the gateway's start made lasts as long as it does: frozen, never
+    sandbox, ``_sandbox.Sandbox.close``). ``start``: the signals that came while the gateway was built, each taken
+    as one during its start. What the gateway's start made lasts as long as it does: frozen, never
     scanned by the collector, which ``_cli.run`` kept off until now."""
     gc.freeze()
     gc.enable()
-    return Gateway(app, config, reload, release).run_until_stopped(bound, stderr)
+    return Gateway(app, config, reload, release, start).run_until_stopped(bound, stderr)
 
 
 class Gateway(uvicorn.Server):
@@ -112,11 +115,12 @@ class Gateway(uvicorn.Server):
 
     What a signal does (:meth:`handle_exit`), whichever it is, SIGTERM or SIGINT (Ctrl-C):
 
-    - **during the start** (before the app has started: its first process not answering yet, which uvicorn would
-      wait for, deaf to signals): the start is ended (``_stop_starting`` cancels the lifespan's start, whose
-      processes are stopped), nothing is said of a failure, the rules are removed, and the gateway exits with
-      status 0, never having listened (a start that ends as the signal comes is stopped at once, as uvicorn
-      stops: its processes stopped, then the signal raised again);
+    - **during the start** (while the gateway is built, which ``StartSignals`` notes, or before the app has
+      started: its first process not answering yet, which uvicorn would wait for, deaf to signals): the start is
+      ended (``_stop_starting`` cancels the lifespan's start, whose processes are stopped), nothing is said of a
+      failure, the rules are removed, and the gateway exits with status 0, never having listened (a start that
+      ends as the signal comes is stopped at once, as uvicorn stops, its processes stopped, and exits 0 too: a
+      signal of the start is never raised again);
     - **during the drain** (the second signal): the drain ends at once: every call still in flight is cancelled and
       told ``-32014`` (503 where its answer has not started), the streams are ended, and uvicorn stops, its shutdown
       steps as above;
@@ -135,6 +139,7 @@ class Gateway(uvicorn.Server):
         config: GatewayConfig,
         reload: Callable[[], Awaitable[GatewayConfig | None]] | None = None,
         release: Callable[[], None] | None = None,
+        start: StartSignals | None = None,
     ) -> None:
         # The upstream's own Date and Server go to the client, as any proxy's do. The app itself reads the forwarded
         # headers of the proxies --forwarded-allow-ips trusts (uvicorn's own would hide the peer from it). h11, the
@@ -179,6 +184,7 @@ class Gateway(uvicorn.Server):
         self._status_socket: str | None = None  # its file, once bound, removed by _gone
         self._reload = reload
         self._release = release
+        self._start = start or StartSignals()
         self._reloads: list[asyncio.Task[None]] = []  # SIGHUP's, run one at a time
 
     def run_until_stopped(self, bound: socket.socket, stderr: TextIO) -> int:
@@ -232,11 +238,12 @@ class Gateway(uvicorn.Server):
         return status
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        """A signal, as the class says: before the app has started, the start ended; then the drain, or its end."""
-        self._signals.append(sig)
+        """A signal, as the class says: before the app has started, the start ended (exit status 0: never raised
+        again); then the drain, or its end."""
         if not self.started:  # uvicorn's own stop, never its force quit; a first process that never answers keeps
             self.should_exit = True  # no one waiting
             return self._stop_starting()
+        self._signals.append(sig)
         assert self._loop is not None
         if self._stop_asked:
             self._hurried = True
@@ -251,9 +258,13 @@ class Gateway(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         """uvicorn's, its handler :meth:`handle_exit`; once uvicorn has stopped, the shutdown's last step,
-        ``_gone``; then, uvicorn's handlers given back, the signals that stopped it raised again, the last first, as
-        uvicorn raises those it caught (SIGTERM ends the process by it, Ctrl-C raises ``KeyboardInterrupt``)."""
+        ``_gone``; then, uvicorn's handlers and the system's given back (``StartSignals.restore``), the signals that
+        stopped a started gateway raised again, the last first, as uvicorn raises those it caught (SIGTERM ends the
+        process by it, Ctrl-C raises ``KeyboardInterrupt``). A signal noted while the gateway was built is taken
+        first."""
         with super().capture_signals():
+            for sig in self._start.signals:  # while the gateway was built: its start is ended before it begins
+                self.handle_exit(sig, None)
             hangup = None if self._reload is None else signal.signal(signal.SIGHUP, self._hangup)
             try:
                 yield
@@ -261,6 +272,7 @@ class Gateway(uvicorn.Server):
                 if hangup is not None:
                     signal.signal(signal.SIGHUP, hangup)
                 self._gone()
+        self._start.restore()
         for sig in reversed(self._signals):
             signal.raise_signal(sig)
 
@@ -371,8 +383,15 @@ class Gateway(uvicorn.Server):
         """A signal before the app has started: the start under way, or about to be, is ended (its processes
         stopped)."""
         self._stop_asked = True
-        if self._starting is not None and self._loop is not None:
-            self._loop.call_soon_threadsafe(self._starting.cancel)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._cancel_start)
+
+    def _cancel_start(self) -> None:
+        """The app's start cancelled, unless it ended meanwhile: a started app's lifespan is never cancelled (its
+        shutdown would not run, and uvicorn would be told of a failed start after its end); uvicorn stops it, as
+        ``should_exit`` asks."""
+        if self._starting is not None:
+            self._starting.cancel()
 
     def stop_asked(self) -> bool:
         """Whether the gateway drains (``DRAINING``)."""
@@ -403,6 +422,8 @@ class Gateway(uvicorn.Server):
         async def sending(message: Message) -> None:
             if message["type"] == "lifespan.startup.complete":
                 self._starting = None  # started: a stop is uvicorn's from now on
+                if starting.cancel_called:  # a signal as it ended, its cancel not delivered yet (anyio delivers it at
+                    return None  # the app's next wait): a stopped start, as below, never a failure after its end
             if message["type"] == "lifespan.startup.failed":
                 held.append(message)  # its text is a traceback: the exception says it in one line
             else:

@@ -35,9 +35,11 @@ from ._config import (
 )
 from ._loader import loads_code
 from .sealed._grants import STATE, USER_GIDS
+from .sealed._kernel import RUNTIME, runtime_directory
 from .sealed._sandbox import CONTAINMENTS, DISK
 
 if TYPE_CHECKING:
+    from .sealed._network import Network
     from .sealed._sandbox import ProcessFile, SandboxPolicy
 
 _PR_SET_DUMPABLE: Final = 4
@@ -214,6 +216,14 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
         f"{STATE}): give every gateway of the host the same",
     )
     gateway.add_argument(
+        "--runtime-directory",
+        metavar="DIR",
+        help="with --process-uids or --process-network egress: where the host's gateways lock the processes' uids and "
+        "their egress tables, and keep the processes' resolver and the masked credentials' certificates; one the "
+        f"gateway's user may write (default: systemd's RUNTIME_DIRECTORY, from RuntimeDirectory=, else {RUNTIME}): "
+        "give every gateway of the host the same",
+    )
+    gateway.add_argument(
         "--process-file",
         action="append",
         default=[],
@@ -233,12 +243,15 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
     )
 
 
-def process_options(args: argparse.Namespace, command: Sequence[str], auth: object | None) -> SandboxPolicy:
+def process_options(
+    args: argparse.Namespace, command: Sequence[str], auth: object | None, runtime: str = RUNTIME
+) -> SandboxPolicy:
     """How the stdio processes run (``--process-*``), checked, the containment tried once (``auto`` resolved to
     the one that works here). Nothing of the gateway's own process changes here: :func:`seal_gateway` does, as the
     command starts. ``auth`` is the gateway's users' authentication (a ``GatewayAuth``), of which only whether there
     is one counts here: typed so, the flags import nothing of ``auth/``, which imports the configuration's types
-    (``_config``), whose defaults the flags read."""
+    (``_config``), whose defaults the flags read. ``runtime``: ``--runtime-directory`` (or systemd's), checked
+    where a process's uid or its egress table is locked there."""
     from .sealed._sandbox import SandboxError, SandboxPolicy, private_under
 
     if command and shutil.which(command[0]) is None:
@@ -257,7 +270,7 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: obje
         raise ValueError(f"--pass-env: {loader[0]!r} tells the dynamic loader what to load, and root's helpers run it")
     if args.process_disk < 1:
         raise ValueError("--process-disk takes a positive number")
-    uids, user, group = _run_as(args)
+    uids, user, group = _run_as(args, runtime)
     uid: int | None = uids.first if uids is not None else user
     if command and uid is not None:
         _reached_as(command, uid, group if group is not None else uid)
@@ -266,6 +279,10 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: obje
         raise ValueError("--process-cwd needs '{id}' in its last part: each conversation gets a directory of its own")
     if cwd is None and uids is not None:  # a uid of its own, so a HOME of its own
         cwd = os.path.join(tempfile.gettempdir(), "mcp-sessions", "{id}")
+    network: Network = args.process_network or ("egress" if uids is not None else "host")
+    parts = [part for part, used in (("uids", uids is not None), ("tables", network == "egress")) if used]
+    if parts:  # before any lock is taken there: a container's root may not own the host's /run/mcp-sessions
+        runtime_directory(runtime, *parts)
     bounds = _bounds(args, per_uid=uids is not None)
     seccomp, profile = _seccomp(args)
     grants, users = _grants(args, cwd, uids, auth)
@@ -277,12 +294,13 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: obje
         cwd=cwd,
         bounds=bounds,
         pids=args.process_pids if bounds is None else None,
-        network=args.process_network or ("egress" if uids is not None else "host"),
+        network=network,
         disk=args.process_disk,
         seccomp=seccomp,
         profile=profile,
         grants=grants,
         users=users,
+        runtime=runtime,
     )
     try:
         sandbox = sandbox.chosen()
@@ -522,7 +540,7 @@ def _template(flag: str, path: str) -> string.Template:
     return string.Template(text)
 
 
-def _run_as(args: argparse.Namespace) -> tuple[Any, int | None, int | None]:
+def _run_as(args: argparse.Namespace, runtime: str) -> tuple[Any, int | None, int | None]:
     """As whom the processes run: a uid each from ``--process-uids``, or ``--process-user``'s uid and gid."""
     from .sealed._sandbox import UidRange
 
@@ -534,7 +552,8 @@ def _run_as(args: argparse.Namespace) -> tuple[Any, int | None, int | None]:
     if args.process_uids is not None:
         # a user's conversations' processes, and as many still ending (Uids: a uid kept for her)
         per_user = 2 * max(1, args.max_processes_per_principal)
-        uids = UidRange.parsed(args.process_uids, per_user=per_user, state=args.process_state)
+        locks = os.path.join(runtime, "uids")
+        uids = UidRange.parsed(args.process_uids, per_user=per_user, locks=locks, state=args.process_state)
         if (someone := uids.taken_by_users()) is not None:
             raise ValueError(f"--process-uids: the range is the gateway's alone, but {someone} is a user here")
         return uids, None, None

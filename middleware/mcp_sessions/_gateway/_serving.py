@@ -12,9 +12,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import socket
 import stat
-from typing import Final
+import threading
+from collections.abc import Callable
+from types import FrameType, TracebackType
+from typing import Any, Final
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -40,6 +44,37 @@ its signal: from then ``--stdio``'s table takes no new request (``-32014``, 503 
 drain's calls only end, and a conversation's next call goes to the next gateway."""
 
 
+class StartSignals:
+    """SIGTERM and SIGINT (Ctrl-C) from the gateway's first step until uvicorn hears them: noted, not obeyed, so that
+    one that comes while the gateway is built (its configuration read, its sandboxes made, its egress rules installed)
+    ends the start as one during the app's start does (``_lifecycle.Gateway``, which takes them as it starts):
+    nothing left running, exit status 0; the system's SIGTERM ended the process at once (exit -15), its rules and
+    control groups left for the next start, and Python's Ctrl-C printed a traceback. :meth:`restore` gives the
+    signals back their handlers, as a stopped gateway raises its signal again. Outside the main thread (a test's
+    gateway), which signals never reach, it notes nothing."""
+
+    def __init__(self) -> None:
+        self.signals: list[int] = []
+        self._before: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {}
+
+    def __enter__(self) -> StartSignals:
+        if threading.current_thread() is threading.main_thread():
+            self._before = {sig: signal.signal(sig, self._noted) for sig in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.restore()
+
+    def _noted(self, sig: int, frame: FrameType | None) -> None:
+        self.signals.append(sig)
+
+    def restore(self) -> None:
+        """The handlers the signals had before (said twice, done once)."""
+        while self._before:
+            sig, handler = self._before.popitem()
+            signal.signal(sig, handler)
+
+
 def bind(host: str, port: int, flags: str = "--host {host} --port {port}") -> socket.socket:
     """A TCP socket bound to ``host`` and ``port`` before any process starts; uvicorn listens on it once the app has
     started (until then a connection is refused, as where nothing listens). ``ValueError`` saying why it cannot be
@@ -61,11 +96,16 @@ def bind(host: str, port: int, flags: str = "--host {host} --port {port}") -> so
 
 def private_directory(path: str) -> None:
     """The directory of the socket ``path``, which only the gateway's user may enter: made 0700 if missing,
-    refused (``ValueError``) if another user may enter it."""
+    refused (``ValueError``) if another user may enter it, or it cannot be made."""
     directory = os.path.dirname(os.path.abspath(path))
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(directory, 0o700)
-    found = os.lstat(directory)
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, 0o700)
+        found = os.lstat(directory)
+    except OSError as exc:
+        raise ValueError(
+            f"--status-socket: {directory}: {exc.strerror}: give a path in a directory the gateway's user can create"
+        ) from None
     if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid() or found.st_mode & 0o011:
         raise ValueError(
             f"--status-socket: {directory} must be a directory of the gateway's user that no one else may enter "

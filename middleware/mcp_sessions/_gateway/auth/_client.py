@@ -121,7 +121,7 @@ class ClientAuth:
                     with open(secret_file, encoding="utf-8") as file:
                         secret = file.read().strip()
                 except OSError as exc:
-                    raise ValueError(f"{flag}-secret-file: {exc.strerror}") from None
+                    raise ValueError(f"{flag}-secret-file: {secret_file}: {exc.strerror}") from None
             if not secret:
                 raise ValueError(f"the gateway's client needs its client secret for {method}: give {flag}-secret-file")
             named = tuple(server for server in servers if server)

@@ -181,9 +181,15 @@ def state_directory(path: str, part: str) -> str:
             os.makedirs(directory, mode=0o700, exist_ok=True)  # its mode to the last alone: one at a time
             found = os.stat(directory)
         except OSError as exc:
-            raise GrantError(f"--process-state {path}: {exc.strerror}") from None
+            raise GrantError(
+                f"--process-state {path}: {directory}: {exc.strerror}: give a directory the gateway's user may make "
+                "and write, by --process-state DIR, the same for every gateway of the host"
+            ) from None
         if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid() or found.st_mode & 0o022:
-            raise GrantError(f"--process-state {path}: it must be the gateway's user's alone to write (chmod 0700)")
+            raise GrantError(
+                f"--process-state {path}: it must be the gateway's user's alone to write (chmod 0700; else give "
+                "another, by --process-state DIR)"
+            )
     return made
 
 

@@ -14,6 +14,7 @@ import os
 import shutil
 import struct
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from contextlib import suppress
 from pathlib import Path
@@ -32,6 +33,11 @@ HELPER_ENV: Final = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 """The whole environment of every program root runs (``sh``, ``bwrap``, ``unshare``, ``prlimit``, ``setpriv``,
 ``ip``, ``nft``, ``conntrack``, ``rm``), whatever the gateway's own and the users' hold: neither a user's variable nor
 the gateway's (its secret, a ``LD_PRELOAD``, an ``NFT_DEBUG``) reaches a helper."""
+RUNTIME: Final = "/run/mcp-sessions"
+"""The default of ``--runtime-directory`` where systemd gives none (``RUNTIME_DIRECTORY``): where the host's
+gateways lock the processes' uids (``uids/``) and their egress tables (``tables/``), and keep the egress namespaces'
+resolver (``resolv.conf``) and each gateway's certificates (``ca-*``). Under ``/run``, which no contained process
+sees; every gateway of a host that shares a uid range gives the same."""
 
 
 class SandboxError(Exception):
@@ -116,6 +122,23 @@ def locked(path: str | Path, directory: bool = False) -> int | None:
         os.close(descriptor)
         return None
     return descriptor
+
+
+def runtime_directory(path: str, *parts: str) -> None:
+    """``path`` (``--runtime-directory``) and its ``parts``, each made if missing and written once (a file made and
+    removed: what the kernel says, for a container's root whose host root owns the directory too); a
+    ``SandboxError`` in one line that names the one the gateway's user cannot write, and what to give, where a lock
+    taken in it at a process's start would fail."""
+    for directory in (path, *(os.path.join(path, part) for part in parts)):
+        try:
+            os.makedirs(directory, mode=0o755 if directory == path else 0o700, exist_ok=True)
+            tempfile.TemporaryFile(dir=directory).close()
+        except OSError as exc:
+            raise SandboxError(
+                f"the runtime directory {directory}: {exc.strerror}: give one the gateway's user (uid {os.geteuid()}) "
+                "may write, by --runtime-directory DIR or systemd's RuntimeDirectory= (RUNTIME_DIRECTORY), the same "
+                "for every gateway of the host"
+            ) from None
 
 
 def running_uids() -> set[int]:

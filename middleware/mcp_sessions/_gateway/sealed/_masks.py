@@ -39,6 +39,7 @@ from urllib.parse import urlsplit
 
 from .._keys import private_key
 from ._grants import Grant
+from ._kernel import RUNTIME
 from ._network import GATEWAY, AllowedHost
 
 if TYPE_CHECKING:
@@ -51,8 +52,9 @@ CA_IN_PROCESS: Final = "/run/mcp-sessions-ca"
 """Where a process finds the gateway's certificates (a read-only grant): ``ca.pem``, and ``bundle.pem`` (the host's
 roots and it)."""
 PROXY_USER: Final = "mcp"
-SHARED: Final = "/run/mcp-sessions"
-"""Where each gateway's certificates are, in a directory of its own (``ca-*``: :func:`held_directory`)."""
+SHARED: Final = RUNTIME
+"""Where each gateway's certificates are (``--runtime-directory``'s default), in a directory of its own (``ca-*``:
+:func:`held_directory`)."""
 _JWT_ALPHABET: Final = string.ascii_letters + string.digits + "-_"
 
 
@@ -248,7 +250,9 @@ class Authority:
     ``bundle.pem``, the host's roots and it), held while the gateway lives (:func:`held_directory`). The leaves' key
     and certificates reach ``ssl`` through a memory file, never a file on disk."""
 
-    def __init__(self, key: IssuerKey, certificate: x509.Certificate, roots: str | None = None) -> None:
+    def __init__(
+        self, key: IssuerKey, certificate: x509.Certificate, roots: str | None = None, runtime: str = SHARED
+    ) -> None:
         from cryptography import x509
         from cryptography.hazmat.primitives import serialization
         from cryptography.hazmat.primitives.asymmetric import ec
@@ -264,7 +268,7 @@ class Authority:
         pem = certificate.public_bytes(serialization.Encoding.PEM)
         roots = roots or ssl.get_default_verify_paths().cafile or ""
         host_roots = Path(roots).read_bytes() if roots and os.path.isfile(roots) else b""
-        self.shared, self.lock = held_directory()
+        self.shared, self.lock = held_directory(runtime)
         os.chmod(self.shared, 0o755)  # noqa: S103 - certificates, every process reads them
         for file, text in (("ca.pem", pem), ("bundle.pem", host_roots.rstrip() + b"\n" + pem)):
             Path(self.shared, file).write_bytes(text)
@@ -272,7 +276,7 @@ class Authority:
         self.contexts: dict[str, ssl.SSLContext] = {}
 
     @classmethod
-    def made(cls, hosts: Collection[str], roots: str | None = None) -> Authority:
+    def made(cls, hosts: Collection[str], roots: str | None = None, runtime: str = SHARED) -> Authority:
         """An authority of the gateway's own, made now (a P-256 key, a name no other gateway's has), whose
         certificate permits ``hosts`` alone (RFC 5280's name constraints, critical: :func:`constraints`): a leaf it
         signed for any other name or address fails every client's verification, whoever made it."""
@@ -300,10 +304,10 @@ class Authority:
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .sign(key, hashes.SHA256())
         )
-        return cls(key, certificate, roots)
+        return cls(key, certificate, roots, runtime)
 
     @classmethod
-    def given(cls, files: str, roots: str | None = None) -> Authority:
+    def given(cls, files: str, roots: str | None = None, runtime: str = SHARED) -> Authority:
         """The operator's authority, ``--process-env-mask-ca CERT.pem[,KEY.pem]`` (one file may hold both), read
         once; ``ValueError`` in one line (never a byte of the key) for a file that cannot be read, a key others may
         read, a certificate that is no authority's or has expired, or a key that is not its."""
@@ -334,7 +338,7 @@ class Authority:
         spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
         if key.public_key().public_bytes(*spki) != certificate.public_key().public_bytes(*spki):
             raise ValueError(f"{flag}: {key_file}'s key is not {certificate_file}'s certificate's")
-        return cls(key, certificate, roots)
+        return cls(key, certificate, roots, runtime)
 
     def context(self, host: str) -> ssl.SSLContext:
         """A server context whose certificate names ``host``, signed by this authority (made once a host), whose

@@ -41,7 +41,7 @@ from typing import Any, Final, Literal, get_args
 import anyio
 
 from ..._wire import printable
-from ._kernel import HELPER_ENV, SandboxError, locked, run_helper, running_uids, tool
+from ._kernel import HELPER_ENV, RUNTIME, SandboxError, locked, run_helper, running_uids, tool
 
 Network = Literal["host", "none", "egress"]
 NETWORKS: Final = get_args(Network)
@@ -92,7 +92,7 @@ answer: the private networks, where a team's internal services are (RFC 1918's, 
 unique local addresses). Never what is refused for another reason as well (:func:`refused_answer`): this host's own
 addresses, loopback, link-local, the clouds' metadata addresses within these (Alibaba's ``100.100.100.200``, AWS's
 ``fd00:ec2::254``), ``0.0.0.0/8`` (this host, to Linux)."""
-TABLE_LOCKS: Final = "/run/mcp-sessions/tables"
+TABLE_LOCKS: Final = f"{RUNTIME}/tables"
 """Where each gateway holds a lock on a file named for its table, for its whole life, its uids in it."""
 RESOLV_CONF: Final = "/etc/resolv.conf"
 HOST_TTL: Final = 600
@@ -106,7 +106,7 @@ the host's: a permanent neighbour entry in the namespace names its link-layer ad
 gateway's table sends a DNS query to the host's resolver (the namespace's ``/etc/resolv.conf`` names it:
 :data:`RESOLV`) and any other connection to this host's loopback, where its rules refuse it but what
 ``--process-allow-net`` grants (``127.0.0.1:6379`` is reached at ``169.254.1.1:6379``)."""
-RESOLV: Final = "/run/mcp-sessions/resolv.conf"
+RESOLV: Final = f"{RUNTIME}/resolv.conf"
 """Every ``egress`` namespace's ``/etc/resolv.conf`` (its gateway: the host's resolver to it), written at startup."""
 NO_ROUTE: Final = (
     "this host has no IPv4 default route, which an egress process reaches the world through: each process starts with "
@@ -221,6 +221,7 @@ class ProcessNetwork:
     kind: Network
     link: Link | None = None
     hidden: str = "/run"
+    resolv: str = RESOLV  # under egress, its /etc/resolv.conf (linkable's, in --runtime-directory)
 
     @property
     def isolated(self) -> bool:
@@ -271,7 +272,7 @@ class ProcessNetwork:
         target = os.path.realpath(RESOLV_CONF)
         at = target if target.startswith(f"{self.hidden}/") else RESOLV_CONF
         if self.link is not None:
-            return RESOLV, at
+            return self.resolv, at
         return (target, target) if at != RESOLV_CONF else ("", "")
 
 
@@ -1116,10 +1117,11 @@ def _overlapping() -> str | None:
     return None
 
 
-def linkable(unshare: str) -> None:
+def linkable(unshare: str, resolv: str = RESOLV) -> None:
     """Whether this host lets root make a process's user and network namespaces (``unshare``: util-linux's, by its
-    absolute path); and the namespaces' :data:`RESOLV` written, unless it already holds what it must: a file
-    replaced while another gateway's bubblewrap binds it fails that process's start."""
+    absolute path); and the namespaces' resolver, ``resolv`` (in ``--runtime-directory``), written, unless it
+    already holds what it must: a file replaced while another gateway's bubblewrap binds it fails that process's
+    start."""
     try:
         made = run_helper([unshare, "--user", "--net", "--", "/bin/true"])
     except SandboxError as exc:
@@ -1131,18 +1133,18 @@ def linkable(unshare: str) -> None:
             f"host refuses ({said[:200]}): allow one (sysctl user.max_user_namespaces), or --process-network none"
         )
     try:
-        os.makedirs(os.path.dirname(RESOLV), mode=0o755, exist_ok=True)
+        os.makedirs(os.path.dirname(resolv), mode=0o755, exist_ok=True)
         wanted = f"nameserver {GATEWAY}\n"
         with suppress(FileNotFoundError):
-            readable = os.stat(RESOLV).st_mode & 0o777 == 0o644
-            if readable and Path(RESOLV).read_text() == wanted:
+            readable = os.stat(resolv).st_mode & 0o777 == 0o644
+            if readable and Path(resolv).read_text() == wanted:
                 return
-        written = f"{RESOLV}.{os.getpid()}"
+        written = f"{resolv}.{os.getpid()}"
         Path(written).write_text(wanted)
         os.chmod(written, 0o644)
-        os.replace(written, RESOLV)
+        os.replace(written, resolv)
     except OSError as exc:
-        raise NetworkError(f"--process-network egress: {exc.strerror or exc}") from None
+        raise NetworkError(f"--process-network egress: {resolv}: {exc.strerror or exc}") from None
 
 
 def routed() -> bool:

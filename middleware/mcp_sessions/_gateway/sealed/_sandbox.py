@@ -56,7 +56,7 @@ import anyio
 
 from ._cgroups import Bound, Bounds, Cgroup, Cgroups, read
 from ._grants import STATE, Grant, GrantError, UserDirectories, UserGroups, owner_name, state_directory
-from ._kernel import HELPER_ENV, above, locked, no_user_namespaces, run_helper, running_uids, tool
+from ._kernel import HELPER_ENV, RUNTIME, above, locked, no_user_namespaces, run_helper, running_uids, tool
 from ._kernel import SandboxError as SandboxError
 from ._network import (
     CGROUPS_FIRST,
@@ -88,7 +88,7 @@ DISK: Final = 256
 """Each of a contained process's own directories at most, in MiB (``--process-disk``): its home, ``/tmp``,
 ``/var/tmp``, ``/dev/shm`` and ``/run/lock``, each a tmpfs."""
 _POLL: Final = 0.05
-UID_LOCKS: Final = "/run/mcp-sessions/uids"
+UID_LOCKS: Final = f"{RUNTIME}/uids"
 """Where a gateway holds a lock (``flock``) on each uid it has given a process, until that uid is free again: the
 gateways of one host never give out one uid at once, nor end each other's processes by it, whatever their ranges."""
 # The first helper: the server's stdin and stdout moved to descriptors 3 and 4, which bubblewrap's own processes close
@@ -420,6 +420,8 @@ class SandboxPolicy:
     masks: tuple[Mask, ...] = ()
     masks_ca: str | None = None
     files: tuple[ProcessFile, ...] = ()  # written in each process's own directories as it starts (--process-file)
+    # Where the host's gateways lock uids and tables, and keep the resolver and certificates (--runtime-directory).
+    runtime: str = RUNTIME
 
     @property
     def per_user(self) -> bool:
@@ -484,7 +486,7 @@ class SandboxPolicy:
         self._installed()
         if self.network == "egress":
             try:
-                linkable(tool("unshare"))
+                linkable(tool("unshare"), os.path.join(self.runtime, "resolv.conf"))
             except NetworkError as exc:
                 raise SandboxError(str(exc)) from None
         with tempfile.TemporaryDirectory() as top:
@@ -581,11 +583,12 @@ class Sandbox:
                 raise SandboxError(f"--process-uids: {policy.uids.locks} could not be made: {exc.strerror}") from None
         self.users = None if policy.users is None else UserDirectories(policy.users)
         self.cgroups = None if policy.bounds is None else Cgroups(policy.bounds)
-        self.edge = None if not policy.masks else _edge(policy.masks, policy.masks_ca)  # last: it holds a socket
+        # last: it holds a socket
+        self.edge = None if not policy.masks else _edge(policy.masks, policy.masks_ca, policy.runtime)
         egress = policy.egress
         if egress is not None and self.edge is not None:  # the proxy's port, known once it is bound
             egress = replace(egress, proxy=self.edge.masks.port)
-        self.egress = None if egress is None else EgressRules(egress)
+        self.egress = None if egress is None else EgressRules(egress, locks=os.path.join(policy.runtime, "tables"))
         # The grants, and with masked credentials the proxy's certificates, read-only in every process.
         self.grants = policy.grants if self.edge is None else (*policy.grants, self.edge.masks.grant)
 
@@ -773,15 +776,15 @@ class Place:
                 self.sandbox.uids.give_back(self.uid)
 
 
-def _edge(masks: tuple[Mask, ...], ca: str | None) -> Edge:
+def _edge(masks: tuple[Mask, ...], ca: str | None, runtime: str) -> Edge:
     """The masked credentials' proxy, as a gateway's start makes it: its authority (``ca``'s files, read once; else
-    one of its own, made now for the masked hosts alone), its port bound on this host's loopback. A ``ValueError``
-    names a file that cannot serve."""
+    one of its own, made now for the masked hosts alone), its certificates in ``runtime``, its port bound on this
+    host's loopback. A ``ValueError`` names a file that cannot serve."""
     from ._edge import Edge
     from ._masks import Authority, Masks
 
     names = {host for mask in masks for host, _ in mask.hosts}
-    authority = Authority.given(ca) if ca else Authority.made(names)
+    authority = Authority.given(ca, runtime=runtime) if ca else Authority.made(names, runtime=runtime)
     try:
         listening = socket.create_server(("127.0.0.1", 0))
     except OSError:
@@ -842,7 +845,7 @@ def _namespace(
     containment = sandbox.containment
     if containment not in ("bwrap", "unshare"):
         return []
-    network = ProcessNetwork(sandbox.network, link, RUN)
+    network = ProcessNetwork(sandbox.network, link, RUN, os.path.join(sandbox.runtime, "resolv.conf"))
     hidden = [path for path in (RUN, *PRIVATE, CGROUPS) if os.path.isdir(path) and not os.path.islink(path)]
     home = "" if cwd is None else os.path.abspath(cwd)
     size = f"{sandbox.disk}m"
