@@ -432,9 +432,11 @@ def serve_in_thread(
     thread.start()
     try:
         deadline = time.monotonic() + timeout
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise ServerUnavailable("the server did not start (see the log above)")
+        while not server.started:  # its app's startup (the lifespan) ended, and it listens
+            if not thread.is_alive():
+                raise ServerUnavailable("the server did not start: its app's startup failed (see the log above)")
+            if time.monotonic() > deadline:
+                raise ServerUnavailable(f"the server did not start: its app's startup had not ended in {timeout:g} s")
             time.sleep(0.01)
         yield f"{'http' if tls is None else 'https'}://127.0.0.1:{port}{path}"
     finally:

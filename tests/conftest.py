@@ -21,6 +21,7 @@ from _mcp import LOCAL
 from _redis import RedisServer, redis_server
 from _redis_topologies import ClusterServers, SentinelGroup, redis_cluster, sentinel_group
 from _uids import reserve
+from _waits import WITHIN
 from mcp_sessions import KeySet, SessionKey
 
 if TYPE_CHECKING:
@@ -96,12 +97,14 @@ def anyio_backend() -> str:
 
 
 def serve(
-    app: Any, *, timeout: float = 10.0, root_path: str = "", port: int = 0, tls: tuple[str, str] | None = None
+    app: Any, *, timeout: float = WITHIN, root_path: str = "", port: int = 0, tls: tuple[str, str] | None = None
 ) -> contextlib.AbstractContextManager[str]:
     """``app`` on a real uvicorn on 127.0.0.1 in a thread, its lifespan run (the MCP SDK app needs it): the base URL
     (https given ``tls``, a certificate chain's file and its key's; on ``port`` where given).
 
-    ``examples.demo.serve_in_thread`` at the root path: the server stops, bounded in time, when the block ends.
+    ``examples.demo.serve_in_thread`` at the root path: the server stops, bounded in time, when the block ends. Its
+    start is waited for as long as any wait of the suite's (``timeout``), past an app's own bound (a gateway's start
+    ends at 30 s, ``START_TIMEOUT``, and says why): a busy machine's slow start is no failure.
     """
     return serve_in_thread(app, timeout=timeout, path="", root_path=root_path, port=port, tls=tls)
 

@@ -590,12 +590,13 @@ def test_a_host_chain_that_drops_by_policy_is_said_at_startup() -> None:
 
 
 def test_a_host_routes_for_its_processes_alone_where_a_gateway_turned_its_forwarding_on() -> None:
-    """A host (a network namespace of the test's own) whose uplink's IPv4 forwarding is off, with a neighbour on that
-    link (another namespace) that routes the host's other network through it: the gateway turns the uplink's
-    forwarding on (its processes' replies arrive there), and the host routes nothing for the neighbour for it: its
-    datagram is dropped in the table every gateway shares, and counted; the table stays after the gateway's stop, as
-    the forwarding does, so that a gateway started later (which finds the forwarding on, and turns nothing on) leaves
-    the host as guarded. A process's replies pass it (every test here that reaches the world's address)."""
+    """A host (a network namespace of the test's own) whose uplink's IPv4 forwarding is off (set so: a new namespace
+    takes this host's, on where Docker or podman runs), with a neighbour on that link (another namespace) that routes
+    the host's other network through it: the gateway turns the uplink's forwarding on (its processes' replies arrive
+    there), and the host routes nothing for the neighbour for it: its datagram is dropped in the table every gateway
+    shares, and counted; the table stays after the gateway's stop, as the forwarding does, so that a gateway started
+    later (which finds the forwarding on, and turns nothing on) leaves the host as guarded. A process's replies pass it
+    (every test here that reaches the world's address)."""
     needs_root_and_nft()
     _sealed.needs("bwrap")
     host, neighbour = (f"mcp-sessions-test-{os.getpid()}-{role}" for role in ("host", "neighbour"))
@@ -603,6 +604,7 @@ def test_a_host_routes_for_its_processes_alone_where_a_gateway_turned_its_forwar
     steps = [
         ["ip", "netns", "add", host],
         ["ip", "netns", "add", neighbour],
+        ["ip", "netns", "exec", host, "sysctl", "-qw", "net.ipv4.conf.all.forwarding=0"],  # its interfaces' default too
         [*in_host, "link", "add", "up0", "type", "veth", "peer", "name", "eth0", "netns", neighbour],
         [*in_host, "address", "add", "11.78.0.1/24", "dev", "up0"],
         [*in_host, "link", "add", "inner0", "type", "veth", "peer", "name", "inner1"],
