@@ -24,6 +24,7 @@ from ._asgi import AtEndpoints, Replay, headers_of, read_body, too_large
 from ._config import SessionsConfig, SessionsOptions
 from ._otel import Telemetry
 from ._pipeline import (
+    TOO_DEEP,
     Answers,
     Forwarder,
     Resolver,
@@ -34,6 +35,7 @@ from ._pipeline import (
 from ._plan import Planner, json_rpc_headers
 from ._session import SessionService
 from ._tokens import IdDigests
+from ._wire import jsonrpc
 from .sources import (
     DataLayerSource,
     HostConversationSource,
@@ -148,7 +150,10 @@ class MCPSessionMiddleware(AtEndpoints):
         if type(body) is not bytes:  # gone (the client disconnected: nothing to forward), or too large
             return None if body is None else await too_large(send, self._max_body)
         replay = Replay(body, receive)
-        plan = self._planner.plan(body, headers, start_ns)
+        try:
+            plan = self._planner.plan(body, headers, start_ns)
+        except jsonrpc.TooDeep:  # what the middleware cannot read, it cannot check: never forwarded
+            return await TOO_DEEP.send(send)
         if plan is None:  # not JSON-RPC: the app answers it
             return await self._forwarder.pass_through(self.app, scope, replay, send, headers)
         if (plan.batch or plan.local is not None) and await self._answers.before_sessions(

@@ -126,8 +126,15 @@ class Planner:
         self._default = profiles[0]
 
     def plan(self, body: bytes, headers: dict[bytes, bytes], start_ns: int) -> Plan | None:
-        """The plan of a JSON-RPC request; ``None`` for anything else (the app answers it)."""
-        parsed = jsonrpc.loads(body)
+        """The plan of a JSON-RPC request; ``None`` for anything else (the app answers it). A body nested deeper
+        than the reader reads raises :class:`jsonrpc.TooDeep`: a server may read it, the middleware cannot check
+        it."""
+        try:
+            parsed = jsonrpc.read(body)
+        except jsonrpc.TooDeep:
+            raise
+        except jsonrpc.Unreadable:
+            return None
         if isinstance(parsed, dict):
             call = self.call(parsed)
             if call.method is None:

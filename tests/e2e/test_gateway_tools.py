@@ -6,6 +6,7 @@ call it runs), a batch does not get around it, and a bad policy is a one-line us
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -25,8 +26,9 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from _mcp import legacy_request, messages
+from _mcp import legacy_request, messages, modern_headers, modern_request
 from _redis import free_port, listens
 from _waits import WITHIN, until
 from conftest import serve
@@ -75,22 +77,44 @@ def recording_server(called: list[str]) -> MCPServer:
     return server
 
 
-class Upstream:
-    """The gateway's MCP URL in front of the recording server, and the calls the server ran."""
+class Received:
+    """``app``, and the body of every request it received, as it came."""
 
-    def __init__(self, url: str, called: list[str]) -> None:
-        self.url, self.called = url, called
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.bodies: list[bytearray] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        body = bytearray()
+        self.bodies.append(body)
+
+        async def received() -> Message:
+            message = await receive()
+            body.extend(message.get("body", b""))
+            return message
+
+        await self.app(scope, received, send)
+
+
+class Upstream:
+    """The gateway's MCP URL in front of the recording server, the calls the server ran and the bodies it received."""
+
+    def __init__(self, url: str, called: list[str], received: Received) -> None:
+        self.url, self.called, self.received = url, called, received
 
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[Upstream]:
     called: list[str] = []
     policy = ToolPolicy.from_specs(ALLOW, DENY)
-    with jwks() as keys, serve(recording_server(called).streamable_http_app()) as base:
+    received = Received(recording_server(called).streamable_http_app())
+    with jwks() as keys, serve(received) as base:
         auth = GatewayAuth(jwks_url=keys, issuer=ISSUER, audience=AUDIENCE)
         app = gateway_app([base + "/mcp"], config=SessionsConfig(secret=SECRET), auth=auth, tools=policy)
         with serve(app) as front:
-            yield Upstream(front + "/mcp", called)
+            yield Upstream(front + "/mcp", called, received)
 
 
 @asynccontextmanager
@@ -132,6 +156,42 @@ def test_a_2025_batch_and_an_event_stream_get_around_nothing(upstream: Upstream)
     assert [tool["name"] for tool in answer["result"]["tools"]] == ["read_file", "search"]
     assert [(answer["id"], answer["error"]["code"]) for answer in refused.json()] == [(1, -32600), (2, -32602)]
     assert upstream.called == []
+
+
+MARK = b"unread-7f3a"  # in every body below: the upstream received none
+NOT_UTF8 = b'"' + MARK + b'\xff"'  # a Node or Go server reads the byte as U+FFFD
+DEEP = b"[" * 3000 + b'"' + MARK + b'"' + b"]" * 3000
+# bob (roles=reader) may call read_file and search: drop_table is no one's.
+CALL = {"method": "tools/call", "params": {"name": "drop_table", "arguments": {"note": "@"}}}
+LIST = {"method": "tools/list", "params": {"cursor": "@"}}
+TRICKS: dict[str, tuple[list[dict[str, Any]], bytes]] = {
+    "call-not-utf8": ([CALL], NOT_UTF8),
+    "call-nested-3000": ([CALL], DEEP),
+    "list-not-utf8": ([LIST], NOT_UTF8),
+    "list-nested-3000": ([LIST], DEEP),
+    "batch-not-utf8": ([{"method": "tools/list"}, CALL], NOT_UTF8),
+}
+
+
+@pytest.mark.parametrize("era", ["2026-07-28", "2025"])
+@pytest.mark.parametrize("trick", TRICKS)
+def test_a_body_the_policy_cannot_read_is_refused_and_never_forwarded(upstream: Upstream, trick: str, era: str) -> None:
+    """A byte that is not UTF-8 (a Node or Go server reads it as U+FFFD, and ran the call), or a nesting past the
+    reader's limit (Python's decoder ran out of recursion), in a call of a tool not bob's or a tools/list: 400,
+    -32700, and the upstream never receives it."""
+    shape, note = TRICKS[trick]
+    made = modern_request if era == "2026-07-28" else legacy_request
+    elements = [made(element["method"], element.get("params"), id=n) for n, element in enumerate(shape)]
+    content = json.dumps(elements if len(elements) > 1 else elements[0]).encode().replace(b'"@"', note)
+    with httpx.Client(timeout=30) as http:
+        if era == "2026-07-28":
+            headers = modern_headers(elements[0]) | bearer("bob")
+        else:  # its era in its transport session
+            headers = legacy_initialize(http, upstream.url, bearer("bob"))
+        answer = http.post(upstream.url, content=content, headers={**headers, "Content-Type": "application/json"})
+    assert (answer.status_code, answer.json()["error"]["code"]) == (400, -32700), answer.text
+    assert not [body for body in upstream.received.bodies if MARK in body]
+    assert "drop_table" not in upstream.called
 
 
 async def test_a_stdio_server_s_process_never_gets_a_refused_call(tmp_path: Path) -> None:
