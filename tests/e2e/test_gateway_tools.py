@@ -26,6 +26,10 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from _mcp import legacy_request, messages, modern_headers, modern_request
@@ -192,6 +196,47 @@ def test_a_body_the_policy_cannot_read_is_refused_and_never_forwarded(upstream: 
     assert (answer.status_code, answer.json()["error"]["code"]) == (400, -32700), answer.text
     assert not [body for body in upstream.received.bodies if MARK in body]
     assert "drop_table" not in upstream.called
+
+
+def stranger(answer: bytes, content_type: str) -> Starlette:
+    """An upstream that answers every POST with ``answer``, as ``content_type``, whatever it was asked."""
+
+    async def answered(request: Request) -> Response:
+        return Response(answer, media_type=content_type)
+
+    return Starlette(routes=[Route("/mcp", answered, methods=["POST"])])
+
+
+LISTED = {"jsonrpc": "2.0", "id": 1, "result": {"tools": [{"name": "read_file"}, {"name": "drop_table", "note": "@"}]}}
+UNREAD_LISTS = {
+    "not-utf8": json.dumps(LISTED).encode().replace(b'"@"', NOT_UTF8),
+    "nested-3000": json.dumps(LISTED).encode().replace(b'"@"', DEEP),
+}
+
+
+@pytest.mark.parametrize("era", ["2026-07-28", "2025"])
+@pytest.mark.parametrize("content_type", ["application/json", "text/event-stream"])
+@pytest.mark.parametrize("unread", UNREAD_LISTS)
+def test_a_tools_list_answer_the_policy_cannot_read_is_never_passed(unread: str, content_type: str, era: str) -> None:
+    """An upstream's answer to bob's tools/list that holds a byte that is not UTF-8, or a nesting past the reader's
+    limit: a JSON answer is a 502 (-32603), a stream ends with that error; neither lists drop_table."""
+    answer = UNREAD_LISTS[unread]
+    if content_type == "text/event-stream":
+        answer = b"event: message\r\ndata: " + answer + b"\r\n\r\n"
+    policy = ToolPolicy.from_specs(ALLOW, DENY)
+    request = (modern_request if era == "2026-07-28" else legacy_request)("tools/list", id=1)
+    headers = modern_headers(request) if era == "2026-07-28" else {"MCP-Protocol-Version": "2025-11-25"}
+    headers |= {"Accept": "application/json, text/event-stream"} | bearer("bob")
+    with jwks() as keys, serve(stranger(answer, content_type)) as base:
+        auth = GatewayAuth(jwks_url=keys, issuer=ISSUER, audience=AUDIENCE)
+        app = gateway_app([base + "/mcp"], config=SessionsConfig(secret=SECRET), auth=auth, tools=policy)
+        with serve(app) as front, httpx.Client(timeout=30) as http:
+            listed = http.post(front + "/mcp", json=request, headers=headers)
+    assert b"drop_table" not in listed.content
+    if content_type == "application/json":
+        assert listed.status_code == 502, listed.text
+    [error] = messages(listed)
+    assert error["error"]["code"] == -32603, listed.text
 
 
 async def test_a_stdio_server_s_process_never_gets_a_refused_call(tmp_path: Path) -> None:
