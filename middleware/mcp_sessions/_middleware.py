@@ -156,9 +156,8 @@ class MCPSessionMiddleware(AtEndpoints):
             return await TOO_DEEP.send(send)
         if plan is None:  # not JSON-RPC: the app answers it
             return await self._forwarder.pass_through(self.app, scope, replay, send, headers)
-        if (plan.batch or plan.local is not None) and await self._answers.before_sessions(
-            scope, plan, body, receive, send
-        ):
+        answers_first = plan.batch or plan.local is not None  # a batch, or a method the middleware answers
+        if answers_first and await self._answers.before_sessions(scope, plan, body, receive, send):
             return None
         plan.traced = traced
         await self._resolver.resolve(scope, plan)

@@ -36,7 +36,7 @@ from _mcp import legacy_request, messages, modern_headers, modern_request
 from _redis import free_port, listens
 from _waits import WITHIN, until
 from conftest import serve
-from e2e._gateway import MAIN, SECRET, legacy_initialize, main_run, readable_directory
+from e2e._gateway import MAIN, SECRET, everything_server, legacy_initialize, main_run, readable_directory
 from e2e._issuer import ISSUER, KEY, jwks
 from e2e._stdio import ENVIRON, SERVER, stdio_gateway, text_of
 from mcp_sessions import SessionsConfig, gateway_app
@@ -196,6 +196,27 @@ def test_a_body_the_policy_cannot_read_is_refused_and_never_forwarded(upstream: 
     assert (answer.status_code, answer.json()["error"]["code"]) == (400, -32700), answer.text
     assert not [body for body in upstream.received.bodies if MARK in body]
     assert "drop_table" not in upstream.called
+
+
+@pytest.mark.parametrize("method", ["tools/call", "tools/list"])
+def test_a_node_upstream_never_reads_bob_s_unreadable_body(method: str) -> None:
+    """The finding as met: server-everything (node, the TypeScript SDK) reads a byte that is not UTF-8 as U+FFFD. In
+    bob's call of its echo, a tool not his, it ran the call ("Echo: ..."); in his tools/list, it listed echo."""
+    params = {"name": "echo", "arguments": {"message": "@"}} if method == "tools/call" else {"cursor": "@"}
+    content = json.dumps(legacy_request(method, params, id=1)).encode().replace(b'"@"', NOT_UTF8)
+    with everything_server() as url, jwks() as keys:
+        auth = GatewayAuth(jwks_url=keys, issuer=ISSUER, audience=AUDIENCE)
+        tools = ToolPolicy.from_specs(ALLOW, DENY)
+        app = gateway_app([url], config=SessionsConfig(secret=SECRET), auth=auth, tools=tools)
+        with serve(app) as front, httpx.Client(timeout=30) as http:
+            headers = legacy_initialize(http, front + "/mcp", bearer("bob"))
+            answer = http.post(front + "/mcp", content=content, headers=headers)
+            listed = http.post(front + "/mcp", json=legacy_request("tools/list", id=2), headers=headers)
+    assert answer.status_code == 400, answer.text
+    # A stream that opens with an event of empty data (server-everything's first) is read on: his tools, none here.
+    assert [message["result"]["tools"] for message in messages(listed) if message.get("id") == 2] == [[]]
+    assert answer.json()["error"]["code"] == -32700
+    assert b"echo" not in answer.content.lower()
 
 
 def stranger(answer: bytes, content_type: str) -> Starlette:
