@@ -24,11 +24,11 @@ from ._asgi import AtEndpoints, Replay, headers_of, read_body, too_large
 from ._config import SessionsConfig, SessionsOptions
 from ._otel import Telemetry
 from ._pipeline import (
-    TOO_DEEP,
     Answers,
     Forwarder,
     Resolver,
     check_handles,
+    error_answer,
     record_user,
     start_operations,
 )
@@ -36,6 +36,7 @@ from ._plan import Planner, json_rpc_headers
 from ._session import SessionService
 from ._tokens import IdDigests
 from ._wire import jsonrpc
+from ._wire.protocol import PARSE_ERROR
 from .sources import (
     DataLayerSource,
     HostConversationSource,
@@ -90,7 +91,7 @@ class MCPSessionMiddleware(AtEndpoints):
         self._resolver = Resolver(
             chain, data_layer=DataLayerSource(sessions), requires=config.requires, explain=explain
         )
-        self._planner = Planner(config.profiles)
+        self._planner = Planner(config.profiles, strict=config.fronts_upstream)
         self._telemetry = Telemetry(
             tracer_provider=config.tracer_provider,
             meter_provider=config.meter_provider,
@@ -152,8 +153,8 @@ class MCPSessionMiddleware(AtEndpoints):
         replay = Replay(body, receive)
         try:
             plan = self._planner.plan(body, headers, start_ns)
-        except jsonrpc.TooDeep:  # what the middleware cannot read, it cannot check: never forwarded
-            return await TOO_DEEP.send(send)
+        except jsonrpc.Unreadable as unread:  # what the middleware cannot read, it cannot check: never forwarded
+            return await error_answer(400, PARSE_ERROR, str(unread), "unreadable").send(send)
         if plan is None:  # not JSON-RPC: the app answers it
             return await self._forwarder.pass_through(self.app, scope, replay, send, headers)
         answers_first = plan.batch or plan.local is not None  # a batch, or a method the middleware answers

@@ -19,7 +19,8 @@ from starlette.types import Message, Receive, Scope, Send
 from _waits import WITHIN
 from conftest import SECRET
 from mcp_sessions import MCPSessionMiddleware
-from mcp_sessions._pipeline._probe import MAX_NESTING, PROBE_METHOD, ask_server
+from mcp_sessions._pipeline._probe import PROBE_METHOD, ask_server
+from mcp_sessions._wire.jsonrpc import MAX_DEPTH
 
 from ._direct import Receiver, Sender
 
@@ -173,9 +174,9 @@ async def test_a_body_nested_past_the_limit_is_refused_without_asking() -> None:
     headers = {"content-type": "application/json"}
     transport = httpx.ASGITransport(MCPSessionMiddleware(app, secret=SECRET))  # no lifespan: the Recorder has none
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as http:
-        refused = await http.post("/mcp", content=nested(MAX_NESTING + 1), headers=headers)
+        refused = await http.post("/mcp", content=nested(MAX_DEPTH + 1), headers=headers)
         asked = app.probe
-        await http.post("/mcp", content=nested(MAX_NESTING), headers=headers)
+        await http.post("/mcp", content=nested(MAX_DEPTH), headers=headers)
     assert (refused.status_code, refused.json()["error"]["code"]) == (400, -32700)
     assert asked is None
     assert app.probe is not None  # at the limit: read, and forwarded

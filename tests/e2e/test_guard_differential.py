@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Scope
 from _mcp import LEGACY, MCP_PATH, MODERN, SESSION_KEY, LegacyClient, legacy_request, modern_headers, modern_request
 from conftest import SECRET, in_process
 from mcp_sessions import MCPSessionMiddleware
-from mcp_sessions._pipeline._probe import MAX_NESTING
+from mcp_sessions._wire.jsonrpc import MAX_DEPTH
 from mcp_sessions.stores import MemoryStore
 
 Era = Literal["modern", "legacy"]
@@ -285,7 +285,7 @@ def test_a_session_error_is_refused_as_the_sdk_would_refuse_the_request(deployme
 # The middleware reads every body json.loads(bytes) reads (so that nothing the server reads passes as "not
 # JSON"); the SDK's parsers read less: pydantic-core on the 2025 path, json.loads on 2026-07-28, called deeper
 # in the stack, where Python's recursion limit leaves room for a nesting no copy could predict: past its own
-# documented limit (MAX_NESTING, pydantic-core's on the 2025 path) the middleware refuses every body, whatever
+# documented limit (MAX_DEPTH, pydantic-core's on the 2025 path) the middleware refuses every body, whatever
 # its method, as the SDK does when a body is too deep for it. Each body goes, byte for byte, as tools/list to
 # the SDK behind the middleware (forwarded untouched: its own answer) and as the session method, to the same
 # middleware; for every body but the nested ones the bare server is asked too, and answers the same. "method"
@@ -369,12 +369,12 @@ def nesting_limits(deployment: Deployment, era: Era) -> int:
     if era == "legacy":
         assert sdk_limit == LEGACY_NESTING_LIMIT
         return sdk_limit
-    assert sdk_limit > MAX_NESTING + 1
-    return MAX_NESTING + 1
+    assert sdk_limit > MAX_DEPTH + 1
+    return MAX_DEPTH + 1
 
 
 def too_deep(name: str, ours: httpx.Response) -> bool:
-    """Whether ``ours`` is the middleware's own refusal of a body past :data:`MAX_NESTING`."""
+    """Whether ``ours`` is the middleware's own refusal of a body past :data:`MAX_DEPTH`."""
     error = ours.json().get("error") or {}
     return name.startswith("nested") and (ours.status_code, error.get("code")) == (400, -32700)
 

@@ -3,7 +3,7 @@ the middleware's own), answer, forward, rewrite the response."""
 
 from ._answer import Answers
 from ._forward import REQUEST_ID, Exchange, Forwarder
-from ._probe import DEFAULT_PROBE_TIMEOUT, TOO_DEEP, Rejection, error_answer, unavailable
+from ._probe import DEFAULT_PROBE_TIMEOUT, Rejection, error_answer, unavailable
 from ._resolve import Resolver, check_handles, record_user, start_operations
 from ._response import DEFAULT_MAX_RESPONSE_SIZE
 
@@ -11,7 +11,6 @@ __all__ = [
     "DEFAULT_MAX_RESPONSE_SIZE",
     "DEFAULT_PROBE_TIMEOUT",
     "REQUEST_ID",
-    "TOO_DEEP",
     "Answers",
     "Exchange",
     "Forwarder",

@@ -45,7 +45,6 @@ from .._wire.protocol import (
     INVALID_PARAMS,
     MCP_METHOD_HEADER,
     METHOD_NOT_FOUND,
-    PARSE_ERROR,
     UPSTREAM_UNAVAILABLE,
 )
 from .._wire.sse import SSERewriter
@@ -116,10 +115,6 @@ def error_answer(
     return Rejection(status, headers, body, reason, code, message)
 
 
-MAX_NESTING: Final = jsonrpc.MAX_DEPTH
-"""The deepest body (arrays and objects inside each other) the middleware reads: a deeper one gets
-:data:`TOO_DEEP`."""
-TOO_DEEP: Final = error_answer(400, PARSE_ERROR, "Parse error: nested too deep", "too_deep")
 _CLIENT_GONE: Final = Rejection(CLIENT_CLOSED, (), b"", "client_gone")
 
 
