@@ -19,6 +19,9 @@ message that names the policy, and never reaches a process or the upstream; in a
 and every other ``-32600``, and nothing of the batch is forwarded, as for an invalid session. An answer to a
 ``tools/list`` (JSON, or an event in a stream; in either era; a stream resumed by ``Last-Event-ID`` too) lists her
 tools alone, its ``nextCursor`` kept: a page may list fewer, or none, and the client follows the cursor as before.
+It fails closed: a body it cannot read as strictly as any server may (``jsonrpc.read``'s strict reading: UTF-8 alone,
+at most ``MAX_DEPTH`` deep) is refused, ``-32700``, never forwarded, since another server may read it otherwise (a
+Node or Go server reads an invalid byte as U+FFFD), and an answer to a ``tools/list`` it cannot read is never passed.
 """
 
 from __future__ import annotations
