@@ -30,13 +30,12 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from _mcp import legacy_request, messages, modern_headers, modern_request
 from _redis import free_port, listens
 from _waits import WITHIN, until
 from conftest import serve
-from e2e._gateway import MAIN, SECRET, everything_server, legacy_initialize, main_run, readable_directory
+from e2e._gateway import MAIN, SECRET, Recorder, everything_server, legacy_initialize, main_run, readable_directory
 from e2e._issuer import ISSUER, KEY, jwks
 from e2e._stdio import ENVIRON, SERVER, stdio_gateway, text_of
 from mcp_sessions import SessionsConfig, gateway_app
@@ -81,44 +80,23 @@ def recording_server(called: list[str]) -> MCPServer:
     return server
 
 
-class Received:
-    """``app``, and the body of every request it received, as it came."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-        self.bodies: list[bytearray] = []
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        body = bytearray()
-        self.bodies.append(body)
-
-        async def received() -> Message:
-            message = await receive()
-            body.extend(message.get("body", b""))
-            return message
-
-        await self.app(scope, received, send)
-
-
 class Upstream:
-    """The gateway's MCP URL in front of the recording server, the calls the server ran and the bodies it received."""
+    """The gateway's MCP URL in front of the recording server, the calls the server ran and what it received."""
 
-    def __init__(self, url: str, called: list[str], received: Received) -> None:
-        self.url, self.called, self.received = url, called, received
+    def __init__(self, url: str, called: list[str], recorder: Recorder) -> None:
+        self.url, self.called, self.recorder = url, called, recorder
 
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[Upstream]:
     called: list[str] = []
     policy = ToolPolicy.from_specs(ALLOW, DENY)
-    received = Received(recording_server(called).streamable_http_app())
-    with jwks() as keys, serve(received) as base:
+    recorder = Recorder(recording_server(called).streamable_http_app())
+    with jwks() as keys, serve(recorder) as base:
         auth = GatewayAuth(jwks_url=keys, issuer=ISSUER, audience=AUDIENCE)
         app = gateway_app([base + "/mcp"], config=SessionsConfig(secret=SECRET), auth=auth, tools=policy)
         with serve(app) as front:
-            yield Upstream(front + "/mcp", called, received)
+            yield Upstream(front + "/mcp", called, recorder)
 
 
 @asynccontextmanager
@@ -194,7 +172,7 @@ def test_a_body_the_policy_cannot_read_is_refused_and_never_forwarded(upstream: 
             headers = legacy_initialize(http, upstream.url, bearer("bob"))
         answer = http.post(upstream.url, content=content, headers={**headers, "Content-Type": "application/json"})
     assert (answer.status_code, answer.json()["error"]["code"]) == (400, -32700), answer.text
-    assert not [body for body in upstream.received.bodies if MARK in body]
+    assert not [seen.body for seen in upstream.recorder.seen if MARK in seen.body]
     assert "drop_table" not in upstream.called
 
 
