@@ -28,12 +28,15 @@ from ._pipeline import (
     Forwarder,
     Resolver,
     check_handles,
+    error_answer,
     record_user,
     start_operations,
 )
 from ._plan import Planner, json_rpc_headers
 from ._session import SessionService
 from ._tokens import IdDigests
+from ._wire import jsonrpc
+from ._wire.protocol import PARSE_ERROR
 from .sources import (
     DataLayerSource,
     HostConversationSource,
@@ -88,7 +91,7 @@ class MCPSessionMiddleware(AtEndpoints):
         self._resolver = Resolver(
             chain, data_layer=DataLayerSource(sessions), requires=config.requires, explain=explain
         )
-        self._planner = Planner(config.profiles)
+        self._planner = Planner(config.profiles, strict=config.fronts_upstream)
         self._telemetry = Telemetry(
             tracer_provider=config.tracer_provider,
             meter_provider=config.meter_provider,
@@ -148,12 +151,14 @@ class MCPSessionMiddleware(AtEndpoints):
         if type(body) is not bytes:  # gone (the client disconnected: nothing to forward), or too large
             return None if body is None else await too_large(send, self._max_body)
         replay = Replay(body, receive)
-        plan = self._planner.plan(body, headers, start_ns)
+        try:
+            plan = self._planner.plan(body, headers, start_ns)
+        except jsonrpc.Unreadable as unread:  # what the middleware cannot read, it cannot check: never forwarded
+            return await error_answer(400, PARSE_ERROR, str(unread), "unreadable").send(send)
         if plan is None:  # not JSON-RPC: the app answers it
             return await self._forwarder.pass_through(self.app, scope, replay, send, headers)
-        if (plan.batch or plan.local is not None) and await self._answers.before_sessions(
-            scope, plan, body, receive, send
-        ):
+        answers_first = plan.batch or plan.local is not None  # a batch, or a method the middleware answers
+        if answers_first and await self._answers.before_sessions(scope, plan, body, receive, send):
             return None
         plan.traced = traced
         await self._resolver.resolve(scope, plan)

@@ -121,13 +121,23 @@ class Plan:
 class Planner:
     """Built once per middleware from the enabled wires."""
 
-    def __init__(self, profiles: Sequence[WireProfile]) -> None:
+    def __init__(self, profiles: Sequence[WireProfile], *, strict: bool = False) -> None:
+        """``strict`` (a gateway's): bodies read as :func:`jsonrpc.read` reads them strictly, and one it cannot read
+        refused, as a server it does not know may read it otherwise."""
         self._profiles = tuple(profiles)
         self._default = profiles[0]
+        self._strict = strict
 
     def plan(self, body: bytes, headers: dict[bytes, bytes], start_ns: int) -> Plan | None:
-        """The plan of a JSON-RPC request; ``None`` for anything else (the app answers it)."""
-        parsed = jsonrpc.loads(body)
+        """The plan of a JSON-RPC request; ``None`` for anything else (the app answers it). A body the middleware
+        cannot check raises :class:`jsonrpc.Unreadable`: one nested deeper than the reader reads, and, ``strict``,
+        any body it cannot read."""
+        try:
+            parsed = jsonrpc.read(body, strict=self._strict)
+        except jsonrpc.Unreadable as unread:
+            if self._strict or isinstance(unread, jsonrpc.TooDeep):
+                raise
+            return None  # not JSON to json.loads either: the app answers its own parse error
         if isinstance(parsed, dict):
             call = self.call(parsed)
             if call.method is None:

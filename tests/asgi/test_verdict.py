@@ -11,12 +11,16 @@ import json
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from opentelemetry import trace
 from starlette.types import Message, Receive, Scope, Send
 
 from _waits import WITHIN
-from mcp_sessions._pipeline._probe import MAX_NESTING, PROBE_METHOD, ask_server
+from conftest import SECRET
+from mcp_sessions import MCPSessionMiddleware
+from mcp_sessions._pipeline._probe import PROBE_METHOD, ask_server
+from mcp_sessions._wire.jsonrpc import MAX_DEPTH
 
 from ._direct import Receiver, Sender
 
@@ -161,16 +165,21 @@ async def test_an_answer_without_end_is_read_to_a_bound() -> None:
 
 
 async def test_a_body_nested_past_the_limit_is_refused_without_asking() -> None:
+    """Whatever its method: what the middleware cannot read, it cannot check, and it forwards nothing of it."""
     app = Recorder()
-    deep: Any = {}
-    for _ in range(MAX_NESTING - 2):  # the message and its params are two levels: the body is one deeper
-        deep = [deep]
-    rejection = await ask_server(app, scope(), {**TOOLS_CALL, "params": {"x": deep}}, b"{}")
-    assert rejection is not None
-    assert (rejection.status, rejection.code) == (400, -32700)
-    assert app.probe is None
-    at_the_limit = {**TOOLS_CALL, "params": {"x": deep[0]}}  # MAX_NESTING deep
-    assert await ask_server(app, scope(), at_the_limit, b"{}") is None
+
+    def nested(depth: int) -> str:  # the message and its params are two levels
+        return json.dumps({**TOOLS_CALL, "params": {"x": "@"}}).replace('"@"', "[" * (depth - 2) + "]" * (depth - 2))
+
+    headers = {"content-type": "application/json"}
+    transport = httpx.ASGITransport(MCPSessionMiddleware(app, secret=SECRET))  # no lifespan: the Recorder has none
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000") as http:
+        refused = await http.post("/mcp", content=nested(MAX_DEPTH + 1), headers=headers)
+        asked = app.probe
+        await http.post("/mcp", content=nested(MAX_DEPTH), headers=headers)
+    assert (refused.status_code, refused.json()["error"]["code"]) == (400, -32700)
+    assert asked is None
+    assert app.probe is not None  # at the limit: read, and forwarded
 
 
 class Unanswered:

@@ -215,6 +215,20 @@ def test_a_lenient_upstream_gets_no_request_the_pipeline_did_not_judge() -> None
             assert answer[0]["error"]["code"] == -32043, (path, answer)
 
 
+def test_a_body_the_pipeline_cannot_read_never_reaches_the_upstream() -> None:
+    """server-everything (node) reads a byte that is not UTF-8 as U+FFFD: a forged session in such a body, which the
+    pipeline did not read, ran the tool unjudged ("Echo: ..."). The gateway reads as strictly as any server may, and
+    refuses what it cannot read: 400, -32700, nothing forwarded."""
+    forged = {SESSION_META: {"sessionId": "a.forged.token"}}
+    body = legacy_request("tools/call", {"name": "echo", "arguments": {"message": "@"}}, id=5, meta=forged)
+    content = json.dumps(body).encode().replace(b'"@"', b'"ran\xff"')
+    with everything_server() as upstream, in_front(upstream) as client:
+        later = legacy_initialize(client, IN_PROCESS + "/mcp")
+        answer = client.post(IN_PROCESS + "/mcp", content=content, headers=later)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["code"] == -32700
+
+
 # -- 3. framing -----------------------------------------------------------------------------
 
 

@@ -6,6 +6,7 @@ call it runs), a batch does not get around it, and a bad policy is a one-line us
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -25,12 +26,16 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
-from _mcp import legacy_request, messages
+from _mcp import legacy_request, messages, modern_headers, modern_request
 from _redis import free_port, listens
 from _waits import WITHIN, until
 from conftest import serve
-from e2e._gateway import MAIN, SECRET, legacy_initialize, main_run, readable_directory
+from e2e._gateway import MAIN, SECRET, Recorder, everything_server, legacy_initialize, main_run, readable_directory
 from e2e._issuer import ISSUER, KEY, jwks
 from e2e._stdio import ENVIRON, SERVER, stdio_gateway, text_of
 from mcp_sessions import SessionsConfig, gateway_app
@@ -76,21 +81,22 @@ def recording_server(called: list[str]) -> MCPServer:
 
 
 class Upstream:
-    """The gateway's MCP URL in front of the recording server, and the calls the server ran."""
+    """The gateway's MCP URL in front of the recording server, the calls the server ran and what it received."""
 
-    def __init__(self, url: str, called: list[str]) -> None:
-        self.url, self.called = url, called
+    def __init__(self, url: str, called: list[str], recorder: Recorder) -> None:
+        self.url, self.called, self.recorder = url, called, recorder
 
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[Upstream]:
     called: list[str] = []
     policy = ToolPolicy.from_specs(ALLOW, DENY)
-    with jwks() as keys, serve(recording_server(called).streamable_http_app()) as base:
+    recorder = Recorder(recording_server(called).streamable_http_app())
+    with jwks() as keys, serve(recorder) as base:
         auth = GatewayAuth(jwks_url=keys, issuer=ISSUER, audience=AUDIENCE)
         app = gateway_app([base + "/mcp"], config=SessionsConfig(secret=SECRET), auth=auth, tools=policy)
         with serve(app) as front:
-            yield Upstream(front + "/mcp", called)
+            yield Upstream(front + "/mcp", called, recorder)
 
 
 @asynccontextmanager
@@ -132,6 +138,104 @@ def test_a_2025_batch_and_an_event_stream_get_around_nothing(upstream: Upstream)
     assert [tool["name"] for tool in answer["result"]["tools"]] == ["read_file", "search"]
     assert [(answer["id"], answer["error"]["code"]) for answer in refused.json()] == [(1, -32600), (2, -32602)]
     assert upstream.called == []
+
+
+MARK = b"unread-7f3a"  # in every body below: the upstream received none
+NOT_UTF8 = b'"' + MARK + b'\xff"'  # a Node or Go server reads the byte as U+FFFD
+DEEP = b"[" * 3000 + b'"' + MARK + b'"' + b"]" * 3000
+# bob (roles=reader) may call read_file and search: drop_table is no one's.
+CALL = {"method": "tools/call", "params": {"name": "drop_table", "arguments": {"note": "@"}}}
+LIST = {"method": "tools/list", "params": {"cursor": "@"}}
+TRICKS: dict[str, tuple[list[dict[str, Any]], bytes]] = {
+    "call-not-utf8": ([CALL], NOT_UTF8),
+    "call-nested-3000": ([CALL], DEEP),
+    "list-not-utf8": ([LIST], NOT_UTF8),
+    "list-nested-3000": ([LIST], DEEP),
+    "batch-not-utf8": ([{"method": "tools/list"}, CALL], NOT_UTF8),
+}
+
+
+@pytest.mark.parametrize("era", ["2026-07-28", "2025"])
+@pytest.mark.parametrize("trick", TRICKS)
+def test_a_body_the_policy_cannot_read_is_refused_and_never_forwarded(upstream: Upstream, trick: str, era: str) -> None:
+    """A byte that is not UTF-8 (a Node or Go server reads it as U+FFFD, and ran the call), or a nesting past the
+    reader's limit (Python's decoder ran out of recursion), in a call of a tool not bob's or a tools/list: 400,
+    -32700, and the upstream never receives it."""
+    shape, note = TRICKS[trick]
+    made = modern_request if era == "2026-07-28" else legacy_request
+    elements = [made(element["method"], element.get("params"), id=n) for n, element in enumerate(shape)]
+    content = json.dumps(elements if len(elements) > 1 else elements[0]).encode().replace(b'"@"', note)
+    with httpx.Client(timeout=30) as http:
+        if era == "2026-07-28":
+            headers = modern_headers(elements[0]) | bearer("bob")
+        else:  # its era in its transport session
+            headers = legacy_initialize(http, upstream.url, bearer("bob"))
+        answer = http.post(upstream.url, content=content, headers={**headers, "Content-Type": "application/json"})
+    assert (answer.status_code, answer.json()["error"]["code"]) == (400, -32700), answer.text
+    assert not [seen.body for seen in upstream.recorder.seen if MARK in seen.body]
+    assert "drop_table" not in upstream.called
+
+
+@pytest.mark.parametrize("method", ["tools/call", "tools/list"])
+def test_a_node_upstream_never_reads_bob_s_unreadable_body(method: str) -> None:
+    """The finding as met: server-everything (node, the TypeScript SDK) reads a byte that is not UTF-8 as U+FFFD. In
+    bob's call of its echo, a tool not his, it ran the call ("Echo: ..."); in his tools/list, it listed echo."""
+    params = {"name": "echo", "arguments": {"message": "@"}} if method == "tools/call" else {"cursor": "@"}
+    content = json.dumps(legacy_request(method, params, id=1)).encode().replace(b'"@"', NOT_UTF8)
+    with everything_server() as url, jwks() as keys:
+        auth = GatewayAuth(jwks_url=keys, issuer=ISSUER, audience=AUDIENCE)
+        tools = ToolPolicy.from_specs(ALLOW, DENY)
+        app = gateway_app([url], config=SessionsConfig(secret=SECRET), auth=auth, tools=tools)
+        with serve(app) as front, httpx.Client(timeout=30) as http:
+            headers = legacy_initialize(http, front + "/mcp", bearer("bob"))
+            answer = http.post(front + "/mcp", content=content, headers=headers)
+            listed = http.post(front + "/mcp", json=legacy_request("tools/list", id=2), headers=headers)
+    assert answer.status_code == 400, answer.text
+    # A stream that opens with an event of empty data (server-everything's first) is read on: his tools, none here.
+    assert [message["result"]["tools"] for message in messages(listed) if message.get("id") == 2] == [[]]
+    assert answer.json()["error"]["code"] == -32700
+    assert b"echo" not in answer.content.lower()
+
+
+def stranger(answer: bytes, content_type: str) -> Starlette:
+    """An upstream that answers every POST with ``answer``, as ``content_type``, whatever it was asked."""
+
+    async def answered(request: Request) -> Response:
+        return Response(answer, media_type=content_type)
+
+    return Starlette(routes=[Route("/mcp", answered, methods=["POST"])])
+
+
+LISTED = {"jsonrpc": "2.0", "id": 1, "result": {"tools": [{"name": "read_file"}, {"name": "drop_table", "note": "@"}]}}
+UNREAD_LISTS = {
+    "not-utf8": json.dumps(LISTED).encode().replace(b'"@"', NOT_UTF8),
+    "nested-3000": json.dumps(LISTED).encode().replace(b'"@"', DEEP),
+}
+
+
+@pytest.mark.parametrize("era", ["2026-07-28", "2025"])
+@pytest.mark.parametrize("content_type", ["application/json", "text/event-stream"])
+@pytest.mark.parametrize("unread", UNREAD_LISTS)
+def test_a_tools_list_answer_the_policy_cannot_read_is_never_passed(unread: str, content_type: str, era: str) -> None:
+    """An upstream's answer to bob's tools/list that holds a byte that is not UTF-8, or a nesting past the reader's
+    limit: a JSON answer is a 502 (-32603), a stream ends with that error; neither lists drop_table."""
+    answer = UNREAD_LISTS[unread]
+    if content_type == "text/event-stream":
+        answer = b"event: message\r\ndata: " + answer + b"\r\n\r\n"
+    policy = ToolPolicy.from_specs(ALLOW, DENY)
+    request = (modern_request if era == "2026-07-28" else legacy_request)("tools/list", id=1)
+    headers = modern_headers(request) if era == "2026-07-28" else {"MCP-Protocol-Version": "2025-11-25"}
+    headers |= {"Accept": "application/json, text/event-stream"} | bearer("bob")
+    with jwks() as keys, serve(stranger(answer, content_type)) as base:
+        auth = GatewayAuth(jwks_url=keys, issuer=ISSUER, audience=AUDIENCE)
+        app = gateway_app([base + "/mcp"], config=SessionsConfig(secret=SECRET), auth=auth, tools=policy)
+        with serve(app) as front, httpx.Client(timeout=30) as http:
+            listed = http.post(front + "/mcp", json=request, headers=headers)
+    assert b"drop_table" not in listed.content
+    if content_type == "application/json":
+        assert listed.status_code == 502, listed.text
+    [error] = messages(listed)
+    assert error["error"]["code"] == -32603, listed.text
 
 
 async def test_a_stdio_server_s_process_never_gets_a_refused_call(tmp_path: Path) -> None:

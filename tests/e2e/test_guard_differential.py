@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Scope
 from _mcp import LEGACY, MCP_PATH, MODERN, SESSION_KEY, LegacyClient, legacy_request, modern_headers, modern_request
 from conftest import SECRET, in_process
 from mcp_sessions import MCPSessionMiddleware
-from mcp_sessions._pipeline._probe import MAX_NESTING
+from mcp_sessions._wire.jsonrpc import MAX_DEPTH
 from mcp_sessions.stores import MemoryStore
 
 Era = Literal["modern", "legacy"]
@@ -285,11 +285,11 @@ def test_a_session_error_is_refused_as_the_sdk_would_refuse_the_request(deployme
 # The middleware reads every body json.loads(bytes) reads (so that nothing the server reads passes as "not
 # JSON"); the SDK's parsers read less: pydantic-core on the 2025 path, json.loads on 2026-07-28, called deeper
 # in the stack, where Python's recursion limit leaves room for a nesting no copy could predict: past its own
-# documented limit (MAX_NESTING, pydantic-core's on the 2025 path) the guard answers as the SDK does when a body
-# is too deep for it. Each body goes, byte for byte, as tools/list to the SDK behind the middleware (forwarded
-# untouched: its own answer) and as the session method, to the same middleware; for every body but the nested
-# ones the bare server is asked too, and answers the same. "method" is
-# written last, so a parser's message (a line and a column) is the same for both methods.
+# documented limit (MAX_DEPTH, pydantic-core's on the 2025 path) the middleware refuses every body, whatever
+# its method, as the SDK does when a body is too deep for it. Each body goes, byte for byte, as tools/list to
+# the SDK behind the middleware (forwarded untouched: its own answer) and as the session method, to the same
+# middleware; for every body but the nested ones the bare server is asked too, and answers the same. "method"
+# is written last, so a parser's message (a line and a column) is the same for both methods.
 
 BOM = b"\xef\xbb\xbf"
 CALLER_HEADER = "X-Caller"
@@ -362,19 +362,19 @@ def nesting_limit(http: httpx.Client, era: Era, session: str | None) -> int:
     return high
 
 
-def nesting_limits(http: httpx.Client, era: Era, session: str | None) -> int:
+def nesting_limits(deployment: Deployment, era: Era) -> int:
     """The shallowest body that is too deep: pydantic-core's limit on 2025; past the middleware's documented
-    limit on 2026-07-28, where the SDK's json.loads reads deeper (how deep depends on its stack)."""
-    sdk_limit = nesting_limit(http, era, session)
+    limit on 2026-07-28, where the bare SDK's json.loads reads deeper (how deep depends on its stack)."""
+    sdk_limit = nesting_limit(deployment.bare, era, deployment.transport_sessions["bare"])
     if era == "legacy":
         assert sdk_limit == LEGACY_NESTING_LIMIT
         return sdk_limit
-    assert sdk_limit > MAX_NESTING + 1
-    return MAX_NESTING + 1
+    assert sdk_limit > MAX_DEPTH + 1
+    return MAX_DEPTH + 1
 
 
 def too_deep(name: str, ours: httpx.Response) -> bool:
-    """Whether ``ours`` is the middleware's own refusal of a body past :data:`MAX_NESTING`."""
+    """Whether ``ours`` is the middleware's own refusal of a body past :data:`MAX_DEPTH`."""
     error = ours.json().get("error") or {}
     return name.startswith("nested") and (ours.status_code, error.get("code")) == (400, -32700)
 
@@ -384,7 +384,7 @@ def test_sessions_create_is_refused_where_the_sdks_parser_refuses_the_body(
     deployment: Deployment, limited: LegacyClient, era: Era
 ) -> None:
     session = limited.transport_session_id
-    limit = nesting_limits(limited.http, era, session)
+    limit = nesting_limits(deployment, era)
     refused = 0
     for name, raw in RAW_BODIES.items():
         theirs = the_sdks_answer(limited.http, era, None, raw, limit, session)
@@ -413,7 +413,7 @@ def test_sessions_create_is_refused_where_the_sdks_parser_refuses_the_body(
 @pytest.mark.parametrize("era", ["modern", "legacy"])
 def test_sessions_delete_is_refused_where_the_sdks_parser_refuses_the_body(deployment: Deployment, era: Era) -> None:
     http, session = deployment.wrapped, deployment.transport_sessions["wrapped"]
-    limit = nesting_limits(http, era, session)
+    limit = nesting_limits(deployment, era)
     for name, raw in RAW_BODIES.items():
         meta = new_session(http)
         theirs = the_sdks_answer(http, era, meta, raw, limit, session)

@@ -353,14 +353,14 @@ async def test_each_request_to_the_stdio_servers_transport_is_parsed_once(monkey
     config = _sessions_config(SessionsConfig(secret=SECRET), None, replica=False)
     sdk = _under_sessions(server.streamable_http_app(transport_security=unprotected), ending(ended))
     parsed: list[bytes | str] = []
-    loads = jsonrpc.loads
+    read = jsonrpc.read  # the one reader, ``loads``'s too
 
-    def counted(body: bytes | str, *, answer: bool = False) -> object:
+    def counted(body: bytes | str, *, answer: bool = False, strict: bool = False) -> object:
         if not answer:  # a request's body (an answer's events are read as answers)
             parsed.append(body)
-        return loads(body, answer=answer)
+        return read(body, answer=answer, strict=strict)
 
-    monkeypatch.setattr(jsonrpc, "loads", counted)
+    monkeypatch.setattr(jsonrpc, "read", counted)
     headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25"}
     hello: dict[str, object] = {"protocolVersion": "2025-11-25", "capabilities": {}}
     hello["clientInfo"] = {"name": "once", "version": "1"}
@@ -372,7 +372,7 @@ async def test_each_request_to_the_stdio_servers_transport_is_parsed_once(monkey
         answer = await http.post("/mcp", json=jsonrpc.request("7", "ping"), headers=session)
 
     assert parsed == [jsonrpc.dumps(jsonrpc.request("7", "ping"))]
-    assert loads(answer.text.partition("data: ")[2] or answer.text) == jsonrpc.result("7", {})
+    assert read(answer.text.partition("data: ")[2] or answer.text) == jsonrpc.result("7", {})
 
 
 @pytest.mark.anyio
@@ -394,21 +394,21 @@ async def test_a_2025_request_under_disk_state_is_read_once_and_once_a_pass_when
     children = cast("Table", SimpleNamespace(mode="shared", config=config))
     reads: list[bytes] = []
     parsed: list[bytes | str] = []
-    loads = jsonrpc.loads
+    parse = jsonrpc.read  # the one reader, ``loads``'s too
 
     async def read(receive: Receive, declared: bytes | None, limit: int) -> bytes | object | None:
         body = await read_body(receive, declared, limit)
         reads.append(body if type(body) is bytes else b"")
         return body
 
-    def counted(body: bytes | str, *, answer: bool = False) -> object:
+    def counted(body: bytes | str, *, answer: bool = False, strict: bool = False) -> object:
         if not answer:
             parsed.append(body)
-        return loads(body, answer=answer)
+        return parse(body, answer=answer, strict=strict)
 
     for module in (_middleware, _stdio_server):  # wherever a body would be read whole
         monkeypatch.setattr(module, "read_body", read, raising=False)
-    monkeypatch.setattr(jsonrpc, "loads", counted)
+    monkeypatch.setattr(jsonrpc, "read", counted)
     headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25"}
     headers["content-type"] = "application/json"
     hello: dict[str, object] = {"protocolVersion": "2025-11-25", "capabilities": {}}
@@ -423,7 +423,7 @@ async def test_a_2025_request_under_disk_state_is_read_once_and_once_a_pass_when
         del reads[:], parsed[:]
         answer = await http.post("/mcp", content=ping, headers=session)
         assert (reads, parsed) == ([ping], [ping])
-        assert loads(answer.text.partition("data: ")[2] or answer.text) == jsonrpc.result("7", {})
+        assert parse(answer.text.partition("data: ")[2] or answer.text) == jsonrpc.result("7", {})
 
         del reads[:], parsed[:]
         minted = TransportIds(config.keys, "/mcp").sign(_TAG, b"a1b2c3d4e5f60718293a4b5c6d7e8f90")  # before a restart
@@ -431,6 +431,6 @@ async def test_a_2025_request_under_disk_state_is_read_once_and_once_a_pass_when
         held = {**headers, "mcp-session-id": minted.decode()}
         answer = await http.post("/mcp", content=ping, headers=held)
         assert answer.status_code == 200 and answer.headers["mcp-session-id"] == held["mcp-session-id"]
-        assert loads(answer.text.partition("data: ")[2] or answer.text) == jsonrpc.result("7", {})
+        assert parse(answer.text.partition("data: ")[2] or answer.text) == jsonrpc.result("7", {})
     assert reads == parsed
     assert [body for body in reads if b'"ping"' in body] == [ping, ping]

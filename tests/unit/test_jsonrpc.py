@@ -56,6 +56,50 @@ def test_loads_reads_what_json_loads_reads_as_it_reads_it(body: bytes) -> None:
     assert repr(jsonrpc.loads(body)) == repr(json.loads(body))
 
 
+DEPTH = jsonrpc.MAX_DEPTH
+
+
+@pytest.mark.parametrize(
+    ("body", "too_deep"),
+    [
+        (b"[" * DEPTH + b"]" * DEPTH, False),
+        (b"[" * (DEPTH + 1) + b"]" * (DEPTH + 1), True),
+        (b'{"a":' * (DEPTH + 1) + b"1" + b"}" * (DEPTH + 1), True),
+        (b"[" * 4_000_000, True),  # unfinished, 4 MB deep: counted, never decoded
+        (b'["' + b"[" * 100_000 + b'"]', False),  # brackets in a string nest nothing
+        (b'["\\"' + b"{" * 100_000 + b'"]', False),  # nor after an escaped quote
+        (b'"' + b'\\"[' * 100_000, False),  # a string that never ends: not JSON, not deep
+    ],
+    ids=["at-the-limit", "past-it", "objects-past-it", "4mb-unfinished", "in-a-string", "escaped-quote", "no-end"],
+)
+def test_read_refuses_a_nesting_past_its_limit_before_decoding(body: bytes, too_deep: bool) -> None:
+    """The depth is counted in one pass outside strings: past :data:`MAX_DEPTH`, :class:`TooDeep`, never the
+    decoder's ``RecursionError``."""
+    try:
+        jsonrpc.read(body)
+    except jsonrpc.Unreadable as unread:
+        assert isinstance(unread, jsonrpc.TooDeep) is too_deep
+    else:
+        assert not too_deep
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"a":"\xff"}',
+        b'{"a":"\xed\xa0\x80"}',  # a lone surrogate, UTF-8 encoded: another server reads three U+FFFD
+        b'\xef\xbb\xbf{"a":1}',
+        '{"a":"é"}'.encode("utf-16"),
+        b"",
+        b"{not json",
+    ],
+    ids=["invalid-byte", "surrogate-bytes", "bom", "utf-16", "empty", "broken"],
+)
+def test_a_strict_read_takes_utf8_json_alone(body: bytes) -> None:
+    with pytest.raises(jsonrpc.Unreadable):
+        jsonrpc.read(body, strict=True)
+
+
 def test_dumps_is_compact_utf8() -> None:
     assert jsonrpc.dumps({"a": [1, "é"], "b": None}) == '{"a":[1,"é"],"b":null}'.encode()
 

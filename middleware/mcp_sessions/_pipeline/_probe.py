@@ -45,7 +45,6 @@ from .._wire.protocol import (
     INVALID_PARAMS,
     MCP_METHOD_HEADER,
     METHOD_NOT_FOUND,
-    PARSE_ERROR,
     UPSTREAM_UNAVAILABLE,
 )
 from .._wire.sse import SSERewriter
@@ -116,9 +115,6 @@ def error_answer(
     return Rejection(status, headers, body, reason, code, message)
 
 
-MAX_NESTING: Final = 512
-"""The deepest body (arrays and objects inside each other) the middleware answers itself."""
-_TOO_DEEP: Final = error_answer(400, PARSE_ERROR, "Parse error: nested too deep", "too_deep")
 _CLIENT_GONE: Final = Rejection(CLIENT_CLOSED, (), b"", "client_gone")
 
 
@@ -140,13 +136,9 @@ async def ask_server(
 
     ``message`` is the request's parsed body, one message or a batch (then the probe is a batch of one, in
     place of the first message), and ``body`` its bytes, whose encoding the probe keeps (a byte-order mark,
-    UTF-16 or UTF-32 are the server's parser's to refuse). A body nested deeper than :data:`MAX_NESTING` is
-    refused without asking (-32700, HTTP 400): no MCP message comes near it, and how deep a server's parser
-    reads depends on its stack. ``hidden`` (a gateway's): the ``_meta`` keys of the session wires; the probe's
-    params are then the request's ``_meta`` alone, without them.
+    UTF-16 or UTF-32 are the server's parser's to refuse). ``hidden`` (a gateway's): the ``_meta`` keys of the
+    session wires; the probe's params are then the request's ``_meta`` alone, without them.
     """
-    if _nesting(message) > MAX_NESTING:
-        return _TOO_DEEP
     first = message[0] if isinstance(message, list) and message else message
     first = first if isinstance(first, dict) else {}
     # The first message's JSON-RPC members as sent (any other, such as a wire's session member, is the
@@ -200,18 +192,6 @@ def _probe_params(params: dict[str, object], hidden: frozenset[str] | None) -> d
     if meta is not None:
         kept["_meta"] = {key: value for key, value in meta.items() if key not in left_out}
     return kept
-
-
-def _nesting(message: object) -> int:
-    """How deep arrays and objects nest in ``message``, without recursion."""
-    deepest, level = 0, [(message, 1)]
-    while level:
-        value, depth = level.pop()
-        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
-        if children is not None:
-            deepest = max(deepest, depth)
-            level.extend((child, depth + 1) for child in children)
-    return deepest
 
 
 class _Answer:
@@ -283,13 +263,13 @@ class _Answer:
             self._answered.set()
 
     def _collect(self, data: str) -> None:  # keeps the event that answers the probe
-        if isinstance(message := _parsed(data), dict) and message.get("id") == self._probe_id:
+        if isinstance(message := jsonrpc.loads(data, answer=True), dict) and message.get("id") == self._probe_id:
             self._found.append(message)
 
     def verdict(self) -> Rejection | None:
         found = self._found
         if self._events is None:
-            parsed = _parsed(self._received)
+            parsed = jsonrpc.loads(bytes(self._received), answer=True)
             found = parsed if isinstance(parsed, list) else [parsed]
         errors = [m for m in found if isinstance(m, dict) and isinstance(m.get("error"), dict)]
         # the probe's own error; else the one a refusal of the whole body has (``id: null``)
@@ -310,10 +290,3 @@ class _Answer:
             code if type(code) is int else None,
             message if isinstance(message, str) else None,
         )
-
-
-def _parsed(data: str | bytes | bytearray) -> object:
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError):
-        return None

@@ -9,14 +9,21 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import time
 from collections import Counter
+from itertools import accumulate
 from typing import Any, Final
 
 from .protocol import INVALID_REQUEST, SESSION_STORE_UNAVAILABLE
 
 logger = logging.getLogger("mcp_sessions")
 WARNING_INTERVAL: Final = 10.0
+MAX_DEPTH: Final = 512
+"""The deepest nesting (arrays and objects inside each other) the reader takes. No MCP message comes near it
+(the ``mcp`` SDK's own 2025-era parser, pydantic-core's, refuses past 201 levels), and at it Python's decoder,
+which recurses once a level, stays far from its recursion limit (1000) whatever the stack above it: a deeper
+body is refused before it is decoded, by one pass over it, not by the decoder's ``RecursionError``."""
 
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
@@ -39,23 +46,65 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, object]:
 
 _decoder = json.JSONDecoder(object_pairs_hook=_object)
 _answer_decoder = json.JSONDecoder()
+# A string as JSON writes it, matched possessively, or an unfinished one to the end: no match is retried.
+_STRING: Final = re.compile(r'"(?:[^"\\]++|\\.)*+"?', re.DOTALL)
+_NOT_BRACKET: Final = re.compile(r"[^\[\]{}]+")
+_STEP: Final = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
-def loads(body: bytes | str, *, answer: bool = False) -> Any:
-    """The parsed body, or ``None`` when it is not JSON (the app answers those).
+class Unreadable(ValueError):
+    """A body the reader does not take (its message says why, for a ``-32700``): not JSON, or not in an encoding
+    it reads."""
+
+
+class TooDeep(Unreadable):
+    """A body nested deeper than :data:`MAX_DEPTH`."""
+
+
+def read(body: bytes | str, *, answer: bool = False, strict: bool = False) -> Any:
+    """The parsed body; :class:`Unreadable` (:class:`TooDeep` past :data:`MAX_DEPTH`) when the reader does not
+    take it.
 
     In a request, an object that repeats a member name is parsed as a dict that records the names it
     repeated (``repeated``), so that reading a session from a path through it can refuse it: this parser
     and the server's could otherwise read two sessions from one body. An ``answer`` (what the server
     sent back) names no session to check, so the parser builds its objects without that record. Decoded
     as ``json.loads(bytes)`` decodes (a BOM, UTF-16 and UTF-32, lone surrogates), so that no body the
-    server would read as JSON-RPC passes here as "not JSON". Text (an event's data) is parsed as it is.
+    server would read as JSON-RPC passes here as "not JSON"; ``strict``: UTF-8 alone, as RFC 8259 and the
+    ``mcp`` SDK's own parser read it, for a decision made for a peer that may decode otherwise (a server
+    that reads an invalid byte as U+FFFD). Text (an event's data) is parsed as it is.
     """
     try:
-        text = body if isinstance(body, str) else body.decode(json.detect_encoding(body), "surrogatepass")
+        if isinstance(body, str):
+            text = body
+        else:
+            text = body.decode("utf-8") if strict else body.decode(json.detect_encoding(body), "surrogatepass")
+    except UnicodeDecodeError:
+        raise Unreadable("Parse error: not UTF-8" if strict else "Parse error: not text") from None
+    if _nests_deeper(text, MAX_DEPTH):
+        raise TooDeep("Parse error: nested too deep")
+    try:
         return (_answer_decoder if answer else _decoder).decode(text)
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+    except ValueError:
+        raise Unreadable("Parse error: not JSON") from None
+
+
+def loads(body: bytes | str, *, answer: bool = False, strict: bool = False) -> Any:
+    """:func:`read`'s parsed body, or ``None`` when it does not take it (the app answers those)."""
+    try:
+        return read(body, answer=answer, strict=strict)
+    except Unreadable:
         return None
+
+
+def _nests_deeper(text: str, limit: int) -> bool:
+    """Whether arrays and objects nest deeper than ``limit`` in JSON ``text``: brackets outside strings counted in
+    one pass, without recursion (a decoder stops at the first byte that is not JSON, before anything deeper than
+    this count)."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0) > limit
 
 
 def dumps(message: object) -> bytes:

@@ -40,7 +40,7 @@ from mcp.shared.subscriptions import (
 )
 
 from .._session import current_session
-from .._wire import ThrottledWarning
+from .._wire import ThrottledWarning, jsonrpc
 from .._wire.protocol import INTERNAL_ERROR
 from ..stores import REDIS_SCHEMES
 from ._backend import Backend, MemoryBackend
@@ -87,10 +87,7 @@ def decode(data: bytes | str) -> ServerEvent | bytes | None:
     raw = data.encode() if isinstance(data, str) else data
     if raw == END:
         return END
-    try:
-        message = json.loads(raw)
-    except (ValueError, RecursionError):
-        return None
+    message = jsonrpc.loads(raw, answer=True, strict=True)
     if not isinstance(message, dict) or len(message) != 1:
         return None
     if isinstance(uri := message.get("resource"), str):

@@ -7,12 +7,13 @@ caller's own error and wording. Here, not in ``_exchange`` or ``_oauth``, so tha
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
+
+from ..._wire import jsonrpc
 
 if TYPE_CHECKING:
     import httpx
@@ -61,8 +62,4 @@ async def read_answer(
     except httpx.HTTPError as exc:
         logger.warning("mcp-sessions gateway: %s could not be reached: %s", host, type(exc).__name__)
         raise failed(f"{server} could not be reached", 502) from None
-    try:
-        return response, json.loads(body)
-    except (ValueError, RecursionError):
-        # Not JSON: judged by its status alone.
-        return response, None
+    return response, jsonrpc.loads(bytes(body), answer=True, strict=True)  # None, not JSON: judged by its status alone

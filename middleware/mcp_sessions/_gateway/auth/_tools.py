@@ -19,10 +19,14 @@ message that names the policy, and never reaches a process or the upstream; in a
 and every other ``-32600``, and nothing of the batch is forwarded, as for an invalid session. An answer to a
 ``tools/list`` (JSON, or an event in a stream; in either era; a stream resumed by ``Last-Event-ID`` too) lists her
 tools alone, its ``nextCursor`` kept: a page may list fewer, or none, and the client follows the cursor as before.
+It fails closed: a body it cannot read as strictly as any server may (``jsonrpc.read``'s strict reading: UTF-8 alone,
+at most ``MAX_DEPTH`` deep) is refused, ``-32700``, never forwarded, since another server may read it otherwise (a
+Node or Go server reads an invalid byte as U+FFFD), and an answer to a ``tools/list`` it cannot read is never passed.
 """
 
 from __future__ import annotations
 
+import codecs
 import fnmatch
 import functools
 import logging
@@ -36,7 +40,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..._asgi import Replay, header, read_body, send_json, send_status, too_large
 from ..._wire import jsonrpc, printable
-from ..._wire.protocol import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, MCP_PROTOCOL_VERSION_HEADER, http_status
+from ..._wire.protocol import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    MCP_PROTOCOL_VERSION_HEADER,
+    PARSE_ERROR,
+    http_status,
+)
 from ..._wire.sse import SSERewriter
 from ...profiles import Era
 from ._users import ProxiedUser
@@ -61,6 +72,7 @@ _SPACE: Final = re.compile(r"\s")
 _CALL: Final = "tools/call"
 _LIST: Final = "tools/list"
 _MCP_NAME: Final = b"mcp-name"
+_UNREADABLE: Final = "The server's answer could not be read (not UTF-8, not JSON, or nested too deep)"
 # The members whose repetition lets two parsers read two calls from one element.
 _READ: Final = frozenset({"jsonrpc", "method", "params", "id"})
 
@@ -175,9 +187,10 @@ def claims_of(scope: Scope) -> Mapping[str, object]:
     return {}
 
 
-class _ResponseTooLarge(OSError):
-    """A ``tools/list`` answer passed the bound: the client has had an error instead, and the app takes no more (an
-    ``OSError``, as a closed connection's: the upstream proxy then closes its upstream request)."""
+class _AnswerRefused(OSError):
+    """A ``tools/list`` answer passed the bound, or could not be read: the client has had an error instead, and the
+    app takes no more (an ``OSError``, as a closed connection's: the upstream proxy then closes its upstream
+    request)."""
 
 
 class _ByPolicy:
@@ -201,8 +214,12 @@ class _ByPolicy:
         body = await read_body(receive, header(scope["headers"], b"content-length"), self.max_body)
         if type(body) is not bytes:  # gone (nothing to answer), or too large
             return None if body is None else await too_large(send, self.max_body)
+        try:  # read as strictly as any server may: what it cannot read, it cannot judge, and never forwards
+            parsed = jsonrpc.read(body, strict=True) if body else None
+        except jsonrpc.Unreadable as unread:
+            self._log_once(_caller(scope), str(unread))
+            return await send_json(send, 400, jsonrpc.error(None, PARSE_ERROR, str(unread)), b"")
         allowed = self.policy.of(claims_of(scope))
-        parsed = jsonrpc.loads(body) if body else None
         elements = parsed if isinstance(parsed, list) else [parsed]
         named = [value.decode("latin-1") for name, value in scope["headers"] if name.lower() == _MCP_NAME]
         for index, element in enumerate(elements):
@@ -280,7 +297,8 @@ async def _refuse(
 class _Listed:
     """The ``send`` of a request whose answers to ``tools/list`` (those ``answers`` says) list the tools ``allowed``
     alone: a JSON answer held whole (up to the bound; past it, 502 and ``-32603``), an event stream rewritten event by
-    event; an answer coded all the same (a stranger upstream) is refused, never passed unread."""
+    event; an answer coded all the same (a stranger upstream), or one the reader does not take (not UTF-8, not JSON,
+    nested too deep), is refused, never passed unread."""
 
     def __init__(
         self, send: Send, answers: Callable[[dict[str, Any]], bool], allowed: Callable[[str], bool], limit: int
@@ -292,11 +310,12 @@ class _Listed:
         self._start: Message | None = None  # a JSON answer's, held for its body
         self._body = bytearray()
         self._events: SSERewriter | None = None
+        self._text = codecs.getincrementaldecoder("utf-8")()  # a stream's bytes are UTF-8, split anywhere
         self._refused = False
 
     async def __call__(self, message: Message) -> None:
         if self._refused:
-            raise _ResponseTooLarge("a tools/list answer passed its bound")
+            raise _AnswerRefused("a tools/list answer was refused")
         kind = message["type"]
         if kind == "http.response.start":
             headers = {bytes(name).lower(): bytes(value).lower() for name, value in message.get("headers", ())}
@@ -313,10 +332,15 @@ class _Listed:
                 kept = [(n, v) for n, v in message.get("headers", ()) if bytes(n).lower() != b"content-length"]
                 message = {**message, "headers": kept}
         elif kind == "http.response.body" and (events := self._events) is not None:
-            chunk = events.feed(message.get("body", b""))
+            last = not message.get("more_body", False)
+            try:
+                self._text.decode(message.get("body", b""), last)
+                chunk = events.feed(message.get("body", b""))
+            except (UnicodeDecodeError, jsonrpc.Unreadable):
+                return await self._refuse(_UNREADABLE, b"")
             if events.overflowed:
                 return await self._refuse(f"Response too large (limit {self._limit} bytes)", chunk)
-            if not message.get("more_body", False):
+            if last:
                 chunk += events.flush()
             message = {**message, "body": chunk}
         elif kind == "http.response.body" and (start := self._start) is not None:
@@ -327,7 +351,10 @@ class _Listed:
                 return None
             self._start = None
             body = bytes(self._body)
-            body = self._filtered(body) or body
+            try:
+                body = (self._filtered(body) if body else None) or body
+            except jsonrpc.Unreadable:
+                return await self._refuse(_UNREADABLE, None)
             length = (b"content-length", str(len(body)).encode())
             kept = [(n, v) for n, v in start.get("headers", ()) if bytes(n).lower() != b"content-length"]
             await self._send({**start, "headers": [*kept, length]})
@@ -335,12 +362,15 @@ class _Listed:
         await self._send(message)
 
     def _event(self, data: str) -> str | None:
+        if not data:  # an event that primes a stream (an id, empty data) says nothing
+            return None
         filtered = self._filtered(data)
         return None if filtered is None else filtered.decode()
 
     def _filtered(self, body: bytes | str) -> bytes | None:
-        """An answer (one message or a batch's) with the tools not the caller's left out; ``None`` when unchanged."""
-        parsed = jsonrpc.loads(body, answer=True)
+        """An answer (one message or a batch's) with the tools not the caller's left out; ``None`` when unchanged;
+        :class:`jsonrpc.Unreadable` when the reader does not take it."""
+        parsed = jsonrpc.read(body, answer=True, strict=True)
         changed = False
         for message in parsed if isinstance(parsed, list) else [parsed]:
             if not (jsonrpc.is_response(message) and self._answers(message)):
@@ -370,4 +400,4 @@ class _Listed:
         else:
             body = last + b"event: message\r\ndata: " + error + b"\r\n\r\n"
         await self._send({"type": "http.response.body", "body": body, "more_body": False})
-        raise _ResponseTooLarge(why)
+        raise _AnswerRefused(why)

@@ -51,7 +51,6 @@ Envoy passes every ``Location`` and nginx one it does not rewrite. Every other U
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from functools import partial
@@ -602,10 +601,7 @@ def _request_id(body: Body) -> str | int | None:
     """The id of a one-message JSON-RPC body read whole (and small), for the error that answers it."""
     if not isinstance(body, bytes) or not body or len(body) > _MAX_ID_BODY:
         return None
-    try:
-        message = json.loads(body)
-    except (ValueError, RecursionError):
-        return None
+    message = jsonrpc.loads(body, answer=True)
     if not isinstance(message, dict):
         return None
     return jsonrpc.echoable_id(message.get("id"))
