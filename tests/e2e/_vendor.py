@@ -10,7 +10,7 @@
   client id that is an https URL is the document there, whose ``client_id`` must be that URL, a public client's,
   naming the redirect URI asked for; else the client is refused), an authorization endpoint that consents at once
   for the ``X-Test-User`` a browser names (after checking the client, its registered redirect URI, PKCE's S256
-  and the ``resource``), and a token endpoint:
+  and the ``resource``; naming itself in its answer, RFC 9207, given ``iss``), and a token endpoint:
   the authorization code (once, its verifier checked), and refresh tokens rotated at each use, an old one seen
   again revoking the whole grant (RFC 9700 §4.14.2). Its access tokens are JWTs of its own key for the resource.
 - :func:`vendor_server`: the vendor's ``MCPServer`` behind bearer auth: a request without a token of the vendor's
@@ -151,6 +151,8 @@ class Vendor:
     documents: ssl.SSLContext | None = None
     fetched: list[str] = field(default_factory=list)  # the documents' URLs, each as fetched
     misfits: list[str] = field(default_factory=list)  # why each document it refused was refused
+    # Given: its metadata says it names itself in its answers to the browser (RFC 9207), and it does.
+    iss: bool = False
 
     async def document_of(self, client_id: str, redirect_uri: str) -> list[str] | None:
         """The redirect URIs of the client whose id is the https URL ``client_id``: its document fetched there
@@ -206,6 +208,7 @@ class Vendor:
                     "grant_types_supported": ["authorization_code", "refresh_token"],
                     "token_endpoint_auth_methods_supported": ["none"],
                     **({} if self.documents is None else {"client_id_metadata_document_supported": True}),
+                    **({"authorization_response_iss_parameter_supported": True} if self.iss else {}),
                 }
             )
 
@@ -229,17 +232,17 @@ class Vendor:
                     self.clients[query["client_id"]] = uris  # known for its tokens and revocations from now on
             if uris is None or query.get("redirect_uri") not in uris:
                 return JSONResponse({"error": "invalid_client"}, 400)  # never redirected to an unknown URI
+            named = {"iss": _base(request)} if self.iss else {}  # in an error too (RFC 9207 §2)
             if user in self.declining:
-                back = {"error": "access_denied", "state": query.get("state", "")}
+                back = {"error": "access_denied", "state": query.get("state", ""), **named}
                 return RedirectResponse(f"{query['redirect_uri']}?{urlencode(back)}", 302)
             if not user or query.get("code_challenge_method") != "S256" or query.get("resource") != self.resource:
-                back = {"error": "invalid_request", "state": query.get("state", "")}
+                back = {"error": "invalid_request", "state": query.get("state", ""), **named}
                 return RedirectResponse(f"{query['redirect_uri']}?{urlencode(back)}", 302)
             code = secrets.token_urlsafe(16)
             self.codes[code] = {"user": user, **query}
-            return RedirectResponse(
-                f"{query['redirect_uri']}?{urlencode({'code': code, 'state': query['state']})}", 302
-            )
+            back = {"code": code, "state": query["state"], **named}
+            return RedirectResponse(f"{query['redirect_uri']}?{urlencode(back)}", 302)
 
         async def token(request: Request) -> Response:
             form = await request.form()

@@ -160,7 +160,7 @@ def stand(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stand]:
     idp = Idp(clients=dict([LOGIN]))
     tls = stand_in_server(tmp_path_factory.mktemp("tls"), ["127.0.0.1", "localhost"])
     # the vendor takes Client ID Metadata Documents: a gateway at an http URL still registers (RFC 7591)
-    vendor = Vendor(documents=ssl.create_default_context(cafile=tls[0]))
+    vendor = Vendor(documents=ssl.create_default_context(cafile=tls[0]), iss=True)
     store = tmp_path_factory.mktemp("oauth") / "store.db"
     with contextlib.ExitStack() as exits:
         idp.url = exits.enter_context(serve(idp.app()))
@@ -685,6 +685,26 @@ def test_a_replayed_tampered_or_carried_state_grants_nothing(stand: Stand) -> No
         assert http.get(callback).status_code == 400  # the login's leg replayed
         assert http.get(str(done.url)).status_code == 400  # the vendor's leg replayed
     assert whoami(modern_call(stand, "frank"))["sub"] == "frank"
+
+
+def test_a_callback_without_the_iss_its_server_says_it_sends_grants_nothing(stand: Stand) -> None:
+    """The vendor's metadata says it names itself in its answers (RFC 9207): its answer to paul's browser with its
+    ``iss`` taken out (a code injected, or sent on by another server) is a page that says so, the code redeemed
+    nowhere; the same answer whole, in his next flow, grants."""
+    with browser("paul") as http:
+        http.follow_redirects = False
+        to_idp = http.get(asked_url(modern_call(stand, "paul")))
+        to_vendor = http.get(http.get(to_idp.headers["location"]).headers["location"])
+        callback = http.get(to_vendor.headers["location"]).headers["location"]
+        query = dict(parse_qsl(urlsplit(callback).query))
+        assert query.pop("iss") == stand.vendor_issuer
+        codes = stand.vendor.counts["codes"]
+        unnamed = http.get(callback.partition("?")[0] + "?" + urlencode(query))
+        assert unnamed.status_code == 400, unnamed.text
+        assert "does not name the server it comes from: nothing was granted" in unnamed.text
+        assert stand.vendor.counts["codes"] == codes and query["code"] in stand.vendor.codes
+    assert signed_in("paul", asked_url(modern_call(stand, "paul"))).status_code == 200
+    assert whoami(modern_call(stand, "paul"))["sub"] == "paul"
 
 
 def test_a_refused_consent_grants_nothing_and_asks_again(stand: Stand) -> None:

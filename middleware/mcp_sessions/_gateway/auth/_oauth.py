@@ -31,8 +31,10 @@ and ``resource`` (RFC 8707), to the same callback (``/oauth/callback``), where t
 Each leg's ``state`` is a one-time random key to what the gateway holds of it, taken as the callback reads it
 (a replay, a tampered or unknown ``state`` finds nothing), kept :data:`SIGN_IN_WITHIN` seconds, and bound to
 the browser that opened the URL by a cookie of its own (RFC 9700 §4.7.1: a callback in another browser is
-refused); an ``iss`` parameter (RFC 9207) must be the leg's server's. A URL opened by another user signs her in
-at the IdP as herself, and grants nothing. Her retry then reaches the upstream with her token.
+refused); an ``iss`` parameter (RFC 9207) must be the leg's server's, and is required where that server's
+metadata says it sends one (``authorization_response_iss_parameter_supported``, RFC 9207 §2.4). A URL opened by
+another user signs her in at the IdP as herself, and grants nothing. Her retry then reaches the upstream with her
+token.
 
 **Her tokens** are kept per user (her token's issuer and principal) and authorization server, in memory and,
 given ``kept`` (``_kept.KeptGrants``), sealed in the gateway's store, so that a restart asks no one again; never
@@ -222,6 +224,9 @@ class _Server:
     metadata_documents: bool = False
     """Whether it takes a Client ID Metadata Document's URL for a client id: its metadata's
     ``client_id_metadata_document_supported``."""
+    sends_iss: bool = False
+    """Whether its answers to the browser name it (RFC 9207): its metadata's
+    ``authorization_response_iss_parameter_supported``; a callback without ``iss`` is then refused."""
 
 
 @dataclass
@@ -252,6 +257,7 @@ class _Leg:
     nonce: str | None
     issuer: str
     until: float
+    sends_iss: bool = False
 
 
 @dataclass
@@ -583,6 +589,7 @@ class UpstreamGrants(UpstreamToken):
             resource=resource,
             scope=scope,
             metadata_documents=found.get("client_id_metadata_document_supported") is True,
+            sends_iss=found.get("authorization_response_iss_parameter_supported") is True,
         )
 
     async def _metadata(self, issuer: str, *, oidc_first: bool) -> dict[str, Any]:
@@ -828,7 +835,8 @@ class UpstreamGrants(UpstreamToken):
         nonce = secrets.token_urlsafe(32)
         now = time.monotonic()
         until = now + SIGN_IN_WITHIN
-        self._logins[state] = _Leg(user, one_time, flow, binding, verifier, nonce, self._login.issuer, until)
+        sends_iss = idp.get("authorization_response_iss_parameter_supported") is True
+        self._logins[state] = _Leg(user, one_time, flow, binding, verifier, nonce, self._login.issuer, until, sends_iss)
         query = {
             "response_type": "code",
             "client_id": self._login.client.client_id,
@@ -858,7 +866,10 @@ class UpstreamGrants(UpstreamToken):
         binding = _cookie(Headers(scope=scope).get("cookie", ""), f"{COOKIE}-{leg.flow}")
         if binding is None or not secrets.compare_digest(binding, leg.binding):
             raise _Refused(400, "This sign-in was started in another browser: nothing was granted.")
-        if params.get("iss") is not None and params["iss"].rstrip("/") != leg.issuer.rstrip("/"):
+        iss = params.get("iss")
+        if iss is None and leg.sends_iss:  # RFC 9207 §2.4: a server that says it names itself must
+            raise _Refused(400, "This answer does not name the server it comes from: nothing was granted.")
+        if iss is not None and iss.rstrip("/") != leg.issuer.rstrip("/"):
             raise _Refused(400, "This answer comes from another server than the one asked: nothing was granted.")
         if "error" in params or "code" not in params:
             error = params.get("error", "")
@@ -879,7 +890,7 @@ class UpstreamGrants(UpstreamToken):
         now = time.monotonic()
         until = now + SIGN_IN_WITHIN
         self._grantings[state] = _Leg(
-            leg.user, leg.sign_in, leg.flow, leg.binding, verifier, None, server.issuer, until
+            leg.user, leg.sign_in, leg.flow, leg.binding, verifier, None, server.issuer, until, server.sends_iss
         )
         query = {
             "response_type": "code",
@@ -1032,6 +1043,7 @@ class IdTokens(UpstreamGrants):
                 revocation_endpoint=revocation if isinstance(revocation, str) else None,
                 resource="",
                 scope=None,
+                sends_iss=idp.get("authorization_response_iss_parameter_supported") is True,
             )
         return self._server
 
@@ -1110,6 +1122,7 @@ class IssuerGrants(UpstreamGrants):
                     resource=self._resource,
                     scope=self._scope,
                     metadata_documents=found.get("client_id_metadata_document_supported") is True,
+                    sends_iss=found.get("authorization_response_iss_parameter_supported") is True,
                 )
         return self._server
 
