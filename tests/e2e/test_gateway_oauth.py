@@ -632,6 +632,95 @@ def test_a_team_file_s_servers_sign_their_users_in_at_the_gateway_s_base_across_
         assert token not in output
 
 
+def test_a_code_of_one_server_sent_back_through_another_s_sign_in_is_redeemed_nowhere(
+    stand: Stand, tmp_path: Path
+) -> None:
+    """The mix-up (RFC 9700 §4.4.2): ``--config`` with an honest vendor's server and an attacker's, both behind
+    their own authorization servers, the honest one naming itself nowhere (no ``iss``). zoe, signed in at the
+    honest one, is asked to sign in at the attacker's: its authorization server sends her browser on to the honest
+    one's, with the gateway's client there, the redirect URI registered for it, and the attacker's flow's ``state``
+    and PKCE challenge. The honest server's code comes back at its own callback, not the attacker's: a page says so
+    (escaped, no code in it), and the code and the verifier are never posted to the attacker's token endpoint."""
+    honest = Vendor()
+    posted: list[dict[str, str]] = []
+
+    def attacker() -> Starlette:
+        async def metadata(request: Request) -> Response:
+            base = str(request.base_url).rstrip("/")
+            endpoints = {name: f"{base}/{name}" for name in ("authorize", "token", "register")}
+            return JSONResponse(
+                {
+                    "issuer": base,
+                    "authorization_endpoint": endpoints["authorize"],
+                    "token_endpoint": endpoints["token"],
+                    "registration_endpoint": endpoints["register"],
+                    "code_challenge_methods_supported": ["S256"],
+                }
+            )
+
+        async def register(request: Request) -> Response:
+            return JSONResponse({**(await request.json()), "client_id": "evil", "token_endpoint_auth_method": "none"})
+
+        async def authorize(request: Request) -> Response:
+            (client_id, (redirect_uri, *_)), *_ = honest.clients.items()  # the gateway's client there, as seen
+            query = request.query_params
+            forged = {"response_type": "code", "client_id": client_id, "redirect_uri": redirect_uri}
+            forged |= {"state": query["state"], "code_challenge": query["code_challenge"]}
+            forged |= {"code_challenge_method": "S256", "resource": honest.resource}
+            return Response(status_code=302, headers={"location": f"{honest_issuer}/authorize?{urlencode(forged)}"})
+
+        async def token(request: Request) -> Response:
+            posted.append(dict((await request.form()).items()))  # type: ignore[arg-type]
+            return JSONResponse({"error": "invalid_grant"}, 400)
+
+        routes = [Route("/.well-known/oauth-authorization-server", metadata), Route("/authorize", authorize)]
+        routes += [Route("/register", register, methods=["POST"]), Route("/token", token, methods=["POST"])]
+        return Starlette(routes=routes)
+
+    evil = Vendor()
+    call = modern_request("tools/call", WHOAMI, meta=URL_CAPABLE)
+    with contextlib.ExitStack() as up:
+        honest_issuer = up.enter_context(serve(honest.app()))
+        honest.resource = up.enter_context(serve(vendor_server(honest, honest_issuer))) + "/mcp"
+        evil_issuer = up.enter_context(serve(attacker()))
+        evil.resource = up.enter_context(serve(vendor_server(evil, evil_issuer))) + "/mcp"
+
+        def command(port: int) -> tuple[list[str], dict[str, str]]:
+            login = f'upstream-token = "oauth"\nlogin-issuer = "{stand.idp.url}"\nlogin-client-id = "{LOGIN[0]}"\n'
+            (tmp_path / "team.toml").write_text(
+                f'[gateway]\nauth-jwks = "{stand.idp.url}/jwks.json"\nauth-issuer = "{stand.idp.url}"\n'
+                f'auth-audience = "http://127.0.0.1:{port}/"\n'
+                f'[servers.honest]\nurl = "{honest.resource}"\n{login}[servers.evil]\nurl = "{evil.resource}"\n{login}',
+                encoding="utf-8",
+            )
+            line = [sys.executable, "-m", "mcp_sessions", "gateway", "--config", str(tmp_path / "team.toml")]
+            return [*line, "--port", str(port)], {
+                "MCP_SESSIONS_SECRET": SECRET,
+                "MCP_SESSIONS_LOGIN_CLIENT_SECRET": LOGIN[1],
+            }
+
+        gateway = started("mcp-sessions gateway --config team.toml", command)
+        try:
+            base = f"http://127.0.0.1:{gateway.port}"
+
+            def asked(server: str) -> dict[str, Any]:
+                token = stand.idp.token_for("zoe", base + "/")
+                headers = {**modern_headers(call), "Authorization": f"Bearer {token}"}
+                answer = httpx.post(f"{base}/servers/{server}/mcp", json=call, headers=headers, timeout=30)
+                return result_of(answer, call["id"])
+
+            assert signed_in("zoe", asked_url(asked("honest"))).status_code == 200
+            codes = dict(honest.codes)
+            mixed = signed_in("zoe", asked_url(asked("evil")))
+        finally:
+            gateway.stop()
+    assert mixed.status_code == 400, mixed.text
+    assert "came back at another server&#x27;s address than the one asked: nothing was granted" in mixed.text
+    (code,) = set(honest.codes) - set(codes)  # issued to zoe's browser, redeemed by no one
+    assert code not in mixed.text
+    assert posted == []
+
+
 def test_a_client_without_url_elicitation_gets_the_url_in_an_error(stand: Stand) -> None:
     """A 2026-07-28 client that declares no URL elicitation: the missing capability's error (-32021), the URL in
     its message."""

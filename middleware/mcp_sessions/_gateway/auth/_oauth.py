@@ -14,11 +14,14 @@ and the next request tries again.
 **The gateway's client there**, in the order MCP's authorization spec (2025-11-25, "Client Registration") has a
 client choose: the one the operator gives (``client``, a ``_client.ClientAuth``; or ``client_id`` alone, a public
 client); else, where the gateway's own URL (its callback's) is https and the server's metadata says
-``client_id_metadata_document_supported``, the URL of its Client ID Metadata Document
-(draft-ietf-oauth-client-id-metadata-document), which it serves at :data:`CLIENT_PATH` (the server fetches it as it
-needs it: nothing to register, nothing kept); else one it registers by RFC 7591 once per server. Either way a public
-client (``token_endpoint_auth_method`` ``none``) whose one redirect URI is the gateway's callback. The document is
-built once from the callback, its ``client_id`` its own URL, and holds no secret: whoever fetches it is a stranger.
+``client_id_metadata_document_supported`` and ``authorization_response_iss_parameter_supported``, the URL of its
+Client ID Metadata Document (draft-ietf-oauth-client-id-metadata-document), which it serves at :data:`CLIENT_PATH`
+(the server fetches it as it needs it: nothing to register, nothing kept); else one it registers by RFC 7591 once
+per server. Either way a public client (``token_endpoint_auth_method`` ``none``) with one redirect URI: the
+server's own (``/oauth/callback/<digest of its issuer>``, RFC 9700 §4.4.2), but for the document, which is one for
+every server and names the gateway's callback, and so goes only to a server whose ``iss`` the callback requires.
+The document is built once from the callback, its ``client_id`` its own URL, and holds no secret: whoever fetches
+it is a stranger.
 
 **Signing in.** A request of a user with no grant yet gets a sign-in URL of the gateway's own
 (``/oauth/authorize/<one-time id>``), as URL-mode elicitation (SEP-1036) carries it in the request's era
@@ -27,9 +30,12 @@ the team's IdP say who she is: an OpenID Connect login with the gateway as its o
 authorization code with PKCE, ``nonce``), whose ID token (verified by PyJWT with the IdP's keys, for the
 gateway's client id) must name the principal that asked (its ``claim``, ``sub`` by default). Only then does the
 browser go to the upstream's authorization server: the authorization code flow with PKCE (``S256``), ``state``,
-and ``resource`` (RFC 8707), to the same callback (``/oauth/callback``), where the code is swapped for her tokens.
-Each leg's ``state`` is a one-time random key to what the gateway holds of it, taken as the callback reads it
-(a replay, a tampered or unknown ``state`` finds nothing), kept :data:`SIGN_IN_WITHIN` seconds, and bound to
+and ``resource`` (RFC 8707), to that server's own callback, where the code is swapped for her tokens (the login
+comes back to ``/oauth/callback``, registered at the IdP). Each leg's ``state`` is a one-time random key to what
+the gateway holds of it (the user, the sign-in, the server, PKCE's verifier, the redirect URI), taken as the
+callback reads it (a replay, a tampered or unknown ``state`` finds nothing); a code that comes back at another
+redirect URI than its leg's is redeemed nowhere (the mix-up, RFC 9700 §4.4.2: another server sending the browser
+on to this one's with its own ``state``). Each is kept :data:`SIGN_IN_WITHIN` seconds, and bound to
 the browser that opened the URL by a cookie of its own (RFC 9700 §4.7.1: a callback in another browser is
 refused); an ``iss`` parameter (RFC 9207) must be the leg's server's, and is required where that server's
 metadata says it sends one (``authorization_response_iss_parameter_supported``, RFC 9207 §2.4). A URL opened by
@@ -246,8 +252,10 @@ class _Grant:
 @dataclass
 class _Leg:
     """A browser's sign-in under way, by its ``state``: whose, the sign-in URL's id it began at, the browser's cookie
-    (its name's ``flow``, its value ``binding``: a browser may have two sign-ins under way), PKCE's verifier, and for
-    the login leg the ID token's ``nonce``."""
+    (its name's ``flow``, its value ``binding``: a browser may have two sign-ins under way), PKCE's verifier, for
+    the login leg the ID token's ``nonce``, the server it was sent to, whether that server names itself (``iss``),
+    and where it was told to send the browser back (the server's own callback: a code that comes back at
+    another's is redeemed nowhere)."""
 
     user: User
     sign_in: str
@@ -257,7 +265,8 @@ class _Leg:
     nonce: str | None
     issuer: str
     until: float
-    sends_iss: bool = False
+    sends_iss: bool
+    redirect_uri: str
 
 
 @dataclass
@@ -379,6 +388,11 @@ class UpstreamGrants(UpstreamToken):
         """Whether this made the sign-in URL whose id is ``sign_in``, or a leg under way whose ``state`` is
         ``state`` (:class:`SignIns` routes a browser by it)."""
         return sign_in in self._urls or state in self._logins or state in self._grantings
+
+    def _callback_of(self, issuer: str) -> str:
+        """The callback of the authorization server ``issuer`` alone (RFC 9700 §4.4.2: a redirect URI of its own):
+        the gateway's, a digest of the issuer after it, the same in every replica and restart."""
+        return f"{self._callback}/{hashlib.sha256(issuer.rstrip('/').encode()).hexdigest()[:32]}"
 
     def _record(self, key: tuple[User, str]) -> str:
         """What names the user's grant at a server in the store (``_kept.record`` digests it)."""
@@ -527,7 +541,11 @@ class UpstreamGrants(UpstreamToken):
         async with self._finding:
             if self._server is None:
                 self._server = await self._discover()
-                logger.info("mcp-sessions gateway: the upstream's authorization server is %s", self._server.issuer)
+                logger.info(
+                    "mcp-sessions gateway: the upstream's authorization server is %s, its redirect URI %s",
+                    self._server.issuer,
+                    self._callback_of(self._server.issuer),
+                )
         return self._server
 
     async def _discover(self) -> _Server:
@@ -618,13 +636,14 @@ class UpstreamGrants(UpstreamToken):
             return self._given
         if self._client_id is not None:
             return self._client_id
-        if self.document_url is not None and server.metadata_documents:
+        if self.document_url is not None and server.metadata_documents and server.sends_iss:
             return self.document_url
         async with self._finding:
             known = self._registered.get(server.issuer)
             if known is not None:
                 return known
-            registered_at = f"{server.issuer}\0{self._callback}"
+            redirect = self._callback_of(server.issuer)
+            registered_at = f"{server.issuer}\0{redirect}"
             kept = None if self._kept is None else await self._keep(self._kept.client(registered_at))
             if kept is not None:  # registered by another replica, or before a restart
                 known = self._registered[server.issuer] = _client(server.issuer, *kept)
@@ -633,7 +652,7 @@ class UpstreamGrants(UpstreamToken):
                 raise _server_error("the upstream's authorization server takes no registration: give --oauth-client-id")
             metadata = {
                 "client_name": "mcp-sessions gateway",
-                "redirect_uris": [self._callback],
+                "redirect_uris": [redirect],
                 "grant_types": ["authorization_code", "refresh_token"],
                 "response_types": ["code"],
                 "token_endpoint_auth_method": "none",
@@ -794,13 +813,13 @@ class UpstreamGrants(UpstreamToken):
             path = scope.get("path", "") if scope["type"] == "http" else ""
             if path == CLIENT_PATH and self.document is not None:
                 return await _served_document(self.document, scope, send)
-            if path != CALLBACK_PATH and not path.startswith(AUTHORIZE_PATH):
+            if not is_sign_in(path):
                 return await app(scope, receive, send)
             if scope["method"] != "GET":
                 await _page(405, "This page is opened, not posted to.")(send)
                 return
             try:
-                if path == CALLBACK_PATH:
+                if path.startswith(CALLBACK_PATH):
                     answer = await self._called_back(scope)
                 else:
                     answer = await self._authorize(scope, path.removeprefix(AUTHORIZE_PATH))
@@ -836,7 +855,8 @@ class UpstreamGrants(UpstreamToken):
         now = time.monotonic()
         until = now + SIGN_IN_WITHIN
         sends_iss = idp.get("authorization_response_iss_parameter_supported") is True
-        self._logins[state] = _Leg(user, one_time, flow, binding, verifier, nonce, self._login.issuer, until, sends_iss)
+        leg = _Leg(user, one_time, flow, binding, verifier, nonce, self._login.issuer, until, sends_iss, self._callback)
+        self._logins[state] = leg
         query = {
             "response_type": "code",
             "client_id": self._login.client.client_id,
@@ -871,6 +891,10 @@ class UpstreamGrants(UpstreamToken):
             raise _Refused(400, "This answer does not name the server it comes from: nothing was granted.")
         if iss is not None and iss.rstrip("/") != leg.issuer.rstrip("/"):
             raise _Refused(400, "This answer comes from another server than the one asked: nothing was granted.")
+        if scope["path"] != urlsplit(leg.redirect_uri).path:  # RFC 9700 §4.4.2: a mix-up's code, never redeemed
+            raise _Refused(
+                400, "This answer came back at another server's address than the one asked: nothing was granted."
+            )
         if "error" in params or "code" not in params:
             error = params.get("error", "")
             said = error if _ERROR_CODE.fullmatch(error) else "no code"
@@ -889,13 +913,25 @@ class UpstreamGrants(UpstreamToken):
         verifier, challenge = _pkce()
         now = time.monotonic()
         until = now + SIGN_IN_WITHIN
+        # a client by its metadata document, which every server shares, comes back to the shared callback: it is
+        # used only with a server that names itself (_client_of), whose iss the callback then requires
+        redirect = self._callback if client == self.document_url else self._callback_of(server.issuer)
         self._grantings[state] = _Leg(
-            leg.user, leg.sign_in, leg.flow, leg.binding, verifier, None, server.issuer, until, server.sends_iss
+            leg.user,
+            leg.sign_in,
+            leg.flow,
+            leg.binding,
+            verifier,
+            None,
+            server.issuer,
+            until,
+            server.sends_iss,
+            redirect,
         )
         query = {
             "response_type": "code",
             "client_id": client if isinstance(client, str) else client.client_id,
-            "redirect_uri": self._callback,
+            "redirect_uri": redirect,
             "state": state,
             "code_challenge": challenge,
             "code_challenge_method": "S256",
@@ -911,7 +947,7 @@ class UpstreamGrants(UpstreamToken):
         return {
             "grant_type": "authorization_code",
             "code": code,
-            "redirect_uri": self._callback,
+            "redirect_uri": leg.redirect_uri,
             "code_verifier": leg.verifier,
         }
 
@@ -1145,8 +1181,8 @@ class SignIns:
         routes = [each.wrap(app) for each in self.each]
 
         async def routed(scope: Scope, receive: Receive, send: Send) -> None:
-            path = scope.get("path", "") if scope["type"] == "http" else None
-            if path == CALLBACK_PATH or (path is not None and path.startswith(AUTHORIZE_PATH)):
+            path = scope.get("path", "") if scope["type"] == "http" else ""
+            if is_sign_in(path):
                 return await routes[self._whose(scope, path)](scope, receive, send)
             if path == CLIENT_PATH and (document := self.document) is not None:  # one callback: one document
                 return await _served_document(document, scope, send)
@@ -1161,7 +1197,7 @@ class SignIns:
 
     def _whose(self, scope: Scope, path: str) -> int:
         """Which sign-in made the URL ``path`` names, or the ``state`` its callback carries (none: the first)."""
-        if path == CALLBACK_PATH:
+        if path.startswith(CALLBACK_PATH):
             state = QueryParams(scope.get("query_string", b"").decode("latin-1")).get("state", "")
             held = [each.holds(state=state) for each in self.each]
         else:
@@ -1234,6 +1270,11 @@ class SignIns:
 
 
 _Answer = Any  # an awaitable page: called with send
+
+
+def is_sign_in(path: str) -> bool:
+    """Whether ``path`` is a sign-in's route: a sign-in URL, the callback, or an authorization server's own."""
+    return path.startswith(AUTHORIZE_PATH) or path == CALLBACK_PATH or path.startswith(CALLBACK_PATH + "/")
 
 
 def _id_token(id_token: str, claims: Mapping[str, Any], refresh: str | None) -> _Grant:
