@@ -56,7 +56,7 @@ from mcp_sessions._gateway.auth._client import ClientAuth
 from mcp_sessions._gateway.auth._kept import KeptGrants
 from mcp_sessions._gateway.auth._oauth import CLIENT_PATH, Login, UpstreamGrants
 from mcp_sessions._gateway.auth._users import GatewayAuth
-from mcp_sessions.stores import MemoryStore
+from mcp_sessions.stores import MemoryStore, SessionStore
 
 LOGIN = ("mcp-gateway-login", "gateway-secret")  # the gateway's client at the team's IdP (the docs' id)
 OLD_KEY = "old:" + "o" * 32  # the sessions' key set (MCP_SESSIONS_KEYS), which seals the grants kept in the store
@@ -678,47 +678,96 @@ def test_a_code_of_one_server_sent_back_through_another_s_sign_in_is_redeemed_no
         return Starlette(routes=routes)
 
     evil = Vendor()
-    call = modern_request("tools/call", WHOAMI, meta=URL_CAPABLE)
     with contextlib.ExitStack() as up:
         honest_issuer = up.enter_context(serve(honest.app()))
         honest.resource = up.enter_context(serve(vendor_server(honest, honest_issuer))) + "/mcp"
         evil_issuer = up.enter_context(serve(attacker()))
         evil.resource = up.enter_context(serve(vendor_server(evil, evil_issuer))) + "/mcp"
 
-        def command(port: int) -> tuple[list[str], dict[str, str]]:
-            login = f'upstream-token = "oauth"\nlogin-issuer = "{stand.idp.url}"\nlogin-client-id = "{LOGIN[0]}"\n'
-            (tmp_path / "team.toml").write_text(
-                f'[gateway]\nauth-jwks = "{stand.idp.url}/jwks.json"\nauth-issuer = "{stand.idp.url}"\n'
-                f'auth-audience = "http://127.0.0.1:{port}/"\n'
-                f'[servers.honest]\nurl = "{honest.resource}"\n{login}[servers.evil]\nurl = "{evil.resource}"\n{login}',
-                encoding="utf-8",
-            )
-            line = [sys.executable, "-m", "mcp_sessions", "gateway", "--config", str(tmp_path / "team.toml")]
-            return [*line, "--port", str(port)], {
-                "MCP_SESSIONS_SECRET": SECRET,
-                "MCP_SESSIONS_LOGIN_CLIENT_SECRET": LOGIN[1],
-            }
-
-        gateway = started("mcp-sessions gateway --config team.toml", command)
-        try:
-            base = f"http://127.0.0.1:{gateway.port}"
-
-            def asked(server: str) -> dict[str, Any]:
-                token = stand.idp.token_for("zoe", base + "/")
-                headers = {**modern_headers(call), "Authorization": f"Bearer {token}"}
-                answer = httpx.post(f"{base}/servers/{server}/mcp", json=call, headers=headers, timeout=30)
-                return result_of(answer, call["id"])
-
-            assert signed_in("zoe", asked_url(asked("honest"))).status_code == 200
+        with oauth_servers(stand, tmp_path, {"honest": honest.resource, "evil": evil.resource}) as asked:
+            assert signed_in("zoe", asked_url(asked("zoe", "honest"))).status_code == 200
             codes = dict(honest.codes)
-            mixed = signed_in("zoe", asked_url(asked("evil")))
-        finally:
-            gateway.stop()
+            mixed = signed_in("zoe", asked_url(asked("zoe", "evil")))
     assert mixed.status_code == 400, mixed.text
     assert "came back at another server&#x27;s address than the one asked: nothing was granted" in mixed.text
     (code,) = set(honest.codes) - set(codes)  # issued to zoe's browser, redeemed by no one
     assert code not in mixed.text
     assert posted == []
+
+
+@contextlib.contextmanager
+def oauth_servers(stand: Stand, where: Path, servers: dict[str, str]) -> Iterator[Any]:
+    """A gateway of a ``--config`` file whose servers (name to URL) each sign their users in at their upstream's
+    authorization server (``upstream-token = "oauth"``), on one SQLite store: ``asked(user, server)``, the answer
+    to ``whoami`` called there as ``user``."""
+    login = f'upstream-token = "oauth"\nlogin-issuer = "{stand.idp.url}"\nlogin-client-id = "{LOGIN[0]}"\n'
+    call = modern_request("tools/call", WHOAMI, meta=URL_CAPABLE)
+
+    def command(port: int) -> tuple[list[str], dict[str, str]]:
+        lines = [f'[gateway]\nauth-jwks = "{stand.idp.url}/jwks.json"\nauth-issuer = "{stand.idp.url}"\n']
+        lines.append(f'auth-audience = "http://127.0.0.1:{port}/"\n')
+        lines += [f'[servers.{name}]\nurl = "{url}"\n{login}' for name, url in servers.items()]
+        (where / "team.toml").write_text("".join(lines), encoding="utf-8")
+        line = [sys.executable, "-m", "mcp_sessions", "gateway", "--config", str(where / "team.toml")]
+        environ = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_LOGIN_CLIENT_SECRET": LOGIN[1]}
+        return [*line, "--port", str(port)], environ | {"MCP_SESSIONS_STORE": f"sqlite:///{where / 'store.db'}"}
+
+    gateway = started("mcp-sessions gateway --config team.toml", command)
+    base = f"http://127.0.0.1:{gateway.port}"
+
+    def asked(user: str, server: str) -> dict[str, Any]:
+        headers = {**modern_headers(call), "Authorization": f"Bearer {stand.idp.token_for(user, base + '/')}"}
+        return result_of(httpx.post(f"{base}/servers/{server}/mcp", json=call, headers=headers, timeout=30), call["id"])
+
+    try:
+        yield asked
+    finally:
+        gateway.stop()
+
+
+def test_two_servers_at_one_authorization_server_are_two_grants_each_for_its_own_resource(
+    stand: Stand, tmp_path: Path
+) -> None:
+    """RFC 8707: two servers of a file behind one authorization server. amy signed in at ``a`` is asked to sign in
+    at ``b`` too (a grant of its own, kept apart in the store they share); every authorization, code and refresh
+    request names its server's resource; ``b`` is never sent the token issued for ``a``, and each answers her with
+    a token for itself."""
+    vendor = Vendor(lifetime=0)  # each call refreshes
+    b_port = free_port()
+    b_resource = f"http://127.0.0.1:{b_port}/mcp"
+    vendor.others.append(b_resource)
+    with contextlib.ExitStack() as up:
+        issuer = up.enter_context(serve(vendor.app()))
+        vendor.resource = up.enter_context(serve(vendor_server(vendor, issuer))) + "/mcp"
+        up.enter_context(serve(vendor_server(vendor, issuer, b_resource), port=b_port))
+        with oauth_servers(stand, tmp_path, {"a": vendor.resource, "b": b_resource}) as asked:
+            assert signed_in("amy", asked_url(asked("amy", "a"))).status_code == 200
+            for_a = [whoami(asked("amy", "a"))["token"] for _ in range(2)]
+            assert signed_in("amy", asked_url(asked("amy", "b"))).status_code == 200
+            for_b = [whoami(asked("amy", "b"))["token"] for _ in range(2)]
+            again = whoami(asked("amy", "a"))["token"]
+    assert [claims_of(token)["aud"] for token in (*for_a, again)] == [vendor.resource] * 3
+    assert [claims_of(token)["aud"] for token in for_b] == [b_resource] * 2
+    assert not set(vendor.presented[b_resource]) & set(vendor.presented[vendor.resource]) - {""}  # "": the probes
+    assert vendor.counts["codes"] == 2
+    kinds = [kind for kind, _ in vendor.targets]
+    assert kinds.count("authorize") == 2 and kinds.count("refresh_token") >= 4, vendor.targets
+    assert all(resource in (vendor.resource, b_resource) for _, resource in vendor.targets), vendor.targets
+
+
+def test_a_token_whose_audience_is_another_resource_is_never_sent(stand: Stand) -> None:
+    """The vendor's server issues quinn a token whose ``aud`` is another server's, though the gateway asked for its
+    own resource: the page says so, nothing is kept, the vendor's server is sent nothing, and her next call asks her
+    to sign in again."""
+    stand.vendor.audience = "https://elsewhere.example/mcp"
+    try:
+        sent = stand.vendor.presented.setdefault(stand.vendor.resource, [])
+        done = signed_in("quinn", asked_url(modern_call(stand, "quinn")))
+        assert done.status_code == 502 and "issued no usable token" in done.text, done.text
+        assert asked_url(modern_call(stand, "quinn"))
+        assert not {claims_of(token)["sub"] for token in sent if token} & {"quinn"}
+    finally:
+        stand.vendor.audience = None
 
 
 def test_a_client_without_url_elicitation_gets_the_url_in_an_error(stand: Stand) -> None:
@@ -1183,13 +1232,13 @@ AUDIENCE = "http://127.0.0.1:8000/mcp"  # the in-process replicas' (asgi_client'
 REPLICAS_CALL = modern_request("tools/call", WHOAMI, meta=URL_CAPABLE)
 
 
-def replicas(stand: Stand, store: MemoryStore | None = None) -> tuple[Any, Any]:
-    """Two gateways in process in front of the vendor, on one store (``store``, else a new one) and one key set
-    (each its own sessions)."""
+def replicas(stand: Stand, store: SessionStore | None = None, second: SessionStore | None = None) -> tuple[Any, Any]:
+    """Two gateways in process in front of the vendor, on one store (``store``, else a new one; the second's through
+    ``second`` where given, another client of it) and one key set (each its own sessions)."""
     store = MemoryStore() if store is None else store
     keys = KeySet.from_secret("r" * 32)
 
-    def replica() -> Any:
+    def replica(store: SessionStore) -> Any:
         login = Login(stand.idp.url, ClientAuth("client_secret_basic", *LOGIN, servers=(stand.idp.url,)))
         callback = "http://127.0.0.1:8000/oauth/callback"
         grants = UpstreamGrants(
@@ -1199,7 +1248,7 @@ def replicas(stand: Stand, store: MemoryStore | None = None) -> tuple[Any, Any]:
         config = SessionsConfig(secret=SECRET)
         return gateway_app([stand.vendor.resource], config=config, auth=auth, upstream_token=grants)
 
-    return replica(), replica()
+    return replica(store), replica(second or store)
 
 
 async def signed_in_through(app: Any, client: httpx.AsyncClient, user: str, headers: dict[str, str]) -> None:

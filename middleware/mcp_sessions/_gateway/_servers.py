@@ -16,8 +16,8 @@ authorization server's own ``/oauth/callback/ID``) the one
 whose sign-in holds its ``state`` (neither: the first server that signs anyone in, whose page says the link is
 unknown), the Client ID Metadata Document (``/oauth/client.json``) the first that serves one (one callback: one
 document); ``/oauth/grants`` is the user's grants at every server's sign-ins, each asked as a request of its own
-(its auth decides), listed (each with its ``server``) or revoked. Each server's grants are its sign-ins' (per user
-and authorization server, in the store that server's sessions use); a reload that keeps a server keeps its
+(its auth decides), listed (each with its ``server``) or revoked. Each server's grants are its sign-ins' (per user,
+authorization server and resource, in the store that server's sessions use); a reload that keeps a server keeps its
 sign-ins under way, and one that replaces it keeps its grants in the store, not the sign-ins its old app began.
 
 Across the servers: ``GET /sessions`` lists the caller's conversations of every stdio server that verifies her token

@@ -42,7 +42,8 @@ metadata says it sends one (``authorization_response_iss_parameter_supported``, 
 another user signs her in at the IdP as herself, and grants nothing. Her retry then reaches the upstream with her
 token.
 
-**Her tokens** are kept per user (her token's issuer and principal) and authorization server, in memory and,
+**Her tokens** are kept per user (her token's issuer and principal), authorization server and resource (RFC 8707:
+the upstream's URL; a token whose ``aud`` is readable and names another resource is refused), in memory and,
 given ``kept`` (``_kept.KeptGrants``), sealed in the gateway's store, so that a restart asks no one again; never
 in a log, an error or a page: the access token until :data:`RENEW_BEFORE` seconds before it expires (half its life
 for a short one), then refreshed, one refresh in flight per user and server (servers rotate refresh tokens and
@@ -395,8 +396,9 @@ class UpstreamGrants(UpstreamToken):
         return f"{self._callback}/{hashlib.sha256(issuer.rstrip('/').encode()).hexdigest()[:32]}"
 
     def _record(self, key: tuple[User, str]) -> str:
-        """What names the user's grant at a server in the store (``_kept.record`` digests it)."""
-        return _who(key)
+        """What names the user's grant at a server in the store (``_kept.record`` digests it): for this upstream's
+        URL, the resource its tokens are for (RFC 8707: two servers at one authorization server are two grants)."""
+        return f"{_who(key)}\0{self._upstream_url}"
 
     def _sign_in_url(self, user: User) -> str:
         """The user's sign-in URL: the one she was given while it waits, else a new one."""
@@ -479,7 +481,7 @@ class UpstreamGrants(UpstreamToken):
             if self._kept is not None:
                 await self._keep(self._kept.forget(self._record(key)))
             raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
-        refreshed = await self._granted_in(answer, grant.refresh, key)
+        refreshed = await self._granted_in(answer, grant.refresh, key, server)
         refreshed.granted_at = grant.granted_at  # renewed, not granted again
         refreshed.scope = refreshed.scope or grant.scope  # an answer may leave out the scope it leaves as it was
         self._grants[key] = refreshed
@@ -501,9 +503,11 @@ class UpstreamGrants(UpstreamToken):
                 return loaded[0]
         raise GrantFailed(503, "server_error", "another replica's refresh of this grant did not end in time")
 
-    async def _granted_in(self, answer: dict[str, Any], refresh: str | None, key: tuple[User, str]) -> _Grant:
+    async def _granted_in(
+        self, answer: dict[str, Any], refresh: str | None, key: tuple[User, str], server: _Server
+    ) -> _Grant:
         """The grant a refresh's answer gives (``refresh`` kept when it rotates none in)."""
-        return _granted(answer, refresh)
+        return _granted(answer, refresh, server.resource)
 
     async def _saved(self, key: tuple[User, str], grant: _Grant) -> None:
         """``grant`` kept in the store, where there is one, and entered in its index as :meth:`_shown` says it."""
@@ -981,7 +985,7 @@ class UpstreamGrants(UpstreamToken):
             raise _Refused(502, "The upstream's authorization server did not grant access: nothing was granted.")
         key = (leg.user, server.issuer)
         try:
-            grant = self._grants[key] = _granted(answer, None)
+            grant = self._grants[key] = _granted(answer, None, server.resource)
         except ExchangeRefused:
             raise _Refused(502, "The upstream's authorization server issued no usable token.") from None
         grant.scope = grant.scope or server.scope  # RFC 6749 §5.1: an answer names the scope where it is not the asked
@@ -1094,7 +1098,9 @@ class IdTokens(UpstreamGrants):
         logger.info("mcp-sessions gateway: a user signed in at %s", self._login.issuer)
         return _page(200, f"You are signed in at {urlsplit(self._login.issuer).netloc}. You may close this page.")
 
-    async def _granted_in(self, answer: dict[str, Any], refresh: str | None, key: tuple[User, str]) -> _Grant:
+    async def _granted_in(
+        self, answer: dict[str, Any], refresh: str | None, key: tuple[User, str], server: _Server
+    ) -> _Grant:
         """A refresh's new ID token, verified as the login's and of the same user; none, or another's, asks her to
         sign in again (OpenID Connect Core §12.2 lets a refresh answer without one)."""
         id_token = answer.get("id_token")
@@ -1412,12 +1418,14 @@ def _url_in(metadata: Mapping[str, Any], name: str) -> str:
     return url
 
 
-def _granted(answer: dict[str, Any], refresh: str | None) -> _Grant:
-    """The grant in a token endpoint's answer; ``refresh`` kept when the answer rotates none in."""
+def _granted(answer: dict[str, Any], refresh: str | None, resource: str) -> _Grant:
+    """The grant in a token endpoint's answer for ``resource``; ``refresh`` kept when the answer rotates none in."""
     token = answer.get("access_token")
     kind = answer.get("token_type")
     if not isinstance(token, str) or not _BEARER.fullmatch(token):
         raise _server_error("the upstream's authorization server issued no bearer token")
+    if not _for_resource(token, resource):
+        raise _server_error("the upstream's authorization server issued a token for another resource")
     if not isinstance(kind, str) or kind.lower() != "bearer":
         raise _server_error("the upstream's authorization server issued a token that is not a bearer's")
     rotated = answer.get("refresh_token")
@@ -1432,6 +1440,19 @@ def _granted(answer: dict[str, Any], refresh: str | None) -> _Grant:
     scope = answer.get("scope")  # RFC 6749 §5.1: what was granted, where it is not what was asked
     said = scope if isinstance(scope, str) and _SCOPE.fullmatch(scope) else None
     return _Grant(token, refresh, renew_at, time.time(), expires_at, said)
+
+
+def _for_resource(token: str, resource: str) -> bool:
+    """Whether ``token`` may go to ``resource`` (RFC 8707: a token issued for one server is sent to no other): a JWT
+    whose audience is readable must name it; an opaque token (its server alone reads it) is taken as issued."""
+    try:
+        audience = jwt.decode(token, options={"verify_signature": False}).get("aud") if resource else None
+    except jwt.PyJWTError:
+        return True
+    if audience is None:
+        return True
+    named = [audience] if isinstance(audience, str) else audience if isinstance(audience, list) else []
+    return resource.rstrip("/") in {str(each).rstrip("/") for each in named}
 
 
 def _error_of(status: int, answer: Any) -> str | None:
