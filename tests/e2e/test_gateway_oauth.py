@@ -41,7 +41,7 @@ from starlette.routing import Route
 
 from _authorities import stand_in_server
 from _mcp import CLIENT_CAPABILITIES_KEY, ModernClient, legacy_request, modern_headers, modern_request
-from _redis import free_port
+from _redis import free_port, redis_server
 from _uids import uids
 from _waits import until
 from conftest import asgi_client, serve
@@ -56,7 +56,7 @@ from mcp_sessions._gateway.auth._client import ClientAuth
 from mcp_sessions._gateway.auth._kept import KeptGrants
 from mcp_sessions._gateway.auth._oauth import CLIENT_PATH, Login, UpstreamGrants
 from mcp_sessions._gateway.auth._users import GatewayAuth
-from mcp_sessions.stores import MemoryStore, SessionStore
+from mcp_sessions.stores import MemoryStore, RedisStore, SessionStore
 
 LOGIN = ("mcp-gateway-login", "gateway-secret")  # the gateway's client at the team's IdP (the docs' id)
 OLD_KEY = "old:" + "o" * 32  # the sessions' key set (MCP_SESSIONS_KEYS), which seals the grants kept in the store
@@ -1209,6 +1209,32 @@ async def test_two_replicas_refreshing_one_grant_at_once_refresh_it_once(stand: 
         stand.vendor.holding = None
     assert seen == ["uma", "uma"]
     assert stand.vendor.counts["refreshes"] == refreshes + 1
+
+
+@pytest.mark.anyio
+async def test_a_grant_revoked_through_one_replica_is_never_sent_by_another(stand: Stand) -> None:
+    """Two replicas on one redis-server, each its own client of it: vic's grant, used through both, revoked through
+    the first (``DELETE /oauth/grants``): the second's next call asks her to sign in again, and her revoked token is
+    not sent to the vendor's server again (the second held it in memory, and sent it until a refresh was due)."""
+    headers = {**modern_headers(REPLICAS_CALL), "Authorization": f"Bearer {stand.idp.token_for('vic', AUDIENCE)}"}
+    with redis_server() as redis:
+        stores = RedisStore(redis.url), RedisStore(redis.url)
+        first, second = replicas(stand, *stores)
+        try:
+            async with asgi_client(first) as one, asgi_client(second) as other:
+                await signed_in_through(first, one, "vic", headers)
+                for client in (one, other):
+                    answer = (await client.post("/mcp", json=REPLICAS_CALL, headers=headers)).json()
+                    assert whoami(answer)["sub"] == "vic", answer
+                revoked = await one.delete("/oauth/grants", headers=headers)
+                assert [each["notified"] for each in revoked.json()["revoked"]] == [True], revoked.text
+                sent = len(stand.vendor.presented[stand.vendor.resource])
+                answer = (await other.post("/mcp", json=REPLICAS_CALL, headers=headers)).json()
+        finally:
+            for store in stores:
+                await store.aclose()
+    assert asked_url(answer).startswith("http://127.0.0.1:8000/oauth/authorize/")
+    assert stand.vendor.presented[stand.vendor.resource][sent:] == []
 
 
 class Watched(MemoryStore):

@@ -48,9 +48,11 @@ given ``kept`` (``_kept.KeptGrants``), sealed in the gateway's store, so that a 
 in a log, an error or a page: the access token until :data:`RENEW_BEFORE` seconds before it expires (half its life
 for a short one), then refreshed, one refresh in flight per user and server (servers rotate refresh tokens and
 revoke a grant whose old one comes back: a refresh reads the store first, where another replica may have
-rotated it); a refresh refused (``invalid_grant``) drops the grant and asks her to
-sign in again. A 401 of the upstream's to her access token marks it for a refresh (:meth:`UpstreamGrants.refused`),
-and the proxy sends a request it holds whole once more (``http._proxy``).
+rotated it). Where grants are kept, each use reads the grant's record (one read and one AES-GCM open a call), so
+that a grant revoked or refreshed on another replica is seen before its token goes out again; a refresh refused
+(``invalid_grant``) drops the grant and asks her to sign in again. A 401 of the upstream's to her access token
+marks it for a refresh (:meth:`UpstreamGrants.refused`), and the proxy sends a request it holds whole once more
+(``http._proxy``).
 
 The same sign-in, kept and refreshed the same way, serves two more things: :class:`IdTokens`, its login leg alone,
 keeps each user's ID token of the gateway's own client as an ID-JAG's subject (``--id-jag-subject id_token``), and
@@ -426,17 +428,7 @@ class UpstreamGrants(UpstreamToken):
                 raise GrantFailed(failed.status, failed.error, failed.description)
         refreshing = self._refreshing[key] = _Refreshing()
         try:
-            grant = self._grants.get(key)
-            if self._kept is not None:  # another replica on the store may have refreshed (rotated) it, or revoked it
-                loaded = await self._keep(self._kept.load(self._record(key)))
-                stored = None if loaded is None else _Grant(*loaded)
-                if stored is not None and grant is not None and stored.access == grant.access:
-                    stored.renew_at = grant.renew_at  # the same token: what this replica learned of it (refused) holds
-                grant = stored
-                if grant is None:
-                    self._grants.pop(key, None)
-                else:
-                    self._grants[key] = grant
+            grant = await self._grant_of(key)  # another replica may have refreshed (rotated) it, or revoked it
             if grant is None or grant.refresh is None:
                 raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
             if time.monotonic() < grant.renew_at:  # refreshed while this request waited for its turn, or elsewhere
@@ -797,13 +789,22 @@ class UpstreamGrants(UpstreamToken):
         return None if status == 200 else f"it answered {status}"
 
     async def _grant_of(self, key: tuple[User, str]) -> _Grant | None:
-        """The user's grant at the server: in memory, else from the store."""
+        """The user's grant at the server: the store's where grants are kept, read at each use (one read of its
+        record and one AES-GCM open a call), so that a grant another replica revoked or refreshed is seen before
+        this one sends its token again; what this replica learned of the same token (:meth:`refused`) holds. Else
+        this process's memory."""
         grant = self._grants.get(key)
-        if grant is None and self._kept is not None:
-            loaded = await self._keep(self._kept.load(self._record(key)))
-            if loaded is not None:
-                grant = self._grants[key] = _Grant(*loaded)
-        return grant
+        if self._kept is None:
+            return grant
+        loaded = await self._keep(self._kept.load(self._record(key)))
+        if loaded is None:
+            self._grants.pop(key, None)
+            return None
+        stored = _Grant(*loaded)
+        if grant is not None and stored.access == grant.access:
+            stored.renew_at = min(stored.renew_at, grant.renew_at)
+        self._grants[key] = stored
+        return stored
 
     # -- the browser's routes -----------------------------------------------------------------------------------
 
