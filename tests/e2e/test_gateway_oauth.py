@@ -1237,6 +1237,58 @@ async def test_a_grant_revoked_through_one_replica_is_never_sent_by_another(stan
     assert stand.vendor.presented[stand.vendor.resource][sent:] == []
 
 
+@pytest.mark.anyio
+async def test_a_refresh_one_replica_waits_to_lease_reads_the_grant_the_other_rotated(stand: Stand) -> None:
+    """wes's token due on two replicas on one redis-server: the first asks for the lease on his grant and is held
+    there while the second refreshes it whole (the vendor rotating his refresh token); then the first goes on. It
+    reads the grant under the lease, finds it refreshed, and refreshes nothing: the vendor is sent each refresh
+    token once, and his grant lives. (Read before the lease, the grant held the refresh token rotated out since,
+    which the vendor answers by revoking the whole grant.)"""
+    headers = {**modern_headers(REPLICAS_CALL), "Authorization": f"Bearer {stand.idp.token_for('wes', AUDIENCE)}"}
+    seen: list[dict[str, Any]] = []
+    with redis_server() as redis:
+        stores = Held(redis.url), RedisStore(redis.url)
+        first, second = replicas(stand, *stores)
+        stand.vendor.lifetime = 0
+        try:
+            async with asgi_client(first) as one, asgi_client(second) as other:
+                await signed_in_through(first, one, "wes", headers)  # his first token due at once, the next not
+                stand.vendor.lifetime = 300
+                refreshes = stand.vendor.counts["refreshes"]
+
+                async def through_first() -> None:
+                    seen.append((await one.post("/mcp", json=REPLICAS_CALL, headers=headers)).json())
+
+                async with anyio.create_task_group() as group:
+                    group.start_soon(through_first)
+                    with anyio.fail_after(10):
+                        await stores[0].asking.wait()
+                    seen.append((await other.post("/mcp", json=REPLICAS_CALL, headers=headers)).json())
+                    stores[0].go.set()
+        finally:
+            stand.vendor.lifetime = 300
+            for store in stores:
+                await store.aclose()
+    assert [whoami(answer)["sub"] for answer in seen] == ["wes", "wes"], seen
+    assert stand.vendor.counts["refreshes"] == refreshes + 1
+
+
+class Held(RedisStore):
+    """A replica's client of the redis-server whose first lease asked for (``_kept``'s ``refreshing`` field) says
+    so (``asking``) and waits for ``go``."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.asking = anyio.Event()
+        self.go = anyio.Event()
+
+    async def update(self, session_id: str, key: str, fn: Any, *, expires_at: float, default: object = None) -> Any:
+        if key == "refreshing" and not self.asking.is_set():
+            self.asking.set()
+            await self.go.wait()
+        return await super().update(session_id, key, fn, expires_at=expires_at, default=default)
+
+
 class Watched(MemoryStore):
     """The replicas' store, which says when two leases have been asked for (``_kept``'s ``refreshing`` field)."""
 

@@ -47,12 +47,12 @@ the upstream's URL; a token whose ``aud`` is readable and names another resource
 given ``kept`` (``_kept.KeptGrants``), sealed in the gateway's store, so that a restart asks no one again; never
 in a log, an error or a page: the access token until :data:`RENEW_BEFORE` seconds before it expires (half its life
 for a short one), then refreshed, one refresh in flight per user and server (servers rotate refresh tokens and
-revoke a grant whose old one comes back: a refresh reads the store first, where another replica may have
-rotated it). Where grants are kept, each use reads the grant's record (one read and one AES-GCM open a call), so
-that a grant revoked or refreshed on another replica is seen before its token goes out again; a refresh refused
-(``invalid_grant``) drops the grant and asks her to sign in again. A 401 of the upstream's to her access token
-marks it for a refresh (:meth:`UpstreamGrants.refused`), and the proxy sends a request it holds whole once more
-(``http._proxy``).
+revoke a grant whose old one comes back: a refresh takes a lease on the grant in the store first, then reads it
+there, where another replica may have rotated it). Where grants are kept, each use reads the grant's record (one
+read and one AES-GCM open a call), so that a grant revoked or refreshed on another replica is seen before its token
+goes out again; a refresh refused (``invalid_grant``) drops the grant and asks her to sign in again. A 401 of the
+upstream's to her access token marks it for a refresh (:meth:`UpstreamGrants.refused`), and the proxy sends a
+request it holds whole once more (``http._proxy``).
 
 The same sign-in, kept and refreshed the same way, serves two more things: :class:`IdTokens`, its login leg alone,
 keeps each user's ID token of the gateway's own client as an ID-JAG's subject (``--id-jag-subject id_token``), and
@@ -428,33 +428,35 @@ class UpstreamGrants(UpstreamToken):
                 raise GrantFailed(failed.status, failed.error, failed.description)
         refreshing = self._refreshing[key] = _Refreshing()
         try:
-            grant = await self._grant_of(key)  # another replica may have refreshed (rotated) it, or revoked it
-            if grant is None or grant.refresh is None:
-                raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
-            if time.monotonic() < grant.renew_at:  # refreshed while this request waited for its turn, or elsewhere
-                refreshing.token = grant.access
-                return grant.access
-            if self._kept is not None:
-                lease = await self._keep(self._kept.lease(self._record(key), self._timeout))
-                if lease is None:  # another replica refreshes it: its grant, from the store
-                    token = await self._refreshed_elsewhere(key, grant)
-                    refreshing.token = token
-                    return token
+            if self._kept is None:
+                token = await self._refreshed_held(key, server)
+            elif (lease := await self._keep(self._kept.lease(self._record(key), self._timeout))) is None:
+                token = await self._refreshed_elsewhere(key)  # another replica refreshes it: its grant, from the store
+            else:
                 try:
-                    refreshed = await self._refresh(key, server, grant)
+                    token = await self._refreshed_held(key, server)
                 finally:
                     with anyio.CancelScope(shield=True):
                         await self._keep(self._kept.release(self._record(key), lease))
-            else:
-                refreshed = await self._refresh(key, server, grant)
-            refreshing.token = refreshed.access
-            return refreshed.access
+            refreshing.token = token
+            return token
         except ExchangeRefused as failed:
             refreshing.failed = failed
             raise
         finally:
             del self._refreshing[key]
             refreshing.done.set()
+
+    async def _refreshed_held(self, key: tuple[User, str], server: _Server) -> str:
+        """The grant's access token, refreshed where it is still due: read here, under the lease where grants are
+        kept (the lease first: a grant read before it may hold a refresh token another replica has rotated out
+        since, which a server that rotates them answers by revoking the grant; two store updates a refresh)."""
+        grant = await self._grant_of(key)  # another replica may have refreshed (rotated) it, or revoked it
+        if grant is None or grant.refresh is None:
+            raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
+        if time.monotonic() < grant.renew_at:  # refreshed while this request waited for its turn, or elsewhere
+            return grant.access
+        return (await self._refresh(key, server, grant)).access
 
     async def _refresh(self, key: tuple[User, str], server: _Server, grant: _Grant) -> _Grant:
         """``grant`` refreshed at ``server``'s token endpoint, kept; :class:`SignInRequired` when it is refused."""
@@ -480,19 +482,16 @@ class UpstreamGrants(UpstreamToken):
         await self._saved(key, refreshed)
         return refreshed
 
-    async def _refreshed_elsewhere(self, key: tuple[User, str], grant: _Grant) -> str:
-        """The access token another replica's refresh of ``grant`` keeps in the store: looked for every
+    async def _refreshed_elsewhere(self, key: tuple[User, str]) -> str:
+        """The access token another replica's refresh of the grant keeps in the store: looked for every
         :data:`LEASE_POLL` seconds until the lease it holds runs out (the store tells no one when a value changes)."""
-        assert self._kept is not None
         for _ in range(math.ceil(self._timeout / LEASE_POLL)):
             await anyio.sleep(LEASE_POLL)
-            loaded = await self._keep(self._kept.load(self._record(key)))
-            if loaded is None:  # revoked or refused there
-                self._grants.pop(key, None)
+            grant = await self._grant_of(key)
+            if grant is None:  # revoked or refused there
                 raise SignInRequired(self._sign_in_url(key[0]), urlsplit(key[1]).netloc)
-            if loaded[0] != grant.access:
-                self._grants[key] = _Grant(*loaded)
-                return loaded[0]
+            if time.monotonic() < grant.renew_at:
+                return grant.access
         raise GrantFailed(503, "server_error", "another replica's refresh of this grant did not end in time")
 
     async def _granted_in(
