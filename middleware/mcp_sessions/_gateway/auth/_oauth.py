@@ -76,7 +76,7 @@ import re
 import secrets
 import time
 from collections.abc import Awaitable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import urlencode, urlsplit
@@ -920,17 +920,14 @@ class UpstreamGrants(UpstreamToken):
         # a client by its metadata document, which every server shares, comes back to the shared callback: it is
         # used only with a server that names itself (_client_of), whose iss the callback then requires
         redirect = self._callback if client == self.document_url else self._callback_of(server.issuer)
-        self._grantings[state] = _Leg(
-            leg.user,
-            leg.sign_in,
-            leg.flow,
-            leg.binding,
-            verifier,
-            None,
-            server.issuer,
-            until,
-            server.sends_iss,
-            redirect,
+        self._grantings[state] = replace(
+            leg,
+            verifier=verifier,
+            nonce=None,
+            issuer=server.issuer,
+            until=until,
+            sends_iss=server.sends_iss,
+            redirect_uri=redirect,
         )
         query = {
             "response_type": "code",
