@@ -18,7 +18,7 @@ from typing import Final
 
 import anyio
 
-from _redis import missing, redis_server
+from _redis import RedisServer, missing, redis_server
 from _waits import WITHIN
 from mcp_sessions.stores import MemoryStore, RedisStore, SessionStore, SessionStoreUnavailable, SQLiteStore
 
@@ -107,6 +107,17 @@ def stopped_redis() -> Iterator[RedisStore]:
         anyio.run(answers, RedisStore(server.url, timeout=WITHIN, connect_timeout=WITHIN))  # a guard, not its time
         server.stop()
         yield RedisStore(server.url)
+
+
+@contextlib.contextmanager
+def writes_paused(server: RedisServer) -> Iterator[None]:
+    """``server`` answers reads and holds every write (``CLIENT PAUSE WRITE``: scripts too) for the block, as a Redis
+    does under a write it cannot keep up with: a read passes, a write's call outlives any store's timeout."""
+    assert server.command("CLIENT", "PAUSE", str(int(HOUR * 1000)), "WRITE") == b"+OK\r\n"
+    try:
+        yield
+    finally:
+        server.command("CLIENT", "UNPAUSE")
 
 
 @contextlib.contextmanager

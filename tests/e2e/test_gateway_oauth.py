@@ -40,6 +40,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from _authorities import stand_in_server
+from _failing_stores import writes_paused
 from _mcp import CLIENT_CAPABILITIES_KEY, ModernClient, legacy_request, modern_headers, modern_request
 from _redis import free_port, redis_server
 from _uids import uids
@@ -1213,19 +1214,19 @@ async def test_two_replicas_refreshing_one_grant_at_once_refresh_it_once(stand: 
 
 @pytest.mark.anyio
 async def test_a_grant_revoked_through_one_replica_is_never_sent_by_another(stand: Stand) -> None:
-    """Two replicas on one redis-server, each its own client of it: vic's grant, used through both, revoked through
+    """Two replicas on one redis-server, each its own client of it: val's grant, used through both, revoked through
     the first (``DELETE /oauth/grants``): the second's next call asks her to sign in again, and her revoked token is
     not sent to the vendor's server again (the second held it in memory, and sent it until a refresh was due)."""
-    headers = {**modern_headers(REPLICAS_CALL), "Authorization": f"Bearer {stand.idp.token_for('vic', AUDIENCE)}"}
+    headers = {**modern_headers(REPLICAS_CALL), "Authorization": f"Bearer {stand.idp.token_for('val', AUDIENCE)}"}
     with redis_server() as redis:
         stores = RedisStore(redis.url), RedisStore(redis.url)
         first, second = replicas(stand, *stores)
         try:
             async with asgi_client(first) as one, asgi_client(second) as other:
-                await signed_in_through(first, one, "vic", headers)
+                await signed_in_through(first, one, "val", headers)
                 for client in (one, other):
                     answer = (await client.post("/mcp", json=REPLICAS_CALL, headers=headers)).json()
-                    assert whoami(answer)["sub"] == "vic", answer
+                    assert whoami(answer)["sub"] == "val", answer
                 revoked = await one.delete("/oauth/grants", headers=headers)
                 assert [each["notified"] for each in revoked.json()["revoked"]] == [True], revoked.text
                 sent = len(stand.vendor.presented[stand.vendor.resource])
@@ -1287,6 +1288,32 @@ class Held(RedisStore):
             self.asking.set()
             await self.go.wait()
         return await super().update(session_id, key, fn, expires_at=expires_at, default=default)
+
+
+@pytest.mark.anyio
+async def test_a_grant_refreshed_while_the_store_stalls_is_told_to_retry(stand: Stand) -> None:
+    """110.4: vic's token due for a refresh while the replicas' Redis holds writes (its lease on her grant, the
+    store's atomic update, outlives the store's timeout): her call gets the retryable -32010 with HTTP 503 and
+    ``Retry-After``, as every store failure of the gateway, where it was -32014 ("the upstream's authorization
+    failed"); once Redis writes again, the same call is refreshed and served."""
+    with redis_server() as server:
+        store = RedisStore(server.url)
+        first, _ = replicas(stand, store)
+        headers = {**modern_headers(REPLICAS_CALL), "Authorization": f"Bearer {stand.idp.token_for('vic', AUDIENCE)}"}
+        stand.vendor.lifetime = 0
+        try:
+            async with asgi_client(first) as one:
+                await signed_in_through(first, one, "vic", headers)  # her first token due at once, the next not
+                stand.vendor.lifetime = 300
+                with writes_paused(server):
+                    stalled = await one.post("/mcp", json=REPLICAS_CALL, headers=headers)
+                served = (await one.post("/mcp", json=REPLICAS_CALL, headers=headers)).json()
+        finally:
+            stand.vendor.lifetime = 300
+            await store.aclose()
+    assert (stalled.status_code, stalled.headers.get("retry-after")) == (503, "1"), stalled.text
+    assert stalled.json()["error"] == {"code": -32010, "message": "Session store unavailable, retry later"}
+    assert whoami(served)["sub"] == "vic", served
 
 
 class Watched(MemoryStore):

@@ -3,10 +3,11 @@
 ``'.[…]'`` from a clone) with a fresh virtual environment first on ``PATH`` and nothing of the tests' own environment
 (no ``PYTHONPATH``, no ``MCP_SESSIONS_*``).
 
-Whatever commands the blocks hold are run; the test adds only what a person does between them: waiting for the
-servers a block started in the background to listen (the ports its ``--port`` and ``--status-port`` name, and
-``idp.py serve``'s), looking that a recipe's gateways are gone once it ends (each stops what it started: one left
-running took the next recipe's calls on its port), and the Redis the replicas recipe says it needs. The recipes'
+Whatever commands the blocks hold are run, and nothing between them: each block waits itself for the servers it
+started in the background, as a person would (issue 112: the team recipe's first call, right after its gateway's
+start, met ``ConnectError``). The test adds only its own checks: that a recipe's gateways are gone once it ends
+(each stops what it started: one left running took the next recipe's calls on its port), and the Redis the
+replicas recipe says it needs. The recipes'
 own ports (8000, 8001, 8101, 8102, 9000) and Redis's (6379) are used as written. The
 ``claude mcp add`` line the team recipe prints as text (``claude`` is not installed) runs last, against a stand-in
 that says whether its server is the one the recipe's ``.mcp.json`` names. The MCP Inspector the team recipe runs
@@ -40,13 +41,11 @@ INSPECTOR = CACHE / "inspector" / "node_modules"
 WITHIN = 900
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.S | re.M)
 _HEADING = re.compile(r"^#{1,6} ", re.M)
-_LISTENS = re.compile(r"--(?:status-)?port (\d+)|idp\.py (serve)")
-IDP_PORT = "9000"  # what the team recipe's idp.py serves on: its ISSUER's port
 _SKIPPED = shutil.ignore_patterns(
     ".git", ".venv*", ".cache", "node_modules", "__pycache__", ".*_cache", "site", "dist", "build"
 )
 WAITING = """\
-listening() {  # the test's: wait, as a person would, for what the block above started (at most 300 s a port)
+listening() {  # the test's: wait for the Redis it started (at most 300 s a port)
     for port in "$@"; do
         tries=1500
         until (: > "/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
@@ -105,12 +104,6 @@ def sh_blocks(heading: str, language: str = "sh") -> list[str]:
     return blocks
 
 
-def waited(block: str) -> str:
-    """``block``, then the wait for the ports its servers listen on."""
-    ports = [port or IDP_PORT for port, _ in _LISTENS.findall(block)]
-    return block + (f"listening {' '.join(ports)}\n" if ports else "")
-
-
 @pytest.fixture
 def readable() -> Iterator[Path]:
     """A directory every user may read: the team recipe's processes run as uids of their own (``--process-uids``),
@@ -160,9 +153,9 @@ def test_the_team_grants_and_replicas_recipes_run_as_written_one_after_another(r
     installed(CACHE / "memory" / "node_modules", "@modelcontextprotocol/server-memory")
     [claude_mcp_add] = [block for block in sh_blocks(TEAM, "text") if block.startswith("claude mcp add")]
     redis = f"{redis_server_binary()} --port 6379 --bind 127.0.0.1 --save '' --appendonly no &\nlistening 6379\n"
-    script = NPM + "".join(waited(block) for block in sh_blocks(TEAM)) + "free 8000 8001\n" + CLAUDE + claude_mcp_add
-    script += "echo '--- grants'\n" + "".join(waited(block) for block in sh_blocks(GRANTS)) + "free 8000\n"
-    script += "echo '--- replicas'\n" + redis + "".join(waited(block) for block in sh_blocks(REPLICAS))
+    script = NPM + "".join(sh_blocks(TEAM)) + "free 8000 8001\n" + CLAUDE + claude_mcp_add
+    script += "echo '--- grants'\n" + "".join(sh_blocks(GRANTS)) + "free 8000\n"
+    script += "echo '--- replicas'\n" + redis + "".join(sh_blocks(REPLICAS))
     script += "free 8000 8101 8102\n"
     with elsewhere(address=WIKI, port=443), resolver({"wiki.internal": WIKI}, forward=True) as prefix:
         output = run_recipe(script, readable, prefix)

@@ -34,10 +34,11 @@ import httpx
 import pytest
 from mcp import Client
 
-from _mcp import LegacyClient, ModernClient
+from _mcp import LegacyClient, ModernClient, jwt_claims
 from _redis import free_port, missing
 from _uids import members, uids
 from _waits import WITHIN, until
+from conftest import serve
 from e2e import _sealed
 from e2e._gateway import (
     CACHE,
@@ -53,6 +54,7 @@ from e2e._gateway import (
     node,
     readable_directory,
     started,
+    upstream_server,
 )
 from e2e._issuer import ISSUER, jwks, signed
 from e2e._masked import NAMES, stand_in
@@ -288,9 +290,9 @@ def test_the_docs_team_file_serves_four_servers_each_at_its_path(team: Team) -> 
     for name in ("files", "memory", "github"):
         assert re.search(rf"{name}: each process: containment bwrap \(auto\), a uid each", said), said[:3000]
     # each process's lines, and the gateway's of each server, name their server
-    assert re.search(r"^INFO: memory: process [0-9a-f]+: Knowledge Graph MCP Server running on stdio$", said, re.M)
-    assert re.search(r"^INFO: files: shared: Secure MCP Filesystem Server running on stdio$", said, re.M)
-    assert re.search(r"^INFO: files: mcp-sessions gateway: refused to alice: Tool 'move_file'", said, re.M)
+    assert re.search(r"^\S+ INFO: memory: process [0-9a-f]+: Knowledge Graph MCP Server running on stdio$", said, re.M)
+    assert re.search(r"^\S+ INFO: files: shared: Secure MCP Filesystem Server running on stdio$", said, re.M)
+    assert re.search(r"^\S+ INFO: files: mcp-sessions gateway: refused to alice: Tool 'move_file'", said, re.M)
     # the host's half shared by the three stdio servers' processes (cgroup v1: each server's together)
     host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     together = re.findall(r"; (\d+) MiB together\)", said)
@@ -329,10 +331,31 @@ def test_a_user_s_conversations_across_the_servers_are_listed_and_ended_at_the_b
     operator = main_run("gateway", "status", f"http://127.0.0.1:{team.status}")
     assert operator.returncode == 0, operator.stderr
     assert re.search(r"^github +shared ", operator.stdout, re.M), operator.stdout
+    for user in ("carol", "dave"):  # each user's count is one server's, and says whose (issue 112, 5)
+        assert re.search(rf"^  {user} on files: 1 of \d+ \(", operator.stdout, re.M), operator.stdout
     status = httpx.get(f"http://127.0.0.1:{team.status}/status", timeout=30).json()
     assert {each["server"] for each in status["processes"]} == {"files", "memory", "github"}
     assert set(status["servers"]) == {"files", "memory", "github"}
     assert status["total"]["processes"] == sum(each["total"]["processes"] for each in status["servers"].values())
+
+
+def test_a_user_ends_her_conversation_of_one_server_through_another_server_s_url(team: Team) -> None:
+    """Issue 112 (6): ``mcp-sessions sessions URL --end DIGEST``, URL a server's, ended only that server's
+    conversations (404 for the one of another server that the gateway's listing showed her); now hers wherever it
+    is, and never another user's."""
+    memory = team.client("erin", "/servers/memory/mcp")
+    session = memory.create_session()
+    memory.call_tool("read_graph", {}, session=session)
+    erin, frank = ({"TOKEN": team.token(user)} for user in ("erin", "frank"))
+    listed = main_run("sessions", team.base, "--bearer-env", "TOKEN", "--json", environ=erin)
+    [digest] = [each["conversation"] for each in json.loads(listed.stdout)["conversations"]]
+    files = f"{team.base}/servers/files/mcp"
+    refused = main_run("sessions", files, "--bearer-env", "TOKEN", "--end", digest, environ=frank)
+    assert refused.returncode == 1, refused.stdout  # not his
+    assert "error" not in memory.call_tool("read_graph", {}, session=session)[1]
+    ended = main_run("sessions", files, "--bearer-env", "TOKEN", "--end", digest, environ=erin)
+    assert (ended.returncode, ended.stdout) == (0, f"ended {digest}\n"), ended.stderr
+    assert "error" in memory.call_tool("read_graph", {}, session=session)[1]
 
 
 def reload_file(servers: dict[str, str], gateway: str = "", files: Path = Path("/nowhere")) -> str:
@@ -386,7 +409,8 @@ def test_a_reload_adds_changes_and_removes_servers_and_the_others_conversations_
     count); b is drained as a stop drains the gateway (a request meanwhile 503 with Retry-After, its call in flight
     past the bound told it may have run, ``-32603``), its conversation then ended (``-32043``, as after a restart),
     and b serves new ones; c is served at its path; d's path is no server's. A bad file then changes nothing, said
-    in one line; a change of the gateway's own table is refused, naming its key."""
+    in one line (one whose server is under another's path, naming both); a change of the gateway's own table is
+    refused, naming its key."""
     gateway, file = reloading
     http = httpx.Client(timeout=30)
     _sealed.OPEN.append(http)
@@ -421,6 +445,10 @@ def test_a_reload_adds_changes_and_removes_servers_and_the_others_conversations_
         ("[servers.a]\nstdio = 1 2\n", "not TOML"),
         (reload_file({"a": "", "c": ""}, gateway="port = 1\n"), "gateway.port: the gateway's own key"),
         (reload_file({"a": "process-memroy = 1\n", "c": ""}), "servers.a.process-memroy: unknown key"),
+        (  # b's requests would be a's (issue 110)
+            reload_file({"a": "", "c": 'path = "/servers/a/mcp/sessions"\n'}),
+            "servers.c.path: /servers/a/mcp/sessions is under servers.a's /servers/a/mcp",
+        ),
     ):
         file.write_text(written, encoding="utf-8")
         lines = hangup(gateway, "reload refused, nothing changed")
@@ -430,3 +458,66 @@ def test_a_reload_adds_changes_and_removes_servers_and_the_others_conversations_
     assert json.loads(text(a.call_tool("whoami", session=kept)[1]))["pid"] == pid
     assert text(b.call_tool("count", session=b.create_session())[1]) == "1"  # b and c still served
     assert text(c.call_tool("count", session=c.create_session())[1]) == "1"
+
+
+@pytest.fixture(scope="module")
+def apart(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcess | Process]:
+    """Two servers of the tests' own, tally and memory, each a process per conversation whose state is on disk: a
+    conversation a server has no process for gets a new one (as after a restart), where the red team's session of
+    one server was taken for the other's."""
+    file = tmp_path_factory.mktemp("apart") / "servers.toml"
+    disk = 'conversation-state = "disk"\n'
+    file.write_text(reload_file({"tally": disk, "memory": disk}, files=file.parent), encoding="utf-8")
+    with gateway_in_process([], "--config", str(file)) as gateway:
+        yield gateway
+
+
+@pytest.mark.parametrize("era", ["2026-07-28", "2025-11-25"])
+def test_a_session_made_at_one_server_is_refused_at_another(apart: InProcess | Process, era: str) -> None:
+    """Issue 110: a data-layer session made at tally was served at memory, its token naming ``/mcp`` (the path
+    tally's app saw) as every server's did. Now its token names tally's own path, and memory answers it as unknown
+    (``-32043``), in either era, while tally goes on with it. A host's conversation id, and in 2025-11-25 tally's
+    transport session, reach none of tally's conversations at memory: each server's are its own."""
+    http = httpx.Client(timeout=30)
+    _sealed.OPEN.append(http)
+    kind = ModernClient if era == "2026-07-28" else LegacyClient
+    tally, memory = (kind(http, apart.url(""), f"/servers/{name}/mcp") for name in ("tally", "memory"))
+    for each in (tally, memory):
+        if isinstance(each, LegacyClient):
+            each.initialize()
+    session = tally.create_session()
+    assert jwt_claims(session["sessionId"])["mep"] == "/servers/tally/mcp"
+    assert text(tally.call_tool("count", session=session)[1]) == "1"
+    refused = memory.call_tool("count", session=session)[1]
+    assert refused["error"]["code"] == -32043, refused
+    assert text(tally.call_tool("count", session=session)[1]) == "2"
+
+    # goose's header; in 2025-11-25, with tally's transport session
+    host: dict[str, Any] = {"agent_session_id": f"conversation-{era}"}
+    assert [text(tally.call_tool("count", id=id, **host)[1]) for id in (2, 3)] == ["1", "2"]
+    if isinstance(tally, LegacyClient) and isinstance(memory, LegacyClient):
+        memory.transport_session_id = tally.transport_session_id
+    assert text(memory.call_tool("count", id=4, **host)[1]) == "1"  # memory's own, as any id it never minted
+
+
+@pytest.mark.parametrize("audience", [None, "https://mcp.example/"])
+def test_a_session_made_at_one_http_server_is_refused_at_another(audience: str | None) -> None:
+    """The same of two HTTP servers of a file, one upstream behind both (each its own path, the upstream's ``/mcp``
+    for either): a session made at one names that one's path, and the other answers it as unknown (``-32043``),
+    whatever the sessions' audience (one of the deployment's own binds no session to its endpoint elsewhere: here
+    the servers share it); the upstream gets its own path."""
+    environ = {} if audience is None else {"MCP_SESSIONS_AUDIENCE": audience}
+    upstream = upstream_server("upstream").streamable_http_app(stateless_http=True, json_response=True)
+    with tempfile.TemporaryDirectory() as files, serve(upstream) as url:
+        file = Path(files) / "servers.toml"
+        file.write_text(f'[servers.one]\nurl = "{url}/mcp"\n[servers.two]\nurl = "{url}/mcp"\n', encoding="utf-8")
+        with (
+            gateway_in_process([], "--config", str(file), environ=environ) as gateway,
+            httpx.Client(timeout=30) as http,
+        ):
+            one, two = (ModernClient(http, gateway.url(""), f"/servers/{name}/mcp") for name in ("one", "two"))
+            session = one.create_session()
+            assert jwt_claims(session["sessionId"])["mep"] == "/servers/one/mcp"
+            assert text(one.call_tool("echo", {"message": "hi"}, session=session)[1]) == "hi"
+            refused = two.call_tool("echo", {"message": "hi"}, session=session)[1]
+            assert refused["error"]["code"] == -32043, refused

@@ -17,6 +17,7 @@ import signal
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import anyio
@@ -25,7 +26,7 @@ import pytest
 
 from _mcp import legacy_request
 from _redis import end_process, free_port
-from _waits import until_awaited
+from _waits import WITHIN, until, until_awaited
 from e2e._clients import CLIENTS, Conversations
 from e2e._gateway import (
     CACHE,
@@ -34,15 +35,17 @@ from e2e._gateway import (
     Process,
     for_every_uid,
     installed,
+    legacy_initialize,
     node,
     readable_directory,
     result_of,
 )
 from e2e._issuer import ISSUER, jwks, signed
 from e2e._sealed import needs
-from e2e._stdio import stdio_gateway
+from e2e._stdio import COUNT, ENVIRON, own_children, stdio_gateway
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway.auth._users import GatewayAuth
+from mcp_sessions._gateway.http._replicas import TransportIds
 from mcp_sessions._gateway.stdio._server import _record
 from mcp_sessions.stores import store_from_url
 
@@ -111,21 +114,30 @@ async def test_a_restart_and_a_kill_of_the_gateway_are_invisible_where_the_state
     assert "Traceback" not in logged, logged[-4000:]
 
 
+def as_user(user: str) -> dict[str, str]:
+    token = signed({"iss": ISSUER, "aud": AUDIENCE, "sub": user, "exp": int(time.time()) + 600})
+    return {"Authorization": f"Bearer {token}"}
+
+
 def test_a_transport_session_opened_again_is_its_caller_s_alone() -> None:
-    """A 2025 transport session id the gateway does not have (here one no gateway minted, as after a restart) is
-    opened again for the caller that names it, within her own conversation: bob's calls naming it reach one
-    process of his, which counts on; alice naming the same id reaches a new one of hers, never his, and his goes on."""
+    """A 2025 transport session id the gateway does not have (one another gateway with the same keys gave out, as
+    after a restart) is opened again for the caller that names it, within her own conversation: bob's calls naming
+    it reach one process of his, which counts on; alice naming the same id reaches a new one of hers, never his, and
+    his goes on."""
     with jwks() as keys:
         auth = GatewayAuth(jwks_url=keys, issuer=ISSUER, audience=AUDIENCE)
-        with stdio_gateway(auth=auth, state="disk") as url, httpx.Client(timeout=60) as http:
+        with (
+            stdio_gateway(auth=auth, state="disk") as elsewhere,
+            stdio_gateway(auth=auth, state="disk") as url,
+            httpx.Client(timeout=60) as http,
+        ):
+            minted = legacy_initialize(http, elsewhere, as_user("bob"))["Mcp-Session-Id"]
 
             def call(user: str, tool: str, request_id: int) -> str:
-                token = signed({"iss": ISSUER, "aud": AUDIENCE, "sub": user, "exp": int(time.time()) + 600})
-                headers = {**JSON_SSE, "MCP-Protocol-Version": "2025-11-25", "Mcp-Session-Id": "minted-elsewhere"}
-                headers["Authorization"] = f"Bearer {token}"
+                headers = {**JSON_SSE, "MCP-Protocol-Version": "2025-11-25", "Mcp-Session-Id": minted, **as_user(user)}
                 body = legacy_request("tools/call", {"name": tool, "arguments": {}}, id=request_id)
                 response = http.post(url, json=body, headers=headers)
-                assert response.headers.get("mcp-session-id") in (None, "minted-elsewhere")  # never the new id
+                assert response.headers.get("mcp-session-id") in (None, minted)  # never the new id
                 return str(result_of(response, request_id)["result"]["content"][0]["text"])
 
             his = [call("bob", "whoami", 1), call("bob", "count", 2), call("bob", "count", 3)]
@@ -180,7 +192,7 @@ async def test_a_reopened_transport_session_declares_what_its_client_declared(tm
             await http.post(before, json=done, headers={**headers, "Mcp-Session-Id": session})
             seen = [await call(http, before, session, "roots", 1)]
             # kept as her handshake ends (the SDK's handler of notifications/initialized runs beside its 202)
-            record = _record(session.encode(), ())
+            record = _record(minted_as(session), ())
             await until_awaited(lambda: kept.get(record, "capabilities"), "her capabilities kept")
         with gateway() as after:
             seen += [await call(http, after, session, "roots", 2), await call(http, after, session, "sample", 3)]
@@ -189,3 +201,42 @@ async def test_a_reopened_transport_session_declares_what_its_client_declared(tm
     await kept.aclose()
     assert seen == ["file:///work/hers", "file:///work/hers", "hers"]
     assert asked == ["roots/list", "roots/list", "sampling/createMessage"]
+
+
+def minted_as(session: str) -> bytes:
+    """The SDK's id of the transport session a client holds as ``session`` (the gateway's signed id of it)."""
+    verified = TransportIds(SessionsConfig(secret=SECRET).keys).verify(session.encode())
+    assert verified is not None, session
+    return verified[1]
+
+
+@pytest.mark.parametrize("state", ["process", "disk"])
+def test_a_made_up_transport_session_id_starts_no_process(tmp_path: Path, state: str) -> None:
+    """110.6: a stdio gateway, whose sessions adopt 2025 transport sessions, one process started ahead (``--warm 1``):
+    a request naming an ``Mcp-Session-Id`` no gateway gave out (one the SDK could have minted, the client's own
+    altered) gets 404 "Session not found", and no process starts, nor is the one started ahead taken. Under
+    ``--conversation-state disk`` it was opened as a transport session of the caller's, and its call served by a
+    process of its own (the one started ahead, another started in its place); a genuine id is opened again there
+    (``test_a_transport_session_opened_again_is_its_caller_s_alone``)."""
+    marker = f"STDIO_TEST_FILES={tmp_path}"
+    environ = {**ENVIRON, "STDIO_TEST_FILES": str(tmp_path)}
+    with stdio_gateway(environ=environ, warm=1, state=state) as url, httpx.Client(timeout=WITHIN) as http:
+        # the shared process and the one started ahead, counted apart from what a request starts
+        ahead = until(lambda: found if len(found := own_children(marker)) == 2 else None, "one started ahead")
+        genuine = legacy_initialize(http, url)
+        held = genuine["Mcp-Session-Id"]
+        refused = []
+        for made_up in (uuid.uuid4().hex, held[:-1] + ("A" if held[-1] != "A" else "B")):
+            named = {**genuine, "Mcp-Session-Id": made_up}
+            posted = {"json": legacy_request("tools/call", COUNT, id=2), "headers": named}
+            listened = {"headers": {**named, "Accept": "text/event-stream"}}
+            for method, given in (("POST", posted), ("GET", listened)):
+                with http.stream(method, url, **given) as answer:  # a stream opened for it would never end
+                    refused.append((answer.status_code, answer.read() if answer.status_code == 404 else b""))
+        started = own_children(marker) - ahead
+        served = result_of(http.post(url, json=legacy_request("tools/call", COUNT, id=3), headers=genuine), 3)
+
+    not_found = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Session not found"}})
+    assert [(status, json.loads(body or "null")) for status, body in refused] == [(404, json.loads(not_found))] * 4
+    assert started == set()
+    assert served["result"]["content"][0]["text"] == "1"  # the genuine id's call: its own process (the one ahead)

@@ -184,7 +184,7 @@ async def test_the_operator_view_of_every_process() -> None:
     async with children.running():
         scope = {"type": "http", "headers": [], "client": ("10.0.0.7", 1234)}
         asked = await asking(scope, children.config, children.process_env)
-        conversation = await children.reach(await children.conversation_for(asked, "tools/call"))
+        conversation = await children.reach(children.conversation_for(asked, "tools/call"))
         with anyio.fail_after(WITHIN):
             await children.pool.warm[0].child.ready.wait()  # started ahead as the request took the one before it
         views = {view.kind: view for view in children.pool.views()}

@@ -322,12 +322,12 @@ async def test_defaults_are_short_and_bounded(redis: RedisServer, closing: Closi
     pool = store._redis.connection_pool
     assert isinstance(pool, aioredis.BlockingConnectionPool)
     assert pool.max_connections == 50
-    assert pool.timeout == 0.5
+    assert pool.timeout == 2.0
     kwargs = pool.connection_kwargs
-    assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (0.5, 0.25)
+    assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (2.0, 2.0)
     assert kwargs["retry"]._retries == 0  # the store never retries a command itself
     assert kwargs["protocol"] == 2  # RESP2: the pool replaces connections a restarted Redis closed
-    assert (store.timeout, store.touch_interval, store.expiry_margin) == (0.5, 10.0, 300.0)
+    assert (store.timeout, store.touch_interval, store.expiry_margin) == (2.0, 10.0, 300.0)
     await store.ping()
     assert "RedisStore(prefix='mcp-sessions:'" in repr(store)
 

@@ -254,7 +254,7 @@ async def test_cluster_and_sentinel_clients_are_bounded_and_never_retry() -> Non
     for node in cluster._redis.nodes_manager.startup_nodes.values():
         assert node.max_connections == 7
         options = node.connection_kwargs
-        assert (options["socket_timeout"], options["socket_connect_timeout"]) == (0.4, 0.25)
+        assert (options["socket_timeout"], options["socket_connect_timeout"]) == (0.4, 0.4)
         assert (options["protocol"], options["decode_responses"], options["password"]) == (2, True, "pw")
         assert node.connection_class.__name__ == "SSLConnection"  # rediss+cluster: TLS
     await cluster.aclose()

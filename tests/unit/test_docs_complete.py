@@ -15,6 +15,7 @@ import ast
 import functools
 import inspect
 import re
+import tomllib
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -138,6 +139,16 @@ def test_every_variable_a_page_names_is_read_by_the_package_or_the_tests() -> No
     named_anywhere = {page.name: set(_VARIABLE.findall(page.read_text(encoding="utf-8"))) for page in pages}
     read = variables_read()
     assert {page: names - read - tests for page, names in named_anywhere.items() if names - read - tests} == {}
+
+
+def test_readme_install_names_every_extra_of_a_command() -> None:
+    """Issue 112 (6): ``mcp-sessions gateway`` without its extra asks for ``pip install 'mcp-sessions[gateway]'``,
+    which the README's install did not name."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    install = section(README, "## Install")
+    for extra in ("redis", "demo", "gateway"):
+        assert extra in extras, extra
+        assert re.search(rf"^pip install (-e )?'\.\[{extra}\]'", install, re.M), extra
 
 
 def test_readme_status_names_every_wire_profile() -> None:

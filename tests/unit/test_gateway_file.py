@@ -99,6 +99,21 @@ def test_an_mcpservers_json_file_is_read_by_its_suffix_or_its_first_brace(tmp_pa
         assert (a.flags.stdio, b.flags.upstream) == ("cat -n", ["http://h/mcp"])
 
 
+def test_the_log_s_form_is_a_key_of_the_gateway_s_table(tmp_path: Path) -> None:
+    """``log-format``, as ``--log-format`` on the command line (one table of options): the gateway's, not a server's."""
+    [files] = servers(tmp_path, '[gateway]\nlog-format = "json"\n[servers.files]\nstdio = "cat"\n')
+    assert files.flags.log_format == "json"
+    with pytest.raises(FileError, match=r"servers.files.log-format: the gateway's key, not here"):
+        servers(tmp_path, '[servers.files]\nstdio = "cat"\nlog-format = "json"\n')
+
+
+@pytest.mark.parametrize("key", ["url", "upstream"])
+def test_a_server_s_replicas_are_a_list_of_urls_under_either_key(tmp_path: Path, key: str) -> None:
+    """Issue 112 (6): ``url = [...]`` was refused where ``upstream = [...]`` served the replicas."""
+    [api] = servers(tmp_path, f'[servers.api]\n{key} = ["http://127.0.0.1:3001/mcp", "http://127.0.0.1:3002/mcp"]\n')
+    assert api.flags.upstream == ["http://127.0.0.1:3001/mcp", "http://127.0.0.1:3002/mcp"]
+
+
 @pytest.mark.parametrize(
     ("text", "said"),
     [
@@ -131,12 +146,31 @@ def test_an_mcpservers_json_file_is_read_by_its_suffix_or_its_first_brace(tmp_pa
         ),
         ('[servers.a]\nstdio = "cat"\nurl = "http://h/mcp"\n', "servers.a: one of command, stdio, url or upstream"),
         ('[servers.a]\nurl = "http://h/mcp"\ntype = "stdio"\n', "servers.a.type: http, as its url says"),
+        ("[servers.a]\nurl = [3001]\n", "servers.a.url: a string or a list of strings"),
         (
             '[servers.a]\nstdio = "cat"\n[servers.b]\nstdio = "cat"\npath = "/Servers/A/mcp"\n',
-            "servers.b.path: /Servers/A/mcp is servers.a's too: two servers on one path",
+            "servers.b.path: /Servers/A/mcp is servers.a's /servers/a/mcp: a request to one would reach the other",
         ),
-        ('[servers.a]\nstdio = "cat"\npath = "/status"\n', "servers.a.path: /status is the gateway's own"),
-        ('[servers.a]\nstdio = "cat"\npath = "/oauth/a"\n', "servers.a.path: /oauth/a is the gateway's own"),
+        (  # issue 110: b's requests were a's (its audience, policy and uids), while b's metadata named b's URL
+            '[servers.a]\nstdio = "cat"\n[servers.b]\nstdio = "cat"\npath = "/servers/a/mcp/sessions"\n',
+            "servers.b.path: /servers/a/mcp/sessions is under servers.a's /servers/a/mcp: a request to one would",
+        ),
+        (
+            '[servers.a]\nstdio = "cat"\n[servers.b]\nstdio = "cat"\npath = "/SERVERS/a"\n',
+            "servers.b.path: /SERVERS/a holds servers.a's /servers/a/mcp: a request to one would reach the other",
+        ),
+        (
+            '[servers.a]\nstdio = "cat"\npath = "/x/mcp/deeper"\n[servers.b]\nstdio = "cat"\npath = "/x/mcp"\n',
+            "servers.b.path: /x/mcp holds servers.a's /x/mcp/deeper: a request to one would reach the other",
+        ),
+        ('[servers.a]\nstdio = "cat"\npath = "/status"\n', "servers.a.path: /status is the gateway's own /status"),
+        ('[servers.a]\nstdio = "cat"\npath = "/OAuth/a"\n', "servers.a.path: /OAuth/a is under the gateway's own"),
+        (
+            '[servers.a]\nstdio = "cat"\npath = "/.well-known/oauth-protected-resource/a"\n',
+            "servers.a.path: /.well-known/oauth-protected-resource/a is under the gateway's own /.well-known",
+        ),
+        ('[servers.a]\nstdio = "cat"\npath = "/servers/a/mcp/"\n', "servers.a.path: an absolute path of plain"),
+        ('[servers.a]\nstdio = "cat"\npath = "/servers/%61/mcp"\n', "servers.a.path: an absolute path of plain"),
         ('[servers.a]\nstdio = "cat"\npath = "/a/../b"\n', "servers.a.path: an absolute path of plain segments"),
         ('[servers."a b"]\nstdio = "cat"\n', "servers.a b: a server's name is letters, digits"),
         ("[gateway]\nport = 9000\n", "mcpServers: a table of servers, at least one"),

@@ -22,7 +22,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from starlette.types import Receive
+from starlette.types import Receive, Scope
 
 from conftest import SECRET, serve
 from mcp_sessions import MCPSessionMiddleware, SessionsConfig, _middleware
@@ -30,9 +30,9 @@ from mcp_sessions._asgi import read_body
 from mcp_sessions._gateway._front import HostCheck, RoutedPaths, trusted_proxies
 from mcp_sessions._gateway.auth._users import JWKS_LIFESPAN, JwtVerifier
 from mcp_sessions._gateway.http._proxy import client_headers
-from mcp_sessions._gateway.http._replicas import Replicas
+from mcp_sessions._gateway.http._replicas import Replicas, TransportIds
 from mcp_sessions._gateway.stdio import _server as _stdio_server
-from mcp_sessions._gateway.stdio._server import _Declared, _Reopened, _sessions_config, _under_sessions
+from mcp_sessions._gateway.stdio._server import _TAG, _Declared, _Reopened, _sessions_config, _under_sessions
 from mcp_sessions._session import RateLimit
 from mcp_sessions._tokens import KeySet
 from mcp_sessions._wire import jsonrpc
@@ -288,6 +288,16 @@ async def test_a_stale_key_set_is_fetched_behind_the_request_in_a_task_of_the_li
             released.set()
 
 
+def ending(ended: MCPError) -> Table:
+    """The table as the guard of the SDK's transport asks it: a request's conversation claimed (none here), and a
+    request in flight as its transport session ends told ``ended``."""
+
+    async def claim(scope: Scope) -> None:
+        return None
+
+    return cast("Table", SimpleNamespace(claim=claim, unanswered=lambda raw, stopping: ended))
+
+
 @pytest.mark.anyio
 async def test_a_request_in_flight_as_its_transport_session_ends_gets_its_answer_or_the_error_of_the_end() -> None:
     """The ``mcp`` SDK's transport, as a 2025 session's end (its client's ``DELETE``, or the gateway's at the end of
@@ -299,7 +309,7 @@ async def test_a_request_in_flight_as_its_transport_session_ends_gets_its_answer
     unprotected = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     ended = MCPError(-32603, "the server process of this conversation has ended (exited)")
     config = _sessions_config(SessionsConfig(secret=SECRET, max_body_size=1000), None, replica=False)
-    sdk = _under_sessions(server.streamable_http_app(transport_security=unprotected), lambda raw, stopping: ended)
+    sdk = _under_sessions(server.streamable_http_app(transport_security=unprotected), ending(ended))
     app = MCPSessionMiddleware(sdk, config=config)
 
     headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25"}
@@ -341,7 +351,7 @@ async def test_each_request_to_the_stdio_servers_transport_is_parsed_once(monkey
     unprotected = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     ended = MCPError(-32603, "the server process of this conversation has ended (exited)")
     config = _sessions_config(SessionsConfig(secret=SECRET), None, replica=False)
-    sdk = _under_sessions(server.streamable_http_app(transport_security=unprotected), lambda raw, stopping: ended)
+    sdk = _under_sessions(server.streamable_http_app(transport_security=unprotected), ending(ended))
     parsed: list[bytes | str] = []
     loads = jsonrpc.loads
 
@@ -379,7 +389,7 @@ async def test_a_2025_request_under_disk_state_is_read_once_and_once_a_pass_when
     unprotected = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     ended = MCPError(-32603, "the server process of this conversation has ended (exited)")
     config = _sessions_config(SessionsConfig(secret=SECRET), None, replica=False)
-    sdk = _under_sessions(server.streamable_http_app(transport_security=unprotected), lambda raw, stopping: ended)
+    sdk = _under_sessions(server.streamable_http_app(transport_security=unprotected), ending(ended))
     # "shared": no per-conversation count to keep; its config, for the bound on a body read whole
     children = cast("Table", SimpleNamespace(mode="shared", config=config))
     reads: list[bytes] = []
@@ -414,7 +424,9 @@ async def test_a_2025_request_under_disk_state_is_read_once_and_once_a_pass_when
         assert loads(answer.text.partition("data: ")[2] or answer.text) == jsonrpc.result("7", {})
 
         del reads[:], parsed[:]
-        held = {**headers, "mcp-session-id": "a1b2c3d4e5f60718293a4b5c6d7e8f90"}  # minted before a restart
+        minted = TransportIds(config.keys).sign(_TAG, b"a1b2c3d4e5f60718293a4b5c6d7e8f90")  # before a restart
+        assert minted is not None
+        held = {**headers, "mcp-session-id": minted.decode()}
         answer = await http.post("/mcp", content=ping, headers=held)
         assert answer.status_code == 200 and answer.headers["mcp-session-id"] == held["mcp-session-id"]
         assert loads(answer.text.partition("data: ")[2] or answer.text) == jsonrpc.result("7", {})

@@ -1,5 +1,6 @@
 """``--config``'s app (``_gateway._servers.Servers``), called directly: each server's app reached at its path alone,
-its path made the app's own (a prefix sent percent-encoded is no server's), its metadata as it came; the servers
+its path as it came (the app serves its endpoint there; a prefix sent percent-encoded is no server's), its metadata
+as it came; the servers
 started in the file's order and stopped in the reverse, and one that does not start said by its name, the ones
 started stopped; no egress table left by a start that one refused; and a reload whose server's sandbox cannot be
 made changes nothing, the sandboxes made for it closed."""
@@ -54,7 +55,7 @@ class Recording:
 def routed(*apps: tuple[str, str, Recording]) -> Servers:
     sessions = SessionsConfig.from_env(environ={"MCP_SESSIONS_SECRET": "x" * 32})
     config = GatewayConfig(serves=Forwarding(("http://127.0.0.1:1/mcp",)), sessions=sessions)
-    return Servers([Route(Served(name=name, path=path, config=config), app, "/mcp") for name, path, app in apps])
+    return Servers([Route(Served(name=name, path=path, config=config), app) for name, path, app in apps])
 
 
 async def asked(app: Servers, path: str, raw: bytes | None = None) -> tuple[int, bytes]:
@@ -72,24 +73,22 @@ async def asked(app: Servers, path: str, raw: bytes | None = None) -> tuple[int,
 
 
 @pytest.mark.parametrize(
-    ("path", "raw", "reached", "inner"),
+    ("path", "raw", "reached"),
     [
-        ("/servers/files/mcp", None, "files", (b"/mcp", "/mcp")),
-        ("/servers/files/mcp/sessions", None, "files", (b"/mcp/sessions", "/mcp/sessions")),
-        ("/memory", None, "memory", (b"/mcp", "/mcp")),
-        ("/memory/a/b", b"/memory/a%2Fb", "memory", (b"/mcp/a%2Fb", "/mcp/a/b")),  # as sent, for its front to judge
-        ("/servers/files/mcp", b"/servers/fil%65s/mcp", None, None),  # an encoded prefix: no server's
-        ("/.well-known/oauth-protected-resource/memory", None, "memory", None),  # as it came
-        ("/.well-known/oauth-protected-resource/servers/files/mcp", None, "files", None),
-        ("/servers/files/mcpx", None, None, None),
-        ("/servers/files", None, None, None),
-        ("/mcp", None, None, None),
-        ("/.well-known/oauth-protected-resource", None, None, None),
+        ("/servers/files/mcp", None, "files"),
+        ("/servers/files/mcp/sessions", None, "files"),
+        ("/memory", None, "memory"),
+        ("/memory/a/b", b"/memory/a%2Fb", "memory"),  # as sent, for its front to judge
+        ("/servers/files/mcp", b"/servers/fil%65s/mcp", None),  # an encoded prefix: no server's
+        ("/.well-known/oauth-protected-resource/memory", None, "memory"),
+        ("/.well-known/oauth-protected-resource/servers/files/mcp", None, "files"),
+        ("/servers/files/mcpx", None, None),
+        ("/servers/files", None, None),
+        ("/mcp", None, None),
+        ("/.well-known/oauth-protected-resource", None, None),
     ],
 )
-async def test_a_server_is_reached_at_its_path_alone(
-    path: str, raw: bytes | None, reached: str | None, inner: tuple[bytes, str] | None
-) -> None:
+async def test_a_server_is_reached_at_its_path_alone(path: str, raw: bytes | None, reached: str | None) -> None:
     steps: list[str] = []
     files, memory = Recording("files", steps), Recording("memory", steps)
     app = routed(("files", "/servers/files/mcp", files), ("memory", "/memory", memory))
@@ -100,10 +99,7 @@ async def test_a_server_is_reached_at_its_path_alone(
         return
     assert (status, body) == (200, reached.encode())
     [scope] = (files if reached == "files" else memory).scopes
-    if inner is not None:
-        assert (scope["raw_path"], scope["path"]) == inner
-    else:
-        assert scope["path"] == path
+    assert (scope["path"], scope["raw_path"]) == (path, raw or path.encode())  # as it came: the app serves it there
 
 
 async def test_the_servers_start_in_order_and_stop_in_reverse() -> None:
@@ -194,8 +190,8 @@ async def test_a_reload_stops_the_servers_that_go_before_those_that_come_start_a
             config = app.routes[0].served.config
             routes = [
                 app.routes[0],
-                Route(Served(name="b", path="/b", config=config), new_b, "/mcp"),
-                Route(Served(name="c", path="/c", config=config), c, "/mcp"),
+                Route(Served(name="b", path="/b", config=config), new_b),
+                Route(Served(name="c", path="/c", config=config), c),
             ]
             told: list[str] = []
             failed = await app.replace(
@@ -240,7 +236,7 @@ async def test_a_server_a_reload_starts_that_does_not_start_is_said_and_the_othe
             tasks.start_soon(app, lifespan, receive, send)
             await until_awaited(lambda: steps == ["a started"], "a to start")
             config = app.routes[0].served.config
-            broken = Route(Served(name="b", path="/b", config=config), Recording("b", steps, fails=True), "/mcp")
+            broken = Route(Served(name="b", path="/b", config=config), Recording("b", steps, fails=True))
             released: list[str] = []
             failed = await app.replace(
                 [app.routes[0], broken], 1, lambda route: released.append(route.served.name), lambda route: None
@@ -268,7 +264,7 @@ async def test_a_reload_whose_server_s_sandbox_cannot_be_made_changes_nothing_an
         if served.name == "c":
             raise ValueError("servers.c: --process-state /tmp: it must be the gateway's user's alone to write")
         made = SimpleNamespace(close=lambda: closed.append(served.name))
-        return Route(served, Recording(served.name, steps), "/mcp", cast("Sandbox", made))
+        return Route(served, Recording(served.name, steps), cast("Sandbox", made))
 
     monkeypatch.setattr(_cli, "_route", route)
     config = replace(kept.served.config, servers=(kept.served,))

@@ -113,7 +113,7 @@ async def reach(children: Table, request: dict[str, Any], method: str, state: ob
     """The conversation ``request`` reaches, as ``Table.relay`` walks it: read once at its edge (``asking``),
     decided (``conversation_for``), what the decision returned done and its process awaited (``reach``)."""
     asked = await asking(request, children.config, children.process_env)
-    return await children.reach(await children.conversation_for(asked, method, state), asked.later)
+    return await children.reach(children.conversation_for(asked, method, state), asked.later)
 
 
 def data_layer(session_id: str) -> SimpleNamespace:
@@ -444,7 +444,7 @@ async def test_the_decision_returns_what_it_starts_and_reach_does_it() -> None:
     """``conversation_for`` decides from the request read once (an ``Asking``), and returns the process it made
     (``Actions.start``), launched by no one yet: ``reach`` does it, then waits for it."""
     async with table(sessionless="per-request") as (children, made):
-        reached = await children.conversation_for(Asking(ALICE, None, None), "tools/call")
+        reached = children.conversation_for(Asking(ALICE, None, None), "tools/call")
         [process] = reached.actions.start
         assert process.tasks is None  # decided, not launched
         assert reached.actions.refill

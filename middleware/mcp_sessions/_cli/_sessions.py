@@ -139,6 +139,8 @@ def _status(url: str, as_json: bool, stdout: TextIO, path: str | None = None) ->
     stdout.write(f"\nprocesses: {running} of {limit} (--max-processes)\n")
     for user in answer.get("users", []):
         principal = cell(user.get("principal"))
+        if "server" in user:  # a gateway of many servers (--config): each user's count is one server's
+            principal += f" on {cell(user['server'])}"
         running = cell(user.get("processes"))
         limit = cell(user.get("limit"))
         said = f"{running} of {limit} (--max-processes-per-principal)"

@@ -6,6 +6,7 @@ import argparse
 import gc
 import ipaddress
 import logging
+import logging.config
 import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -19,6 +20,7 @@ from ._config import (
     DEFAULT_FIRST_BYTE_TIMEOUT,
     DEFAULT_KEEPALIVE,
     DEFAULT_SHUTDOWN_TIMEOUT,
+    LOG_FORMATS,
     LOG_LEVELS,
     STDIO_SHUTDOWN_TIMEOUT,
     Forwarding,
@@ -190,6 +192,14 @@ def _serving_arguments(gateway: argparse.ArgumentParser) -> None:
         "then have 5 s to end)",
     )
     gateway.add_argument("--log-level", default=Listening.log_level, choices=LOG_LEVELS)
+    gateway.add_argument(
+        "--log-format",
+        default=Listening.log_format,
+        choices=LOG_FORMATS,
+        help="each log line as text, its time (RFC 3339) and level first, or as one JSON object (time, level, "
+        f"logger, message, and where there are a server, a conversation, a principal's digest) (default "
+        f"{Listening.log_format})",
+    )
     gateway.add_argument(
         "--status-port",
         type=int,
@@ -430,18 +440,9 @@ def _run(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, str]) -
             made.close()
         print(f"mcp-sessions gateway: {exc}", file=stderr)
         return EXIT_USAGE
-    logging.basicConfig(level=listening.log_level.upper(), format="%(levelname)s: %(message)s")
-    # a line per forwarded request, its query string in it
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    # with --stdio: the SDK's lines name transport session ids
-    logging.getLogger("mcp").setLevel(logging.WARNING)
-    # and so do its session manager's warnings and errors (an id sent with another user's credential, a crash): a
-    # bearer value in no log line; the gateway logs each conversation's end itself.
-    logging.getLogger("mcp.server.streamable_http_manager").setLevel(logging.CRITICAL)
-    if config.servers:  # each line says whose it is
-        from ._servers import named_logs
+    from ._logs import log_config
 
-        named_logs()
+    logging.config.dictConfig(log_config(listening.log_format, listening.log_level))
     served = [(s.name, s.path, s.config, route.sandbox) for s, route in zip(config.servers, _routes(app), strict=True)]
     for name, path, each, running_in in served or [("", "", config, sandbox)]:
         _said(each, running_in, f"http://{listening.host}:{listening.port}{path}", f"{name}: " if name else "")
@@ -612,7 +613,9 @@ def _listening(args: argparse.Namespace) -> Listening:
     shutdown_timeout = args.shutdown_timeout
     if shutdown_timeout is None:
         shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT if args.stdio is None else STDIO_SHUTDOWN_TIMEOUT
-    return Listening(args.host, args.port, args.log_level, shutdown_timeout, args.status_port, args.status_socket)
+    return Listening(
+        args.host, args.port, args.log_level, shutdown_timeout, args.status_port, args.status_socket, args.log_format
+    )
 
 
 def _app(config: GatewayConfig) -> tuple[ASGIApp, Sandbox | None]:
@@ -652,16 +655,19 @@ def _app(config: GatewayConfig) -> tuple[ASGIApp, Sandbox | None]:
 
 
 def _route(served: Served) -> Route:
-    """A server of the file at its path: its app, the sandbox its processes run in, and the path the app serves."""
+    """A server of the file at its path: its app, which serves its endpoint there (its sessions are minted at and
+    bound to it, as its clients reach it, whatever the audience: the servers share the keys and the audience; an
+    upstream gets its own path), and the sandbox its processes run in."""
     from ._servers import Route
 
     each = served.config
-    endpoint = "/mcp" if isinstance(each.serves, StdioProcesses) else urlsplit(each.serves.upstreams[0]).path
+    serves = replace(each.serves, path=served.path)
+    sessions = each.sessions.replace(binds_endpoint=True)
     try:
-        app, sandbox = _app(replace(each, servers=()))
+        app, sandbox = _app(replace(each, serves=serves, sessions=sessions, servers=()))
     except (ValueError, NetworkError, SandboxError) as exc:  # its sandbox's files and directories: named as its flags
         raise ValueError(f"{served.flags.where if served.flags else served.name}: {exc}") from None
-    return Route(served, app, endpoint or "/", sandbox)
+    return Route(served, app, sandbox)
 
 
 def _closed(routes: Sequence[Route]) -> None:

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 LOG_LEVELS: Final = get_args(LogLevel)  # --log-level's choices
+LogFormat = Literal["text", "json"]
+LOG_FORMATS: Final = get_args(LogFormat)  # --log-format's choices
 Processes = Literal["auto", "per-conversation", "shared"]
 """Whose conversations a process serves (``--processes``): ``"auto"`` becomes ``"per-conversation"`` or
 ``"per-caller"`` (``stdio._table.Table.choose``)."""
@@ -90,8 +92,8 @@ def default_max_processes(memory: int | None = None) -> int:
 
 @dataclass(frozen=True)
 class Listening:
-    """How the gateway serves, whatever it serves: its address, its log level, how long its drain lasts, and the
-    operator's status port and Unix socket (loopback only)."""
+    """How the gateway serves, whatever it serves: its address, how long its drain lasts, the operator's status
+    port and Unix socket (loopback only), and its log lines' level and form (``_logs``)."""
 
     host: str = "127.0.0.1"
     port: int = 8000
@@ -99,12 +101,15 @@ class Listening:
     shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
     status_port: int | None = None
     status_socket: str | None = None
+    log_format: LogFormat = "text"
 
 
 @dataclass(frozen=True)
 class Forwarding:
     """An ``--upstream`` gateway's: the replicas' URLs, and how long it waits for them (``gateway_app``'s options,
-    which say what each is); ``upstream_token`` ``None``: the default ``gateway_app`` says."""
+    which say what each is); ``upstream_token`` ``None``: the default ``gateway_app`` says. ``path``: where the
+    endpoint is served, if not at the upstream's own path (a ``--config`` server's own path), the path its sessions
+    are minted at and bound to; what a client sends under it reaches the upstream under the upstream's path."""
 
     upstreams: tuple[str, ...]
     keepalive: float | None = DEFAULT_KEEPALIVE
@@ -112,6 +117,7 @@ class Forwarding:
     first_byte_timeout: float = DEFAULT_FIRST_BYTE_TIMEOUT
     failure_cooldown: float = DEFAULT_FAILURE_COOLDOWN
     upstream_token: UpstreamToken | None = None
+    path: str | None = None
 
     def __post_init__(self) -> None:
         for name, value in (
@@ -148,7 +154,8 @@ class StdioProcesses:
     pool, control groups and egress table, is the app's; ``None``: as the gateway runs, in its process group).
     ``state``: where the server keeps a conversation's state (:data:`StateKept`): with ``"disk"``, a conversation
     this gateway has no process for (it restarted, was killed, or another replica served it) gets a new one, as
-    nothing it held is lost; with ``"process"``, the operator's word is that it was."""
+    nothing it held is lost; with ``"process"``, the operator's word is that it was. ``path``: where the endpoint
+    is served (a ``--config`` server's own path), the path its sessions are minted at and bound to."""
 
     command: tuple[str, ...]
     processes: Processes = "auto"
@@ -162,6 +169,7 @@ class StdioProcesses:
     exchange_scope: str | None = None
     sandbox: SandboxPolicy | None = None
     state: StateKept = "process"
+    path: str = "/mcp"
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ, repr=False, compare=False)
 
     def __post_init__(self) -> None:

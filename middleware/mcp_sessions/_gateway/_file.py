@@ -52,6 +52,7 @@ FILE_LIMIT: Final = 1 << 20
 GATEWAY_KEYS: Final = frozenset(
     {
         *("host", "port", "allowed-host", "allowed-origin", "forwarded-allow-ips", "shutdown-timeout", "log-level"),
+        "log-format",
         *("status-port", "status-socket", "process-uids", "process-user-gids", "process-state"),
         *("auth-jwks", "auth-issuer", "auth-audience", "auth-principal-claim", "auth-principal-header"),
         *("auth-resource", "auth-leeway", "auth-server"),
@@ -143,9 +144,8 @@ def servers_of(
         argv = _argv(where, server, options, lambda key: key not in GATEWAY_KEYS or key in OWN_KEYS, "the gateway's")
         argv += _host_keys(where, host, server)
         served = _served_path(where, host.get("path", f"/servers/{name}/mcp"))
-        if (other := paths.get(served.lower())) is not None:
-            raise FileError(f"{where}.path: {served} is {other}'s too: two servers on one path")
-        paths[served.lower()] = where
+        _apart(where, served, paths)
+        paths[served] = f"{where}'s"
         flags = _parse(where, parser(), [*gateway_argv, *argv])
         own_dests = {options[key].dest for key in server if key in OWN_KEYS}
         for dest, value in overriding.items():
@@ -251,10 +251,15 @@ def _argv(
 
 
 def _host_keys(where: str, host: Mapping[str, Any], server: Mapping[str, object]) -> list[str]:
-    """The ``mcpServers`` keys as flags: ``command`` and ``args`` as ``--stdio``, ``url`` as ``--upstream``."""
-    for key in ("command", "url", "path", "type"):
+    """The ``mcpServers`` keys as flags: ``command`` and ``args`` as ``--stdio``, ``url`` as ``--upstream`` (a list:
+    the replicas, as ``upstream``'s)."""
+    for key in ("command", "path", "type"):
         if key in host and not isinstance(host[key], str):
             raise FileError(f"{where}.{key}: a string")
+    urls = host.get("url", [])
+    urls = [urls] if isinstance(urls, str) else urls
+    if not isinstance(urls, list) or not all(isinstance(url, str) for url in urls):
+        raise FileError(f"{where}.url: a string or a list of strings")
     args = host.get("args", [])
     if not isinstance(args, list) or not all(isinstance(arg, str) for arg in args):
         raise FileError(f"{where}.args: a list of strings")
@@ -270,12 +275,11 @@ def _host_keys(where: str, host: Mapping[str, Any], server: Mapping[str, object]
         raise FileError(f"{where}.type: {kind}, as its {given[0]} says")
     if "command" in host:
         return [f"--stdio={shlex.join([host['command'], *args])}"]
-    return [f"--upstream={host['url']}"] if "url" in host else []
+    return [f"--upstream={url}" for url in urls]
 
 
 def _served_path(where: str, path: object) -> str:
-    """The path a server is served at: absolute, of plain segments (no empty, dot or encoded one), none the
-    gateway's own."""
+    """The path a server is served at: absolute, of plain segments (no empty, dot or encoded one)."""
     if not isinstance(path, str):
         raise FileError(f"{where}.path: a string")
     segments = path.split("/")
@@ -284,9 +288,20 @@ def _served_path(where: str, path: object) -> str:
     )
     if not path.startswith("/") or not plain:
         raise FileError(f"{where}.path: an absolute path of plain segments (letters, digits, '.', '_', '~', '-')")
-    if any(path.lower() == own or path.lower().startswith(own + "/") for own in RESERVED):
-        raise FileError(f"{where}.path: {path} is the gateway's own")
     return path
+
+
+def _apart(where: str, path: str, served: Mapping[str, str]) -> None:
+    """Refuses a server's ``path`` that is, lies under or holds one of the gateway's own (:data:`RESERVED`) or a
+    server's before it (``served``: each path, and whose), in any case (its segments are plain: nothing else is left
+    to normalise), naming both: the gateway routes a request to the first path that holds it, so that one server
+    would serve the other's requests (its audience, its policy, its uids) while the other's metadata names them."""
+    for other, whose in (*((own, "the gateway's own") for own in RESERVED), *served.items()):
+        low = path.lower() + "/"
+        held = other.lower() + "/"
+        if low.startswith(held) or held.startswith(low):
+            relation = "is" if low == held else "is under" if low.startswith(held) else "holds"
+            raise FileError(f"{where}.path: {path} {relation} {whose} {other}: a request to one would reach the other")
 
 
 def _env(where: str, env: object) -> dict[str, str]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
+import contextvars
 import gc
 import logging
 import os
@@ -46,7 +46,7 @@ from .._wire.protocol import (
 )
 from ..profiles import Era
 from ._config import GatewayConfig
-from ._front import QueryDropped, startup_failure
+from ._front import startup_failure
 from ._serving import (
     CUT,
     CUT_DATA,
@@ -149,7 +149,7 @@ class Gateway(uvicorn.Server):
                 host=listening.host,
                 port=listening.port,
                 log_level=listening.log_level,
-                log_config=self._log_config(uvicorn.config.LOGGING_CONFIG),
+                log_config=None,  # the gateway's own (_logs), set up once by _cli.run
                 lifespan="on",
                 http="h11",
                 server_header=False,
@@ -182,10 +182,17 @@ class Gateway(uvicorn.Server):
         self._reloads: list[asyncio.Task[None]] = []  # SIGHUP's, run one at a time
 
     def run_until_stopped(self, bound: socket.socket, stderr: TextIO) -> int:
-        """Serve on ``bound`` (``_serving.bind``'s) and the status sockets until stopped; the exit status."""
+        """Serve on ``bound`` (``_serving.bind``'s) and the status sockets until stopped; the exit status. uvicorn's
+        lines go through the gateway's logging (``_logs``), but for those :meth:`said_once` and :meth:`planned` drop
+        or lower while it serves."""
+        errors = logging.getLogger("uvicorn.error")
+        errors.addFilter(self.said_once)
+        errors.addFilter(self.planned)
         try:
             return self._run(bound, stderr)
         finally:
+            errors.removeFilter(self.planned)
+            errors.removeFilter(self.said_once)
             self._gone()  # also where uvicorn never ran (a status socket refused)
 
     def _run(self, bound: socket.socket, stderr: TextIO) -> int:
@@ -236,7 +243,9 @@ class Gateway(uvicorn.Server):
             self._loop.call_soon_threadsafe(self._drain_ends.set)
             return None
         self._stop_asked = True
-        self._loop.call_soon_threadsafe(self._begin_drain)
+        # a signal comes in whichever task runs, a server's request's among them: the drain is the whole gateway's,
+        # in a context of its own (its lines name no server, ``_logs``)
+        self._loop.call_soon_threadsafe(self._begin_drain, context=contextvars.Context())
         return None
 
     @contextlib.contextmanager
@@ -260,7 +269,7 @@ class Gateway(uvicorn.Server):
         if not self.started or self._stop_asked or self._loop is None:
             logger.warning("mcp-sessions gateway: SIGHUP: no reload while the gateway starts or stops")
             return None
-        self._loop.call_soon_threadsafe(self._begin_reload)
+        self._loop.call_soon_threadsafe(self._begin_reload, context=contextvars.Context())  # as the drain's
         return None
 
     def _begin_reload(self) -> None:
@@ -449,8 +458,8 @@ class Gateway(uvicorn.Server):
             if task is not None:
                 self.calls.discard(task)
                 self._signalled.discard(task)
-            if self._stop_asked:
-                self._answered_signalled()
+            if self._stop_asked:  # the gateway's drain, not this request's server's
+                contextvars.Context().run(self._answered_signalled)
 
     def planned(self, record: logging.LogRecord) -> bool:
         """A logging filter: uvicorn's cancellations at the end of a stop the gateway drained for are INFO, as
@@ -465,17 +474,6 @@ class Gateway(uvicorn.Server):
         """A logging filter: uvicorn's "Application startup failed" dropped when the gateway says why itself."""
         said = self.failure is not None or self.stopped
         return not said or not record.getMessage().startswith("Application startup failed")
-
-    def _log_config(self, uvicorns: dict[str, Any]) -> dict[str, Any]:
-        """uvicorn's logging configuration, its access log without query strings (OAuth codes travel there), and
-        without its own line for a failed start the gateway says in one line itself."""
-        config = copy.deepcopy(uvicorns)
-        config.setdefault("filters", {})["query_dropped"] = {"()": QueryDropped}
-        config["filters"]["said_once"] = {"()": lambda: self.said_once}
-        config["filters"]["planned"] = {"()": lambda: self.planned}
-        config["loggers"]["uvicorn.access"]["filters"] = ["query_dropped"]
-        config["loggers"]["uvicorn.error"]["filters"] = ["said_once", "planned"]
-        return config
 
 
 class _Responding:

@@ -2,10 +2,10 @@
 as for one server) at its path, and what is the gateway's across them.
 
 A request reaches a server's app at the server's path (``/servers/NAME/mcp``, or its ``path``) and under it (``.../
-sessions``, a user's own conversations of that server), its path made the one the app serves (``/mcp`` for a stdio
-server's, the upstream URL's for an HTTP one's: the path an upstream gets is its own), as a reverse proxy's prefix
-is stripped (a prefix sent percent-encoded is no server's: the rest of the path goes on as it was sent, for the
-app's front to judge); its protected-resource metadata (RFC 9728, path-inserted:
+sessions``, a user's own conversations of that server), as it came: the app serves its endpoint there, so that its
+sessions are minted at and bound to the path its clients reach (an HTTP server's proxy sends the upstream its own
+path: ``Forwarding.path``); a prefix sent percent-encoded is no server's (the rest of the path goes on as it was
+sent, for the app's front to judge); its protected-resource metadata (RFC 9728, path-inserted:
 ``/.well-known/oauth-protected-resource`` and the server's path) as it came, since the server's auth serves it
 there. Any other path is a 404 naming where the servers are: nothing reaches a server but at its own path.
 
@@ -22,7 +22,9 @@ sign-ins under way, and one that replaces it keeps its grants in the store, not 
 
 Across the servers: ``GET /sessions`` lists the caller's conversations of every stdio server that verifies her token
 (each with its ``server``), ``DELETE /sessions/DIGEST`` ends the one of hers with that digest, wherever it is (what
-``mcp-sessions sessions`` does, given the gateway's base URL); ``GET /status`` on the operator's port or socket is
+``mcp-sessions sessions`` does, given the gateway's base URL), as does a ``DELETE`` to a stdio server's own
+``.../sessions/DIGEST`` (``--end`` given a server's URL: the conversation ended is the caller's, wherever the
+listing shows it); ``GET /status`` on the operator's port or socket is
 every server's view in one, and ``/status/grants`` there every user's grants at every server's sign-ins (each with
 its ``server``), or one user's revoked. Each server is asked as a request of its own (its auth, its own
 audience's, decides), its answer read whole, bounded (:data:`ANSWER_LIMIT`).
@@ -30,7 +32,7 @@ audience's, decides), its answer read whole, bounded (:data:`ANSWER_LIMIT`).
 The lifespan starts the servers' apps one after the other, in the file's order, and stops them in the reverse: a
 server that does not start is said in one line naming it (``StartupFailed``), the ones started stopped. What a
 server's app does, it does in a context that names it (:data:`SERVING`), so that the gateway's log lines and its
-processes' (``process 3f2a...: ...``) say whose they are (:func:`named_logs`).
+processes' (``process 3f2a...: ...``) say whose they are (``_logs``).
 
 A reload (:meth:`Servers.replace`, on SIGHUP) serves other routes in place of some, the others' apps untouched (their
 processes, uids and conversations go on): each server that goes (removed, or replaced) is drained as a stop drains the
@@ -46,7 +48,6 @@ import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -61,6 +62,7 @@ from .._wire.protocol import INTERNAL_ERROR, MCP_METHOD_HEADER
 from ._config import GatewayConfig, Served, StdioProcesses
 from ._file import SERVERS_PATH
 from ._front import StartupFailed, startup_failure
+from ._logs import SERVING
 from ._operator import GRANTS_STATUS_PATH
 from ._serving import CUT, CUT_DATA, RESTARTING, RETRY_AFTER
 from .auth._oauth import AUTHORIZE_PATH, CALLBACK_PATH, CLIENT_PATH, GRANTS_PATH, UpstreamGrants, is_sign_in
@@ -70,8 +72,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
-SERVING: Final[ContextVar[str | None]] = ContextVar("mcp_sessions.gateway.serving", default=None)
-"""The name of the server whose app runs (its requests, its lifespan, and the tasks they start)."""
 METADATA: Final = "/.well-known/oauth-protected-resource"
 STATUS: Final = "/status"
 ANSWER_LIMIT: Final = 4 << 20
@@ -83,13 +83,11 @@ _CUT = error_answer(502, INTERNAL_ERROR, CUT, "cut", data=CUT_DATA)
 
 @dataclass(frozen=True)
 class Route:
-    """A server's app at ``served.path``; ``endpoint``, the path the app serves; ``sandbox``, what its processes run
-    in (built from its policy with the app, closed once the app has stopped), which a reload that keeps the route
-    keeps."""
+    """A server's app, which serves its endpoint at ``served.path``; ``sandbox``, what its processes run in (built
+    from its policy with the app, closed once the app has stopped), which a reload that keeps the route keeps."""
 
     served: Served
     app: ASGIApp
-    endpoint: str
     sandbox: Sandbox | None = None
 
     @property
@@ -141,10 +139,12 @@ class Servers:
             served = route.served.path
             # its path as sent, too: the rest of the raw path is what the app's front judges, never re-encoded here
             if (path == served or path.startswith(served + "/")) and raw.startswith(served.encode()):
-                inner = route.endpoint + path[len(served) :]
-                rewritten = {**scope, "path": inner, "raw_path": route.endpoint.encode() + raw[len(served) :]}
+                ending = f"{served}/sessions/"
+                if route.stdio and scope["type"] == "http" and scope["method"] == "DELETE" and path.startswith(ending):
+                    # the caller's conversation wherever it is, as the gateway's listing shows them together
+                    return await self._conversations(scope, send, path[len(ending) :])
                 SERVING.set(route.served.name)  # the request's own context
-                return await self._served(route, rewritten, receive, send)
+                return await self._served(route, scope, receive, send)
         if (metadata := self.metadata.get(path)) is not None:
             SERVING.set(metadata.served.name)
             return await metadata.app(scope, receive, send)
@@ -157,7 +157,7 @@ class Servers:
         if self.signing_in and path in (GRANTS_PATH, GRANTS_STATUS_PATH):
             return await self._grants(scope, send, path)
         if path == SERVERS_PATH or path.startswith(SERVERS_PATH + "/"):
-            return await self._conversations(scope, send)
+            return await self._conversations(scope, send, path[len(SERVERS_PATH) + 1 :])
         if path == STATUS:
             return await self._status(scope, send)
         await send_json(send, 404, self.nowhere, b"")
@@ -271,17 +271,17 @@ class Servers:
         grants = [{**grant, "server": name} for name, each in listed for grant in each]
         await send_json(send, 200, {"grants": grants}, b"")
 
-    async def _conversations(self, scope: Scope, send: Send) -> None:
-        """A user's own conversations across the stdio servers whose auth takes her token (see the module)."""
+    async def _conversations(self, scope: Scope, send: Send, digest: str) -> None:
+        """A user's own conversations across the stdio servers whose auth takes her token, or the one of hers with
+        ``digest`` (see the module)."""
         routes = [route for route in self.routes if route.stdio and route.served.config.auth is not None]
         if not routes:
             return await send_json(
                 send, 404, {"error": "no server here verifies who asks: no one's own conversations"}, b""
             )
-        digest = scope["path"][len(SERVERS_PATH) + 1 :]
         answers = []
         for route in routes:
-            answer = await _asked(route, scope, f"{route.endpoint}/sessions" + (f"/{digest}" if digest else ""))
+            answer = await _asked(route, scope, f"{route.served.path}/sessions" + (f"/{digest}" if digest else ""))
             if scope["method"] == "DELETE" and answer.status == 200:
                 return await send_json(send, 200, {**answer.json(), "server": route.served.name}, b"")
             answers.append((route, answer))
@@ -484,18 +484,3 @@ async def _asked(route: Route, scope: Scope, path: str) -> _Answer:
     answer.body = b"".join(parts)
     answer.headers.append((b"content-length", str(len(answer.body)).encode()))
     return answer
-
-
-class _Named(logging.Filter):
-    """A log line of a server's app, its server's name first (:data:`SERVING`)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if (name := SERVING.get()) is not None:
-            record.msg = f"{name}: {record.msg}"  # a name is letters, digits, '.', '_' and '-': no '%'
-        return True
-
-
-def named_logs() -> None:
-    """The gateway's loggers' lines, and its processes', each with the name of the server it is of."""
-    for name in ("mcp_sessions.gateway", "mcp_sessions.gateway.stderr"):
-        logging.getLogger(name).addFilter(_Named())

@@ -3,7 +3,7 @@ the middleware's own), answer, forward, rewrite the response."""
 
 from ._answer import Answers
 from ._forward import REQUEST_ID, Exchange, Forwarder
-from ._probe import DEFAULT_PROBE_TIMEOUT, Rejection, error_answer, unavailable
+from ._probe import DEFAULT_PROBE_TIMEOUT, Rejection, error_answer, store_refused, unavailable
 from ._resolve import Resolver, check_handles, record_user, start_operations
 from ._response import DEFAULT_MAX_RESPONSE_SIZE
 
@@ -20,5 +20,6 @@ __all__ = [
     "error_answer",
     "record_user",
     "start_operations",
+    "store_refused",
     "unavailable",
 ]

@@ -40,7 +40,7 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._asgi import header
-from .._wire import jsonrpc
+from .._wire import jsonrpc, store_unavailable
 from .._wire.protocol import (
     INVALID_PARAMS,
     MCP_METHOD_HEADER,
@@ -177,6 +177,13 @@ async def ask_server(
     if answer.late:
         return unavailable(504, "The server did not answer in time", retry_after, first.get("id"), "probe_timeout")
     return answer.verdict()
+
+
+def store_refused(error: BaseException, retry_after: bytes, request_id: object = None) -> Rejection:
+    """The retryable -32010 with HTTP 503 and ``Retry-After`` for a store that failed or stalled (``error``), as the
+    sessions answer it (:func:`~mcp_sessions._wire.jsonrpc.store_unavailable`, which logs it once an interval)."""
+    refusal = store_unavailable(error)
+    return error_answer(503, refusal.code, refusal.message, refusal.reason, request_id, (b"retry-after", retry_after))
 
 
 def unavailable(status: int, message: str, retry_after: bytes, request_id: object, reason: str) -> Rejection:

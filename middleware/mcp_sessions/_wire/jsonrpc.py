@@ -202,7 +202,7 @@ class Refusal(Exception):
         return error(request_id, self.code, self.message, self.data)
 
 
-def store_unavailable(exc: Exception) -> Refusal:
+def store_unavailable(exc: BaseException) -> Refusal:
     """The retryable refusal for a store that cannot answer now (never "not found")."""
     unavailable_warning.warn("session store unavailable: %s", exc)
     return Refusal(SESSION_STORE_UNAVAILABLE, "Session store unavailable, retry later", reason="store_unavailable")

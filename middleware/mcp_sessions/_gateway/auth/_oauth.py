@@ -87,7 +87,7 @@ from starlette.datastructures import Headers, QueryParams
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..._bounded import BoundedDict
-from ..._pipeline import Rejection, error_answer, unavailable
+from ..._pipeline import Rejection, error_answer, store_refused, unavailable
 from ..._wire import jsonrpc, printable
 from ..._wire.protocol import INVALID_REQUEST, MCP_PROTOCOL_VERSION_HEADER
 from ...profiles import Era
@@ -114,6 +114,8 @@ MAX_GRANTS: Final = 100_000
 """Users' grants kept, one per user and server; the least recently stored are forgotten first (she signs in again)."""
 MAX_PENDING: Final = 10_000
 """Sign-in URLs and legs under way kept; the oldest are forgotten first."""
+STORE_FAILED: Final = "store_unavailable"
+"""The ``error`` of a :class:`GrantFailed` for a store that failed or stalled: answered -32010, as the sessions do."""
 URL_ELICITATION_REQUIRED: Final = -32042
 """2025-11-25's ``URLElicitationRequiredError`` (retired by 2026-07-28)."""
 MISSING_CAPABILITY: Final = -32021
@@ -198,10 +200,12 @@ class SignInRequired(ExchangeRefused):
 
 
 class GrantFailed(ExchangeRefused):
-    """The user's grant could not be used: a server failed (502, 504), the store did (503), or the request names
-    no user (401); ``description`` says which, with no token in it."""
+    """The user's grant could not be used: a server failed (502, 504), the store did (503, :data:`STORE_FAILED`),
+    or the request names no user (401); ``description`` says which, with no token in it."""
 
     def answer(self, request_id: object = None, retry_after: bytes = b"1") -> Rejection:
+        if self.error == STORE_FAILED:  # as every store failure of the gateway: the retryable -32010
+            return store_refused(self.__cause__ or self, retry_after, request_id)
         message = f"The upstream's authorization failed: {self.description}"
         if self.status >= 500:
             return unavailable(self.status, message, retry_after, request_id, "upstream_authorization_failed")
@@ -525,9 +529,8 @@ class UpstreamGrants(UpstreamToken):
 
         try:
             return await step
-        except StoreFailed:
-            logger.warning("mcp-sessions gateway: the store did not answer for a user's grant")
-            raise GrantFailed(503, "store_unavailable", "the gateway's store is unavailable") from None
+        except StoreFailed as failed:
+            raise GrantFailed(503, STORE_FAILED, "the gateway's store is unavailable") from failed.__cause__
 
     # -- discovery and registration ----------------------------------------------------------------------------
 

@@ -104,8 +104,10 @@ def forwarding_app(config: GatewayConfig) -> GatewayFront:
     if upstream_token is None:
         upstream_token = UpstreamToken("passthrough" if auth is None else "none")
     replicas = Replicas(forwarding.upstreams, keys=sessions.keys, cooldown=forwarding.failure_cooldown)
+    served = forwarding.path or replicas.path
     proxy = UpstreamProxy(
         replicas,
+        served=served,
         host_check=HostCheck(config.allowed_hosts, config.allowed_origins),
         keepalive=forwarding.keepalive,
         connect_timeout=forwarding.connect_timeout,
@@ -113,7 +115,7 @@ def forwarding_app(config: GatewayConfig) -> GatewayFront:
         retry_after=sessions.retry_after,
         upstream_token=upstream_token,
     )
-    app = MCPSessionMiddleware(proxy, config=_at_gateway(sessions, replicas, auth))
+    app = MCPSessionMiddleware(proxy, config=_at_gateway(sessions, served, auth))
     trusted = trusted_proxies(config.forwarded_allow_ips)
     signing_in = upstream_token.signing_in
     if signing_in is not None:
@@ -127,8 +129,9 @@ def forwarding_app(config: GatewayConfig) -> GatewayFront:
     return GatewayFront(front, trusted=trusted)
 
 
-def _at_gateway(config: SessionsConfig, replicas: Replicas, auth: GatewayAuth | None) -> SessionsConfig:
-    """The session configuration in front of ``replicas``: ``config``, as a proxy needs it."""
+def _at_gateway(config: SessionsConfig, served: str, auth: GatewayAuth | None) -> SessionsConfig:
+    """The session configuration in front of the replicas, whose endpoint is served at ``served``: ``config``, as a
+    proxy needs it."""
     principal = config.principal
     limit = config.create_limit
     # Nothing signs a user in in front of the proxy.
@@ -144,7 +147,7 @@ def _at_gateway(config: SessionsConfig, replicas: Replicas, auth: GatewayAuth | 
         # A made-up credential is a principal the upstream may accept: the create limit counts addresses.
         create_limit=None if limit is None else RateLimit(limit.count, limit.seconds, per_address=True),
         # As upstreams route them.
-        paths=RoutedPaths((replicas.path,) if config.paths is None else config.paths),
+        paths=RoutedPaths((served,) if config.paths is None else config.paths),
     )
 
 

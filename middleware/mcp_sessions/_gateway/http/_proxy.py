@@ -112,6 +112,7 @@ class UpstreamProxy:
         self,
         replicas: Replicas,
         *,
+        served: str,
         host_check: HostCheck,
         keepalive: float | None,
         connect_timeout: float,
@@ -120,6 +121,7 @@ class UpstreamProxy:
         upstream_token: UpstreamToken,
     ) -> None:
         self._replicas = replicas
+        self._served = served.encode()  # where the gateway serves the endpoint: the upstream's under its own path
         self._upstream_token = upstream_token
         self._host_check = host_check
         self._keepalive = keepalive
@@ -224,8 +226,10 @@ class UpstreamProxy:
         if isinstance(content, AsyncIterator) and "content-length" in request:
             length = request["content-length"].encode("latin-1")
             headers.append((b"content-length", length))
-        # The front let only an origin form in.
+        # The front let only an origin form in; the endpoint, and what is under it, under the upstream's own path.
         target = raw_path_of(scope)
+        if target == self._served or target.startswith(self._served + b"/"):
+            target = self._replicas.path.encode() + target[len(self._served) :]
         query: bytes = scope.get("query_string", b"")
         if query:
             target += b"?" + query

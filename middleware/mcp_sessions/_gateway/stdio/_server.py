@@ -74,6 +74,7 @@ from .._operator import OperatorStatus
 from .._serving import REFUSING, RESTARTING, RETRY_AFTER, STOPPING
 from ..auth._tools import ToolPolicy, guarded
 from ..auth._users import FrontedConversations, GatewayAuth, ProcessEnv
+from ..http._replicas import TransportIds
 from ..sealed._sandbox import Sandbox, environment
 from ._child import START_TIMEOUT
 from ._models import AFTER_ANSWER
@@ -236,7 +237,15 @@ def stdio_gateway_app(config: GatewayConfig, *, sandbox: Sandbox | None = None) 
     check = HostCheck(config.allowed_hosts, config.allowed_origins)
     status = (config.listening.status_port, config.listening.status_socket)
     return _layered(
-        table, sessions, idle=idle, auth=config.auth, tools=config.tools, check=check, trusted=trusted, status=status
+        table,
+        sessions,
+        endpoint=serves.path,
+        idle=idle,
+        auth=config.auth,
+        tools=config.tools,
+        check=check,
+        trusted=trusted,
+        status=status,
     )
 
 
@@ -261,6 +270,7 @@ def _layered(
     table: Callable[..., Table],
     config: SessionsConfig,
     *,
+    endpoint: str,
     idle: float,
     auth: GatewayAuth | None,
     tools: ToolPolicy | None,
@@ -268,22 +278,23 @@ def _layered(
     trusted: list[str],
     status: tuple[int | None, str | None],
 ) -> GatewayFront:
-    """The SDK's app for :class:`StdioServer`, and the layers around it, outermost last: the guard of its transport's
-    requests (:class:`_TransportRequests`, at its endpoint, where the sessions then place their work in front of it),
-    the sessions, the gateway's auth and tool policy, its Host and Origin check (as in front of an HTTP upstream), its
-    front door. The table (``table``, given how to end a 2025 transport session) ends one through the sessions, which
-    it sits in."""
+    """The SDK's app for :class:`StdioServer` at ``endpoint`` (the path its sessions are bound to), and the layers
+    around it, outermost last: the guard of its transport's requests (:class:`_TransportRequests`, at it, where the
+    sessions then place their work in front of it), the sessions, the gateway's auth and tool policy, its Host and
+    Origin check (as in front of an HTTP upstream), its front door. The table (``table``, given how to end a 2025
+    transport session) ends one through the sessions, which it sits in."""
 
     async def end_transport(transport: bytes, user: object) -> None:
-        await _end_transport(sessions, transport, user)
+        await _end_transport(sessions, endpoint, transport, user)
 
     children = table(end_transport=end_transport)
     server = StdioServer(children)
     # the gateway's own check instead
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    app: ASGIApp = _under_sessions(
-        server.streamable_http_app(transport_security=security, session_idle_timeout=idle), children.unanswered
+    served = server.streamable_http_app(
+        streamable_http_path=endpoint, transport_security=security, session_idle_timeout=idle
     )
+    app: ASGIApp = _Opening(_under_sessions(served, children), children)
     if children.state == "disk":  # a transport session of a process gone is opened again, nothing lost
         declared = _Declared(children.config)
         server.add_notification_handler("notifications/initialized", types.NotificationParams, declared.initialized)
@@ -291,9 +302,9 @@ def _layered(
     # a conversation's child starts at its sessions/create; no wire's session member reaches a child, as none
     # reaches an HTTP upstream
     config = config.replace(on_create=children.created, fronts_upstream=True)
-    sessions = MCPSessionMiddleware(_Opening(app, children), config=config)
+    sessions = MCPSessionMiddleware(app, config=config)
     exchanged = children.process_env.wrap(sessions)  # exchanges, once the user is known
-    own: ASGIApp = sessions if auth is None else OwnConversations(exchanged, children)
+    own: ASGIApp = sessions if auth is None else OwnConversations(exchanged, children, endpoint)
     signing_in = children.process_env.signing_in
     if signing_in is not None:  # her view of her grants behind the authentication (the sign-in's pages: below)
         own = signing_in.serving_grants(own)
@@ -339,17 +350,17 @@ class _Opening:
         return opening
 
 
-async def _end_transport(app: ASGIApp, transport: bytes, user: object = None) -> None:
-    """End a 2025 transport session as its client would, with a ``DELETE`` (its later requests get 404): as
-    ``user``, who opened it (the SDK answers any other's ``DELETE`` "Session not found")."""
+async def _end_transport(app: ASGIApp, endpoint: str, transport: bytes, user: object = None) -> None:
+    """End a 2025 transport session as its client would, with a ``DELETE`` at ``endpoint`` (its later requests get
+    404): as ``user``, who opened it (the SDK answers any other's ``DELETE`` "Session not found")."""
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
         "method": "DELETE",
         "scheme": "http",
-        "path": "/mcp",
-        "raw_path": b"/mcp",
+        "path": endpoint,
+        "raw_path": endpoint.encode(),
         "query_string": b"",
         "root_path": "",
         "headers": [(MCP_SESSION_ID_HEADER, transport)],
@@ -374,13 +385,16 @@ class _Reopened:
     minted it before its restart or its crash, or another replica did) is opened again for the client that holds
     it, under the id it holds, and its request is served in it: as its conversation's state is on disk, nothing it
     held is lost, and the SDK's client, which raises on a 404 ("Session terminated") and never initializes again,
-    goes on. The SDK mints the ids (``uuid4``, its transport's): a new one is opened here as a client would open it
-    (``initialize``, then ``notifications/initialized``, as the caller who asks: the SDK's transport is hers), and
-    each of the client's requests naming its id is handed the new one, whose answers name hers again. The new one
-    declares the capabilities the client declared at its own ``initialize`` (:class:`_Declared`), so that she is
-    asked after the restart what she was asked before (her roots); where none were kept (a store that did not
-    outlive the gateway), none. An id no gateway minted is opened all the same, as an ``initialize`` would open
-    one: within the same limits (``Table.connected``), the caller's alone. A ``DELETE`` ends the one it names."""
+    goes on. The SDK mints the ids (``uuid4``, its transport's); the client gets each signed by the gateway
+    (:class:`~mcp_sessions._gateway.http._replicas.TransportIds`, as the HTTP gateway signs its upstreams' ids:
+    every gateway with the same keys, after a restart too, and no one else can make one). A new one is opened here
+    as a client would open it (``initialize``, then ``notifications/initialized``, as the caller who asks: the SDK's
+    transport is hers, within the same limits, ``Table.connected``), and each of the client's requests naming its
+    id is handed the new one, whose answers name hers again. The new one declares the capabilities the client
+    declared at its own ``initialize`` (:class:`_Declared`), so that she is asked after the restart what she was
+    asked before (her roots); where none were kept (a store that did not outlive the gateway), none. An id no
+    gateway signed (made up, altered, another deployment's) is never opened: the SDK's 404 "Session not found",
+    and no process. A ``DELETE`` ends the one it names."""
 
     def __init__(self, app: ASGIApp, children: Table, declared: _Declared) -> None:
         self.app = app
@@ -391,38 +405,51 @@ class _Reopened:
         # a lock per client's id while it is opened again: its requests that all found it gone open one, and
         # other clients' reopenings (after a restart, every conversation's) do not wait behind it
         self.reopening: dict[tuple[bytes, tuple[object, ...]], anyio.Lock] = {}
+        self.ids = TransportIds(children.config.keys)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        held = header(scope.get("headers", ()), MCP_SESSION_ID_HEADER) if scope["type"] == "http" else None
-        if held is None or _era(scope) is not Era.LEGACY:
+        if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        name = (held, _principal(scope))
+        held = header(scope["headers"], MCP_SESSION_ID_HEADER)
+        if held is None:  # an initialize: the transport session it opens, signed for its client
+            return await self.app(scope, receive, _renamed(send, self._signed))
+        if _era(scope) is not Era.LEGACY:
+            return await self.app(scope, receive, send)
+        signed = self.ids.verify(held)
+        minted = None if signed is None else signed[1]  # the SDK's id a gateway gave out; None: none did
+        principal = _principal(scope)
+        name = (held, principal)
+        named = self.opened.get(name, minted or held)
         if scope["method"] not in ("POST", "GET"):  # a DELETE: of the one it names now, and what she declared
-            await self.declared.forget(*name)
-            return await self.app(_naming(scope, self.opened.get(name, held)), receive, _renamed(send, held))
+            if minted is not None:
+                await self.declared.forget(minted, principal)
+            return await self.app(_naming(scope, named), receive, _renamed(send, partial(_same, held)))
         kept = _Kept(receive)
         missing = _Missing(send)
-        named = self.opened.get(name, held)
-        await self.app(_naming(scope, named), kept, _renamed(missing, held))
-        if not missing.refused:
-            return None
+        await self.app(_naming(scope, named), kept, _renamed(missing, partial(_same, held)))
+        if not missing.refused or minted is None:  # an id no gateway gave out is opened nowhere: the SDK's 404
+            return await missing.replay()
         lock = self.reopening.setdefault(name, anyio.Lock())
         try:
             async with lock:
                 now = self.opened.get(name)
                 if now is None or now == named:
-                    now = await self._open(scope, await self.declared.of(*name))
+                    now = await self._open(scope, await self.declared.of(minted, principal))
                     if now is None:
                         return await missing.replay()
                     self.opened[name] = now
         finally:
             if not lock.locked() and not lock.statistics().tasks_waiting:
                 self.reopening.pop(name, None)
-        await self.app(_naming(scope, now), kept.again(), _renamed(send, held))
+        await self.app(_naming(scope, now), kept.again(), _renamed(send, partial(_same, held)))
+
+    def _signed(self, minted: bytes) -> bytes:
+        """The id a client gets for the transport session the SDK minted as ``minted``."""
+        return self.ids.sign(_TAG, minted) or minted
 
     async def _open(self, scope: Scope, capabilities: dict[str, Any]) -> bytes | None:
         """A new 2025 transport session of the request ``scope``'s caller, initialized declaring ``capabilities``,
-        counted against the limits (``Table.connected``): its id; ``None`` if the SDK's app did not open one in
+        counted against the limits as any (``_Opening``): its id; ``None`` if the SDK's app did not open one in
         time."""
         version = header(scope["headers"], MCP_PROTOCOL_VERSION_HEADER) or b"2025-11-25"
         base = [(name, value) for name, value in scope["headers"] if name not in _OPENING_DROPS]
@@ -440,13 +467,14 @@ class _Reopened:
             done = jsonrpc.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"})
             named = _naming({**scope, "method": "POST", "headers": headers, _REOPENING: True}, raw)
             await self.app(named, _once(done), _discard)
-            if self.children.mode != "shared":  # counted as _Opening counts one a client opens
-                await self.children.connected(raw, scope)
             logger.info("a 2025 transport session the gateway no longer had was opened again for its client")
             return raw
         return None
 
 
+_TAG: Final = hashlib.sha256(b"stdio").hexdigest()[:8].encode()
+"""The one server's tag in the transport session ids the gateway signs (``TransportIds``): a stdio server's
+processes are one replica's."""
 _OPENING_DROPS: Final = frozenset({MCP_SESSION_ID_HEADER, b"content-type", b"content-length", b"accept"})
 _REOPENING: Final = "mcp_sessions.gateway.reopening"
 """The scope key of the ``notifications/initialized`` that ends a reopening's handshake: what it declares is kept
@@ -524,17 +552,23 @@ def _naming(scope: Scope, raw: bytes) -> Scope:
     return {**scope, "headers": [*headers, (MCP_SESSION_ID_HEADER, raw)]}
 
 
-def _renamed(send: Send, held: bytes) -> Send:
-    """``send``, its response naming the transport session ``held`` (the client's id of it), whichever the SDK's
-    app named."""
+def _renamed(send: Send, held: Callable[[bytes], bytes]) -> Send:
+    """``send``, its response naming the transport session the SDK's app named as the client knows it: ``held`` of
+    the SDK's id."""
 
     async def renamed(message: Message) -> None:
         if message["type"] == "http.response.start":
-            headers = [(name, held if name == MCP_SESSION_ID_HEADER else value) for name, value in message["headers"]]
+            named = message.get("headers", ())
+            headers = [(name, held(value) if name == MCP_SESSION_ID_HEADER else value) for name, value in named]
             message = {**message, "headers": headers}
         await send(message)
 
     return renamed
+
+
+def _same(held: bytes, minted: bytes) -> bytes:
+    """``held``, whatever the SDK's app named (a session it opened again for the client that holds ``held``)."""
+    return held
 
 
 class _Missing:
@@ -623,6 +657,10 @@ class _TransportRequests:
     """The requests POSTed in a 2025 transport session, where the ``mcp`` SDK's transport would lose an answer, and
     the calls of the gateway's stop cuts (of either era):
 
+    - the conversation a request names is claimed in the store (``Table.claim``) before the SDK answers it: a store
+      that fails or stalls there leaves the request unanswered to the sessions, which answer it as every store
+      failure, the retryable -32010 with HTTP 503 and ``Retry-After``; in the SDK, a handler's failure is -32603,
+      and a 2025 request's event stream has started its 200;
     - it keys a session's requests in flight by ``str(id)``, so that ``7`` and ``"7"`` would share one stream and
       cross, or hang: a request whose id reads as one in flight in its transport session gets a JSON-RPC error
       instead, until the first is answered. Only the requests of the principal the SDK's transport lets in
@@ -642,9 +680,9 @@ class _TransportRequests:
     without one (a notification, a response, a batch, the sessions' probe) is the transport's, untouched. A
     2026-07-28 request has no transport session (its ``Mcp-Session-Id``, if any, is no transport session's)."""
 
-    def __init__(self, app: ASGIApp, unanswered: Callable[[bytes, Callable[[], bool]], MCPError]) -> None:
+    def __init__(self, app: ASGIApp, children: Table) -> None:
         self.app = app
-        self.unanswered = unanswered
+        self.children = children
         # (transport session id, its principal as the SDK's transport compares it, request id as the SDK keys it)
         self.in_flight: set[tuple[bytes, tuple[object, ...], str]] = set()
 
@@ -657,6 +695,7 @@ class _TransportRequests:
         if scope["type"] != "http" or REQUEST_ID not in scope:
             return await self.app(scope, receive, send)
         request_id: str | int | None = scope[REQUEST_ID]
+        await self.children.claim(scope)
         if _era(scope) is not Era.LEGACY:  # a 2026-07-28 request: its Mcp-Session-Id, if any, is no transport session's
             return await self._told_if_cut(scope, receive, _Answered(send, lambda: request_id, partial(_cut, scope)))
         transport = header(scope["headers"], MCP_SESSION_ID_HEADER)
@@ -673,7 +712,7 @@ class _TransportRequests:
         self.in_flight.add(key)
         # whether the gateway was asked to stop (by its command's uvicorn)
         stopping = scope.get(STOPPING, bool)
-        answered = partial(self.unanswered, transport, stopping)
+        answered = partial(self.children.unanswered, transport, stopping)
         answer = _Answered(send, lambda: request_id, answered, answer_id=request_id)
         try:
             await self._told_if_cut(scope, receive, answer)
@@ -694,7 +733,7 @@ class _TransportRequests:
             await answer.end()
 
 
-def _under_sessions(app: Starlette, unanswered: Callable[[bytes, Callable[[], bool]], MCPError]) -> Starlette:
+def _under_sessions(app: Starlette, children: Table) -> Starlette:
     """The SDK's ``app`` with :class:`_TransportRequests` in front of its transport, on the transport's route: the
     sessions, placed at that endpoint once they are built, go in front of it (it looks like the transport), so that
     it reads what they parsed instead of the body."""
@@ -702,7 +741,7 @@ def _under_sessions(app: Starlette, unanswered: Callable[[bytes, Callable[[], bo
     if not routes:  # the SDK's app changed its shape: no request would be guarded
         raise TypeError(f"the mcp SDK's app has no transport route to guard: {app.routes!r}")
     for route in routes:
-        route.app = _TransportRequests(route.app, unanswered)
+        route.app = _TransportRequests(route.app, children)
     return app
 
 

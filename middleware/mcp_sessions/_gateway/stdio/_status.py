@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 
 STATUS_PATH: Final = "/status"
 GRANTS_STATUS_PATH: Final = "/status/grants"
-USER_PATH: Final = "/mcp/sessions"
 LOOPBACK_NAMES: Final = frozenset({"127.0.0.1", "localhost", "[::1]"})
 CONVERSATIONS: Final = frozenset(
     {"transport-session", "data-layer-session", "host-conversation", "sessionless", "request", "caller"}
@@ -62,23 +61,26 @@ async def processes(children: Table) -> dict[str, Any]:
 
 
 class OwnConversations:
-    """``app``, and at :data:`USER_PATH` the caller's own conversations: listed, and one ended (see the module)."""
+    """``app``, and under its ``endpoint`` (``/mcp/sessions``) the caller's own conversations: listed, and one ended
+    (see the module)."""
 
-    def __init__(self, app: ASGIApp, children: Table) -> None:
+    def __init__(self, app: ASGIApp, children: Table, endpoint: str) -> None:
         self.app = app
         self.children = children
+        self.path = endpoint + "/sessions"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
-        if path != USER_PATH and not path.startswith(USER_PATH + "/"):
+        own = self.path
+        if path != own and not path.startswith(own + "/"):
             return await self.app(scope, receive, send)
         mine = known_as(scope)
-        if path == USER_PATH and scope["method"] == "GET":
+        if path == own and scope["method"] == "GET":
             views = [view for view in self.children.pool.views() if _hers(view, mine)]
             return await send_json(send, 200, {"conversations": [_own(view) for view in views]}, b"")
-        digest = path.removeprefix(USER_PATH + "/")
-        if scope["method"] != "DELETE" or path == USER_PATH:
-            return await send_json(send, 405, {"error": f"GET {USER_PATH}, or DELETE {USER_PATH}/DIGEST"}, b"")
+        digest = path.removeprefix(own + "/")
+        if scope["method"] != "DELETE" or path == own:
+            return await send_json(send, 405, {"error": f"GET {own}, or DELETE {own}/DIGEST"}, b"")
         if not await self.children.end(digest, mine):
             return await send_json(send, 404, {"error": "no conversation of yours has this digest"}, b"")
         await send_json(send, 200, {"ended": digest}, b"")

@@ -42,7 +42,7 @@ from starlette.types import Scope
 
 from ..._bounded import BoundedDict
 from ..._config import SessionsConfig
-from ..._session import PRINCIPAL_CLAIM, Session
+from ..._session import PRINCIPAL_CLAIM, SCOPE_KEY
 from ..._tokens import IdDigests, SessionClaims
 from ..._wire import Refusal
 from ..._wire.protocol import RATE_LIMITED, UPSTREAM_UNAVAILABLE
@@ -410,7 +410,7 @@ class Table:
             CHILD_EXITED, f"the server process of this conversation has ended ({end}), with its state; {then}"
         )
 
-    async def conversation_for(self, asked: Asking, method: str, state: object = None) -> Reached:
+    def conversation_for(self, asked: Asking, method: str, state: object = None) -> Reached:
         """The decision of which conversation a request (``asked``: read once at its edge, :meth:`relay`) reaches,
         the most specific name first: its data-layer session's (one opened in a 2025 transport session is that
         transport session's, ``Table.created``), its host conversation's (bound to its caller: what a host's request
@@ -421,32 +421,35 @@ class Table:
         count against no limit. Whatever names it, the caller must be its owner. A conversation whose
         child ran elsewhere (another replica, or before a restart) or has ended gets no new one: a data-layer
         session's is "not found" here; a host's, which the store the replicas share records as another start's
-        (:data:`_HELD`), has ended. A host conversation's first here is claimed in the store the replicas share
-        (:meth:`_claim`, the one wait); which conversation the request reaches is then one decision (:meth:`route`),
-        whose answer (:class:`Reached`) the caller has done (:meth:`reach`)."""
+        (:meth:`claim`, done before), has ended. Which conversation the request reaches is one decision
+        (:meth:`route`), whose answer (:class:`Reached`) the caller has done (:meth:`reach`)."""
         if asked.refusing and state is None:  # a retry that brings input is part of a call in flight
             raise restarting()
         nameless = asked.session is None and asked.transport is None and state is None
         sessionless = self.sessionless if self.mode != "per-caller" else "per-caller"
         if self.mode == "shared" or (nameless and (method in LISTS or sessionless == "shared")):
             return self.shared_conversation()
-        if asked.session is not None and asked.session.source not in ("data-layer", "transport"):
-            await self._claim(asked.session, asked.caller, asked.draining)
         return self.route(asked, method, state)
 
-    async def _claim(self, session: Session, caller: Caller, draining: bool) -> None:
-        """A host conversation this table has not served: claimed for this start in the store the replicas share
-        (:data:`_HELD`), unless another start's claim is there: then it ran elsewhere, and has ended."""
-        key = Key("host-conversation", _bound(session.id, caller.id))
-        if self._holder(key, caller) is None and key not in self._ended:
-            # a drain opens it nowhere (open refuses it): never claimed here, the next replica may open it
-            if draining:
-                raise restarting()
-            # which start runs it: the replicas' store
-            held = await session.data.get(_HELD, self.instance)
-            if held != self.instance and not self.resumed(key):
-                raise self.gone(key, End(EndReason.ELSEWHERE))
-            await session.data.set(_HELD, self.instance)
+    async def claim(self, scope: Scope) -> None:
+        """The table's one wait on the store the replicas share, made before the SDK's app answers the request
+        ``scope`` (``_TransportRequests``), so that a store that fails or stalls is answered as the sessions answer
+        it: the retryable -32010 with HTTP 503 and ``Retry-After``, never the SDK's -32603. A host conversation this
+        table has not served is claimed there for this start (:data:`_HELD`), unless another start's claim is there:
+        then it ran elsewhere, and has ended (its tombstone, which :meth:`route` answers). A drain opens it nowhere
+        (:meth:`open` refuses it): never claimed here, the next replica may open it."""
+        session = scope.get(SCOPE_KEY)  # the sessions': only a host's conversation is claimed
+        if self.mode == "shared" or session is None or session.source in ("data-layer", "transport"):
+            return
+        asked = await asking(scope, self.config, self.process_env)
+        key = Key("host-conversation", _bound(session.id, asked.caller.id))
+        if asked.draining or self._holder(key, asked.caller) is not None or key in self._ended:
+            return
+        held = await session.data.get(_HELD, self.instance)
+        if held != self.instance and not self.resumed(key):
+            self._ended[key] = End(EndReason.ELSEWHERE)
+            return
+        await session.data.set(_HELD, self.instance)
 
     async def reach(self, reached: Reached, later: list[Callable[[], None]] | None = None) -> Conversation:
         """What a decision returned done (:meth:`perform`: ``later``, once the answer of the request that asked is
@@ -560,7 +563,7 @@ class Table:
         scope = {} if ctx.request is None else ctx.request.scope
         asked = await asking(scope, self.config, self.process_env)
         state = (ctx.params or {}).get("requestState")
-        conversation = await self.reach(await self.conversation_for(asked, ctx.method, state), asked.later)
+        conversation = await self.reach(self.conversation_for(asked, ctx.method, state), asked.later)
         try:
             # each request names its conversation
             if conversation.pooled:
