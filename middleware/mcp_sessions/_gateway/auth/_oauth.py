@@ -1166,6 +1166,8 @@ class IssuerGrants(UpstreamGrants):
                     metadata_documents=found.get("client_id_metadata_document_supported") is True,
                     sends_iss=found.get("authorization_response_iss_parameter_supported") is True,
                 )
+                redirect = self._callback_of(self._upstream_url)
+                logger.info("mcp-sessions gateway: the redirect URI at %s is %s", self._upstream_url, redirect)
         return self._server
 
 
