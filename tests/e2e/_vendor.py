@@ -10,7 +10,7 @@
   client id that is an https URL is the document there, whose ``client_id`` must be that URL, a public client's,
   naming the redirect URI asked for; else the client is refused), an authorization endpoint that consents at once
   for the ``X-Test-User`` a browser names (after checking the client, its registered redirect URI, PKCE's S256
-  and the ``resource``), and a token endpoint:
+  and the ``resource``; naming itself in its answer, RFC 9207, given ``iss``), and a token endpoint:
   the authorization code (once, its verifier checked), and refresh tokens rotated at each use, an old one seen
   again revoking the whole grant (RFC 9700 §4.14.2). Its access tokens are JWTs of its own key for the resource.
 - :func:`vendor_server`: the vendor's ``MCPServer`` behind bearer auth: a request without a token of the vendor's
@@ -151,6 +151,13 @@ class Vendor:
     documents: ssl.SSLContext | None = None
     fetched: list[str] = field(default_factory=list)  # the documents' URLs, each as fetched
     misfits: list[str] = field(default_factory=list)  # why each document it refused was refused
+    # Given: its metadata says it names itself in its answers to the browser (RFC 9207), and it does.
+    iss: bool = False
+    others: list[str] = field(default_factory=list)  # the URLs of its other servers, whose tokens it issues too
+    audience: str | None = None  # given: what its tokens' aud names, whatever resource was asked for
+    resource_of: dict[str, str] = field(default_factory=dict)  # grant id -> the resource it is for (RFC 8707)
+    targets: list[tuple[str, str | None]] = field(default_factory=list)  # each request's kind and the resource named
+    presented: dict[str, list[str]] = field(default_factory=dict)  # a server's URL -> every token sent to it
 
     async def document_of(self, client_id: str, redirect_uri: str) -> list[str] | None:
         """The redirect URIs of the client whose id is the https URL ``client_id``: its document fetched there
@@ -181,7 +188,8 @@ class Vendor:
         assert record is not None
         user = record[0]
         now = int(time.time())
-        claims = {"iss": base, "aud": self.resource, "sub": user, "iat": now, "exp": now + self.lifetime + 60}
+        audience = self.audience or self.resource_of.get(grant, self.resource)
+        claims = {"iss": base, "aud": audience, "sub": user, "iat": now, "exp": now + self.lifetime + 60}
         claims["jti"] = secrets.token_urlsafe(8)
         claims["gid"] = grant  # the grant it is of: a revoked grant's tokens are refused
         access = jwt.encode(claims, self.key, algorithm="RS256", headers={"kid": "vendor"})
@@ -206,6 +214,7 @@ class Vendor:
                     "grant_types_supported": ["authorization_code", "refresh_token"],
                     "token_endpoint_auth_methods_supported": ["none"],
                     **({} if self.documents is None else {"client_id_metadata_document_supported": True}),
+                    **({"authorization_response_iss_parameter_supported": True} if self.iss else {}),
                 }
             )
 
@@ -229,21 +238,27 @@ class Vendor:
                     self.clients[query["client_id"]] = uris  # known for its tokens and revocations from now on
             if uris is None or query.get("redirect_uri") not in uris:
                 return JSONResponse({"error": "invalid_client"}, 400)  # never redirected to an unknown URI
+            named = {"iss": _base(request)} if self.iss else {}  # in an error too (RFC 9207 §2)
+            self.targets.append(("authorize", query.get("resource")))
             if user in self.declining:
-                back = {"error": "access_denied", "state": query.get("state", "")}
+                back = {"error": "access_denied", "state": query.get("state", ""), **named}
                 return RedirectResponse(f"{query['redirect_uri']}?{urlencode(back)}", 302)
-            if not user or query.get("code_challenge_method") != "S256" or query.get("resource") != self.resource:
-                back = {"error": "invalid_request", "state": query.get("state", "")}
+            if (
+                not user
+                or query.get("code_challenge_method") != "S256"
+                or query.get("resource") not in (self.resource, *self.others)
+            ):
+                back = {"error": "invalid_request", "state": query.get("state", ""), **named}
                 return RedirectResponse(f"{query['redirect_uri']}?{urlencode(back)}", 302)
             code = secrets.token_urlsafe(16)
             self.codes[code] = {"user": user, **query}
-            return RedirectResponse(
-                f"{query['redirect_uri']}?{urlencode({'code': code, 'state': query['state']})}", 302
-            )
+            back = {"code": code, "state": query["state"], **named}
+            return RedirectResponse(f"{query['redirect_uri']}?{urlencode(back)}", 302)
 
         async def token(request: Request) -> Response:
             form = await request.form()
             base = _base(request)
+            self.targets.append((str(form.get("grant_type")), form.get("resource")))  # type: ignore[arg-type]
             if form.get("grant_type") == "authorization_code":
                 asked = self.codes.pop(str(form.get("code")), None)
                 if (
@@ -251,11 +266,12 @@ class Vendor:
                     or asked["client_id"] != form.get("client_id")
                     or asked["redirect_uri"] != form.get("redirect_uri")
                     or asked["code_challenge"] != _challenge(str(form.get("code_verifier")))
-                    or form.get("resource") != self.resource
+                    or form.get("resource") != asked["resource"]
                 ):
                     return JSONResponse({"error": "invalid_grant"}, 400)
                 grant = secrets.token_urlsafe(8)
                 self.grants[grant] = (asked["user"], "")
+                self.resource_of[grant] = asked["resource"]
                 self.clients_of[grant] = asked["client_id"]
                 self.counts["codes"] += 1
                 return JSONResponse(self._issued(base, grant))
@@ -271,6 +287,8 @@ class Vendor:
                 if record[1] != refresh:  # an old one, seen again: the grant is revoked
                     self.grants[grant] = None
                     return JSONResponse({"error": "invalid_grant", "error_description": "reused"}, 400)
+                if form.get("resource") != self.resource_of[grant]:  # RFC 8707 §2.2: the grant's own, alone
+                    return JSONResponse({"error": "invalid_target"}, 400)
                 return JSONResponse(self._issued(base, grant))
             return JSONResponse({"error": "unsupported_grant_type"}, 400)
 
@@ -298,8 +316,8 @@ class Vendor:
 class _Bearer:
     """The vendor server's bearer check: a JWT of the vendor's key for its own URL, else 401 naming its metadata."""
 
-    def __init__(self, app: ASGIApp, vendor: Vendor, issuer: str) -> None:
-        self.app, self.vendor, self.issuer = app, vendor, issuer
+    def __init__(self, app: ASGIApp, vendor: Vendor, issuer: str, resource: str | None) -> None:
+        self.app, self.vendor, self.issuer, self.resource = app, vendor, issuer, resource
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"].startswith("/.well-known/"):
@@ -307,8 +325,10 @@ class _Bearer:
         request = Request(scope)
         token = request.headers.get("authorization", "").partition(" ")[2]
         key = jwt.PyJWK(self.vendor.keys()["keys"][0])
+        resource = self.resource or self.vendor.resource
+        self.vendor.presented.setdefault(resource, []).append(token)
         try:
-            claims = jwt.decode(token, key, algorithms=["RS256"], audience=self.vendor.resource, issuer=self.issuer)
+            claims = jwt.decode(token, key, algorithms=["RS256"], audience=resource, issuer=self.issuer)
             if self.vendor.grants.get(claims["gid"]) is None or token in self.vendor.refused:
                 raise jwt.InvalidTokenError("revoked")
         except jwt.PyJWTError:
@@ -320,8 +340,9 @@ class _Bearer:
         await self.app(scope, receive, send)
 
 
-def vendor_server(vendor: Vendor, issuer: str) -> ASGIApp:
-    """The vendor's MCP server (see the module), its tokens issued by ``issuer``."""
+def vendor_server(vendor: Vendor, issuer: str, resource: str | None = None) -> ASGIApp:
+    """The vendor's MCP server (see the module), its tokens issued by ``issuer``; at ``resource`` (one of its
+    ``others``), else at its ``resource``."""
     server = MCPServer("vendor")
 
     @server.tool()
@@ -335,8 +356,8 @@ def vendor_server(vendor: Vendor, issuer: str) -> ASGIApp:
 
     async def metadata(request: Request) -> Response:
         return JSONResponse(
-            {"resource": vendor.resource, "authorization_servers": [issuer], "scopes_supported": ["mcp"]}
+            {"resource": resource or vendor.resource, "authorization_servers": [issuer], "scopes_supported": ["mcp"]}
         )
 
     routes = [Route("/.well-known/oauth-protected-resource/mcp", metadata), Mount("/", mcp)]
-    return _Bearer(Starlette(routes=routes, lifespan=mcp.router.lifespan_context), vendor, issuer)
+    return _Bearer(Starlette(routes=routes, lifespan=mcp.router.lifespan_context), vendor, issuer, resource)

@@ -161,7 +161,7 @@ def stand(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stand]:
     idp = Idp(clients=dict([LOGIN]))
     tls = stand_in_server(tmp_path_factory.mktemp("tls"), ["127.0.0.1", "localhost"])
     # the vendor takes Client ID Metadata Documents: a gateway at an http URL still registers (RFC 7591)
-    vendor = Vendor(documents=ssl.create_default_context(cafile=tls[0]))
+    vendor = Vendor(documents=ssl.create_default_context(cafile=tls[0]), iss=True)
     store = tmp_path_factory.mktemp("oauth") / "store.db"
     with contextlib.ExitStack() as exits:
         idp.url = exits.enter_context(serve(idp.app()))
@@ -633,6 +633,144 @@ def test_a_team_file_s_servers_sign_their_users_in_at_the_gateway_s_base_across_
         assert token not in output
 
 
+def test_a_code_of_one_server_sent_back_through_another_s_sign_in_is_redeemed_nowhere(
+    stand: Stand, tmp_path: Path
+) -> None:
+    """The mix-up (RFC 9700 §4.4.2): ``--config`` with an honest vendor's server and an attacker's, both behind
+    their own authorization servers, the honest one naming itself nowhere (no ``iss``). zoe, signed in at the
+    honest one, is asked to sign in at the attacker's: its authorization server sends her browser on to the honest
+    one's, with the gateway's client there, the redirect URI registered for it, and the attacker's flow's ``state``
+    and PKCE challenge. The honest server's code comes back at its own callback, not the attacker's: a page says so
+    (escaped, no code in it), and the code and the verifier are never posted to the attacker's token endpoint."""
+    honest = Vendor()
+    posted: list[dict[str, str]] = []
+
+    def attacker() -> Starlette:
+        async def metadata(request: Request) -> Response:
+            base = str(request.base_url).rstrip("/")
+            endpoints = {name: f"{base}/{name}" for name in ("authorize", "token", "register")}
+            return JSONResponse(
+                {
+                    "issuer": base,
+                    "authorization_endpoint": endpoints["authorize"],
+                    "token_endpoint": endpoints["token"],
+                    "registration_endpoint": endpoints["register"],
+                    "code_challenge_methods_supported": ["S256"],
+                }
+            )
+
+        async def register(request: Request) -> Response:
+            return JSONResponse({**(await request.json()), "client_id": "evil", "token_endpoint_auth_method": "none"})
+
+        async def authorize(request: Request) -> Response:
+            (client_id, (redirect_uri, *_)), *_ = honest.clients.items()  # the gateway's client there, as seen
+            query = request.query_params
+            forged = {"response_type": "code", "client_id": client_id, "redirect_uri": redirect_uri}
+            forged |= {"state": query["state"], "code_challenge": query["code_challenge"]}
+            forged |= {"code_challenge_method": "S256", "resource": honest.resource}
+            return Response(status_code=302, headers={"location": f"{honest_issuer}/authorize?{urlencode(forged)}"})
+
+        async def token(request: Request) -> Response:
+            posted.append(dict((await request.form()).items()))  # type: ignore[arg-type]
+            return JSONResponse({"error": "invalid_grant"}, 400)
+
+        routes = [Route("/.well-known/oauth-authorization-server", metadata), Route("/authorize", authorize)]
+        routes += [Route("/register", register, methods=["POST"]), Route("/token", token, methods=["POST"])]
+        return Starlette(routes=routes)
+
+    evil = Vendor()
+    with contextlib.ExitStack() as up:
+        honest_issuer = up.enter_context(serve(honest.app()))
+        honest.resource = up.enter_context(serve(vendor_server(honest, honest_issuer))) + "/mcp"
+        evil_issuer = up.enter_context(serve(attacker()))
+        evil.resource = up.enter_context(serve(vendor_server(evil, evil_issuer))) + "/mcp"
+
+        with oauth_servers(stand, tmp_path, {"honest": honest.resource, "evil": evil.resource}) as asked:
+            assert signed_in("zoe", asked_url(asked("zoe", "honest"))).status_code == 200
+            codes = dict(honest.codes)
+            mixed = signed_in("zoe", asked_url(asked("zoe", "evil")))
+    assert mixed.status_code == 400, mixed.text
+    assert "came back at another server&#x27;s address than the one asked: nothing was granted" in mixed.text
+    (code,) = set(honest.codes) - set(codes)  # issued to zoe's browser, redeemed by no one
+    assert code not in mixed.text
+    assert posted == []
+
+
+@contextlib.contextmanager
+def oauth_servers(stand: Stand, where: Path, servers: dict[str, str]) -> Iterator[Any]:
+    """A gateway of a ``--config`` file whose servers (name to URL) each sign their users in at their upstream's
+    authorization server (``upstream-token = "oauth"``), on one SQLite store: ``asked(user, server)``, the answer
+    to ``whoami`` called there as ``user``."""
+    login = f'upstream-token = "oauth"\nlogin-issuer = "{stand.idp.url}"\nlogin-client-id = "{LOGIN[0]}"\n'
+    call = modern_request("tools/call", WHOAMI, meta=URL_CAPABLE)
+
+    def command(port: int) -> tuple[list[str], dict[str, str]]:
+        lines = [f'[gateway]\nauth-jwks = "{stand.idp.url}/jwks.json"\nauth-issuer = "{stand.idp.url}"\n']
+        lines.append(f'auth-audience = "http://127.0.0.1:{port}/"\n')
+        lines += [f'[servers.{name}]\nurl = "{url}"\n{login}' for name, url in servers.items()]
+        (where / "team.toml").write_text("".join(lines), encoding="utf-8")
+        line = [sys.executable, "-m", "mcp_sessions", "gateway", "--config", str(where / "team.toml")]
+        environ = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_LOGIN_CLIENT_SECRET": LOGIN[1]}
+        return [*line, "--port", str(port)], environ | {"MCP_SESSIONS_STORE": f"sqlite:///{where / 'store.db'}"}
+
+    gateway = started("mcp-sessions gateway --config team.toml", command)
+    base = f"http://127.0.0.1:{gateway.port}"
+
+    def asked(user: str, server: str) -> dict[str, Any]:
+        headers = {**modern_headers(call), "Authorization": f"Bearer {stand.idp.token_for(user, base + '/')}"}
+        return result_of(httpx.post(f"{base}/servers/{server}/mcp", json=call, headers=headers, timeout=30), call["id"])
+
+    try:
+        yield asked
+    finally:
+        gateway.stop()
+
+
+def test_two_servers_at_one_authorization_server_are_two_grants_each_for_its_own_resource(
+    stand: Stand, tmp_path: Path
+) -> None:
+    """RFC 8707: two servers of a file behind one authorization server. amy signed in at ``a`` is asked to sign in
+    at ``b`` too (a grant of its own, kept apart in the store they share); every authorization, code and refresh
+    request names its server's resource; ``b`` is never sent the token issued for ``a``, and each answers her with
+    a token for itself."""
+    vendor = Vendor(lifetime=0)  # each call refreshes
+    b_port = free_port()
+    b_resource = f"http://127.0.0.1:{b_port}/mcp"
+    vendor.others.append(b_resource)
+    with contextlib.ExitStack() as up:
+        issuer = up.enter_context(serve(vendor.app()))
+        vendor.resource = up.enter_context(serve(vendor_server(vendor, issuer))) + "/mcp"
+        up.enter_context(serve(vendor_server(vendor, issuer, b_resource), port=b_port))
+        with oauth_servers(stand, tmp_path, {"a": vendor.resource, "b": b_resource}) as asked:
+            assert signed_in("amy", asked_url(asked("amy", "a"))).status_code == 200
+            for_a = [whoami(asked("amy", "a"))["token"] for _ in range(2)]
+            assert signed_in("amy", asked_url(asked("amy", "b"))).status_code == 200
+            for_b = [whoami(asked("amy", "b"))["token"] for _ in range(2)]
+            again = whoami(asked("amy", "a"))["token"]
+    assert [claims_of(token)["aud"] for token in (*for_a, again)] == [vendor.resource] * 3
+    assert [claims_of(token)["aud"] for token in for_b] == [b_resource] * 2
+    assert not set(vendor.presented[b_resource]) & set(vendor.presented[vendor.resource]) - {""}  # "": the probes
+    assert vendor.counts["codes"] == 2
+    kinds = [kind for kind, _ in vendor.targets]
+    assert kinds.count("authorize") == 2 and kinds.count("refresh_token") >= 4, vendor.targets
+    assert all(resource in (vendor.resource, b_resource) for _, resource in vendor.targets), vendor.targets
+
+
+def test_a_token_whose_audience_is_another_resource_is_never_sent(stand: Stand) -> None:
+    """The vendor's server issues quinn a token whose ``aud`` is another server's, though the gateway asked for its
+    own resource: the page says so, nothing is kept, the vendor's server is sent nothing, and her next call asks her
+    to sign in again."""
+    stand.vendor.audience = "https://elsewhere.example/mcp"
+    try:
+        sent = stand.vendor.presented.setdefault(stand.vendor.resource, [])
+        done = signed_in("quinn", asked_url(modern_call(stand, "quinn")))
+        assert done.status_code == 502 and "issued no usable token" in done.text, done.text
+        assert asked_url(modern_call(stand, "quinn"))
+        assert not {claims_of(token)["sub"] for token in sent if token} & {"quinn"}
+    finally:
+        stand.vendor.audience = None
+
+
 def test_a_client_without_url_elicitation_gets_the_url_in_an_error(stand: Stand) -> None:
     """A 2026-07-28 client that declares no URL elicitation: the missing capability's error (-32021), the URL in
     its message."""
@@ -686,6 +824,26 @@ def test_a_replayed_tampered_or_carried_state_grants_nothing(stand: Stand) -> No
         assert http.get(callback).status_code == 400  # the login's leg replayed
         assert http.get(str(done.url)).status_code == 400  # the vendor's leg replayed
     assert whoami(modern_call(stand, "frank"))["sub"] == "frank"
+
+
+def test_a_callback_without_the_iss_its_server_says_it_sends_grants_nothing(stand: Stand) -> None:
+    """The vendor's metadata says it names itself in its answers (RFC 9207): its answer to paul's browser with its
+    ``iss`` taken out (a code injected, or sent on by another server) is a page that says so, the code redeemed
+    nowhere; the same answer whole, in his next flow, grants."""
+    with browser("paul") as http:
+        http.follow_redirects = False
+        to_idp = http.get(asked_url(modern_call(stand, "paul")))
+        to_vendor = http.get(http.get(to_idp.headers["location"]).headers["location"])
+        callback = http.get(to_vendor.headers["location"]).headers["location"]
+        query = dict(parse_qsl(urlsplit(callback).query))
+        assert query.pop("iss") == stand.vendor_issuer
+        codes = stand.vendor.counts["codes"]
+        unnamed = http.get(callback.partition("?")[0] + "?" + urlencode(query))
+        assert unnamed.status_code == 400, unnamed.text
+        assert "does not name the server it comes from: nothing was granted" in unnamed.text
+        assert stand.vendor.counts["codes"] == codes and query["code"] in stand.vendor.codes
+    assert signed_in("paul", asked_url(modern_call(stand, "paul"))).status_code == 200
+    assert whoami(modern_call(stand, "paul"))["sub"] == "paul"
 
 
 def test_a_refused_consent_grants_nothing_and_asks_again(stand: Stand) -> None:
@@ -1055,6 +1213,84 @@ async def test_two_replicas_refreshing_one_grant_at_once_refresh_it_once(stand: 
 
 
 @pytest.mark.anyio
+async def test_a_grant_revoked_through_one_replica_is_never_sent_by_another(stand: Stand) -> None:
+    """Two replicas on one redis-server, each its own client of it: val's grant, used through both, revoked through
+    the first (``DELETE /oauth/grants``): the second's next call asks her to sign in again, and her revoked token is
+    not sent to the vendor's server again (the second held it in memory, and sent it until a refresh was due)."""
+    headers = {**modern_headers(REPLICAS_CALL), "Authorization": f"Bearer {stand.idp.token_for('val', AUDIENCE)}"}
+    with redis_server() as redis:
+        stores = RedisStore(redis.url), RedisStore(redis.url)
+        first, second = replicas(stand, *stores)
+        try:
+            async with asgi_client(first) as one, asgi_client(second) as other:
+                await signed_in_through(first, one, "val", headers)
+                for client in (one, other):
+                    answer = (await client.post("/mcp", json=REPLICAS_CALL, headers=headers)).json()
+                    assert whoami(answer)["sub"] == "val", answer
+                revoked = await one.delete("/oauth/grants", headers=headers)
+                assert [each["notified"] for each in revoked.json()["revoked"]] == [True], revoked.text
+                sent = len(stand.vendor.presented[stand.vendor.resource])
+                answer = (await other.post("/mcp", json=REPLICAS_CALL, headers=headers)).json()
+        finally:
+            for store in stores:
+                await store.aclose()
+    assert asked_url(answer).startswith("http://127.0.0.1:8000/oauth/authorize/")
+    assert stand.vendor.presented[stand.vendor.resource][sent:] == []
+
+
+@pytest.mark.anyio
+async def test_a_refresh_one_replica_waits_to_lease_reads_the_grant_the_other_rotated(stand: Stand) -> None:
+    """wes's token due on two replicas on one redis-server: the first asks for the lease on his grant and is held
+    there while the second refreshes it whole (the vendor rotating his refresh token); then the first goes on. It
+    reads the grant under the lease, finds it refreshed, and refreshes nothing: the vendor is sent each refresh
+    token once, and his grant lives. (Read before the lease, the grant held the refresh token rotated out since,
+    which the vendor answers by revoking the whole grant.)"""
+    headers = {**modern_headers(REPLICAS_CALL), "Authorization": f"Bearer {stand.idp.token_for('wes', AUDIENCE)}"}
+    seen: list[dict[str, Any]] = []
+    with redis_server() as redis:
+        stores = Held(redis.url), RedisStore(redis.url)
+        first, second = replicas(stand, *stores)
+        stand.vendor.lifetime = 0
+        try:
+            async with asgi_client(first) as one, asgi_client(second) as other:
+                await signed_in_through(first, one, "wes", headers)  # his first token due at once, the next not
+                stand.vendor.lifetime = 300
+                refreshes = stand.vendor.counts["refreshes"]
+
+                async def through_first() -> None:
+                    seen.append((await one.post("/mcp", json=REPLICAS_CALL, headers=headers)).json())
+
+                async with anyio.create_task_group() as group:
+                    group.start_soon(through_first)
+                    with anyio.fail_after(10):
+                        await stores[0].asking.wait()
+                    seen.append((await other.post("/mcp", json=REPLICAS_CALL, headers=headers)).json())
+                    stores[0].go.set()
+        finally:
+            stand.vendor.lifetime = 300
+            for store in stores:
+                await store.aclose()
+    assert [whoami(answer)["sub"] for answer in seen] == ["wes", "wes"], seen
+    assert stand.vendor.counts["refreshes"] == refreshes + 1
+
+
+class Held(RedisStore):
+    """A replica's client of the redis-server whose first lease asked for (``_kept``'s ``refreshing`` field) says
+    so (``asking``) and waits for ``go``."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.asking = anyio.Event()
+        self.go = anyio.Event()
+
+    async def update(self, session_id: str, key: str, fn: Any, *, expires_at: float, default: object = None) -> Any:
+        if key == "refreshing" and not self.asking.is_set():
+            self.asking.set()
+            await self.go.wait()
+        return await super().update(session_id, key, fn, expires_at=expires_at, default=default)
+
+
+@pytest.mark.anyio
 async def test_a_grant_refreshed_while_the_store_stalls_is_told_to_retry(stand: Stand) -> None:
     """110.4: vic's token due for a refresh while the replicas' Redis holds writes (its lease on her grant, the
     store's atomic update, outlives the store's timeout): her call gets the retryable -32010 with HTTP 503 and
@@ -1101,13 +1337,13 @@ AUDIENCE = "http://127.0.0.1:8000/mcp"  # the in-process replicas' (asgi_client'
 REPLICAS_CALL = modern_request("tools/call", WHOAMI, meta=URL_CAPABLE)
 
 
-def replicas(stand: Stand, store: SessionStore | None = None) -> tuple[Any, Any]:
-    """Two gateways in process in front of the vendor, on one store (``store``, else a new one) and one key set
-    (each its own sessions)."""
+def replicas(stand: Stand, store: SessionStore | None = None, second: SessionStore | None = None) -> tuple[Any, Any]:
+    """Two gateways in process in front of the vendor, on one store (``store``, else a new one; the second's through
+    ``second`` where given, another client of it) and one key set (each its own sessions)."""
     store = MemoryStore() if store is None else store
     keys = KeySet.from_secret("r" * 32)
 
-    def replica() -> Any:
+    def replica(store: SessionStore) -> Any:
         login = Login(stand.idp.url, ClientAuth("client_secret_basic", *LOGIN, servers=(stand.idp.url,)))
         callback = "http://127.0.0.1:8000/oauth/callback"
         grants = UpstreamGrants(
@@ -1117,7 +1353,7 @@ def replicas(stand: Stand, store: SessionStore | None = None) -> tuple[Any, Any]
         config = SessionsConfig(secret=SECRET)
         return gateway_app([stand.vendor.resource], config=config, auth=auth, upstream_token=grants)
 
-    return replica(), replica()
+    return replica(store), replica(second or store)
 
 
 async def signed_in_through(app: Any, client: httpx.AsyncClient, user: str, headers: dict[str, str]) -> None:

@@ -11,12 +11,13 @@ there. Any other path is a 404 naming where the servers are: nothing reaches a s
 
 The users' sign-ins (``auth._oauth``: a server's ``upstream-token = "oauth"``, its ``oauth:`` variables, its
 ``id-jag-subject = "id_token"``) are served once, at the gateway's base, where each server's callback is: a sign-in
-URL (``/oauth/authorize/ID``) reaches the server whose sign-in made it, a callback (``/oauth/callback``) the one
+URL (``/oauth/authorize/ID``) reaches the server whose sign-in made it, a callback (``/oauth/callback``, or an
+authorization server's own ``/oauth/callback/ID``) the one
 whose sign-in holds its ``state`` (neither: the first server that signs anyone in, whose page says the link is
 unknown), the Client ID Metadata Document (``/oauth/client.json``) the first that serves one (one callback: one
 document); ``/oauth/grants`` is the user's grants at every server's sign-ins, each asked as a request of its own
-(its auth decides), listed (each with its ``server``) or revoked. Each server's grants are its sign-ins' (per user
-and authorization server, in the store that server's sessions use); a reload that keeps a server keeps its
+(its auth decides), listed (each with its ``server``) or revoked. Each server's grants are its sign-ins' (per user,
+authorization server and resource, in the store that server's sessions use); a reload that keeps a server keeps its
 sign-ins under way, and one that replaces it keeps its grants in the store, not the sign-ins its old app began.
 
 Across the servers: ``GET /sessions`` lists the caller's conversations of every stdio server that verifies her token
@@ -64,7 +65,7 @@ from ._front import StartupFailed, startup_failure
 from ._logs import SERVING
 from ._operator import GRANTS_STATUS_PATH
 from ._serving import CUT, CUT_DATA, RESTARTING, RETRY_AFTER
-from .auth._oauth import AUTHORIZE_PATH, CALLBACK_PATH, CLIENT_PATH, GRANTS_PATH, UpstreamGrants
+from .auth._oauth import AUTHORIZE_PATH, CALLBACK_PATH, CLIENT_PATH, GRANTS_PATH, UpstreamGrants, is_sign_in
 
 if TYPE_CHECKING:
     from .sealed._sandbox import Sandbox
@@ -149,7 +150,7 @@ class Servers:
             return await metadata.app(scope, receive, send)
         if scope["type"] != "http":
             return await send({"type": "websocket.close", "code": 1008})
-        if self.signing_in and (path in (CALLBACK_PATH, CLIENT_PATH) or path.startswith(AUTHORIZE_PATH)):
+        if self.signing_in and (path == CLIENT_PATH or is_sign_in(path)):
             route = self._signing(scope, path)
             SERVING.set(route.served.name)
             return await self._served(route, scope, receive, send)
@@ -241,7 +242,7 @@ class Servers:
     def _signing(self, scope: Scope, path: str) -> Route:
         """The server whose sign-in a sign-in's route is for (see the module): the one that made the URL, holds the
         callback's ``state`` or serves the document; else the first that signs anyone in, which says so."""
-        if path == CALLBACK_PATH:
+        if path.startswith(CALLBACK_PATH):
             state = QueryParams(scope.get("query_string", b"").decode("latin-1")).get("state", "")
             held = (route for route, each in self.signing_in if any(one.holds(state=state) for one in each))
         elif path == CLIENT_PATH:

@@ -14,11 +14,14 @@ and the next request tries again.
 **The gateway's client there**, in the order MCP's authorization spec (2025-11-25, "Client Registration") has a
 client choose: the one the operator gives (``client``, a ``_client.ClientAuth``; or ``client_id`` alone, a public
 client); else, where the gateway's own URL (its callback's) is https and the server's metadata says
-``client_id_metadata_document_supported``, the URL of its Client ID Metadata Document
-(draft-ietf-oauth-client-id-metadata-document), which it serves at :data:`CLIENT_PATH` (the server fetches it as it
-needs it: nothing to register, nothing kept); else one it registers by RFC 7591 once per server. Either way a public
-client (``token_endpoint_auth_method`` ``none``) whose one redirect URI is the gateway's callback. The document is
-built once from the callback, its ``client_id`` its own URL, and holds no secret: whoever fetches it is a stranger.
+``client_id_metadata_document_supported`` and ``authorization_response_iss_parameter_supported``, the URL of its
+Client ID Metadata Document (draft-ietf-oauth-client-id-metadata-document), which it serves at :data:`CLIENT_PATH`
+(the server fetches it as it needs it: nothing to register, nothing kept); else one it registers by RFC 7591 once
+per server. Either way a public client (``token_endpoint_auth_method`` ``none``) with one redirect URI: the
+server's own (``/oauth/callback/<digest of its issuer>``, RFC 9700 §4.4.2), but for the document, which is one for
+every server and names the gateway's callback, and so goes only to a server whose ``iss`` the callback requires.
+The document is built once from the callback, its ``client_id`` its own URL, and holds no secret: whoever fetches
+it is a stranger.
 
 **Signing in.** A request of a user with no grant yet gets a sign-in URL of the gateway's own
 (``/oauth/authorize/<one-time id>``), as URL-mode elicitation (SEP-1036) carries it in the request's era
@@ -27,21 +30,29 @@ the team's IdP say who she is: an OpenID Connect login with the gateway as its o
 authorization code with PKCE, ``nonce``), whose ID token (verified by PyJWT with the IdP's keys, for the
 gateway's client id) must name the principal that asked (its ``claim``, ``sub`` by default). Only then does the
 browser go to the upstream's authorization server: the authorization code flow with PKCE (``S256``), ``state``,
-and ``resource`` (RFC 8707), to the same callback (``/oauth/callback``), where the code is swapped for her tokens.
-Each leg's ``state`` is a one-time random key to what the gateway holds of it, taken as the callback reads it
-(a replay, a tampered or unknown ``state`` finds nothing), kept :data:`SIGN_IN_WITHIN` seconds, and bound to
+and ``resource`` (RFC 8707), to that server's own callback, where the code is swapped for her tokens (the login
+comes back to ``/oauth/callback``, registered at the IdP). Each leg's ``state`` is a one-time random key to what
+the gateway holds of it (the user, the sign-in, the server, PKCE's verifier, the redirect URI), taken as the
+callback reads it (a replay, a tampered or unknown ``state`` finds nothing); a code that comes back at another
+redirect URI than its leg's is redeemed nowhere (the mix-up, RFC 9700 §4.4.2: another server sending the browser
+on to this one's with its own ``state``). Each is kept :data:`SIGN_IN_WITHIN` seconds, and bound to
 the browser that opened the URL by a cookie of its own (RFC 9700 §4.7.1: a callback in another browser is
-refused); an ``iss`` parameter (RFC 9207) must be the leg's server's. A URL opened by another user signs her in
-at the IdP as herself, and grants nothing. Her retry then reaches the upstream with her token.
+refused); an ``iss`` parameter (RFC 9207) must be the leg's server's, and is required where that server's
+metadata says it sends one (``authorization_response_iss_parameter_supported``, RFC 9207 §2.4). A URL opened by
+another user signs her in at the IdP as herself, and grants nothing. Her retry then reaches the upstream with her
+token.
 
-**Her tokens** are kept per user (her token's issuer and principal) and authorization server, in memory and,
+**Her tokens** are kept per user (her token's issuer and principal), authorization server and resource (RFC 8707:
+the upstream's URL; a token whose ``aud`` is readable and names another resource is refused), in memory and,
 given ``kept`` (``_kept.KeptGrants``), sealed in the gateway's store, so that a restart asks no one again; never
 in a log, an error or a page: the access token until :data:`RENEW_BEFORE` seconds before it expires (half its life
 for a short one), then refreshed, one refresh in flight per user and server (servers rotate refresh tokens and
-revoke a grant whose old one comes back: a refresh reads the store first, where another replica may have
-rotated it); a refresh refused (``invalid_grant``) drops the grant and asks her to
-sign in again. A 401 of the upstream's to her access token marks it for a refresh (:meth:`UpstreamGrants.refused`),
-and the proxy sends a request it holds whole once more (``http._proxy``).
+revoke a grant whose old one comes back: a refresh takes a lease on the grant in the store first, then reads it
+there, where another replica may have rotated it). Where grants are kept, each use reads the grant's record (one
+read and one AES-GCM open a call), so that a grant revoked or refreshed on another replica is seen before its token
+goes out again; a refresh refused (``invalid_grant``) drops the grant and asks her to sign in again. A 401 of the
+upstream's to her access token marks it for a refresh (:meth:`UpstreamGrants.refused`), and the proxy sends a
+request it holds whole once more (``http._proxy``).
 
 The same sign-in, kept and refreshed the same way, serves two more things: :class:`IdTokens`, its login leg alone,
 keeps each user's ID token of the gateway's own client as an ID-JAG's subject (``--id-jag-subject id_token``), and
@@ -65,7 +76,7 @@ import re
 import secrets
 import time
 from collections.abc import Awaitable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import urlencode, urlsplit
@@ -226,6 +237,9 @@ class _Server:
     metadata_documents: bool = False
     """Whether it takes a Client ID Metadata Document's URL for a client id: its metadata's
     ``client_id_metadata_document_supported``."""
+    sends_iss: bool = False
+    """Whether its answers to the browser name it (RFC 9207): its metadata's
+    ``authorization_response_iss_parameter_supported``; a callback without ``iss`` is then refused."""
 
 
 @dataclass
@@ -245,8 +259,10 @@ class _Grant:
 @dataclass
 class _Leg:
     """A browser's sign-in under way, by its ``state``: whose, the sign-in URL's id it began at, the browser's cookie
-    (its name's ``flow``, its value ``binding``: a browser may have two sign-ins under way), PKCE's verifier, and for
-    the login leg the ID token's ``nonce``."""
+    (its name's ``flow``, its value ``binding``: a browser may have two sign-ins under way), PKCE's verifier, for
+    the login leg the ID token's ``nonce``, the server it was sent to, whether that server names itself (``iss``),
+    and where it was told to send the browser back (the server's own callback: a code that comes back at
+    another's is redeemed nowhere)."""
 
     user: User
     sign_in: str
@@ -256,6 +272,8 @@ class _Leg:
     nonce: str | None
     issuer: str
     until: float
+    sends_iss: bool
+    redirect_uri: str
 
 
 @dataclass
@@ -378,9 +396,15 @@ class UpstreamGrants(UpstreamToken):
         ``state`` (:class:`SignIns` routes a browser by it)."""
         return sign_in in self._urls or state in self._logins or state in self._grantings
 
+    def _callback_of(self, issuer: str) -> str:
+        """The callback of the authorization server ``issuer`` alone (RFC 9700 §4.4.2: a redirect URI of its own):
+        the gateway's, a digest of the issuer after it, the same in every replica and restart."""
+        return f"{self._callback}/{hashlib.sha256(issuer.rstrip('/').encode()).hexdigest()[:32]}"
+
     def _record(self, key: tuple[User, str]) -> str:
-        """What names the user's grant at a server in the store (``_kept.record`` digests it)."""
-        return _who(key)
+        """What names the user's grant at a server in the store (``_kept.record`` digests it): for this upstream's
+        URL, the resource its tokens are for (RFC 8707: two servers at one authorization server are two grants)."""
+        return f"{_who(key)}\0{self._upstream_url}"
 
     def _sign_in_url(self, user: User) -> str:
         """The user's sign-in URL: the one she was given while it waits, else a new one."""
@@ -408,43 +432,35 @@ class UpstreamGrants(UpstreamToken):
                 raise GrantFailed(failed.status, failed.error, failed.description)
         refreshing = self._refreshing[key] = _Refreshing()
         try:
-            grant = self._grants.get(key)
-            if self._kept is not None:  # another replica on the store may have refreshed (rotated) it, or revoked it
-                loaded = await self._keep(self._kept.load(self._record(key)))
-                stored = None if loaded is None else _Grant(*loaded)
-                if stored is not None and grant is not None and stored.access == grant.access:
-                    stored.renew_at = grant.renew_at  # the same token: what this replica learned of it (refused) holds
-                grant = stored
-                if grant is None:
-                    self._grants.pop(key, None)
-                else:
-                    self._grants[key] = grant
-            if grant is None or grant.refresh is None:
-                raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
-            if time.monotonic() < grant.renew_at:  # refreshed while this request waited for its turn, or elsewhere
-                refreshing.token = grant.access
-                return grant.access
-            if self._kept is not None:
-                lease = await self._keep(self._kept.lease(self._record(key), self._timeout))
-                if lease is None:  # another replica refreshes it: its grant, from the store
-                    token = await self._refreshed_elsewhere(key, grant)
-                    refreshing.token = token
-                    return token
+            if self._kept is None:
+                token = await self._refreshed_held(key, server)
+            elif (lease := await self._keep(self._kept.lease(self._record(key), self._timeout))) is None:
+                token = await self._refreshed_elsewhere(key)  # another replica refreshes it: its grant, from the store
+            else:
                 try:
-                    refreshed = await self._refresh(key, server, grant)
+                    token = await self._refreshed_held(key, server)
                 finally:
                     with anyio.CancelScope(shield=True):
                         await self._keep(self._kept.release(self._record(key), lease))
-            else:
-                refreshed = await self._refresh(key, server, grant)
-            refreshing.token = refreshed.access
-            return refreshed.access
+            refreshing.token = token
+            return token
         except ExchangeRefused as failed:
             refreshing.failed = failed
             raise
         finally:
             del self._refreshing[key]
             refreshing.done.set()
+
+    async def _refreshed_held(self, key: tuple[User, str], server: _Server) -> str:
+        """The grant's access token, refreshed where it is still due: read here, under the lease where grants are
+        kept (the lease first: a grant read before it may hold a refresh token another replica has rotated out
+        since, which a server that rotates them answers by revoking the grant; two store updates a refresh)."""
+        grant = await self._grant_of(key)  # another replica may have refreshed (rotated) it, or revoked it
+        if grant is None or grant.refresh is None:
+            raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
+        if time.monotonic() < grant.renew_at:  # refreshed while this request waited for its turn, or elsewhere
+            return grant.access
+        return (await self._refresh(key, server, grant)).access
 
     async def _refresh(self, key: tuple[User, str], server: _Server, grant: _Grant) -> _Grant:
         """``grant`` refreshed at ``server``'s token endpoint, kept; :class:`SignInRequired` when it is refused."""
@@ -463,31 +479,30 @@ class UpstreamGrants(UpstreamToken):
             if self._kept is not None:
                 await self._keep(self._kept.forget(self._record(key)))
             raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
-        refreshed = await self._granted_in(answer, grant.refresh, key)
+        refreshed = await self._granted_in(answer, grant.refresh, key, server)
         refreshed.granted_at = grant.granted_at  # renewed, not granted again
         refreshed.scope = refreshed.scope or grant.scope  # an answer may leave out the scope it leaves as it was
         self._grants[key] = refreshed
         await self._saved(key, refreshed)
         return refreshed
 
-    async def _refreshed_elsewhere(self, key: tuple[User, str], grant: _Grant) -> str:
-        """The access token another replica's refresh of ``grant`` keeps in the store: looked for every
+    async def _refreshed_elsewhere(self, key: tuple[User, str]) -> str:
+        """The access token another replica's refresh of the grant keeps in the store: looked for every
         :data:`LEASE_POLL` seconds until the lease it holds runs out (the store tells no one when a value changes)."""
-        assert self._kept is not None
         for _ in range(math.ceil(self._timeout / LEASE_POLL)):
             await anyio.sleep(LEASE_POLL)
-            loaded = await self._keep(self._kept.load(self._record(key)))
-            if loaded is None:  # revoked or refused there
-                self._grants.pop(key, None)
+            grant = await self._grant_of(key)
+            if grant is None:  # revoked or refused there
                 raise SignInRequired(self._sign_in_url(key[0]), urlsplit(key[1]).netloc)
-            if loaded[0] != grant.access:
-                self._grants[key] = _Grant(*loaded)
-                return loaded[0]
+            if time.monotonic() < grant.renew_at:
+                return grant.access
         raise GrantFailed(503, "server_error", "another replica's refresh of this grant did not end in time")
 
-    async def _granted_in(self, answer: dict[str, Any], refresh: str | None, key: tuple[User, str]) -> _Grant:
+    async def _granted_in(
+        self, answer: dict[str, Any], refresh: str | None, key: tuple[User, str], server: _Server
+    ) -> _Grant:
         """The grant a refresh's answer gives (``refresh`` kept when it rotates none in)."""
-        return _granted(answer, refresh)
+        return _granted(answer, refresh, server.resource)
 
     async def _saved(self, key: tuple[User, str], grant: _Grant) -> None:
         """``grant`` kept in the store, where there is one, and entered in its index as :meth:`_shown` says it."""
@@ -524,7 +539,11 @@ class UpstreamGrants(UpstreamToken):
         async with self._finding:
             if self._server is None:
                 self._server = await self._discover()
-                logger.info("mcp-sessions gateway: the upstream's authorization server is %s", self._server.issuer)
+                logger.info(
+                    "mcp-sessions gateway: the upstream's authorization server is %s, its redirect URI %s",
+                    self._server.issuer,
+                    self._callback_of(self._server.issuer),
+                )
         return self._server
 
     async def _discover(self) -> _Server:
@@ -586,6 +605,7 @@ class UpstreamGrants(UpstreamToken):
             resource=resource,
             scope=scope,
             metadata_documents=found.get("client_id_metadata_document_supported") is True,
+            sends_iss=found.get("authorization_response_iss_parameter_supported") is True,
         )
 
     async def _metadata(self, issuer: str, *, oidc_first: bool) -> dict[str, Any]:
@@ -614,13 +634,14 @@ class UpstreamGrants(UpstreamToken):
             return self._given
         if self._client_id is not None:
             return self._client_id
-        if self.document_url is not None and server.metadata_documents:
+        if self.document_url is not None and server.metadata_documents and server.sends_iss:
             return self.document_url
         async with self._finding:
             known = self._registered.get(server.issuer)
             if known is not None:
                 return known
-            registered_at = f"{server.issuer}\0{self._callback}"
+            redirect = self._callback_of(server.issuer)
+            registered_at = f"{server.issuer}\0{redirect}"
             kept = None if self._kept is None else await self._keep(self._kept.client(registered_at))
             if kept is not None:  # registered by another replica, or before a restart
                 known = self._registered[server.issuer] = _client(server.issuer, *kept)
@@ -629,7 +650,7 @@ class UpstreamGrants(UpstreamToken):
                 raise _server_error("the upstream's authorization server takes no registration: give --oauth-client-id")
             metadata = {
                 "client_name": "mcp-sessions gateway",
-                "redirect_uris": [self._callback],
+                "redirect_uris": [redirect],
                 "grant_types": ["authorization_code", "refresh_token"],
                 "response_types": ["code"],
                 "token_endpoint_auth_method": "none",
@@ -770,13 +791,22 @@ class UpstreamGrants(UpstreamToken):
         return None if status == 200 else f"it answered {status}"
 
     async def _grant_of(self, key: tuple[User, str]) -> _Grant | None:
-        """The user's grant at the server: in memory, else from the store."""
+        """The user's grant at the server: the store's where grants are kept, read at each use (one read of its
+        record and one AES-GCM open a call), so that a grant another replica revoked or refreshed is seen before
+        this one sends its token again; what this replica learned of the same token (:meth:`refused`) holds. Else
+        this process's memory."""
         grant = self._grants.get(key)
-        if grant is None and self._kept is not None:
-            loaded = await self._keep(self._kept.load(self._record(key)))
-            if loaded is not None:
-                grant = self._grants[key] = _Grant(*loaded)
-        return grant
+        if self._kept is None:
+            return grant
+        loaded = await self._keep(self._kept.load(self._record(key)))
+        if loaded is None:
+            self._grants.pop(key, None)
+            return None
+        stored = _Grant(*loaded)
+        if grant is not None and stored.access == grant.access:
+            stored.renew_at = min(stored.renew_at, grant.renew_at)
+        self._grants[key] = stored
+        return stored
 
     # -- the browser's routes -----------------------------------------------------------------------------------
 
@@ -790,13 +820,13 @@ class UpstreamGrants(UpstreamToken):
             path = scope.get("path", "") if scope["type"] == "http" else ""
             if path == CLIENT_PATH and self.document is not None:
                 return await _served_document(self.document, scope, send)
-            if path != CALLBACK_PATH and not path.startswith(AUTHORIZE_PATH):
+            if not is_sign_in(path):
                 return await app(scope, receive, send)
             if scope["method"] != "GET":
                 await _page(405, "This page is opened, not posted to.")(send)
                 return
             try:
-                if path == CALLBACK_PATH:
+                if path.startswith(CALLBACK_PATH):
                     answer = await self._called_back(scope)
                 else:
                     answer = await self._authorize(scope, path.removeprefix(AUTHORIZE_PATH))
@@ -831,7 +861,9 @@ class UpstreamGrants(UpstreamToken):
         nonce = secrets.token_urlsafe(32)
         now = time.monotonic()
         until = now + SIGN_IN_WITHIN
-        self._logins[state] = _Leg(user, one_time, flow, binding, verifier, nonce, self._login.issuer, until)
+        sends_iss = idp.get("authorization_response_iss_parameter_supported") is True
+        leg = _Leg(user, one_time, flow, binding, verifier, nonce, self._login.issuer, until, sends_iss, self._callback)
+        self._logins[state] = leg
         query = {
             "response_type": "code",
             "client_id": self._login.client.client_id,
@@ -861,8 +893,15 @@ class UpstreamGrants(UpstreamToken):
         binding = _cookie(Headers(scope=scope).get("cookie", ""), f"{COOKIE}-{leg.flow}")
         if binding is None or not secrets.compare_digest(binding, leg.binding):
             raise _Refused(400, "This sign-in was started in another browser: nothing was granted.")
-        if params.get("iss") is not None and params["iss"].rstrip("/") != leg.issuer.rstrip("/"):
+        iss = params.get("iss")
+        if iss is None and leg.sends_iss:  # RFC 9207 §2.4: a server that says it names itself must
+            raise _Refused(400, "This answer does not name the server it comes from: nothing was granted.")
+        if iss is not None and iss.rstrip("/") != leg.issuer.rstrip("/"):
             raise _Refused(400, "This answer comes from another server than the one asked: nothing was granted.")
+        if scope["path"] != urlsplit(leg.redirect_uri).path:  # RFC 9700 §4.4.2: a mix-up's code, never redeemed
+            raise _Refused(
+                400, "This answer came back at another server's address than the one asked: nothing was granted."
+            )
         if "error" in params or "code" not in params:
             error = params.get("error", "")
             said = error if _ERROR_CODE.fullmatch(error) else "no code"
@@ -881,13 +920,22 @@ class UpstreamGrants(UpstreamToken):
         verifier, challenge = _pkce()
         now = time.monotonic()
         until = now + SIGN_IN_WITHIN
-        self._grantings[state] = _Leg(
-            leg.user, leg.sign_in, leg.flow, leg.binding, verifier, None, server.issuer, until
+        # a client by its metadata document, which every server shares, comes back to the shared callback: it is
+        # used only with a server that names itself (_client_of), whose iss the callback then requires
+        redirect = self._callback if client == self.document_url else self._callback_of(server.issuer)
+        self._grantings[state] = replace(
+            leg,
+            verifier=verifier,
+            nonce=None,
+            issuer=server.issuer,
+            until=until,
+            sends_iss=server.sends_iss,
+            redirect_uri=redirect,
         )
         query = {
             "response_type": "code",
             "client_id": client if isinstance(client, str) else client.client_id,
-            "redirect_uri": self._callback,
+            "redirect_uri": redirect,
             "state": state,
             "code_challenge": challenge,
             "code_challenge_method": "S256",
@@ -903,7 +951,7 @@ class UpstreamGrants(UpstreamToken):
         return {
             "grant_type": "authorization_code",
             "code": code,
-            "redirect_uri": self._callback,
+            "redirect_uri": leg.redirect_uri,
             "code_verifier": leg.verifier,
         }
 
@@ -937,7 +985,7 @@ class UpstreamGrants(UpstreamToken):
             raise _Refused(502, "The upstream's authorization server did not grant access: nothing was granted.")
         key = (leg.user, server.issuer)
         try:
-            grant = self._grants[key] = _granted(answer, None)
+            grant = self._grants[key] = _granted(answer, None, server.resource)
         except ExchangeRefused:
             raise _Refused(502, "The upstream's authorization server issued no usable token.") from None
         grant.scope = grant.scope or server.scope  # RFC 6749 §5.1: an answer names the scope where it is not the asked
@@ -1035,6 +1083,7 @@ class IdTokens(UpstreamGrants):
                 revocation_endpoint=revocation if isinstance(revocation, str) else None,
                 resource="",
                 scope=None,
+                sends_iss=idp.get("authorization_response_iss_parameter_supported") is True,
             )
         return self._server
 
@@ -1049,7 +1098,9 @@ class IdTokens(UpstreamGrants):
         logger.info("mcp-sessions gateway: a user signed in at %s", self._login.issuer)
         return _page(200, f"You are signed in at {urlsplit(self._login.issuer).netloc}. You may close this page.")
 
-    async def _granted_in(self, answer: dict[str, Any], refresh: str | None, key: tuple[User, str]) -> _Grant:
+    async def _granted_in(
+        self, answer: dict[str, Any], refresh: str | None, key: tuple[User, str], server: _Server
+    ) -> _Grant:
         """A refresh's new ID token, verified as the login's and of the same user; none, or another's, asks her to
         sign in again (OpenID Connect Core §12.2 lets a refresh answer without one)."""
         id_token = answer.get("id_token")
@@ -1113,7 +1164,10 @@ class IssuerGrants(UpstreamGrants):
                     resource=self._resource,
                     scope=self._scope,
                     metadata_documents=found.get("client_id_metadata_document_supported") is True,
+                    sends_iss=found.get("authorization_response_iss_parameter_supported") is True,
                 )
+                redirect = self._callback_of(self._upstream_url)
+                logger.info("mcp-sessions gateway: the redirect URI at %s is %s", self._upstream_url, redirect)
         return self._server
 
 
@@ -1135,8 +1189,8 @@ class SignIns:
         routes = [each.wrap(app) for each in self.each]
 
         async def routed(scope: Scope, receive: Receive, send: Send) -> None:
-            path = scope.get("path", "") if scope["type"] == "http" else None
-            if path == CALLBACK_PATH or (path is not None and path.startswith(AUTHORIZE_PATH)):
+            path = scope.get("path", "") if scope["type"] == "http" else ""
+            if is_sign_in(path):
                 return await routes[self._whose(scope, path)](scope, receive, send)
             if path == CLIENT_PATH and (document := self.document) is not None:  # one callback: one document
                 return await _served_document(document, scope, send)
@@ -1151,7 +1205,7 @@ class SignIns:
 
     def _whose(self, scope: Scope, path: str) -> int:
         """Which sign-in made the URL ``path`` names, or the ``state`` its callback carries (none: the first)."""
-        if path == CALLBACK_PATH:
+        if path.startswith(CALLBACK_PATH):
             state = QueryParams(scope.get("query_string", b"").decode("latin-1")).get("state", "")
             held = [each.holds(state=state) for each in self.each]
         else:
@@ -1224,6 +1278,11 @@ class SignIns:
 
 
 _Answer = Any  # an awaitable page: called with send
+
+
+def is_sign_in(path: str) -> bool:
+    """Whether ``path`` is a sign-in's route: a sign-in URL, the callback, or an authorization server's own."""
+    return path.startswith(AUTHORIZE_PATH) or path == CALLBACK_PATH or path.startswith(CALLBACK_PATH + "/")
 
 
 def _id_token(id_token: str, claims: Mapping[str, Any], refresh: str | None) -> _Grant:
@@ -1361,12 +1420,14 @@ def _url_in(metadata: Mapping[str, Any], name: str) -> str:
     return url
 
 
-def _granted(answer: dict[str, Any], refresh: str | None) -> _Grant:
-    """The grant in a token endpoint's answer; ``refresh`` kept when the answer rotates none in."""
+def _granted(answer: dict[str, Any], refresh: str | None, resource: str) -> _Grant:
+    """The grant in a token endpoint's answer for ``resource``; ``refresh`` kept when the answer rotates none in."""
     token = answer.get("access_token")
     kind = answer.get("token_type")
     if not isinstance(token, str) or not _BEARER.fullmatch(token):
         raise _server_error("the upstream's authorization server issued no bearer token")
+    if not _for_resource(token, resource):
+        raise _server_error("the upstream's authorization server issued a token for another resource")
     if not isinstance(kind, str) or kind.lower() != "bearer":
         raise _server_error("the upstream's authorization server issued a token that is not a bearer's")
     rotated = answer.get("refresh_token")
@@ -1381,6 +1442,19 @@ def _granted(answer: dict[str, Any], refresh: str | None) -> _Grant:
     scope = answer.get("scope")  # RFC 6749 §5.1: what was granted, where it is not what was asked
     said = scope if isinstance(scope, str) and _SCOPE.fullmatch(scope) else None
     return _Grant(token, refresh, renew_at, time.time(), expires_at, said)
+
+
+def _for_resource(token: str, resource: str) -> bool:
+    """Whether ``token`` may go to ``resource`` (RFC 8707: a token issued for one server is sent to no other): a JWT
+    whose audience is readable must name it; an opaque token (its server alone reads it) is taken as issued."""
+    try:
+        audience = jwt.decode(token, options={"verify_signature": False}).get("aud") if resource else None
+    except jwt.PyJWTError:
+        return True
+    if audience is None:
+        return True
+    named = [audience] if isinstance(audience, str) else audience if isinstance(audience, list) else []
+    return resource.rstrip("/") in {str(each).rstrip("/") for each in named}
 
 
 def _error_of(status: int, answer: Any) -> str | None:
