@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,9 +51,11 @@ from e2e._gateway import (
     for_every_uid,
     gateway_in_process,
     installed,
+    legacy_initialize,
     main_run,
     node,
     readable_directory,
+    result_of,
     started,
     upstream_server,
 )
@@ -371,6 +374,50 @@ def reload_file(servers: dict[str, str], gateway: str = "", files: Path = Path("
             f'processes = "per-conversation"\nwarm = 0\nenv = {env}\n{extra}'
         )
     return "\n".join(tables)
+
+
+def test_opens_at_once_past_each_servers_limit_are_refused_naming_it_and_the_status_counts_each_server(
+    tmp_path: Path,
+) -> None:
+    """Issue 112 (4): a gateway of two servers, each with its own ``max-processes`` (2 and 3), ten conversations
+    opened at once at each: up to its limit each gets a process, every other the documented ``-32011`` naming the
+    limit, its key and its value (never ``-32603``); the operator's status counts each server's processes against
+    that server's own limit (not against their sum: "of 5")."""
+    path = tmp_path / "status.sock"
+    limits = {"a": 2, "b": 3}
+    servers = {name: f"max-processes = {most}\n" for name, most in limits.items()}
+    file = tmp_path / "servers.toml"
+    file.write_text(reload_file(servers, f"status-socket = {json.dumps(str(path))}\n", tmp_path), encoding="utf-8")
+
+    def command_line(port: int) -> tuple[list[str], dict[str, str]]:
+        line = ["-m", "mcp_sessions", "gateway", "--config", str(file), "--port", str(port)]
+        return [sys.executable, *line], {"MCP_SESSIONS_SECRET": SECRET}
+
+    gateway = started("mcp-sessions gateway --config servers.toml", command_line)
+    try:
+        with httpx.Client(timeout=30) as http, ThreadPoolExecutor(20) as pool:
+
+            def opened(name: str) -> dict[str, Any]:
+                url = gateway.url(f"/servers/{name}/mcp")
+                call = legacy_request("tools/call", {"name": "count", "arguments": {}}, id=3)
+                return result_of(http.post(url, json=call, headers=legacy_initialize(http, url)), 3)
+
+            names = [name for name in limits for _ in range(10)]
+            answers = dict(zip(range(len(names)), pool.map(opened, names), strict=True))
+            seen = json.loads(main_run("gateway", "status", "--status-socket", str(path), "--json").stdout)
+            shown = main_run("gateway", "status", "--status-socket", str(path)).stdout
+    finally:
+        gateway.stop()
+    for name, most in limits.items():
+        mine = [answers[index] for index, each in enumerate(names) if each == name]
+        assert sum("result" in answer for answer in mine) == most, mine
+        said = f"(the limit max_processes: --max-processes {most}, key max-processes = {most})"
+        refusals = [answer["error"] for answer in mine if "error" in answer]
+        assert all(error["code"] == -32011 and said in error["message"] for error in refusals), refusals
+        assert seen["servers"][name]["total"] == {"processes": most, "limit": most}, seen
+        assert f"processes on {name}: {most} of {most} (--max-processes)" in shown, shown
+    assert seen["total"] == {"processes": 5}, seen  # each limit is its server's: no sum bounds anything
+    assert " of 5 " not in shown, shown
 
 
 @pytest.fixture(scope="module")

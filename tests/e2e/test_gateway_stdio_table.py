@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,10 @@ import pytest
 from mcp import Client
 
 from _mcp import legacy_request, modern_headers, modern_request, session_meta
+from _uids import uids
 from _waits import WITHIN, Deadline, until
 from conftest import SECRET
+from e2e import _sealed
 from e2e._gateway import (
     created,
     gateway_in_process,
@@ -255,10 +258,10 @@ def test_a_caller_at_its_limit_gets_its_oldest_idle_conversation_ended_to_make_r
 def test_a_team_of_twenty_and_six_runs_of_a_script_are_served_under_a_4_gib_hosts_defaults() -> None:
     """Issue 101, item 3: 16 processes a gateway and 4 a user, an idle one ended only after 60 s, refused a team's
     new conversations within a minute, and the fifth run of the docs' ``call.py`` (which ended none). Under the
-    defaults of a 4 GiB host (``--max-processes`` 29, its memory's), 20 users open two conversations each (a
+    defaults of a 4 GiB host (``--max-processes`` 22, its memory's), 20 users open two conversations each (a
     data-layer session and a 2025 transport session) and one of them six more, none ended: each is served, the
-    first 29 at once, each later one once the conversation idle longest has been idle ``EVICT_AFTER`` seconds (that
-    one ended for it, the first 17 in all); until then a new one is refused, naming the limit and its flag."""
+    first 22 at once, each later one once the conversation idle longest has been idle ``EVICT_AFTER`` seconds (that
+    one ended for it, the first 24 in all); until then a new one is refused, naming the limit and its flag."""
     most = default_max_processes(4 << 30)
     auth = ("--auth-issuer", ISSUER, "--auth-audience", "{url}")
     with (
@@ -336,7 +339,7 @@ def test_a_team_of_twenty_and_six_runs_of_a_script_are_served_under_a_4_gib_host
 
     assert [answer for *_, answer in served] == ["1"] * len(team), served
     assert refusals, "none refused before EVICT_AFTER"
-    said = "(the limit max_processes, flag --max-processes, key max-processes)"  # a --config file's server's key
+    said = f"(the limit max_processes: --max-processes {most}, key max-processes = {most})"  # a file's key too
     assert all(said in refusal for refusal in refusals), refusals
     ended = len(team) - most
     assert [answer.get("code") for answer in seconds[:ended]] == [SESSION_NOT_FOUND] * ended, seconds
@@ -394,3 +397,28 @@ def test_sigterm_while_the_first_process_never_answers_initialize_stops_the_gate
     status, left, stopped_in = stopped_as_it_starts("--port", "0", "--stdio", shlex.join(silent))
     assert (status, left) == (0, ""), left
     assert stopped_in < 10.0
+
+
+def test_conversations_opened_at_once_past_the_uid_range_are_refused_naming_it(server: str) -> None:
+    """Issue 112 (4): a team's new conversations past ``--process-uids`` (two uids: the shared process's and one
+    more, where ``--max-processes`` is 5) got ``-32603`` "no free uid", as a server that failed, not a limit. Now
+    each of those opened at once that finds no uid free, 2025 transport sessions and 2026 creates alike, gets the
+    documented ``-32011`` with when to retry, naming the limit, its key and its value; one is served."""
+    _sealed.needs("root")
+    range_ = uids(428, 2)
+    options = ("--process-uids", range_, "--max-processes", "5", "--processes", "per-conversation")
+    with _sealed.gateway(server, *options) as gateway, httpx.Client(timeout=30) as http, ThreadPoolExecutor(8) as pool:
+        url = gateway.url()
+
+        def opened(era: str) -> dict[str, Any]:
+            if era == "2026":
+                body = modern_request("sessions/create")
+                return result_of(http.post(url, json=body, headers=modern_headers(body)), 1)
+            call = legacy_request("tools/call", {"name": "whoami", "arguments": {}}, id=3)
+            return result_of(http.post(url, json=call, headers=legacy_initialize(http, url)), 3)
+
+        answers = list(pool.map(opened, ["2025", "2026"] * 4))
+    assert sum("result" in answer for answer in answers) == 1, answers
+    said = f"Too many server processes: no free uid in --process-uids {range_} (key process-uids)"
+    refusals = [answer["error"] for answer in answers if "error" in answer]
+    assert all(error["code"] == -32011 and error["message"].startswith(said) for error in refusals), refusals

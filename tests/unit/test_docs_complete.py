@@ -11,6 +11,7 @@ Inspector command in the docs pins the version scripts/system-deps.sh installs f
 
 from __future__ import annotations
 
+import argparse
 import ast
 import functools
 import inspect
@@ -22,6 +23,7 @@ from pathlib import Path
 from _docs import ROOT
 from mcp_sessions import SessionsConfig
 from mcp_sessions._config import SessionsOptions
+from mcp_sessions._gateway._cli import add_arguments
 from mcp_sessions.profiles import PROFILES
 
 PACKAGE = ROOT / "middleware" / "mcp_sessions"
@@ -168,3 +170,16 @@ def test_inspector_commands_pin_the_version_the_tests_install() -> None:
     assert commands[ROOT / "docs" / "client.md"], "client.md shows the Inspector command"
     for page, versions in commands.items():
         assert all(version == f"@{pinned[1]}" for version in versions), page
+
+
+def test_help_and_the_docs_say_the_same_default_max_processes() -> None:
+    """Issue 112 (4): ``--help`` said "half the host's memory at 64 MiB each, from 16 to 64", docs/gateway.md "less
+    --warm's 2 and the shared one" too: two defaults. The default ``--help`` gives is the flags table's."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    said = " ".join(parser.format_help().split())
+    default = said.partition("--max-processes N with --stdio:")[2].partition("(default: ")[2].partition(";")[0]
+    gateway = (ROOT / "docs" / "gateway.md").read_text(encoding="utf-8")
+    [row] = [line for line in gateway.splitlines() if line.startswith("| `--max-processes N` |")]
+    assert default.startswith("half the host's memory at 80 MiB each"), default
+    assert default in row.replace("`", ""), (default, row)

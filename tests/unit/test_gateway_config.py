@@ -13,7 +13,18 @@ import pytest
 
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway._cli import add_arguments, configured
-from mcp_sessions._gateway._config import LOG_LEVELS, STATES_KEPT, Forwarding, GatewayConfig, Listening, StdioProcesses
+from mcp_sessions._gateway._config import (
+    DEFAULT_MAX_PROCESSES_PER_CALLER,
+    DEFAULT_WARM,
+    FOOTPRINT,
+    LOG_LEVELS,
+    MOST_PROCESSES,
+    STATES_KEPT,
+    Forwarding,
+    GatewayConfig,
+    Listening,
+    StdioProcesses,
+)
 from mcp_sessions._gateway.http._app import forwarding_app, gateway_app
 from mcp_sessions._gateway.stdio._modes import PROCESSES, SESSIONLESS, default_max_processes
 
@@ -90,7 +101,7 @@ def test_a_stdio_server_s_processes(flags: list[str], expected: dict[str, Any]) 
         "processes": "auto",
         "sessionless": "per-caller",
         "process_idle": None,
-        "max_processes": default_max_processes(),  # this host's memory: from 16 to 64
+        "max_processes": default_max_processes(),  # this host's memory's
         "max_processes_per_principal": 8,
         "warm": 2,
         "pass_env": (),
@@ -206,6 +217,23 @@ def test_the_modes_choices_are_their_literal_s(flag: str, choices: tuple[str, ..
     assert action.choices is choices
     with pytest.raises(SystemExit):
         parser.parse_args([*UPSTREAM, flag, "bogus"])
+
+
+@pytest.mark.parametrize(
+    ("gib", "servers", "most"), [(24, 3, 48), (24, 1, 150), (4, 1, 22), (4, 3, 5), (1024, 1, 253), (0.5, 1, 1)]
+)
+def test_the_default_max_processes_is_half_the_hosts_memory_at_a_process_s_footprint(
+    gib: float, servers: int, most: int
+) -> None:
+    """Issue 112 (4): 16 to 64 processes whatever the host, a third of them each for a file's three servers: a 24
+    GiB host's 21 a server refused a team of 20 opening two conversations on each. Now half the host's memory at
+    ``FOOTPRINT`` a process (at most ``MOST_PROCESSES``) shared by the servers, each less its warm ones and its
+    shared one: within the host's half, and on a 24 GiB host two conversations a user on each of three servers."""
+    memory = int(gib * (1 << 30))
+    assert default_max_processes(memory, servers) == most
+    assert most == 1 or (most + DEFAULT_WARM + 1) * servers * FOOTPRINT <= min(memory // 2, MOST_PROCESSES * FOOTPRINT)
+    if (gib, servers) == (24, 3):
+        assert most >= 20 * 2 and DEFAULT_MAX_PROCESSES_PER_CALLER >= 2  # two conversations each, each user
 
 
 @pytest.mark.parametrize(("flags", "part"), [(STDIO, "serves"), (UPSTREAM, "serves"), (UPSTREAM, "listening")])

@@ -358,4 +358,4 @@ def test_the_default_max_processes_is_divided_among_the_stdio_servers_unless_one
         for served in config.servers
         if isinstance(served.config.serves, StdioProcesses)
     }
-    assert limits == {"a": default_max_processes() // 3, "b": default_max_processes() // 3, "c": 5}
+    assert limits == {"a": default_max_processes(servers=3), "b": default_max_processes(servers=3), "c": 5}

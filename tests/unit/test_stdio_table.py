@@ -304,8 +304,8 @@ async def test_her_idle_conversation_makes_room_and_is_then_not_found(monkeypatc
 async def test_a_full_table_ends_the_conversation_idle_longest_for_a_new_one(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 101, item 3: at ``--max-processes``, a new conversation was refused however long the others had been
     idle (until ``--process-idle``: a team's scripts that end none filled it for ten minutes). Now the one idle
-    longest, anyone's, ends for it, once idle ``EVICT_AFTER`` seconds; before that, the refusal names the limit and its
-    flag."""
+    longest, anyone's, ends for it, once idle ``EVICT_AFTER`` seconds; before that, the refusal names the limit, its
+    flag, key and value."""
     async with table(max_processes=2) as (children, made):
         await create(children, "hers", "10.0.0.1")
         await create(children, "his", "10.0.0.2")
@@ -320,7 +320,7 @@ async def test_a_full_table_ends_the_conversation_idle_longest_for_a_new_one(mon
 
     assert refused.value.code == RATE_LIMITED
     assert "at most 2 conversations' processes" in str(refused.value), refused.value
-    assert "max_processes, flag --max-processes, key max-processes)" in str(refused.value), refused.value
+    assert "max_processes: --max-processes 2, key max-processes = 2)" in str(refused.value), refused.value
     assert gone.value.error.code == SESSION_NOT_FOUND
     assert kept.key.id == "his"
     assert ends == [End(EndReason.EVICTED), None, None]

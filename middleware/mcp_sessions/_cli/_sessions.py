@@ -133,10 +133,13 @@ def _status(url: str, as_json: bool, stdout: TextIO, path: str | None = None) ->
     columns = with_server(processes, STATUS_COLUMNS)
     rows = [[_shown(column, process.get(column)) for column in columns] for process in processes]
     stdout.write(table([column.upper() for column in columns], rows))
-    total = answer.get("total", {})
-    running = cell(total.get("processes"))
-    limit = cell(total.get("limit"))
-    stdout.write(f"\nprocesses: {running} of {limit} (--max-processes)\n")
+    stdout.write("\n")
+    totals = [("", answer.get("total", {}))]
+    if isinstance(servers := answer.get("servers"), dict) and servers:  # many (--config): each against its own
+        totals = [(f" on {cell(name)}", each.get("total", {})) for name, each in servers.items()]
+    for where, total in totals:
+        running, limit = cell(total.get("processes")), cell(total.get("limit"))
+        stdout.write(f"processes{where}: {running} of {limit} (--max-processes)\n")
     for user in answer.get("users", []):
         principal = cell(user.get("principal"))
         if "server" in user:  # a gateway of many servers (--config): each user's count is one server's

@@ -599,7 +599,7 @@ def _served(server: ServerFlags, stdio: int, drain: float, environ: Mapping[str,
         server.flags.status_port = server.flags.status_socket = None  # and the signing-in servers' grants
     server.flags.process_share = stdio  # the host's half, shared by every stdio server's processes
     if "max-processes" not in server.table and stdio:  # and the processes its default sizes it for
-        server.flags.max_processes = max(default_max_processes() // stdio, 1)
+        server.flags.max_processes = default_max_processes(servers=stdio)
     server.flags.shutdown_timeout = drain
     # its own variables, literal, beside the environment's allow-list
     own = {**environ, **server.env} if server.env else environ

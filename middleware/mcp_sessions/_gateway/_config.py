@@ -60,11 +60,17 @@ DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 DEFAULT_FIRST_BYTE_TIMEOUT: Final = 300.0
 DEFAULT_FAILURE_COOLDOWN: Final = 10.0
 
-ROOM: Final = 64 << 20
-"""What a conversation's process is given at least under ``--process-memory``'s default, which shares half the host's
-memory among the processes that may run at once. Measured in a control group of 64 MiB (cgroup v1's
-``max_usage_in_bytes``, through ``initialize``, ``tools/list`` and a call): a Python server on the ``mcp`` SDK 47 MiB,
-npm's server-memory and server-filesystem 23 MiB each, none killed."""
+FOOTPRINT: Final = 80 << 20
+"""A conversation's process, as :func:`default_max_processes` sizes the host by: what the host pays for one of the
+ecosystem's common stdio servers, eight of each at once, at rest and after a call (``benchmarks/process_memory.py``,
+node 20, Python 3.11), its proportional memory (PSS: the pages it shares with its siblings divided among them), the
+processes it starts included: npm's server-memory and server-filesystem 32 MiB each (68 MiB resident), a Python
+server on the ``mcp`` SDK 50 MiB (70 MiB), server-memory through ``npx`` 66 MiB (147 MiB: ``npm exec`` runs beside
+it); the largest, rounded up, as a conversation's process grows with its use."""
+MOST_PROCESSES: Final = 256
+"""The most processes :func:`default_max_processes` sizes a gateway for, whatever its host's memory: each idle one
+costs the gateway 1.4 ms of CPU a second where its bounds are watched (``sealed._cgroups``), a third of a core at
+256."""
 DEFAULT_WARM: Final = 2
 """Processes started ahead for new conversations and requests of every kind (``--warm``)."""
 DEFAULT_MAX_PROCESSES_PER_CALLER: Final = 8
@@ -80,14 +86,14 @@ DEFAULT_PROCESS_IDLE: Final = 300.0
 docs say, unless ``process_idle`` or the sessions' ``idle_ttl`` says otherwise."""
 
 
-def default_max_processes(memory: int | None = None) -> int:
-    """``max_processes`` (``--max-processes``) unless given: as many processes as half the host's ``memory`` (in
-    bytes; this host's unless given) gives :data:`ROOM` each, beside :data:`DEFAULT_WARM` started ahead and the shared
-    one (so that ``--process-memory``'s default stays at least that), from 16 to 64. A 4 GiB host's 29 serve a team
-    of 20 opening two conversations each in a minute, and one of them six more, an idle one ended for a new one when
-    all run (``stdio._admission``); a 16 GB host's and more, 64."""
+def default_max_processes(memory: int | None = None, servers: int = 1) -> int:
+    """``max_processes`` (``--max-processes``) unless given, for each of a gateway's ``servers`` stdio servers: half
+    the host's ``memory`` (in bytes; this host's unless given) at :data:`FOOTPRINT` a process (at most
+    :data:`MOST_PROCESSES`), shared by the servers, less each one's :data:`DEFAULT_WARM` started ahead and its shared
+    one; at least 1. A 24 GiB host's 153 processes give one server 150, three 48 each: a team of 20 holds two
+    conversations on each, in 12 GiB at most; a 4 GiB host's one server 22."""
     host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if memory is None else memory
-    return min(max(host // 2 // ROOM - DEFAULT_WARM - 1, 16), 64)
+    return max(min(host // 2 // FOOTPRINT, MOST_PROCESSES) // servers - DEFAULT_WARM - 1, 1)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,8 @@ from ._config import (
     DEFAULT_PROCESS_IDLE,
     DEFAULT_WARM,
     EVICT_AFTER,
+    FOOTPRINT,
+    MOST_PROCESSES,
     PROCESSES,
     SESSIONLESS,
     STATES_KEPT,
@@ -86,8 +88,9 @@ def _process_arguments(gateway: argparse.ArgumentParser) -> None:
         default=(most := default_max_processes()),
         metavar="N",
         help="with --stdio: how many conversations' processes may run at once; when all do, a new one ends the one "
-        f"idle longest, if idle {EVICT_AFTER:g} s (default: half the host's memory at 64 MiB each, from 16 to 64: "
-        f"{most} here)",
+        f"idle longest, if idle {EVICT_AFTER:g} s (default: half the host's memory at {FOOTPRINT >> 20} MiB each, "
+        f"at most {MOST_PROCESSES}, less --warm's {DEFAULT_WARM} and the shared one; in a --config file, shared by "
+        f"its stdio servers: {most} here for one)",
     )
     gateway.add_argument(
         "--max-processes-per-principal",

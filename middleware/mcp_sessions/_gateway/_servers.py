@@ -300,7 +300,7 @@ class Servers:
 
     async def _status(self, scope: Scope, send: Send) -> None:
         """The operator's view, every stdio server's in one: their processes and users, each with its ``server``,
-        their totals summed, and each one's under ``servers``."""
+        their processes summed, and each one's count against its own limit under ``servers``."""
         answers = [(route, await _asked(route, scope, STATUS)) for route in self.routes if route.stdio]
         if not answers:
             return await send_json(send, 404, {"error": "no stdio server here: no processes to show"}, b"")
@@ -313,9 +313,8 @@ class Servers:
         merged: dict[str, Any] = {
             "processes": [{**each, "server": name} for name, view in views for each in view.get("processes", [])],
             "users": [{**each, "server": name} for name, view in views for each in view.get("users", [])],
-            "total": {
-                key: sum(view.get("total", {}).get(key, 0) for _, view in views) for key in ("processes", "limit")
-            },
+            # each server's limit is its own (servers): no sum of them bounds anything
+            "total": {"processes": sum(view.get("total", {}).get("processes", 0) for _, view in views)},
             "ended": dict(ended),
             "servers": {name: {"total": view.get("total", {})} for name, view in views},
         }

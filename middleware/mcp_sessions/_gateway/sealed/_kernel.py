@@ -44,6 +44,11 @@ class SandboxError(Exception):
     """A containment the operator asked for that this host cannot give: the message says which, and why."""
 
 
+class UidsInUse(SandboxError):
+    """Every uid a process could take is in use (``--process-uids``, or a user's kept ones): a limit, as
+    ``--max-processes`` is, which a new conversation is refused at until one is free."""
+
+
 @functools.cache
 def tool(name: str) -> str:
     """The absolute path of the helper ``name``, found on the gateway's ``PATH`` the first time it is asked for (at

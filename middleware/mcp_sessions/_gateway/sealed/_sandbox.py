@@ -58,6 +58,7 @@ from ._cgroups import Bound, Bounds, Cgroup, Cgroups, read
 from ._grants import STATE, Grant, GrantError, UserDirectories, UserGroups, owner_name, state_directory
 from ._kernel import HELPER_ENV, RUNTIME, above, locked, no_user_namespaces, run_helper, running_uids, tool
 from ._kernel import SandboxError as SandboxError
+from ._kernel import UidsInUse as UidsInUse
 from ._network import (
     CGROUPS_FIRST,
     EgressPolicy,
@@ -351,8 +352,14 @@ class Uids:
                     self.free.remove(uid)
                     self.free.append(uid)
         if keep and len(hers) >= keep:
-            raise SandboxError(f"every uid kept for this user ({keep}, twice --max-processes-per-principal) is in use")
-        raise SandboxError(f"no free uid in --process-uids {self.first}-{self.last}: retry later")
+            raise UidsInUse(
+                f"every uid kept for this user ({keep}, twice --max-processes-per-principal, key "
+                "max-processes-per-principal) is in use: end one of her conversations or retry later"
+            )
+        raise UidsInUse(
+            f"no free uid in --process-uids {self.first}-{self.last} (key process-uids), each runs a process or one "
+            "still ending: end a conversation or retry later"
+        )
 
     def give_back(self, uid: int) -> None:
         os.close(self.held.pop(uid))

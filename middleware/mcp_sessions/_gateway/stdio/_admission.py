@@ -63,26 +63,27 @@ class Admission:
             spare = sorted((c for c in mine if _spare(c, transport)), key=lambda c: c.last_request)
             evicted = spare[: len(mine) - self.per_caller + 1]
         if len(mine) - len(evicted) >= self.per_caller:
-            raise _refused(
+            raise refused(
                 self.events,
                 "max_processes_per_principal",
                 f"Too many server processes for this caller: each caller may have at most {self.per_caller} "
                 f"conversations' processes at once, and none of hers has been idle {EVICT_AFTER:g} s "
-                "(the limit max_processes_per_principal, flag --max-processes-per-principal, key "
-                "max-processes-per-principal); end one (DELETE, sessions/delete) or retry later",
+                f"(the limit max_processes_per_principal: --max-processes-per-principal {self.per_caller}, key "
+                f"max-processes-per-principal = {self.per_caller}); end one (DELETE, sessions/delete) or retry later",
             )
         evicted += _room(live, evicted, len(live) - len(evicted) - self.max_processes + 1)
         if len(live) - len(evicted) >= self.max_processes:
-            raise _refused(
+            raise refused(
                 self.events,
                 "max_processes",
                 f"Too many server processes: the gateway runs at most {self.max_processes} conversations' "
-                f"processes at once, and none has been idle {EVICT_AFTER:g} s (the limit max_processes, flag "
-                "--max-processes, key max-processes); end one (DELETE, sessions/delete) or retry later",
+                f"processes at once, and none has been idle {EVICT_AFTER:g} s (the limit max_processes: "
+                f"--max-processes {self.max_processes}, key max-processes = {self.max_processes}); end one (DELETE, "
+                "sessions/delete) or retry later",
             )
         limit = None if counted else self.create_limit
         if limit is not None and (wait := limit.take(caller.id)):
-            raise _refused(
+            raise refused(
                 self.events,
                 "create_limit",
                 "Too many server processes started, retry later (MCP_SESSIONS_CREATE_LIMIT)",
@@ -91,7 +92,7 @@ class Admission:
         return evicted
 
 
-def _refused(events: ProcessEvents, limit: str, message: str, retry: int = 1) -> MCPError:
+def refused(events: ProcessEvents, limit: str, message: str, retry: int = 1) -> MCPError:
     """A refusal answered in-band (HTTP 200), with when to try again, in seconds."""
     events.refused(limit)
     return MCPError(RATE_LIMITED, message, {"retryAfter": retry})

@@ -36,7 +36,7 @@ from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 from ..._version import __version__
 from ..._wire import printable
 from ..._wire.protocol import RATE_LIMITED
-from ..sealed._sandbox import Place, Sandbox, SandboxError, SandboxPolicy, reap_adopted
+from ..sealed._sandbox import Place, Sandbox, SandboxError, SandboxPolicy, UidsInUse, reap_adopted
 from ._models import OVER, End, EndReason
 
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -185,6 +185,8 @@ class Child:
         process_id = self.environ.get("MCP_SESSION_ID") or f"shared-{secrets.token_hex(4)}"
         try:
             place = await self.options.enter(process_id, self.user)
+        except UidsInUse as exc:  # a limit: its conversation is refused, with when to retry
+            return self._failed(str(exc), EndReason.UIDS_IN_USE)
         except SandboxError as exc:
             return self._failed(str(exc))
         if self.options.edge is not None:  # the masked credentials' proxy: its tunnels are made as its uid
@@ -277,8 +279,8 @@ class Child:
         if self.end is None or self.end.reason is EndReason.CRASH:
             self.end = end
 
-    def _failed(self, failure: str) -> None:
-        self.stop(EndReason.FAILED, failure)
+    def _failed(self, failure: str, reason: EndReason = EndReason.FAILED) -> None:
+        self.stop(reason, failure)
         self.judged.set()
         self.ready.set()
 

@@ -140,6 +140,7 @@ class EndReason(Enum):
     SESSION_ENDED = "session_ended", "its session ended"
     INPUT_LATE = "input_late", "its input came too late"
     FAILED = "failed_to_start", "failed to start"
+    UIDS_IN_USE = "failed_to_start", "every uid is in use"
     NOT_INITIALIZED = "failed_to_start", "it did not initialize"
     BY_USER = "ended_by_user", "ended by its user"
     CRASH = "crash", "crash"
@@ -156,7 +157,9 @@ class EndReason(Enum):
         self.text = text
 
 
-STARTS_FAILED: Final = frozenset({EndReason.FAILED, EndReason.NOT_INITIALIZED, EndReason.UNANSWERED})
+STARTS_FAILED: Final = frozenset(
+    {EndReason.FAILED, EndReason.UIDS_IN_USE, EndReason.NOT_INITIALIZED, EndReason.UNANSWERED}
+)
 """The ends of a process that never served: what it said is why it failed to start."""
 OVER: Final = {"memory": EndReason.OVER_MEMORY, "pids": EndReason.OVER_PIDS}
 """The end of a process whose control group reached a bound (``Place.exceeded``), by the bound."""

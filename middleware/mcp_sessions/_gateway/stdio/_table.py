@@ -50,7 +50,7 @@ from ...subscriptions import SessionSubscriptionBus
 from .._front import StartupFailed
 from .._serving import CUT, CUT_DATA, RESTARTING
 from ..auth._users import ProcessEnv
-from ._admission import Admission
+from ._admission import Admission, refused
 from ._child import EXIT_DRAIN, Child, ChildFactory, ChildProcess, ProcessOptions
 from ._lifetimes import EndTransport, Lifetimes
 from ._models import (
@@ -462,6 +462,8 @@ class Table:
         if not conversation.child.ready.is_set():  # still starting (a set Event's wait yields a turn all the same)
             await conversation.child.ready.wait()
         end = conversation.child.end
+        if end is not None and end.reason is EndReason.UIDS_IN_USE:  # a limit, refused as the admission's are
+            raise refused(self.admission.events, "process_uids", f"Too many server processes: {end}")
         if end is not None and end.failure is not None:
             raise MCPError(CHILD_EXITED, end.failure)
         if conversation.child.done.is_set():
