@@ -32,7 +32,7 @@ from ._config import (
 )
 from ._node import node_without_proxy
 from ._process_flags import add_process_arguments, process_options, seal_gateway
-from ._serving import EXIT_USAGE, StartSignals, bind, private_directory
+from ._serving import EXIT_USAGE, StartSignals, listener, private_directory
 from .http._app import forwarding_app
 from .sealed._kernel import RUNTIME, SandboxError
 from .sealed._network import NO_ROUTE, AllowedHost, NetworkError, add_network_arguments, routed
@@ -432,7 +432,7 @@ def _run(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, str], s
     running = _running(app, sandbox)
     try:
         listening = config.listening
-        bound = bind(listening.host, listening.port)  # a port in use: before anything starts
+        bound = listener(listening.host, listening.port, environ)  # a port in use: before anything starts
         for each in config.each:
             if each.sandbox is not None:
                 seal_gateway(each.sandbox.containment)

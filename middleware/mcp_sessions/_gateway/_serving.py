@@ -1,10 +1,10 @@
 """How ``mcp-sessions gateway`` serves its app: uvicorn, as the gateway's configuration says.
 
-``bind`` takes the gateway's socket before anything starts (a port in use is one line and exit status 2);
-``private_socket`` the operator's Unix socket (``--status-socket``); ``_lifecycle.serve`` runs the gateway on them
-until it is stopped (its start, its drain and its stop: ``_lifecycle.Gateway``, which imports uvicorn). The words a
-drain's requests are told, and the scope keys through which the app asks whether the gateway drains, are here, for
-the app's parts to read without uvicorn.
+``listener`` takes the gateway's socket before anything starts (the one systemd passed, or ``bind``'s: a port in use is
+one line and exit status 2); ``private_socket`` the operator's Unix socket (``--status-socket``); ``_lifecycle.serve``
+runs the gateway on them until it is stopped (its start, its drain and its stop: ``_lifecycle.Gateway``, which imports
+uvicorn). The words a drain's requests are told, and the scope keys through which the app asks whether the gateway
+drains, are here, for the app's parts to read without uvicorn.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import signal
 import socket
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import FrameType, TracebackType
 from typing import Any, Final
 
@@ -32,6 +32,8 @@ what it asked (a ``write_file``), so that sending it again may do it twice; no `
 front would take as leave to send it again."""
 CUT_DATA: Final = {"reason": "gateway_stopped", "mayHaveRun": True}
 RETRY_AFTER: Final = b"1"
+_SD_LISTEN_FDS_START: Final = 3
+"""The first socket systemd passes (``SD_LISTEN_FDS_START``)."""
 STOPPING: Final = "mcp_sessions.gateway.stopping"
 """The scope key of a callable that says whether the gateway's drain has ended (it stops): a request still unanswered
 then says so (``--stdio``'s, whose stream ends unanswered, before the app's shutdown)."""
@@ -92,6 +94,37 @@ def bind(host: str, port: int, flags: str = "--host {host} --port {port}") -> so
         bound.close()
         raise ValueError(f"{flags.format(host=host, port=port)}: {exc.strerror}") from None
     return bound
+
+
+def listener(host: str, port: int, environ: Mapping[str, str]) -> socket.socket:
+    """The gateway's listening socket: the one systemd passed (socket activation, ``sd_listen_fds(3)``: fd 3 when
+    ``LISTEN_PID`` is this process and ``LISTEN_FDS`` says 1; the variables then removed, as ``sd_listen_fds``
+    removes them, so that no process the gateway starts takes them for its own), else :func:`bind`'s. A passed
+    socket is already listening, and goes on listening while the gateway restarts: a connection waits in its queue
+    until the next gateway accepts it. It must be a TCP socket on ``host`` and ``port``, the address the gateway
+    checks requests against and says it serves (``ValueError`` else, saying what to change)."""
+    if environ.get("LISTEN_PID") != str(os.getpid()):
+        return bind(host, port)
+    count = environ.get("LISTEN_FDS")
+    for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+        os.environ.pop(name, None)
+    if count != "1":
+        raise ValueError(f"LISTEN_FDS={count}: the gateway serves one socket: give its .socket unit one ListenStream")
+    try:
+        passed = socket.socket(fileno=_SD_LISTEN_FDS_START)
+    except OSError as exc:
+        raise ValueError(f"LISTEN_FDS: fd {_SD_LISTEN_FDS_START} is not a socket: {exc.strerror}") from None
+    passed.set_inheritable(False)  # as sd_listen_fds: no process the gateway starts holds it
+    tcp = passed.family in (socket.AF_INET, socket.AF_INET6) and passed.type == socket.SOCK_STREAM
+    address = passed.getsockname()[:2] if tcp else None
+    if address != (host, port):
+        passed.close()
+        where = f"{address[0]} port {address[1]}" if address else f"a {passed.family.name} {passed.type.name} socket"
+        raise ValueError(
+            f"LISTEN_FDS: systemd passed {where}, the gateway serves --host {host} --port {port}: "
+            "give the gateway its .socket unit's ListenStream address"
+        )
+    return passed
 
 
 def private_directory(path: str) -> None:

@@ -1,0 +1,112 @@
+"""A lone gateway's restart no client sees (issue 112, item 1): the listening socket outlives the process.
+
+Under socket activation systemd holds the socket and passes it to each gateway it starts (``LISTEN_FDS``,
+``LISTEN_PID``); here the test holds it, as systemd would, and starts each gateway through ``ACTIVATED``, which puts
+the socket at fd 3 and names its own pid, then execs the gateway, as systemd's ``ExecStart`` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Final
+
+import anyio
+import httpx
+import pytest
+from mcp import Client
+
+from _redis import end_process
+from _waits import WITHIN, until
+from conftest import serve
+from e2e._gateway import MAIN, PYTHONPATH, SECRET, upstream_server
+from e2e._stdio import text_of
+
+pytestmark = pytest.mark.anyio
+
+ACTIVATED: Final = (
+    "import os, sys; fd = int(sys.argv[1]); os.dup2(fd, 3); os.close(fd); "
+    "os.environ.update(LISTEN_FDS='1', LISTEN_PID=str(os.getpid())); os.execv(sys.argv[2], sys.argv[2:])"
+)
+"""What systemd does between its fork and its exec: the socket at fd 3 (``SD_LISTEN_FDS_START``), and this pid."""
+CALLS: Final = 20  # a conversation's, each era's: half before the kill, half after it (served once the next accepts)
+
+
+def activated(held: socket.socket, *gateway: str) -> subprocess.Popen[bytes]:
+    """``mcp-sessions gateway`` with the socket ``held`` passed to it, as systemd passes a ``.socket`` unit's."""
+    command = [sys.executable, "-c", ACTIVATED, str(held.fileno()), sys.executable, "-m", "mcp_sessions", "gateway"]
+    environ = {key: value for key, value in os.environ.items() if not key.startswith(("MCP_SESSIONS_", "LISTEN_"))}
+    return subprocess.Popen(
+        [*command, *gateway],
+        cwd=MAIN,
+        env={**environ, "MCP_SESSIONS_SECRET": SECRET, "PYTHONPATH": PYTHONPATH},
+        pass_fds=(held.fileno(),),
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+
+
+def ready(gateway: subprocess.Popen[bytes], url: str) -> bool:
+    """Whether ``gateway``'s ``/readyz`` says 200; ``AssertionError`` with what it said if it has ended."""
+    assert gateway.poll() is None, gateway.communicate()[1].decode(errors="replace")
+    with contextlib.suppress(httpx.HTTPError):
+        return httpx.get(url + "/readyz", timeout=1).status_code == 200
+    return False
+
+
+@contextlib.contextmanager
+def listening() -> Iterator[socket.socket]:
+    """A loopback TCP socket, listening, as a ``.socket`` unit's ``ListenStream=127.0.0.1:PORT`` makes it."""
+    with socket.create_server(("127.0.0.1", 0)) as held:
+        yield held
+
+
+async def test_a_sigkill_and_a_start_under_socket_activation_cost_clients_latency_only() -> None:
+    """A lone ``--upstream`` gateway SIGKILLed mid-conversation and started again on the socket systemd holds: the
+    calls made while none runs wait in the socket's queue and are answered by the next gateway; no client of either
+    era sees an error. Without the socket passed, the gateway binds its port itself, which the socket holds: it exits
+    (port in use), and no client is answered."""
+    upstream = upstream_server("upstream").streamable_http_app()
+    with serve(upstream) as upstream_url, listening() as held:
+        port = held.getsockname()[1]
+        url = f"http://127.0.0.1:{port}"
+        flags = ("--port", str(port), "--upstream", upstream_url + "/mcp", "--log-level", "warning")
+        gateways = [activated(held, *flags)]
+        try:
+            until(lambda: ready(gateways[0], url), "the first gateway to be ready")
+            answers: list[str] = []
+            async with Client(url + "/mcp", mode="auto") as modern, Client(url + "/mcp", mode="legacy") as legacy:
+                for call in range(CALLS):
+                    if call == CALLS // 2:
+                        gateways[-1].send_signal(signal.SIGKILL)
+                        gateways[-1].wait()
+                        gateways.append(await anyio.to_thread.run_sync(activated, held, *flags))  # not waited for
+                    for client in (modern, legacy):
+                        answers.append(text_of(await client.call_tool("echo", {"message": f"{call}"})))
+            assert answers == [f"{call}" for call in range(CALLS) for _ in range(2)]
+            assert ready(gateways[-1], url)
+        finally:
+            for gateway in gateways:
+                end_process(gateway, kill=True)
+
+
+def test_a_passed_socket_the_gateway_was_not_told_of_is_refused_in_one_line() -> None:
+    """The gateway checks requests against its ``--host`` and says it serves its ``--host`` and ``--port``: a socket
+    systemd passed on another address is refused at the start, in one line that says what to change."""
+    with listening() as held:
+        port = held.getsockname()[1]
+        gateway = activated(held, "--port", str(port + 1), "--upstream", "http://127.0.0.1:9/mcp")
+        try:
+            said = gateway.communicate(timeout=WITHIN)[1].decode()
+        finally:
+            end_process(gateway, kill=True)
+    assert gateway.returncode == 2, said
+    assert said.splitlines() == [
+        f"mcp-sessions gateway: LISTEN_FDS: systemd passed 127.0.0.1 port {port}, the gateway serves --host 127.0.0.1 "
+        f"--port {port + 1}: give the gateway its .socket unit's ListenStream address"
+    ]
