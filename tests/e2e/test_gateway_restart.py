@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Final
 
 import anyio
@@ -34,7 +38,30 @@ ACTIVATED: Final = (
     "os.environ.update(LISTEN_FDS='1', LISTEN_PID=str(os.getpid())); os.execv(sys.argv[2], sys.argv[2:])"
 )
 """What systemd does between its fork and its exec: the socket at fd 3 (``SD_LISTEN_FDS_START``), and this pid."""
+UNITS: Final = (MAIN / "docs/deployment.md").read_text()
 CALLS: Final = 20  # a conversation's, each era's: half before the kill, half after it (served once the next accepts)
+
+
+def unit(name: str) -> str:
+    """deployment.md's unit ``name``, as printed."""
+    [found] = re.findall(rf"```ini\n(# /etc/systemd/system/{re.escape(name)}:.*?)```", UNITS, re.S)
+    return str(found)
+
+
+def setting(name: str, key: str) -> str:
+    """The value of ``key`` in deployment.md's unit ``name``."""
+    [value] = re.findall(rf"^{key}=(.*)$", unit(name), re.M)
+    return str(value)
+
+
+def the_units_gateway(port: int, upstream: str) -> list[str]:
+    """The flags of the service unit's ``ExecStart``, on the test's port and upstream where it names its own."""
+    program, command, *flags = shlex.split(setting("mcp-sessions.service", "ExecStart"))
+    assert (Path(program).name, command) == ("mcp-sessions", "gateway")
+    host, _, printed = setting("mcp-sessions.socket", "ListenStream").rpartition(":")
+    assert (flags[flags.index("--host") + 1], flags[flags.index("--port") + 1]) == (host, printed)
+    served = {printed: str(port), flags[flags.index("--upstream") + 1]: upstream}
+    return [served.get(flag, flag) for flag in flags]
 
 
 def activated(held: socket.socket, *gateway: str) -> subprocess.Popen[bytes]:
@@ -67,15 +94,15 @@ def listening() -> Iterator[socket.socket]:
 
 
 async def test_a_sigkill_and_a_start_under_socket_activation_cost_clients_latency_only() -> None:
-    """A lone ``--upstream`` gateway SIGKILLed mid-conversation and started again on the socket systemd holds: the
-    calls made while none runs wait in the socket's queue and are answered by the next gateway; no client of either
-    era sees an error. Without the socket passed, the gateway binds its port itself, which the socket holds: it exits
-    (port in use), and no client is answered."""
+    """deployment.md's socket-activated units' lone ``--upstream`` gateway SIGKILLed mid-conversation and started
+    again on the socket systemd holds: the calls made while none runs wait in the socket's queue and are answered by
+    the next gateway; no client of either era sees an error. Without the socket passed, the gateway binds its port
+    itself, which the socket holds: it exits (port in use), and no client is answered."""
     upstream = upstream_server("upstream").streamable_http_app()
     with serve(upstream) as upstream_url, listening() as held:
         port = held.getsockname()[1]
         url = f"http://127.0.0.1:{port}"
-        flags = ("--port", str(port), "--upstream", upstream_url + "/mcp", "--log-level", "warning")
+        flags = (*the_units_gateway(port, upstream_url + "/mcp"), "--log-level", "warning")
         gateways = [activated(held, *flags)]
         try:
             until(lambda: ready(gateways[0], url), "the first gateway to be ready")
@@ -110,3 +137,17 @@ def test_a_passed_socket_the_gateway_was_not_told_of_is_refused_in_one_line() ->
         f"mcp-sessions gateway: LISTEN_FDS: systemd passed 127.0.0.1 port {port}, the gateway serves --host 127.0.0.1 "
         f"--port {port + 1}: give the gateway its .socket unit's ListenStream address"
     ]
+
+
+def test_the_socket_activated_units_verify(tmp_path: Path) -> None:
+    """deployment.md's ``mcp-sessions.socket`` and ``.service`` as printed, their ``ExecStart`` this environment's
+    ``mcp-sessions``: ``systemd-analyze verify`` finds nothing to say of them."""
+    verify = shutil.which("systemd-analyze")
+    if verify is None:
+        pytest.skip("systemd-analyze is not installed (the systemd package)")
+    installed = str(Path(sys.executable).with_name("mcp-sessions"))
+    for name in ("mcp-sessions.socket", "mcp-sessions.service"):
+        (tmp_path / name).write_text(unit(name).replace("/usr/local/bin/mcp-sessions", installed))
+    units = [str(tmp_path / "mcp-sessions.socket"), str(tmp_path / "mcp-sessions.service")]
+    verified = subprocess.run([verify, "verify", *units], capture_output=True, text=True, timeout=WITHIN)
+    assert (verified.returncode, verified.stderr) == (0, "")
