@@ -14,19 +14,22 @@ import shlex
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 import anyio
 import httpx
 import pytest
 from mcp import Client
+from starlette.types import ASGIApp
 
-from _redis import end_process
-from _waits import WITHIN, until
+from _redis import end_process, free_port
+from _waits import WITHIN, until, until_awaited
 from conftest import serve
 from e2e._gateway import MAIN, PYTHONPATH, SECRET, upstream_server
 from e2e._stdio import text_of
@@ -40,6 +43,7 @@ ACTIVATED: Final = (
 """What systemd does between its fork and its exec: the socket at fd 3 (``SD_LISTEN_FDS_START``), and this pid."""
 UNITS: Final = (MAIN / "docs/deployment.md").read_text()
 CALLS: Final = 20  # a conversation's, each era's: half before the kill, half after it (served once the next accepts)
+CONVERSATIONS: Final = 6  # new ones of each era while the old gateway drains: none may reach it
 
 
 def unit(name: str) -> str:
@@ -64,26 +68,74 @@ def the_units_gateway(port: int, upstream: str) -> list[str]:
     return [served.get(flag, flag) for flag in flags]
 
 
-def activated(held: socket.socket, *gateway: str) -> subprocess.Popen[bytes]:
+def the_handover_gateway(port: int, upstream: str, handover: Path) -> list[str]:
+    """The flags of deployment.md's handover, on the test's port, upstream and ``PATH`` where it names its own."""
+    [line] = re.findall(r"^flags=\((.*--handover .*)\)$", UNITS, re.M)
+    flags = shlex.split(line)
+    printed = {flag: flags[flags.index(flag) + 1] for flag in ("--port", "--upstream", "--handover")}
+    served = {printed["--port"]: str(port), printed["--upstream"]: upstream, printed["--handover"]: str(handover)}
+    return [served.get(flag, flag) for flag in flags]
+
+
+def activated(held: socket.socket, *gateway: str, log: Path | None = None) -> subprocess.Popen[bytes]:
     """``mcp-sessions gateway`` with the socket ``held`` passed to it, as systemd passes a ``.socket`` unit's."""
-    command = [sys.executable, "-c", ACTIVATED, str(held.fileno()), sys.executable, "-m", "mcp_sessions", "gateway"]
+    return started(*gateway, log=log, activating=held)
+
+
+def started(*gateway: str, log: Path | None = None, activating: socket.socket | None = None) -> subprocess.Popen[bytes]:
+    """``mcp-sessions gateway`` with flags ``gateway``, what it writes in ``log`` (else a pipe), and the socket
+    ``activating`` passed to it where given."""
+    command = [sys.executable, "-m", "mcp_sessions", "gateway", *gateway]
+    if activating is not None:
+        command = [sys.executable, "-c", ACTIVATED, str(activating.fileno()), *command]
     environ = {key: value for key, value in os.environ.items() if not key.startswith(("MCP_SESSIONS_", "LISTEN_"))}
-    return subprocess.Popen(
-        [*command, *gateway],
-        cwd=MAIN,
-        env={**environ, "MCP_SESSIONS_SECRET": SECRET, "PYTHONPATH": PYTHONPATH},
-        pass_fds=(held.fileno(),),
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    with open(log, "ab") if log is not None else contextlib.nullcontext(subprocess.PIPE) as written:
+        return subprocess.Popen(
+            command,
+            cwd=MAIN,
+            env={**environ, "MCP_SESSIONS_SECRET": SECRET, "PYTHONPATH": PYTHONPATH},
+            pass_fds=() if activating is None else (activating.fileno(),),
+            stderr=written,
+            start_new_session=True,
+        )
 
 
 def ready(gateway: subprocess.Popen[bytes], url: str) -> bool:
     """Whether ``gateway``'s ``/readyz`` says 200; ``AssertionError`` with what it said if it has ended."""
-    assert gateway.poll() is None, gateway.communicate()[1].decode(errors="replace")
+    assert gateway.poll() is None, gateway.returncode if gateway.stderr is None else gateway.communicate()[1]
     with contextlib.suppress(httpx.HTTPError):
         return httpx.get(url + "/readyz", timeout=1).status_code == 200
     return False
+
+
+def held_upstream(gate: threading.Event, entered: threading.Event) -> ASGIApp:
+    """The tests' upstream, with a tool ``hold`` that answers once ``gate`` is set (``entered`` set as it waits)."""
+    server = upstream_server("upstream")
+
+    @server.tool()
+    async def hold() -> str:
+        entered.set()
+        await anyio.to_thread.run_sync(gate.wait, WITHIN)
+        return "held"
+
+    return server.streamable_http_app()
+
+
+def queued(held: socket.socket) -> int:
+    """How many connections wait in the listening socket ``held``'s queue, none accepting them (``TCP_INFO``'s
+    ``tcpi_unacked``, which a listening socket's says)."""
+    info = held.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    return int(struct.unpack_from("I", info, 24)[0])
+
+
+async def echoed(answers: list[str], client: Client, message: str) -> None:
+    answers.append(text_of(await client.call_tool("echo", {"message": message})))
+
+
+async def opened(answers: list[str], url: str, mode: Literal["auto", "legacy"]) -> None:
+    """A new conversation of ``mode``'s era, and its call."""
+    async with Client(url, mode=mode) as client:
+        await echoed(answers, client, mode)
 
 
 @contextlib.contextmanager
@@ -151,3 +203,96 @@ def test_the_socket_activated_units_verify(tmp_path: Path) -> None:
     units = [str(tmp_path / "mcp-sessions.socket"), str(tmp_path / "mcp-sessions.service")]
     verified = subprocess.run([verify, "verify", *units], capture_output=True, text=True, timeout=WITHIN)
     assert (verified.returncode, verified.stderr) == (0, "")
+
+
+async def test_a_sigterm_restart_under_socket_activation_costs_clients_latency_only(tmp_path: Path) -> None:
+    """``systemctl restart`` of the units' gateway with a call in flight: the old one drains, but accepts no more
+    (the socket is systemd's: a new connection is the next gateway's), so that a conversation that starts meanwhile
+    waits in the socket's queue instead of a 503, and is answered by the next, started once the old has stopped.
+    Without it, the draining gateway accepts the new conversations and refuses them (503, ``Retry-After``)."""
+    gate, entered = threading.Event(), threading.Event()
+    with serve(held_upstream(gate, entered)) as upstream_url, listening() as held:
+        port = held.getsockname()[1]
+        url = f"http://127.0.0.1:{port}"
+        flags = (*the_units_gateway(port, upstream_url + "/mcp"), "--log-level", "info")
+        gateways = [activated(held, *flags, log=tmp_path / "old.log")]
+        answers: list[str] = []
+        try:
+            until(lambda: ready(gateways[0], url), "the first gateway to be ready")
+            async with (
+                Client(url + "/mcp", mode="auto") as modern,
+                Client(url + "/mcp", mode="legacy") as legacy,
+                anyio.create_task_group() as tasks,
+            ):
+                await echoed(answers, modern, "before")
+
+                async def holding() -> None:
+                    answers.append(text_of(await legacy.call_tool("hold", {})))
+
+                tasks.start_soon(holding)
+                await anyio.to_thread.run_sync(entered.wait, WITHIN)
+                gateways[0].send_signal(signal.SIGTERM)
+                await until_awaited(lambda: b"draining" in (tmp_path / "old.log").read_bytes(), "the drain")
+                for mode in ("auto", "legacy"):
+                    tasks.start_soon(opened, answers, url + "/mcp", mode)
+                await until_awaited(lambda: queued(held) == 2, "the new conversations to wait in the queue")
+                gate.set()
+                assert await anyio.to_thread.run_sync(gateways[0].wait, WITHIN) == -signal.SIGTERM
+                gateways.append(activated(held, *flags, log=tmp_path / "new.log"))  # as systemd starts it
+                await echoed(answers, modern, "after")
+                await echoed(answers, legacy, "after")
+        finally:
+            gate.set()
+            for gateway in gateways:
+                end_process(gateway, kill=True)
+    assert sorted(answers) == sorted(["before", "held", "auto", "legacy", "after", "after"])
+
+
+async def test_a_handover_without_systemd_costs_clients_latency_only(tmp_path: Path) -> None:
+    """deployment.md's ``--handover PATH``: the next gateway takes the running one's listening socket (the same
+    socket, its queue whole), and once it listens the old one drains, accepting no more, its call in flight
+    answered; conversations of both eras that call all along, and new ones that start during the drain, see no
+    error. Without it, the next gateway cannot bind the port the old one listens on (exit status 2)."""
+    gate, entered = threading.Event(), threading.Event()
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    with serve(held_upstream(gate, entered)) as upstream_url:
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        flags = (*the_handover_gateway(port, upstream_url + "/mcp", runtime / "handover"), "--log-level", "info")
+        gateways = [started(*flags, log=tmp_path / "old.log")]
+        answers: list[str] = []
+        try:
+            until(lambda: ready(gateways[0], url), "the first gateway to be ready")
+            async with (
+                Client(url + "/mcp", mode="auto") as modern,
+                Client(url + "/mcp", mode="legacy") as legacy,
+                anyio.create_task_group() as tasks,
+            ):
+                await echoed(answers, modern, "before")
+
+                async def holding() -> None:
+                    answers.append(text_of(await legacy.call_tool("hold", {})))
+
+                tasks.start_soon(holding)
+                await anyio.to_thread.run_sync(entered.wait, WITHIN)
+                gateways.append(started(*flags, log=tmp_path / "new.log"))
+                old = tmp_path / "old.log"
+                await until_awaited(lambda: b"draining" in old.read_bytes() or gateways[1].poll(), "the handover")
+                assert gateways[1].poll() is None, (tmp_path / "new.log").read_text()
+                for _ in range(CONVERSATIONS):
+                    await opened(answers, url + "/mcp", "auto")
+                    await opened(answers, url + "/mcp", "legacy")
+                    await echoed(answers, modern, "during")
+                gate.set()
+                assert await anyio.to_thread.run_sync(gateways[0].wait, WITHIN) == 0
+                await echoed(answers, modern, "after")
+                await echoed(answers, legacy, "after")
+                assert ready(gateways[1], url)
+        finally:
+            gate.set()
+            for gateway in gateways:
+                end_process(gateway, kill=True)
+    during = ["auto", "legacy", "during"] * CONVERSATIONS
+    assert sorted(answers) == sorted(["before", "held", *during, "after", "after"])
+    assert b'HTTP/1.1" 503' not in (tmp_path / "old.log").read_bytes()
