@@ -18,13 +18,14 @@ import struct
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Final, Literal
 
 import anyio
 import httpx
 import pytest
+from anyio.abc import TaskGroup
 from mcp import Client
 from starlette.types import ASGIApp
 
@@ -128,6 +129,27 @@ def queued(held: socket.socket) -> int:
     return int(struct.unpack_from("I", info, 24)[0])
 
 
+@contextlib.asynccontextmanager
+async def holding_a_call(
+    url: str, entered: threading.Event, answers: list[str]
+) -> AsyncIterator[tuple[Client, Client, TaskGroup]]:
+    """A 2026-07-28 and a 2025-11-25 conversation on ``url``, the first's call answered, the second's ``hold`` in
+    flight (``entered``), and the task group it runs in."""
+    async with (
+        Client(url, mode="auto") as modern,
+        Client(url, mode="legacy") as legacy,
+        anyio.create_task_group() as tasks,
+    ):
+        await echoed(answers, modern, "before")
+
+        async def holding() -> None:
+            answers.append(text_of(await legacy.call_tool("hold", {})))
+
+        tasks.start_soon(holding)
+        await anyio.to_thread.run_sync(entered.wait, WITHIN)
+        yield modern, legacy, tasks
+
+
 async def echoed(answers: list[str], client: Client, message: str) -> None:
     answers.append(text_of(await client.call_tool("echo", {"message": message})))
 
@@ -219,18 +241,7 @@ async def test_a_sigterm_restart_under_socket_activation_costs_clients_latency_o
         answers: list[str] = []
         try:
             until(lambda: ready(gateways[0], url), "the first gateway to be ready")
-            async with (
-                Client(url + "/mcp", mode="auto") as modern,
-                Client(url + "/mcp", mode="legacy") as legacy,
-                anyio.create_task_group() as tasks,
-            ):
-                await echoed(answers, modern, "before")
-
-                async def holding() -> None:
-                    answers.append(text_of(await legacy.call_tool("hold", {})))
-
-                tasks.start_soon(holding)
-                await anyio.to_thread.run_sync(entered.wait, WITHIN)
+            async with holding_a_call(url + "/mcp", entered, answers) as (modern, legacy, tasks):
                 gateways[0].send_signal(signal.SIGTERM)
                 await until_awaited(lambda: b"draining" in (tmp_path / "old.log").read_bytes(), "the drain")
                 for mode in ("auto", "legacy"):
@@ -264,18 +275,7 @@ async def test_a_handover_without_systemd_costs_clients_latency_only(tmp_path: P
         answers: list[str] = []
         try:
             until(lambda: ready(gateways[0], url), "the first gateway to be ready")
-            async with (
-                Client(url + "/mcp", mode="auto") as modern,
-                Client(url + "/mcp", mode="legacy") as legacy,
-                anyio.create_task_group() as tasks,
-            ):
-                await echoed(answers, modern, "before")
-
-                async def holding() -> None:
-                    answers.append(text_of(await legacy.call_tool("hold", {})))
-
-                tasks.start_soon(holding)
-                await anyio.to_thread.run_sync(entered.wait, WITHIN)
+            async with holding_a_call(url + "/mcp", entered, answers) as (modern, legacy, _):
                 gateways.append(started(*flags, log=tmp_path / "new.log"))
                 old = tmp_path / "old.log"
                 await until_awaited(lambda: b"draining" in old.read_bytes() or gateways[1].poll(), "the handover")

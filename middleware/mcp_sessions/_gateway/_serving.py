@@ -183,14 +183,7 @@ def handing(path: str) -> socket.socket:
     made = f"{path}.{os.getpid()}"
     with contextlib.suppress(FileNotFoundError):
         os.unlink(made)
-    hands = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        hands.bind(made)
-        os.chmod(made, 0o600)
-        hands.listen(1)
-    except OSError as exc:
-        hands.close()
-        raise ValueError(f"--handover: {made}: {exc.strerror}") from None
+    hands = _listening_at(made, "--handover")
     hands.setblocking(False)
     return hands
 
@@ -218,18 +211,22 @@ def private_socket(path: str) -> socket.socket:
     """A Unix socket bound at ``path``, in a :func:`private_directory`; a socket left there by a gateway that was
     killed is replaced, one another gateway serves is refused (``ValueError``)."""
     private_directory(path)
-    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if stat.S_ISSOCK(os.lstat(path).st_mode if os.path.lexists(path) else 0):
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
             if probe.connect_ex(path) == 0:
-                listening.close()
                 raise ValueError(f"--status-socket: another gateway serves {path}")
         os.unlink(path)
+    return _listening_at(path, "--status-socket")
+
+
+def _listening_at(path: str, flag: str) -> socket.socket:
+    """A Unix socket bound at ``path``, mode 0600, listening; ``ValueError`` naming ``flag`` where it cannot be."""
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         listening.bind(path)
         os.chmod(path, 0o600)
         listening.listen(128)
     except OSError as exc:
         listening.close()
-        raise ValueError(f"--status-socket: {path}: {exc.strerror}") from None
+        raise ValueError(f"{flag}: {path}: {exc.strerror}") from None
     return listening
