@@ -18,7 +18,7 @@ import struct
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Final, Literal
 
@@ -167,33 +167,62 @@ def listening() -> Iterator[socket.socket]:
         yield held
 
 
+async def killed_and_started(
+    held: socket.socket, flags: Sequence[str], call: Callable[[Client, int], Awaitable[str]]
+) -> list[str]:
+    """A 2026-07-28 and a 2025-11-25 conversation calling in turn (``call``, each call's number), the gateway
+    ``flags`` say, on the socket ``held``, SIGKILLed halfway and started again at once, not waited for: the
+    answers, in order (an error raises)."""
+    url = f"http://127.0.0.1:{held.getsockname()[1]}"
+    gateways = [activated(held, *flags)]
+    try:
+        until(lambda: ready(gateways[0], url), "the first gateway to be ready")
+        answers: list[str] = []
+        async with Client(url + "/mcp", mode="auto") as modern, Client(url + "/mcp", mode="legacy") as legacy:
+            for number in range(CALLS):
+                if number == CALLS // 2:
+                    gateways[-1].send_signal(signal.SIGKILL)
+                    gateways[-1].wait()
+                    gateways.append(await anyio.to_thread.run_sync(activated, held, *flags))
+                for client in (modern, legacy):
+                    answers.append(await call(client, number))
+        assert ready(gateways[-1], url)
+        return answers
+    finally:
+        for gateway in gateways:
+            end_process(gateway, kill=True)
+
+
 async def test_a_sigkill_and_a_start_under_socket_activation_cost_clients_latency_only() -> None:
     """deployment.md's socket-activated units' lone ``--upstream`` gateway SIGKILLed mid-conversation and started
     again on the socket systemd holds: the calls made while none runs wait in the socket's queue and are answered by
     the next gateway; no client of either era sees an error. Without the socket passed, the gateway binds its port
     itself, which the socket holds: it exits (port in use), and no client is answered."""
-    upstream = upstream_server("upstream").streamable_http_app()
-    with serve(upstream) as upstream_url, listening() as held:
-        port = held.getsockname()[1]
-        url = f"http://127.0.0.1:{port}"
-        flags = (*the_units_gateway(port, upstream_url + "/mcp"), "--log-level", "warning")
-        gateways = [activated(held, *flags)]
-        try:
-            until(lambda: ready(gateways[0], url), "the first gateway to be ready")
-            answers: list[str] = []
-            async with Client(url + "/mcp", mode="auto") as modern, Client(url + "/mcp", mode="legacy") as legacy:
-                for call in range(CALLS):
-                    if call == CALLS // 2:
-                        gateways[-1].send_signal(signal.SIGKILL)
-                        gateways[-1].wait()
-                        gateways.append(await anyio.to_thread.run_sync(activated, held, *flags))  # not waited for
-                    for client in (modern, legacy):
-                        answers.append(text_of(await client.call_tool("echo", {"message": f"{call}"})))
-            assert answers == [f"{call}" for call in range(CALLS) for _ in range(2)]
-            assert ready(gateways[-1], url)
-        finally:
-            for gateway in gateways:
-                end_process(gateway, kill=True)
+
+    async def echo(client: Client, number: int) -> str:
+        return text_of(await client.call_tool("echo", {"message": f"{number}"}))
+
+    with serve(upstream_server("upstream").streamable_http_app()) as upstream_url, listening() as held:
+        flags = (*the_units_gateway(held.getsockname()[1], upstream_url + "/mcp"), "--log-level", "warning")
+        answers = await killed_and_started(held, flags, echo)
+    assert answers == [f"{number}" for number in range(CALLS) for _ in range(2)]
+
+
+async def test_a_sigkill_and_a_start_of_a_stdio_gateway_whose_state_is_on_disk_cost_clients_latency_only() -> None:
+    """The same for a ``--stdio`` gateway whose server keeps its state on disk, or none (``--conversation-state
+    disk``): each conversation's next call after the kill is answered by a new process (its count, which this
+    server keeps in its memory, starts again), never told its conversation ended (``-32043``)."""
+
+    async def count(client: Client, number: int) -> str:
+        return text_of(await client.call_tool("count", {}))
+
+    server = ("--stdio", f"{sys.executable} -m e2e._plain_stdio", "--conversation-state", "disk")
+    processes = ("--processes", "per-conversation", "--warm", "0", "--process-containment", "none")
+    with listening() as held:
+        flags = ("--port", str(held.getsockname()[1]), *server, *processes, "--pass-env", "PYTHONPATH")
+        answers = await killed_and_started(held, (*flags, "--log-level", "warning"), count)
+    counted = [*range(1, CALLS // 2 + 1), *range(1, CALLS // 2 + 1)]
+    assert answers == [f"{number}" for number in counted for _ in range(2)]
 
 
 def test_a_passed_socket_the_gateway_was_not_told_of_is_refused_in_one_line() -> None:
