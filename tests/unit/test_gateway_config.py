@@ -56,6 +56,10 @@ def config_of(flags: list[str], environ: Mapping[str, str] | None = None) -> Gat
             [*STDIO, "--status-port", "9001", "--status-socket", "/run/gw/status.sock"],
             Listening("127.0.0.1", 8000, "info", 30.0, 9001, "/run/gw/status.sock"),
         ),
+        (
+            [*UPSTREAM, "--handover", "/run/gw/handover"],
+            Listening("127.0.0.1", 8000, "info", 10.0, handover="/run/gw/handover"),
+        ),
     ],
 )
 def test_how_it_listens_is_read_once_with_each_mode_s_drain(flags: list[str], listening: Listening) -> None:

@@ -32,7 +32,7 @@ from ._config import (
 )
 from ._node import node_without_proxy
 from ._process_flags import add_process_arguments, process_options, seal_gateway
-from ._serving import EXIT_USAGE, StartSignals, bind, private_directory
+from ._serving import EXIT_USAGE, StartSignals, listener, private_directory
 from .http._app import forwarding_app
 from .sealed._kernel import RUNTIME, SandboxError
 from .sealed._network import NO_ROUTE, AllowedHost, NetworkError, add_network_arguments, routed
@@ -153,6 +153,13 @@ def _serving_arguments(gateway: argparse.ArgumentParser) -> None:
     port = Listening.port
     gateway.add_argument("--host", default=host, help=f"the address to listen on (default {host})")
     gateway.add_argument("--port", type=int, default=port, help=f"the port to listen on (default {port})")
+    gateway.add_argument(
+        "--handover",
+        metavar="PATH",
+        help="take the listening socket of the gateway serving the Unix socket PATH, tell it to drain once this one "
+        "listens, and serve PATH for the next, in a directory only the gateway's user may enter: a restart without "
+        "systemd that no client sees (default: bind --host and --port)",
+    )
     gateway.add_argument(
         "--allowed-host",
         action="append",
@@ -432,7 +439,7 @@ def _run(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, str], s
     running = _running(app, sandbox)
     try:
         listening = config.listening
-        bound = bind(listening.host, listening.port)  # a port in use: before anything starts
+        bound = listener(listening.host, listening.port, listening.handover, environ)  # before anything starts
         for each in config.each:
             if each.sandbox is not None:
                 seal_gateway(each.sandbox.containment)
@@ -618,7 +625,14 @@ def _listening(args: argparse.Namespace) -> Listening:
     if shutdown_timeout is None:
         shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT if args.stdio is None else STDIO_SHUTDOWN_TIMEOUT
     return Listening(
-        args.host, args.port, args.log_level, shutdown_timeout, args.status_port, args.status_socket, args.log_format
+        args.host,
+        args.port,
+        args.log_level,
+        shutdown_timeout,
+        args.status_port,
+        args.status_socket,
+        args.log_format,
+        args.handover,
     )
 
 
