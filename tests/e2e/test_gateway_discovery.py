@@ -39,8 +39,9 @@ CASES = {
 }
 
 
-def upstream(case: str) -> Starlette:
-    """An upstream and its authorization server in one app, whose documents go wrong as ``case`` says."""
+def upstream(case: str, asked: list[str] | None = None) -> Starlette:
+    """An upstream and its authorization server in one app, whose documents go wrong as ``case`` says (``"root"``:
+    its resource metadata at the root alone, naming its origin); each token request's path in ``asked``."""
 
     async def mcp(request: Request) -> Response:
         metadata = str(request.base_url) + ".well-known/oauth-protected-resource/mcp"
@@ -48,6 +49,10 @@ def upstream(case: str) -> Starlette:
 
     async def resource(request: Request) -> Response:
         base = str(request.base_url).rstrip("/")
+        if case == "root":
+            if request.url.path.endswith("/mcp"):
+                return Response(status_code=404)
+            return JSONResponse({"resource": base, "authorization_servers": [base]})
         named = {"another resource": ELSEWHERE + "/mcp", "a resource above it": base}.get(case, base + "/mcp")
         return JSONResponse({"resource": named, "authorization_servers": [GONE if case == "unreachable" else base]})
 
@@ -62,11 +67,17 @@ def upstream(case: str) -> Starlette:
             }
         )
 
+    async def token(request: Request) -> Response:
+        (asked if asked is not None else []).append(request.url.path)
+        return JSONResponse({"error": "invalid_grant"}, 400)
+
     return Starlette(
         routes=[
             Route("/mcp", mcp, methods=["GET", "POST"]),
             Route("/.well-known/oauth-protected-resource/mcp", resource),
+            Route("/.well-known/oauth-protected-resource", resource),
             Route("/.well-known/oauth-authorization-server", server),
+            Route("/token", token, methods=["POST"]),
         ]
     )
 
@@ -107,3 +118,37 @@ async def test_a_document_unreachable_or_for_another_is_one_refusal_in_the_excha
     phrase, status = CASES[case]
     assert {name: code for name, (code, _) in said.items()} == {"exchange": status, "sign-in": status}
     assert all(phrase in message for _, message in said.values()), said
+
+
+async def test_a_document_at_the_root_naming_the_origin_is_read_by_the_exchange_and_the_sign_in(jwks: str) -> None:
+    """An upstream whose protected resource metadata is at the root alone (RFC 9728's well-known URL of its origin,
+    naming the origin, as MCP's authorization spec has a client look last): the exchange reads it as the sign-in
+    does (it read the path's alone), and goes on to its authorization server's token endpoint; the sign-in goes on
+    to the user's sign-in URL."""
+    asked: list[str] = []
+    with serve(upstream("root", asked)) as base:
+        key = ec.generate_private_key(ec.SECP256R1())
+        exchange = TokenExchange(
+            client=ClientAuth("private_key_jwt", "gateway", key=key),
+            issuer=base,
+            id_jag=ClientAuth("private_key_jwt", "gateway-there", key=key),
+        )
+        login = Login(ISSUER, ClientAuth("private_key_jwt", "gateway-login", key=key))
+        callback = "http://127.0.0.1:8000/oauth/callback"
+        tokens = {
+            "exchange": UpstreamToken("id-jag", exchange, Target(), upstream=base + "/mcp"),
+            "sign-in": UpstreamGrants(upstream=base + "/mcp", callback=callback, login=login),
+        }
+        auth = GatewayAuth(jwks_url=jwks, issuer=ISSUER, audience=AUDIENCE)
+        body = modern_request("tools/call", {"name": "whoami", "arguments": {}})
+        bearer = signed({"iss": ISSUER, "aud": AUDIENCE, "sub": "max", "exp": 2**31})
+        headers = {**modern_headers(body), "Authorization": f"Bearer {bearer}"}
+        said = {}
+        for name, token in tokens.items():
+            app = gateway_app([base + "/mcp"], config=SessionsConfig(secret=SECRET), auth=auth, upstream_token=token)
+            async with asgi_client(exchange.wrap(app)) as http:
+                answer = await http.post("/mcp", json=body, headers=headers)
+            said[name] = (answer.status_code, result_of(answer, body["id"])["error"]["message"])
+    assert asked == ["/token"]  # the exchange's one request, refused there: the documents were taken
+    assert said["exchange"][0] == 401 and "will not exchange this token (invalid_grant)" in said["exchange"][1]
+    assert said["sign-in"][0] == 200 and "/oauth/authorize/" in said["sign-in"][1]
