@@ -1105,9 +1105,9 @@ async def test_an_upstream_found_wrong_is_a_clear_error_never_a_500_or_a_hang(st
         "no S256": (502, _failed("the upstream's authorization server does not say it takes PKCE's S256")),
         "another issuer": (502, _failed("an authorization server's metadata names another issuer")),
         "a line break": (502, _failed("an authorization server's metadata names no authorization_endpoint")),
-        "too long": (502, _failed("a server's answer is too long")),
-        "cut": (502, _failed("a server closed the connection without an answer")),
-        "slow": (504, _failed("a server did not answer in time")),
+        "too long": (502, _failed("the upstream's answer is too long")),
+        "cut": (502, _failed("the upstream closed the connection without an answer")),
+        "slow": (504, _failed("the upstream did not answer in time")),
     }
 
 
@@ -1138,7 +1138,7 @@ async def test_the_vendor_s_server_given_is_the_one_the_upstream_must_name() -> 
         headers = {**modern_headers(body), "Authorization": f"Bearer {bearer}"}
         async with asgi_client(app) as http:
             answer = await http.post("/mcp", json=body, headers=headers)
-    said = f"the upstream's resource metadata names the server {base}, not {named} (--oauth-issuer)"
+    said = f"the upstream's resource metadata names the authorization server {base}, not {named} (--oauth-issuer)"
     assert (answer.status_code, answer.json()["error"]["message"]) == (502, _failed(said))
     assert asked == ["/mcp", "/.well-known/oauth-protected-resource/mcp"]
     assert "s3cr3t-value" not in answer.text
