@@ -359,9 +359,11 @@ def stopped_as_it_starts(*arguments: str, within: float = 90) -> tuple[int, str,
 def main_run(
     *arguments: str, environ: Mapping[str, str] | None = None, stdin: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    """``mcp-sessions ARGUMENTS`` run by ``main`` in this process, in ``environ`` alone: its exit status, its output."""
+    """``mcp-sessions ARGUMENTS`` run by ``main`` in this process, in ``environ`` alone but for the test's state
+    directory (conftest's ``STATE_DIRECTORY``): its exit status, its output."""
     out, err = io.StringIO(), io.StringIO()
-    status = main(list(arguments), stdin=io.StringIO(stdin), stdout=out, stderr=err, environ=dict(environ or {}))
+    given = {"STATE_DIRECTORY": os.environ["STATE_DIRECTORY"], **(environ or {})}
+    status = main(list(arguments), stdin=io.StringIO(stdin), stdout=out, stderr=err, environ=given)
     return subprocess.CompletedProcess(arguments, status, out.getvalue(), err.getvalue())
 
 
