@@ -8,8 +8,11 @@ refused in one line. Each through the command, as its own process."""
 from __future__ import annotations
 
 import os
+import signal
 import stat
+import subprocess
 import sys
+import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,8 +21,22 @@ import pytest
 
 from _mcp import modern_headers, modern_request, session_meta
 from _redis import RedisServer, free_port
+from _uids import members, uids
+from _waits import WITHIN
 from conftest import serve
-from e2e._gateway import SECRET, Process, created, gateway_run, result_of, upstream_server
+from e2e._gateway import (
+    MAIN,
+    SECRET,
+    Process,
+    created,
+    for_every_uid,
+    gateway_run,
+    python_every_uid_runs,
+    readable_directory,
+    result_of,
+    upstream_server,
+)
+from e2e._sealed import needs
 
 SESSION_NOT_FOUND = -32043
 STORE = ("store", "sessions.db")  # in the state directory
@@ -106,3 +123,47 @@ def test_a_state_directory_the_gateway_cannot_make_is_refused_in_one_line(
         "user may make and write, by --process-state DIR, the same for every gateway of the host\n"
     )
     assert (done.returncode, done.stderr) == (2, said)
+
+
+def test_a_user_s_gateway_keeps_its_store_in_her_own_state_directory() -> None:
+    """A gateway run by a user, not root, given neither ``--process-state`` nor ``STATE_DIRECTORY``, keeps its store in
+    her state directory, ``$XDG_STATE_HOME/mcp-sessions`` (made hers, 0700; the file 0600), as its startup line
+    says; root's default, ``/var/lib/mcp-sessions``, is not hers to write."""
+    needs("root")  # to run it as a uid of its own
+    [user] = members(uids(491, 1))
+    python = python_every_uid_runs()
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    with (
+        readable_directory("mcp-sessions-user-") as top,
+        for_every_uid(MAIN / "middleware/mcp_sessions/__init__.py", MAIN / "middleware") as ours,
+        for_every_uid(purelib / "mcp/__init__.py", purelib) as theirs,
+    ):
+        xdg = top / "state"
+        xdg.mkdir(mode=0o700)
+        os.chown(xdg, user, user)  # hers, as ~/.local/state is
+        environ = {
+            "PATH": os.environ["PATH"],
+            "HOME": str(top),
+            "XDG_STATE_HOME": str(xdg),
+            "MCP_SESSIONS_SECRET": SECRET,
+        }
+        environ["PYTHONPATH"] = f"{ours.parents[1]}:{theirs.parents[1]}"
+        line = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", python, "-m", "mcp_sessions"]
+        line += ["gateway", "--upstream", "http://127.0.0.1:9/mcp", "--port", str(free_port()), "--log-level", "info"]
+        store = xdg / "mcp-sessions" / "store" / "sessions.db"
+        said = f"sessions, their data and users' sign-ins kept in SQLiteStore('{store}', timeout=2.0)"
+        with subprocess.Popen(line, env=environ, cwd=top, stderr=subprocess.PIPE, text=True) as gateway:
+            try:
+                assert gateway.stderr is not None
+                lines = [gateway.stderr.readline()]
+                while lines[-1] and "Application startup complete" not in lines[-1]:  # after its startup lines
+                    lines.append(gateway.stderr.readline())
+                gateway.send_signal(signal.SIGTERM)
+                assert gateway.wait(timeout=WITHIN) in (0, -signal.SIGTERM)
+            finally:
+                if gateway.poll() is None:
+                    gateway.kill()
+        assert said in "".join(lines)
+        found = store.stat()
+        assert (found.st_uid, stat.S_IMODE(found.st_mode)) == (user, 0o600)
+        assert stat.S_IMODE(store.parent.stat().st_mode) == stat.S_IMODE(store.parents[1].stat().st_mode) == 0o700
