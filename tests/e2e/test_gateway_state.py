@@ -12,7 +12,6 @@ import signal
 import stat
 import subprocess
 import sys
-import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,14 +24,12 @@ from _uids import members, uids
 from _waits import WITHIN
 from conftest import serve
 from e2e._gateway import (
-    MAIN,
     SECRET,
     Process,
+    checkout_every_uid_imports,
     created,
-    for_every_uid,
     gateway_run,
     python_every_uid_runs,
-    readable_directory,
     result_of,
     upstream_server,
 )
@@ -132,12 +129,7 @@ def test_a_user_s_gateway_keeps_its_store_in_her_own_state_directory() -> None:
     needs("root")  # to run it as a uid of its own
     [user] = members(uids(491, 1))
     python = python_every_uid_runs()
-    purelib = Path(sysconfig.get_paths()["purelib"])
-    with (
-        readable_directory("mcp-sessions-user-") as top,
-        for_every_uid(MAIN / "middleware/mcp_sessions/__init__.py", MAIN / "middleware") as ours,
-        for_every_uid(purelib / "mcp/__init__.py", purelib) as theirs,
-    ):
+    with checkout_every_uid_imports("mcp-sessions-user-") as (top, imported):
         xdg = top / "state"
         xdg.mkdir(mode=0o700)
         os.chown(xdg, user, user)  # hers, as ~/.local/state is
@@ -147,7 +139,7 @@ def test_a_user_s_gateway_keeps_its_store_in_her_own_state_directory() -> None:
             "XDG_STATE_HOME": str(xdg),
             "MCP_SESSIONS_SECRET": SECRET,
         }
-        environ["PYTHONPATH"] = f"{ours.parents[1]}:{theirs.parents[1]}"
+        environ["PYTHONPATH"] = imported
         line = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", python, "-m", "mcp_sessions"]
         line += ["gateway", "--upstream", "http://127.0.0.1:9/mcp", "--port", str(free_port()), "--log-level", "info"]
         store = xdg / "mcp-sessions" / "store" / "sessions.db"
