@@ -552,3 +552,43 @@ async def test_a_call_is_awaited_in_its_requests_own_task_unless_it_may_outlive_
             assert await conversation.relay(ctx(say=True)) == answer
             assert (len(recorded.started), heard) == (started[1], told)
             tasks.cancel_scope.cancel()
+
+
+async def test_one_process_starts_ahead_beside_the_shared_one_and_the_rest_once_it_has_answered() -> None:
+    """The gateway is ready once its shared process has answered: beside it only a first conversation's process
+    starts (``--warm``'s first), the rest once it has answered, so that they do not share the cores its start needs."""
+    made = Made()
+
+    def factory(command: Sequence[str], **arguments: Any) -> MemoryChild:
+        made.append(child := MemoryChild(command, **arguments))
+        if len(made) > 1:  # the shared one answers once the test says so
+            child.started.set()
+        return child
+
+    settings: dict[str, Any] = {"processes": "per-conversation", "idle": 600.0, "max_processes": 16, "per_caller": 4}
+    children = Table(
+        ["server"],
+        config=SessionsConfig(secret=SECRET),
+        bus=SessionSubscriptionBus(),
+        factory=factory,
+        **settings,
+        sessionless="per-caller",
+        warm=3,
+        environ={},
+    )
+    answered = anyio.Event()
+
+    async def run() -> None:
+        async with children.running():
+            answered.set()
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(run)
+            await anyio.wait_all_tasks_blocked()  # the table waits for the shared process's answer
+            assert [child.label for child in made[:1]] == ["shared"]
+            assert len(made) == 2
+            made[0].started.set()
+            await answered.wait()
+
+    assert len(made) == 4
