@@ -21,6 +21,7 @@ from mcp_types.version import LATEST_MODERN_VERSION
 
 from conftest import SECRET
 from mcp_sessions import SessionsConfig
+from mcp_sessions._gateway._front import StartupFailed
 from mcp_sessions._gateway.stdio import _admission
 from mcp_sessions._gateway.stdio._child import _ignored, _no_client
 from mcp_sessions._gateway.stdio._models import AFTER_ANSWER, Asking, Caller, End, EndReason, Key, Owner, asking
@@ -592,3 +593,36 @@ async def test_one_process_starts_ahead_beside_the_shared_one_and_the_rest_once_
             await answered.wait()
 
     assert len(made) == 4
+
+
+async def test_a_shared_process_that_fails_to_start_ends_the_start_and_starts_no_more() -> None:
+    """The start still fails in one line where the shared process crashes, and the rest of ``--warm``, which waits
+    for its answer, is never started: one process beside it, no more."""
+    made = Made()
+
+    def factory(command: Sequence[str], **arguments: Any) -> MemoryChild:
+        made.append(child := MemoryChild(command, **arguments))
+        if len(made) == 1:  # the shared one: it exits at once, said nothing
+            child.crash()
+            child.stderr_ended.set()
+        child.started.set()
+        return child
+
+    settings: dict[str, Any] = {"processes": "per-conversation", "idle": 600.0, "max_processes": 16, "per_caller": 4}
+    children = Table(
+        ["server"],
+        config=SessionsConfig(secret=SECRET),
+        bus=SessionSubscriptionBus(),
+        factory=factory,
+        **settings,
+        sessionless="per-caller",
+        warm=3,
+        environ={},
+    )
+
+    failed = pytest.RaisesExc(StartupFailed, match=r"^server: [^\n]*crash: it exited")
+    with anyio.fail_after(5), pytest.RaisesGroup(failed, flatten_subgroups=True):
+        async with children.running():
+            pass
+
+    assert len(made) == 2
