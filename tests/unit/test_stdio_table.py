@@ -566,17 +566,7 @@ async def test_one_process_starts_ahead_beside_the_shared_one_and_the_rest_once_
             child.started.set()
         return child
 
-    settings: dict[str, Any] = {"processes": "per-conversation", "idle": 600.0, "max_processes": 16, "per_caller": 4}
-    children = Table(
-        ["server"],
-        config=SessionsConfig(secret=SECRET),
-        bus=SessionSubscriptionBus(),
-        factory=factory,
-        **settings,
-        sessionless="per-caller",
-        warm=3,
-        environ={},
-    )
+    children = idle_table(factory, sessionless="per-caller", warm=3)
     answered = anyio.Event()
 
     async def run() -> None:
@@ -608,17 +598,7 @@ async def test_a_shared_process_that_fails_to_start_ends_the_start_and_starts_no
         child.started.set()
         return child
 
-    settings: dict[str, Any] = {"processes": "per-conversation", "idle": 600.0, "max_processes": 16, "per_caller": 4}
-    children = Table(
-        ["server"],
-        config=SessionsConfig(secret=SECRET),
-        bus=SessionSubscriptionBus(),
-        factory=factory,
-        **settings,
-        sessionless="per-caller",
-        warm=3,
-        environ={},
-    )
+    children = idle_table(factory, sessionless="per-caller", warm=3)
 
     failed = pytest.RaisesExc(StartupFailed, match=r"^server: [^\n]*crash: it exited")
     with anyio.fail_after(5), pytest.RaisesGroup(failed, flatten_subgroups=True):
