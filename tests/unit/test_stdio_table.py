@@ -21,6 +21,7 @@ from mcp_types.version import LATEST_MODERN_VERSION
 
 from conftest import SECRET
 from mcp_sessions import SessionsConfig
+from mcp_sessions._gateway._front import StartupFailed
 from mcp_sessions._gateway.stdio import _admission
 from mcp_sessions._gateway.stdio._child import _ignored, _no_client
 from mcp_sessions._gateway.stdio._models import AFTER_ANSWER, Asking, Caller, End, EndReason, Key, Owner, asking
@@ -552,3 +553,56 @@ async def test_a_call_is_awaited_in_its_requests_own_task_unless_it_may_outlive_
             assert await conversation.relay(ctx(say=True)) == answer
             assert (len(recorded.started), heard) == (started[1], told)
             tasks.cancel_scope.cancel()
+
+
+async def test_one_process_starts_ahead_beside_the_shared_one_and_the_rest_once_it_has_answered() -> None:
+    """The gateway is ready once its shared process has answered: beside it only a first conversation's process
+    starts (``--warm``'s first), the rest once it has answered, so that they do not share the cores its start needs."""
+    made = Made()
+
+    def factory(command: Sequence[str], **arguments: Any) -> MemoryChild:
+        made.append(child := MemoryChild(command, **arguments))
+        if len(made) > 1:  # the shared one answers once the test says so
+            child.started.set()
+        return child
+
+    children = idle_table(factory, sessionless="per-caller", warm=3)
+    answered = anyio.Event()
+
+    async def run() -> None:
+        async with children.running():
+            answered.set()
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(run)
+            await anyio.wait_all_tasks_blocked()  # the table waits for the shared process's answer
+            assert [child.label for child in made[:1]] == ["shared"]
+            assert len(made) == 2
+            made[0].started.set()
+            await answered.wait()
+
+    assert len(made) == 4
+
+
+async def test_a_shared_process_that_fails_to_start_ends_the_start_and_starts_no_more() -> None:
+    """The start still fails in one line where the shared process crashes, and the rest of ``--warm``, which waits
+    for its answer, is never started: one process beside it, no more."""
+    made = Made()
+
+    def factory(command: Sequence[str], **arguments: Any) -> MemoryChild:
+        made.append(child := MemoryChild(command, **arguments))
+        if len(made) == 1:  # the shared one: it exits at once, said nothing
+            child.crash()
+            child.stderr_ended.set()
+        child.started.set()
+        return child
+
+    children = idle_table(factory, sessionless="per-caller", warm=3)
+
+    failed = pytest.RaisesExc(StartupFailed, match=r"^server: [^\n]*crash: it exited")
+    with anyio.fail_after(5), pytest.RaisesGroup(failed, flatten_subgroups=True):
+        async with children.running():
+            pass
+
+    assert len(made) == 2

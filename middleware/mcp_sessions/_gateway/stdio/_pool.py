@@ -155,12 +155,13 @@ class Pool:
         if self.options is not None and self.options.edge is not None:
             self.options.edge.masks.renew(masked, values)
 
-    def fill(self) -> None:
-        """Start processes ahead, up to ``warm``: the table asks for it once the answer of the request that took one
-        is sent (``Actions.refill``: a process start takes a core for most of a second)."""
+    def fill(self, most: int | None = None) -> None:
+        """Start processes ahead, up to ``warm`` (``most`` more at most): the table asks for it once the answer of
+        the request that took one is sent (``Actions.refill``: a process start takes a core for most of a second)."""
         if self.tasks is None:  # not yet running (a decision tested alone), or stopped
             return
-        started = [self.start() for _ in range(self.warm_count - len(self.warm))]
+        wanted = self.warm_count - len(self.warm)
+        started = [self.start() for _ in range(wanted if most is None else min(wanted, most))]
         self.warm.extend(started)
         self.launch(started)
 

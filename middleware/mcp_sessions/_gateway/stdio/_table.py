@@ -513,16 +513,20 @@ class Table:
     @asynccontextmanager
     async def running(self, start_deadline: float | None = None) -> AsyncIterator[types.InitializeResult]:
         """Start the shared child (its ``initialize`` answered by ``start_deadline``, if given: the gateway's start's
-        end), those started ahead beside it; at the end, stop every child. Yields the shared child's answer."""
+        end), one started ahead beside it and the rest of ``warm`` once it has answered; at the end, stop every child.
+        Yields the shared child's answer."""
         async with self.pool.running():
             try:
                 self._shared = first = self.pool.start(shared=True, start_deadline=start_deadline)
                 assert first.conversation is not None
                 try:
                     self.pool.launch((first,))
-                    # beside it: a first conversation's process is no second start in a row
-                    self.pool.fill()
+                    # One beside it: a first conversation's process is no second start in a row. The rest once it
+                    # has answered: more starts at once share the cores its start, which the gateway's readiness
+                    # waits for, needs.
+                    self.pool.fill(1)
                     await self.ready(first.conversation)
+                    self.pool.fill()
                 except MCPError as exc:
                     raise await self.failed(exc.error.message, first.child) from None
                 assert first.child.initialized is not None
