@@ -10,6 +10,7 @@ once (as root) and kept in podman's store.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -25,6 +26,7 @@ import pytest
 from mcp import Client
 
 import mcp_sessions
+from _mcp import create_session, sdk_session_meta
 from _redis import free_port, missing, only_skips
 from _waits import until
 from conftest import SECRET
@@ -33,7 +35,11 @@ from e2e._stdio import text_of
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVER = Path(__file__).with_name("_plain_stdio.py")
+# The tests' servers, each mounted under /srv/mcp/ by its name here.
+SERVERS = {
+    Path(__file__).with_name("_plain_stdio.py"): "server.py",
+    Path(__file__).with_name("_hostile_stdio.py"): "hostile.py",
+}
 # podman's default limits (1048576 open files; the host's process count) are above what some hosts let a container
 # raise its own to ("error setting rlimit ...: operation not permitted"): this process's open files, and podman
 # build's own default for processes.
@@ -70,19 +76,26 @@ def image() -> str:
     return tag
 
 
-@pytest.fixture
-def container(image: str, tmp_path: Path) -> Iterator[tuple[str, int]]:
-    """The image run with the file and the server mounted, its port published on 127.0.0.1: its name and port."""
-    (tmp_path / "gateway.toml").write_text(CONFIG)
-    shutil.copy(SERVER, tmp_path / "server.py")
+@contextlib.contextmanager
+def running(image: str, directory: Path, config: str, *options: str) -> Iterator[tuple[str, int]]:
+    """The image run with ``config`` and the tests' servers mounted, its port published on 127.0.0.1, given podman's
+    ``options``: its name and port."""
+    (directory / "gateway.toml").write_text(config)
+    for server, mounted in SERVERS.items():
+        shutil.copy(server, directory / mounted)
     port = free_port()
     name = f"mcp-sessions-test-{os.getpid()}-{port}"
     run = subprocess.run(
         [
-            *("podman", "run", "--detach", "--name", name, *LIMITS, "--env", "MCP_SESSIONS_SECRET"),
+            *("podman", "run", "--detach", "--name", name, *LIMITS, *options, "--env", "MCP_SESSIONS_SECRET"),
             *("--publish", f"127.0.0.1:{port}:8000"),
-            *("--volume", f"{tmp_path / 'gateway.toml'}:/etc/mcp-sessions/gateway.toml:ro"),
-            *("--volume", f"{tmp_path / 'server.py'}:/srv/mcp/server.py:ro", image),
+            *("--volume", f"{directory / 'gateway.toml'}:/etc/mcp-sessions/gateway.toml:ro"),
+            *(
+                item
+                for mounted in SERVERS.values()
+                for item in ("--volume", f"{directory / mounted}:/srv/mcp/{mounted}:ro")
+            ),
+            image,
         ],
         env={**os.environ, "MCP_SESSIONS_SECRET": SECRET},  # by name: never on a command line
         capture_output=True,
@@ -92,6 +105,9 @@ def container(image: str, tmp_path: Path) -> Iterator[tuple[str, int]]:
     )
     assert run.returncode == 0, run.stderr
     try:
+        until(
+            lambda: healthy(name, port), lambda: f"no /healthz:\n{logs(name)}", within=60, ignoring=(httpx.HTTPError,)
+        )
         yield name, port
     finally:
         podman("rm", "--force", "--time", "0", name)
@@ -109,24 +125,23 @@ def healthy(name: str, port: int) -> bool:
 
 
 @pytest.mark.timeout(1500)  # a cold build: the base (debootstrap) and every layer, about 3 minutes here
-async def test_the_image_serves_a_stdio_server_and_stops_cleanly(image: str, container: tuple[str, int]) -> None:
-    name, port = container
-    until(lambda: healthy(name, port), lambda: f"no /healthz:\n{logs(name)}", within=60, ignoring=(httpx.HTTPError,))
-    checked = podman("healthcheck", "run", name)
-    assert checked.returncode == 0, f"the image's HEALTHCHECK: {checked.stdout}{checked.stderr}"
+async def test_the_image_serves_a_stdio_server_and_stops_cleanly(image: str, tmp_path: Path) -> None:
+    with running(image, tmp_path, CONFIG) as (name, port):
+        checked = podman("healthcheck", "run", name)
+        assert checked.returncode == 0, f"the image's HEALTHCHECK: {checked.stdout}{checked.stderr}"
 
-    async with Client(f"http://127.0.0.1:{port}/servers/plain/mcp") as client:
-        assert client.server_info is not None
-        assert client.server_info.name == "stdio-test-server"
-        answer = json.loads(text_of(await client.call_tool("whoami", {})))
-    assert answer["leaked"] == []  # the gateway had MCP_SESSIONS_SECRET; its server's process does not
+        async with Client(f"http://127.0.0.1:{port}/servers/plain/mcp") as client:
+            assert client.server_info is not None
+            assert client.server_info.name == "stdio-test-server"
+            answer = json.loads(text_of(await client.call_tool("whoami", {})))
+        assert answer["leaked"] == []  # the gateway had MCP_SESSIONS_SECRET; its server's process does not
 
-    stopped = podman("stop", "--time", "30", name)
-    assert stopped.returncode == 0, stopped.stderr
-    assert podman("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip() == "0", logs(name)
-    said = logs(name)
-    assert "Application shutdown complete." in said
-    assert "PID 1 without an init" not in said, said  # tini is PID 1, and reaps
+        stopped = podman("stop", "--time", "30", name)
+        assert stopped.returncode == 0, stopped.stderr
+        assert podman("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip() == "0", logs(name)
+        said = logs(name)
+        assert "Application shutdown complete." in said
+        assert "PID 1 without an init" not in said, said  # tini is PID 1, and reaps
 
 
 def test_the_image_says_what_it_is(image: str) -> None:
@@ -140,3 +155,56 @@ def test_the_image_says_what_it_is(image: str) -> None:
     # No build tools: pip left the environment, and no compiler came with the packages.
     unbuilt = podman("run", "--rm", *LIMITS, "--entrypoint", "sh", image, "-c", "command -v pip pip3 gcc cc make")
     assert unbuilt.stdout == "", unbuilt.stdout
+
+
+# A pod with a user namespace of its own (Kubernetes' hostUsers: false; podman --userns=auto), as the kubelet maps
+# one: its root is host uid 420000, its 65536 uids unprivileged host uids. The gateway gets only capabilities of that
+# namespace, the ones it needs (docs/deployment.md), the project's seccomp profile (Docker's, with pivot_root under
+# CAP_SYS_ADMIN), and /proc/sys as its network namespace's own sysctls, writable (each veth's forwarding).
+SEALED = (
+    *("--uidmap", "0:420000:65536", "--gidmap", "0:420000:65536"),
+    *("--cap-drop", "all", "--cap-add", "SETUID,SETGID,CHOWN,SYS_ADMIN,NET_ADMIN"),
+    *("--security-opt", f"seccomp={ROOT / 'deploy' / 'seccomp.json'}", "--security-opt", "unmask=/proc/sys"),
+)
+SEALED_CONFIG = """\
+[gateway]
+host = "0.0.0.0"
+port = 8000
+process-uids = "61000-61999"
+
+[servers.plain]
+command = "python3"
+args = ["/srv/mcp/server.py"]
+processes = "per-conversation"
+
+[servers.hostile]
+command = "python3"
+args = ["/srv/mcp/hostile.py"]
+"""
+
+
+async def test_each_process_is_sealed_in_a_user_namespace_without_privilege(image: str, tmp_path: Path) -> None:
+    with running(image, tmp_path, SEALED_CONFIG, *SEALED) as (name, port):
+        said = logs(name)
+        assert "plain: each process: containment bwrap (auto), a uid each" in said, said
+        assert "a veth pair each" in said, said
+        base = f"http://127.0.0.1:{port}/servers"
+        async with Client(f"{base}/plain/mcp") as client:
+            for session in (await create_session(client), await create_session(client)):
+                await client.call_tool("whoami", {}, meta=sdk_session_meta(session))
+            top = podman("top", name, "huser", "user", "comm").stdout.splitlines()
+        servers = [line.split() for line in top if line.endswith("python3")]
+        uids = sorted(int(user) for _, user, _ in servers)
+        assert len(set(uids)) == len(uids) >= 2, top  # a uid each: the shared process's and each conversation's
+        assert all(61000 <= uid <= 61999 for uid in uids), top
+        assert sorted(int(host) for host, _, _ in servers) == [420000 + uid for uid in uids], top  # unprivileged
+
+        pod = podman("inspect", "--format", "{{.NetworkSettings.IPAddress}}", name).stdout.strip()
+        async with Client(f"{base}/hostile/mcp") as client:
+            for host in ("127.0.0.1", pod):  # where the gateway listens: the pod's loopback, the pod's address
+                answer = text_of(await client.call_tool("connect", {"host": host, "port": 8000}))
+                assert answer != "connected", f"{host}: {answer}"
+
+        stopped = podman("stop", "--time", "30", name)  # no CAP_KILL given: every process still ends
+        assert stopped.returncode == 0, stopped.stderr
+        assert podman("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip() == "0", logs(name)
