@@ -208,3 +208,14 @@ async def test_each_process_is_sealed_in_a_user_namespace_without_privilege(imag
         stopped = podman("stop", "--time", "30", name)  # no CAP_KILL given: every process still ends
         assert stopped.returncode == 0, stopped.stderr
         assert podman("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip() == "0", logs(name)
+
+
+def test_the_gateways_seccomp_profile_is_dockers_with_pivot_root() -> None:
+    """deploy/seccomp.json, as scripts/seccomp-profile.sh derives it: the contained processes' profile (Docker's),
+    with pivot_root where CAP_SYS_ADMIN is granted, and nothing else."""
+    dockers = json.loads((ROOT / "middleware/mcp_sessions/_gateway/sealed/seccomp.json").read_text())
+    gateways = json.loads((ROOT / "deploy/seccomp.json").read_text())
+    [admin] = [rule for rule in gateways["syscalls"] if "pivot_root" in rule["names"]]
+    assert admin["includes"] == {"caps": ["CAP_SYS_ADMIN"]}
+    admin["names"].remove("pivot_root")
+    assert gateways == dockers
