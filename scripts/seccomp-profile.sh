@@ -18,3 +18,18 @@ curl -fsS -o "$work/package.deb" "$archive/$path"
 echo "$sha  $work/package.deb" | sha256sum --check --quiet
 dpkg-deb --fsys-tarfile "$work/package.deb" | tar -xO ./usr/share/gocode/src/github.com/docker/docker/profiles/seccomp/default.json >"$into"
 echo "$into: docker.io $(dpkg-deb -f "$work/package.deb" Version)"
+# The gateway's own profile, for the container that runs it (deploy/seccomp.json, docs/deployment.md): Docker's, with
+# pivot_root beside mount and unshare where CAP_SYS_ADMIN is granted, which bubblewrap needs to give each process a
+# root of its own (Docker's refuses pivot_root to every process).
+python3 - "$into" deploy/seccomp.json <<'PYTHON'
+import json
+import sys
+
+profile = json.load(open(sys.argv[1]))
+[admin] = [rule for rule in profile["syscalls"] if rule.get("includes") == {"caps": ["CAP_SYS_ADMIN"]} and "unshare" in rule["names"]]
+admin["names"].append("pivot_root")
+with open(sys.argv[2], "w") as out:
+    json.dump(profile, out, indent="\t")
+    out.write("\n")
+PYTHON
+echo "deploy/seccomp.json: that, with pivot_root under CAP_SYS_ADMIN"

@@ -2,7 +2,8 @@
 # Installs what the test suite runs for real: redis-server, node, bubblewrap and nftables (Debian/Ubuntu packages), and
 # the MCP Inspector CLI and the gateway tests' node packages (from the npm registry, into .cache/, pinned).
 # `make test` calls it; with --all (`make test-all`, `make bench`) it adds the interop matrix's and the
-# benchmarks' node packages: the conformance suite and supergateway. It does nothing when everything is already there.
+# benchmarks' node packages (the conformance suite and supergateway), and podman, runc and debootstrap (the image).
+# It does nothing when everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 all=""
@@ -44,6 +45,13 @@ command -v conntrack >/dev/null 2>&1 || [ -x /usr/sbin/conntrack ] || missing+=(
 # environments that --process-uids processes run from the system's python3, which those uids may run.
 if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c 'import ensurepip' >/dev/null 2>&1; then
     missing+=(python3-venv)
+fi
+# make test-all's image (tests/e2e/test_image.py, scripts/image.sh): podman builds and runs it (under runc), and
+# debootstrap makes its Debian base from Debian's packages where no registry is reachable.
+if [ -n "$all" ]; then
+    command -v podman >/dev/null 2>&1 || missing+=(podman)
+    command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || missing+=(runc)
+    command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || missing+=(debootstrap)
 fi
 if [ "${#missing[@]}" -gt 0 ]; then
     if ! command -v apt-get >/dev/null 2>&1; then

@@ -164,6 +164,7 @@ async def asgi_client(app: Any) -> AsyncIterator[httpx.AsyncClient]:
 # for the many short ones to fill in at the end. Everything else keeps its order. The paths are from the root: the
 # conformance pack's tests (conformance/tests/) are ranked with the middleware's.
 SLOW_FILES = [
+    "tests/e2e/test_image.py",
     "tests/e2e/test_gateway_stdio_containment.py",
     "tests/e2e/test_gateway_auth.py",
     "tests/e2e/test_benchmarks.py",
@@ -224,6 +225,7 @@ INTEROP = [
     "tests/e2e/test_benchmarks.py",  # the benchmarks' smoke runs (supergateway's too)
     "tests/e2e/test_gateway_benchmark.py",
     "tests/e2e/test_dist.py",  # the wheel and the sdist built
+    "tests/e2e/test_image.py",  # the gateway's image, built and run with podman
     # docs/gateway.md's recipes as written, from a copy installed with pip into a fresh venv, with the Inspector
     # (what they do, test_gateway_auth.py's team recipe test and the front-and-replicas tests run in make test)
     "tests/e2e/test_gateway_recipes.py",

@@ -1,0 +1,221 @@
+"""The gateway's image (``deploy/Containerfile``) as ``scripts/image.sh`` builds it and podman runs it: the team's
+file mounted at ``/etc/mcp-sessions/gateway.toml``, a stdio server (the tests' ``_plain_stdio.py``, mounted) behind
+it, its port published on loopback, its health check, a tool called through it by the ``mcp`` SDK's client, and
+``podman stop`` ending it cleanly.
+
+The build is podman's: its layer cache makes a second build of the same checkout a few seconds' work (the wheels
+are made again, the same bytes, and every step is cached); the base, Debian's packages under debootstrap, is made
+once (as root) and kept in podman's store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from mcp import Client
+
+import mcp_sessions
+from _mcp import create_session, sdk_session_meta
+from _redis import free_port, missing, only_skips
+from _waits import until
+from conftest import SECRET
+from e2e._stdio import text_of
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parents[2]
+# The tests' servers, each mounted under /srv/mcp/ by its name here.
+SERVERS = {
+    Path(__file__).with_name("_plain_stdio.py"): "server.py",
+    Path(__file__).with_name("_hostile_stdio.py"): "hostile.py",
+}
+# podman's default limits (1048576 open files; the host's process count) are above what some hosts let a container
+# raise its own to ("error setting rlimit ...: operation not permitted"): this process's open files, and podman
+# build's own default for processes.
+_, FILES = resource.getrlimit(resource.RLIMIT_NOFILE)
+LIMITS = ("--ulimit", f"nofile={FILES}:{FILES}", "--ulimit", "nproc=32768:32768")
+CONFIG = """\
+[gateway]
+host = "0.0.0.0"
+port = 8000
+
+[servers.plain]
+command = "python3"
+args = ["/srv/mcp/server.py"]
+"""
+
+
+def podman(*arguments: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["podman", *arguments], capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    """The image of this checkout, built (or found in podman's cache) by scripts/image.sh: its tag, this checkout's
+    own, so that two clones on one host build theirs side by side."""
+    __tracebackhide__ = only_skips
+    if shutil.which("podman") is None:
+        missing("podman is not installed: scripts/system-deps.sh --all installs it (with runc and debootstrap)")
+    tag = "localhost/mcp-sessions:test-" + hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
+    environ = {**os.environ, "PYTHON": sys.executable}
+    built = subprocess.run(
+        [str(ROOT / "scripts" / "image.sh"), tag], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=1200
+    )
+    assert built.returncode == 0, f"scripts/image.sh failed ({built.returncode}):\n{built.stdout}\n{built.stderr}"
+    return tag
+
+
+@contextlib.contextmanager
+def running(image: str, directory: Path, config: str, *options: str) -> Iterator[tuple[str, int]]:
+    """The image run with ``config`` and the tests' servers mounted, its port published on 127.0.0.1, given podman's
+    ``options``: its name and port."""
+    (directory / "gateway.toml").write_text(config)
+    for server, mounted in SERVERS.items():
+        shutil.copy(server, directory / mounted)
+    port = free_port()
+    name = f"mcp-sessions-test-{os.getpid()}-{port}"
+    run = subprocess.run(
+        [
+            *("podman", "run", "--detach", "--name", name, *LIMITS, *options, "--env", "MCP_SESSIONS_SECRET"),
+            *("--publish", f"127.0.0.1:{port}:8000"),
+            *("--volume", f"{directory / 'gateway.toml'}:/etc/mcp-sessions/gateway.toml:ro"),
+            *(
+                item
+                for mounted in SERVERS.values()
+                for item in ("--volume", f"{directory / mounted}:/srv/mcp/{mounted}:ro")
+            ),
+            image,
+        ],
+        env={**os.environ, "MCP_SESSIONS_SECRET": SECRET},  # by name: never on a command line
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    try:
+        until(
+            lambda: healthy(name, port), lambda: f"no /healthz:\n{logs(name)}", within=60, ignoring=(httpx.HTTPError,)
+        )
+        yield name, port
+    finally:
+        podman("rm", "--force", "--time", "0", name)
+
+
+def logs(name: str) -> str:
+    said = podman("logs", name)
+    return said.stdout + said.stderr
+
+
+def healthy(name: str, port: int) -> bool:
+    state = podman("inspect", "--format", "{{.State.Status}}", name).stdout.strip()
+    assert state == "running", f"the container is {state}:\n{logs(name)}"
+    return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+
+
+@pytest.mark.timeout(1500)  # a cold build: the base (debootstrap) and every layer, about 3 minutes here
+async def test_the_image_serves_a_stdio_server_and_stops_cleanly(image: str, tmp_path: Path) -> None:
+    with running(image, tmp_path, CONFIG) as (name, port):
+        checked = podman("healthcheck", "run", name)
+        assert checked.returncode == 0, f"the image's HEALTHCHECK: {checked.stdout}{checked.stderr}"
+
+        async with Client(f"http://127.0.0.1:{port}/servers/plain/mcp") as client:
+            assert client.server_info is not None
+            assert client.server_info.name == "stdio-test-server"
+            answer = json.loads(text_of(await client.call_tool("whoami", {})))
+        assert answer["leaked"] == []  # the gateway had MCP_SESSIONS_SECRET; its server's process does not
+
+        stopped = podman("stop", "--time", "30", name)
+        assert stopped.returncode == 0, stopped.stderr
+        assert podman("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip() == "0", logs(name)
+        said = logs(name)
+        assert "Application shutdown complete." in said
+        assert "PID 1 without an init" not in said, said  # tini is PID 1, and reaps
+
+
+def test_the_image_says_what_it_is(image: str) -> None:
+    [inspected] = json.loads(podman("image", "inspect", image).stdout)
+    labels = inspected["Config"]["Labels"]
+    assert labels["org.opencontainers.image.version"] == mcp_sessions.__version__
+    assert labels["org.opencontainers.image.licenses"] == "MIT AND Apache-2.0"
+    assert "http://127.0.0.1:8000/healthz" in " ".join(inspected["Healthcheck"]["Test"])
+    entrypoint = inspected["Config"]["Entrypoint"]
+    assert entrypoint[-4:] == ["mcp-sessions", "gateway", "--config", "/etc/mcp-sessions/gateway.toml"]
+    # No build tools: pip left the environment, and no compiler came with the packages.
+    unbuilt = podman("run", "--rm", *LIMITS, "--entrypoint", "sh", image, "-c", "command -v pip pip3 gcc cc make")
+    assert unbuilt.stdout == "", unbuilt.stdout
+
+
+# A pod with a user namespace of its own (Kubernetes' hostUsers: false; podman --userns=auto), as the kubelet maps
+# one: its root is host uid 420000, its 65536 uids unprivileged host uids. The gateway gets only capabilities of that
+# namespace, the ones it needs (docs/deployment.md), the project's seccomp profile (Docker's, with pivot_root under
+# CAP_SYS_ADMIN), and /proc/sys as its network namespace's own sysctls, writable (each veth's forwarding).
+SEALED = (
+    *("--uidmap", "0:420000:65536", "--gidmap", "0:420000:65536"),
+    *("--cap-drop", "all", "--cap-add", "SETUID,SETGID,CHOWN,SYS_ADMIN,NET_ADMIN"),
+    *("--security-opt", f"seccomp={ROOT / 'deploy' / 'seccomp.json'}", "--security-opt", "unmask=/proc/sys"),
+)
+SEALED_CONFIG = """\
+[gateway]
+host = "0.0.0.0"
+port = 8000
+process-uids = "61000-61999"
+
+[servers.plain]
+command = "python3"
+args = ["/srv/mcp/server.py"]
+processes = "per-conversation"
+
+[servers.hostile]
+command = "python3"
+args = ["/srv/mcp/hostile.py"]
+"""
+
+
+async def test_each_process_is_sealed_in_a_user_namespace_without_privilege(image: str, tmp_path: Path) -> None:
+    with running(image, tmp_path, SEALED_CONFIG, *SEALED) as (name, port):
+        said = logs(name)
+        assert "plain: each process: containment bwrap (auto), a uid each" in said, said
+        assert "a veth pair each" in said, said
+        base = f"http://127.0.0.1:{port}/servers"
+        async with Client(f"{base}/plain/mcp") as client:
+            for session in (await create_session(client), await create_session(client)):
+                await client.call_tool("whoami", {}, meta=sdk_session_meta(session))
+            top = podman("top", name, "huser", "user", "comm").stdout.splitlines()
+        servers = [line.split() for line in top if line.endswith("python3")]
+        uids = sorted(int(user) for _, user, _ in servers)
+        assert len(set(uids)) == len(uids) >= 2, top  # a uid each: the shared process's and each conversation's
+        assert all(61000 <= uid <= 61999 for uid in uids), top
+        assert sorted(int(host) for host, _, _ in servers) == [420000 + uid for uid in uids], top  # unprivileged
+
+        pod = podman("inspect", "--format", "{{.NetworkSettings.IPAddress}}", name).stdout.strip()
+        async with Client(f"{base}/hostile/mcp") as client:
+            for host in ("127.0.0.1", pod):  # where the gateway listens: the pod's loopback, the pod's address
+                answer = text_of(await client.call_tool("connect", {"host": host, "port": 8000}))
+                assert answer != "connected", f"{host}: {answer}"
+
+        stopped = podman("stop", "--time", "30", name)  # no CAP_KILL given: every process still ends
+        assert stopped.returncode == 0, stopped.stderr
+        assert podman("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip() == "0", logs(name)
+
+
+def test_the_gateways_seccomp_profile_is_dockers_with_pivot_root() -> None:
+    """deploy/seccomp.json, as scripts/seccomp-profile.sh derives it: the contained processes' profile (Docker's),
+    with pivot_root where CAP_SYS_ADMIN is granted, and nothing else."""
+    dockers = json.loads((ROOT / "middleware/mcp_sessions/_gateway/sealed/seccomp.json").read_text())
+    gateways = json.loads((ROOT / "deploy/seccomp.json").read_text())
+    [admin] = [rule for rule in gateways["syscalls"] if "pivot_root" in rule["names"]]
+    assert admin["includes"] == {"caps": ["CAP_SYS_ADMIN"]}
+    admin["names"].remove("pivot_root")
+    assert gateways == dockers
