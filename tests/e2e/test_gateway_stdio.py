@@ -678,6 +678,37 @@ def test_a_sigterm_while_the_gateway_is_built_ends_its_start_with_exit_status_0(
     assert not left
 
 
+HELD_LOADING = """\
+import os, pathlib, signal, sys
+class _Held:  # the gateway's modules, held as they start to load, until a signal
+    def find_spec(self, name, path, target=None):
+        if name == "mcp_sessions._gateway":
+            sys.meta_path.remove(self)
+            pathlib.Path(os.environ["LOADING"]).touch()
+            signal.pause()
+sys.meta_path.insert(0, _Held())
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_the_gateway_s_modules_load_ends_it_with_exit_status_0(tmp_path: Path, sig: int) -> None:
+    """110.5: a SIGTERM before the gateway noted signals, as its modules loaded (the first half second of a start
+    from exec), ended it by the signal (-15), and a Ctrl-C printed a traceback: nothing is made then, and it ends
+    with exit status 0, as one during the rest of its start does."""
+    (tmp_path / "sitecustomize.py").write_text(HELD_LOADING)
+    loading = tmp_path / "loading"
+    environ = {**os.environ, "PYTHONPATH": str(tmp_path), "LOADING": str(loading), "MCP_SESSIONS_SECRET": SECRET}
+    line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", "0", "--upstream", "http://127.0.0.1:9/mcp"]
+    with subprocess.Popen(line, env=environ, stderr=subprocess.PIPE, text=True) as gateway:
+        try:
+            until(loading.exists, "the gateway's modules loading")
+            gateway.send_signal(sig)
+            said = gateway.communicate(timeout=WITHIN)[1]
+        finally:
+            gateway.kill()
+    assert (gateway.returncode, said) == (0, "")
+
+
 def test_a_sigterm_as_the_start_ends_is_a_stopped_start_with_exit_status_0() -> None:
     """110.5: a SIGTERM as the app's start ended (an ``--upstream`` gateway's takes no time after uvicorn's "Waiting
     for application startup") cancelled the app once it had started: uvicorn was told of a failed start after its

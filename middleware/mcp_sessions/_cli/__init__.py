@@ -28,14 +28,17 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import importlib
 import json
 import os
 import secrets
 import shlex
+import signal
 import sys
-from collections.abc import Mapping, Sequence
-from types import ModuleType
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from types import FrameType, ModuleType
 from typing import Any, Final, NoReturn, TextIO
 
 from .._version import __version__
@@ -162,8 +165,9 @@ def main(
         args = _status_parser().parse_args(argv[2:])
     else:
         command = argv[0] if argv else None
-        parser = _parser(command)
-        args, unknown = parser.parse_known_args(argv)
+        with _ended_quietly(command == "gateway"):  # its modules load: nothing of it made yet
+            parser = _parser(command)
+            args, unknown = parser.parse_known_args(argv)
         if unknown:  # the command's, which argparse leaves to the top level to refuse
             name = f"{parser.prog} {args.command}"
             parser.exit(EXIT_USAGE, f"{name}: unrecognized arguments: {' '.join(unknown)} ({name} --help shows them)\n")
@@ -179,6 +183,27 @@ def main(
         name = "gateway status" if args.command == "status" else args.command
         print(f"mcp-sessions {name}: {exc}", file=stderr)
         return EXIT_USAGE if isinstance(exc, UsageError) else EXIT_INVALID
+
+
+@contextlib.contextmanager
+def _ended_quietly(gateway: bool) -> Iterator[None]:
+    """While the gateway's modules load, before its start notes signals (``_gateway._serving.StartSignals``): a
+    SIGTERM or Ctrl-C ends the command with exit status 0, as one during its start does, where the system's default
+    ended it by the signal and Python's Ctrl-C printed a traceback (nothing is made yet). Another command, or a
+    thread other than the main one (which signals never reach), is left as it is."""
+    if not gateway or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {sig: signal.signal(sig, _exit_quietly) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def _exit_quietly(sig: int, frame: FrameType | None) -> NoReturn:
+    raise SystemExit(0)
 
 
 def _run_conformance(
