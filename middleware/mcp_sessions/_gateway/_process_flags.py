@@ -553,8 +553,9 @@ def _run_as(args: argparse.Namespace, runtime: str) -> tuple[Any, int | None, in
     if args.process_uids and args.process_user:
         raise ValueError("--process-uids gives each process a uid of its own: not with --process-user")
     if args.process_uids is not None:
-        # a user's conversations' processes, and as many still ending (Uids: a uid kept for her)
-        per_user = 2 * max(1, args.max_processes_per_principal)
+        # a user's conversations' processes, and as many still ending (Uids: a uid kept for her), on each of a
+        # --config file's stdio servers, whose pool the range is
+        per_user = 2 * max(1, args.max_processes_per_principal) * getattr(args, "process_share", 1)
         locks = os.path.join(runtime, "uids")
         uids = UidRange.parsed(args.process_uids, per_user=per_user, locks=locks, state=args.process_state)
         if (someone := uids.taken_by_users()) is not None:
