@@ -123,6 +123,29 @@ async def test_each_server_of_an_mcpservers_file_is_at_its_path_with_its_own_too
     assert f"kept-{mode}" in (tree.parent / "memory.jsonl").read_text(encoding="utf-8")
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="the gateway as root: what it refuses")
+def test_a_pasted_mcpservers_file_as_root_never_runs_a_tool_as_root_on_the_host_s_network_unless_told(
+    tmp_path: Path,
+) -> None:
+    """Issue 112 (3, finding 2): a ``mcpServers`` file as Claude's, its stdio server (the tests' own, whose ``whoami``
+    says its uid), given no uids: as root the gateway refuses to start, in one line naming ``process-uids``, where it
+    ran the tool as uid 0 on the host's network; told so (``--accept-root-processes``), it runs it as before."""
+    file = tmp_path / "mcp.json"
+    server = {"command": sys.executable, "args": TESTS_SERVER[1:], "env": SERVER_PATH}
+    file.write_text(json.dumps({"mcpServers": {"tools": server}}), encoding="utf-8")
+    line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(free_port()), "--config", str(file)]
+    environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
+    refused = subprocess.run(line, capture_output=True, text=True, env=environ, timeout=WITHIN, check=False)
+    assert refused.returncode == 2, refused.stderr
+    assert len(refused.stderr.splitlines()) == 1 and "process-uids" in refused.stderr, refused.stderr
+    assert "mcpServers.tools: --stdio: the gateway runs as root" in refused.stderr, refused.stderr
+    told = gateway_in_process([], "--config", str(file), "--accept-root-processes")
+    with told as gateway, httpx.Client(timeout=30) as http:
+        tools = ModernClient(http, gateway.url(""), "/servers/tools/mcp")
+        said = json.loads(text(tools.call_tool("whoami", session=tools.create_session())[1]))
+    assert said["uid"] == 0
+
+
 def test_a_path_no_server_is_at_is_a_404_naming_the_servers(two_stdio: tuple[InProcess | Process, Path]) -> None:
     gateway, _ = two_stdio
     for path in ("/mcp", "/servers/nope/mcp", "/servers", "/servers/files"):

@@ -310,6 +310,7 @@ def test_the_default_max_processes_is_divided_among_the_stdio_servers_unless_one
 
     file = tmp_path / "three.toml"
     file.write_text(
+        "[gateway]\naccept-root-processes = true\n"  # as root (a file's key, the gateway's): its processes too
         '[servers.a]\nstdio = "cat"\nprocess-containment = "none"\n'
         '[servers.b]\nstdio = "cat"\nprocess-containment = "none"\n'
         '[servers.c]\nstdio = "cat"\nprocess-containment = "none"\nmax-processes = 5\n'

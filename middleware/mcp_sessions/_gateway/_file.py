@@ -11,8 +11,9 @@ The file is TOML, or the ``mcpServers`` JSON that Claude Desktop, Cursor and VS 
   ``stdio`` flag's processes get beside ``pass-env``'s), ``url`` (else ``upstream``, a list for replicas), and
   ``path``, where the gateway serves it (default ``/servers/NAME/mcp``); VS Code's ``type`` is read and checked;
 - the gateway's own keys (:data:`GATEWAY_KEYS`: how it listens, who is asking, the token exchange's client, the
-  status view, the drain, ``process-uids`` and the users' gids) are in a ``[gateway]`` table (JSON: ``"gateway"``),
-  and not in a server's, but for ``auth-audience`` and ``auth-resource``, a server's own;
+  status view, the drain, ``process-uids`` or ``accept-root-processes``, and the users' gids) are in a
+  ``[gateway]`` table (JSON: ``"gateway"``), and not in a server's, but for ``auth-audience`` and
+  ``auth-resource``, a server's own;
 - with ``--config``, a gateway flag given on the command line wins over the file's ``[gateway]`` table (the
   deployment's port over the team's file); a server's flag (``--stdio``, ``--process-memory``...) is refused, as it
   would say nothing of which server.
@@ -53,6 +54,7 @@ GATEWAY_KEYS: Final = frozenset(
         *("host", "port", "allowed-host", "allowed-origin", "forwarded-allow-ips", "shutdown-timeout", "log-level"),
         "log-format",
         *("status-port", "status-socket", "process-uids", "process-user-gids", "process-state", "runtime-directory"),
+        "accept-root-processes",
         *("auth-jwks", "auth-issuer", "auth-audience", "auth-principal-claim", "auth-principal-header"),
         *("auth-resource", "auth-leeway", "auth-server"),
         *("exchange-token-endpoint", "exchange-issuer", "exchange-client-id", "exchange-client-secret-file"),
