@@ -63,6 +63,24 @@ def signer_of(keys: KeySet) -> SessionKey:
     return keys.signer
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _module_state_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The state directory (systemd's ``STATE_DIRECTORY``) of the gateways a module's own fixtures start, where each
+    keeps its store by default: a directory of the module's, never the host's /var/lib/mcp-sessions."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("STATE_DIRECTORY", str(tmp_path_factory.mktemp("state")))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _state_directory(
+    _module_state_directory: None, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The state directory of the gateways a test starts: its own, so that tests run in parallel, or one after
+    another, never share a store."""
+    monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path_factory.mktemp("state")))
+
+
 @pytest.fixture
 def http() -> Iterator[httpx.Client]:
     """A plain HTTP client for the test's servers on 127.0.0.1."""

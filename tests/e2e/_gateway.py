@@ -22,6 +22,7 @@ import socket
 import stat
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import uuid
@@ -93,6 +94,19 @@ def for_every_uid(path: Path, tree: Path | None = None) -> Iterator[Path]:
     with readable_directory("mcp-sessions-checkout-") as directory:
         linked_tree(str(tree), directory / tree.name)
         yield directory / tree.name / path.relative_to(tree)
+
+
+@contextlib.contextmanager
+def checkout_every_uid_imports(prefix: str) -> Iterator[tuple[Path, str]]:
+    """A new :func:`readable_directory`, and the ``PYTHONPATH`` with which a process of any uid (the gateway run as a
+    user, or as a container's root) imports this checkout's package and its dependencies (:func:`for_every_uid`)."""
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    with (
+        readable_directory(prefix) as top,
+        for_every_uid(MAIN / "middleware/mcp_sessions/__init__.py", MAIN / "middleware") as ours,
+        for_every_uid(purelib / "mcp/__init__.py", purelib) as theirs,
+    ):
+        yield top, f"{ours.parents[1]}:{theirs.parents[1]}"
 
 
 def python_every_uid_runs() -> str:
@@ -371,11 +385,11 @@ def stopped_as_it_starts(*arguments: str, within: float = 90) -> tuple[int, str,
 def main_run(
     *arguments: str, environ: Mapping[str, str] | None = None, stdin: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    """``mcp-sessions ARGUMENTS`` run by ``main`` in this process, in ``environ`` alone: its exit status, its output."""
+    """``mcp-sessions ARGUMENTS`` run by ``main`` in this process, in ``environ`` alone but for the test's state
+    directory (conftest's ``STATE_DIRECTORY``): its exit status, its output."""
     out, err = io.StringIO(), io.StringIO()
-    status = main(
-        said_as_root(arguments), stdin=io.StringIO(stdin), stdout=out, stderr=err, environ=dict(environ or {})
-    )
+    given = {"STATE_DIRECTORY": os.environ["STATE_DIRECTORY"], **(environ or {})}
+    status = main(said_as_root(arguments), stdin=io.StringIO(stdin), stdout=out, stderr=err, environ=given)
     return subprocess.CompletedProcess(arguments, status, out.getvalue(), err.getvalue())
 
 

@@ -321,7 +321,7 @@ def test_a_drained_stop_writes_nothing_of_uvicorns_and_no_other_librarys_setting
     from mcp_sessions import SessionsConfig
     from mcp_sessions._gateway._config import Forwarding, GatewayConfig, Listening
     from mcp_sessions._gateway._lifecycle import Gateway
-    from mcp_sessions._gateway._serving import bind
+    from mcp_sessions._gateway._serving import Listener, bind
 
     during: list[bool] = []
 
@@ -349,7 +349,7 @@ def test_a_drained_stop_writes_nothing_of_uvicorns_and_no_other_librarys_setting
     interrupted = signal.signal(signal.SIGINT, lambda sig, _: raised.append(sig))
     try:
         caller.start()
-        status = gateway.run_until_stopped(bound, io.StringIO())
+        status = gateway.run_until_stopped(Listener(bound), io.StringIO())
     finally:
         signal.signal(signal.SIGINT, interrupted)
         caller.join(WITHIN)

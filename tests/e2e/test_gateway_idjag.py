@@ -298,7 +298,7 @@ def exchanging(idp: IdentityProvider, keys: dict[str, Path], at_as: str = AT_AS,
         # the resource's server does not know the gateway's key
         ("another key", 502, "refused the gateway (invalid_client"),
         # the resource's server cannot be reached
-        ("unreachable", 502, "metadata names no token endpoint"),
+        ("unreachable", 502, "could not be reached"),
     ],
 )
 async def test_a_refusal_at_either_step_names_the_server_that_refused(
@@ -364,7 +364,7 @@ def _metadata(named: dict[str, Any] | None, status: int = 200) -> Starlette:
 @pytest.mark.parametrize(
     ("named", "says"),
     [
-        (None, "answered 404: give --id-jag-issuer"),
+        (None, "names no protected resource metadata (RFC 9728): give --id-jag-issuer"),
         ({"resource": "https://elsewhere.example/mcp", "authorization_servers": ["https://as.example"]}, "another"),
         ({"resource": "{url}", "authorization_servers": []}, "names no authorization server: give --id-jag-issuer"),
         ({"resource": "{url}", "authorization_servers": ["file:///etc"]}, "names no http(s) authorization server"),

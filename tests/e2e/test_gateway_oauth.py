@@ -115,11 +115,12 @@ def run_written(lines: str, ours: dict[str, str], where: Path) -> subprocess.Com
 
 @dataclass
 class Stand:
-    """The stand-ins and the gateway in front of them (:meth:`restart` starts another on the same store)."""
+    """The stand-ins and the gateway in front of them (:meth:`restart` starts another on the same store: the default,
+    an SQLite file in its state directory, ``state``)."""
 
     idp: Idp
     vendor: Vendor
-    store: Path
+    state: Path
     exits: contextlib.ExitStack
     gateway: Process = field(init=False)
     vendor_issuer: str = ""
@@ -128,7 +129,7 @@ class Stand:
 
     def start(self, keys: str) -> str:
         """docs/gateway.md's gateway, as written but for its example hosts, with the key set ``keys``
-        (``MCP_SESSIONS_KEYS``), on the store, under
+        (``MCP_SESSIONS_KEYS``), on its default store (no ``MCP_SESSIONS_STORE``: in the state directory), under
         ``opentelemetry-instrument`` with its spans (httpx's calls to the servers among them) in its output; the one
         before stopped, this one on its port (its URL, the callback it registered and its users' audience, stay):
         all the one before wrote."""
@@ -149,7 +150,7 @@ class Stand:
         status_port = free_port()  # the operator's view of the users' grants
         self.status = f"http://127.0.0.1:{status_port}"
         line = [*program, "gateway", "--port", str(port), "--log-level", "debug", "--status-port", str(status_port)]
-        environ = {**variables, "MCP_SESSIONS_KEYS": keys, "MCP_SESSIONS_STORE": f"sqlite:///{self.store}"}
+        environ = {**variables, "MCP_SESSIONS_KEYS": keys, "STATE_DIRECTORY": str(self.state)}
         environ |= {"OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none"}
         self.gateway = Process("mcp-sessions gateway", [*line, *written], environ, port)
         self.exits.callback(self.gateway.stop)
@@ -162,12 +163,12 @@ def stand(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stand]:
     tls = stand_in_server(tmp_path_factory.mktemp("tls"), ["127.0.0.1", "localhost"])
     # the vendor takes Client ID Metadata Documents: a gateway at an http URL still registers (RFC 7591)
     vendor = Vendor(documents=ssl.create_default_context(cafile=tls[0]), iss=True)
-    store = tmp_path_factory.mktemp("oauth") / "store.db"
+    state = tmp_path_factory.mktemp("oauth")
     with contextlib.ExitStack() as exits:
         idp.url = exits.enter_context(serve(idp.app()))
         vendor_url = exits.enter_context(serve(vendor.app()))
         vendor.resource = exits.enter_context(serve(vendor_server(vendor, vendor_url))) + "/mcp"
-        built = Stand(idp, vendor, store, exits, vendor_issuer=vendor_url, tls=tls)
+        built = Stand(idp, vendor, state, exits, vendor_issuer=vendor_url, tls=tls)
         built.start(OLD_KEY)
         yield built
 
@@ -1105,9 +1106,9 @@ async def test_an_upstream_found_wrong_is_a_clear_error_never_a_500_or_a_hang(st
         "no S256": (502, _failed("the upstream's authorization server does not say it takes PKCE's S256")),
         "another issuer": (502, _failed("an authorization server's metadata names another issuer")),
         "a line break": (502, _failed("an authorization server's metadata names no authorization_endpoint")),
-        "too long": (502, _failed("a server's answer is too long")),
-        "cut": (502, _failed("a server closed the connection without an answer")),
-        "slow": (504, _failed("a server did not answer in time")),
+        "too long": (502, _failed("the upstream's answer is too long")),
+        "cut": (502, _failed("the upstream closed the connection without an answer")),
+        "slow": (504, _failed("the upstream did not answer in time")),
     }
 
 
@@ -1138,7 +1139,7 @@ async def test_the_vendor_s_server_given_is_the_one_the_upstream_must_name() -> 
         headers = {**modern_headers(body), "Authorization": f"Bearer {bearer}"}
         async with asgi_client(app) as http:
             answer = await http.post("/mcp", json=body, headers=headers)
-    said = f"the upstream's resource metadata names the server {base}, not {named} (--oauth-issuer)"
+    said = f"the upstream's resource metadata names the authorization server {base}, not {named} (--oauth-issuer)"
     assert (answer.status_code, answer.json()["error"]["message"]) == (502, _failed(said))
     assert asked == ["/mcp", "/.well-known/oauth-protected-resource/mcp"]
     assert "s3cr3t-value" not in answer.text
@@ -1366,7 +1367,8 @@ async def signed_in_through(app: Any, client: httpx.AsyncClient, user: str, head
 
 def test_a_restarted_gateway_keeps_each_grant_sealed_in_its_store(stand: Stand) -> None:
     """ivy signs in, the gateway stops, and one with the key set rotated (the old key kept as a verifier) starts on
-    the same SQLite store: her call reaches the vendor as herself with no sign-in and no new code, and her token
+    the same store, the default (an SQLite file in the state directory: it was memory, and a restart signed every
+    user out, issue 112): her call reaches the vendor as herself with no sign-in and no new code, and her token
     refreshed there goes with the client the first registered (the vendor binds a refresh token to its client),
     registered again by no one. The store's file
     holds neither of her tokens, nor her name; the first gateway's output, its spans exported at its exit, neither
@@ -1390,7 +1392,7 @@ def test_a_restarted_gateway_keeps_each_grant_sealed_in_its_store(stand: Stand) 
     stand.vendor.refused.add(token)  # refreshed now, by the client registered before the restart (its grant's)
     assert whoami(modern_call(stand, "ivy"))["sub"] == "ivy"
     assert stand.vendor.counts["registrations"] == registrations
-    kept = b"".join(path.read_bytes() for path in stand.store.parent.iterdir())
+    kept = b"".join(path.read_bytes() for path in (stand.state / "store").iterdir())
     refresh = [token for token, grant in stand.vendor.refreshes.items() if _holder(stand.vendor, grant) == "ivy"]
     assert refresh
     for secret in stand.vendor.issued:  # every user's so far

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import sysconfig
 import uuid
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from _redis import missing
 from _uids import members, uids
 from _waits import WITHIN, until
 from conftest import SECRET
-from e2e._gateway import MAIN, for_every_uid, main_run, python_every_uid_runs, readable_directory
+from e2e._gateway import checkout_every_uid_imports, main_run, python_every_uid_runs, readable_directory
 from e2e._sealed import call, client, gateway, needs, of_uid, running, text
 from mcp_sessions._gateway.sealed._kernel import running_uids
 
@@ -68,19 +67,14 @@ def test_a_container_root_that_cannot_write_its_runtime_directory_is_told_which_
     if subprocess.run([*container, "true"], capture_output=True, timeout=WITHIN, check=False).returncode != 0:
         missing("this host gives an unprivileged user no user namespace (sysctl user.max_user_namespaces)")
     python = python_every_uid_runs()
-    purelib = Path(sysconfig.get_paths()["purelib"])
-    with (
-        readable_directory("mcp-sessions-container-") as top,
-        for_every_uid(MAIN / "middleware/mcp_sessions/__init__.py", MAIN / "middleware") as ours,
-        for_every_uid(purelib / "mcp/__init__.py", purelib) as theirs,
-    ):
+    with checkout_every_uid_imports("mcp-sessions-container-") as (top, imported):
         state = top / "state"
         state.mkdir(mode=0o700)
         os.chown(state, user, user)  # the container root's
         runtime = top / "run"
         runtime.mkdir(mode=0o755)  # the host root's, as the host's /run/mcp-sessions
         environ = {"PATH": os.environ["PATH"], "HOME": str(top), "MCP_SESSIONS_SECRET": SECRET}
-        environ |= {"PYTHONPATH": f"{ours.parents[1]}:{theirs.parents[1]}", "RUNTIME_DIRECTORY": str(runtime)}
+        environ |= {"PYTHONPATH": imported, "RUNTIME_DIRECTORY": str(runtime)}
         sealed = ("--process-uids", uids(285, 3), "--process-state", str(state))
         line = [*container, python, "-m", "mcp_sessions", "gateway", "--port", "0", "--stdio", f"{python} -c pass"]
         done = subprocess.run(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -40,7 +41,8 @@ def parsed(flags: list[str]) -> argparse.Namespace:
 
 
 def config_of(flags: list[str], environ: Mapping[str, str] | None = None) -> GatewayConfig:
-    return configured(parsed(flags), {"MCP_SESSIONS_SECRET": "x" * 32, **(environ or {})})
+    tests = {"MCP_SESSIONS_SECRET": "x" * 32, "STATE_DIRECTORY": os.environ["STATE_DIRECTORY"]}  # conftest's
+    return configured(parsed(flags), {**tests, **(environ or {})})
 
 
 @pytest.mark.parametrize(
@@ -55,6 +57,10 @@ def config_of(flags: list[str], environ: Mapping[str, str] | None = None) -> Gat
         (
             [*STDIO, "--status-port", "9001", "--status-socket", "/run/gw/status.sock"],
             Listening("127.0.0.1", 8000, "info", 30.0, 9001, "/run/gw/status.sock"),
+        ),
+        (
+            [*UPSTREAM, "--handover", "/run/gw/handover"],
+            Listening("127.0.0.1", 8000, "info", 10.0, handover="/run/gw/handover"),
         ),
     ],
 )

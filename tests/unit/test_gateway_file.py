@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -256,7 +257,7 @@ def test_a_server_s_own_refusal_is_said_with_its_name_first(tmp_path: Path) -> N
     file = tmp_path / "claude_desktop_config.json"
     file.write_text(json.dumps({"mcpServers": {"a": {"command": "no-such-command-here"}}}), encoding="utf-8")
     stderr = io.StringIO()
-    environ = {"MCP_SESSIONS_SECRET": "x" * 32}
+    environ = {"MCP_SESSIONS_SECRET": "x" * 32, "STATE_DIRECTORY": os.environ["STATE_DIRECTORY"]}  # conftest's
     argv = ["gateway", "--config", str(file)]
     assert main(argv, stdin=io.StringIO(), stdout=io.StringIO(), stderr=stderr, environ=environ) == 2
     said = "mcp-sessions gateway: mcpServers.a: --stdio: no-such-command-here: no such command (or not executable)\n"
@@ -279,6 +280,7 @@ def test_a_server_whose_users_sign_in_is_checked_as_the_command_line_s_and_signs
     file.write_text(SIGNING_IN, encoding="utf-8")
     stderr = io.StringIO()
     environ = {"MCP_SESSIONS_SECRET": "x" * 32, "MCP_SESSIONS_LOGIN_CLIENT_SECRET": "s3cr3t-value"}
+    environ["STATE_DIRECTORY"] = os.environ["STATE_DIRECTORY"]  # conftest's
     assert (
         main(
             ["gateway", "--config", str(file)],
@@ -317,7 +319,8 @@ def test_the_default_max_processes_is_divided_among_the_stdio_servers_unless_one
         '[servers.api]\nurl = "http://127.0.0.1:3001/mcp"\n',
         encoding="utf-8",
     )
-    config = configured_file(Namespace(config=str(file), command_line=[]), {"MCP_SESSIONS_SECRET": "x" * 32})
+    environ = {"MCP_SESSIONS_SECRET": "x" * 32, "STATE_DIRECTORY": os.environ["STATE_DIRECTORY"]}  # conftest's
+    config = configured_file(Namespace(config=str(file), command_line=[]), environ)
     limits = {
         served.name: served.config.serves.max_processes
         for served in config.servers

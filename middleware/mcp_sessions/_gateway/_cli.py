@@ -7,6 +7,7 @@ import gc
 import ipaddress
 import logging
 import logging.config
+import os
 import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 from urllib.parse import urlsplit
 
 from .._config import SessionsConfig
+from ..stores import MemoryStore
 from ._config import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_FAILURE_COOLDOWN,
@@ -32,8 +34,9 @@ from ._config import (
 )
 from ._node import node_without_proxy
 from ._process_flags import add_process_arguments, process_options, seal_gateway
-from ._serving import EXIT_USAGE, StartSignals, bind, private_directory
+from ._serving import EXIT_USAGE, StartSignals, listener, private_directory
 from .http._app import forwarding_app
+from .sealed._grants import STATE, state_directory
 from .sealed._kernel import RUNTIME, SandboxError
 from .sealed._network import NO_ROUTE, AllowedHost, NetworkError, add_network_arguments, routed
 
@@ -51,6 +54,11 @@ if TYPE_CHECKING:
     from .sealed._sandbox import Sandbox, SandboxPolicy
 
 logger = logging.getLogger("mcp_sessions.gateway")
+
+FORGETS: Final = (
+    "sessions, their data and users' sign-ins kept in this process's memory (MCP_SESSIONS_STORE=memory://): a "
+    "restart ends every session and signs every user out"
+)
 
 AUTH_VARIABLES: Final = {
     "jwks": "MCP_SESSIONS_AUTH_JWKS",
@@ -153,6 +161,13 @@ def _serving_arguments(gateway: argparse.ArgumentParser) -> None:
     port = Listening.port
     gateway.add_argument("--host", default=host, help=f"the address to listen on (default {host})")
     gateway.add_argument("--port", type=int, default=port, help=f"the port to listen on (default {port})")
+    gateway.add_argument(
+        "--handover",
+        metavar="PATH",
+        help="take the listening socket of the gateway serving the Unix socket PATH, tell it to drain once this one "
+        "listens, and serve PATH for the next, in a directory only the gateway's user may enter: a restart without "
+        "systemd that no client sees (default: bind --host and --port)",
+    )
     gateway.add_argument(
         "--allowed-host",
         action="append",
@@ -432,7 +447,7 @@ def _run(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, str], s
     running = _running(app, sandbox)
     try:
         listening = config.listening
-        bound = bind(listening.host, listening.port)  # a port in use: before anything starts
+        bound = listener(listening.host, listening.port, listening.handover, environ)  # before anything starts
         for each in config.each:
             if each.sandbox is not None:
                 seal_gateway(each.sandbox.containment)
@@ -494,11 +509,17 @@ def _install(sandboxes: list[Sandbox]) -> None:
 
 
 def _said(config: GatewayConfig, sandbox: Sandbox | None, url: str, server: str) -> None:
-    """The startup lines of a server (``server``: its name, with ``--config``): what it serves at ``url``, and how
-    each of its processes runs (``sandbox``, what runs ``config``'s policy)."""
+    """The startup lines of a server (``server``: its name, with ``--config``): what it serves at ``url``, where its
+    sessions' store keeps them, their data and users' grants, and how each of its processes runs (``sandbox``,
+    what runs ``config``'s policy)."""
     serves = config.serves
     served = ", ".join(serves.upstreams) if isinstance(serves, Forwarding) else f"stdio {shlex.join(serves.command)}"
     logger.info("mcp-sessions gateway: %s%s on %s", server, served, url)
+    store = config.sessions.store
+    if isinstance(store, MemoryStore):
+        logger.warning("mcp-sessions gateway: %s%s", server, FORGETS)
+    else:  # its repr: where, never a password
+        logger.info("mcp-sessions gateway: %ssessions, their data and users' sign-ins kept in %r", server, store)
     if sandbox is not None:
         options = sandbox.policy
         logger.info("mcp-sessions gateway: %seach process: %s", server, sandbox.said)
@@ -515,7 +536,8 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
     """The gateway's configuration, whole, from its flags (``args``) and ``environ``, checked: a ``ValueError``
     (or ``NetworkError``, ``ImportError``) says in one line what to change. With ``--stdio``, the containment is
     tried and the egress rules made here (installed by :func:`run`, before any process starts)."""
-    sessions = SessionsConfig.from_env(environ=environ)
+    state = state_of(args, environ)
+    sessions = _sessions(environ, state)
     hosts = _listed(args.allowed_host, environ.get("MCP_SESSIONS_ALLOWED_HOSTS"))
     origins = _listed(args.allowed_origin, environ.get("MCP_SESSIONS_ALLOWED_ORIGINS"))
     if hosts is None and origins is None:  # the SDK's rule: localhost names on a loopback address, else none
@@ -534,7 +556,7 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
         command = shlex.split(args.stdio)
         # systemd's RuntimeDirectory= (the first where it names several)
         runtime = args.runtime_directory or environ.get("RUNTIME_DIRECTORY", "").partition(":")[0] or RUNTIME
-        sandbox = process_options(args, command, auth, runtime)
+        sandbox = process_options(args, command, auth, runtime, state)
         sandbox = _masked(args, sandbox, _egress(args, sandbox, forwarded))  # the masked credentials, and their rules
         if exchange is not None and exchange.id_jag is not None:  # NAME=id-jag:ISSUER's subject
             id_tokens = _id_tokens(args, environ, sessions)
@@ -571,6 +593,39 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
         process_grants=process_grants,
         tools=tools,
     )
+
+
+def state_of(args: argparse.Namespace, environ: Mapping[str, str]) -> str:
+    """The gateway's state directory, as systemd's ``StateDirectory=`` gives a service one: ``--process-state``,
+    else systemd's ``STATE_DIRECTORY`` (the first where it names several), else :data:`STATE` as root, else the
+    user's (platformdirs': ``$XDG_STATE_HOME/mcp-sessions`` on Linux), as ``connect`` keeps its own."""
+    if state := args.process_state or environ.get("STATE_DIRECTORY", "").partition(":")[0]:
+        return str(state)
+    if os.geteuid() == 0:
+        return STATE
+    import platformdirs
+
+    return platformdirs.user_state_dir("mcp-sessions")
+
+
+def _sessions(environ: Mapping[str, str], state: str) -> SessionsConfig:
+    """The sessions' configuration (``MCP_SESSIONS_*``), their store the one ``MCP_SESSIONS_STORE`` names, else an
+    SQLite file in the state directory (``state``'s ``store/``, mode 0700, the file 0600), which every gateway
+    given the same directory shares (SQLite's locks, in WAL mode): a restart ends no session and signs no user out.
+    A directory the gateway's user cannot make or write is refused in one line naming ``--process-state``."""
+    sessions = SessionsConfig.from_env(environ=environ)
+    if sessions.owns_store:  # the environment named it
+        return sessions
+    from ..stores import SQLiteStore
+
+    directory = state_directory(state, "store")
+    try:
+        store = SQLiteStore(os.path.join(directory, "sessions.db"))
+    except (OSError, ValueError) as exc:  # a file it may not write, a full disk, a file that is no database
+        raise ValueError(
+            f"--process-state {state}: {exc}: give a directory the gateway's user may write, by --process-state DIR"
+        ) from None
+    return sessions.replace(store=store, owns_store=True)
 
 
 def configured_file(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayConfig:
@@ -618,7 +673,14 @@ def _listening(args: argparse.Namespace) -> Listening:
     if shutdown_timeout is None:
         shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT if args.stdio is None else STDIO_SHUTDOWN_TIMEOUT
     return Listening(
-        args.host, args.port, args.log_level, shutdown_timeout, args.status_port, args.status_socket, args.log_format
+        args.host,
+        args.port,
+        args.log_level,
+        shutdown_timeout,
+        args.status_port,
+        args.status_socket,
+        args.log_format,
+        args.handover,
     )
 
 

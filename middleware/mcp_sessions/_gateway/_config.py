@@ -99,7 +99,8 @@ def default_max_processes(memory: int | None = None, servers: int = 1) -> int:
 @dataclass(frozen=True)
 class Listening:
     """How the gateway serves, whatever it serves: its address, how long its drain lasts, the operator's status
-    port and Unix socket (loopback only), and its log lines' level and form (``_logs``)."""
+    port and Unix socket (loopback only), its log lines' level and form (``_logs``), and the Unix socket on which
+    it takes its predecessor's listening socket and hands its own to the next (``--handover``)."""
 
     host: str = "127.0.0.1"
     port: int = 8000
@@ -108,6 +109,7 @@ class Listening:
     status_port: int | None = None
     status_socket: str | None = None
     log_format: LogFormat = "text"
+    handover: str | None = None
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ FILE_LIMIT: Final = 1 << 20
 GATEWAY_KEYS: Final = frozenset(
     {
         *("host", "port", "allowed-host", "allowed-origin", "forwarded-allow-ips", "shutdown-timeout", "log-level"),
-        "log-format",
+        *("log-format", "handover"),
         *("status-port", "status-socket", "process-uids", "process-user-gids", "process-state", "runtime-directory"),
         "accept-root-processes",
         *("auth-jwks", "auth-issuer", "auth-audience", "auth-principal-claim", "auth-principal-header"),

@@ -14,6 +14,13 @@ and waits for a call that came meanwhile for what is left of the bound. A call p
 run (``-32603``, ``_serving.CUT``; 502 where its answer has not started), never uvicorn's 500, nor a 503 with
 ``Retry-After``, which a client or a front would send again. A second Ctrl-C (or SIGTERM) ends the drain at once, its
 calls told so.
+
+A gateway whose listening socket outlives it (systemd's, under socket activation; or handed to the next gateway,
+``--handover``) stops accepting at the signal instead: a new connection waits in the socket's queue for the next
+gateway, where it would be refused, and the drain ends the calls of the connections it has. With ``--handover`` the
+next gateway takes the socket over a Unix socket (``SCM_RIGHTS``, as HAProxy's seamless reload does: the same socket,
+so that no connection queued in it is lost, where two sockets bound with ``SO_REUSEPORT`` reset the connections
+queued in the one that closes) and tells this one once it listens, which then drains as at SIGTERM.
 """
 
 from __future__ import annotations
@@ -56,8 +63,10 @@ from ._serving import (
     RESTARTING,
     RETRY_AFTER,
     STOPPING,
+    Listener,
     StartSignals,
     bind,
+    handing,
     private_socket,
 )
 
@@ -74,14 +83,14 @@ _LISTEN: Final = b"subscriptions/listen"
 
 def serve(
     app: ASGIApp,
-    bound: socket.socket,
+    bound: Listener,
     config: GatewayConfig,
     stderr: TextIO,
     reload: Callable[[], Awaitable[GatewayConfig | None]] | None = None,
     release: Callable[[], None] | None = None,
     start: StartSignals | None = None,
 ) -> int:
-    """Serve ``app`` with uvicorn on ``bound`` (``_serving.bind``'s) as ``config`` says, until stopped; the exit
+    """Serve ``app`` with uvicorn on ``bound`` (``_serving.listener``'s) as ``config`` says, until stopped; the exit
     status (:class:`Gateway` says how it starts, drains and stops, and what a signal does in each). ``reload``: what
     SIGHUP does (``_cli.Reload``, with ``--config``), the gateway's configuration then (``None``: unchanged).
     ``release``: what the app's processes ran in, let go once they have all ended (``_cli``'s: every server's
@@ -186,9 +195,14 @@ class Gateway(uvicorn.Server):
         self._release = release
         self._start = start or StartSignals()
         self._reloads: list[asyncio.Task[None]] = []  # SIGHUP's, run one at a time
+        self._listener: Listener | None = None
+        self._shared = False  # its listening socket held by another process too (systemd, the next gateway)
+        self._hands: socket.socket | None = None  # --handover's, until it drains
+        self._handover: asyncio.Task[None] | None = None
+        self._put: tuple[str, os.stat_result] | None = None  # --handover's file, once this gateway's
 
-    def run_until_stopped(self, bound: socket.socket, stderr: TextIO) -> int:
-        """Serve on ``bound`` (``_serving.bind``'s) and the status sockets until stopped; the exit status. uvicorn's
+    def run_until_stopped(self, bound: Listener, stderr: TextIO) -> int:
+        """Serve on ``bound`` (``_serving.listener``'s) and the status sockets until stopped; the exit status. uvicorn's
         lines go through the gateway's logging (``_logs``), but for those :meth:`said_once` and :meth:`planned` drop
         or lower while it serves."""
         errors = logging.getLogger("uvicorn.error")
@@ -201,9 +215,11 @@ class Gateway(uvicorn.Server):
             errors.removeFilter(self.said_once)
             self._gone()  # also where uvicorn never ran (a status socket refused)
 
-    def _run(self, bound: socket.socket, stderr: TextIO) -> int:
+    def _run(self, bound: Listener, stderr: TextIO) -> int:
+        self._listener = bound
+        self._shared = bound.shared
         try:
-            sockets = [bound, *self._listeners()]
+            sockets = [bound.listening, *self._listeners()]
         except ValueError as exc:
             print(f"mcp-sessions gateway: {exc}", file=stderr)
             return EXIT_USAGE
@@ -235,6 +251,8 @@ class Gateway(uvicorn.Server):
             status.append(private_socket(listening.status_socket))
             self._status_socket = listening.status_socket
             logger.info("mcp-sessions gateway: the processes' status on the Unix socket %s", listening.status_socket)
+        if listening.handover is not None:
+            self._hands = handing(listening.handover)
         return status
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -303,7 +321,39 @@ class Gateway(uvicorn.Server):
         uvicorn's woke ten times a second to read its flags and write its Date and Server headers (``on_tick``),
         which the gateway leaves to the upstream: 0.5 ms of CPU a second of an idle gateway's, for nothing."""
         if not self.should_exit:
+            self._listening()
             await self._drain_ended.wait()
+
+    def _listening(self) -> None:
+        """Once it listens: the gateway it took its socket from told so (it drains), and with ``--handover`` its own
+        Unix socket put at ``PATH`` for the next gateway, which it serves until it drains."""
+        assert self._listener is not None
+        if (predecessor := self._listener.predecessor) is not None:
+            with contextlib.suppress(OSError), predecessor:
+                predecessor.send(b"1")
+        if self._hands is not None and (path := self.gateway.listening.handover) is not None:
+            os.replace(self._hands.getsockname(), path)
+            self._put = (path, os.stat(path))
+            self._handover = asyncio.get_running_loop().create_task(self._hand_over(self._hands))
+
+    async def _hand_over(self, hands: socket.socket) -> None:
+        """``--handover``: the listening socket sent to each gateway that asks, one at a time (SCM_RIGHTS, as
+        HAProxy's seamless reload sends its listeners); once one says it listens, this one drains, as at SIGTERM
+        (its exit status 0). One that ends first never listened: the socket is this gateway's alone again."""
+        assert self._listener is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            asking, _ = await loop.sock_accept(hands)
+            told = False
+            with asking, contextlib.suppress(OSError):
+                socket.send_fds(asking, [b"0"], [self._listener.listening.fileno()])
+                self._shared = True
+                told = await loop.sock_recv(asking, 1) == b"1"
+            self._shared = told
+            if told:
+                logger.info("mcp-sessions gateway: the gateway started with --handover listens on its socket")
+                self._stop_asked = True
+                return self._begin_drain()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         """uvicorn's, the calls that came as the drain ended told so once its bound has passed. uvicorn's own
@@ -316,6 +366,20 @@ class Gateway(uvicorn.Server):
             if bounded is not None:
                 bounded.cancel()
 
+    def _hand_no_more(self) -> None:
+        """``--handover``'s socket closed, and its file removed unless the next gateway's is there now."""
+        if self._handover is not None:
+            self._handover.cancel()
+        hands, self._hands = self._hands, None
+        if hands is None:
+            return
+        with contextlib.suppress(OSError):
+            if self._put is None:
+                os.unlink(hands.getsockname())
+            elif os.path.samestat(os.stat(self._put[0]), self._put[1]):
+                os.unlink(self._put[0])
+        hands.close()
+
     def _gone(self) -> None:
         """Shutdown, once uvicorn has stopped (every process ended): the status socket's file removed, the
         processes' egress rules, the gateway's own control groups, and the masked credentials' values and
@@ -325,6 +389,7 @@ class Gateway(uvicorn.Server):
             with contextlib.suppress(OSError):
                 os.unlink(self._status_socket)
             self._status_socket = None
+        self._hand_no_more()
         if self._release is not None:  # SIGTERM, raised again after this, ends the process
             self._release()
 
@@ -339,6 +404,9 @@ class Gateway(uvicorn.Server):
         )
         self._signalled = set(self.calls)
         self._answered_signalled()
+        self._hand_no_more()
+        if self._shared:  # the next gateway accepts what comes from now: none waits for this one's stop
+            self.servers[0].close()
         loop = asyncio.get_running_loop()
         self._bound = loop.time() + timeout
         self._draining = loop.create_task(self._drain(timeout))

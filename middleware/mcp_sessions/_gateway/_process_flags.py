@@ -219,11 +219,13 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
     )
     gateway.add_argument(
         "--process-state",
-        default=STATE,
         metavar="DIR",
-        help="with --process-uids: where the host's gateways keep, for good, each user's group (a {user} "
-        "--process-mount) and the uids kept for a user (a :rw --process-mount); root's, mode 0700 (default "
-        f"{STATE}): give every gateway of the host the same",
+        help="the gateway's state directory: where it keeps the sessions, their data and users' sign-ins (store/"
+        "sessions.db, SQLite, unless MCP_SESSIONS_STORE names a store) and, with --process-uids, where the host's "
+        "gateways keep, for good, each user's group (a {user} --process-mount) and the uids kept for a user (a :rw "
+        "--process-mount); the gateway's user's alone, mode 0700 (default: systemd's STATE_DIRECTORY, from "
+        f"StateDirectory=, else {STATE} as root, else $XDG_STATE_HOME/mcp-sessions): give every gateway of the host "
+        "the same",
     )
     gateway.add_argument(
         "--runtime-directory",
@@ -254,14 +256,15 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
 
 
 def process_options(
-    args: argparse.Namespace, command: Sequence[str], auth: object | None, runtime: str = RUNTIME
+    args: argparse.Namespace, command: Sequence[str], auth: object | None, runtime: str = RUNTIME, state: str = STATE
 ) -> SandboxPolicy:
     """How the stdio processes run (``--process-*``), checked, the containment tried once (``auto`` resolved to
     the one that works here). Nothing of the gateway's own process changes here: :func:`seal_gateway` does, as the
     command starts. ``auth`` is the gateway's users' authentication (a ``GatewayAuth``), of which only whether there
     is one counts here: typed so, the flags import nothing of ``auth/``, which imports the configuration's types
     (``_config``), whose defaults the flags read. ``runtime``: ``--runtime-directory`` (or systemd's), checked
-    where a process's uid or its egress table is locked there."""
+    where a process's uid or its egress table is locked there; ``state``: ``--process-state`` (or its default,
+    ``_cli.state_of``)."""
     from .sealed._sandbox import SandboxError, SandboxPolicy, private_under
 
     if command and shutil.which(command[0]) is None:
@@ -280,7 +283,7 @@ def process_options(
         raise ValueError(f"--pass-env: {loader[0]!r} tells the dynamic loader what to load, and root's helpers run it")
     if args.process_disk < 1:
         raise ValueError("--process-disk takes a positive number")
-    uids, user, group = _run_as(args, runtime)
+    uids, user, group = _run_as(args, runtime, state)
     uid: int | None = uids.first if uids is not None else user
     if command and uid is not None:
         _reached_as(command, uid, group if group is not None else uid)
@@ -302,7 +305,7 @@ def process_options(
         runtime_directory(runtime, *parts)
     bounds = _bounds(args, per_uid=uids is not None)
     seccomp, profile = _seccomp(args)
-    grants, users = _grants(args, cwd, uids, auth)
+    grants, users = _grants(args, cwd, uids, auth, state)
     sandbox = SandboxPolicy(
         args.process_containment,
         uids=uids,
@@ -479,7 +482,7 @@ def _interpreter(program: str) -> list[str]:
     return words[:1]
 
 
-def _grants(args: argparse.Namespace, cwd: str | None, uids: Any, auth: object | None) -> tuple[Any, Any]:
+def _grants(args: argparse.Namespace, cwd: str | None, uids: Any, auth: object | None, state: str) -> tuple[Any, Any]:
     """The host's directories granted to each process (``--process-mount``), checked, and with ``{user}``, the
     users' directories (``--process-user-gids``): only for callers the gateway authenticates, a uid each, and a
     process per conversation of one caller's."""
@@ -499,7 +502,7 @@ def _grants(args: argparse.Namespace, cwd: str | None, uids: Any, auth: object |
         raise ValueError("--process-mount USERS/{user}: a process shared by every user is no one's: not with shared")
     process_uids = range(uids.first, uids.last + 1)
     users = os.path.dirname(per_user[0].source)
-    return grants, UserGroups.checked(users, args.process_user_gids, process_uids, args.process_state)
+    return grants, UserGroups.checked(users, args.process_user_gids, process_uids, state)
 
 
 def _process_files(args: argparse.Namespace, cwd: str | None, grants: Sequence[Any]) -> tuple[ProcessFile, ...]:
@@ -557,7 +560,7 @@ def _template(flag: str, path: str) -> string.Template:
     return string.Template(text)
 
 
-def _run_as(args: argparse.Namespace, runtime: str) -> tuple[Any, int | None, int | None]:
+def _run_as(args: argparse.Namespace, runtime: str, state: str) -> tuple[Any, int | None, int | None]:
     """As whom the processes run: a uid each from ``--process-uids``, or ``--process-user``'s uid and gid."""
     from .sealed._sandbox import UidRange
 
@@ -571,7 +574,7 @@ def _run_as(args: argparse.Namespace, runtime: str) -> tuple[Any, int | None, in
         # --config file's stdio servers, whose pool the range is
         per_user = 2 * max(1, args.max_processes_per_principal) * getattr(args, "process_share", 1)
         locks = os.path.join(runtime, "uids")
-        uids = UidRange.parsed(args.process_uids, per_user=per_user, locks=locks, state=args.process_state)
+        uids = UidRange.parsed(args.process_uids, per_user=per_user, locks=locks, state=state)
         if (someone := uids.taken_by_users()) is not None:
             raise ValueError(f"--process-uids: the range is the gateway's alone, but {someone} is a user here")
         return uids, None, None

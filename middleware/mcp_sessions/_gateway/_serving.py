@@ -1,10 +1,10 @@
 """How ``mcp-sessions gateway`` serves its app: uvicorn, as the gateway's configuration says.
 
-``bind`` takes the gateway's socket before anything starts (a port in use is one line and exit status 2);
-``private_socket`` the operator's Unix socket (``--status-socket``); ``_lifecycle.serve`` runs the gateway on them
-until it is stopped (its start, its drain and its stop: ``_lifecycle.Gateway``, which imports uvicorn). The words a
-drain's requests are told, and the scope keys through which the app asks whether the gateway drains, are here, for
-the app's parts to read without uvicorn.
+``listener`` takes the gateway's socket before anything starts (the one systemd passed, or ``bind``'s: a port in use is
+one line and exit status 2); ``private_socket`` the operator's Unix socket (``--status-socket``); ``_lifecycle.serve``
+runs the gateway on them until it is stopped (its start, its drain and its stop: ``_lifecycle.Gateway``, which imports
+uvicorn). The words a drain's requests are told, and the scope keys through which the app asks whether the gateway
+drains, are here, for the app's parts to read without uvicorn.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import signal
 import socket
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from types import FrameType, TracebackType
 from typing import Any, Final
 
@@ -32,6 +33,10 @@ what it asked (a ``write_file``), so that sending it again may do it twice; no `
 front would take as leave to send it again."""
 CUT_DATA: Final = {"reason": "gateway_stopped", "mayHaveRun": True}
 RETRY_AFTER: Final = b"1"
+_SD_LISTEN_FDS_START: Final = 3
+"""The first socket systemd passes (``SD_LISTEN_FDS_START``)."""
+_HANDOVER_TIMEOUT: Final = 10.0
+"""How long a gateway waits for its predecessor's socket (``--handover``): it sends it as it accepts."""
 STOPPING: Final = "mcp_sessions.gateway.stopping"
 """The scope key of a callable that says whether the gateway's drain has ended (it stops): a request still unanswered
 then says so (``--stdio``'s, whose stream ends unanswered, before the app's shutdown)."""
@@ -94,7 +99,96 @@ def bind(host: str, port: int, flags: str = "--host {host} --port {port}") -> so
     return bound
 
 
-def private_directory(path: str) -> None:
+@dataclass(frozen=True)
+class Listener:
+    """The gateway's listening socket (:func:`listener`'s), and who else holds it. ``shared``: systemd holds it too
+    (socket activation), so that it outlives the gateway: at its drain's signal the gateway stops accepting, and a
+    new connection waits in the socket's queue for the next gateway (``_lifecycle.Gateway``, which also shares it
+    with the next gateway started with ``--handover``). ``predecessor``: the gateway it was taken from (its
+    ``--handover`` socket), told once this one listens, when it stops accepting and drains."""
+
+    listening: socket.socket
+    shared: bool = False
+    predecessor: socket.socket | None = None
+
+
+def listener(host: str, port: int, handover: str | None, environ: Mapping[str, str]) -> Listener:
+    """The gateway's listening socket: the one systemd passed (socket activation, ``sd_listen_fds(3)``: fd 3 when
+    ``LISTEN_PID`` is this process and ``LISTEN_FDS`` says 1; the variables then removed, as ``sd_listen_fds``
+    removes them, so that no process the gateway starts takes them for its own); else, with ``handover``, the one
+    the gateway serving that Unix socket sends (as HAProxy's seamless reload takes its predecessor's: the same
+    socket, its queue whole); else :func:`bind`'s. A socket passed or taken goes on listening while gateways
+    change: a connection waits in its queue until one accepts it. It must be a TCP socket on ``host`` and
+    ``port``, the address the gateway checks requests against and says it serves (``ValueError`` else, saying
+    what to change)."""
+    if environ.get("LISTEN_PID") == str(os.getpid()):
+        count = environ.get("LISTEN_FDS")
+        for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+            os.environ.pop(name, None)
+        if count != "1":
+            raise ValueError(
+                f"LISTEN_FDS={count}: the gateway serves one socket: give its .socket unit one ListenStream"
+            )
+        try:
+            passed = socket.socket(fileno=_SD_LISTEN_FDS_START)
+        except OSError as exc:
+            raise ValueError(f"LISTEN_FDS: fd {_SD_LISTEN_FDS_START} is not a socket: {exc.strerror}") from None
+        fix = "give the gateway its .socket unit's ListenStream address"
+        return Listener(_on(passed, host, port, "LISTEN_FDS: systemd passed", fix), shared=True)
+    if handover is not None and (taken := _taken(handover, host, port)) is not None:
+        return taken
+    return Listener(bind(host, port))
+
+
+def _taken(path: str, host: str, port: int) -> Listener | None:
+    """The socket of the gateway serving ``path`` (``--handover``), and the connection that tells it this one
+    listens; ``None`` where none serves there (the first gateway, or one left by a gateway that was killed)."""
+    private_directory(path, "--handover")
+    asking = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    asking.settimeout(_HANDOVER_TIMEOUT)
+    try:
+        asking.connect(path)
+        fds = socket.recv_fds(asking, 1, 1)[1]
+    except (FileNotFoundError, ConnectionRefusedError):
+        asking.close()
+        return None
+    except OSError as exc:
+        asking.close()
+        raise ValueError(f"--handover: {path}: {exc.strerror or exc}") from None
+    if not fds:
+        asking.close()
+        raise ValueError(f"--handover: the gateway serving {path} sent no socket")
+    by = f"--handover: the gateway serving {path} listens on"
+    return Listener(_on(socket.socket(fileno=fds[0]), host, port, by, "give both gateways one"), predecessor=asking)
+
+
+def _on(passed: socket.socket, host: str, port: int, by: str, fix: str) -> socket.socket:
+    """``passed``, held by this process alone (``FD_CLOEXEC``, as ``sd_listen_fds`` sets it: no process the gateway
+    starts holds it), if it is a TCP socket on ``host`` and ``port``; else closed, and ``ValueError``."""
+    passed.set_inheritable(False)
+    tcp = passed.family in (socket.AF_INET, socket.AF_INET6) and passed.type == socket.SOCK_STREAM
+    address = passed.getsockname()[:2] if tcp else None
+    if address != (host, port):
+        passed.close()
+        where = f"{address[0]} port {address[1]}" if address else f"a {passed.family.name} {passed.type.name} socket"
+        raise ValueError(f"{by} {where}, the gateway serves --host {host} --port {port}: {fix}")
+    return passed
+
+
+def handing(path: str) -> socket.socket:
+    """The Unix socket on which the gateway hands its listening socket to the next (``--handover``), made beside
+    ``path`` (``PATH.PID``, 0600, in a :func:`private_directory`) and renamed to it once the gateway listens
+    (``_lifecycle.Gateway``), so that until then ``path`` stays its predecessor's."""
+    private_directory(path, "--handover")
+    made = f"{path}.{os.getpid()}"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(made)
+    hands = _listening_at(made, "--handover")
+    hands.setblocking(False)
+    return hands
+
+
+def private_directory(path: str, flag: str = "--status-socket") -> None:
     """The directory of the socket ``path``, which only the gateway's user may enter: made 0700 if missing,
     refused (``ValueError``) if another user may enter it, or it cannot be made."""
     directory = os.path.dirname(os.path.abspath(path))
@@ -104,11 +198,11 @@ def private_directory(path: str) -> None:
         found = os.lstat(directory)
     except OSError as exc:
         raise ValueError(
-            f"--status-socket: {directory}: {exc.strerror}: give a path in a directory the gateway's user can create"
+            f"{flag}: {directory}: {exc.strerror}: give a path in a directory the gateway's user can create"
         ) from None
     if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid() or found.st_mode & 0o011:
         raise ValueError(
-            f"--status-socket: {directory} must be a directory of the gateway's user that no one else may enter "
+            f"{flag}: {directory} must be a directory of the gateway's user that no one else may enter "
             f"(mode 0700): it is mode {found.st_mode & 0o7777:o}, owned by uid {found.st_uid}"
         )
 
@@ -117,18 +211,22 @@ def private_socket(path: str) -> socket.socket:
     """A Unix socket bound at ``path``, in a :func:`private_directory`; a socket left there by a gateway that was
     killed is replaced, one another gateway serves is refused (``ValueError``)."""
     private_directory(path)
-    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if stat.S_ISSOCK(os.lstat(path).st_mode if os.path.lexists(path) else 0):
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
             if probe.connect_ex(path) == 0:
-                listening.close()
                 raise ValueError(f"--status-socket: another gateway serves {path}")
         os.unlink(path)
+    return _listening_at(path, "--status-socket")
+
+
+def _listening_at(path: str, flag: str) -> socket.socket:
+    """A Unix socket bound at ``path``, mode 0600, listening; ``ValueError`` naming ``flag`` where it cannot be."""
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         listening.bind(path)
         os.chmod(path, 0o600)
         listening.listen(128)
     except OSError as exc:
         listening.close()
-        raise ValueError(f"--status-socket: {path}: {exc.strerror}") from None
+        raise ValueError(f"{flag}: {path}: {exc.strerror}") from None
     return listening

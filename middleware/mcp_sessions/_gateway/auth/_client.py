@@ -19,24 +19,29 @@ operator named for it (issuer identifiers, or a token endpoint given in place of
 of the gateway's authenticates here, so this one rule holds for each of its clients (the token exchange's, the
 ID-JAG grant's, the login's, a vendor's, one registered at a server: that server's alone).
 
+Each method is authlib's (``authlib.oauth2.auth.ClientAuth`` and ``authlib.oauth2.rfc7523.PrivateKeyJWT``, as its
+docs use them), in this one place, behind the rule above. What the gateway adds: ``client_secret_basic``'s id and
+secret form-encoded before authlib joins and base64-encodes them (RFC 6749 §2.3.1; authlib sends them as given), an
+assertion's ``exp`` :data:`ASSERTION_LIFETIME` seconds after its ``iat`` (authlib's default is an hour), its ``typ``
+and ``kid``, and the ``client_id`` beside it (servers find the client's key by it).
+
 Neither the secret nor an assertion nor the key is logged or put in an error; :meth:`ClientAuth.request` says what
 each request sent, so that an answer that echoes it is not quoted.
 """
 
 from __future__ import annotations
 
-import base64
-import secrets
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal, NamedTuple, get_args
-from urllib.parse import quote_plus
-
-import jwt
+from urllib.parse import parse_qsl, quote_plus
 
 from .._keys import private_key
 
 if TYPE_CHECKING:
+    from joserfc.jwk import ECKey, RSAKey
+
     from .._keys import PrivateKey
 
 ClientAuthMethod = Literal["client_secret_basic", "client_secret_post", "private_key_jwt"]
@@ -142,37 +147,55 @@ class ClientAuth:
     def request(self, audience: str) -> Authentication:
         """What a request to the token endpoint of the server ``audience`` names carries: the secret (only to one of
         its ``servers``, else :class:`ServerNotNamed`), or a new assertion for that audience."""
+        # authlib's client authentication, loaded as the gateway first authenticates
+        from authlib.oauth2.auth import ClientAuth as Encoding
+        from authlib.oauth2.rfc7523 import PrivateKeyJWT
+
         if self.secret is not None and audience.rstrip("/") not in {server.rstrip("/") for server in self.servers}:
             named = ", ".join(self.servers)
             raise ServerNotNamed(f"the gateway's client secret goes to {named} alone, not to {audience}")
         if self.method == "client_secret_post":
             assert self.secret is not None
-            data = {"client_id": self.client_id, "client_secret": self.secret}
-            return Authentication(data, {}, (self.secret, quote_plus(self.secret)))
-        if self.method == "client_secret_basic":
+            sent: tuple[str, ...] = (self.secret, quote_plus(self.secret))
+            encoding = Encoding(self.client_id, self.secret, "client_secret_post")
+        elif self.method == "client_secret_basic":
             assert self.secret is not None
-            # RFC 6749 §2.3.1: each part form-encoded, then joined and base64-encoded.
-            credentials = f"{quote_plus(self.client_id)}:{quote_plus(self.secret)}"
-            pair = base64.b64encode(credentials.encode()).decode()
-            return Authentication({}, {"authorization": "Basic " + pair}, (self.secret, quote_plus(self.secret), pair))
-        assertion = self.assertion(audience)
-        data = {"client_id": self.client_id, "client_assertion_type": ASSERTION_TYPE, "client_assertion": assertion}
-        return Authentication(data, {}, (assertion,))
+            # RFC 6749 §2.3.1: each part form-encoded, then joined and base64-encoded (authlib's part).
+            sent = (self.secret, quote_plus(self.secret))
+            encoding = Encoding(quote_plus(self.client_id), quote_plus(self.secret), "client_secret_basic")
+        else:
+            assert self.key is not None
+            header = {"typ": ASSERTION_JWT_TYPE} | ({"kid": self.key_id} if self.key_id else {})
+            # a claims dict of its own each time: authlib writes the assertion's jti into the one it is given
+            claims = {"exp": int(time.time()) + ASSERTION_LIFETIME}
+            method = PrivateKeyJWT(audience, claims=claims, headers=header, alg=_algorithm(self.key))
+            sent = ()
+            encoding = Encoding(self.client_id, self._signing_key, method)
+        _, headers, body = encoding.prepare("POST", audience, {}, "")
+        data = dict(parse_qsl(body))
+        if "client_assertion" in data:
+            data["client_id"] = self.client_id
+            sent = (data["client_assertion"],)
+        basic = headers.get("Authorization")
+        sent += () if basic is None else (basic.removeprefix("Basic "),)
+        return Authentication(data, {name.lower(): value for name, value in headers.items()}, sent)
 
     def assertion(self, audience: str) -> str:
         """A new client assertion for ``audience`` (RFC 7523 §3), signed with the gateway's key."""
         assert self.key is not None
-        now = int(time.time())
-        claims = {
-            "iss": self.client_id,
-            "sub": self.client_id,
-            "aud": audience,
-            "jti": secrets.token_urlsafe(32),
-            "iat": now,
-            "exp": now + ASSERTION_LIFETIME,
-        }
-        header = {"typ": ASSERTION_JWT_TYPE} | ({"kid": self.key_id} if self.key_id else {})
-        return jwt.encode(claims, self.key, algorithm=_algorithm(self.key), headers=header)
+        return self.request(audience).data["client_assertion"]
+
+    @functools.cached_property
+    def _signing_key(self) -> ECKey | RSAKey:
+        """The key as authlib's JOSE library (joserfc) signs with it: its PEM, imported once."""
+        from cryptography.hazmat.primitives import serialization
+        from joserfc.jwk import ECKey, RSAKey
+
+        assert self.key is not None
+        pem = self.key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        return RSAKey.import_key(pem) if _algorithm(self.key) == "RS256" else ECKey.import_key(pem)
 
 
 def _algorithm(key: PrivateKey) -> str:

@@ -44,20 +44,20 @@ import hashlib
 import logging
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, get_args
 from urllib.parse import urlsplit
 
-import anyio
 import jwt
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..._bounded import BoundedDict
 from ..._pipeline import Rejection, error_answer, unavailable
 from ..._wire.protocol import INVALID_REQUEST
-from ._answer import read_answer
+from ._answer import SingleFlight, issued, read_answer, refusal
 from ._client import ServerNotNamed
+from ._discovery import endpoint, resource_metadata, server_metadata
 
 if TYPE_CHECKING:
     import httpx
@@ -79,13 +79,10 @@ MAX_CACHED: Final = 10_000
 """Issued tokens kept, one per user token and target; the least recently used are forgotten first."""
 UpstreamTokenMode = Literal["passthrough", "none", "exchange", "id-jag", "oauth"]
 MODES: Final = get_args(UpstreamTokenMode)  # --upstream-token's choices
-# RFC 6750 §2.1's b64token: what may follow "Bearer " in a header.
-_BEARER: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 _JWT: Final = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")  # a signed JWS, compact (RFC 7515 §7.1)
 IDP: Final = "the identity provider"
 """Who refused, in a refusal of an ID-JAG's first step (the exchange at the identity provider)."""
-# RFC 6749 §5.2: the characters of "error" and "error_description".
-_ERROR_CODE: Final = re.compile(r"[\x20-\x21\x23-\x5b\x5d-\x7e]{1,64}")
+# RFC 6749 §5.2: what is not a character of "error" and "error_description".
 _UNPRINTABLE: Final = re.compile(r"[^\x20-\x21\x23-\x5b\x5d-\x7e]")
 _NOT_THIS_TOKEN: Final = frozenset({"invalid_request", "invalid_grant"})
 _NOT_FOR_THIS_USER: Final = frozenset({"invalid_scope", "invalid_target", "access_denied"})
@@ -143,15 +140,6 @@ class ExchangeRefused(Exception):
         return error_answer(self.status, INVALID_REQUEST, message, reason, request_id, header)
 
 
-@dataclass
-class _Exchanging:
-    """An exchange under way: what the requests that miss its key meanwhile wait for, and its outcome."""
-
-    done: anyio.Event = field(default_factory=anyio.Event)
-    token: str | None = None
-    refused: ExchangeRefused | None = None
-
-
 class TokenExchange:
     """The gateway as the authorization server's client, exchanging user tokens (see the module).
 
@@ -194,7 +182,7 @@ class TokenExchange:
         self._grant_endpoints: dict[str, str] = {}
         # Per key: the issued token, and when to renew it (monotonic).
         self._issued: BoundedDict[bytes, tuple[str, float]] = BoundedDict(MAX_CACHED)
-        self._exchanging: BoundedDict[bytes, _Exchanging] = BoundedDict(MAX_CACHED)
+        self._exchanging: SingleFlight[bytes, ExchangeRefused] = SingleFlight(ExchangeRefused, MAX_CACHED)
         # trust_env off: no proxy variable or .netrc credential; no redirect followed with the client's secret; a
         # jar that keeps no cookie, so that none the endpoint set in answer to one user's exchange goes with another's.
         keeps_none = CookieJar(DefaultCookiePolicy(allowed_domains=[]))
@@ -228,24 +216,11 @@ class TokenExchange:
         if time.monotonic() < renew_at:
             self._issued[key] = (token, renew_at)
             return token
-        while (exchanging := self._exchanging.get(key)) is not None:
-            await exchanging.done.wait()
-            if exchanging.token is not None:
-                return exchanging.token
-            if (failed := exchanging.refused) is not None:  # an error of its own, not one raised twice
-                raise ExchangeRefused(failed.status, failed.error, failed.description)
-            # Neither (its request was cancelled): this one exchanges.
-        exchanging = self._exchanging[key] = _Exchanging()
-        try:
-            token = exchanging.token = await self._exchange(key, subject_token, target, subject_type)
-        except ExchangeRefused as refused:
-            exchanging.refused = refused
-            raise
-        finally:
-            if self._exchanging.get(key) is exchanging:
-                del self._exchanging[key]
-            exchanging.done.set()
-        return token
+        return await self._exchanging.run(
+            key,
+            lambda: self._exchange(key, subject_token, target, subject_type),
+            lambda failed: ExchangeRefused(failed.status, failed.error, failed.description),
+        )
 
     async def _exchange(self, key: bytes, subject_token: str, target: Target, subject_type: str) -> str:
         """One exchange at the token endpoint (and, for an ID-JAG, its grant at the resource's authorization
@@ -265,7 +240,7 @@ class TokenExchange:
             answer = await self._grant(target, _id_jag(answer))
         else:
             answer = await self._post(endpoint, form, "subject_token")
-        token, lifetime = _issued(answer)
+        token, lifetime = _issued(answer, "the authorization server")
         if lifetime is not None and lifetime > 0:
             renew_at = time.monotonic() + lifetime - min(RENEW_BEFORE, lifetime / 2)
             self._issued[key] = (token, renew_at)
@@ -298,58 +273,24 @@ class TokenExchange:
     async def resource_metadata(
         self, url: str, resource: str | None = None, issuer: str | None = None
     ) -> tuple[str, str]:
-        """The first authorization server (``issuer`` if given, which it must name), and the resource, that the
-        protected resource at ``url`` names in its metadata (RFC 9728 §3: the well-known part before the resource's
-        path), whose ``resource`` must be ``resource`` if given, else ``url`` (§3.3); :class:`ExchangeRefused`
-        (502) otherwise."""
-        resource = resource or url
-        parts = urlsplit(url)
-        server = f"the upstream's resource metadata ({parts.scheme}://{parts.netloc})"
-        well_known = f"{parts.scheme}://{parts.netloc}/.well-known/oauth-protected-resource{parts.path.rstrip('/')}"
-        status, metadata = await self._read(self._http.build_request("GET", well_known), server)
-        if status != 200 or not isinstance(metadata, dict):
-            logger.warning("mcp-sessions gateway: %s answered %d", server, status)
-            raise _server_error(f"{server} answered {status}: give --id-jag-issuer")
-        servers = metadata.get("authorization_servers")
-        if str(metadata.get("resource")).rstrip("/") != resource.rstrip("/"):
-            raise _server_error(f"{server} names another resource than {resource}: give --exchange-resource")
-        if not isinstance(servers, list) or not servers or not isinstance(servers[0], str):
-            raise _server_error(f"{server} names no authorization server: give --id-jag-issuer")
-        if issuer is not None:
-            if issuer.rstrip("/") not in {str(listed).rstrip("/") for listed in servers}:
-                first = _printable(servers[0])[:200]
-                raise _server_error(f"{server} names the authorization server {first}, not {issuer} (--id-jag-issuer)")
-            return issuer, resource
-        if urlsplit(servers[0]).scheme not in ("http", "https"):
-            raise _server_error(f"{server} names no http(s) authorization server: give --id-jag-issuer")
-        return servers[0], resource
+        """The authorization server (``issuer`` if given, which it must list, else the first it lists) and the
+        resource (``resource`` if given, else its own) that the protected resource at ``url`` names in its metadata
+        (``_discovery.resource_metadata``); :class:`ExchangeRefused` (502, 504) otherwise."""
+        found = await resource_metadata(
+            self._http,
+            url,
+            failed=_server_error,
+            seconds=self._timeout,
+            issuer=issuer,
+            issuer_flag="--id-jag-issuer",
+            give="--id-jag-issuer",
+        )
+        return found.issuer, resource or found.resource
 
     async def _discover(self, issuer: str, server: str = "the authorization server") -> str:
-        parts = urlsplit(issuer)
-        path = parts.path.rstrip("/")
-        origin = f"{parts.scheme}://{parts.netloc}"
-        # RFC 8414 §3.1 (the well-known part before the issuer's path), then OpenID Connect Discovery's.
-        urls = (
-            f"{origin}/.well-known/oauth-authorization-server{path}",
-            f"{origin}{path}/.well-known/openid-configuration",
-        )
-        for url in urls:
-            request = self._http.build_request("GET", url)
-            try:
-                status, metadata = await self._read(request, server)
-            except ExchangeRefused:
-                continue
-            if status != 200 or not isinstance(metadata, dict):
-                continue
-            # RFC 8414 §3.3: the metadata's issuer is the one asked about, else it is not used.
-            named = str(metadata.get("issuer")).rstrip("/")
-            if named != issuer.rstrip("/"):
-                raise _server_error(f"{server}'s metadata names another issuer")
-            endpoint = metadata.get("token_endpoint")
-            if isinstance(endpoint, str) and urlsplit(endpoint).scheme in ("http", "https"):
-                return endpoint
-        logger.warning("mcp-sessions gateway: no token endpoint in the metadata of %s", issuer)
-        raise _server_error(f"{server}'s metadata names no token endpoint")
+        """The token endpoint of ``issuer``'s metadata (``_discovery.server_metadata``)."""
+        metadata = await server_metadata(self._http, issuer, server=server, failed=_server_error, seconds=self._timeout)
+        return endpoint(metadata, "token_endpoint", server, _server_error)
 
     async def _post(
         self,
@@ -375,7 +316,7 @@ class TokenExchange:
         status, answer = await self._read(request, server)
         if status == 200 and isinstance(answer, dict):
             return answer
-        error = _refusal(status, answer)
+        error = refusal(status, answer)
         # A server that echoes a credential (the user's token or ID-JAG, the gateway's secret or assertion): none of
         # its text is sent on, to the client or to the log.
         credentials = (form[credential], *authentication.sent)
@@ -408,16 +349,6 @@ def _server_error(description: str, status: int = 502) -> ExchangeRefused:
     return ExchangeRefused(status, "server_error", description)
 
 
-def _refusal(status: int, answer: Any) -> str | None:
-    """The ``error`` of a refusal (§2.2.2: a 400, 401 or 403 naming a well-formed one), else ``None``."""
-    if status not in (400, 401, 403) or not isinstance(answer, dict):
-        return None
-    error = answer.get("error")
-    if isinstance(error, str) and _ERROR_CODE.fullmatch(error):
-        return error
-    return None
-
-
 def _id_jag(answer: dict[str, Any]) -> str:
     """The ID-JAG the identity provider issued (its ``issued_token_type`` the ID-JAG's, a JWT's characters)."""
     token = answer.get("access_token")
@@ -426,18 +357,11 @@ def _id_jag(answer: dict[str, Any]) -> str:
     return token
 
 
-def _issued(answer: dict[str, Any]) -> tuple[str, float | None]:
+def _issued(answer: dict[str, Any], server: str) -> tuple[str, float | None]:
     """The issued token and its lifetime in seconds (``None``: unknown), from a successful answer (§2.2.1)."""
-    token = answer.get("access_token")
-    kind = answer.get("token_type")
-    if not isinstance(token, str) or not _BEARER.fullmatch(token):
-        raise _server_error("the authorization server issued no bearer token")
-    # N_A (§2.2.1) and the like: not usable as an access token.
-    if not isinstance(kind, str) or kind.lower() != "bearer":
-        raise _server_error("the authorization server issued a token that is not a bearer's")
-    expires_in = answer.get("expires_in")
-    if isinstance(expires_in, int | float) and not isinstance(expires_in, bool):
-        return token, float(expires_in)
+    token, lifetime, _, _ = issued(answer, server, _server_error)
+    if lifetime is not None:
+        return token, lifetime
     # No expires_in: the issued JWT's own exp, read (not verified: the upstream verifies it).
     try:
         expires = jwt.decode(token, options={"verify_signature": False}).get("exp")

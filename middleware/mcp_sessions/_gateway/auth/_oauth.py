@@ -6,10 +6,10 @@ team's IdP nor RFC 8693: the gateway is that server's OAuth client, and each use
 **Finding the server**, as MCP's authorization spec has a client find it: the upstream's 401 names its protected
 resource metadata (RFC 9728) in ``WWW-Authenticate``'s ``resource_metadata`` (else the well-known URL on the
 upstream's path, then at its root; one on another origin than the upstream's is not read); the metadata names the
-resource (the upstream's own URL, or a URL it lies under: else refused) and its authorization servers, whose
-first is read by RFC 8414 (then OpenID Connect Discovery), its ``issuer`` the one asked about, and PKCE's ``S256``
-among its methods (MCP: else refused). Read once, as the first request needs it; a failure is the client's 502
-and the next request tries again.
+resource (the URL it was derived from: else refused) and its authorization servers, whose first is read by RFC 8414
+(then OpenID Connect Discovery), its ``issuer`` the one asked about, and PKCE's ``S256`` among its methods (MCP: else
+refused): ``_discovery``'s readers, the token exchange's too. Read once, as the first request needs it; a failure
+is the client's 502 and the next request tries again.
 
 **The gateway's client there**, in the order MCP's authorization spec (2025-11-25, "Client Registration") has a
 client choose: the one the operator gives (``client``, a ``_client.ClientAuth``; or ``client_id`` alone, a public
@@ -66,7 +66,6 @@ when it is a bearer token's characters (RFC 6750 §2.1).
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import html
 import json
@@ -79,7 +78,7 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field, replace
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import TYPE_CHECKING, Any, Final, TypeVar
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
 import anyio
 import jwt
@@ -88,11 +87,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..._bounded import BoundedDict
 from ..._pipeline import Rejection, error_answer, store_refused, unavailable
-from ..._wire import jsonrpc, printable
+from ..._wire import jsonrpc
 from ..._wire.protocol import INVALID_REQUEST, MCP_PROTOCOL_VERSION_HEADER
 from ...profiles import Era
-from ._answer import read_answer
+from ._answer import ERROR_CODE, SingleFlight, issued, read_answer, refusal
 from ._client import ClientAuth, ClientAuthMethod, ServerNotNamed
+from ._discovery import endpoint, resource_metadata, server_metadata
 from ._exchange import ExchangeRefused, UpstreamToken
 
 if TYPE_CHECKING:
@@ -129,14 +129,12 @@ COOKIE: Final = "mcp_sessions_sign_in"
 # The methods whose 2026-07-28 answer may be an input_required result (SEP-2322's multi-round-trip requests).
 _ASKING: Final = frozenset({"tools/call", "prompts/get", "resources/read"})
 _CAPABILITIES: Final = "io.modelcontextprotocol/clientCapabilities"
+_AS: Final = "an authorization server"
+"""How a refusal about an authorization server's metadata names it."""
 _MAX_BODY: Final = 64 * 1024
-_BEARER: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
-_ERROR_CODE: Final = re.compile(r"[\x20-\x21\x23-\x5b\x5d-\x7e]{1,64}")
 # A challenge's quoted parameters, each tried only where a name begins (not at every letter of one), so that a
 # hostile header of one long word costs one pass, not one a letter.
 _CHALLENGE_PARAM: Final = re.compile(r'(?<![A-Za-z_])([A-Za-z_]+)="([^"]*)"')
-_URL: Final = re.compile(r"[\x21-\x7e]{1,2048}")
-_SCOPE: Final = re.compile(r"(?=.{1,1024}$)[\x21\x23-\x5b\x5d-\x7e]+(?: [\x21\x23-\x5b\x5d-\x7e]+)*")
 _PAGE_HEADERS: Final = (
     (b"content-type", b"text/html; charset=utf-8"),
     (b"cache-control", b"no-store"),
@@ -276,15 +274,6 @@ class _Leg:
     redirect_uri: str
 
 
-@dataclass
-class _Refreshing:
-    """A refresh under way: what the requests of the same user and server wait for meanwhile."""
-
-    done: anyio.Event = field(default_factory=anyio.Event)
-    token: str | None = None
-    failed: ExchangeRefused | None = None
-
-
 class _Refused(Exception):
     """A step of a sign-in failed: the page says ``reason`` (no token in it), with ``status``."""
 
@@ -352,7 +341,7 @@ class UpstreamGrants(UpstreamToken):
         self._registered: dict[str, ClientAuth | str] = {}
         self._finding = anyio.Lock()
         self._grants: BoundedDict[tuple[User, str], _Grant] = BoundedDict(MAX_GRANTS)
-        self._refreshing: dict[tuple[User, str], _Refreshing] = {}
+        self._refreshing: SingleFlight[tuple[User, str], ExchangeRefused] = SingleFlight(ExchangeRefused, MAX_GRANTS)
         # A sign-in URL's id to its user and deadline; a user's URL while it waits, so that retries get the same.
         self._urls: BoundedDict[str, tuple[User, float]] = BoundedDict(MAX_PENDING)
         self._url_of: BoundedDict[User, str] = BoundedDict(MAX_PENDING)
@@ -422,34 +411,27 @@ class UpstreamGrants(UpstreamToken):
     async def _refreshed(self, key: tuple[User, str], server: _Server) -> str:
         """A new access token from the grant's refresh token: one refresh per user and server at a time, the others
         waiting for its outcome."""
-        while (refreshing := self._refreshing.get(key)) is not None:
-            await refreshing.done.wait()
-            if refreshing.token is not None:
-                return refreshing.token
-            if (failed := refreshing.failed) is not None:
-                if isinstance(failed, SignInRequired):
-                    raise SignInRequired(self._sign_in_url(key[0]), failed.server)
-                raise GrantFailed(failed.status, failed.error, failed.description)
-        refreshing = self._refreshing[key] = _Refreshing()
+        return await self._refreshing.run(
+            key, lambda: self._refreshed_once(key, server), lambda failed: self._again(key[0], failed)
+        )
+
+    def _again(self, user: User, failed: ExchangeRefused) -> ExchangeRefused:
+        """What a request of ``user`` that waited for another's refresh of her grant raises as that one failed."""
+        if isinstance(failed, SignInRequired):
+            return SignInRequired(self._sign_in_url(user), failed.server)
+        return GrantFailed(failed.status, failed.error, failed.description)
+
+    async def _refreshed_once(self, key: tuple[User, str], server: _Server) -> str:
+        """The refresh itself: under the store's lease on the grant where grants are kept."""
+        if self._kept is None:
+            return await self._refreshed_held(key, server)
+        if (lease := await self._keep(self._kept.lease(self._record(key), self._timeout))) is None:
+            return await self._refreshed_elsewhere(key)  # another replica refreshes it: its grant, from the store
         try:
-            if self._kept is None:
-                token = await self._refreshed_held(key, server)
-            elif (lease := await self._keep(self._kept.lease(self._record(key), self._timeout))) is None:
-                token = await self._refreshed_elsewhere(key)  # another replica refreshes it: its grant, from the store
-            else:
-                try:
-                    token = await self._refreshed_held(key, server)
-                finally:
-                    with anyio.CancelScope(shield=True):
-                        await self._keep(self._kept.release(self._record(key), lease))
-            refreshing.token = token
-            return token
-        except ExchangeRefused as failed:
-            refreshing.failed = failed
-            raise
+            return await self._refreshed_held(key, server)
         finally:
-            del self._refreshing[key]
-            refreshing.done.set()
+            with anyio.CancelScope(shield=True):
+                await self._keep(self._kept.release(self._record(key), lease))
 
     async def _refreshed_held(self, key: tuple[User, str], server: _Server) -> str:
         """The grant's access token, refreshed where it is still due: read here, under the lease where grants are
@@ -470,7 +452,7 @@ class UpstreamGrants(UpstreamToken):
             form["resource"] = server.resource
         status, answer = await self._token_request(server, form)
         if status != 200 or not isinstance(answer, dict):
-            error = _error_of(status, answer)
+            error = refusal(status, answer)
             if error not in ("invalid_grant", "invalid_token"):
                 logger.warning("mcp-sessions gateway: %s answered %d to a refresh", server.issuer, status)
                 raise GrantFailed(502, "server_error", "the upstream's authorization server failed a refresh")
@@ -556,44 +538,19 @@ class UpstreamGrants(UpstreamToken):
         status, _, challenge = await self._read(probe)
         given = _CHALLENGE_PARAM.findall(challenge) if status == 401 else []
         said = {name.lower(): value for name, value in given}
-        parts = urlsplit(self._upstream_url)
-        origin = f"{parts.scheme}://{parts.netloc}"
-        path = parts.path.rstrip("/")
-        places = [said["resource_metadata"]] if "resource_metadata" in said else []
-        places += [
-            f"{origin}/.well-known/oauth-protected-resource{path}",
-            f"{origin}/.well-known/oauth-protected-resource",
-        ]
-        metadata = None
-        for place in places:
-            named = urlsplit(place)
-            if f"{named.scheme}://{named.netloc}" != origin:  # where the upstream sends the gateway: its own origin
-                continue
-            status, metadata, _ = await self._read(self._http.build_request("GET", place))
-            if status == 200 and isinstance(metadata, dict):
-                break
-            metadata = None
-        if metadata is None:
-            raise _server_error("the upstream names no protected resource metadata (RFC 9728)")
-        resource = metadata.get("resource")
-        servers = metadata.get("authorization_servers")
-        if not isinstance(resource, str) or not _under(self._upstream_url, resource):
-            raise _server_error("the upstream's resource metadata names another resource")
-        if not isinstance(servers, list) or not servers or not isinstance(servers[0], str):
-            raise _server_error("the upstream's resource metadata names no authorization server")
-        issuer = self._issuer or servers[0]
-        if issuer.rstrip("/") not in {str(listed).rstrip("/") for listed in servers}:
-            first = printable(servers[0])[:200]
-            raise _server_error(
-                f"the upstream's resource metadata names the server {first}, not {issuer} (--oauth-issuer)"
-            )
+        resource, issuer, listed = await resource_metadata(
+            self._http,
+            self._upstream_url,
+            failed=_server_error,
+            seconds=self._timeout,
+            named=said.get("resource_metadata"),
+            issuer=self._issuer,
+            issuer_flag="--oauth-issuer",
+        )
         found = await self._metadata(issuer, oidc_first=False)
         if "S256" not in (found.get("code_challenge_methods_supported") or []):
             raise _server_error("the upstream's authorization server does not say it takes PKCE's S256")
-        scope = self._scope or said.get("scope")
-        supported = metadata.get("scopes_supported")
-        if scope is None and isinstance(supported, list) and all(isinstance(item, str) for item in supported):
-            scope = " ".join(supported) or None
+        scope = self._scope or said.get("scope") or listed
         registration = found.get("registration_endpoint")
         revocation = found.get("revocation_endpoint")
         return _Server(
@@ -609,23 +566,10 @@ class UpstreamGrants(UpstreamToken):
         )
 
     async def _metadata(self, issuer: str, *, oidc_first: bool) -> dict[str, Any]:
-        """An authorization server's metadata: RFC 8414's (the well-known part before the issuer's path), then
-        OpenID Connect Discovery's, or the other way round; its ``issuer`` the one asked about."""
-        parts = urlsplit(issuer)
-        path = parts.path.rstrip("/")
-        origin = f"{parts.scheme}://{parts.netloc}"
-        urls = [
-            f"{origin}/.well-known/oauth-authorization-server{path}",
-            f"{origin}{path}/.well-known/openid-configuration",
-        ]
-        for url in reversed(urls) if oidc_first else urls:
-            status, metadata, _ = await self._read(self._http.build_request("GET", url))
-            if status != 200 or not isinstance(metadata, dict):
-                continue
-            if str(metadata.get("issuer")).rstrip("/") != issuer.rstrip("/"):
-                raise _server_error("an authorization server's metadata names another issuer")
-            return metadata
-        raise _server_error("an authorization server serves no metadata (RFC 8414)")
+        """An authorization server's metadata (``_discovery.server_metadata``)."""
+        return await server_metadata(
+            self._http, issuer, server=_AS, failed=_server_error, seconds=self._timeout, oidc_first=oidc_first
+        )
 
     async def _client_of(self, server: _Server) -> ClientAuth | str:
         """The gateway's client at ``server``: the one given, else its Client ID Metadata Document's URL where
@@ -857,26 +801,20 @@ class UpstreamGrants(UpstreamToken):
         flow = secrets.token_hex(8)
         binding = secrets.token_urlsafe(32)
         state = secrets.token_urlsafe(32)
-        verifier, challenge = _pkce()
+        verifier = _verifier()
         nonce = secrets.token_urlsafe(32)
         now = time.monotonic()
         until = now + SIGN_IN_WITHIN
         sends_iss = idp.get("authorization_response_iss_parameter_supported") is True
         leg = _Leg(user, one_time, flow, binding, verifier, nonce, self._login.issuer, until, sends_iss, self._callback)
         self._logins[state] = leg
-        query = {
-            "response_type": "code",
-            "client_id": self._login.client.client_id,
-            "redirect_uri": self._callback,
-            "scope": self._login_scope,
-            "state": state,
-            "nonce": nonce,
-            "code_challenge": challenge,
-            "code_challenge_method": "S256",
-        }
+        endpoint = _url_in(idp, "authorization_endpoint")
+        url = _authorization_url(
+            endpoint, self._login.client.client_id, self._callback, state, verifier, self._login_scope, nonce=nonce
+        )
         cookie = f"{COOKIE}-{flow}={binding}; Path=/oauth/; HttpOnly; SameSite=Lax; Max-Age={int(SIGN_IN_WITHIN)}"
         cookie += "; Secure" if self._secure else ""
-        return _redirect(_url_in(idp, "authorization_endpoint"), query, cookie)
+        return _redirect(url, cookie)
 
     async def _called_back(self, scope: Scope) -> _Answer:
         """A server sent the browser back: the IdP's login (then on to the upstream's server), or the upstream's
@@ -904,7 +842,7 @@ class UpstreamGrants(UpstreamToken):
             )
         if "error" in params or "code" not in params:
             error = params.get("error", "")
-            said = error if _ERROR_CODE.fullmatch(error) else "no code"
+            said = error if ERROR_CODE.fullmatch(error) else "no code"
             raise _Refused(403, f"The sign-in was refused ({said}): nothing was granted.")
         if login:
             return await self._logged_in(leg, params["code"])
@@ -917,7 +855,7 @@ class UpstreamGrants(UpstreamToken):
         server = await self._found()
         client = await self._client_of(server)
         state = secrets.token_urlsafe(32)
-        verifier, challenge = _pkce()
+        verifier = _verifier()
         now = time.monotonic()
         until = now + SIGN_IN_WITHIN
         # a client by its metadata document, which every server shares, comes back to the shared callback: it is
@@ -932,19 +870,18 @@ class UpstreamGrants(UpstreamToken):
             sends_iss=server.sends_iss,
             redirect_uri=redirect,
         )
-        query = {
-            "response_type": "code",
-            "client_id": client if isinstance(client, str) else client.client_id,
-            "redirect_uri": redirect,
-            "state": state,
-            "code_challenge": challenge,
-            "code_challenge_method": "S256",
-        }
-        if server.resource:
-            query["resource"] = server.resource
-        if server.scope:
-            query["scope"] = server.scope
-        return _redirect(server.authorization_endpoint, query)
+        client_id = client if isinstance(client, str) else client.client_id
+        return _redirect(
+            _authorization_url(
+                server.authorization_endpoint,
+                client_id,
+                redirect,
+                state,
+                verifier,
+                server.scope,
+                resource=server.resource or None,
+            )
+        )
 
     def _code_form(self, leg: _Leg, code: str) -> dict[str, str]:
         """The token request that swaps a leg's authorization ``code`` (RFC 6749 §4.1.3), with PKCE's verifier."""
@@ -1354,10 +1291,33 @@ def _json(status: int, body: object) -> _Answer:
     return sent
 
 
-def _redirect(endpoint: str, query: Mapping[str, str], cookie: str | None = None) -> _Answer:
-    """A 302 to ``endpoint`` with ``query`` added to its own."""
-    joined = "&" if urlsplit(endpoint).query else "?"
-    location = f"{endpoint}{joined}{urlencode(query)}"
+def _authorization_url(
+    endpoint: str,
+    client_id: str,
+    redirect_uri: str,
+    state: str,
+    verifier: str,
+    scope: str | None,
+    *,
+    nonce: str | None = None,
+    resource: str | None = None,
+) -> str:
+    """The authorization request (RFC 6749 §4.1.1) at ``endpoint``, with PKCE's S256 challenge of ``verifier``
+    (RFC 7636), and OpenID Connect's ``nonce`` and RFC 8707's ``resource`` where given: authlib's OAuth 2 client's
+    ``create_authorization_url``. Its base client, ``authlib.oauth2.OAuth2Client``, not its httpx one: a URL asks no
+    server, and an ``AsyncOAuth2Client`` made for each would cost 18 ms of CPU (an HTTP client and its TLS
+    context), where this costs 0.1 ms."""
+    from authlib.oauth2 import OAuth2Client
+
+    client = OAuth2Client(None, client_id, code_challenge_method="S256")
+    url, _ = client.create_authorization_url(
+        endpoint, state, verifier, redirect_uri=redirect_uri, scope=scope, nonce=nonce, resource=resource
+    )
+    return str(url)
+
+
+def _redirect(location: str, cookie: str | None = None) -> _Answer:
+    """A 302 to ``location``."""
 
     async def sent(send: Send) -> None:
         headers = [(b"location", location.encode()), (b"cache-control", b"no-store"), (b"content-length", b"0")]
@@ -1379,11 +1339,11 @@ def _cookie(header: str, wanted: str) -> str | None:
     return None
 
 
-def _pkce() -> tuple[str, str]:
-    """A PKCE verifier and its S256 challenge (RFC 7636 §4.1, §4.2)."""
-    verifier = secrets.token_urlsafe(48)
-    digest = hashlib.sha256(verifier.encode("ascii")).digest()
-    return verifier, base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+def _verifier() -> str:
+    """A PKCE verifier (RFC 7636 §4.1): 48 of its unreserved characters, as authlib's docs make one."""
+    from authlib.common.security import generate_token
+
+    return str(generate_token(48))
 
 
 def _who(key: tuple[User, str]) -> str:
@@ -1413,35 +1373,21 @@ def _under(url: str, resource: str) -> bool:
 
 
 def _url_in(metadata: Mapping[str, Any], name: str) -> str:
-    """The http(s) URL a server's metadata gives as ``name``: printable, no space (it may become a ``Location``)."""
-    url = metadata.get(name)
-    if not isinstance(url, str) or not _URL.fullmatch(url) or urlsplit(url).scheme not in ("http", "https"):
-        raise _server_error(f"an authorization server's metadata names no {name}")
-    return url
+    """The http(s) URL an authorization server's metadata gives as ``name`` (``_discovery.endpoint``)."""
+    return endpoint(metadata, name, _AS, _server_error)
 
 
 def _granted(answer: dict[str, Any], refresh: str | None, resource: str) -> _Grant:
     """The grant in a token endpoint's answer for ``resource``; ``refresh`` kept when the answer rotates none in."""
-    token = answer.get("access_token")
-    kind = answer.get("token_type")
-    if not isinstance(token, str) or not _BEARER.fullmatch(token):
-        raise _server_error("the upstream's authorization server issued no bearer token")
+    token, lifetime, rotated, scope = issued(answer, "the upstream's authorization server", _server_error)
     if not _for_resource(token, resource):
         raise _server_error("the upstream's authorization server issued a token for another resource")
-    if not isinstance(kind, str) or kind.lower() != "bearer":
-        raise _server_error("the upstream's authorization server issued a token that is not a bearer's")
-    rotated = answer.get("refresh_token")
-    if isinstance(rotated, str) and rotated:
-        refresh = rotated
-    expires_in = answer.get("expires_in")
-    lifetime = float(expires_in) if isinstance(expires_in, int | float) and not isinstance(expires_in, bool) else None
     now = time.monotonic()
     # No lifetime said: refreshed when the upstream refuses it.
     renew_at = math.inf if lifetime is None else now + lifetime - min(RENEW_BEFORE, lifetime / 2)
     expires_at = None if lifetime is None else time.time() + lifetime
-    scope = answer.get("scope")  # RFC 6749 §5.1: what was granted, where it is not what was asked
-    said = scope if isinstance(scope, str) and _SCOPE.fullmatch(scope) else None
-    return _Grant(token, refresh, renew_at, time.time(), expires_at, said)
+    # RFC 6749 §5.1: the scope is what was granted, where it is not what was asked
+    return _Grant(token, rotated or refresh, renew_at, time.time(), expires_at, scope)
 
 
 def _for_resource(token: str, resource: str) -> bool:
@@ -1455,12 +1401,6 @@ def _for_resource(token: str, resource: str) -> bool:
         return True
     named = [audience] if isinstance(audience, str) else audience if isinstance(audience, list) else []
     return resource.rstrip("/") in {str(each).rstrip("/") for each in named}
-
-
-def _error_of(status: int, answer: Any) -> str | None:
-    """A token endpoint's refusal's ``error`` (RFC 6749 §5.2), if well formed."""
-    error = answer.get("error") if isinstance(answer, dict) and status in (400, 401) else None
-    return error if isinstance(error, str) and _ERROR_CODE.fullmatch(error) else None
 
 
 def _server_error(description: str, status: int = 502) -> GrantFailed:
