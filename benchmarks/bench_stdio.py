@@ -369,6 +369,8 @@ def gateways(work: Path, command: list[str], limit: int) -> dict[str, tuple[list
     # No containment, as supergateway has none; and under one the server's pid and its file in READY_DIR (in /tmp)
     # would be its namespace's, not the machine's.
     contained = ["--process-containment", "none"]
+    if os.geteuid() == 0:  # run as this user, root too, as supergateway runs it: said so, or the gateway refuses
+        contained.append("--accept-root-processes")
     ours = [sys.executable, "-m", "mcp_sessions", "gateway", "--log-level", "warning", *per_conversation, *contained]
     secret = {"MCP_SESSIONS_SECRET": SECRET}
     theirs = [node, str(SUPERGATEWAY), "--stdio", " ".join(command), "--outputTransport", "streamableHttp"]

@@ -148,6 +148,17 @@ def node() -> str:
     return binary
 
 
+def said_as_root(line: Sequence[str]) -> list[str]:
+    """``line``, and where it starts a gateway of stdio servers (``--stdio``, ``--config``) as root, what the tests'
+    gateways say to run their processes as root, as they did before a gateway refused it unless told so
+    (``--accept-root-processes``): each test that seals its processes gives ``--process-uids`` (or ``--process-user``)
+    itself, and the refusal's test starts its gateway with neither."""
+    gateway = "gateway" in line and ("--stdio" in line or "--config" in line)
+    if gateway and os.geteuid() == 0 and "--accept-root-processes" not in line:
+        return [*line, "--accept-root-processes"]
+    return list(line)
+
+
 class Process:
     """A server process on a free loopback port, its output in a file; stopped (killed if it must be) by ``stop``."""
 
@@ -156,7 +167,7 @@ class Process:
         self._log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
         inherited = {key: value for key, value in os.environ.items() if not key.startswith("MCP_SESSIONS_")}
         self.process: subprocess.Popen[bytes] | None = subprocess.Popen(
-            list(command),
+            said_as_root(command),
             cwd=MAIN,
             env={**inherited, **environ},
             stdout=self._log,
@@ -308,6 +319,7 @@ def _served(arguments: Sequence[str], environ: Mapping[str, str] | None) -> InPr
     port = free_port()
     line = ["--port", str(port), "--log-level", "warning"]
     line += [argument.replace("{url}", f"http://127.0.0.1:{port}/mcp") for argument in arguments]
+    line = said_as_root(["gateway", *line])[1:]
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     args = parser.parse_args(line)
@@ -343,7 +355,7 @@ def gateway_run(*arguments: str, within: float = 90) -> subprocess.CompletedProc
     """``mcp-sessions gateway ARGUMENTS`` as its own process, run to its end (a gateway that fails to start ends by
     itself) within ``within`` seconds: its exit status and its output."""
     environ = {key: value for key, value in os.environ.items() if not key.startswith("MCP_SESSIONS_")}
-    line = [sys.executable, "-m", "mcp_sessions", "gateway", *arguments]
+    line = said_as_root([sys.executable, "-m", "mcp_sessions", "gateway", *arguments])
     environ["MCP_SESSIONS_SECRET"] = SECRET
     return subprocess.run(line, capture_output=True, text=True, env=environ, timeout=within, check=False)
 
@@ -352,7 +364,7 @@ def stopped_as_it_starts(*arguments: str, within: float = 90) -> tuple[int, str,
     """``mcp-sessions gateway ARGUMENTS`` as its own process, sent SIGTERM once uvicorn says "Waiting for application
     startup" (the app's start begins: uvicorn hears signals from then): its exit status, what it said after the
     signal, and how long (seconds) it took to end, within ``within``; nothing of its session left."""
-    line = [sys.executable, "-m", "mcp_sessions", "gateway", *arguments]
+    line = said_as_root([sys.executable, "-m", "mcp_sessions", "gateway", *arguments])
     environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
     with subprocess.Popen(line, env=environ, stderr=subprocess.PIPE, text=True, start_new_session=True) as gateway:
         try:
@@ -377,7 +389,7 @@ def main_run(
     directory (conftest's ``STATE_DIRECTORY``): its exit status, its output."""
     out, err = io.StringIO(), io.StringIO()
     given = {"STATE_DIRECTORY": os.environ["STATE_DIRECTORY"], **(environ or {})}
-    status = main(list(arguments), stdin=io.StringIO(stdin), stdout=out, stderr=err, environ=given)
+    status = main(said_as_root(arguments), stdin=io.StringIO(stdin), stdout=out, stderr=err, environ=given)
     return subprocess.CompletedProcess(arguments, status, out.getvalue(), err.getvalue())
 
 

@@ -9,7 +9,7 @@ runs a tool that is no coroutine), ``-32601`` for any other method. A tool asks 
 its request, of an id of its own, waits (30 s at most) for the answer the main loop reads; the client's error answer
 is the call's. Its tools:
 
-- ``whoami``: its pid, the MCP_SESSION_ID it was given, and the names of its MCP_SESSIONS_* variables;
+- ``whoami``: its pid and uid, the MCP_SESSION_ID it was given, and the names of its MCP_SESSIONS_* variables;
 - ``count``: one more than the last time (this process's memory); ``getenv``: a variable of its ("" for none);
 - ``keep``: appends ``line`` to its own file (``<pid>.txt`` in ``STDIO_TEST_FILES``): the file's lines;
 - ``complain``: writes ``line`` to stderr; ``crash``: exits at once, without an answer;
@@ -63,7 +63,8 @@ def send(message: dict[str, Any]) -> None:
 
 def whoami() -> str:
     leaked = sorted(key for key in os.environ if key.startswith("MCP_SESSIONS_"))
-    return json.dumps({"pid": os.getpid(), "session": os.environ.get("MCP_SESSION_ID"), "leaked": leaked})
+    said = {"pid": os.getpid(), "uid": os.getuid(), "session": os.environ.get("MCP_SESSION_ID"), "leaked": leaked}
+    return json.dumps(said)
 
 
 def keep(line: str) -> str:

@@ -32,7 +32,7 @@ from starlette.types import ASGIApp
 from _redis import end_process, free_port
 from _waits import WITHIN, until, until_awaited
 from conftest import serve
-from e2e._gateway import MAIN, PYTHONPATH, SECRET, upstream_server
+from e2e._gateway import MAIN, PYTHONPATH, SECRET, said_as_root, upstream_server
 from e2e._stdio import text_of
 
 pytestmark = pytest.mark.anyio
@@ -86,7 +86,7 @@ def activated(held: socket.socket, *gateway: str, log: Path | None = None) -> su
 def started(*gateway: str, log: Path | None = None, activating: socket.socket | None = None) -> subprocess.Popen[bytes]:
     """``mcp-sessions gateway`` with flags ``gateway``, what it writes in ``log`` (else a pipe), and the socket
     ``activating`` passed to it where given."""
-    command = [sys.executable, "-m", "mcp_sessions", "gateway", *gateway]
+    command = said_as_root([sys.executable, "-m", "mcp_sessions", "gateway", *gateway])
     if activating is not None:
         command = [sys.executable, "-c", ACTIVATED, str(activating.fileno()), *command]
     environ = {key: value for key, value in os.environ.items() if not key.startswith(("MCP_SESSIONS_", "LISTEN_"))}

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +54,7 @@ from e2e._gateway import (
     legacy_initialize,
     main_run,
     node,
+    python_every_uid_runs,
     readable_directory,
     result_of,
     started,
@@ -68,7 +69,7 @@ pytestmark = pytest.mark.anyio
 
 MEMORY = CACHE / "memory/node_modules/@modelcontextprotocol/server-memory/dist/index.js"
 SECTION = "## Many servers from one file"
-UIDS = uids(240, 36)  # a third to each of the team file's three stdio servers
+UIDS = uids(240, 36)  # the pool of the team file's three stdio servers
 TEAM = int(uids(276, 1).partition("-")[0])  # the project tree's group: a gid no user has
 TOKEN = "ghp_" + "Te4mT0kenValue" * 2 + "0123456789"  # a GitHub token's shape
 
@@ -120,6 +121,29 @@ async def test_each_server_of_an_mcpservers_file_is_at_its_path_with_its_own_too
         graph = text_of(await memory.call_tool("read_graph", {}))
         assert f"kept-{mode}" in graph
     assert f"kept-{mode}" in (tree.parent / "memory.jsonl").read_text(encoding="utf-8")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the gateway as root: what it refuses")
+def test_a_pasted_mcpservers_file_as_root_never_runs_a_tool_as_root_on_the_host_s_network_unless_told(
+    tmp_path: Path,
+) -> None:
+    """Issue 112 (3, finding 2): a ``mcpServers`` file as Claude's, its stdio server (the tests' own, whose ``whoami``
+    says its uid), given no uids: as root the gateway refuses to start, in one line naming ``process-uids``, where it
+    ran the tool as uid 0 on the host's network; told so (``--accept-root-processes``), it runs it as before."""
+    file = tmp_path / "mcp.json"
+    server = {"command": sys.executable, "args": TESTS_SERVER[1:], "env": SERVER_PATH}
+    file.write_text(json.dumps({"mcpServers": {"tools": server}}), encoding="utf-8")
+    line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(free_port()), "--config", str(file)]
+    environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
+    refused = subprocess.run(line, capture_output=True, text=True, env=environ, timeout=WITHIN, check=False)
+    assert refused.returncode == 2, refused.stderr
+    assert len(refused.stderr.splitlines()) == 1 and "process-uids" in refused.stderr, refused.stderr
+    assert "mcpServers.tools: --stdio: the gateway runs as root" in refused.stderr, refused.stderr
+    told = gateway_in_process([], "--config", str(file), "--accept-root-processes")
+    with told as gateway, httpx.Client(timeout=30) as http:
+        tools = ModernClient(http, gateway.url(""), "/servers/tools/mcp")
+        said = json.loads(text(tools.call_tool("whoami", session=tools.create_session())[1]))
+    assert said["uid"] == 0
 
 
 def test_a_path_no_server_is_at_is_a_404_naming_the_servers(two_stdio: tuple[InProcess | Process, Path]) -> None:
@@ -272,7 +296,7 @@ def test_the_docs_team_file_serves_four_servers_each_at_its_path(team: Team) -> 
     echoed = {name.lower(): value for name, value in answer["headers"].items()}
     assert echoed["authorization"] == f"Bearer {placeholder}"
     uid = int(json.loads(text(github.call_tool("run", {"argv": ["id", "-u"]}, session=hers)[1]))["out"])
-    assert uid in members(UIDS)[24:], uid  # the third part of the range: the third stdio server's
+    assert uid in members(UIDS), uid  # the gateway's pool, whichever server's
 
     for audience, answered in (("/", 401), ("/wiki/mcp", 200)):
         claims = {"iss": ISSUER, "aud": team.base + audience, "sub": "alice", "exp": int(time.time()) + 600}
@@ -425,6 +449,14 @@ def reloading(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Proces
     """A gateway of three servers of the tests' own (a, b and d), whose file a test writes again and SIGHUPs."""
     file = tmp_path_factory.mktemp("reload") / "servers.toml"
     file.write_text(reload_file({"a": "", "b": "", "d": ""}, files=file.parent), encoding="utf-8")
+    with reload_gateway(file) as gateway:
+        yield gateway, file
+
+
+@contextlib.contextmanager
+def reload_gateway(file: Path) -> Iterator[Process]:
+    """The gateway of ``file``, which a test writes again and SIGHUPs, logging at info (its log printed beside a
+    failure)."""
 
     def command_line(port: int) -> tuple[list[str], dict[str, str]]:
         line = ["-m", "mcp_sessions", "gateway", "--config", str(file), "--port", str(port), "--log-level", "info"]
@@ -432,7 +464,7 @@ def reloading(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Proces
 
     gateway = started("mcp-sessions gateway --config servers.toml", command_line)
     try:
-        yield gateway, file
+        yield gateway
     except BaseException:
         print(f"the gateway's log:\n{gateway.output()}")
         raise
@@ -505,6 +537,104 @@ def test_a_reload_adds_changes_and_removes_servers_and_the_others_conversations_
     assert json.loads(text(a.call_tool("whoami", session=kept)[1]))["pid"] == pid
     assert text(b.call_tool("count", session=b.create_session())[1]) == "1"  # b and c still served
     assert text(c.call_tool("count", session=c.create_session())[1]) == "1"
+
+
+POOL = uids(288, 4)  # the pool of the reload tests' gateway: two servers' conversations and shared processes
+
+
+def pooled_file(directory: Path, servers: dict[str, str]) -> str:
+    """``reload_file``'s of ``servers``, each process a uid of :data:`POOL` of its own, contained (bubblewrap), with a
+    network of its own, run by an interpreter every uid may."""
+    sealed = 'process-containment = "bwrap"\nprocess-network = "none"\n'
+    text = reload_file({name: "" for name in servers}, f"process-uids = {json.dumps(POOL)}\n", directory)
+    for name, extra in servers.items():
+        text = text.replace(f"[servers.{name}]\n", f"[servers.{name}]\n{sealed}{extra}")
+    command = json.dumps(shlex.join([python_every_uid_runs(), *TESTS_SERVER[1:]]))
+    return text.replace('process-containment = "none"\n', "").replace(json.dumps(shlex.join(TESTS_SERVER)), command)
+
+
+@contextlib.contextmanager
+def pooled(directory: Path, servers: dict[str, str]) -> Iterator[tuple[Process, Path]]:
+    """A gateway (as root) of :func:`pooled_file`'s ``servers``, whose file, in ``directory``, a test writes again and
+    SIGHUPs."""
+    file = directory / "servers.toml"
+    file.write_text(pooled_file(directory, servers), encoding="utf-8")
+    with reload_gateway(file) as gateway:
+        yield gateway, file
+
+
+def reloaded(gateway: Process, meanwhile: Callable[[], object] = lambda: None) -> list[str]:
+    """SIGHUP, ``meanwhile()``, and the gateway's lines until the reload's last: ``reloaded``, or ``reload
+    refused``."""
+    assert gateway.process is not None
+    before = len(gateway.log())
+    gateway.process.send_signal(signal.SIGHUP)
+    meanwhile()
+
+    def said() -> list[str]:
+        lines = gateway.log()[before:].decode(errors="replace").splitlines()
+        return lines if any("reloaded" in line or "reload refused" in line for line in lines) else []
+
+    return until(said, "the reload's last line")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a uid per process: the gateway runs as root")
+def test_a_reload_adds_a_stdio_server_whose_uids_come_from_the_gateway_s_one_pool(tmp_path: Path) -> None:
+    """Issue 112 (5): a gateway of one stdio server given four uids; a reload adds a second (refused while the range
+    was divided at the start: ``no part of 4 uids is free``), whose tool runs as a uid of the pool, not the one a's
+    conversation, its process running on, holds."""
+    with pooled(tmp_path, {"a": ""}) as (gateway, file):
+        http = httpx.Client(timeout=30)
+        _sealed.OPEN.append(http)
+        a = ModernClient(http, gateway.url(""), "/servers/a/mcp")
+        kept = a.create_session()
+        first = json.loads(text(a.call_tool("whoami", session=kept)[1]))
+        file.write_text(pooled_file(tmp_path, {"a": "", "b": ""}), encoding="utf-8")
+        lines = reloaded(gateway)
+        assert any("added b; changed none; removed none" in line for line in lines), lines
+        b = ModernClient(http, gateway.url(""), "/servers/b/mcp")
+        second = json.loads(text(b.call_tool("whoami", session=b.create_session())[1]))
+        again = json.loads(text(a.call_tool("whoami", session=kept)[1]))
+    assert again["pid"] == first["pid"]  # a's process ran on meanwhile
+    assert first["uid"] != second["uid"] and {first["uid"], second["uid"]} <= set(members(POOL)), (first, second)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a uid per process: the gateway runs as root")
+def test_an_unchanged_server_answers_while_a_reload_checks_a_new_one(tmp_path: Path) -> None:
+    """Issue 112 (5): a reload's blocking work runs off the event loop. The server it adds is a FIFO, which the
+    reload's check of the command's interpreter (its ``#!`` line, read as the processes' uid would search it) holds
+    open until the test writes it: meanwhile a's conversation is answered, each call (on the loop, none was: each
+    waited for the reload)."""
+    with contextlib.ExitStack() as stack:
+        fifo = stack.enter_context(readable_directory("mcp-sessions-fifo-")) / "server"
+        os.mkfifo(fifo)
+        os.chmod(fifo, 0o755)
+        gateway, file = stack.enter_context(pooled(tmp_path, {"a": ""}))
+        http = httpx.Client(timeout=10)
+        _sealed.OPEN.append(http)
+        a = ModernClient(http, gateway.url(""), "/servers/a/mcp")
+        kept = a.create_session()
+        assert text(a.call_tool("count", session=kept)[1]) == "1"
+        fifo_table = f'[servers.c]\nstdio = {json.dumps(str(fifo))}\nprocess-containment = "bwrap"\nwarm = 0\n'
+        file.write_text(f"{pooled_file(tmp_path, {'a': ''})}\n{fifo_table}", encoding="utf-8")
+        answered: list[str] = []
+
+        def during() -> None:
+            # the reload holds the FIFO open (a writer may open it only then)
+            opened = lambda: os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # noqa: E731
+            writer = until(opened, "the reload to open c's command", ignoring=(OSError,))
+            try:
+                for _ in range(3):
+                    try:
+                        answered.append(text(a.call_tool("count", session=kept)[1]))
+                    except httpx.TimeoutException:
+                        break
+            finally:
+                os.write(writer, b"#!/bin/sh\n")
+                os.close(writer)
+
+        reloaded(gateway, during)
+    assert answered == ["2", "3", "4"]
 
 
 @pytest.fixture(scope="module")

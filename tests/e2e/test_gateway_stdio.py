@@ -60,6 +60,7 @@ from e2e._gateway import (
     node,
     result_of,
     run_recipe,
+    said_as_root,
     stopped_as_it_starts,
 )
 from e2e._listen import client as listening
@@ -654,7 +655,7 @@ def test_a_sigterm_while_the_gateway_is_built_ends_its_start_with_exit_status_0(
     servers = f"[servers.blocked]\nstdio = {json.dumps(shlex.join(server))}\nprocess-containment = 'none'\n"
     fifo = tmp_path / "servers.toml"
     os.mkfifo(fifo)
-    line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", "0", "--config", str(fifo)]
+    line = said_as_root([sys.executable, "-m", "mcp_sessions", "gateway", "--port", "0", "--config", str(fifo)])
     environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
 
     def opened() -> int:  # once the gateway has opened it to read (ENXIO until then): no wait on one that ended

@@ -33,7 +33,17 @@ from _mcp import ModernClient, session_meta
 from _uids import members, uids
 from _waits import WITHIN, until
 from conftest import SECRET
-from e2e._gateway import CACHE, Process, for_every_uid, installed, main_run, node, readable_directory, rss_kib
+from e2e._gateway import (
+    CACHE,
+    Process,
+    for_every_uid,
+    installed,
+    main_run,
+    node,
+    readable_directory,
+    rss_kib,
+    said_as_root,
+)
 from e2e._sealed import AUTH, PRIVATE, SECRETS, UIDS, call, client, gateway, needs, of_uid, running, shared, team, text
 from e2e._stdio import stdio_gateway
 from mcp_sessions._gateway.sealed._sandbox import SandboxPolicy
@@ -648,7 +658,7 @@ def test_a_startup_error_is_one_line_and_exit_status_2(options: tuple[str, ...],
     if "/bin/true" in options:  # a host without bwrap: a PATH without it
         environ["PATH"] = "/nonexistent"
         # 60 s guards against a hang only, as the suite's other command-line runs do.
-        command = [sys.executable, "-m", "mcp_sessions", *line]
+        command = said_as_root([sys.executable, "-m", "mcp_sessions", *line])
         done = subprocess.run(command, capture_output=True, text=True, env=environ, timeout=60, check=False)
     else:
         done = main_run(*line, environ=environ)
@@ -719,7 +729,7 @@ def test_what_a_contained_process_would_not_find_under_tmp_is_said_at_startup() 
         environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
         done = main_run(*line, f"/usr/bin/python3 {script.name}", environ=environ)  # refused at once, in this process
         port = str(taken.getsockname()[1])  # in use: the gateway stops there, after what it says of its processes
-        command = [sys.executable, "-m", "mcp_sessions", *line, "true", "--port", port]  # its own working directory
+        command = said_as_root([sys.executable, "-m", "mcp_sessions", *line, "true", "--port", port])  # its own cwd
         started = subprocess.run(command, env=environ, cwd="/tmp", capture_output=True, text=True)
     assert (done.returncode, done.stderr) == (
         2,

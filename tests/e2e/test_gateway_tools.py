@@ -278,8 +278,9 @@ def test_a_bad_policy_is_refused_at_startup_in_one_line(flags: list[str], said: 
 
 
 def test_the_docs_recipe_runs_as_written() -> None:
-    """docs/gateway.md's "Tools by policy", its blocks as written but for their ports (8000, 9000) and the pip line,
-    in a directory its processes see as the host does (not under /tmp): its output is the page's."""
+    """docs/gateway.md's "Tools by policy", its blocks as written but for their ports (8000, 9000), the pip line and,
+    as root, ``--accept-root-processes``, in a directory its processes see as the host does (not under /tmp): its
+    output is the page's."""
     section = (MAIN / "docs/gateway.md").read_text(encoding="utf-8").split("## Tools by policy")[1].split("\n## ")[0]
     start, use = re.findall(r"```sh\n(.*?)```", section, re.S)
     [shown] = re.findall(r"```text\n(.*?)```", section, re.S)
@@ -287,6 +288,8 @@ def test_the_docs_recipe_runs_as_written() -> None:
     ports = {"8000": str(port), "9000": str(jwks_port)}
     start, use = (re.sub("8000|9000", lambda m: ports[m[0]], block) for block in (start, use))
     start = "\n".join(line for line in start.splitlines() if not line.startswith("pip install")) + "\nwait\n"
+    if os.geteuid() == 0:  # a user's recipe: as root, its processes too, said so (else the gateway refuses to start)
+        start = start.replace("mcp-sessions gateway --stdio", "mcp-sessions gateway --accept-root-processes --stdio")
     environ = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     with readable_directory("mcp-sessions-tools-") as directory:
         started = subprocess.Popen(["bash", "-c", start], cwd=directory, env=environ, start_new_session=True)

@@ -31,7 +31,7 @@ from mcp_sessions._gateway.stdio._modes import PROCESSES, SESSIONLESS, default_m
 
 URL = "http://127.0.0.1:3001/mcp"
 UPSTREAM = ["--upstream", URL]
-STDIO = ["--stdio", "cat -n", "--process-containment", "none"]
+STDIO = ["--stdio", "cat -n", "--process-containment", "none", "--accept-root-processes"]  # as root: its processes too
 
 
 def parsed(flags: list[str]) -> argparse.Namespace:

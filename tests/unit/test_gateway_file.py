@@ -67,10 +67,10 @@ def test_each_server_s_keys_are_its_flags_and_the_gateway_s_are_every_server_s(t
     assert memory.flags.max_processes_per_principal == 2
     assert api.flags.upstream == ["http://127.0.0.1:3001/mcp"]
     assert {each.flags.port for each in (files, memory, api)} == {9000}
-    # one range, in equal parts, one a stdio server: no uid runs two servers' processes
+    # one range, the stdio servers' pool: each process locks its uid, so no uid runs two servers' processes at once
     assert (files.flags.process_uids, memory.flags.process_uids, api.flags.process_uids) == (
-        "200000-200049",
-        "200050-200099",
+        "200000-200099",
+        "200000-200099",
         None,
     )
     # each its own resource (RFC 9728's path-inserted metadata), the gateway's audience but where one names its own
@@ -192,10 +192,6 @@ def test_a_server_s_replicas_are_a_list_of_urls_under_either_key(tmp_path: Path,
             '[servers.a]\nurl = "http://h/mcp"\nargs = ["-n"]\n',
             "servers.a.args: the arguments of a command: give command",
         ),
-        (
-            '[gateway]\nprocess-uids = "200000-200000"\n[servers.a]\nstdio = "cat"\n[servers.b]\nstdio = "cat"\n',
-            "gateway.process-uids: 200000-200000 has fewer uids than the file has stdio servers (2)",
-        ),
     ],
 )
 def test_a_bad_file_is_one_line_naming_its_key_or_line(tmp_path: Path, text: str, said: str) -> None:
@@ -305,38 +301,6 @@ def test_a_server_whose_users_sign_in_is_checked_as_the_command_line_s_and_signs
     assert vendor.document_url == "https://gw.example/oauth/client.json"
 
 
-def test_a_reload_keeps_each_running_server_s_part_of_the_uids_and_gives_an_added_one_a_free_part(
-    tmp_path: Path,
-) -> None:
-    """Equal parts at the start (a third each); read again with the running servers (``held``), each keeps its part,
-    and one added takes the first that no server holds (a removed one's), of the start's size; none free: refused,
-    naming the key. The start's division of a file with one server more would have moved b's and c's uids."""
-    three = '[gateway]\nprocess-uids = "200000-200029"\n' + "".join(
-        f'[servers.{name}]\nstdio = "cat"\n' for name in ("a", "b", "c")
-    )
-    held = servers(tmp_path, three)
-    assert [server.flags.process_uids for server in held] == ["200000-200009", "200010-200019", "200020-200029"]
-    without_a = '[gateway]\nprocess-uids = "200000-200029"\n' + "".join(
-        f'[servers.{name}]\nstdio = "cat"\n' for name in ("new", "b", "c", "http")
-    ).replace('[servers.http]\nstdio = "cat"', '[servers.http]\nurl = "http://127.0.0.1:3001/mcp"')
-    file = tmp_path / "again.toml"
-    file.write_text(without_a, encoding="utf-8")
-    found = servers_of(str(file), [], add_arguments, held)
-    assert {server.name: server.flags.process_uids for server in found} == {
-        "new": "200000-200009",  # a's, which no server holds now
-        "b": "200010-200019",
-        "c": "200020-200029",
-        "http": None,
-    }
-    file.write_text(three + '[servers.more]\nstdio = "cat"\n', encoding="utf-8")
-    with pytest.raises(FileError) as refused:
-        servers_of(str(file), [], add_arguments, held)
-    assert str(refused.value) == (
-        "gateway.process-uids: no part of 10 uids is free for servers.more: every part of 200000-200029 is a running "
-        "server's (a restart divides the range anew)"
-    )
-
-
 def test_the_default_max_processes_is_divided_among_the_stdio_servers_unless_one_sets_its_own(tmp_path: Path) -> None:
     """The host's processes are the gateway's: three stdio servers take a third of ``max-processes``' default each
     (each had it whole: three times what the host was sized for), one that sets its own keeps it, an HTTP server
@@ -348,6 +312,7 @@ def test_the_default_max_processes_is_divided_among_the_stdio_servers_unless_one
 
     file = tmp_path / "three.toml"
     file.write_text(
+        "[gateway]\naccept-root-processes = true\n"  # as root (a file's key, the gateway's): its processes too
         '[servers.a]\nstdio = "cat"\nprocess-containment = "none"\n'
         '[servers.b]\nstdio = "cat"\nprocess-containment = "none"\n'
         '[servers.c]\nstdio = "cat"\nprocess-containment = "none"\nmax-processes = 5\n'

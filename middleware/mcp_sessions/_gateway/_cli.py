@@ -757,26 +757,17 @@ class Reload:
         self.app = app
 
     async def __call__(self) -> GatewayConfig | None:
-        """The reload: the gateway's configuration now, or ``None`` where it was refused (nothing changed)."""
+        """The reload: the gateway's configuration now, or ``None`` where it was refused (nothing changed). What
+        blocks (the file read, each new server's sandbox tried, its names looked up, its helpers run, its tables
+        installed) runs on a worker thread, as at startup before the loop: the others' requests go on meanwhile."""
+        import anyio
+
         try:
-            served = self._read()
+            served, routes = await anyio.to_thread.run_sync(self._built)
         except (ValueError, TypeError, RuntimeError, NetworkError, SandboxError) as exc:
             logger.error("mcp-sessions gateway: reload refused, nothing changed: %s", exc)
             return None
         running = {each.name: each for each in self.config.servers}
-        now = {id(route.served): route for route in self.app.routes}
-        routes: list[Route] = []  # those that go on, as they serve, and the others built here
-        built: list[Route] = []  # their sandboxes made
-        try:
-            for each in served:
-                if (route := now.get(id(each))) is None:
-                    route = _route(each)
-                    built.append(route)
-                routes.append(route)
-        except (ValueError, TypeError, RuntimeError, NetworkError, SandboxError) as exc:
-            _closed(built)
-            logger.error("mcp-sessions gateway: reload refused, nothing changed: %s", exc)
-            return None
         failed = await self.app.replace(routes, self.config.listening.shutdown_timeout, _released, _readied)
         serving = tuple(each for each in served if each.name not in failed)
         self.config = replace(self.config, servers=serving)
@@ -799,15 +790,33 @@ class Reload:
         )
         return self.config
 
+    def _built(self) -> tuple[list[Served], list[Route]]:
+        """The servers the file names now (:meth:`_read`), and the routes to serve: each that goes on as it serves,
+        each other built here (its sandbox made; closed again where one cannot be). Blocking."""
+        served = self._read()
+        now = {id(route.served): route for route in self.app.routes}
+        routes: list[Route] = []
+        built: list[Route] = []
+        try:
+            for each in served:
+                if (route := now.get(id(each))) is None:
+                    route = _route(each)
+                    built.append(route)
+                routes.append(route)
+        except BaseException:
+            _closed(built)
+            raise
+        return served, routes
+
     def _read(self) -> list[Served]:
         """The servers the file names now: each whose table is as it was, the one that runs; each other built as at
-        startup (a ``ValueError`` names its key or line). Every part of ``process-uids`` a running server holds
-        stays its own (``_file``)."""
+        startup (a ``ValueError`` names its key or line); an added stdio server takes its uids from the gateway's one
+        pool (``_file``)."""
         from ._file import servers_of
 
         running = {each.name: each for each in self.config.servers}
         held = [each.flags for each in running.values() if each.flags is not None]
-        found = servers_of(self.args.config, getattr(self.args, "command_line", ()), add_arguments, held)
+        found = servers_of(self.args.config, getattr(self.args, "command_line", ()), add_arguments)
         was = held[0].gateway
         now = found[0].gateway
         if changed := sorted(key for key in {*was, *now} if was.get(key) != now.get(key)):

@@ -11,19 +11,19 @@ The file is TOML, or the ``mcpServers`` JSON that Claude Desktop, Cursor and VS 
   ``stdio`` flag's processes get beside ``pass-env``'s), ``url`` (else ``upstream``, a list for replicas), and
   ``path``, where the gateway serves it (default ``/servers/NAME/mcp``); VS Code's ``type`` is read and checked;
 - the gateway's own keys (:data:`GATEWAY_KEYS`: how it listens, who is asking, the token exchange's client, the
-  status view, the drain, ``process-uids`` and the users' gids) are in a ``[gateway]`` table (JSON: ``"gateway"``),
-  and not in a server's, but for ``auth-audience`` and ``auth-resource``, a server's own;
+  status view, the drain, ``process-uids`` or ``accept-root-processes``, and the users' gids) are in a
+  ``[gateway]`` table (JSON: ``"gateway"``), and not in a server's, but for ``auth-audience`` and
+  ``auth-resource``, a server's own;
 - with ``--config``, a gateway flag given on the command line wins over the file's ``[gateway]`` table (the
   deployment's port over the team's file); a server's flag (``--stdio``, ``--process-memory``...) is refused, as it
   would say nothing of which server.
 
-What is divided among the servers, so that no server's process can reach another's: ``process-uids``' range, in equal
-consecutive parts, one a stdio server in the file's order (the rest of the division left unused), so that no uid runs
-two servers' processes. The parts stay where they are while the gateway runs: a file read again (``held``, on SIGHUP)
-gives each stdio server that runs its part, and one added the first part no server holds, of the size the start made
-(none free: refused, naming ``process-uids``). The users' gids (``process-user-gids``) are shared, as every gateway of
-a host shares them (each user's directory has its group, recorded host-wide under ``process-state``: no gid belongs
-to two users).
+What the servers share, so that no server's process can reach another's: ``process-uids``' range, one pool for every
+stdio server, from which each process takes a uid of its own, locked while it runs (whichever server's), so that no
+uid runs two servers' processes at once, and a server a reload adds takes its uids from it too (none free: a new
+conversation is refused at ``process-uids``, as at any limit). The users' gids (``process-user-gids``) are shared, as
+every gateway of a host shares them (each user's directory has its group, recorded host-wide under
+``process-state``: no gid belongs to two users).
 Each server's resource (RFC 9728) is its own URL: the origin of the gateway's ``auth-resource`` (else its
 ``auth-audience``) and the server's path, unless the server names its own; its metadata is path-inserted
 (``/.well-known/oauth-protected-resource/servers/NAME/mcp``). A token for the gateway's audience reaches every
@@ -54,6 +54,7 @@ GATEWAY_KEYS: Final = frozenset(
         *("host", "port", "allowed-host", "allowed-origin", "forwarded-allow-ips", "shutdown-timeout", "log-level"),
         *("log-format", "handover"),
         *("status-port", "status-socket", "process-uids", "process-user-gids", "process-state", "runtime-directory"),
+        "accept-root-processes",
         *("auth-jwks", "auth-issuer", "auth-audience", "auth-principal-claim", "auth-principal-header"),
         *("auth-resource", "auth-leeway", "auth-server"),
         *("exchange-token-endpoint", "exchange-issuer", "exchange-client-id", "exchange-client-secret-file"),
@@ -99,11 +100,10 @@ def servers_of(
     path: str,
     command_line: Sequence[str],
     add_arguments: Callable[[argparse.ArgumentParser], None],
-    held: Sequence[ServerFlags] = (),
 ) -> list[ServerFlags]:
     """The servers the file at ``path`` names, each with its flags: ``add_arguments`` defines the gateway's flags,
     which read every key; ``command_line`` is the gateway command's arguments, whose gateway flags win over the
-    file's; ``held``, the servers a running gateway serves, whose parts of ``process-uids`` stay theirs."""
+    file's."""
 
     def parser() -> argparse.ArgumentParser:
         made = _Refusing(add_help=False, allow_abbrev=False)
@@ -155,7 +155,7 @@ def servers_of(
             flags.auth_resource = _resource(base, served)
         env = _env(where, host.get("env", {}))
         named.append(ServerFlags(name, served, flags, env, where, table, gateway))
-    _divide_uids(named, held)
+    _stdio_uids(named)
     return named
 
 
@@ -358,42 +358,13 @@ def _command_line(
     return overriding
 
 
-def _divide_uids(servers: Sequence[ServerFlags], held: Sequence[ServerFlags]) -> None:
-    """``process-uids``' range in equal consecutive parts, one per stdio server, in the file's order; with ``held``
-    (a reload), each stdio server that runs keeps its part, and one added takes the first part none holds, of the
-    size the start made: a server's uids never move, nor become another's while its processes may run."""
-    stdio = [server for server in servers if server.flags.stdio is not None]
+def _stdio_uids(servers: Sequence[ServerFlags]) -> None:
+    """``process-uids`` is the stdio servers' pool, every one's whole: a uid is taken per process from it, and locked
+    while its process runs (``_sandbox.Uids``, the host's locks, which keep gateways that share a range apart), so
+    that no uid runs two servers' processes at once; an HTTP server has no processes."""
     for server in servers:
         if server.flags.stdio is None:
             server.flags.process_uids = None
-    uids = None if not stdio else stdio[0].flags.process_uids
-    if uids is None:
-        return
-    first, _, last = uids.partition("-")
-    if not (first.isdigit() and last.isdigit() and 0 < int(first) <= int(last)):
-        raise FileError(f"gateway.process-uids: FIRST-LAST, two uids above 0: not {printable(uids)!r}")
-    start = int(first)
-    count = int(last) - start + 1
-    parts = {each.name: each.flags.process_uids for each in held if each.flags.process_uids is not None}
-    share = count // len(stdio)
-    if parts:  # the start's size: the first held part's
-        low, _, high = next(iter(parts.values())).partition("-")
-        share = int(high) - int(low) + 1
-    if share < 1:
-        raise FileError(f"gateway.process-uids: {uids} has fewer uids than the file has stdio servers ({len(stdio)})")
-    free = [f"{at}-{at + share - 1}" for at in range(start, start + count - share + 1, share)]
-    kept = {server.name: parts[server.name] for server in stdio if server.name in parts}
-    free = [part for part in free if part not in kept.values()]
-    for server in stdio:
-        if server.name in kept:
-            server.flags.process_uids = kept[server.name]
-        elif free:
-            server.flags.process_uids = free.pop(0)
-        else:
-            raise FileError(
-                f"gateway.process-uids: no part of {share} uids is free for {server.where}: every part of {uids} "
-                "is a running server's (a restart divides the range anew)"
-            )
 
 
 def _resource(base: str, path: str) -> str:

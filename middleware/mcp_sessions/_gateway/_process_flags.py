@@ -132,6 +132,13 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
         "single tenant; the gateway must run as root",
     )
     gateway.add_argument(
+        "--accept-root-processes",
+        action="store_true",
+        help="with --stdio, a gateway run as root, no --process-uids nor --process-user and the host's network "
+        "(--process-network host, the default without uids): accept that every process runs as root (uid 0) on "
+        "the host's network; without it, such a gateway refuses to start (key accept-root-processes)",
+    )
+    gateway.add_argument(
         "--accept-shared-uid",
         action="store_true",
         help="with auth and --process-env but no --process-uids: accept that users' processes, "
@@ -286,6 +293,13 @@ def process_options(
     if cwd is None and uids is not None:  # a uid of its own, so a HOME of its own
         cwd = os.path.join(tempfile.gettempdir(), "mcp-sessions", "{id}")
     network: Network = args.process_network or ("egress" if uids is not None else "host")
+    as_root = command and uids is None and user is None and os.geteuid() == 0
+    if as_root and network == "host" and not args.accept_root_processes:
+        raise ValueError(
+            "--stdio: the gateway runs as root, and so would every process, on the host's network: give "
+            "--process-uids FIRST-LAST (key process-uids: a uid each, contained, from a range no account of this host "
+            "has), or --process-user USER, or --accept-root-processes to run them as root"
+        )
     parts = [part for part, used in (("uids", uids is not None), ("tables", network == "egress")) if used]
     if parts:  # before any lock is taken there: a container's root may not own the host's /run/mcp-sessions
         runtime_directory(runtime, *parts)
@@ -556,8 +570,9 @@ def _run_as(args: argparse.Namespace, runtime: str, state: str) -> tuple[Any, in
     if args.process_uids and args.process_user:
         raise ValueError("--process-uids gives each process a uid of its own: not with --process-user")
     if args.process_uids is not None:
-        # a user's conversations' processes, and as many still ending (Uids: a uid kept for her)
-        per_user = 2 * max(1, args.max_processes_per_principal)
+        # a user's conversations' processes, and as many still ending (Uids: a uid kept for her), on each of a
+        # --config file's stdio servers, whose pool the range is
+        per_user = 2 * max(1, args.max_processes_per_principal) * getattr(args, "process_share", 1)
         locks = os.path.join(runtime, "uids")
         uids = UidRange.parsed(args.process_uids, per_user=per_user, locks=locks, state=state)
         if (someone := uids.taken_by_users()) is not None:

@@ -38,8 +38,9 @@ A reload (:meth:`Servers.replace`, on SIGHUP) serves other routes in place of so
 processes, uids and conversations go on): each server that goes (removed, or replaced) is drained as a stop drains the
 gateway, alone: a request to it is answered 503 with ``Retry-After`` (``-32014``: a client sends it again, and reaches
 the server's new app), its calls in flight may end, for the drain's bound at most, and those past it are told that
-they may have run (``_serving.CUT``), its streams ended; then its app is stopped (every process of it ended) before any
-app that comes starts, so that a part of ``process-uids`` is never two servers' at once."""
+they may have run (``_serving.CUT``), its streams ended; then its app is stopped (every process of it ended, its uids
+given back to the gateway's pool) before any app that comes starts. Removing and installing a server's tables (``gone``
+and ``coming``: ``nft``, helpers) runs on a worker thread: the servers that go on are served meanwhile."""
 
 from __future__ import annotations
 
@@ -221,18 +222,18 @@ class Servers:
         try:
             for live in reversed(going):
                 await self._stop(live)
-                gone(live.route)
+                await anyio.to_thread.run_sync(gone, live.route)
             old = {id(route) for route in self.routes}
             for route in routes:
                 if id(route) in old:
                     continue
                 try:
-                    coming(route)
+                    await anyio.to_thread.run_sync(coming, route)
                     await self._start(route)
                 except Exception as exc:  # said as at startup, the others served
                     failed.append(route.served.name)
                     logger.error("mcp-sessions gateway: reload: %s", startup_failure(exc) or exc)
-                    gone(route)
+                    await anyio.to_thread.run_sync(gone, route)
         finally:
             serving = [route for route in routes if getattr(self._live.get(route.served.name), "route", None) is route]
             self._route(serving)
