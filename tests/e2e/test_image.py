@@ -49,6 +49,7 @@ CONFIG = """\
 [gateway]
 host = "0.0.0.0"
 port = 8000
+accept-root-processes = true
 
 [servers.plain]
 command = "python3"
