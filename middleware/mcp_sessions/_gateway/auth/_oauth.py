@@ -1362,16 +1362,6 @@ def _user_of(scope: Scope) -> User | None:
     return (str(claims.get("iss", "")), subject)
 
 
-def _under(url: str, resource: str) -> bool:
-    """Whether ``url`` is ``resource``, or lies under it (same origin, its path a prefix at a ``/``)."""
-    asked = urlsplit(url)
-    named = urlsplit(resource)
-    if (asked.scheme, asked.netloc) != (named.scheme, named.netloc):
-        return False
-    base = named.path.rstrip("/")
-    return asked.path.rstrip("/") == base or asked.path.startswith(base + "/")
-
-
 def _url_in(metadata: Mapping[str, Any], name: str) -> str:
     """The http(s) URL an authorization server's metadata gives as ``name`` (``_discovery.endpoint``)."""
     return endpoint(metadata, name, _AS, _server_error)
