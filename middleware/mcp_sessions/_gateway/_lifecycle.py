@@ -519,8 +519,8 @@ class Gateway(uvicorn.Server):
                     quiet = self.failure is not None or starting.cancel_called
                     await send({**held[0], "message": "" if quiet else held[0].get("message", "")})
         self.stopped = starting.cancelled_caught
-        if self.stopped and not held:  # uvicorn waits for the start's end
-            await send({"type": "lifespan.startup.failed", "message": ""})
+        if (self.stopped or self.failure is not None) and not held:  # uvicorn waits for the start's end (an app
+            await send({"type": "lifespan.startup.failed", "message": ""})  # that failed to build never said it)
 
     @contextlib.asynccontextmanager
     async def _built(self) -> AsyncIterator[None]:
