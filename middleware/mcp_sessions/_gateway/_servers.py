@@ -66,7 +66,8 @@ from ._front import StartupFailed, startup_failure
 from ._logs import SERVING
 from ._operator import GRANTS_STATUS_PATH
 from ._serving import CUT, CUT_DATA, RESTARTING, RETRY_AFTER
-from .auth._oauth import AUTHORIZE_PATH, CALLBACK_PATH, CLIENT_PATH, GRANTS_PATH, UpstreamGrants, is_sign_in
+from .auth._oauth import UpstreamGrants
+from .auth._sign_ins import AUTHORIZE_PATH, CALLBACK_PATH, CLIENT_PATH, GRANTS_PATH, is_sign_in
 
 if TYPE_CHECKING:
     from .sealed._sandbox import Sandbox

@@ -393,7 +393,7 @@ def subject_token(scope: Scope) -> str | None:
 
 class SignInRoutes(Protocol):
     """What serves a sign-in's pages, a user's view of her grants and the operator's of everyone's
-    (``_oauth.SignIns``): ``_oauth`` builds on this module, never the other way."""
+    (``_sign_ins.SignIns``): ``_oauth`` builds on this module, never the other way."""
 
     def wrap(self, app: ASGIApp) -> ASGIApp: ...
 

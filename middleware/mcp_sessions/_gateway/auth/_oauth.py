@@ -67,8 +67,6 @@ when it is a bearer token's characters (RFC 6750 §2.1).
 from __future__ import annotations
 
 import hashlib
-import html
-import json
 import logging
 import math
 import re
@@ -86,19 +84,33 @@ from starlette.datastructures import Headers, QueryParams
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..._bounded import BoundedDict
-from ..._pipeline import Rejection, error_answer, store_refused, unavailable
-from ..._wire import jsonrpc
-from ..._wire.protocol import INVALID_REQUEST, MCP_PROTOCOL_VERSION_HEADER
-from ...profiles import Era
 from ._answer import ERROR_CODE, SingleFlight, issued, read_answer, refusal
 from ._client import ClientAuth, ClientAuthMethod, ServerNotNamed
 from ._discovery import endpoint, resource_metadata, server_metadata
 from ._exchange import ExchangeRefused, UpstreamToken
+from ._grants import MAX_GRANTS, STORE_FAILED, GrantFailed, User, _Grant, _user_of, _who
+from ._sign_ins import (
+    AUTHORIZE_PATH,
+    CALLBACK_PATH,
+    CLIENT_PATH,
+    COOKIE,
+    SignInRequired,
+    SignIns,
+    _Answer,
+    _cookie,
+    _document,
+    _page,
+    _redirect,
+    _served_document,
+    is_sign_in,
+)
 
 if TYPE_CHECKING:
     import httpx
 
     from ._kept import KeptGrants
+
+__all__ = ["CLIENT_PATH", "IdTokens", "IssuerGrants", "Login", "UpstreamGrants"]
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -110,105 +122,15 @@ LEASE_POLL: Final = 0.1
 """How often a replica looks in the store for the grant another replica is refreshing."""
 SIGN_IN_WITHIN: Final = 600.0
 """How long a sign-in URL, and each leg of its flow, may wait for the browser."""
-MAX_GRANTS: Final = 100_000
-"""Users' grants kept, one per user and server; the least recently stored are forgotten first (she signs in again)."""
 MAX_PENDING: Final = 10_000
 """Sign-in URLs and legs under way kept; the oldest are forgotten first."""
-STORE_FAILED: Final = "store_unavailable"
-"""The ``error`` of a :class:`GrantFailed` for a store that failed or stalled: answered -32010, as the sessions do."""
-URL_ELICITATION_REQUIRED: Final = -32042
-"""2025-11-25's ``URLElicitationRequiredError`` (retired by 2026-07-28)."""
-MISSING_CAPABILITY: Final = -32021
-"""2026-07-28's error for a request that needs a client capability the client did not declare."""
-AUTHORIZE_PATH: Final = "/oauth/authorize/"
-CALLBACK_PATH: Final = "/oauth/callback"
-GRANTS_PATH: Final = "/oauth/grants"
-CLIENT_PATH: Final = "/oauth/client.json"
-"""Where the gateway serves its Client ID Metadata Document, on its callback's origin, where that is https."""
-COOKIE: Final = "mcp_sessions_sign_in"
-# The methods whose 2026-07-28 answer may be an input_required result (SEP-2322's multi-round-trip requests).
-_ASKING: Final = frozenset({"tools/call", "prompts/get", "resources/read"})
-_CAPABILITIES: Final = "io.modelcontextprotocol/clientCapabilities"
 _AS: Final = "an authorization server"
 """How a refusal about an authorization server's metadata names it."""
-_MAX_BODY: Final = 64 * 1024
 # A challenge's quoted parameters, each tried only where a name begins (not at every letter of one), so that a
 # hostile header of one long word costs one pass, not one a letter.
 _CHALLENGE_PARAM: Final = re.compile(r'(?<![A-Za-z_])([A-Za-z_]+)="([^"]*)"')
-_PAGE_HEADERS: Final = (
-    (b"content-type", b"text/html; charset=utf-8"),
-    (b"cache-control", b"no-store"),
-    # The callback's URL carries a code: no Referer gives it to another site (RFC 9700 §4.2.4).
-    (b"referrer-policy", b"no-referrer"),
-    (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
-)
 
 _T = TypeVar("_T")
-User = tuple[str, str]
-"""Who a grant is for: her token's issuer (or the auth proxy's header) and her principal."""
-
-
-class SignInRequired(ExchangeRefused):
-    """The user has no grant at the upstream's server yet: her request is answered with the sign-in ``url``."""
-
-    def __init__(self, url: str, server: str) -> None:
-        super().__init__(200, "sign_in_required", f"sign in to {server} at {url}")
-        self.url = url
-        self.server = server
-
-    def answer_to(self, body: object, scope: Scope) -> Rejection:
-        """The answer to the request whose body (read whole, else not ``bytes``) is ``body``: on 2025-11-25, the
-        ``URLElicitationRequiredError``; on 2026-07-28, an ``input_required`` result carrying ``elicitation/create``
-        in URL mode for a call that may take one from a client that declared it, else the missing capability's
-        error. Each message names the URL, for a client that shows no elicitation."""
-        message = jsonrpc.loads(body) if isinstance(body, bytes) and len(body) <= _MAX_BODY else None
-        request = message if isinstance(message, dict) else {}
-        request_id = request.get("id")
-        text = f"Sign in to {self.server} to use this server: open {self.url}"
-        elicitation: dict[str, object] = {"mode": "url", "message": text, "url": self.url}
-        version = Headers(scope=scope).get(MCP_PROTOCOL_VERSION_HEADER.decode())
-        if Era.of(version) is Era.LEGACY:
-            elicitation["elicitationId"] = self.url.rpartition("/")[2]
-            listed = {"elicitations": [elicitation]}
-            return error_answer(200, URL_ELICITATION_REQUIRED, text, "sign_in_required", request_id, data=listed)
-        params = request.get("params")
-        declared = (jsonrpc.meta(params) or {}).get(_CAPABILITIES)
-        elicits = declared.get("elicitation") if isinstance(declared, dict) else None
-        if request.get("method") in _ASKING and isinstance(elicits, dict) and "url" in elicits:
-            asked = {"method": "elicitation/create", "params": elicitation}
-            result: dict[str, object] = {"resultType": "input_required", "inputRequests": {"sign-in": asked}}
-            answer = jsonrpc.dumps(jsonrpc.result(jsonrpc.echoable_id(request_id), result))
-            headers = ((b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode()))
-            return Rejection(200, headers, answer, "sign_in_required")
-        missing: dict[str, object] = {"requiredCapabilities": {"elicitation": {"url": {}}}, "url": self.url}
-        return error_answer(200, MISSING_CAPABILITY, text, "sign_in_required", request_id, data=missing)
-
-    async def answer_reading(self, scope: Scope, receive: Receive) -> Rejection:
-        """:meth:`answer_to` the request whose body ``receive`` still holds, read to at most 64 KiB (a longer one is
-        answered as one not read: the URL, with no id)."""
-        body = b""
-        while len(body) <= _MAX_BODY:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            body += message.get("body", b"")
-            if not message.get("more_body", False):
-                return self.answer_to(body, scope)
-        return self.answer_to(None, scope)
-
-
-class GrantFailed(ExchangeRefused):
-    """The user's grant could not be used: a server failed (502, 504), the store did (503, :data:`STORE_FAILED`),
-    or the request names no user (401); ``description`` says which, with no token in it."""
-
-    def answer(self, request_id: object = None, retry_after: bytes = b"1") -> Rejection:
-        if self.error == STORE_FAILED:  # as every store failure of the gateway: the retryable -32010
-            return store_refused(self.__cause__ or self, retry_after, request_id)
-        message = f"The upstream's authorization failed: {self.description}"
-        if self.status >= 500:
-            return unavailable(self.status, message, retry_after, request_id, "upstream_authorization_failed")
-        header = (b"www-authenticate", b'Bearer error="invalid_token"')
-        return error_answer(self.status, INVALID_REQUEST, message, "upstream_authorization_refused", request_id, header)
 
 
 @dataclass(frozen=True)
@@ -238,20 +160,6 @@ class _Server:
     sends_iss: bool = False
     """Whether its answers to the browser name it (RFC 9207): its metadata's
     ``authorization_response_iss_parameter_supported``; a callback without ``iss`` is then refused."""
-
-
-@dataclass
-class _Grant:
-    """A user's tokens at one server, and when (monotonic) to refresh the access token; what her view and the
-    operator's show of it: when she granted it and when its access token expires (wall-clock seconds, ``None``
-    where unknown: kept before either was, or no lifetime said), and the scope granted."""
-
-    access: str = field(repr=False)
-    refresh: str | None = field(repr=False)
-    renew_at: float
-    granted_at: float | None = None
-    expires_at: float | None = None
-    scope: str | None = None
 
 
 @dataclass
@@ -444,30 +352,6 @@ class UpstreamGrants(UpstreamToken):
             return grant.access
         return (await self._refresh(key, server, grant)).access
 
-    async def _refresh(self, key: tuple[User, str], server: _Server, grant: _Grant) -> _Grant:
-        """``grant`` refreshed at ``server``'s token endpoint, kept; :class:`SignInRequired` when it is refused."""
-        assert grant.refresh is not None  # the caller's check
-        form = {"grant_type": "refresh_token", "refresh_token": grant.refresh}
-        if server.resource:
-            form["resource"] = server.resource
-        status, answer = await self._token_request(server, form)
-        if status != 200 or not isinstance(answer, dict):
-            error = refusal(status, answer)
-            if error not in ("invalid_grant", "invalid_token"):
-                logger.warning("mcp-sessions gateway: %s answered %d to a refresh", server.issuer, status)
-                raise GrantFailed(502, "server_error", "the upstream's authorization server failed a refresh")
-            # Revoked, expired, or an old one seen again: signed in again.
-            self._grants.pop(key, None)
-            if self._kept is not None:
-                await self._keep(self._kept.forget(self._record(key)))
-            raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
-        refreshed = await self._granted_in(answer, grant.refresh, key, server)
-        refreshed.granted_at = grant.granted_at  # renewed, not granted again
-        refreshed.scope = refreshed.scope or grant.scope  # an answer may leave out the scope it leaves as it was
-        self._grants[key] = refreshed
-        await self._saved(key, refreshed)
-        return refreshed
-
     async def _refreshed_elsewhere(self, key: tuple[User, str]) -> str:
         """The access token another replica's refresh of the grant keeps in the store: looked for every
         :data:`LEASE_POLL` seconds until the lease it holds runs out (the store tells no one when a value changes)."""
@@ -616,41 +500,10 @@ class UpstreamGrants(UpstreamToken):
             logger.info("mcp-sessions gateway: registered at %s", server.issuer)
             return registered
 
-    # -- the token endpoint --------------------------------------------------------------------------------------
-
-    async def _token_request(self, server: _Server, form: dict[str, str]) -> tuple[int, Any]:
-        """``form`` posted to ``server``'s token endpoint, with the gateway's client authentication."""
-        client = await self._client_of(server)
-        return await self._post_token(server.token_endpoint, server.issuer, client, form)
-
-    async def _post_token(
-        self, endpoint: str, issuer: str, client: ClientAuth | str, form: dict[str, str]
-    ) -> tuple[int, Any]:
-        headers: dict[str, str] = {}
-        if isinstance(client, str):  # a public client names itself
-            data = {"client_id": client}
-        else:
-            try:
-                authentication = client.request(issuer)
-            except ServerNotNamed as unnamed:
-                logger.warning("mcp-sessions gateway: %s: not sent", unnamed)
-                raise _server_error(str(unnamed)) from None
-            data = authentication.data
-            headers = authentication.headers
-        request = self._http.build_request("POST", endpoint, data=form | data, headers=headers)
-        status, answer, _ = await self._read(request)
-        return status, answer
-
-    async def _read(self, request: httpx.Request) -> tuple[int, Any, str]:
-        """The status, JSON (``None`` if not) and ``WWW-Authenticate`` of the answer to ``request``
-        (:func:`read_answer`): a failure to reach the server is a 502 or 504."""
-        response, answer = await read_answer(self._http, request, self._timeout, "a server", _server_error)
-        return response.status_code, answer, response.headers.get("www-authenticate", "")[:4096]
-
     # -- each user's own view of her grants ---------------------------------------------------------------------
 
     def serving_grants(self, app: ASGIApp) -> ASGIApp:
-        """``app`` with each user's own grants at :data:`GRANTS_PATH`, for the gateway's authentication to put in
+        """``app`` with each user's own grants at ``_sign_ins.GRANTS_PATH``, for the gateway's authentication to put in
         front: ``GET`` lists them (the server, the resource, whether it refreshes, never a token), ``DELETE``
         revokes them (here and in the store, then at the server's revocation endpoint, RFC 7009: each says
         whether the server was told), so that her next request asks her to sign in again."""
@@ -717,22 +570,6 @@ class UpstreamGrants(UpstreamToken):
                 )
             revoked.append({"authorization_server": issuer, "notified": unsaid is None})
         return revoked
-
-    async def _told(self, server: _Server, grant: _Grant) -> str | None:
-        """``grant``, forgotten here, revoked at ``server``'s revocation endpoint (RFC 7009; its refresh token, which
-        ends its access tokens too where the server ties them): ``None`` where the server took it, else why it was
-        not told. The gateway holds the grant no more all the same (what an operator revoking a user's access needs
-        first, whatever the vendor's state), and its tokens end as the server ends them."""
-        if server.revocation_endpoint is None:
-            return "it names no revocation endpoint"
-        token, hint = (grant.refresh, "refresh_token") if grant.refresh else (grant.access, "access_token")
-        form = {"token": token, "token_type_hint": hint}
-        try:
-            client = await self._client_of(server)
-            status, _ = await self._post_token(server.revocation_endpoint, server.issuer, client, form)
-        except ExchangeRefused as failed:
-            return failed.description
-        return None if status == 200 else f"it answered {status}"
 
     async def _grant_of(self, key: tuple[User, str]) -> _Grant | None:
         """The user's grant at the server: the store's where grants are kept, read at each use (one read of its
@@ -883,33 +720,6 @@ class UpstreamGrants(UpstreamToken):
             )
         )
 
-    def _code_form(self, leg: _Leg, code: str) -> dict[str, str]:
-        """The token request that swaps a leg's authorization ``code`` (RFC 6749 §4.1.3), with PKCE's verifier."""
-        return {
-            "grant_type": "authorization_code",
-            "code": code,
-            "redirect_uri": leg.redirect_uri,
-            "code_verifier": leg.verifier,
-        }
-
-    async def _confirmed(self, leg: _Leg, code: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
-        """The IdP's code swapped for an ID token that must name the user who asked (and carry the leg's
-        ``nonce``): the token endpoint's answer, the ID token, and its verified claims."""
-        idp = await self._idp_metadata()
-        form = self._code_form(leg, code)
-        endpoint = _url_in(idp, "token_endpoint")
-        status, answer = await self._post_token(endpoint, self._login.issuer, self._login.client, form)
-        id_token = answer.get("id_token") if isinstance(answer, dict) and status == 200 else None
-        if not isinstance(id_token, str):
-            logger.warning("mcp-sessions gateway: the login's token endpoint answered %d with no ID token", status)
-            raise _Refused(502, "The sign-in could not confirm who you are: nothing was granted.")
-        claims = await self._verified(id_token)
-        if claims.get("nonce") != leg.nonce or claims.get(self._login.claim) != leg.user[1]:
-            logger.warning("mcp-sessions gateway: a sign-in URL was completed by another user: nothing granted")
-            self._spend(leg)
-            raise _Refused(403, "This sign-in link was made for another user: nothing was granted.")
-        return answer, id_token, claims
-
     async def _granted(self, leg: _Leg, code: str) -> _Answer:
         """The upstream's server's code swapped for the user's tokens, kept for her."""
         server = await self._found()
@@ -972,6 +782,104 @@ class UpstreamGrants(UpstreamToken):
             logger.warning("mcp-sessions gateway: the login's ID token did not verify")
             raise _Refused(502, "The sign-in could not confirm who you are: nothing was granted.") from None
         return claims
+
+    # -- the token endpoint --------------------------------------------------------------------------------------
+
+    async def _token_request(self, server: _Server, form: dict[str, str]) -> tuple[int, Any]:
+        """``form`` posted to ``server``'s token endpoint, with the gateway's client authentication."""
+        client = await self._client_of(server)
+        return await self._post_token(server.token_endpoint, server.issuer, client, form)
+
+    async def _post_token(
+        self, endpoint: str, issuer: str, client: ClientAuth | str, form: dict[str, str]
+    ) -> tuple[int, Any]:
+        headers: dict[str, str] = {}
+        if isinstance(client, str):  # a public client names itself
+            data = {"client_id": client}
+        else:
+            try:
+                authentication = client.request(issuer)
+            except ServerNotNamed as unnamed:
+                logger.warning("mcp-sessions gateway: %s: not sent", unnamed)
+                raise _server_error(str(unnamed)) from None
+            data = authentication.data
+            headers = authentication.headers
+        request = self._http.build_request("POST", endpoint, data=form | data, headers=headers)
+        status, answer, _ = await self._read(request)
+        return status, answer
+
+    async def _read(self, request: httpx.Request) -> tuple[int, Any, str]:
+        """The status, JSON (``None`` if not) and ``WWW-Authenticate`` of the answer to ``request``
+        (:func:`read_answer`): a failure to reach the server is a 502 or 504."""
+        response, answer = await read_answer(self._http, request, self._timeout, "a server", _server_error)
+        return response.status_code, answer, response.headers.get("www-authenticate", "")[:4096]
+
+    def _code_form(self, leg: _Leg, code: str) -> dict[str, str]:
+        """The token request that swaps a leg's authorization ``code`` (RFC 6749 §4.1.3), with PKCE's verifier."""
+        return {
+            "grant_type": "authorization_code",
+            "code": code,
+            "redirect_uri": leg.redirect_uri,
+            "code_verifier": leg.verifier,
+        }
+
+    async def _confirmed(self, leg: _Leg, code: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
+        """The IdP's code swapped for an ID token that must name the user who asked (and carry the leg's
+        ``nonce``): the token endpoint's answer, the ID token, and its verified claims."""
+        idp = await self._idp_metadata()
+        form = self._code_form(leg, code)
+        endpoint = _url_in(idp, "token_endpoint")
+        status, answer = await self._post_token(endpoint, self._login.issuer, self._login.client, form)
+        id_token = answer.get("id_token") if isinstance(answer, dict) and status == 200 else None
+        if not isinstance(id_token, str):
+            logger.warning("mcp-sessions gateway: the login's token endpoint answered %d with no ID token", status)
+            raise _Refused(502, "The sign-in could not confirm who you are: nothing was granted.")
+        claims = await self._verified(id_token)
+        if claims.get("nonce") != leg.nonce or claims.get(self._login.claim) != leg.user[1]:
+            logger.warning("mcp-sessions gateway: a sign-in URL was completed by another user: nothing granted")
+            self._spend(leg)
+            raise _Refused(403, "This sign-in link was made for another user: nothing was granted.")
+        return answer, id_token, claims
+
+    async def _refresh(self, key: tuple[User, str], server: _Server, grant: _Grant) -> _Grant:
+        """``grant`` refreshed at ``server``'s token endpoint, kept; :class:`SignInRequired` when it is refused."""
+        assert grant.refresh is not None  # the caller's check
+        form = {"grant_type": "refresh_token", "refresh_token": grant.refresh}
+        if server.resource:
+            form["resource"] = server.resource
+        status, answer = await self._token_request(server, form)
+        if status != 200 or not isinstance(answer, dict):
+            error = refusal(status, answer)
+            if error not in ("invalid_grant", "invalid_token"):
+                logger.warning("mcp-sessions gateway: %s answered %d to a refresh", server.issuer, status)
+                raise GrantFailed(502, "server_error", "the upstream's authorization server failed a refresh")
+            # Revoked, expired, or an old one seen again: signed in again.
+            self._grants.pop(key, None)
+            if self._kept is not None:
+                await self._keep(self._kept.forget(self._record(key)))
+            raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
+        refreshed = await self._granted_in(answer, grant.refresh, key, server)
+        refreshed.granted_at = grant.granted_at  # renewed, not granted again
+        refreshed.scope = refreshed.scope or grant.scope  # an answer may leave out the scope it leaves as it was
+        self._grants[key] = refreshed
+        await self._saved(key, refreshed)
+        return refreshed
+
+    async def _told(self, server: _Server, grant: _Grant) -> str | None:
+        """``grant``, forgotten here, revoked at ``server``'s revocation endpoint (RFC 7009; its refresh token, which
+        ends its access tokens too where the server ties them): ``None`` where the server took it, else why it was
+        not told. The gateway holds the grant no more all the same (what an operator revoking a user's access needs
+        first, whatever the vendor's state), and its tokens end as the server ends them."""
+        if server.revocation_endpoint is None:
+            return "it names no revocation endpoint"
+        token, hint = (grant.refresh, "refresh_token") if grant.refresh else (grant.access, "access_token")
+        form = {"token": token, "token_type_hint": hint}
+        try:
+            client = await self._client_of(server)
+            status, _ = await self._post_token(server.revocation_endpoint, server.issuer, client, form)
+        except ExchangeRefused as failed:
+            return failed.description
+        return None if status == 200 else f"it answered {status}"
 
 
 class IdTokens(UpstreamGrants):
@@ -1108,165 +1016,12 @@ class IssuerGrants(UpstreamGrants):
         return self._server
 
 
-class SignIns:
-    """The sign-ins of one gateway (:class:`IdTokens`, :class:`IssuerGrants`), behind one pair of routes: a sign-in
-    URL goes to the one that made it, a callback to the one whose ``state`` it carries (an unknown one to the first,
-    which says so); ``/oauth/grants`` lists and revokes the user's grants at each."""
-
-    def __init__(self, each: list[UpstreamGrants]) -> None:
-        if not each:
-            raise ValueError("no sign-in to serve")
-        self.each = each
-
-    def wrap(self, app: ASGIApp) -> ASGIApp:
-        """``app`` behind the sign-ins' routes, each one's HTTP client closed as its lifespan ends."""
-        closing = app
-        for each in self.each:
-            closing = each.wrap(closing)  # a lifespan, or a request for none of the routes, goes through each
-        routes = [each.wrap(app) for each in self.each]
-
-        async def routed(scope: Scope, receive: Receive, send: Send) -> None:
-            path = scope.get("path", "") if scope["type"] == "http" else ""
-            if is_sign_in(path):
-                return await routes[self._whose(scope, path)](scope, receive, send)
-            if path == CLIENT_PATH and (document := self.document) is not None:  # one callback: one document
-                return await _served_document(document, scope, send)
-            await closing(scope, receive, send)
-
-        return routed
-
-    @property
-    def document(self) -> bytes | None:
-        """The gateway's Client ID Metadata Document (each sign-in's is the same: one callback), where it has one."""
-        return next((each.document for each in self.each if each.document is not None), None)
-
-    def _whose(self, scope: Scope, path: str) -> int:
-        """Which sign-in made the URL ``path`` names, or the ``state`` its callback carries (none: the first)."""
-        if path.startswith(CALLBACK_PATH):
-            state = QueryParams(scope.get("query_string", b"").decode("latin-1")).get("state", "")
-            held = [each.holds(state=state) for each in self.each]
-        else:
-            held = [each.holds(sign_in=path.removeprefix(AUTHORIZE_PATH)) for each in self.each]
-        return held.index(True) if True in held else 0
-
-    def serving_grants(self, app: ASGIApp) -> ASGIApp:
-        """``app`` with the user's grants at every sign-in's server at :data:`GRANTS_PATH`: ``GET`` lists them (the
-        server, the resource, the scope, when granted, when its access token expires, whether it refreshes, never a
-        token), ``DELETE`` revokes them, or the one at ``?server=ISSUER`` (here and in the store, then at each
-        server's revocation endpoint, RFC 7009: each says whether its server was told), so that her next request asks
-        her to sign in again."""
-
-        async def grants(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] != "http" or scope.get("path") != GRANTS_PATH:
-                return await app(scope, receive, send)
-            user = _user_of(scope)
-            server = QueryParams(scope.get("query_string", b"").decode("latin-1")).get("server")
-            try:
-                if user is None:
-                    answer = _json(401, {"error": "the request names no user"})
-                elif scope["method"] == "GET":
-                    answer = _json(200, {"grants": [g for each in self.each for g in await each._listed(user)]})
-                elif scope["method"] == "DELETE":
-                    revoked = [at for each in self.each for at in await each._revoked(user, server)]
-                    answer = _json(200, {"revoked": revoked})
-                else:
-                    answer = _json(405, {"error": "GET lists your grants, DELETE revokes them"})
-            except ExchangeRefused as failed:
-                answer = _json(failed.status, {"error": failed.description})
-            await answer(send)
-
-        return grants
-
-    async def every_grant(self, principal: str | None = None, server: str | None = None) -> list[dict[str, object]]:
-        """Every user's grants at the sign-ins' servers (the operator's view, ``_operator``), those of
-        ``principal`` or at ``server`` alone where named: as the store's index holds them where they are kept (the
-        sign-ins share it), else as each holds them in memory; never a token."""
-        found: dict[tuple[object, ...], dict[str, object]] = {}
-        for each in self.each:
-            for entry in await each._every():
-                named = (entry.get("issuer"), entry.get("principal"), entry.get("authorization_server"))
-                found[(*named, entry.get("resource"))] = entry
-        return [
-            entry
-            for _, entry in sorted(found.items(), key=lambda item: tuple(str(part) for part in item[0]))
-            if principal in (None, entry.get("principal"))
-            and (server is None or str(entry.get("authorization_server")).rstrip("/") == server.rstrip("/"))
-        ]
-
-    async def revoke_grants(
-        self, principal: str, issuer: str | None = None, server: str | None = None
-    ) -> list[dict[str, object]]:
-        """The operator's revocation of ``principal``'s grants (her token's ``issuer``'s alone, where named), every
-        one, or the one at ``server``: each as she would revoke it herself (here and in the store, then at the
-        server, RFC 7009); those revoked, by user and server, and whether the server was told."""
-        users = {
-            (str(entry.get("issuer")), principal)
-            for entry in await self.every_grant(principal, server)
-            if issuer is None or entry.get("issuer") == issuer
-        }
-        revoked = []
-        for user in sorted(users):
-            for each in self.each:
-                for at in await each._revoked(user, server):
-                    revoked.append({"issuer": user[0], "principal": principal, **at})
-        if revoked:
-            logger.info("mcp-sessions gateway: the operator revoked %d grant(s)", len(revoked))
-        return revoked
-
-
-_Answer = Any  # an awaitable page: called with send
-
-
-def is_sign_in(path: str) -> bool:
-    """Whether ``path`` is a sign-in's route: a sign-in URL, the callback, or an authorization server's own."""
-    return path.startswith(AUTHORIZE_PATH) or path == CALLBACK_PATH or path.startswith(CALLBACK_PATH + "/")
-
-
 def _id_token(id_token: str, claims: Mapping[str, Any], refresh: str | None) -> _Grant:
     """A kept ID token (verified: ``claims``), renewed :data:`RENEW_BEFORE` seconds before its ``exp`` (half its
     life for a short one)."""
     lifetime = float(claims["exp"]) - time.time()
     renew_at = time.monotonic() + lifetime - min(RENEW_BEFORE, max(lifetime, 0.0) / 2)
     return _Grant(id_token, refresh or None, renew_at, time.time(), float(claims["exp"]))
-
-
-def _page(status: int, text: str) -> _Answer:
-    """A small HTML page saying ``text`` (escaped), never cached, never framed."""
-    body = f"<!doctype html><meta charset=utf-8><title>Sign-in</title><p>{html.escape(text)}</p>\n".encode()
-
-    async def sent(send: Send) -> None:
-        headers = [*_PAGE_HEADERS, (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body, "more_body": False})
-
-    return sent
-
-
-def _document(url: str, callback: str) -> bytes:
-    """The gateway's Client ID Metadata Document at ``url``: its ``client_id`` that URL (the draft's §3: the server
-    compares them as strings), a public client whose one redirect URI is ``callback``; no secret, no key."""
-    document = {
-        "client_id": url,
-        "client_name": "mcp-sessions gateway",
-        "redirect_uris": [callback],
-        "grant_types": ["authorization_code", "refresh_token"],
-        "response_types": ["code"],
-        "token_endpoint_auth_method": "none",
-    }
-    return json.dumps(document).encode()
-
-
-async def _served_document(document: bytes, scope: Scope, send: Send) -> None:
-    """The Client ID Metadata Document, to any ``GET`` (whoever fetches it: it holds nothing a stranger may not
-    read), cacheable for five minutes (the draft's §4.4: the server caches it as HTTP says)."""
-    if scope["method"] not in ("GET", "HEAD"):
-        await _json(405, {"error": "the client's metadata document is read with GET"})(send)
-        return
-    headers = [(b"content-type", b"application/json"), (b"cache-control", b"public, max-age=300")]
-    headers.append((b"content-length", str(len(document)).encode()))
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    body = document if scope["method"] == "GET" else b""
-    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 def _client(issuer: str, client_id: str, secret: str | None, method: str | None) -> ClientAuth | str:
@@ -1276,19 +1031,6 @@ def _client(issuer: str, client_id: str, secret: str | None, method: str | None)
         return client_id
     chosen: ClientAuthMethod = "client_secret_post" if method == "client_secret_post" else "client_secret_basic"
     return ClientAuth(chosen, client_id, secret=secret, servers=(issuer,))
-
-
-def _json(status: int, body: object) -> _Answer:
-    """A JSON answer, never cached."""
-    data = json.dumps(body).encode()
-
-    async def sent(send: Send) -> None:
-        headers = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
-        headers.append((b"content-length", str(len(data)).encode()))
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": data, "more_body": False})
-
-    return sent
 
 
 def _authorization_url(
@@ -1316,50 +1058,11 @@ def _authorization_url(
     return str(url)
 
 
-def _redirect(location: str, cookie: str | None = None) -> _Answer:
-    """A 302 to ``location``."""
-
-    async def sent(send: Send) -> None:
-        headers = [(b"location", location.encode()), (b"cache-control", b"no-store"), (b"content-length", b"0")]
-        headers.append((b"referrer-policy", b"no-referrer"))
-        if cookie is not None:
-            headers.append((b"set-cookie", cookie.encode()))
-        await send({"type": "http.response.start", "status": 302, "headers": headers})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-    return sent
-
-
-def _cookie(header: str, wanted: str) -> str | None:
-    """The value of the cookie named ``wanted`` in a ``Cookie`` header."""
-    for pair in header.split(";"):
-        name, _, value = pair.strip().partition("=")
-        if name == wanted and value:
-            return value
-    return None
-
-
 def _verifier() -> str:
     """A PKCE verifier (RFC 7636 §4.1): 48 of its unreserved characters, as authlib's docs make one."""
     from authlib.common.security import generate_token
 
     return str(generate_token(48))
-
-
-def _who(key: tuple[User, str]) -> str:
-    """A user and server, as the store's record is named from (``_kept.record``)."""
-    (issuer, principal), server = key
-    return f"{issuer}\0{principal}\0{server}"
-
-
-def _user_of(scope: Scope) -> User | None:
-    """Who asks: her verified token's issuer and principal (an auth proxy's user: its header's name and hers)."""
-    access = getattr(scope.get("user"), "access_token", None)
-    subject = getattr(access, "subject", None) or getattr(access, "client_id", None)
-    claims = getattr(access, "claims", None) or {}
-    if not isinstance(subject, str) or not subject:
-        return None
-    return (str(claims.get("iss", "")), subject)
 
 
 def _url_in(metadata: Mapping[str, Any], name: str) -> str:

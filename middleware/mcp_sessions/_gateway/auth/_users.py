@@ -66,7 +66,8 @@ from ._expiry import until_expiry
 if TYPE_CHECKING:
     from ..._session import Session
     from ...sources import CallView, RequestView
-    from ._oauth import IdTokens, IssuerGrants, SignIns
+    from ._oauth import IdTokens, IssuerGrants
+    from ._sign_ins import SignIns
 
 JWKS_TIMEOUT: Final = 5.0
 """The longest wait for the JWKS, per fetch."""
@@ -511,7 +512,7 @@ class ProcessEnv:
         signing_in = [*([] if subject is None else [subject]), *self._grants.values()]
         self.signing_in: SignIns | None = None
         if signing_in:  # the sign-ins' routes, for the app to serve
-            from ._oauth import SignIns
+            from ._sign_ins import SignIns
 
             self.signing_in = SignIns(signing_in)
 
@@ -532,7 +533,7 @@ class ProcessEnv:
                 exchanged = await self._exchanged(scope, targets)
             except ExchangeRefused as refused:
                 if self.signing_in is not None:  # no grant of hers kept: she signs in (its URL, in the request's era)
-                    from ._oauth import SignInRequired
+                    from ._sign_ins import SignInRequired
 
                     if isinstance(refused, SignInRequired):
                         return await (await refused.answer_reading(scope, receive)).send(send)
