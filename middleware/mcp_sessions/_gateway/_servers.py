@@ -66,7 +66,7 @@ from ._front import StartupFailed, startup_failure
 from ._logs import SERVING
 from ._operator import GRANTS_STATUS_PATH
 from ._serving import CUT, CUT_DATA, RESTARTING, RETRY_AFTER
-from .auth._oauth import UpstreamGrants
+from .auth._oauth import SignIn
 from .auth._sign_ins import AUTHORIZE_PATH, CALLBACK_PATH, CLIENT_PATH, GRANTS_PATH, is_sign_in
 
 if TYPE_CHECKING:
@@ -411,7 +411,7 @@ async def _running(route: Route, scope: Scope) -> AsyncIterator[None]:
             await stopped.wait()
 
 
-def sign_ins(config: GatewayConfig) -> tuple[UpstreamGrants, ...]:
+def sign_ins(config: GatewayConfig) -> tuple[SignIn, ...]:
     """A server's sign-ins: a stdio server's ID-token login and ``oauth:`` variables' grants, an HTTP server's
     ``upstream-token = "oauth"`` grants or its ID-JAG's ID-token login; none for most."""
     if isinstance(config.serves, StdioProcesses):
@@ -421,7 +421,7 @@ def sign_ins(config: GatewayConfig) -> tuple[UpstreamGrants, ...]:
     if token is None:
         return ()
     found = token if token.mode == "oauth" else token.subject
-    return (found,) if isinstance(found, UpstreamGrants) else ()
+    return (found,) if isinstance(found, SignIn) else ()
 
 
 class _Noting:

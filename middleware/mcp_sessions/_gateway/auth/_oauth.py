@@ -72,10 +72,10 @@ import math
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from http.cookiejar import CookieJar, DefaultCookiePolicy
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 import anyio
@@ -88,7 +88,7 @@ from ._answer import ERROR_CODE, SingleFlight, issued, read_answer, refusal
 from ._client import ClientAuth, ClientAuthMethod, ServerNotNamed
 from ._discovery import endpoint, resource_metadata, server_metadata
 from ._exchange import ExchangeRefused, UpstreamToken
-from ._grants import MAX_GRANTS, STORE_FAILED, GrantFailed, User, _Grant, _user_of, _who
+from ._grants import MAX_GRANTS, Grant, GrantFailed, GrantKey, User, UserGrants, stored, user_of
 from ._sign_ins import (
     AUTHORIZE_PATH,
     CALLBACK_PATH,
@@ -129,8 +129,6 @@ _AS: Final = "an authorization server"
 # A challenge's quoted parameters, each tried only where a name begins (not at every letter of one), so that a
 # hostile header of one long word costs one pass, not one a letter.
 _CHALLENGE_PARAM: Final = re.compile(r'(?<![A-Za-z_])([A-Za-z_]+)="([^"]*)"')
-
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -182,7 +180,7 @@ class _Leg:
     redirect_uri: str
 
 
-class _Refused(Exception):
+class _SignInFailed(Exception):
     """A step of a sign-in failed: the page says ``reason`` (no token in it), with ``status``."""
 
     def __init__(self, status: int, reason: str) -> None:
@@ -191,34 +189,78 @@ class _Refused(Exception):
         self.reason = reason
 
 
-class UpstreamGrants(UpstreamToken):
-    """``--upstream-token oauth``: each user's own access token at the upstream's authorization server (see the
-    module). ``upstream`` is the upstream's MCP URL, ``callback`` the gateway's ``/oauth/callback`` as browsers
-    reach it, ``login`` the team's IdP; ``client`` or ``client_id`` the gateway's client at the upstream's server
-    (neither: registered), ``issuer`` that server where the operator names it (the upstream's metadata must name it
-    too), and ``scope`` what it asks for (default: the upstream's 401's, else its metadata's);
-    ``kept``, where the grants outlive the process (else in its memory alone). Serve the app :meth:`wrap`
-    returns: it serves the sign-in's two routes and closes the HTTP client."""
+@dataclass(frozen=True)
+class _AtUpstream:
+    """What :class:`UpstreamGrants` signs in to: the authorization server an upstream MCP server's protected
+    resource metadata names (RFC 9728), ``issuer`` where the operator names it; ``scope`` asked for where given."""
 
-    _login_scope = "openid"
-    """What the login leg asks the IdP for: who she is, nothing more (the grant is the upstream server's)."""
+    url: str
+    issuer: str | None
+    scope: str | None
+
+    def record(self, who: str) -> str:
+        """For the upstream's URL, the resource its tokens are for (RFC 8707: two servers at one authorization
+        server are two grants)."""
+        return f"{who}\0{self.url}"
+
+    @property
+    def listed_as(self) -> str:
+        # its configuration's, so that the operator's listing needs no server found (the upstream's may be down)
+        return self.url
+
+
+@dataclass(frozen=True)
+class _AtIssuer:
+    """What :class:`IssuerGrants` signs in to: the authorization server ``issuer``, for ``resource`` and ``scope``
+    where given."""
+
+    issuer: str
+    resource: str
+    scope: str | None
+
+    def record(self, who: str) -> str:
+        return f"{who}\0{self.resource}"  # the resource too: one server's grants for two are two
+
+    @property
+    def listed_as(self) -> str:
+        return f"{self.issuer}\0{self.resource}"  # one server's grants for two resources are two sign-ins'
+
+
+@dataclass(frozen=True)
+class _AtLogin:
+    """What :class:`IdTokens` signs in to: the team's IdP ``issuer`` itself, whose ID token is what is kept."""
+
+    issuer: str
+    scope: None = None
+
+    def record(self, who: str) -> str:
+        return "id_token\0" + who  # never a grant's record, even at an issuer that is also a vendor's
+
+    @property
+    def listed_as(self) -> str:
+        return "id_token\0" + self.issuer  # never a grant's at the IdP, were it a vendor's too
+
+
+class SignIn(UpstreamToken):
+    """One sign-in (see the module), of one of the kinds below: ``to`` what it signs in to, ``callback`` the
+    gateway's ``/oauth/callback`` as browsers reach it, ``login`` the team's IdP, ``client`` or ``client_id`` the
+    gateway's client at the server (neither: registered), ``kept`` where the grants outlive the process (else in its
+    memory alone). ``_sign_ins.SignIns`` serves it (:attr:`signing_in`): its routes (:meth:`wrap`), and a user's
+    grants, listed and revoked (:meth:`grants_of`, :meth:`revoke`, :meth:`every_grant`)."""
 
     def __init__(
         self,
+        to: _AtUpstream | _AtIssuer | _AtLogin,
         *,
-        upstream: str,
         callback: str,
         login: Login,
         client: ClientAuth | None = None,
         client_id: str | None = None,
-        issuer: str | None = None,
-        scope: str | None = None,
         kept: KeptGrants | None = None,
         timeout: float = TIMEOUT,
     ) -> None:
         super().__init__("oauth")
-        self.signing_in = SignIns([self])
-        for url in (upstream, callback, login.issuer):
+        for url in (callback, login.issuer, to.url if isinstance(to, _AtUpstream) else to.issuer):
             if urlsplit(url).scheme not in ("http", "https"):
                 raise ValueError(f"{url!r} is not an http(s) URL")
         if urlsplit(callback).path != CALLBACK_PATH:
@@ -227,10 +269,12 @@ class UpstreamGrants(UpstreamToken):
             raise ValueError("the gateway's client at the upstream's server is given once: its id, or its ClientAuth")
         import httpx
 
-        self._upstream_url = upstream
-        # what names its entries in the store's index, which a gateway's sign-ins and a file's servers share: its
-        # configuration's, so that the operator's listing needs no server found (the upstream's may be down)
-        self._listed_as = upstream
+        self._to = to
+        # the login leg alone: what is kept is her ID token of the gateway's own client at the IdP
+        self._login_only = isinstance(to, _AtLogin)
+        # what the login leg asks the IdP for: who she is, nothing more (the grant is the server's), and for an
+        # ID token kept, the IdP's refresh token
+        self._login_scope = "openid offline_access" if self._login_only else "openid"
         self._callback = callback
         self._secure = callback.startswith("https:")
         # the Client ID Metadata Document's URL (its client id) and the document, where the gateway's URL is https
@@ -239,17 +283,15 @@ class UpstreamGrants(UpstreamToken):
         self._login = login
         self._given = client
         self._client_id = client_id
-        self._issuer = issuer
-        self._scope = scope
-        self._kept = kept
+        self._kept = kept  # for the clients registered; the grants are self._grants's
         self._timeout = timeout
         self._server: _Server | None = None
         self._idp: dict[str, Any] | None = None
         self._idp_keys: jwt.PyJWKSet | None = None
         self._registered: dict[str, ClientAuth | str] = {}
         self._finding = anyio.Lock()
-        self._grants: BoundedDict[tuple[User, str], _Grant] = BoundedDict(MAX_GRANTS)
-        self._refreshing: SingleFlight[tuple[User, str], ExchangeRefused] = SingleFlight(ExchangeRefused, MAX_GRANTS)
+        self._grants = UserGrants(kept, to.record, to.listed_as)
+        self._refreshing: SingleFlight[GrantKey, ExchangeRefused] = SingleFlight(ExchangeRefused, MAX_GRANTS)
         # A sign-in URL's id to its user and deadline; a user's URL while it waits, so that retries get the same.
         self._urls: BoundedDict[str, tuple[User, float]] = BoundedDict(MAX_PENDING)
         self._url_of: BoundedDict[User, str] = BoundedDict(MAX_PENDING)
@@ -257,6 +299,7 @@ class UpstreamGrants(UpstreamToken):
         self._grantings: BoundedDict[str, _Leg] = BoundedDict(MAX_PENDING)
         keeps_none = CookieJar(DefaultCookiePolicy(allowed_domains=[]))
         self._http = httpx.AsyncClient(trust_env=False, follow_redirects=False, timeout=timeout, cookies=keeps_none)
+        self.signing_in = SignIns([self])
 
     # -- the upstream's Authorization ---------------------------------------------------------------------------
 
@@ -267,26 +310,29 @@ class UpstreamGrants(UpstreamToken):
     async def token_of(self, scope: Scope) -> str:
         """The user's token kept here, refreshed if it is due; :class:`SignInRequired` when she has none, another
         :class:`ExchangeRefused` when a server fails."""
-        user = _user_of(scope)
+        user = user_of(scope)
         if user is None:
             raise GrantFailed(401, "invalid_request", "the request names no user whose grant the upstream takes")
-        server = await self._found()
+        server = await self._server_found()
         key = (user, server.issuer)
-        grant = await self._grant_of(key)
+        grant = await self._grants.current(key)
         if grant is not None and time.monotonic() < grant.renew_at:
             return grant.access
         if grant is None or grant.refresh is None:
             raise SignInRequired(self._sign_in_url(user), urlsplit(server.issuer).netloc)
         return await self._refreshed(key, server)
 
+    def held(self, scope: Scope) -> str | None:
+        """The token kept for the user of ``scope``, if any (not refreshed: what the last request was given)."""
+        user = user_of(scope)
+        grant = None if user is None or self._server is None else self._grants.held((user, self._server.issuer))
+        return None if grant is None else grant.access
+
     def refused(self, scope: Scope) -> None:
         """The upstream answered 401 to the user's access token: the next request refreshes it (or signs her in)."""
-        user = _user_of(scope)
-        if user is None or self._server is None:
-            return
-        grant = self._grants.get((user, self._server.issuer))
-        if grant is not None:
-            grant.renew_at = 0.0
+        user = user_of(scope)
+        if user is not None and self._server is not None:
+            self._grants.distrust((user, self._server.issuer))
 
     def holds(self, *, sign_in: str = "", state: str = "") -> bool:
         """Whether this made the sign-in URL whose id is ``sign_in``, or a leg under way whose ``state`` is
@@ -297,11 +343,6 @@ class UpstreamGrants(UpstreamToken):
         """The callback of the authorization server ``issuer`` alone (RFC 9700 §4.4.2: a redirect URI of its own):
         the gateway's, a digest of the issuer after it, the same in every replica and restart."""
         return f"{self._callback}/{hashlib.sha256(issuer.rstrip('/').encode()).hexdigest()[:32]}"
-
-    def _record(self, key: tuple[User, str]) -> str:
-        """What names the user's grant at a server in the store (``_kept.record`` digests it): for this upstream's
-        URL, the resource its tokens are for (RFC 8707: two servers at one authorization server are two grants)."""
-        return f"{_who(key)}\0{self._upstream_url}"
 
     def _sign_in_url(self, user: User) -> str:
         """The user's sign-in URL: the one she was given while it waits, else a new one."""
@@ -316,7 +357,7 @@ class UpstreamGrants(UpstreamToken):
         origin = self._callback.removesuffix(CALLBACK_PATH)
         return f"{origin}{AUTHORIZE_PATH}{one_time}"
 
-    async def _refreshed(self, key: tuple[User, str], server: _Server) -> str:
+    async def _refreshed(self, key: GrantKey, server: _Server) -> str:
         """A new access token from the grant's refresh token: one refresh per user and server at a time, the others
         waiting for its outcome."""
         return await self._refreshing.run(
@@ -329,54 +370,68 @@ class UpstreamGrants(UpstreamToken):
             return SignInRequired(self._sign_in_url(user), failed.server)
         return GrantFailed(failed.status, failed.error, failed.description)
 
-    async def _refreshed_once(self, key: tuple[User, str], server: _Server) -> str:
+    async def _refreshed_once(self, key: GrantKey, server: _Server) -> str:
         """The refresh itself: under the store's lease on the grant where grants are kept."""
         if self._kept is None:
             return await self._refreshed_held(key, server)
-        if (lease := await self._keep(self._kept.lease(self._record(key), self._timeout))) is None:
+        record = self._grants.record(key)
+        if (lease := await stored(self._kept.lease(record, self._timeout))) is None:
             return await self._refreshed_elsewhere(key)  # another replica refreshes it: its grant, from the store
         try:
             return await self._refreshed_held(key, server)
         finally:
             with anyio.CancelScope(shield=True):
-                await self._keep(self._kept.release(self._record(key), lease))
+                await stored(self._kept.release(record, lease))
 
-    async def _refreshed_held(self, key: tuple[User, str], server: _Server) -> str:
+    async def _refreshed_held(self, key: GrantKey, server: _Server) -> str:
         """The grant's access token, refreshed where it is still due: read here, under the lease where grants are
         kept (the lease first: a grant read before it may hold a refresh token another replica has rotated out
         since, which a server that rotates them answers by revoking the grant; two store updates a refresh)."""
-        grant = await self._grant_of(key)  # another replica may have refreshed (rotated) it, or revoked it
+        grant = await self._grants.current(key)  # another replica may have refreshed (rotated) it, or revoked it
         if grant is None or grant.refresh is None:
             raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
         if time.monotonic() < grant.renew_at:  # refreshed while this request waited for its turn, or elsewhere
             return grant.access
         return (await self._refresh(key, server, grant)).access
 
-    async def _refreshed_elsewhere(self, key: tuple[User, str]) -> str:
+    async def _refreshed_elsewhere(self, key: GrantKey) -> str:
         """The access token another replica's refresh of the grant keeps in the store: looked for every
         :data:`LEASE_POLL` seconds until the lease it holds runs out (the store tells no one when a value changes)."""
         for _ in range(math.ceil(self._timeout / LEASE_POLL)):
             await anyio.sleep(LEASE_POLL)
-            grant = await self._grant_of(key)
+            grant = await self._grants.current(key)
             if grant is None:  # revoked or refused there
                 raise SignInRequired(self._sign_in_url(key[0]), urlsplit(key[1]).netloc)
             if time.monotonic() < grant.renew_at:
                 return grant.access
         raise GrantFailed(503, "server_error", "another replica's refresh of this grant did not end in time")
 
-    async def _granted_in(
-        self, answer: dict[str, Any], refresh: str | None, key: tuple[User, str], server: _Server
-    ) -> _Grant:
-        """The grant a refresh's answer gives (``refresh`` kept when it rotates none in)."""
-        return _granted(answer, refresh, server.resource)
+    async def _granted_in(self, answer: dict[str, Any], refresh: str | None, key: GrantKey, server: _Server) -> Grant:
+        """The grant a refresh's answer gives (``refresh`` kept when it rotates none in). For an ID token kept, the
+        answer's new ID token, verified as the login's and of the same user; none, or another's, asks her to sign
+        in again (OpenID Connect Core §12.2 lets a refresh answer without one)."""
+        if not self._login_only:
+            return _granted(answer, refresh, server.resource)
+        id_token = answer.get("id_token")
+        claims: dict[str, Any] = {}
+        if isinstance(id_token, str):
+            try:
+                claims = await self._verified(id_token)
+            except _SignInFailed:
+                raise _server_error("the IdP's refreshed ID token did not verify") from None
+        if not isinstance(id_token, str) or claims.get(self._login.claim) != key[0][1]:
+            logger.warning("mcp-sessions gateway: the IdP's refresh gave no ID token of the user: asked again")
+            await self._grants.drop(key)
+            raise SignInRequired(self._sign_in_url(key[0]), urlsplit(self._login.issuer).netloc)
+        rotated = answer.get("refresh_token")
+        return _id_token_grant(id_token, claims, rotated if isinstance(rotated, str) and rotated else refresh)
 
-    async def _saved(self, key: tuple[User, str], grant: _Grant) -> None:
-        """``grant`` kept in the store, where there is one, and entered in its index as :meth:`_shown` says it."""
-        if self._kept is not None:
-            listed = self._shown(key, grant) | {"sign_in": self._listed_as}
-            await self._keep(self._kept.save(self._record(key), grant.access, grant.refresh, grant.renew_at, listed))
+    async def _saved(self, key: GrantKey, grant: Grant) -> None:
+        """``grant`` kept (here, and in the store where there is one, entered in its index as :meth:`_shown`
+        says it)."""
+        await self._grants.put(key, grant, self._shown(key, grant))
 
-    def _shown(self, key: tuple[User, str], grant: _Grant) -> dict[str, object]:
+    def _shown(self, key: GrantKey, grant: Grant) -> dict[str, object]:
         """What the operator's view shows of a user's grant: who (her token's issuer and principal), the server,
         the resource, the scope, when granted, when its access token expires; never a token."""
         (issuer, principal), server = key
@@ -389,33 +444,32 @@ class UpstreamGrants(UpstreamToken):
             "expires_at": grant.expires_at,
         }
 
-    async def _keep(self, step: Awaitable[_T]) -> _T:
-        """``step`` of the store's, whose failure is the client's 503 (the store's failures are retried)."""
-        from ._kept import StoreFailed  # with the store's seal: cryptography's AES-GCM, loaded as grants are kept
-
-        try:
-            return await step
-        except StoreFailed as failed:
-            raise GrantFailed(503, STORE_FAILED, "the gateway's store is unavailable") from failed.__cause__
-
     # -- discovery and registration ----------------------------------------------------------------------------
 
-    async def _found(self) -> _Server:
-        """The upstream's authorization server, discovered as the module says (once; again after a failure)."""
+    async def _server_found(self) -> _Server:
+        """The server signed in to, found as the module says (once; again after a failure)."""
         async with self._finding:
             if self._server is None:
-                self._server = await self._discover()
-                logger.info(
-                    "mcp-sessions gateway: the upstream's authorization server is %s, its redirect URI %s",
-                    self._server.issuer,
-                    self._callback_of(self._server.issuer),
-                )
+                to = self._to
+                if isinstance(to, _AtLogin):
+                    self._server = await self._idp_server()
+                elif isinstance(to, _AtIssuer):
+                    self._server = await self._named_server(to)
+                else:
+                    self._server = await self._discovered(to)
+                if not isinstance(to, _AtLogin):
+                    logger.info(
+                        "mcp-sessions gateway: the authorization server %s, its redirect URI %s",
+                        self._server.issuer,
+                        self._callback_of(self._server.issuer),
+                    )
         return self._server
 
-    async def _discover(self) -> _Server:
+    async def _discovered(self, to: _AtUpstream) -> _Server:
+        """The authorization server the upstream's protected resource metadata names (see the module)."""
         probe = self._http.build_request(
             "POST",
-            self._upstream_url,
+            to.url,
             json={"jsonrpc": "2.0", "id": 0, "method": "ping"},
             headers={"accept": "application/json, text/event-stream"},
         )
@@ -424,30 +478,29 @@ class UpstreamGrants(UpstreamToken):
         said = {name.lower(): value for name, value in given}
         resource, issuer, listed = await resource_metadata(
             self._http,
-            self._upstream_url,
+            to.url,
             failed=_server_error,
             seconds=self._timeout,
             named=said.get("resource_metadata"),
-            issuer=self._issuer,
+            issuer=to.issuer,
             issuer_flag="--oauth-issuer",
         )
         found = await self._metadata(issuer, oidc_first=False)
         if "S256" not in (found.get("code_challenge_methods_supported") or []):
             raise _server_error("the upstream's authorization server does not say it takes PKCE's S256")
-        scope = self._scope or said.get("scope") or listed
-        registration = found.get("registration_endpoint")
-        revocation = found.get("revocation_endpoint")
-        return _Server(
-            issuer=issuer,
-            authorization_endpoint=_url_in(found, "authorization_endpoint"),
-            token_endpoint=_url_in(found, "token_endpoint"),
-            registration_endpoint=registration if isinstance(registration, str) else None,
-            revocation_endpoint=revocation if isinstance(revocation, str) else None,
-            resource=resource,
-            scope=scope,
-            metadata_documents=found.get("client_id_metadata_document_supported") is True,
-            sends_iss=found.get("authorization_response_iss_parameter_supported") is True,
-        )
+        return _server_of(issuer, found, resource, to.scope or said.get("scope") or listed)
+
+    async def _named_server(self, to: _AtIssuer) -> _Server:
+        """The authorization server named (RFC 8414, then OpenID Connect Discovery)."""
+        found = await self._metadata(to.issuer, oidc_first=False)
+        if "S256" not in (found.get("code_challenge_methods_supported") or []):
+            raise _server_error(f"{to.issuer} does not say it takes PKCE's S256")
+        return _server_of(to.issuer, found, to.resource, to.scope)
+
+    async def _idp_server(self) -> _Server:
+        """The IdP, as the server whose token (an ID token) is kept; its metadata read once."""
+        idp = await self._idp_metadata()
+        return replace(_server_of(self._login.issuer, idp, "", None), registration_endpoint=None)
 
     async def _metadata(self, issuer: str, *, oidc_first: bool) -> dict[str, Any]:
         """An authorization server's metadata (``_discovery.server_metadata``)."""
@@ -470,7 +523,7 @@ class UpstreamGrants(UpstreamToken):
                 return known
             redirect = self._callback_of(server.issuer)
             registered_at = f"{server.issuer}\0{redirect}"
-            kept = None if self._kept is None else await self._keep(self._kept.client(registered_at))
+            kept = None if self._kept is None else await stored(self._kept.client(registered_at))
             if kept is not None:  # registered by another replica, or before a restart
                 known = self._registered[server.issuer] = _client(server.issuer, *kept)
                 return known
@@ -495,50 +548,36 @@ class UpstreamGrants(UpstreamToken):
             method = method if isinstance(method, str) else None
             registered = _client(server.issuer, client_id, secret, method)
             if self._kept is not None:
-                await self._keep(self._kept.keep_client(registered_at, client_id, secret, method))
+                await stored(self._kept.keep_client(registered_at, client_id, secret, method))
             self._registered[server.issuer] = registered
             logger.info("mcp-sessions gateway: registered at %s", server.issuer)
             return registered
 
     # -- each user's own view of her grants ---------------------------------------------------------------------
 
-    def serving_grants(self, app: ASGIApp) -> ASGIApp:
-        """``app`` with each user's own grants at ``_sign_ins.GRANTS_PATH``, for the gateway's authentication to put in
-        front: ``GET`` lists them (the server, the resource, whether it refreshes, never a token), ``DELETE``
-        revokes them (here and in the store, then at the server's revocation endpoint, RFC 7009: each says
-        whether the server was told), so that her next request asks her to sign in again."""
-        return SignIns([self]).serving_grants(app)
-
-    async def _listed(self, user: User) -> list[dict[str, object]]:
-        server = await self._found()
+    async def grants_of(self, user: User) -> list[dict[str, object]]:
+        """The user's grant here, as her view at ``/oauth/grants`` shows it (the server, the resource, the scope,
+        when granted, when its access token expires, whether it refreshes, when; never a token)."""
+        server = await self._server_found()
         key = (user, server.issuer)
-        grant = await self._grant_of(key)
+        grant = await self._grants.current(key)
         if grant is None:
             return []
         left = None if grant.renew_at == math.inf else max(0, round(grant.renew_at - time.monotonic()))
         shown = {k: v for k, v in self._shown(key, grant).items() if k not in ("issuer", "principal")}
         return [shown | {"refreshes": bool(grant.refresh), "renewed_in": left}]
 
-    async def _every(self) -> list[dict[str, object]]:
-        """Every user's grant here, as :meth:`_shown` says each, with no server asked: the store's index (another
-        replica's, or a gateway's before a restart, too) where they are kept, its entries of this sign-in (the index
-        is the store's, which other sign-ins and a file's other servers share), else this process's memory."""
-        if self._kept is None:
-            return [self._shown(key, grant) for key, grant in self._grants.items()]
-        listed = await self._keep(self._kept.listed())
-        return [
-            {name: value for name, value in entry.items() if name != "sign_in"}
-            for entry in listed
-            if entry.get("sign_in") == self._listed_as
-        ]
+    async def every_grant(self) -> list[dict[str, object]]:
+        """Every user's grant here, as :meth:`_shown` says each, with no server asked (``_grants.UserGrants``)."""
+        return await self._grants.everyone(self._shown)
 
-    async def _revoked(self, user: User, server_named: str | None = None) -> list[dict[str, object]]:
+    async def revoke(self, user: User, server_named: str | None = None) -> list[dict[str, object]]:
         """The user's grant here (if it is ``server_named``'s, where named) revoked: forgotten here and in the store,
         then at the server (:meth:`_told`); each by its server, and whether that server was told. Where the server
         cannot be found now (a gateway restarted while its upstream is down), her grants are those the store's
         index names (a read of every entry, as the operator's listing is), and no server is told."""
         try:
-            server: _Server | None = await self._found()
+            server: _Server | None = await self._server_found()
             unfound = ""
         except ExchangeRefused as failed:
             server = None
@@ -546,7 +585,7 @@ class UpstreamGrants(UpstreamToken):
         if server is not None:
             issuers = [server.issuer]
         else:
-            held = await self._every()
+            held = await self.every_grant()
             issuers = [
                 str(each["authorization_server"]) for each in held if (each["issuer"], each["principal"]) == user
             ]
@@ -555,12 +594,10 @@ class UpstreamGrants(UpstreamToken):
             if server_named is not None and server_named.rstrip("/") != issuer.rstrip("/"):
                 continue
             key = (user, issuer)
-            grant = await self._grant_of(key)
+            grant = await self._grants.current(key)
             if grant is None:
                 continue
-            self._grants.pop(key, None)
-            if self._kept is not None:
-                await self._keep(self._kept.forget(self._record(key)))
+            await self._grants.drop(key)
             unsaid = unfound if server is None else await self._told(server, grant)
             if unsaid is None:
                 logger.info("mcp-sessions gateway: a grant at %s revoked", issuer)
@@ -570,24 +607,6 @@ class UpstreamGrants(UpstreamToken):
                 )
             revoked.append({"authorization_server": issuer, "notified": unsaid is None})
         return revoked
-
-    async def _grant_of(self, key: tuple[User, str]) -> _Grant | None:
-        """The user's grant at the server: the store's where grants are kept, read at each use (one read of its
-        record and one AES-GCM open a call), so that a grant another replica revoked or refreshed is seen before
-        this one sends its token again; what this replica learned of the same token (:meth:`refused`) holds. Else
-        this process's memory."""
-        grant = self._grants.get(key)
-        if self._kept is None:
-            return grant
-        loaded = await self._keep(self._kept.load(self._record(key)))
-        if loaded is None:
-            self._grants.pop(key, None)
-            return None
-        stored = _Grant(*loaded)
-        if grant is not None and stored.access == grant.access:
-            stored.renew_at = min(stored.renew_at, grant.renew_at)
-        self._grants[key] = stored
-        return stored
 
     # -- the browser's routes -----------------------------------------------------------------------------------
 
@@ -611,8 +630,8 @@ class UpstreamGrants(UpstreamToken):
                     answer = await self._called_back(scope)
                 else:
                     answer = await self._authorize(scope, path.removeprefix(AUTHORIZE_PATH))
-            except _Refused as refused:
-                answer = _page(refused.status, refused.reason)
+            except _SignInFailed as failed:
+                answer = _page(failed.status, failed.reason)
             except ExchangeRefused as failed:
                 answer = _page(502, f"The sign-in could not go on: {failed.description}.")
             await answer(send)
@@ -633,7 +652,7 @@ class UpstreamGrants(UpstreamToken):
         that another user completes, does."""
         user, until = self._urls.get(one_time, (None, 0.0))
         if user is None or time.monotonic() > until:
-            raise _Refused(404, "This sign-in link is unknown, used or expired. Ask for a new one by retrying.")
+            raise _SignInFailed(404, "This sign-in link is unknown, used or expired. Ask for a new one by retrying.")
         idp = await self._idp_metadata()
         flow = secrets.token_hex(8)
         binding = secrets.token_urlsafe(32)
@@ -664,32 +683,34 @@ class UpstreamGrants(UpstreamToken):
         if leg is None:
             leg = self._grantings.pop(state, None)
         if leg is None or now > leg.until:
-            raise _Refused(400, "This sign-in is unknown, used or expired: nothing was granted.")
+            raise _SignInFailed(400, "This sign-in is unknown, used or expired: nothing was granted.")
         binding = _cookie(Headers(scope=scope).get("cookie", ""), f"{COOKIE}-{leg.flow}")
         if binding is None or not secrets.compare_digest(binding, leg.binding):
-            raise _Refused(400, "This sign-in was started in another browser: nothing was granted.")
+            raise _SignInFailed(400, "This sign-in was started in another browser: nothing was granted.")
         iss = params.get("iss")
         if iss is None and leg.sends_iss:  # RFC 9207 §2.4: a server that says it names itself must
-            raise _Refused(400, "This answer does not name the server it comes from: nothing was granted.")
+            raise _SignInFailed(400, "This answer does not name the server it comes from: nothing was granted.")
         if iss is not None and iss.rstrip("/") != leg.issuer.rstrip("/"):
-            raise _Refused(400, "This answer comes from another server than the one asked: nothing was granted.")
+            raise _SignInFailed(400, "This answer comes from another server than the one asked: nothing was granted.")
         if scope["path"] != urlsplit(leg.redirect_uri).path:  # RFC 9700 §4.4.2: a mix-up's code, never redeemed
-            raise _Refused(
+            raise _SignInFailed(
                 400, "This answer came back at another server's address than the one asked: nothing was granted."
             )
         if "error" in params or "code" not in params:
             error = params.get("error", "")
             said = error if ERROR_CODE.fullmatch(error) else "no code"
-            raise _Refused(403, f"The sign-in was refused ({said}): nothing was granted.")
+            raise _SignInFailed(403, f"The sign-in was refused ({said}): nothing was granted.")
         if login:
             return await self._logged_in(leg, params["code"])
-        return await self._granted(leg, params["code"])
+        return await self._code_redeemed(leg, params["code"])
 
     async def _logged_in(self, leg: _Leg, code: str) -> _Answer:
         """The IdP's code swapped for an ID token that must name the user who asked; then on to the upstream's
-        server, with PKCE, ``state`` and ``resource``."""
+        server, with PKCE, ``state`` and ``resource`` (the login leg alone: :meth:`_id_token_kept`)."""
+        if self._login_only:
+            return await self._id_token_kept(leg, code)
         await self._confirmed(leg, code)
-        server = await self._found()
+        server = await self._server_found()
         client = await self._client_of(server)
         state = secrets.token_urlsafe(32)
         verifier = _verifier()
@@ -720,21 +741,32 @@ class UpstreamGrants(UpstreamToken):
             )
         )
 
-    async def _granted(self, leg: _Leg, code: str) -> _Answer:
+    async def _id_token_kept(self, leg: _Leg, code: str) -> _Answer:
+        """The login leg's ID token (it names the user who asked) kept for her, with the IdP's refresh token."""
+        answer, id_token, claims = await self._confirmed(leg, code)
+        key = (leg.user, self._login.issuer)
+        refresh = answer.get("refresh_token")
+        grant = _id_token_grant(id_token, claims, refresh if isinstance(refresh, str) else None)
+        await self._saved(key, grant)
+        self._spend(leg)
+        logger.info("mcp-sessions gateway: a user signed in at %s", self._login.issuer)
+        return _page(200, f"You are signed in at {urlsplit(self._login.issuer).netloc}. You may close this page.")
+
+    async def _code_redeemed(self, leg: _Leg, code: str) -> _Answer:
         """The upstream's server's code swapped for the user's tokens, kept for her."""
-        server = await self._found()
+        server = await self._server_found()
         form = self._code_form(leg, code)
         if server.resource:
             form["resource"] = server.resource
         status, answer = await self._token_request(server, form)
         if status != 200 or not isinstance(answer, dict):
             logger.warning("mcp-sessions gateway: %s answered %d to a code", server.issuer, status)
-            raise _Refused(502, "The upstream's authorization server did not grant access: nothing was granted.")
+            raise _SignInFailed(502, "The upstream's authorization server did not grant access: nothing was granted.")
         key = (leg.user, server.issuer)
         try:
-            grant = self._grants[key] = _granted(answer, None, server.resource)
+            grant = _granted(answer, None, server.resource)
         except ExchangeRefused:
-            raise _Refused(502, "The upstream's authorization server issued no usable token.") from None
+            raise _SignInFailed(502, "The upstream's authorization server issued no usable token.") from None
         grant.scope = grant.scope or server.scope  # RFC 6749 §5.1: an answer names the scope where it is not the asked
         await self._saved(key, grant)
         self._spend(leg)
@@ -780,7 +812,7 @@ class UpstreamGrants(UpstreamToken):
             )
         except (jwt.PyJWTError, ValueError, TypeError):
             logger.warning("mcp-sessions gateway: the login's ID token did not verify")
-            raise _Refused(502, "The sign-in could not confirm who you are: nothing was granted.") from None
+            raise _SignInFailed(502, "The sign-in could not confirm who you are: nothing was granted.") from None
         return claims
 
     # -- the token endpoint --------------------------------------------------------------------------------------
@@ -833,15 +865,15 @@ class UpstreamGrants(UpstreamToken):
         id_token = answer.get("id_token") if isinstance(answer, dict) and status == 200 else None
         if not isinstance(id_token, str):
             logger.warning("mcp-sessions gateway: the login's token endpoint answered %d with no ID token", status)
-            raise _Refused(502, "The sign-in could not confirm who you are: nothing was granted.")
+            raise _SignInFailed(502, "The sign-in could not confirm who you are: nothing was granted.")
         claims = await self._verified(id_token)
         if claims.get("nonce") != leg.nonce or claims.get(self._login.claim) != leg.user[1]:
             logger.warning("mcp-sessions gateway: a sign-in URL was completed by another user: nothing granted")
             self._spend(leg)
-            raise _Refused(403, "This sign-in link was made for another user: nothing was granted.")
+            raise _SignInFailed(403, "This sign-in link was made for another user: nothing was granted.")
         return answer, id_token, claims
 
-    async def _refresh(self, key: tuple[User, str], server: _Server, grant: _Grant) -> _Grant:
+    async def _refresh(self, key: GrantKey, server: _Server, grant: Grant) -> Grant:
         """``grant`` refreshed at ``server``'s token endpoint, kept; :class:`SignInRequired` when it is refused."""
         assert grant.refresh is not None  # the caller's check
         form = {"grant_type": "refresh_token", "refresh_token": grant.refresh}
@@ -854,18 +886,15 @@ class UpstreamGrants(UpstreamToken):
                 logger.warning("mcp-sessions gateway: %s answered %d to a refresh", server.issuer, status)
                 raise GrantFailed(502, "server_error", "the upstream's authorization server failed a refresh")
             # Revoked, expired, or an old one seen again: signed in again.
-            self._grants.pop(key, None)
-            if self._kept is not None:
-                await self._keep(self._kept.forget(self._record(key)))
+            await self._grants.drop(key)
             raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
         refreshed = await self._granted_in(answer, grant.refresh, key, server)
         refreshed.granted_at = grant.granted_at  # renewed, not granted again
         refreshed.scope = refreshed.scope or grant.scope  # an answer may leave out the scope it leaves as it was
-        self._grants[key] = refreshed
         await self._saved(key, refreshed)
         return refreshed
 
-    async def _told(self, server: _Server, grant: _Grant) -> str | None:
+    async def _told(self, server: _Server, grant: Grant) -> str | None:
         """``grant``, forgotten here, revoked at ``server``'s revocation endpoint (RFC 7009; its refresh token, which
         ends its access tokens too where the server ties them): ``None`` where the server took it, else why it was
         not told. The gateway holds the grant no more all the same (what an operator revoking a user's access needs
@@ -882,90 +911,54 @@ class UpstreamGrants(UpstreamToken):
         return None if status == 200 else f"it answered {status}"
 
 
-class IdTokens(UpstreamGrants):
+class UpstreamGrants(SignIn):
+    """``--upstream-token oauth``: each user's own access token at the upstream's authorization server (see the
+    module). ``upstream`` is the upstream's MCP URL, ``callback`` the gateway's ``/oauth/callback`` as browsers
+    reach it, ``login`` the team's IdP; ``client`` or ``client_id`` the gateway's client at the upstream's server
+    (neither: registered), ``issuer`` that server where the operator names it (the upstream's metadata must name it
+    too), and ``scope`` what it asks for (default: the upstream's 401's, else its metadata's);
+    ``kept``, where the grants outlive the process (else in its memory alone). Serve the app
+    :attr:`signing_in` wraps: it serves the sign-in's routes and closes the HTTP client."""
+
+    def __init__(
+        self,
+        *,
+        upstream: str,
+        callback: str,
+        login: Login,
+        client: ClientAuth | None = None,
+        client_id: str | None = None,
+        issuer: str | None = None,
+        scope: str | None = None,
+        kept: KeptGrants | None = None,
+        timeout: float = TIMEOUT,
+    ) -> None:
+        to = _AtUpstream(upstream, issuer, scope)
+        super().__init__(
+            to, callback=callback, login=login, client=client, client_id=client_id, kept=kept, timeout=timeout
+        )
+
+
+class IdTokens(SignIn):
     """``--id-jag-subject id_token``: each user's ID token issued to the gateway's own client at the team's IdP
     (``login``), the subject token of her ID-JAG exchanges (the draft's identity assertion issued to the requesting
     client, which Okta's Cross App Access takes alone; ``_exchange``). One way per thing: the sign-in is
-    :class:`UpstreamGrants`'s (its URL, elicitation, cookie, ``state``, PKCE and ``nonce``), its login leg alone,
+    :class:`SignIn`'s (its URL, elicitation, cookie, ``state``, PKCE and ``nonce``), its login leg alone,
     whose page says she is signed in; what is kept, per user, sealed in the store as grants are (under records of
     its own), is the ID token and the IdP's refresh token (``offline_access`` is asked for). The ID token is
     refreshed before it expires (its ``exp``), one refresh in flight per user (OpenID Connect Core §12: the answer's
     ID token verified as the login's, its principal the same; an answer with none, or a refusal, asks her to sign in
-    again, as does an expiry with no refresh token). Its routes (:meth:`wrap`) and her view at ``/oauth/grants``
-    (:meth:`serving_grants`: her login, revoked at the IdP's RFC 7009 endpoint where it has one) are the same."""
-
-    _login_scope = "openid offline_access"
+    again, as does an expiry with no refresh token). Its routes and her view at ``/oauth/grants`` (her login,
+    revoked at the IdP's RFC 7009 endpoint where it has one) are the same."""
 
     def __init__(
         self, *, callback: str, login: Login, kept: KeptGrants | None = None, timeout: float = TIMEOUT
     ) -> None:
-        # the IdP stands where the upstream would: no upstream's metadata is read (_found)
-        upstream = login.issuer
-        super().__init__(
-            upstream=upstream, callback=callback, login=login, client=login.client, kept=kept, timeout=timeout
-        )
-        self._listed_as = "id_token\0" + login.issuer  # never a grant's at the IdP, were it a vendor's too
-
-    def held(self, scope: Scope) -> str | None:
-        """The ID token kept for the user of ``scope``, if any (not refreshed: what the last exchange was given)."""
-        user = _user_of(scope)
-        grant = None if user is None else self._grants.get((user, self._login.issuer))
-        return None if grant is None else grant.access
-
-    def _record(self, key: tuple[User, str]) -> str:
-        return "id_token\0" + _who(key)  # never a grant's record, even at an issuer that is also a vendor's
-
-    async def _found(self) -> _Server:
-        """The IdP, as the server whose token (an ID token) is kept; its metadata read once."""
-        if self._server is None:
-            idp = await self._idp_metadata()
-            revocation = idp.get("revocation_endpoint")
-            self._server = _Server(
-                issuer=self._login.issuer,
-                authorization_endpoint=_url_in(idp, "authorization_endpoint"),
-                token_endpoint=_url_in(idp, "token_endpoint"),
-                registration_endpoint=None,
-                revocation_endpoint=revocation if isinstance(revocation, str) else None,
-                resource="",
-                scope=None,
-                sends_iss=idp.get("authorization_response_iss_parameter_supported") is True,
-            )
-        return self._server
-
-    async def _logged_in(self, leg: _Leg, code: str) -> _Answer:
-        """The login leg's ID token (it names the user who asked) kept for her, with the IdP's refresh token."""
-        answer, id_token, claims = await self._confirmed(leg, code)
-        key = (leg.user, self._login.issuer)
-        refresh = answer.get("refresh_token")
-        grant = self._grants[key] = _id_token(id_token, claims, refresh if isinstance(refresh, str) else None)
-        await self._saved(key, grant)
-        self._spend(leg)
-        logger.info("mcp-sessions gateway: a user signed in at %s", self._login.issuer)
-        return _page(200, f"You are signed in at {urlsplit(self._login.issuer).netloc}. You may close this page.")
-
-    async def _granted_in(
-        self, answer: dict[str, Any], refresh: str | None, key: tuple[User, str], server: _Server
-    ) -> _Grant:
-        """A refresh's new ID token, verified as the login's and of the same user; none, or another's, asks her to
-        sign in again (OpenID Connect Core §12.2 lets a refresh answer without one)."""
-        id_token = answer.get("id_token")
-        claims: dict[str, Any] = {}
-        if isinstance(id_token, str):
-            try:
-                claims = await self._verified(id_token)
-            except _Refused:
-                raise _server_error("the IdP's refreshed ID token did not verify") from None
-        if not isinstance(id_token, str) or claims.get(self._login.claim) != key[0][1]:
-            logger.warning("mcp-sessions gateway: the IdP's refresh gave no ID token of the user: asked again")
-            self._grants.pop(key, None)
-            if self._kept is not None:
-                await self._keep(self._kept.forget(self._record(key)))
-            raise SignInRequired(self._sign_in_url(key[0]), urlsplit(self._login.issuer).netloc)
-        rotated = answer.get("refresh_token")
-        return _id_token(id_token, claims, rotated if isinstance(rotated, str) and rotated else refresh)
+        to = _AtLogin(login.issuer)
+        super().__init__(to, callback=callback, login=login, client=login.client, kept=kept, timeout=timeout)
 
 
-class IssuerGrants(UpstreamGrants):
+class IssuerGrants(SignIn):
     """``--process-env NAME=oauth:ISSUER[,resource=URI][,scope=SCOPE]``: each user's own grant at the authorization
     server ``issuer`` (read by RFC 8414, then OpenID Connect Discovery, once; PKCE's ``S256`` among its methods),
     for ``resource`` (RFC 8707) and ``scope`` where given, for a stdio process's variable. Signed in, kept and
@@ -983,45 +976,16 @@ class IssuerGrants(UpstreamGrants):
         scope: str | None = None,
         kept: KeptGrants | None = None,
     ) -> None:
-        super().__init__(
-            upstream=issuer, callback=callback, login=login, client=client, client_id=client_id, scope=scope, kept=kept
-        )
-        self._resource = resource or ""
-        self._listed_as = f"{issuer}\0{self._resource}"  # one server's grants for two resources are two sign-ins'
-
-    def _record(self, key: tuple[User, str]) -> str:
-        return f"{_who(key)}\0{self._resource}"  # the resource too: one server's grants for two are two
-
-    async def _found(self) -> _Server:
-        async with self._finding:
-            if self._server is None:
-                found = await self._metadata(self._upstream_url, oidc_first=False)
-                if "S256" not in (found.get("code_challenge_methods_supported") or []):
-                    raise _server_error(f"{self._upstream_url} does not say it takes PKCE's S256")
-                registration = found.get("registration_endpoint")
-                revocation = found.get("revocation_endpoint")
-                self._server = _Server(
-                    issuer=self._upstream_url,
-                    authorization_endpoint=_url_in(found, "authorization_endpoint"),
-                    token_endpoint=_url_in(found, "token_endpoint"),
-                    registration_endpoint=registration if isinstance(registration, str) else None,
-                    revocation_endpoint=revocation if isinstance(revocation, str) else None,
-                    resource=self._resource,
-                    scope=self._scope,
-                    metadata_documents=found.get("client_id_metadata_document_supported") is True,
-                    sends_iss=found.get("authorization_response_iss_parameter_supported") is True,
-                )
-                redirect = self._callback_of(self._upstream_url)
-                logger.info("mcp-sessions gateway: the redirect URI at %s is %s", self._upstream_url, redirect)
-        return self._server
+        to = _AtIssuer(issuer, resource or "", scope)
+        super().__init__(to, callback=callback, login=login, client=client, client_id=client_id, kept=kept)
 
 
-def _id_token(id_token: str, claims: Mapping[str, Any], refresh: str | None) -> _Grant:
+def _id_token_grant(id_token: str, claims: Mapping[str, Any], refresh: str | None) -> Grant:
     """A kept ID token (verified: ``claims``), renewed :data:`RENEW_BEFORE` seconds before its ``exp`` (half its
     life for a short one)."""
     lifetime = float(claims["exp"]) - time.time()
     renew_at = time.monotonic() + lifetime - min(RENEW_BEFORE, max(lifetime, 0.0) / 2)
-    return _Grant(id_token, refresh or None, renew_at, time.time(), float(claims["exp"]))
+    return Grant(id_token, refresh or None, renew_at, time.time(), float(claims["exp"]))
 
 
 def _client(issuer: str, client_id: str, secret: str | None, method: str | None) -> ClientAuth | str:
@@ -1070,7 +1034,7 @@ def _url_in(metadata: Mapping[str, Any], name: str) -> str:
     return endpoint(metadata, name, _AS, _server_error)
 
 
-def _granted(answer: dict[str, Any], refresh: str | None, resource: str) -> _Grant:
+def _granted(answer: dict[str, Any], refresh: str | None, resource: str) -> Grant:
     """The grant in a token endpoint's answer for ``resource``; ``refresh`` kept when the answer rotates none in."""
     token, lifetime, rotated, scope = issued(answer, "the upstream's authorization server", _server_error)
     if not _for_resource(token, resource):
@@ -1080,7 +1044,7 @@ def _granted(answer: dict[str, Any], refresh: str | None, resource: str) -> _Gra
     renew_at = math.inf if lifetime is None else now + lifetime - min(RENEW_BEFORE, lifetime / 2)
     expires_at = None if lifetime is None else time.time() + lifetime
     # RFC 6749 §5.1: the scope is what was granted, where it is not what was asked
-    return _Grant(token, rotated or refresh, renew_at, time.time(), expires_at, scope)
+    return Grant(token, rotated or refresh, renew_at, time.time(), expires_at, scope)
 
 
 def _for_resource(token: str, resource: str) -> bool:
@@ -1098,3 +1062,20 @@ def _for_resource(token: str, resource: str) -> bool:
 
 def _server_error(description: str, status: int = 502) -> GrantFailed:
     return GrantFailed(status, "server_error", description)
+
+
+def _server_of(issuer: str, metadata: Mapping[str, Any], resource: str, scope: str | None) -> _Server:
+    """The authorization server ``issuer`` as its ``metadata`` describes it, for ``resource`` and ``scope``."""
+    registration = metadata.get("registration_endpoint")
+    revocation = metadata.get("revocation_endpoint")
+    return _Server(
+        issuer=issuer,
+        authorization_endpoint=_url_in(metadata, "authorization_endpoint"),
+        token_endpoint=_url_in(metadata, "token_endpoint"),
+        registration_endpoint=registration if isinstance(registration, str) else None,
+        revocation_endpoint=revocation if isinstance(revocation, str) else None,
+        resource=resource,
+        scope=scope,
+        metadata_documents=metadata.get("client_id_metadata_document_supported") is True,
+        sends_iss=metadata.get("authorization_response_iss_parameter_supported") is True,
+    )

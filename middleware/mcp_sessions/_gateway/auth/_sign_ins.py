@@ -18,7 +18,7 @@ from ..._wire import jsonrpc
 from ..._wire.protocol import MCP_PROTOCOL_VERSION_HEADER
 from ...profiles import Era
 from ._exchange import ExchangeRefused
-from ._grants import User, _user_of
+from ._grants import User, user_of
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -94,8 +94,9 @@ class SignInRequired(ExchangeRefused):
         return self.answer_to(None, scope)
 
 
-class SignIn(Protocol):
-    """What :class:`SignIns` routes a browser to, and asks for a user's grants: one sign-in (``_oauth``)."""
+class SignInFlows(Protocol):
+    """What :class:`SignIns` routes a browser to, and asks for a user's grants: one sign-in's flows
+    (``_oauth.SignIn``)."""
 
     document: bytes | None
 
@@ -103,11 +104,11 @@ class SignIn(Protocol):
 
     def holds(self, *, sign_in: str = "", state: str = "") -> bool: ...
 
-    async def _listed(self, user: User) -> list[dict[str, object]]: ...
+    async def grants_of(self, user: User) -> list[dict[str, object]]: ...
 
-    async def _every(self) -> list[dict[str, object]]: ...
+    async def every_grant(self) -> list[dict[str, object]]: ...
 
-    async def _revoked(self, user: User, server_named: str | None = None) -> list[dict[str, object]]: ...
+    async def revoke(self, user: User, server_named: str | None = None) -> list[dict[str, object]]: ...
 
 
 class SignIns:
@@ -115,7 +116,7 @@ class SignIns:
     URL goes to the one that made it, a callback to the one whose ``state`` it carries (an unknown one to the first,
     which says so); ``/oauth/grants`` lists and revokes the user's grants at each."""
 
-    def __init__(self, each: Sequence[SignIn]) -> None:
+    def __init__(self, each: Sequence[SignInFlows]) -> None:
         if not each:
             raise ValueError("no sign-in to serve")
         self.each = list(each)
@@ -161,15 +162,15 @@ class SignIns:
         async def grants(scope: Scope, receive: Receive, send: Send) -> None:
             if scope["type"] != "http" or scope.get("path") != GRANTS_PATH:
                 return await app(scope, receive, send)
-            user = _user_of(scope)
+            user = user_of(scope)
             server = QueryParams(scope.get("query_string", b"").decode("latin-1")).get("server")
             try:
                 if user is None:
                     answer = _json(401, {"error": "the request names no user"})
                 elif scope["method"] == "GET":
-                    answer = _json(200, {"grants": [g for each in self.each for g in await each._listed(user)]})
+                    answer = _json(200, {"grants": [g for each in self.each for g in await each.grants_of(user)]})
                 elif scope["method"] == "DELETE":
-                    revoked = [at for each in self.each for at in await each._revoked(user, server)]
+                    revoked = [at for each in self.each for at in await each.revoke(user, server)]
                     answer = _json(200, {"revoked": revoked})
                 else:
                     answer = _json(405, {"error": "GET lists your grants, DELETE revokes them"})
@@ -185,7 +186,7 @@ class SignIns:
         sign-ins share it), else as each holds them in memory; never a token."""
         found: dict[tuple[object, ...], dict[str, object]] = {}
         for each in self.each:
-            for entry in await each._every():
+            for entry in await each.every_grant():
                 named = (entry.get("issuer"), entry.get("principal"), entry.get("authorization_server"))
                 found[(*named, entry.get("resource"))] = entry
         return [
@@ -209,7 +210,7 @@ class SignIns:
         revoked = []
         for user in sorted(users):
             for each in self.each:
-                for at in await each._revoked(user, server):
+                for at in await each.revoke(user, server):
                     revoked.append({"issuer": user[0], "principal": principal, **at})
         if revoked:
             logger.info("mcp-sessions gateway: the operator revoked %d grant(s)", len(revoked))
