@@ -45,9 +45,9 @@ class GrantFailed(ExchangeRefused):
 
 @dataclass
 class Grant:
-    """A user's tokens at one server, and when (monotonic) to refresh the access token; what her view and the
-    operator's show of it: when she granted it and when its access token expires (wall-clock seconds, ``None``
-    where unknown: kept before either was, or no lifetime said), and the scope granted."""
+    """A user's tokens at one server, and when to refresh the access token; what her view and the operator's show
+    of it: when she granted it and when its access token expires (all on the sign-in's clock, ``None`` where
+    unknown: kept before either was, or no lifetime said), and the scope granted."""
 
     access: str = field(repr=False)
     refresh: str | None = field(repr=False)

@@ -71,8 +71,7 @@ import logging
 import math
 import re
 import secrets
-import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import TYPE_CHECKING, Any, Final
@@ -84,7 +83,7 @@ from starlette.datastructures import Headers, QueryParams
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..._bounded import BoundedDict
-from ._answer import ERROR_CODE, SingleFlight, issued, read_answer, refusal
+from ._answer import ERROR_CODE, SingleFlight, issued, now, read_answer, refusal
 from ._client import ClientAuth, ClientAuthMethod, ServerNotNamed
 from ._discovery import endpoint, resource_metadata, server_metadata
 from ._exchange import ExchangeRefused, UpstreamToken
@@ -245,8 +244,9 @@ class SignIn(UpstreamToken):
     """One sign-in (see the module), of one of the kinds below: ``to`` what it signs in to, ``callback`` the
     gateway's ``/oauth/callback`` as browsers reach it, ``login`` the team's IdP, ``client`` or ``client_id`` the
     gateway's client at the server (neither: registered), ``kept`` where the grants outlive the process (else in its
-    memory alone). ``_sign_ins.SignIns`` serves it (:attr:`signing_in`): its routes (:meth:`wrap`), and a user's
-    grants, listed and revoked (:meth:`grants_of`, :meth:`revoke`, :meth:`every_grant`)."""
+    memory alone), ``clock`` what its grants' renewals and its sign-ins' deadlines are counted on (``_answer.now``;
+    a test's moves time). ``_sign_ins.SignIns`` serves it (:attr:`signing_in`): its routes (:meth:`wrap`), and a
+    user's grants, listed and revoked (:meth:`grants_of`, :meth:`revoke`, :meth:`every_grant`)."""
 
     def __init__(
         self,
@@ -258,6 +258,7 @@ class SignIn(UpstreamToken):
         client_id: str | None = None,
         kept: KeptGrants | None = None,
         timeout: float = TIMEOUT,
+        clock: Callable[[], float] = now,
     ) -> None:
         super().__init__("oauth")
         for url in (callback, login.issuer, to.url if isinstance(to, _AtUpstream) else to.issuer):
@@ -285,6 +286,7 @@ class SignIn(UpstreamToken):
         self._client_id = client_id
         self._kept = kept  # for the clients registered; the grants are self._grants's
         self._timeout = timeout
+        self._clock = clock
         self._server: _Server | None = None
         self._idp: dict[str, Any] | None = None
         self._idp_keys: jwt.PyJWKSet | None = None
@@ -316,7 +318,7 @@ class SignIn(UpstreamToken):
         server = await self._server_found()
         key = (user, server.issuer)
         grant = await self._grants.current(key)
-        if grant is not None and time.monotonic() < grant.renew_at:
+        if grant is not None and self._clock() < grant.renew_at:
             return grant.access
         if grant is None or grant.refresh is None:
             raise SignInRequired(self._sign_in_url(user), urlsplit(server.issuer).netloc)
@@ -346,7 +348,7 @@ class SignIn(UpstreamToken):
 
     def _sign_in_url(self, user: User) -> str:
         """The user's sign-in URL: the one she was given while it waits, else a new one."""
-        now = time.monotonic()
+        now = self._clock()
         known = self._url_of.get(user)
         if known is not None and known in self._urls and self._urls[known][1] > now:
             one_time = known
@@ -390,7 +392,7 @@ class SignIn(UpstreamToken):
         grant = await self._grants.current(key)  # another replica may have refreshed (rotated) it, or revoked it
         if grant is None or grant.refresh is None:
             raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
-        if time.monotonic() < grant.renew_at:  # refreshed while this request waited for its turn, or elsewhere
+        if self._clock() < grant.renew_at:  # refreshed while this request waited for its turn, or elsewhere
             return grant.access
         return (await self._refresh(key, server, grant)).access
 
@@ -402,7 +404,7 @@ class SignIn(UpstreamToken):
             grant = await self._grants.current(key)
             if grant is None:  # revoked or refused there
                 raise SignInRequired(self._sign_in_url(key[0]), urlsplit(key[1]).netloc)
-            if time.monotonic() < grant.renew_at:
+            if self._clock() < grant.renew_at:
                 return grant.access
         raise GrantFailed(503, "server_error", "another replica's refresh of this grant did not end in time")
 
@@ -411,7 +413,7 @@ class SignIn(UpstreamToken):
         answer's new ID token, verified as the login's and of the same user; none, or another's, asks her to sign
         in again (OpenID Connect Core §12.2 lets a refresh answer without one)."""
         if not self._login_only:
-            return _granted(answer, refresh, server.resource)
+            return _granted(answer, refresh, server.resource, self._clock())
         id_token = answer.get("id_token")
         claims: dict[str, Any] = {}
         if isinstance(id_token, str):
@@ -424,7 +426,8 @@ class SignIn(UpstreamToken):
             await self._grants.drop(key)
             raise SignInRequired(self._sign_in_url(key[0]), urlsplit(self._login.issuer).netloc)
         rotated = answer.get("refresh_token")
-        return _id_token_grant(id_token, claims, rotated if isinstance(rotated, str) and rotated else refresh)
+        rotated = rotated if isinstance(rotated, str) and rotated else refresh
+        return _id_token_grant(id_token, claims, rotated, self._clock())
 
     async def _saved(self, key: GrantKey, grant: Grant) -> None:
         """``grant`` kept (here, and in the store where there is one, entered in its index as :meth:`_shown`
@@ -563,7 +566,7 @@ class SignIn(UpstreamToken):
         grant = await self._grants.current(key)
         if grant is None:
             return []
-        left = None if grant.renew_at == math.inf else max(0, round(grant.renew_at - time.monotonic()))
+        left = None if grant.renew_at == math.inf else max(0, round(grant.renew_at - self._clock()))
         shown = {k: v for k, v in self._shown(key, grant).items() if k not in ("issuer", "principal")}
         return [shown | {"refreshes": bool(grant.refresh), "renewed_in": left}]
 
@@ -651,7 +654,7 @@ class SignIn(UpstreamToken):
         login. Opening it spends nothing (a link preview's fetch would spend it for her): a flow that grants, or one
         that another user completes, does."""
         user, until = self._urls.get(one_time, (None, 0.0))
-        if user is None or time.monotonic() > until:
+        if user is None or self._clock() > until:
             raise _SignInFailed(404, "This sign-in link is unknown, used or expired. Ask for a new one by retrying.")
         idp = await self._idp_metadata()
         flow = secrets.token_hex(8)
@@ -659,7 +662,7 @@ class SignIn(UpstreamToken):
         state = secrets.token_urlsafe(32)
         verifier = _verifier()
         nonce = secrets.token_urlsafe(32)
-        now = time.monotonic()
+        now = self._clock()
         until = now + SIGN_IN_WITHIN
         sends_iss = idp.get("authorization_response_iss_parameter_supported") is True
         leg = _Leg(user, one_time, flow, binding, verifier, nonce, self._login.issuer, until, sends_iss, self._callback)
@@ -677,7 +680,7 @@ class SignIn(UpstreamToken):
         server's code (then the grant, bound to the user the login confirmed)."""
         params = QueryParams(scope.get("query_string", b"").decode("latin-1"))
         state = params.get("state", "")
-        now = time.monotonic()
+        now = self._clock()
         leg = self._logins.pop(state, None)
         login = leg is not None
         if leg is None:
@@ -714,7 +717,7 @@ class SignIn(UpstreamToken):
         client = await self._client_of(server)
         state = secrets.token_urlsafe(32)
         verifier = _verifier()
-        now = time.monotonic()
+        now = self._clock()
         until = now + SIGN_IN_WITHIN
         # a client by its metadata document, which every server shares, comes back to the shared callback: it is
         # used only with a server that names itself (_client_of), whose iss the callback then requires
@@ -746,7 +749,7 @@ class SignIn(UpstreamToken):
         answer, id_token, claims = await self._confirmed(leg, code)
         key = (leg.user, self._login.issuer)
         refresh = answer.get("refresh_token")
-        grant = _id_token_grant(id_token, claims, refresh if isinstance(refresh, str) else None)
+        grant = _id_token_grant(id_token, claims, refresh if isinstance(refresh, str) else None, self._clock())
         await self._saved(key, grant)
         self._spend(leg)
         logger.info("mcp-sessions gateway: a user signed in at %s", self._login.issuer)
@@ -764,7 +767,7 @@ class SignIn(UpstreamToken):
             raise _SignInFailed(502, "The upstream's authorization server did not grant access: nothing was granted.")
         key = (leg.user, server.issuer)
         try:
-            grant = _granted(answer, None, server.resource)
+            grant = _granted(answer, None, server.resource, self._clock())
         except ExchangeRefused:
             raise _SignInFailed(502, "The upstream's authorization server issued no usable token.") from None
         grant.scope = grant.scope or server.scope  # RFC 6749 §5.1: an answer names the scope where it is not the asked
@@ -932,10 +935,18 @@ class UpstreamGrants(SignIn):
         scope: str | None = None,
         kept: KeptGrants | None = None,
         timeout: float = TIMEOUT,
+        clock: Callable[[], float] = now,
     ) -> None:
         to = _AtUpstream(upstream, issuer, scope)
         super().__init__(
-            to, callback=callback, login=login, client=client, client_id=client_id, kept=kept, timeout=timeout
+            to,
+            callback=callback,
+            login=login,
+            client=client,
+            client_id=client_id,
+            kept=kept,
+            timeout=timeout,
+            clock=clock,
         )
 
 
@@ -952,10 +963,18 @@ class IdTokens(SignIn):
     revoked at the IdP's RFC 7009 endpoint where it has one) are the same."""
 
     def __init__(
-        self, *, callback: str, login: Login, kept: KeptGrants | None = None, timeout: float = TIMEOUT
+        self,
+        *,
+        callback: str,
+        login: Login,
+        kept: KeptGrants | None = None,
+        timeout: float = TIMEOUT,
+        clock: Callable[[], float] = now,
     ) -> None:
         to = _AtLogin(login.issuer)
-        super().__init__(to, callback=callback, login=login, client=login.client, kept=kept, timeout=timeout)
+        super().__init__(
+            to, callback=callback, login=login, client=login.client, kept=kept, timeout=timeout, clock=clock
+        )
 
 
 class IssuerGrants(SignIn):
@@ -975,17 +994,18 @@ class IssuerGrants(SignIn):
         client_id: str | None = None,
         scope: str | None = None,
         kept: KeptGrants | None = None,
+        clock: Callable[[], float] = now,
     ) -> None:
         to = _AtIssuer(issuer, resource or "", scope)
-        super().__init__(to, callback=callback, login=login, client=client, client_id=client_id, kept=kept)
+        super().__init__(to, callback=callback, login=login, client=client, client_id=client_id, kept=kept, clock=clock)
 
 
-def _id_token_grant(id_token: str, claims: Mapping[str, Any], refresh: str | None) -> Grant:
+def _id_token_grant(id_token: str, claims: Mapping[str, Any], refresh: str | None, now: float) -> Grant:
     """A kept ID token (verified: ``claims``), renewed :data:`RENEW_BEFORE` seconds before its ``exp`` (half its
     life for a short one)."""
-    lifetime = float(claims["exp"]) - time.time()
-    renew_at = time.monotonic() + lifetime - min(RENEW_BEFORE, max(lifetime, 0.0) / 2)
-    return Grant(id_token, refresh or None, renew_at, time.time(), float(claims["exp"]))
+    lifetime = float(claims["exp"]) - now
+    renew_at = now + lifetime - min(RENEW_BEFORE, max(lifetime, 0.0) / 2)
+    return Grant(id_token, refresh or None, renew_at, now, float(claims["exp"]))
 
 
 def _client(issuer: str, client_id: str, secret: str | None, method: str | None) -> ClientAuth | str:
@@ -1034,17 +1054,16 @@ def _url_in(metadata: Mapping[str, Any], name: str) -> str:
     return endpoint(metadata, name, _AS, _server_error)
 
 
-def _granted(answer: dict[str, Any], refresh: str | None, resource: str) -> Grant:
+def _granted(answer: dict[str, Any], refresh: str | None, resource: str, now: float) -> Grant:
     """The grant in a token endpoint's answer for ``resource``; ``refresh`` kept when the answer rotates none in."""
     token, lifetime, rotated, scope = issued(answer, "the upstream's authorization server", _server_error)
     if not _for_resource(token, resource):
         raise _server_error("the upstream's authorization server issued a token for another resource")
-    now = time.monotonic()
     # No lifetime said: refreshed when the upstream refuses it.
     renew_at = math.inf if lifetime is None else now + lifetime - min(RENEW_BEFORE, lifetime / 2)
-    expires_at = None if lifetime is None else time.time() + lifetime
+    expires_at = None if lifetime is None else now + lifetime
     # RFC 6749 §5.1: the scope is what was granted, where it is not what was asked
-    return Grant(token, rotated or refresh, renew_at, time.time(), expires_at, scope)
+    return Grant(token, rotated or refresh, renew_at, now, expires_at, scope)
 
 
 def _for_resource(token: str, resource: str) -> bool:
