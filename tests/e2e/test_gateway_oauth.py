@@ -1439,6 +1439,11 @@ async def test_the_sign_in_s_answers_to_a_browser_carry_their_headers_and_cookie
             "max-age": "600",
         }
         assert attributes["samesite"].lower() == "lax"
+        async with httpx.AsyncClient(headers={USER_HEADER: "ann"}) as idp:
+            callback = (await idp.get(to_idp.headers["location"])).headers["location"]
+        forged = f"{name}=\u00e9{binding[1:]}".encode("latin-1")  # another browser's, not ASCII: refused, no 500
+        carried = await web.get(callback, headers={b"cookie": forged})
+        assert carried.status_code == 400 and "started in another browser" in carried.text
         for method, path, status, says in [
             ("GET", "/oauth/authorize/made-up", 404, "This sign-in link is unknown, used or expired."),
             ("POST", "/oauth/callback?state=s&code=c", 405, "This page is opened, not posted to."),

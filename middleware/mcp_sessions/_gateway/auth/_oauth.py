@@ -79,7 +79,9 @@ from urllib.parse import urlsplit
 
 import anyio
 import jwt
-from starlette.datastructures import Headers, QueryParams
+from starlette.datastructures import QueryParams
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..._bounded import BoundedDict
@@ -95,8 +97,6 @@ from ._sign_ins import (
     COOKIE,
     SignInRequired,
     SignIns,
-    _Answer,
-    _cookie,
     _document,
     _page,
     _redirect,
@@ -622,12 +622,11 @@ class SignIn(UpstreamToken):
                 return await app(scope, receive, self._closing(send))
             path = scope.get("path", "") if scope["type"] == "http" else ""
             if path == CLIENT_PATH and self.document is not None:
-                return await _served_document(self.document, scope, send)
+                return await _served_document(self.document, scope)(scope, receive, send)
             if not is_sign_in(path):
                 return await app(scope, receive, send)
             if scope["method"] != "GET":
-                await _page(405, "This page is opened, not posted to.")(send)
-                return
+                return await _page(405, "This page is opened, not posted to.")(scope, receive, send)
             try:
                 if path.startswith(CALLBACK_PATH):
                     answer = await self._called_back(scope)
@@ -637,7 +636,7 @@ class SignIn(UpstreamToken):
                 answer = _page(failed.status, failed.reason)
             except ExchangeRefused as failed:
                 answer = _page(502, f"The sign-in could not go on: {failed.description}.")
-            await answer(send)
+            await answer(scope, receive, send)
 
         return routed
 
@@ -649,7 +648,7 @@ class SignIn(UpstreamToken):
 
         return sending
 
-    async def _authorize(self, scope: Scope, one_time: str) -> _Answer:
+    async def _authorize(self, scope: Scope, one_time: str) -> Response:
         """A sign-in URL opened: a flow of its own begun, the browser bound to it by a cookie, and sent to the IdP's
         login. Opening it spends nothing (a link preview's fetch would spend it for her): a flow that grants, or one
         that another user completes, does."""
@@ -671,11 +670,19 @@ class SignIn(UpstreamToken):
         url = _authorization_url(
             endpoint, self._login.client.client_id, self._callback, state, verifier, self._login_scope, nonce=nonce
         )
-        cookie = f"{COOKIE}-{flow}={binding}; Path=/oauth/; HttpOnly; SameSite=Lax; Max-Age={int(SIGN_IN_WITHIN)}"
-        cookie += "; Secure" if self._secure else ""
-        return _redirect(url, cookie)
+        answer = _redirect(url)
+        answer.set_cookie(
+            f"{COOKIE}-{flow}",
+            binding,
+            max_age=int(SIGN_IN_WITHIN),
+            path="/oauth/",
+            secure=self._secure,
+            httponly=True,
+            samesite="lax",
+        )
+        return answer
 
-    async def _called_back(self, scope: Scope) -> _Answer:
+    async def _called_back(self, scope: Scope) -> Response:
         """A server sent the browser back: the IdP's login (then on to the upstream's server), or the upstream's
         server's code (then the grant, bound to the user the login confirmed)."""
         params = QueryParams(scope.get("query_string", b"").decode("latin-1"))
@@ -687,8 +694,8 @@ class SignIn(UpstreamToken):
             leg = self._grantings.pop(state, None)
         if leg is None or now > leg.until:
             raise _SignInFailed(400, "This sign-in is unknown, used or expired: nothing was granted.")
-        binding = _cookie(Headers(scope=scope).get("cookie", ""), f"{COOKIE}-{leg.flow}")
-        if binding is None or not secrets.compare_digest(binding, leg.binding):
+        binding = Request(scope).cookies.get(f"{COOKIE}-{leg.flow}", "")  # a browser's: any characters
+        if not secrets.compare_digest(binding.encode(), leg.binding.encode()):
             raise _SignInFailed(400, "This sign-in was started in another browser: nothing was granted.")
         iss = params.get("iss")
         if iss is None and leg.sends_iss:  # RFC 9207 §2.4: a server that says it names itself must
@@ -707,7 +714,7 @@ class SignIn(UpstreamToken):
             return await self._logged_in(leg, params["code"])
         return await self._code_redeemed(leg, params["code"])
 
-    async def _logged_in(self, leg: _Leg, code: str) -> _Answer:
+    async def _logged_in(self, leg: _Leg, code: str) -> Response:
         """The IdP's code swapped for an ID token that must name the user who asked; then on to the upstream's
         server, with PKCE, ``state`` and ``resource`` (the login leg alone: :meth:`_id_token_kept`)."""
         if self._login_only:
@@ -744,7 +751,7 @@ class SignIn(UpstreamToken):
             )
         )
 
-    async def _id_token_kept(self, leg: _Leg, code: str) -> _Answer:
+    async def _id_token_kept(self, leg: _Leg, code: str) -> Response:
         """The login leg's ID token (it names the user who asked) kept for her, with the IdP's refresh token."""
         answer, id_token, claims = await self._confirmed(leg, code)
         key = (leg.user, self._login.issuer)
@@ -755,7 +762,7 @@ class SignIn(UpstreamToken):
         logger.info("mcp-sessions gateway: a user signed in at %s", self._login.issuer)
         return _page(200, f"You are signed in at {urlsplit(self._login.issuer).netloc}. You may close this page.")
 
-    async def _code_redeemed(self, leg: _Leg, code: str) -> _Answer:
+    async def _code_redeemed(self, leg: _Leg, code: str) -> Response:
         """The upstream's server's code swapped for the user's tokens, kept for her."""
         server = await self._server_found()
         form = self._code_form(leg, code)

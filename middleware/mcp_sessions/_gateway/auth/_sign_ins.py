@@ -8,9 +8,10 @@ import html
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 from starlette.datastructures import Headers, QueryParams
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..._pipeline import Rejection, error_answer
@@ -36,13 +37,12 @@ COOKIE: Final = "mcp_sessions_sign_in"
 _ASKING: Final = frozenset({"tools/call", "prompts/get", "resources/read"})
 _CAPABILITIES: Final = "io.modelcontextprotocol/clientCapabilities"
 _MAX_BODY: Final = 64 * 1024
-_PAGE_HEADERS: Final = (
-    (b"content-type", b"text/html; charset=utf-8"),
-    (b"cache-control", b"no-store"),
+_PAGE_HEADERS: Final = {
+    "cache-control": "no-store",
     # The callback's URL carries a code: no Referer gives it to another site (RFC 9700 §4.2.4).
-    (b"referrer-policy", b"no-referrer"),
-    (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
-)
+    "referrer-policy": "no-referrer",
+    "content-security-policy": "default-src 'none'; frame-ancestors 'none'",
+}
 
 
 class SignInRequired(ExchangeRefused):
@@ -133,7 +133,7 @@ class SignIns:
             if is_sign_in(path):
                 return await routes[self._whose(scope, path)](scope, receive, send)
             if path == CLIENT_PATH and (document := self.document) is not None:  # one callback: one document
-                return await _served_document(document, scope, send)
+                return await _served_document(document, scope)(scope, receive, send)
             await closing(scope, receive, send)
 
         return routed
@@ -176,7 +176,7 @@ class SignIns:
                     answer = _json(405, {"error": "GET lists your grants, DELETE revokes them"})
             except ExchangeRefused as failed:
                 answer = _json(failed.status, {"error": failed.description})
-            await answer(send)
+            await answer(scope, receive, send)
 
         return grants
 
@@ -217,24 +217,15 @@ class SignIns:
         return revoked
 
 
-_Answer = Any  # an awaitable page: called with send
-
-
 def is_sign_in(path: str) -> bool:
     """Whether ``path`` is a sign-in's route: a sign-in URL, the callback, or an authorization server's own."""
     return path.startswith(AUTHORIZE_PATH) or path == CALLBACK_PATH or path.startswith(CALLBACK_PATH + "/")
 
 
-def _page(status: int, text: str) -> _Answer:
+def _page(status: int, text: str) -> Response:
     """A small HTML page saying ``text`` (escaped), never cached, never framed."""
-    body = f"<!doctype html><meta charset=utf-8><title>Sign-in</title><p>{html.escape(text)}</p>\n".encode()
-
-    async def sent(send: Send) -> None:
-        headers = [*_PAGE_HEADERS, (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body, "more_body": False})
-
-    return sent
+    body = f"<!doctype html><meta charset=utf-8><title>Sign-in</title><p>{html.escape(text)}</p>\n"
+    return HTMLResponse(body, status, _PAGE_HEADERS)
 
 
 def _document(url: str, callback: str) -> bytes:
@@ -251,50 +242,19 @@ def _document(url: str, callback: str) -> bytes:
     return json.dumps(document).encode()
 
 
-async def _served_document(document: bytes, scope: Scope, send: Send) -> None:
+def _served_document(document: bytes, scope: Scope) -> Response:
     """The Client ID Metadata Document, to any ``GET`` (whoever fetches it: it holds nothing a stranger may not
     read), cacheable for five minutes (the draft's §4.4: the server caches it as HTTP says)."""
     if scope["method"] not in ("GET", "HEAD"):
-        await _json(405, {"error": "the client's metadata document is read with GET"})(send)
-        return
-    headers = [(b"content-type", b"application/json"), (b"cache-control", b"public, max-age=300")]
-    headers.append((b"content-length", str(len(document)).encode()))
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    body = document if scope["method"] == "GET" else b""
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+        return _json(405, {"error": "the client's metadata document is read with GET"})
+    return Response(document, media_type="application/json", headers={"cache-control": "public, max-age=300"})
 
 
-def _json(status: int, body: object) -> _Answer:
+def _json(status: int, body: object) -> Response:
     """A JSON answer, never cached."""
-    data = json.dumps(body).encode()
-
-    async def sent(send: Send) -> None:
-        headers = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
-        headers.append((b"content-length", str(len(data)).encode()))
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": data, "more_body": False})
-
-    return sent
+    return JSONResponse(body, status, {"cache-control": "no-store"})
 
 
-def _redirect(location: str, cookie: str | None = None) -> _Answer:
-    """A 302 to ``location``."""
-
-    async def sent(send: Send) -> None:
-        headers = [(b"location", location.encode()), (b"cache-control", b"no-store"), (b"content-length", b"0")]
-        headers.append((b"referrer-policy", b"no-referrer"))
-        if cookie is not None:
-            headers.append((b"set-cookie", cookie.encode()))
-        await send({"type": "http.response.start", "status": 302, "headers": headers})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-    return sent
-
-
-def _cookie(header: str, wanted: str) -> str | None:
-    """The value of the cookie named ``wanted`` in a ``Cookie`` header."""
-    for pair in header.split(";"):
-        name, _, value = pair.strip().partition("=")
-        if name == wanted and value:
-            return value
-    return None
+def _redirect(location: str) -> Response:
+    """A 302 to ``location``, never cached, that sends no Referer on."""
+    return RedirectResponse(location, 302, {"cache-control": "no-store", "referrer-policy": "no-referrer"})
