@@ -167,8 +167,9 @@ class ClientAuth:
             assert self.key is not None
             header = {"typ": ASSERTION_JWT_TYPE} | ({"kid": self.key_id} if self.key_id else {})
             # a claims dict of its own each time: authlib writes the assertion's jti into the one it is given; its
-            # exp is the server's to judge, on its clock: the wall clock's, never a test's
-            claims = {"exp": int(now()) + ASSERTION_LIFETIME}
+            # iat and exp of one reading of the wall clock (the server judges them on its own, never a test's)
+            issued = int(now())
+            claims = {"iat": issued, "exp": issued + ASSERTION_LIFETIME}
             method = PrivateKeyJWT(audience, claims=claims, headers=header, alg=_algorithm(self.key))
             sent = ()
             encoding = Encoding(self.client_id, self._signing_key, method)
