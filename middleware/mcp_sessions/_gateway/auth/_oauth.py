@@ -57,7 +57,9 @@ request it holds whole once more (``http._proxy``).
 The same sign-in, kept and refreshed the same way, serves two more things: :class:`IdTokens`, its login leg alone,
 keeps each user's ID token of the gateway's own client as an ID-JAG's subject (``--id-jag-subject id_token``), and
 :class:`IssuerGrants` a grant at a server named, not found, for a stdio process's ``oauth:`` variable; a gateway's
-several sign-ins share one pair of routes (:class:`SignIns`).
+several sign-ins share one pair of routes (``_sign_ins.SignIns``, which also answers the browser's pages). Each is
+a :class:`SignIn` composed of what it signs in to, its grants (``_grants.UserGrants``) and its routes: none a
+subclass of another's.
 
 Every server here is a stranger: each answer read to at most :data:`._answer.MAX_ANSWER` bytes within :data:`TIMEOUT`
 seconds, no redirect followed, no cookie kept, no proxy variable read; an issued token goes into a header only
