@@ -84,7 +84,7 @@ import jwt
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from ..._bounded import BoundedDict
 from ._answer import ERROR_CODE, SingleFlight, issued, now, read_answer, refusal
@@ -97,13 +97,12 @@ from ._sign_ins import (
     CALLBACK_PATH,
     CLIENT_PATH,
     COOKIE,
+    SignInFailed,
     SignInRequired,
     SignIns,
     _document,
     _page,
     _redirect,
-    _served_document,
-    is_sign_in,
 )
 
 if TYPE_CHECKING:
@@ -181,15 +180,6 @@ class _Leg:
     redirect_uri: str
 
 
-class _SignInFailed(Exception):
-    """A step of a sign-in failed: the page says ``reason`` (no token in it), with ``status``."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-
-
 @dataclass(frozen=True)
 class _AtUpstream:
     """What :class:`UpstreamGrants` signs in to: the authorization server an upstream MCP server's protected
@@ -247,8 +237,9 @@ class SignIn(UpstreamToken):
     gateway's ``/oauth/callback`` as browsers reach it, ``login`` the team's IdP, ``client`` or ``client_id`` the
     gateway's client at the server (neither: registered), ``kept`` where the grants outlive the process (else in its
     memory alone), ``clock`` what its grants' renewals and its sign-ins' deadlines are counted on (``_answer.now``;
-    a test's moves time). ``_sign_ins.SignIns`` serves it (:attr:`signing_in`): its routes (:meth:`wrap`), and a
-    user's grants, listed and revoked (:meth:`grants_of`, :meth:`revoke`, :meth:`every_grant`)."""
+    a test's moves time). ``_sign_ins.SignIns`` serves it (:attr:`signing_in`): a sign-in URL opened
+    (:meth:`authorize`), a browser sent back (:meth:`called_back`), a user's grants listed and revoked
+    (:meth:`grants_of`, :meth:`revoke`, :meth:`every_grant`), its HTTP client closed (:meth:`aclose`)."""
 
     def __init__(
         self,
@@ -421,7 +412,7 @@ class SignIn(UpstreamToken):
         if isinstance(id_token, str):
             try:
                 claims = await self._verified(id_token)
-            except _SignInFailed:
+            except SignInFailed:
                 raise _server_error("the IdP's refreshed ID token did not verify") from None
         if not isinstance(id_token, str) or claims.get(self._login.claim) != key[0][1]:
             logger.warning("mcp-sessions gateway: the IdP's refresh gave no ID token of the user: asked again")
@@ -615,48 +606,17 @@ class SignIn(UpstreamToken):
 
     # -- the browser's routes -----------------------------------------------------------------------------------
 
-    def wrap(self, app: ASGIApp) -> ASGIApp:
-        """``app`` behind the sign-in's routes (served to any browser, before any bearer is asked for), the HTTP
-        client closed as its lifespan ends."""
+    async def aclose(self) -> None:
+        """Its HTTP client closed (the gateway's lifespan ends)."""
+        await self._http.aclose()
 
-        async def routed(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] == "lifespan":
-                return await app(scope, receive, self._closing(send))
-            path = scope.get("path", "") if scope["type"] == "http" else ""
-            if path == CLIENT_PATH and self.document is not None:
-                return await _served_document(self.document, scope)(scope, receive, send)
-            if not is_sign_in(path):
-                return await app(scope, receive, send)
-            if scope["method"] != "GET":
-                return await _page(405, "This page is opened, not posted to.")(scope, receive, send)
-            try:
-                if path.startswith(CALLBACK_PATH):
-                    answer = await self._called_back(scope)
-                else:
-                    answer = await self._authorize(scope, path.removeprefix(AUTHORIZE_PATH))
-            except _SignInFailed as failed:
-                answer = _page(failed.status, failed.reason)
-            except ExchangeRefused as failed:
-                answer = _page(502, f"The sign-in could not go on: {failed.description}.")
-            await answer(scope, receive, send)
-
-        return routed
-
-    def _closing(self, send: Send) -> Send:
-        async def sending(message: Message) -> None:
-            if message["type"] != "lifespan.startup.complete":
-                await self._http.aclose()
-            await send(message)
-
-        return sending
-
-    async def _authorize(self, scope: Scope, one_time: str) -> Response:
+    async def authorize(self, scope: Scope, one_time: str) -> Response:
         """A sign-in URL opened: a flow of its own begun, the browser bound to it by a cookie, and sent to the IdP's
         login. Opening it spends nothing (a link preview's fetch would spend it for her): a flow that grants, or one
         that another user completes, does."""
         user, until = self._urls.get(one_time, (None, 0.0))
         if user is None or self._clock() > until:
-            raise _SignInFailed(404, "This sign-in link is unknown, used or expired. Ask for a new one by retrying.")
+            raise SignInFailed(404, "This sign-in link is unknown, used or expired. Ask for a new one by retrying.")
         idp = await self._idp_metadata()
         flow = secrets.token_hex(8)
         binding = secrets.token_urlsafe(32)
@@ -684,7 +644,7 @@ class SignIn(UpstreamToken):
         )
         return answer
 
-    async def _called_back(self, scope: Scope) -> Response:
+    async def called_back(self, scope: Scope) -> Response:
         """A server sent the browser back: the IdP's login (then on to the upstream's server), or the upstream's
         server's code (then the grant, bound to the user the login confirmed)."""
         params = QueryParams(scope.get("query_string", b"").decode("latin-1"))
@@ -695,23 +655,23 @@ class SignIn(UpstreamToken):
         if leg is None:
             leg = self._grantings.pop(state, None)
         if leg is None or now > leg.until:
-            raise _SignInFailed(400, "This sign-in is unknown, used or expired: nothing was granted.")
+            raise SignInFailed(400, "This sign-in is unknown, used or expired: nothing was granted.")
         binding = Request(scope).cookies.get(f"{COOKIE}-{leg.flow}", "")  # a browser's: any characters
         if not secrets.compare_digest(binding.encode(), leg.binding.encode()):
-            raise _SignInFailed(400, "This sign-in was started in another browser: nothing was granted.")
+            raise SignInFailed(400, "This sign-in was started in another browser: nothing was granted.")
         iss = params.get("iss")
         if iss is None and leg.sends_iss:  # RFC 9207 §2.4: a server that says it names itself must
-            raise _SignInFailed(400, "This answer does not name the server it comes from: nothing was granted.")
+            raise SignInFailed(400, "This answer does not name the server it comes from: nothing was granted.")
         if iss is not None and iss.rstrip("/") != leg.issuer.rstrip("/"):
-            raise _SignInFailed(400, "This answer comes from another server than the one asked: nothing was granted.")
+            raise SignInFailed(400, "This answer comes from another server than the one asked: nothing was granted.")
         if scope["path"] != urlsplit(leg.redirect_uri).path:  # RFC 9700 §4.4.2: a mix-up's code, never redeemed
-            raise _SignInFailed(
+            raise SignInFailed(
                 400, "This answer came back at another server's address than the one asked: nothing was granted."
             )
         if "error" in params or "code" not in params:
             error = params.get("error", "")
             said = error if ERROR_CODE.fullmatch(error) else "no code"
-            raise _SignInFailed(403, f"The sign-in was refused ({said}): nothing was granted.")
+            raise SignInFailed(403, f"The sign-in was refused ({said}): nothing was granted.")
         if login:
             return await self._logged_in(leg, params["code"])
         return await self._code_redeemed(leg, params["code"])
@@ -773,12 +733,12 @@ class SignIn(UpstreamToken):
         status, answer = await self._token_request(server, form)
         if status != 200 or not isinstance(answer, dict):
             logger.warning("mcp-sessions gateway: %s answered %d to a code", server.issuer, status)
-            raise _SignInFailed(502, "The upstream's authorization server did not grant access: nothing was granted.")
+            raise SignInFailed(502, "The upstream's authorization server did not grant access: nothing was granted.")
         key = (leg.user, server.issuer)
         try:
             grant = _granted(answer, None, server.resource, self._clock())
         except ExchangeRefused:
-            raise _SignInFailed(502, "The upstream's authorization server issued no usable token.") from None
+            raise SignInFailed(502, "The upstream's authorization server issued no usable token.") from None
         grant.scope = grant.scope or server.scope  # RFC 6749 §5.1: an answer names the scope where it is not the asked
         await self._saved(key, grant)
         self._spend(leg)
@@ -824,7 +784,7 @@ class SignIn(UpstreamToken):
             )
         except (jwt.PyJWTError, ValueError, TypeError):
             logger.warning("mcp-sessions gateway: the login's ID token did not verify")
-            raise _SignInFailed(502, "The sign-in could not confirm who you are: nothing was granted.") from None
+            raise SignInFailed(502, "The sign-in could not confirm who you are: nothing was granted.") from None
         return claims
 
     # -- the token endpoint --------------------------------------------------------------------------------------
@@ -877,12 +837,12 @@ class SignIn(UpstreamToken):
         id_token = answer.get("id_token") if isinstance(answer, dict) and status == 200 else None
         if not isinstance(id_token, str):
             logger.warning("mcp-sessions gateway: the login's token endpoint answered %d with no ID token", status)
-            raise _SignInFailed(502, "The sign-in could not confirm who you are: nothing was granted.")
+            raise SignInFailed(502, "The sign-in could not confirm who you are: nothing was granted.")
         claims = await self._verified(id_token)
         if claims.get("nonce") != leg.nonce or claims.get(self._login.claim) != leg.user[1]:
             logger.warning("mcp-sessions gateway: a sign-in URL was completed by another user: nothing granted")
             self._spend(leg)
-            raise _SignInFailed(403, "This sign-in link was made for another user: nothing was granted.")
+            raise SignInFailed(403, "This sign-in link was made for another user: nothing was granted.")
         return answer, id_token, claims
 
     async def _refresh(self, key: GrantKey, server: _Server, grant: Grant) -> Grant:

@@ -12,7 +12,7 @@ from typing import Final, Protocol
 
 from starlette.datastructures import Headers, QueryParams
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..._pipeline import Rejection, error_answer
 from ..._wire import jsonrpc
@@ -94,13 +94,26 @@ class SignInRequired(ExchangeRefused):
         return self.answer_to(None, scope)
 
 
+class SignInFailed(Exception):
+    """A step of a sign-in failed: the page says ``reason`` (no token in it), with ``status``."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
 class SignInFlows(Protocol):
     """What :class:`SignIns` routes a browser to, and asks for a user's grants: one sign-in's flows
     (``_oauth.SignIn``)."""
 
     document: bytes | None
 
-    def wrap(self, app: ASGIApp) -> ASGIApp: ...
+    async def authorize(self, scope: Scope, one_time: str) -> Response: ...
+
+    async def called_back(self, scope: Scope) -> Response: ...
+
+    async def aclose(self) -> None: ...
 
     def holds(self, *, sign_in: str = "", state: str = "") -> bool: ...
 
@@ -122,21 +135,42 @@ class SignIns:
         self.each = list(each)
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
-        """``app`` behind the sign-ins' routes, each one's HTTP client closed as its lifespan ends."""
-        closing = app
-        for each in self.each:
-            closing = each.wrap(closing)  # a lifespan, or a request for none of the routes, goes through each
-        routes = [each.wrap(app) for each in self.each]
+        """``app`` behind the sign-ins' routes (served to any browser, before any bearer is asked for): a sign-in
+        URL goes to the sign-in that made it, a callback to the one whose ``state`` it carries; each one's HTTP
+        client closed as the lifespan ends."""
 
         async def routed(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] == "lifespan":
+                return await app(scope, receive, self._closing(send))
             path = scope.get("path", "") if scope["type"] == "http" else ""
-            if is_sign_in(path):
-                return await routes[self._whose(scope, path)](scope, receive, send)
             if path == CLIENT_PATH and (document := self.document) is not None:  # one callback: one document
                 return await _served_document(document, scope)(scope, receive, send)
-            await closing(scope, receive, send)
+            if not is_sign_in(path):
+                return await app(scope, receive, send)
+            if scope["method"] != "GET":
+                return await _page(405, "This page is opened, not posted to.")(scope, receive, send)
+            each = self.each[self._whose(scope, path)]
+            try:
+                if path.startswith(CALLBACK_PATH):
+                    answer = await each.called_back(scope)
+                else:
+                    answer = await each.authorize(scope, path.removeprefix(AUTHORIZE_PATH))
+            except SignInFailed as failed:
+                answer = _page(failed.status, failed.reason)
+            except ExchangeRefused as failed:
+                answer = _page(502, f"The sign-in could not go on: {failed.description}.")
+            await answer(scope, receive, send)
 
         return routed
+
+    def _closing(self, send: Send) -> Send:
+        async def sending(message: Message) -> None:
+            if message["type"] != "lifespan.startup.complete":
+                for each in self.each:
+                    await each.aclose()
+            await send(message)
+
+        return sending
 
     @property
     def document(self) -> bytes | None:
