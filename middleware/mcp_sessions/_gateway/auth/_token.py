@@ -13,7 +13,7 @@ What the gateway chose, where authlib leaves a choice:
 - **No state between requests**: each call names its client authentication (``_client.ClientAuth``, applied by an
   authlib auth method of its own: the secret only to a server named for it, ``client_id`` beside an assertion) and
   its refresh token or token; authlib's client keeps no token (its answer hooks hand every answer over before it
-  would parse and keep one), so one client serves a gateway's every user and server.
+  would parse and keep one), so one client serves every user and server of a sign-in or an exchange.
 - **One reading of an answer**, the gateway's (``_answer.issued``, ``refusal``): authlib's own reading takes any JSON
   with ``error`` for a refusal whatever its status, recurses into a stranger's nesting, and fails on an
   ``expires_in`` that is not a number; so its ``access_token_response`` and ``refresh_token_response`` hooks hand
