@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Final, Literal, NamedTuple, get_args
 
 import anyio
 
-from ._cgroups import Bound, Bounds, Cgroup, Cgroups, read
+from ._cgroups import Bound, Bounds, Cgroup, Cgroups, held, read
 from ._grants import STATE, Grant, GrantError, UserDirectories, UserGroups, owner_name, state_directory
 from ._kernel import HELPER_ENV, RUNTIME, above, locked, no_user_namespaces, run_helper, running_uids, tool
 from ._kernel import SandboxError as SandboxError
@@ -450,11 +450,12 @@ class SandboxPolicy:
             runs_as = "a uid each"
         elif self.user is not None:
             runs_as = "one uid"
-        bounds = "none"
         if self.bounds:
             bounds = self.bounds.said
         elif self.pids:
             bounds = "RLIMIT_NPROC"
+        else:
+            bounds = held()
         chosen = f" ({self.choice})" if self.choice else ""
         granted = [f"{grant.target} ({'rw' if grant.writable else 'ro'}{grant.said})" for grant in self.grants]
         grants = f", grants {', '.join(granted)}" if granted else ""
