@@ -11,6 +11,7 @@ once (as root) and kept in podman's store.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -20,12 +21,14 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from mcp import Client
 
 import mcp_sessions
+from _kubernetes import PodRun, named, pod_run, rendered
 from _mcp import create_session, sdk_session_meta
 from _redis import free_port, missing, only_skips
 from _waits import until
@@ -119,10 +122,10 @@ def logs(name: str) -> str:
     return said.stdout + said.stderr
 
 
-def healthy(name: str, port: int) -> bool:
+def healthy(name: str, port: int, path: str = "/healthz") -> bool:
     state = podman("inspect", "--format", "{{.State.Status}}", name).stdout.strip()
     assert state == "running", f"the container is {state}:\n{logs(name)}"
-    return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+    return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=5).status_code == 200
 
 
 @pytest.mark.timeout(1500)  # a cold build: the base (debootstrap) and every layer, about 3 minutes here
@@ -220,3 +223,102 @@ def test_the_gateways_seccomp_profile_is_dockers_with_pivot_root() -> None:
     assert admin["includes"] == {"caps": ["CAP_SYS_ADMIN"]}
     admin["names"].remove("pivot_root")
     assert gateways == dockers
+
+
+# deploy/kubernetes/'s gateway pod, run by podman with what its manifests declare and nothing else (tests/_kubernetes.py
+# translates each field, and fails on one it does not): the team's file is the ConfigMap's, here with the tests'
+# servers beside it, as an overlay's configMapGenerator would give them; the Secret is the operator's.
+POD_SERVERS = """
+[servers.plain]
+command = "python3"
+args = ["/etc/mcp-sessions/server.py"]
+processes = "per-conversation"
+
+[servers.hostile]
+command = "python3"
+args = ["/etc/mcp-sessions/hostile.py"]
+"""
+POD_SECRETS = {
+    "mcp-sessions-gateway": {
+        "MCP_SESSIONS_SECRET": SECRET,
+        "MCP_SESSIONS_STORE": "sqlite:///var/lib/mcp-sessions/sessions.db",  # the pod's state volume: one replica
+    }
+}
+# The first uid of /etc/subuid's "containers" range (scripts/system-deps.sh --all), whence --userns=auto maps pods.
+CONTAINERS_RANGE = 1073741824
+
+
+def the_pod(**gateway: str) -> dict[str, Any]:
+    """deploy/kubernetes/'s objects, the ConfigMap's file given the tests' servers (and ``gateway``'s keys)."""
+    objects = rendered()
+    data = named(objects, "ConfigMap")["data"]
+    own = "".join(f"{key} = {value!r}\n".replace("'", '"') for key, value in gateway.items())
+    data["gateway.toml"] = data["gateway.toml"].split("\n[servers.")[0] + own + POD_SERVERS
+    for server, mounted in SERVERS.items():
+        data[mounted] = server.read_text()
+    return {"objects": objects, "pod": named(objects, "Deployment")["spec"]["template"]["spec"]}
+
+
+@contextlib.contextmanager
+def pod_started(image: str, directory: Path, pod: dict[str, Any]) -> Iterator[tuple[str, int, PodRun]]:
+    """The pod's container started as its manifests say: its name, its published port and how it runs."""
+    run = pod_run(pod["pod"], pod["objects"], POD_SECRETS, directory)
+    port = free_port()
+    name = f"mcp-sessions-pod-{os.getpid()}-{port}"
+    started = subprocess.run(
+        [
+            *("podman", "run", "--detach", "--name", name, *LIMITS, *run.options),
+            *("--publish", f"127.0.0.1:{port}:{run.ports['http']}", image),
+        ],
+        env={**os.environ, **run.environ},  # the Secret's values by name: never on a command line
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert started.returncode == 0, started.stderr
+    try:
+        yield name, port, run
+    finally:
+        podman("rm", "--force", "--time", "0", name)
+
+
+@pytest.mark.timeout(1500)
+async def test_the_manifests_pod_runs_sealed_with_what_it_declares(image: str, tmp_path: Path) -> None:
+    with pod_started(image, tmp_path, the_pod()) as (name, port, run):
+        assert run.probes == {"startupProbe": "/healthz", "readinessProbe": "/readyz", "livenessProbe": "/healthz"}
+        for path in run.probes.values():  # the startup probe's first: the others once it answers
+            until(
+                functools.partial(healthy, name, port, path),
+                functools.partial(logs, name),
+                within=60,
+                ignoring=(httpx.HTTPError,),
+            )
+        said = logs(name)
+        assert "plain: each process: containment bwrap (auto), a uid each" in said, said
+        assert "a veth pair each" in said, said
+        # No control group of its own here (cgroup v1, read-only in a container): the pod's limit bounds them.
+        limit = run.options[run.options.index("--memory") + 1]
+        assert f"bounds the gateway's own cgroup's, together (memory {int(limit) >> 20} MiB; cpu 2; pids " in said
+
+        base = f"http://127.0.0.1:{port}/servers"
+        async with Client(f"{base}/plain/mcp") as client:
+            for session in (await create_session(client), await create_session(client)):
+                await client.call_tool("whoami", {}, meta=sdk_session_meta(session))
+            top = podman("top", name, "huser", "user", "comm").stdout.splitlines()
+        servers = [[int(host), int(user)] for host, user, command in map(str.split, top[1:]) if command == "python3"]
+        assert len({user for _, user in servers}) == len(servers) >= 2, top  # a uid each
+        assert all(61000 <= user <= 61999 for _, user in servers), top
+        [offset] = {host - user for host, user in servers}
+        assert offset >= CONTAINERS_RANGE, top  # --userns=auto's: unprivileged uids of the host, none a user's
+
+        address = podman("inspect", "--format", "{{.NetworkSettings.IPAddress}}", name).stdout.strip()
+        async with Client(f"{base}/hostile/mcp") as client:
+            for host in ("127.0.0.1", address):  # the pod's loopback, the pod's address
+                answer = text_of(await client.call_tool("connect", {"host": host, "port": 8000}))
+                assert answer != "connected", f"{host}: {answer}"
+
+        # The kubelet's stop: preStop, then SIGTERM, then SIGKILL once the grace is over.
+        stopped = podman("stop", "--time", str(run.grace - run.pre_stop), name, timeout=run.grace + 30)
+        assert stopped.returncode == 0, stopped.stderr
+        assert podman("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip() == "0", logs(name)
