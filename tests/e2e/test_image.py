@@ -252,8 +252,11 @@ def the_pod(**gateway: str) -> dict[str, Any]:
     """deploy/kubernetes/'s objects, the ConfigMap's file given the tests' servers (and ``gateway``'s keys)."""
     objects = rendered()
     data = named(objects, "ConfigMap")["data"]
-    own = "".join(f"{key} = {value!r}\n".replace("'", '"') for key, value in gateway.items())
-    data["gateway.toml"] = data["gateway.toml"].split("\n[servers.")[0] + own + POD_SERVERS
+    file = [
+        line for line in data["gateway.toml"].split("\n[servers.")[0].splitlines() if line.split(" =")[0] not in gateway
+    ]
+    own = [f"{key} = {json.dumps(value)}" for key, value in gateway.items()]
+    data["gateway.toml"] = "\n".join([*file, *own, POD_SERVERS])
     for server, mounted in SERVERS.items():
         data[mounted] = server.read_text()
     return {"objects": objects, "pod": named(objects, "Deployment")["spec"]["template"]["spec"]}
@@ -322,3 +325,49 @@ async def test_the_manifests_pod_runs_sealed_with_what_it_declares(image: str, t
         stopped = podman("stop", "--time", str(run.grace - run.pre_stop), name, timeout=run.grace + 30)
         assert stopped.returncode == 0, stopped.stderr
         assert podman("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip() == "0", logs(name)
+
+
+def without_mount(pod: dict[str, Any], volume: str) -> dict[str, Any]:
+    spec = pod["pod"]
+    [container] = spec["containers"]
+    container["volumeMounts"] = [mount for mount in container["volumeMounts"] if mount["name"] != volume]
+    spec["volumes"] = [each for each in spec["volumes"] if each["name"] != volume]
+    return pod
+
+
+def without_capability(pod: dict[str, Any], capability: str) -> dict[str, Any]:
+    [container] = pod["pod"]["containers"]
+    container["securityContext"]["capabilities"]["add"].remove(capability)
+    return pod
+
+
+# What the pod is given, taken away one at a time: the gateway refuses to start, in one line saying what to give.
+REFUSALS = {
+    **{
+        capability: (
+            functools.partial(without_capability, the_pod(), capability),
+            f"lacks {capability}: give them (podman run --cap-add {capability}; Kubernetes: the container's "
+            "securityContext.capabilities.add)",
+        )
+        for capability in ("SETUID", "SETGID", "CHOWN", "SYS_ADMIN", "NET_ADMIN")
+    },
+    "runtime directory": (
+        functools.partial(without_mount, the_pod(), "runtime"),
+        "the runtime directory /run/mcp-sessions: Read-only file system: give one the gateway's user (uid 0) may write",
+    ),
+    "uids unmapped": (
+        functools.partial(the_pod, **{"process-uids": "70000-70999"}),
+        "--process-uids 70000-70999: the gateway's user namespace maps the ids 0-65535 alone: give a range inside them",
+    ),
+}
+
+
+@pytest.mark.parametrize("taken", REFUSALS)
+def test_the_pod_without_what_it_declares_is_refused_in_one_line(image: str, tmp_path: Path, taken: str) -> None:
+    pod, said = REFUSALS[taken]
+    with pod_started(image, tmp_path, pod()) as (name, _, _):
+        ended = podman("wait", name, timeout=120)
+        assert ended.stdout.strip() == "2", logs(name)
+        refused = [line for line in logs(name).splitlines() if line.startswith("mcp-sessions gateway: ")]
+        assert len(refused) == 1 and said in refused[0], logs(name)
+        assert "Traceback" not in logs(name)

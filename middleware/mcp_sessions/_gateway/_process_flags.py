@@ -562,6 +562,7 @@ def _template(flag: str, path: str) -> string.Template:
 
 def _run_as(args: argparse.Namespace, runtime: str, state: str) -> tuple[Any, int | None, int | None]:
     """As whom the processes run: a uid each from ``--process-uids``, or ``--process-user``'s uid and gid."""
+    from .sealed._kernel import unmapped
     from .sealed._sandbox import UidRange
 
     if (args.process_uids or args.process_user) and os.geteuid() != 0:
@@ -577,6 +578,11 @@ def _run_as(args: argparse.Namespace, runtime: str, state: str) -> tuple[Any, in
         uids = UidRange.parsed(args.process_uids, per_user=per_user, locks=locks, state=state)
         if (someone := uids.taken_by_users()) is not None:
             raise ValueError(f"--process-uids: the range is the gateway's alone, but {someone} is a user here")
+        if (mapped := unmapped(uids.first, uids.last)) is not None:  # a container's, a pod's user namespace
+            raise ValueError(
+                f"--process-uids {args.process_uids}: the gateway's user namespace maps the ids {mapped} alone: give "
+                "a range inside them, or a user namespace that maps it (a pod's maps 0-65535)"
+            )
         return uids, None, None
     if args.process_user is None:
         return None, None, None
