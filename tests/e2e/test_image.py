@@ -6,6 +6,9 @@ it, its port published on loopback, its health check, a tool called through it b
 The build is podman's: its layer cache makes a second build of the same checkout a few seconds' work (the wheels
 are made again, the same bytes, and every step is cached); the base, Debian's packages under debootstrap, is made
 once (as root) and kept in podman's store.
+
+deploy/kubernetes/'s pod runs from the same image, with what its manifests declare (tests/_kubernetes.py), sealed,
+and refused in one line without each thing it is given.
 """
 
 from __future__ import annotations
