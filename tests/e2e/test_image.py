@@ -90,21 +90,34 @@ def running(image: str, directory: Path, config: str, *options: str) -> Iterator
     (directory / "gateway.toml").write_text(config)
     for server, mounted in SERVERS.items():
         shutil.copy(server, directory / mounted)
+    mounts = [
+        *("--volume", f"{directory / 'gateway.toml'}:/etc/mcp-sessions/gateway.toml:ro"),
+        *(
+            item
+            for mounted in SERVERS.values()
+            for item in ("--volume", f"{directory / mounted}:/srv/mcp/{mounted}:ro")
+        ),
+    ]
+    secret = {"MCP_SESSIONS_SECRET": SECRET}
+    with detached(image, [*options, "--env", "MCP_SESSIONS_SECRET", *mounts], secret) as (name, port):
+        until(
+            lambda: healthy(name, port), lambda: f"no /healthz:\n{logs(name)}", within=60, ignoring=(httpx.HTTPError,)
+        )
+        yield name, port
+
+
+@contextlib.contextmanager
+def detached(image: str, options: list[str], environ: dict[str, str], serves: int = 8000) -> Iterator[tuple[str, int]]:
+    """The image run detached with podman's ``options``, given ``environ`` by name (never on a command line), its
+    port ``serves`` published on 127.0.0.1: its name and that port; removed at the end."""
     port = free_port()
     name = f"mcp-sessions-test-{os.getpid()}-{port}"
     run = subprocess.run(
         [
-            *("podman", "run", "--detach", "--name", name, *LIMITS, *options, "--env", "MCP_SESSIONS_SECRET"),
-            *("--publish", f"127.0.0.1:{port}:8000"),
-            *("--volume", f"{directory / 'gateway.toml'}:/etc/mcp-sessions/gateway.toml:ro"),
-            *(
-                item
-                for mounted in SERVERS.values()
-                for item in ("--volume", f"{directory / mounted}:/srv/mcp/{mounted}:ro")
-            ),
-            image,
+            *("podman", "run", "--detach", "--name", name, *LIMITS, *options),
+            *("--publish", f"127.0.0.1:{port}:{serves}", image),
         ],
-        env={**os.environ, "MCP_SESSIONS_SECRET": SECRET},  # by name: never on a command line
+        env={**os.environ, **environ},
         capture_output=True,
         text=True,
         timeout=60,
@@ -112,9 +125,6 @@ def running(image: str, directory: Path, config: str, *options: str) -> Iterator
     )
     assert run.returncode == 0, run.stderr
     try:
-        until(
-            lambda: healthy(name, port), lambda: f"no /healthz:\n{logs(name)}", within=60, ignoring=(httpx.HTTPError,)
-        )
         yield name, port
     finally:
         podman("rm", "--force", "--time", "0", name)
@@ -173,48 +183,61 @@ SEALED = (
     *("--cap-drop", "all", "--cap-add", "SETUID,SETGID,CHOWN,SYS_ADMIN,NET_ADMIN"),
     *("--security-opt", f"seccomp={ROOT / 'deploy' / 'seccomp.json'}", "--security-opt", "unmask=/proc/sys"),
 )
+# The tests' servers, mounted in UNDER: one a process per conversation, one that tries where it should not.
+SEALED_SERVERS = """
+[servers.plain]
+command = "python3"
+args = ["UNDER/server.py"]
+processes = "per-conversation"
+
+[servers.hostile]
+command = "python3"
+args = ["UNDER/hostile.py"]
+"""
 SEALED_CONFIG = """\
 [gateway]
 host = "0.0.0.0"
 port = 8000
 process-uids = "61000-61999"
+""" + SEALED_SERVERS.replace("UNDER", "/srv/mcp")
 
-[servers.plain]
-command = "python3"
-args = ["/srv/mcp/server.py"]
-processes = "per-conversation"
 
-[servers.hostile]
-command = "python3"
-args = ["/srv/mcp/hostile.py"]
-"""
+async def sealed(name: str, port: int) -> dict[int, int]:
+    """The sealed gateway's processes, each its own uid from process-uids (two conversations' and the shared one), the
+    pod's loopback and address refused to them: their uids in the container, each with its host uid."""
+    said = logs(name)
+    assert "plain: each process: containment bwrap (auto), a uid each" in said, said
+    assert "a veth pair each" in said, said
+    base = f"http://127.0.0.1:{port}/servers"
+    async with Client(f"{base}/plain/mcp") as client:
+        for session in (await create_session(client), await create_session(client)):
+            await client.call_tool("whoami", {}, meta=sdk_session_meta(session))
+        top = podman("top", name, "huser", "user", "comm").stdout.splitlines()
+    # "?": a process podman listed and could not read then (one that ended meanwhile, a warm one replaced)
+    servers = [line.split() for line in top if line.endswith("python3") and "?" not in line.split()]
+    uids = {int(user): int(host) for host, user, _ in servers}
+    assert len(uids) == len(servers) >= 2, top  # a uid each: the shared process's and each conversation's
+    assert all(61000 <= uid <= 61999 for uid in uids), top
+
+    pod = podman("inspect", "--format", "{{.NetworkSettings.IPAddress}}", name).stdout.strip()
+    async with Client(f"{base}/hostile/mcp") as client:
+        for host in ("127.0.0.1", pod):  # where the gateway listens: the pod's loopback, the pod's address
+            answer = text_of(await client.call_tool("connect", {"host": host, "port": 8000}))
+            assert answer != "connected", f"{host}: {answer}"
+    return uids
+
+
+def stopped_cleanly(name: str, seconds: int) -> None:
+    stopped = podman("stop", "--time", str(seconds), name, timeout=seconds + 30)
+    assert stopped.returncode == 0, stopped.stderr
+    assert podman("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip() == "0", logs(name)
 
 
 async def test_each_process_is_sealed_in_a_user_namespace_without_privilege(image: str, tmp_path: Path) -> None:
     with running(image, tmp_path, SEALED_CONFIG, *SEALED) as (name, port):
-        said = logs(name)
-        assert "plain: each process: containment bwrap (auto), a uid each" in said, said
-        assert "a veth pair each" in said, said
-        base = f"http://127.0.0.1:{port}/servers"
-        async with Client(f"{base}/plain/mcp") as client:
-            for session in (await create_session(client), await create_session(client)):
-                await client.call_tool("whoami", {}, meta=sdk_session_meta(session))
-            top = podman("top", name, "huser", "user", "comm").stdout.splitlines()
-        servers = [line.split() for line in top if line.endswith("python3")]
-        uids = sorted(int(user) for _, user, _ in servers)
-        assert len(set(uids)) == len(uids) >= 2, top  # a uid each: the shared process's and each conversation's
-        assert all(61000 <= uid <= 61999 for uid in uids), top
-        assert sorted(int(host) for host, _, _ in servers) == [420000 + uid for uid in uids], top  # unprivileged
-
-        pod = podman("inspect", "--format", "{{.NetworkSettings.IPAddress}}", name).stdout.strip()
-        async with Client(f"{base}/hostile/mcp") as client:
-            for host in ("127.0.0.1", pod):  # where the gateway listens: the pod's loopback, the pod's address
-                answer = text_of(await client.call_tool("connect", {"host": host, "port": 8000}))
-                assert answer != "connected", f"{host}: {answer}"
-
-        stopped = podman("stop", "--time", "30", name)  # no CAP_KILL given: every process still ends
-        assert stopped.returncode == 0, stopped.stderr
-        assert podman("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip() == "0", logs(name)
+        uids = await sealed(name, port)
+        assert all(host == 420000 + uid for uid, host in uids.items()), uids  # unprivileged uids of the host
+        stopped_cleanly(name, 30)  # no CAP_KILL given: every process still ends
 
 
 def test_the_gateways_seccomp_profile_is_dockers_with_pivot_root() -> None:
@@ -231,16 +254,6 @@ def test_the_gateways_seccomp_profile_is_dockers_with_pivot_root() -> None:
 # deploy/kubernetes/'s gateway pod, run by podman with what its manifests declare and nothing else (tests/_kubernetes.py
 # translates each field, and fails on one it does not): the team's file is the ConfigMap's, here with the tests'
 # servers beside it, as an overlay's configMapGenerator would give them; the Secret is the operator's.
-POD_SERVERS = """
-[servers.plain]
-command = "python3"
-args = ["/etc/mcp-sessions/server.py"]
-processes = "per-conversation"
-
-[servers.hostile]
-command = "python3"
-args = ["/etc/mcp-sessions/hostile.py"]
-"""
 POD_SECRETS = {
     "mcp-sessions-gateway": {
         "MCP_SESSIONS_SECRET": SECRET,
@@ -259,7 +272,7 @@ def the_pod(**gateway: str) -> dict[str, Any]:
         line for line in data["gateway.toml"].split("\n[servers.")[0].splitlines() if line.split(" =")[0] not in gateway
     ]
     own = [f"{key} = {json.dumps(value)}" for key, value in gateway.items()]
-    data["gateway.toml"] = "\n".join([*file, *own, POD_SERVERS])
+    data["gateway.toml"] = "\n".join([*file, *own, SEALED_SERVERS.replace("UNDER", "/etc/mcp-sessions")])
     for server, mounted in SERVERS.items():
         data[mounted] = server.read_text()
     return {"objects": objects, "pod": named(objects, "Deployment")["spec"]["template"]["spec"]}
@@ -269,24 +282,8 @@ def the_pod(**gateway: str) -> dict[str, Any]:
 def pod_started(image: str, directory: Path, pod: dict[str, Any]) -> Iterator[tuple[str, int, PodRun]]:
     """The pod's container started as its manifests say: its name, its published port and how it runs."""
     run = pod_run(pod["pod"], pod["objects"], POD_SECRETS, directory)
-    port = free_port()
-    name = f"mcp-sessions-pod-{os.getpid()}-{port}"
-    started = subprocess.run(
-        [
-            *("podman", "run", "--detach", "--name", name, *LIMITS, *run.options),
-            *("--publish", f"127.0.0.1:{port}:{run.ports['http']}", image),
-        ],
-        env={**os.environ, **run.environ},  # the Secret's values by name: never on a command line
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert started.returncode == 0, started.stderr
-    try:
+    with detached(image, run.options, run.environ, run.ports["http"]) as (name, port):
         yield name, port, run
-    finally:
-        podman("rm", "--force", "--time", "0", name)
 
 
 @pytest.mark.timeout(1500)
@@ -300,34 +297,14 @@ async def test_the_manifests_pod_runs_sealed_with_what_it_declares(image: str, t
                 within=60,
                 ignoring=(httpx.HTTPError,),
             )
-        said = logs(name)
-        assert "plain: each process: containment bwrap (auto), a uid each" in said, said
-        assert "a veth pair each" in said, said
         # No control group of its own here (cgroup v1, read-only in a container): the pod's limit bounds them.
         limit = run.options[run.options.index("--memory") + 1]
-        assert f"bounds the gateway's own cgroup's, together (memory {int(limit) >> 20} MiB; cpu 2; pids " in said
-
-        base = f"http://127.0.0.1:{port}/servers"
-        async with Client(f"{base}/plain/mcp") as client:
-            for session in (await create_session(client), await create_session(client)):
-                await client.call_tool("whoami", {}, meta=sdk_session_meta(session))
-            top = podman("top", name, "huser", "user", "comm").stdout.splitlines()
-        servers = [[int(host), int(user)] for host, user, command in map(str.split, top[1:]) if command == "python3"]
-        assert len({user for _, user in servers}) == len(servers) >= 2, top  # a uid each
-        assert all(61000 <= user <= 61999 for _, user in servers), top
-        [offset] = {host - user for host, user in servers}
-        assert offset >= CONTAINERS_RANGE, top  # --userns=auto's: unprivileged uids of the host, none a user's
-
-        address = podman("inspect", "--format", "{{.NetworkSettings.IPAddress}}", name).stdout.strip()
-        async with Client(f"{base}/hostile/mcp") as client:
-            for host in ("127.0.0.1", address):  # the pod's loopback, the pod's address
-                answer = text_of(await client.call_tool("connect", {"host": host, "port": 8000}))
-                assert answer != "connected", f"{host}: {answer}"
-
-        # The kubelet's stop: preStop, then SIGTERM, then SIGKILL once the grace is over.
-        stopped = podman("stop", "--time", str(run.grace - run.pre_stop), name, timeout=run.grace + 30)
-        assert stopped.returncode == 0, stopped.stderr
-        assert podman("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip() == "0", logs(name)
+        said = f"bounds the gateway's own cgroup's, together (memory {int(limit) >> 20} MiB; cpu 2; pids "
+        assert said in logs(name), logs(name)
+        uids = await sealed(name, port)
+        [offset] = {host - uid for uid, host in uids.items()}
+        assert offset >= CONTAINERS_RANGE, uids  # --userns=auto's: unprivileged uids of the host, none a user's
+        stopped_cleanly(name, run.grace - run.pre_stop)  # the kubelet's: preStop, SIGTERM, SIGKILL at the grace
 
 
 def without_mount(pod: dict[str, Any], volume: str) -> dict[str, Any]:
