@@ -265,6 +265,7 @@ def process_options(
     (``_config``), whose defaults the flags read. ``runtime``: ``--runtime-directory`` (or systemd's), checked
     where a process's uid or its egress table is locked there; ``state``: ``--process-state`` (or its default,
     ``_cli.state_of``)."""
+    from .sealed._kernel import unmapped
     from .sealed._sandbox import SandboxError, SandboxPolicy, private_under
 
     if command and shutil.which(command[0]) is None:
@@ -326,6 +327,12 @@ def process_options(
         sandbox = sandbox.chosen()
     except SandboxError as exc:
         raise ValueError(str(exc)) from None
+    # A container's, a pod's user namespace maps some uids alone: one outside them is no process's to run as.
+    if uids is not None and (mapped := unmapped(uids.first, uids.last)) is not None:
+        raise ValueError(
+            f"--process-uids {args.process_uids}: the gateway's user namespace maps the ids {mapped} alone: give a "
+            "range inside them, or a user namespace that maps it (a pod's maps 0-65535)"
+        )
     if sandbox.containment != "none":
         _seen_contained(command, cwd)
     # a process that forks and exits in a loop outruns pkill
