@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import gzip
 import json
 import logging
 import os
@@ -677,6 +678,21 @@ async def test_a_token_endpoint_is_a_stranger(path: str | None, status: int, say
     assert refused.value.status == status
     assert says in refused.value.description
     assert "the-user-s-token" not in refused.value.answer().body.decode()
+
+
+async def test_a_token_endpoints_answer_is_bounded_as_it_decodes() -> None:
+    """A token endpoint whose answer is a kilobyte on the wire and a megabyte as it decodes (gzip, which the HTTP
+    client decodes as told): the gateway stops reading at 64 KiB of it decoded, as it does a plain answer's."""
+    token = b'{"access_token": "' + b"x" * 1_000_000 + b'", "token_type": "Bearer"}'
+    deflated = Response(gzip.compress(token), headers={"content-encoding": "gzip"}, media_type="application/json")
+    with serve(Starlette(routes=[Route("/token", lambda request: deflated, methods=["POST"])])) as base:
+        exchange = TokenExchange(client=stranger(base + "/token"), token_endpoint=base + "/token")
+        try:
+            with anyio.fail_after(WITHIN), pytest.raises(ExchangeRefused) as refused:
+                await exchange.token("the-user-s-token", Target("aud"))
+        finally:
+            await exchange.aclose()
+    assert (refused.value.status, refused.value.description) == (502, "the authorization server's answer is too long")
 
 
 @pytest.mark.parametrize(

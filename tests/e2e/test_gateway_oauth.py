@@ -891,6 +891,26 @@ def test_a_token_the_upstream_refuses_is_refreshed_or_asked_again_never_its_401(
     assert asked_url(modern_call(stand, "rosa")).startswith(stand.gateway.url("/oauth/authorize/"))
 
 
+def test_a_refresh_answered_past_the_bound_is_a_502_that_says_so(stand: Stand) -> None:
+    """The vendor's token endpoint answering vera's refresh with 100 kB (a hostile server's long answer): the
+    gateway stops reading at 64 KiB and her call is a 502 that says the answer is too long. The refresh token that
+    answer rotated in was never read: the old one, seen again, ends her grant at the vendor, and she is asked to
+    sign in again."""
+    assert signed_in("vera", asked_url(modern_call(stand, "vera"))).status_code == 200
+    first = whoami(modern_call(stand, "vera"))["token"]
+    stand.vendor.refused.add(first)
+    body = modern_request("tools/call", WHOAMI, meta=URL_CAPABLE)
+    headers = {**modern_headers(body), "Authorization": f"Bearer {stand.idp.token_for('vera', stand.gateway.url())}"}
+    stand.vendor.padding = 100_000
+    try:
+        answer = httpx.post(stand.gateway.url(), json=body, headers=headers, timeout=30)
+    finally:
+        stand.vendor.padding = 0
+    assert answer.status_code == 502
+    assert answer.json()["error"]["message"] == _failed("a server's answer is too long")
+    assert asked_url(modern_call(stand, "vera")).startswith(stand.gateway.url("/oauth/authorize/"))
+
+
 def claims_of(token: str) -> dict[str, Any]:
     decoded: dict[str, Any] = jwt.decode(token, options={"verify_signature": False})
     return decoded

@@ -75,7 +75,6 @@ import re
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
@@ -88,7 +87,7 @@ from starlette.types import Scope
 
 from ..._bounded import BoundedDict
 from ._answer import ERROR_CODE, SingleFlight, issued, now, read_answer, refusal
-from ._client import ClientAuth, ClientAuthMethod, ServerNotNamed
+from ._client import ClientAuth, ClientAuthMethod
 from ._discovery import endpoint, resource_metadata, server_metadata
 from ._exchange import ExchangeRefused, UpstreamToken
 from ._grants import MAX_GRANTS, Grant, GrantFailed, GrantKey, User, UserGrants, stored, user_of
@@ -106,7 +105,7 @@ from ._sign_ins import (
 )
 
 if TYPE_CHECKING:
-    import httpx
+    import httpx2
 
     from ._kept import KeptGrants
 
@@ -261,7 +260,7 @@ class SignIn(UpstreamToken):
             raise ValueError(f"the gateway's sign-in callback is its {CALLBACK_PATH}, not {callback!r}")
         if client is not None and client_id is not None:
             raise ValueError("the gateway's client at the upstream's server is given once: its id, or its ClientAuth")
-        import httpx
+        from ._token import oauth_client
 
         self._to = to
         # the login leg alone: what is kept is her ID token of the gateway's own client at the IdP
@@ -292,8 +291,7 @@ class SignIn(UpstreamToken):
         self._url_of: BoundedDict[User, str] = BoundedDict(MAX_PENDING)
         self._logins: BoundedDict[str, _Leg] = BoundedDict(MAX_PENDING)
         self._grantings: BoundedDict[str, _Leg] = BoundedDict(MAX_PENDING)
-        keeps_none = CookieJar(DefaultCookiePolicy(allowed_domains=[]))
-        self._http = httpx.AsyncClient(trust_env=False, follow_redirects=False, timeout=timeout, cookies=keeps_none)
+        self._http = oauth_client(timeout)
         self.signing_in = SignIns([self])
 
     # -- the upstream's Authorization ---------------------------------------------------------------------------
@@ -797,22 +795,15 @@ class SignIn(UpstreamToken):
     async def _post_token(
         self, endpoint: str, issuer: str, client: ClientAuth | str, form: dict[str, str]
     ) -> tuple[int, Any]:
-        headers: dict[str, str] = {}
-        if isinstance(client, str):  # a public client names itself
-            data = {"client_id": client}
-        else:
-            try:
-                authentication = client.request(issuer)
-            except ServerNotNamed as unnamed:
-                logger.warning("mcp-sessions gateway: %s: not sent", unnamed)
-                raise _server_error(str(unnamed)) from None
-            data = authentication.data
-            headers = authentication.headers
-        request = self._http.build_request("POST", endpoint, data=form | data, headers=headers)
-        status, answer, _ = await self._read(request)
+        """``form`` at ``endpoint`` of the server ``issuer``, sent by ``client`` (``_token.token_request``)."""
+        from ._token import token_request  # loaded as the client was made
+
+        status, answer, _ = await token_request(
+            self._http, endpoint, form, client, issuer, seconds=self._timeout, server="a server", failed=_server_error
+        )
         return status, answer
 
-    async def _read(self, request: httpx.Request) -> tuple[int, Any, str]:
+    async def _read(self, request: httpx2.Request) -> tuple[int, Any, str]:
         """The status, JSON (``None`` if not) and ``WWW-Authenticate`` of the answer to ``request``
         (:func:`read_answer`): a failure to reach the server is a 502 or 504."""
         response, answer = await read_answer(self._http, request, self._timeout, "a server", _server_error)
