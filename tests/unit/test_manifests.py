@@ -11,7 +11,6 @@ from typing import Any
 import yaml
 
 from _kubernetes import MANIFESTS, named, rendered
-from mcp_sessions._gateway._cli import add_arguments
 from mcp_sessions._gateway._file import servers_of
 
 # What each of a stdio gateway's processes may take to end once the drain is over (stdin closed, SIGTERM 1 s later,
@@ -68,7 +67,7 @@ def test_the_configmap_is_a_file_the_gateway_reads_and_holds_no_secret(tmp_path:
     [text] = named(objects, "ConfigMap")["data"].values()
     file = tmp_path / "gateway.toml"
     file.write_text(text)
-    assert [server.name for server in servers_of(str(file), ["--config", str(file)], add_arguments)] == ["memory"]
+    assert [server.name for server in servers_of(str(file), ["--config", str(file)])] == ["memory"]
 
     def keys(table: object) -> list[str]:
         if not isinstance(table, dict):
