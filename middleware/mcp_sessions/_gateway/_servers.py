@@ -64,7 +64,8 @@ from ._file import SERVERS_PATH
 from ._front import StartupFailed, startup_failure
 from ._logs import SERVING
 from ._operator import GRANTS_STATUS_PATH
-from .auth._oauth import AUTHORIZE_PATH, CALLBACK_PATH, CLIENT_PATH, GRANTS_PATH, UpstreamGrants, is_sign_in
+from .auth._oauth import SignIn
+from .auth._sign_ins import AUTHORIZE_PATH, CALLBACK_PATH, CLIENT_PATH, GRANTS_PATH, is_sign_in
 
 if TYPE_CHECKING:
     from .sealed._sandbox import Sandbox
@@ -401,7 +402,7 @@ async def _running(route: Route, scope: Scope) -> AsyncIterator[None]:
             await stopped.wait()
 
 
-def sign_ins(config: GatewayConfig) -> tuple[UpstreamGrants, ...]:
+def sign_ins(config: GatewayConfig) -> tuple[SignIn, ...]:
     """A server's sign-ins: a stdio server's ID-token login and ``oauth:`` variables' grants, an HTTP server's
     ``upstream-token = "oauth"`` grants or its ID-JAG's ID-token login; none for most."""
     if isinstance(config.serves, StdioProcesses):
@@ -411,7 +412,7 @@ def sign_ins(config: GatewayConfig) -> tuple[UpstreamGrants, ...]:
     if token is None:
         return ()
     found = token if token.mode == "oauth" else token.subject
-    return (found,) if isinstance(found, UpstreamGrants) else ()
+    return (found,) if isinstance(found, SignIn) else ()
 
 
 class _Noting:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Generic, NamedTuple, TypeVar
@@ -40,6 +41,12 @@ _R = TypeVar("_R")
 
 class AnswerTooLong(Exception):
     """A server's answer went past :data:`MAX_ANSWER` bytes (``_token``'s transport stops reading it there)."""
+
+
+def now() -> float:
+    """The clock every expiry of the gateway's authorization is decided on: wall-clock seconds, as a token's
+    ``exp`` is. What decides takes it as its ``clock``, so that a test moves time rather than waiting for it."""
+    return time.time()
 
 
 async def read_answer(

@@ -43,7 +43,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, get_args
 from urllib.parse import urlsplit
@@ -54,7 +54,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..._bounded import BoundedDict
 from ..._pipeline import Rejection, error_answer, unavailable
 from ..._wire.protocol import INVALID_REQUEST
-from ._answer import SingleFlight, issued, refusal
+from ._answer import SingleFlight, issued, now, refusal
 from ._discovery import endpoint, resource_metadata, server_metadata
 
 if TYPE_CHECKING:
@@ -141,7 +141,8 @@ class TokenExchange:
 
     ``token_endpoint``, or ``issuer`` whose metadata names it; ``client``, how the gateway authenticates there
     (``_client``: a client assertion names the issuer when its metadata named the endpoint, else the endpoint);
-    ``id_jag``, how it authenticates at the resources' authorization servers, for ID-JAG targets (``None``: none).
+    ``id_jag``, how it authenticates at the resources' authorization servers, for ID-JAG targets (``None``: none);
+    ``clock``, what an issued token's renewal is counted on (``_answer.now``).
     Its HTTP client (``_token.oauth_client``, whose token requests go through authlib's) is its maker's to close:
     :meth:`aclose`, or serve the app :meth:`wrap` returns. httpx2 and authlib are imported as one is made, not as
     the gateway starts: a gateway that exchanges nothing never loads them.
@@ -155,6 +156,7 @@ class TokenExchange:
         issuer: str | None = None,
         id_jag: ClientAuth | None = None,
         timeout: float = TIMEOUT,
+        clock: Callable[[], float] = now,
     ) -> None:
         if token_endpoint is None and issuer is None:
             raise ValueError("the token exchange needs the token endpoint, or the issuer whose metadata names it")
@@ -176,7 +178,8 @@ class TokenExchange:
         self.id_jag = id_jag
         # The token endpoints of the resources' authorization servers, by issuer (those the operator named).
         self._grant_endpoints: dict[str, str] = {}
-        # Per key: the issued token, and when to renew it (monotonic).
+        self._clock = clock
+        # Per key: the issued token, and when to renew it (on clock).
         self._issued: BoundedDict[bytes, tuple[str, float]] = BoundedDict(MAX_CACHED)
         self._exchanging: SingleFlight[bytes, ExchangeRefused] = SingleFlight(ExchangeRefused, MAX_CACHED)
         self._http = oauth_client(timeout)
@@ -206,7 +209,7 @@ class TokenExchange:
         new exchange."""
         key = _key(subject_token, target)
         token, renew_at = self._issued.pop(key, ("", 0.0))
-        if time.monotonic() < renew_at:
+        if self._clock() < renew_at:
             self._issued[key] = (token, renew_at)
             return token
         return await self._exchanging.run(
@@ -233,9 +236,9 @@ class TokenExchange:
             answer = await self._grant(target, _id_jag(answer))
         else:
             answer = await self._post(endpoint, form, "subject_token")
-        token, lifetime = _issued(answer, "the authorization server")
+        token, lifetime = _issued(answer, "the authorization server", self._clock())
         if lifetime is not None and lifetime > 0:
-            renew_at = time.monotonic() + lifetime - min(RENEW_BEFORE, lifetime / 2)
+            renew_at = self._clock() + lifetime - min(RENEW_BEFORE, lifetime / 2)
             self._issued[key] = (token, renew_at)
         return token
 
@@ -350,7 +353,7 @@ def _id_jag(answer: dict[str, Any]) -> str:
     return token
 
 
-def _issued(answer: dict[str, Any], server: str) -> tuple[str, float | None]:
+def _issued(answer: dict[str, Any], server: str, now: float) -> tuple[str, float | None]:
     """The issued token and its lifetime in seconds (``None``: unknown), from a successful answer (§2.2.1)."""
     token, lifetime, _, _ = issued(answer, server, _server_error)
     if lifetime is not None:
@@ -362,7 +365,7 @@ def _issued(answer: dict[str, Any], server: str) -> tuple[str, float | None]:
         return token, None
     if not isinstance(expires, int | float):
         return token, None
-    return token, float(expires) - time.time()
+    return token, float(expires) - now
 
 
 def _key(subject_token: str, target: Target) -> bytes:
@@ -386,7 +389,7 @@ def subject_token(scope: Scope) -> str | None:
 
 class SignInRoutes(Protocol):
     """What serves a sign-in's pages, a user's view of her grants and the operator's of everyone's
-    (``_oauth.SignIns``): ``_oauth`` builds on this module, never the other way."""
+    (``_sign_ins.SignIns``): ``_oauth`` builds on this module, never the other way."""
 
     def wrap(self, app: ASGIApp) -> ASGIApp: ...
 
