@@ -11,7 +11,7 @@ call is served until every call that was in flight at the signal is answered; fr
 new request as it would a new conversation (``REFUSING``), so the calls in flight only end, and conversations that call
 back to back do not hold the drain to its bound. Then the streams are ended and uvicorn stops: it closes the listener
 and waits for a call that came meanwhile for what is left of the bound. A call past the bound is told that it may have
-run (``-32603``, ``_serving.CUT``; 502 where its answer has not started), never uvicorn's 500, nor a 503 with
+run (``-32603``, ``_drain.cut``; 502 where its answer has not started), never uvicorn's 500, nor a 503 with
 ``Retry-After``, which a client or a front would send again. A second Ctrl-C (or SIGTERM) ends the drain at once, its
 calls told so.
 
@@ -43,10 +43,8 @@ import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._asgi import header
-from .._pipeline import error_answer, unavailable
 from .._wire import jsonrpc
 from .._wire.protocol import (
-    INTERNAL_ERROR,
     MCP_METHOD_HEADER,
     MCP_PROTOCOL_VERSION_HEADER,
     MCP_SESSION_ID_HEADER,
@@ -54,14 +52,12 @@ from .._wire.protocol import (
 )
 from ..profiles import Era
 from ._config import GatewayConfig
+from ._drain import REFUSED, cut, is_call
 from ._front import startup_failure
 from ._serving import (
-    CUT,
-    CUT_DATA,
     DRAINING,
     EXIT_USAGE,
     REFUSING,
-    RESTARTING,
     RETRY_AFTER,
     STOPPING,
     Listener,
@@ -76,11 +72,7 @@ logger = logging.getLogger("mcp_sessions.gateway")
 
 STARTUP_FAILURE: Final = 3
 """uvicorn's exit status for an app that failed to start in another way (a bug: its traceback is logged)."""
-_SHUTTING_DOWN = unavailable(503, RESTARTING, RETRY_AFTER, None, "shutting_down")
-# a call cut before its answer started, its id unread here (--stdio's name theirs: _server), with no Retry-After
-_CUT = error_answer(502, INTERNAL_ERROR, CUT, "cut", data=CUT_DATA)
 _PROBES: Final = {"/healthz", "/readyz"}
-_LISTEN: Final = b"subscriptions/listen"
 
 
 def serve(
@@ -543,14 +535,13 @@ class Gateway(uvicorn.Server):
 
     async def _request(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A request: the probes answered, a new conversation refused while draining, a call counted in flight."""
-        headers = scope["headers"]
         if scope["method"] == "GET" and scope["path"] in _PROBES:
             ready = scope["path"] == "/healthz" or not self._stop_asked
             return await _probe_answer(send, ready)
-        call = scope["method"] != "GET" and header(headers, MCP_METHOD_HEADER) != _LISTEN
+        call = is_call(scope)
         # a stream would hold the stop: its client opens it again at the next gateway
         if self._stop_asked and (_opens(scope) or not call):
-            return await _SHUTTING_DOWN.send(send)
+            return await REFUSED.send(send)
         scope[STOPPING] = self.drained
         scope[DRAINING] = self.stop_asked
         scope[REFUSING] = self.refusing
@@ -563,11 +554,8 @@ class Gateway(uvicorn.Server):
         except asyncio.CancelledError:  # by the drain's end, or uvicorn's
             if not self._stop_asked:
                 raise
-            if not responding.started:
-                return await (_CUT if call else _SHUTTING_DOWN).send(send)
-            if not responding.ended:  # a stream: ended where it is, not left for uvicorn to call an error
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-            return None
+            # a stream ended where it is, not left for uvicorn to call an error
+            return await cut(send, call=call, started=responding.started, ended=responding.ended)
         finally:
             if task is not None:
                 self.calls.discard(task)
