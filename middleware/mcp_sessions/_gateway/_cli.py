@@ -11,6 +11,7 @@ import os
 import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final, TextIO
 from urllib.parse import urlsplit
 
@@ -27,6 +28,7 @@ from ._config import (
     StdioProcesses,
     default_max_processes,
 )
+from ._front import StartupFailed
 from ._node import node_without_proxy
 from ._options import add_arguments as add_arguments  # the command's, as every command module's (_cli/__init__)
 from ._options import environed
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
     from .auth._users import GatewayAuth
     from .sealed._network import EgressPolicy
     from .sealed._sandbox import Sandbox, SandboxPolicy
+    from .stdio._first import Ahead, FirstProcess
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -68,7 +71,7 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
 
     The garbage collector is off while the gateway is built: what its start allocates (the ``mcp`` SDK's import
     alone, about 90,000 objects) lives as long as the gateway, and the 220 collections that found nothing to free
-    in it took a tenth of the start's CPU. ``_lifecycle.serve`` freezes what the start made (never scanned again)
+    in it took a tenth of the start's CPU. ``_lifecycle.Gateway`` freezes what the start made (never scanned again)
     and turns the collector back on before the gateway listens; a start that ends before then turns it back on
     here. A SIGTERM or Ctrl-C from here on ends the start (``StartSignals``), as one while its first process starts
     does."""
@@ -94,9 +97,9 @@ def _run(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, str], s
         from ._lifecycle import serve
 
         config = configured(args, environ) if args.config is None else configured_file(args, environ)
-        app, sandbox = _app(config)
+        app, sandbox = _ahead(config) or _app(config)
     except ModuleNotFoundError as exc:
-        print(f"mcp-sessions gateway: {exc.name} is missing: pip install 'mcp-sessions[gateway]'", file=stderr)
+        print(f"mcp-sessions gateway: {_missing(exc)}", file=stderr)
         return EXIT_USAGE
     except (ImportError, ValueError, TypeError, RuntimeError, NetworkError, SandboxError, OSError) as exc:
         print(f"mcp-sessions gateway: {exc}", file=stderr)  # an OSError's path, for what no step names itself
@@ -134,14 +137,14 @@ def _run(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, str], s
     return serve(app, bound, config, stderr, reload, release, start)
 
 
-def _routes(app: ASGIApp) -> tuple[Route, ...]:
+def _routes(app: ASGIApp | Ahead) -> tuple[Route, ...]:
     """The servers ``app`` serves now, with ``--config`` (``Servers``' routes); none without."""
     from ._servers import Servers
 
     return app.routes if isinstance(app, Servers) else ()
 
 
-def _running(app: ASGIApp, sandbox: Sandbox | None) -> Callable[[], list[Sandbox]]:
+def _running(app: ASGIApp | Ahead, sandbox: Sandbox | None) -> Callable[[], list[Sandbox]]:
     """The sandboxes ``app``'s processes run in, as they are when asked: every server's with ``--config`` (those
     a reload kept, replaced or added), else ``sandbox``. What the gateway installs before it serves and closes as
     it stops."""
@@ -359,24 +362,62 @@ def _app(config: GatewayConfig) -> tuple[ASGIApp, Sandbox | None]:
             _closed(routes)
             raise
         return Servers(routes), None
-    app: ASGIApp
-    sandbox = None
-    if isinstance(config.serves, StdioProcesses):
-        from .sealed._sandbox import Sandbox
-        from .stdio._server import stdio_gateway_app
+    if not isinstance(config.serves, StdioProcesses):
+        return _exchanging(config, forwarding_app(config)), None
+    from .sealed._sandbox import Sandbox
 
-        sandbox = None if config.sandbox is None else Sandbox(config.sandbox)
-        try:
-            app = stdio_gateway_app(config, sandbox=sandbox)
-        except BaseException:
-            if sandbox is not None:
-                sandbox.close()
-            raise
-    else:
-        app = forwarding_app(config)
-    if config.exchange is not None:  # its client closed as the app stops, in either mode
-        app = config.exchange.wrap(app)
-    return app, sandbox
+    sandbox = None if config.sandbox is None else Sandbox(config.sandbox)
+    try:
+        return _stdio_app(config, sandbox, None), sandbox
+    except BaseException:
+        if sandbox is not None:
+            sandbox.close()
+        raise
+
+
+def _ahead(config: GatewayConfig) -> tuple[Ahead, Sandbox] | None:
+    """A ``--stdio`` gateway's app, to be built as it starts, its shared process started beside the import of the
+    ``mcp`` SDK (``_first.Ahead``), and the sandbox its processes run in; None where that process is not the
+    gateway's first, or is someone's (``_first.starts_ahead``): :func:`_app` builds it now."""
+    serves = config.serves
+    if config.servers or not isinstance(serves, StdioProcesses) or serves.sandbox is None:
+        return None
+    from .sealed._sandbox import Sandbox, environment
+    from .stdio._first import Ahead, FirstProcess, starts_ahead
+
+    if not starts_ahead(serves, serves.sandbox):
+        return None
+    sandbox = Sandbox(serves.sandbox)
+    first = FirstProcess(sandbox, serves.command, environment(serves.environ, serves.pass_env))
+    return Ahead(partial(_built, config, sandbox, first), first), sandbox
+
+
+def _stdio_app(config: GatewayConfig, sandbox: Sandbox | None, first: FirstProcess | None) -> ASGIApp:
+    """A stdio server's app (``stdio_gateway_app``: it imports the ``mcp`` SDK), its processes in ``sandbox``."""
+    from .stdio._server import stdio_gateway_app
+
+    return _exchanging(config, stdio_gateway_app(config, sandbox=sandbox, first=first))
+
+
+def _built(config: GatewayConfig, sandbox: Sandbox, first: FirstProcess) -> ASGIApp:
+    """:func:`_stdio_app` built as the gateway starts (``Ahead``'s ``build``): what refuses it is the start's
+    failure, said in one line (``StartupFailed``), as it is where :func:`_app` builds it before the start."""
+    try:
+        return _stdio_app(config, sandbox, first)
+    except ModuleNotFoundError as exc:
+        raise StartupFailed(_missing(exc)) from None
+    except (ImportError, ValueError, TypeError, RuntimeError, NetworkError, SandboxError, OSError) as exc:
+        raise StartupFailed(str(exc)) from None
+
+
+def _exchanging(config: GatewayConfig, app: ASGIApp) -> ASGIApp:
+    """``app``, the token exchange's client closed as it stops, in either mode."""
+    return app if config.exchange is None else config.exchange.wrap(app)
+
+
+def _missing(exc: ModuleNotFoundError) -> str:
+    """What a gateway that cannot import ``exc.name`` says: which extra to install."""
+    return f"{exc.name} is missing: pip install 'mcp-sessions[gateway]'"
 
 
 def _route(served: Served) -> Route:

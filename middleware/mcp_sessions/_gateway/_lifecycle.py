@@ -33,11 +33,12 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from types import FrameType
 from typing import Any, Final, TextIO
 
 import anyio
+import anyio.lowlevel
 import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -65,6 +66,7 @@ from ._serving import (
     handing,
     private_socket,
 )
+from .stdio._first import Ahead
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -74,7 +76,7 @@ _PROBES: Final = {"/healthz", "/readyz"}
 
 
 def serve(
-    app: ASGIApp,
+    app: ASGIApp | Ahead,
     bound: Listener,
     config: GatewayConfig,
     stderr: TextIO,
@@ -87,10 +89,8 @@ def serve(
     SIGHUP does (``_cli.Reload``, with ``--config``), the gateway's configuration then (``None``: unchanged).
     ``release``: what the app's processes ran in, let go once they have all ended (``_cli``'s: every server's
     sandbox, ``_sandbox.Sandbox.close``). ``start``: the signals that came while the gateway was built, each taken
-    as one during its start. What the gateway's start made lasts as long as it does: frozen, never
-    scanned by the collector, which ``_cli.run`` kept off until now."""
-    gc.freeze()
-    gc.enable()
+    as one during its start. ``app`` may be built as the gateway starts (``_first.Ahead``: a ``--stdio`` gateway's,
+    its shared process started beside)."""
     return Gateway(app, config, reload, release, start).run_until_stopped(bound, stderr)
 
 
@@ -136,7 +136,7 @@ class Gateway(uvicorn.Server):
 
     def __init__(
         self,
-        app: ASGIApp,
+        app: ASGIApp | Ahead,
         config: GatewayConfig,
         reload: Callable[[], Awaitable[GatewayConfig | None]] | None = None,
         release: Callable[[], None] | None = None,
@@ -166,7 +166,8 @@ class Gateway(uvicorn.Server):
                 reset_contextvars=True,
             )
         )
-        self.app = app
+        self._ahead = app if isinstance(app, Ahead) else None  # built by _built, as it starts
+        self.app: ASGIApp = _unbuilt if isinstance(app, Ahead) else app
         self.gateway = config
         self.failure: BaseException | None = None  # the app's failure to start, said in one line
         self.stopped = False  # its start ended by a signal
@@ -495,7 +496,12 @@ class Gateway(uvicorn.Server):
             if self._stop_asked:  # before the start began
                 starting.cancel()
             try:
-                await self.app(scope, receive, sending)
+                async with self._built():
+                    # What the start made lasts as long as the gateway: frozen, never scanned by the collector,
+                    # which _cli.run kept off until now.
+                    gc.freeze()
+                    gc.enable()
+                    await self.app(scope, receive, sending)
             except BaseException as exc:
                 self.failure = startup_failure(exc)
                 if self.failure is None:
@@ -505,8 +511,27 @@ class Gateway(uvicorn.Server):
                     quiet = self.failure is not None or starting.cancel_called
                     await send({**held[0], "message": "" if quiet else held[0].get("message", "")})
         self.stopped = starting.cancelled_caught
-        if self.stopped and not held:  # uvicorn waits for the start's end
-            await send({"type": "lifespan.startup.failed", "message": ""})
+        if (self.stopped or self.failure is not None) and not held:  # uvicorn waits for the start's end (an app
+            await send({"type": "lifespan.startup.failed", "message": ""})  # that failed to build never said it)
+
+    @contextlib.asynccontextmanager
+    async def _built(self) -> AsyncIterator[None]:
+        """Startup, first, with ``Ahead``: the app built on a worker thread (the ``mcp`` SDK's import, about half a
+        second of CPU), while its shared process starts beside it in this loop (``FirstProcess``), which the app's
+        start then takes and asks to initialize; one not taken (the build failed, or a signal ended the start) is
+        stopped at the end."""
+        ahead = self._ahead
+        if ahead is None:
+            yield
+            return
+        try:
+            async with anyio.create_task_group() as starting:
+                await anyio.lowlevel.checkpoint()  # a start ended already goes no further
+                starting.start_soon(ahead.first.run)
+                self.app = await anyio.to_thread.run_sync(ahead.build)
+            yield
+        finally:
+            await ahead.first.aclose()
 
     async def _request(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A request: the probes answered, a new conversation refused while draining, a call counted in flight."""
@@ -600,6 +625,11 @@ def _opens(scope: Scope) -> bool:
         return False
     legacy = Era.of(header(headers, MCP_PROTOCOL_VERSION_HEADER)) is Era.LEGACY
     return legacy or header(headers, MCP_METHOD_HEADER) == b"sessions/create"
+
+
+async def _unbuilt(scope: Scope, receive: Receive, send: Send) -> None:
+    """The app of a gateway not built yet (``Gateway._built``): it serves nothing before its start."""
+    raise RuntimeError("the gateway's app is not built yet")
 
 
 async def _probe_answer(send: Send, ready: bool) -> None:
