@@ -208,8 +208,8 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str], share: int 
     auth = _auth(args)
     tools = _tools(args, auth)
     _stdio_only(args)
-    sign_ins = _sign_ins(args, environ)
-    upstream_token, exchange = _upstream_token(args, environ, auth, sessions, sign_ins)
+    sign_in = _sign_in_options(args, environ)
+    upstream_token, exchange = _upstream_token(args, environ, auth, sessions, sign_in)
     id_tokens = process_grants = None
     serves: Forwarding | StdioProcesses
     if args.stdio is not None:
@@ -219,8 +219,8 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str], share: int 
         sandbox = process_options(args, command, auth, runtime, state, share)
         sandbox = _masked(args, sandbox, _egress(args, sandbox, forwarded))  # the masked credentials, and their rules
         if exchange is not None and exchange.id_jag is not None:  # NAME=id-jag:ISSUER's subject
-            id_tokens = _id_tokens(sign_ins, sessions)
-        process_grants = _process_grants(args.process_env, sign_ins, auth, sessions)
+            id_tokens = _id_tokens(sign_in, sessions)
+        process_grants = _process_grants(args.process_env, sign_in, auth, sessions)
         serves = StdioProcesses(
             command=tuple(command),
             processes=args.processes,
@@ -649,7 +649,7 @@ class _Client:
 
 
 @dataclass(frozen=True)
-class _SignIns:
+class _SignInOptions:
     """The options of the gateway's sign-ins (``--oauth-*``, ``--login-*``), read once for each sign-in that takes
     them (``--upstream-token oauth``, ``--id-jag-subject id_token``, ``--process-env NAME=oauth:``): ``oauth``, its
     client at the upstream's authorization server ``issuer``, asking for ``scope``; ``callback``, else on the origin
@@ -668,8 +668,8 @@ class _SignIns:
     id_tokens: bool
 
 
-def _sign_ins(args: argparse.Namespace, environ: Mapping[str, str]) -> _SignIns:
-    """The sign-ins' options (:class:`_SignIns`) from the flags, each client's secret from its variable."""
+def _sign_in_options(args: argparse.Namespace, environ: Mapping[str, str]) -> _SignInOptions:
+    """The sign-ins' options (:class:`_SignInOptions`) from the flags, each client's secret from its variable."""
     oauth = _Client(
         "oauth",
         args.oauth_client_secret is not None,
@@ -690,7 +690,7 @@ def _sign_ins(args: argparse.Namespace, environ: Mapping[str, str]) -> _SignIns:
         args.login_client_key_file,
         args.login_client_key_id,
     )
-    return _SignIns(
+    return _SignInOptions(
         oauth=oauth,
         issuer=args.oauth_issuer,
         scope=args.oauth_scope,
@@ -708,11 +708,11 @@ def _upstream_token(
     environ: Mapping[str, str],
     auth: GatewayAuth | None,
     sessions: SessionsConfig,
-    sign_ins: _SignIns,
+    sign_in: _SignInOptions,
 ) -> tuple[UpstreamToken | None, TokenExchange | None]:
     """What the upstream gets as ``Authorization`` (``--upstream-token``, default: see ``gateway_app``), and the
     token exchange that it, or a ``--process-env NAME=exchange:AUDIENCE``, uses; ``--upstream-token oauth``'s and
-    the ID-JAG's sign-ins take ``sign_ins``."""
+    the ID-JAG's sign-ins take ``sign_in``."""
     mode = args.upstream_token
     granting = mode == "id-jag" or any("=id-jag:" in spec for spec in args.process_env)
     exchanging = granting or mode == "exchange" or any("=exchange:" in spec for spec in args.process_env)
@@ -722,7 +722,7 @@ def _upstream_token(
         raise ValueError("the client secret is never a flag: MCP_SESSIONS_ID_JAG_CLIENT_SECRET, or a file")
     if mode != "id-jag" and args.id_jag_issuer:
         raise ValueError("--id-jag-issuer names --upstream-token id-jag's server; NAME=id-jag:ISSUER names its own")
-    if mode != "oauth" and sign_ins.issuer:
+    if mode != "oauth" and sign_in.issuer:
         raise ValueError("--oauth-issuer names --upstream-token oauth's server; NAME=oauth:ISSUER names its own")
     id_jag = {
         "--id-jag-issuer": args.id_jag_issuer,
@@ -741,7 +741,7 @@ def _upstream_token(
     if mode is None and not exchanging:
         return None, None
     if mode == "oauth":
-        return _upstream_grants(args.upstream[0], sign_ins, auth, sessions), None
+        return _upstream_grants(args.upstream[0], sign_in, auth, sessions), None
     from .auth._exchange import Target, TokenExchange, UpstreamToken
 
     if exchanging:
@@ -796,7 +796,7 @@ def _upstream_token(
                     "server: give --id-jag-issuer, not --exchange-audience"
                 )
             target = Target(args.id_jag_issuer, resource, scope, id_jag=True)
-            subject = _id_tokens(sign_ins, sessions)
+            subject = _id_tokens(sign_in, sessions)
             return UpstreamToken("id-jag", exchange, target, upstream=args.upstream[0], subject=subject), exchange
         return UpstreamToken("exchange", exchange, Target(audience, resource, scope)), exchange
     if mode == "passthrough" and auth is not None:
@@ -805,18 +805,18 @@ def _upstream_token(
 
 
 def _upstream_grants(
-    upstream: str, sign_ins: _SignIns, auth: GatewayAuth | None, sessions: SessionsConfig
+    upstream: str, sign_in: _SignInOptions, auth: GatewayAuth | None, sessions: SessionsConfig
 ) -> UpstreamToken:
     """``--upstream-token oauth``'s ``_oauth.UpstreamGrants`` for the MCP server at ``upstream``, from
-    ``sign_ins``, its grants kept in the sessions' store, sealed with their keys (``_kept``)."""
+    ``sign_in``, its grants kept in the sessions' store, sealed with their keys (``_kept``)."""
     if auth is None:
         raise ValueError(
             "--upstream-token oauth keeps each user's grant: give --auth-jwks (or --auth-principal-header)"
         )
-    issuer = sign_ins.issuer
-    client, client_id = _oauth_client_given(sign_ins.oauth, issuer, "--oauth-issuer")
-    login = _login(sign_ins, "--upstream-token oauth confirms who opens a sign-in URL")
-    callback = _callback(sign_ins, "--upstream-token oauth")
+    issuer = sign_in.issuer
+    client, client_id = _oauth_client_given(sign_in.oauth, issuer, "--oauth-issuer")
+    login = _login(sign_in, "--upstream-token oauth confirms who opens a sign-in URL")
+    callback = _callback(sign_in, "--upstream-token oauth")
     from .auth._kept import KeptGrants
     from .auth._oauth import UpstreamGrants
 
@@ -827,7 +827,7 @@ def _upstream_grants(
         client=client,
         client_id=client_id,
         issuer=issuer,
-        scope=sign_ins.scope,
+        scope=sign_in.scope,
         kept=KeptGrants(sessions.store, sessions.keys),
     )
 
@@ -847,7 +847,7 @@ def _oauth_client_given(client: _Client, issuer: str | None, naming: str) -> tup
 
 
 def _process_grants(
-    process_env: Sequence[str], sign_ins: _SignIns, auth: GatewayAuth | None, sessions: SessionsConfig
+    process_env: Sequence[str], sign_in: _SignInOptions, auth: GatewayAuth | None, sessions: SessionsConfig
 ) -> dict[str, IssuerGrants] | None:
     """``--process-env NAME=oauth:ISSUER[,resource=URI][,scope=SCOPE]``'s ``_oauth.IssuerGrants``, by name: each
     user's own grant at ``ISSUER``, signed in through the gateway's own login (``--login-*``) and callback, kept in
@@ -871,11 +871,11 @@ def _process_grants(
     issuers = [target.audience for target in targets.values()]
     if len(set(issuers)) < len(issuers):
         raise ValueError("--process-env: one NAME=oauth: variable per authorization server")
-    client, client_id = _oauth_client_given(sign_ins.oauth, issuers[0], "NAME=oauth:ISSUER")
+    client, client_id = _oauth_client_given(sign_in.oauth, issuers[0], "NAME=oauth:ISSUER")
     if (client or client_id) and len(specs) > 1:
         raise ValueError("--oauth-client-* name the gateway's client at one server: with several oauth: it registers")
-    login = _login(sign_ins, "--process-env NAME=oauth: confirms who opens a sign-in URL")
-    callback = _callback(sign_ins, "--process-env NAME=oauth:")
+    login = _login(sign_in, "--process-env NAME=oauth: confirms who opens a sign-in URL")
+    callback = _callback(sign_in, "--process-env NAME=oauth:")
     from .auth._kept import KeptGrants
     from .auth._oauth import IssuerGrants
 
@@ -895,25 +895,25 @@ def _process_grants(
     }
 
 
-def _id_tokens(sign_ins: _SignIns, sessions: SessionsConfig) -> IdTokens | None:
+def _id_tokens(sign_in: _SignInOptions, sessions: SessionsConfig) -> IdTokens | None:
     """``--id-jag-subject id_token``'s ``_oauth.IdTokens``: each user's ID token from the gateway's own login at the
     team's IdP (the ``--login-*`` flags, as ``--upstream-token oauth``'s), kept in the sessions' store, sealed with
     their keys; ``None`` for ``access_token`` (the default: the user's verified access token is exchanged)."""
-    if not sign_ins.id_tokens:
+    if not sign_in.id_tokens:
         return None
-    login = _login(sign_ins, "--id-jag-subject id_token is an ID token of the gateway's own login")
-    callback = _callback(sign_ins, "--id-jag-subject id_token")
+    login = _login(sign_in, "--id-jag-subject id_token is an ID token of the gateway's own login")
+    callback = _callback(sign_in, "--id-jag-subject id_token")
     from .auth._kept import KeptGrants
     from .auth._oauth import IdTokens
 
     return IdTokens(callback=callback, login=login, kept=KeptGrants(sessions.store, sessions.keys))
 
 
-def _login(sign_ins: _SignIns, needs: str) -> Login:
+def _login(sign_in: _SignInOptions, needs: str) -> Login:
     """The gateway's own OpenID Connect login at the team's IdP (``--login-*``); ``needs`` says why, in the refusal
     when it is not given."""
-    login = dict(_oauth_client(sign_ins.login))
-    issuer = sign_ins.login_issuer
+    login = dict(_oauth_client(sign_in.login))
+    issuer = sign_in.login_issuer
     if issuer is None or not login:
         raise ValueError(f"{needs}: give --login-issuer and its client")
     from .auth._client import ClientAuth
@@ -922,15 +922,15 @@ def _login(sign_ins: _SignIns, needs: str) -> Login:
     method = login.pop("method")
     client_id = login.pop("client_id")
     client = ClientAuth.given("--login-client", method, client_id, **login, servers=(issuer,), naming="--login-issuer")
-    return Login(issuer, client, sign_ins.login_claim)
+    return Login(issuer, client, sign_in.login_claim)
 
 
-def _callback(sign_ins: _SignIns, flag: str) -> str:
+def _callback(sign_in: _SignInOptions, flag: str) -> str:
     """The gateway's ``/oauth/callback`` as browsers reach it: ``--oauth-callback``, else on the origin of
     ``--auth-resource`` (or ``--auth-audience``); ``flag`` names what needs it, in the refusal."""
-    callback = sign_ins.callback
+    callback = sign_in.callback
     if callback is None:
-        parts = urlsplit(sign_ins.own)
+        parts = urlsplit(sign_in.own)
         if parts.scheme not in ("http", "https"):
             raise ValueError(f"{flag} needs the gateway's own URL: give --oauth-callback")
         callback = f"{parts.scheme}://{parts.netloc}/oauth/callback"
