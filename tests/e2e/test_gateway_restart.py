@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import json
 import os
 import re
 import shlex
@@ -21,7 +22,7 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import anyio
 import httpx
@@ -30,11 +31,12 @@ from anyio.abc import TaskGroup
 from mcp import Client
 from starlette.types import ASGIApp
 
+from _mcp import legacy_request
 from _redis import end_process, free_port
 from _waits import WITHIN, until, until_awaited
 from conftest import serve
 from e2e._clients import CLIENTS, Conversations
-from e2e._gateway import MAIN, PYTHONPATH, SECRET, said_as_root, upstream_server
+from e2e._gateway import INITIALIZE, MAIN, PYTHONPATH, SECRET, said_as_root, upstream_server
 from e2e._stdio import text_of
 
 pytestmark = pytest.mark.anyio
@@ -407,7 +409,8 @@ class Restarted:
     SIGTERM, and once it has stopped the next started on the socket held, as systemd's ``Restart=always`` does;
     ``SIGKILL``, and the next started at once on the socket held."""
 
-    def __init__(self, served: str, restart: str, upstreams: list[str], directory: Path) -> None:
+    def __init__(self, served: str, restart: str, upstreams: list[str], directory: Path, own: list[str]) -> None:
+        """``own``: the gateway's flags but ``--port`` and ``--handover`` instead of the docs' (``[]``: theirs)."""
         self.restart_by, self.directory = restart, directory
         self.held = listening(setting(SERVICE[served], "Requires"))
         port = self.held.getsockname()[1]
@@ -418,6 +421,9 @@ class Restarted:
             self.flags = the_handover_gateway(upstreams, port, directory / "run" / "handover", HANDOVER[served])
         else:
             self.flags = the_units_gateway(upstreams, port, SERVICE[served])
+        if own:
+            handover = self.flags[self.flags.index("--handover") :][:2] if restart == "handover" else []
+            self.flags = ["--port", str(port), *handover, *own]
         self.gateways: list[subprocess.Popen[bytes]] = []
         self.start()
 
@@ -465,7 +471,7 @@ async def test_every_kind_of_client_calling_all_along_sees_no_error_across_a_res
         upstreams = [
             stack.enter_context(serve(upstream_server(f"{n}").streamable_http_app())) for n in REPLICAS[served]
         ]
-        gateway = Restarted(served, restart, [url + "/mcp" for url in upstreams], tmp_path)
+        gateway = Restarted(served, restart, [url + "/mcp" for url in upstreams], tmp_path, [])
         stack.callback(gateway.close)
         await until_awaited(lambda: ready(gateway.gateways[0], gateway.url), "the first gateway to be ready")
         async with anyio.create_task_group() as tasks:
@@ -480,44 +486,59 @@ async def test_every_kind_of_client_calling_all_along_sees_no_error_across_a_res
     assert "Traceback" not in gateway.said(), gateway.said()
 
 
-def probed(kept: http.client.HTTPConnection) -> tuple[int, str | None] | str:
-    """``GET /healthz`` on the connection ``kept``: its status and ``Connection``, or the error that came instead (the
-    connection closed, or reset, unanswered)."""
+def called(kept: http.client.HTTPConnection, body: dict[str, Any], session: str | None) -> dict[str, Any] | str:
+    """``body`` posted on the connection ``kept`` in the 2025 transport session ``session``: the answer's status,
+    whether it closes the connection, its session and tool's text (else its JSON-RPC answer), or the error that came
+    instead (the connection closed, or reset, unanswered)."""
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    headers |= {"Mcp-Session-Id": session, "Mcp-Protocol-Version": "2025-11-25"} if session else {}
     try:
-        kept.request("GET", "/healthz")
+        kept.request("POST", "/mcp", json.dumps(body), headers)
         response = kept.getresponse()
-        response.read()
+        text = response.read().decode()
     except (OSError, http.client.HTTPException) as exc:
         return repr(exc)
-    return response.status, response.getheader("connection")
+    data = [line.removeprefix("data:") for line in text.splitlines() if line.startswith("data:")]
+    answer = json.loads(data[-1] if data else text)
+    content = answer.get("result", {}).get("content")
+    said = {"status": response.status, "closes": "close" in response.getheader("connection", "").lower()}
+    return {**said, "session": response.getheader("mcp-session-id"), "text": content[0]["text"] if content else answer}
 
 
 @pytest.mark.parametrize("restart", ["handover", "systemctl restart"])
-async def test_a_connection_idle_as_the_drain_ends_is_answered_then_closed_not_reset(
+async def test_a_connection_kept_alive_across_the_drain_has_its_next_call_answered_then_closed(
     tmp_path: Path, restart: str
 ) -> None:
-    """A client's kept-alive connection, idle when the old gateway has no call left, its next request sent once the
-    gateway has said it waits for it: answered, its connection closed by the answer (the next is the next
-    gateway's). Without the wait, uvicorn's stop closed it at once as the drain ended, and a request a client sent on
-    it meanwhile was reset, unanswered (the ``ReadError`` that an SDK client or ``connect`` does not send again)."""
-    with serve(upstream_server("upstream").streamable_http_app()) as upstream_url:
-        gateway = Restarted("gateway", restart, [upstream_url + "/mcp"], tmp_path)
+    """A 2025 conversation's connection, kept alive and idle once the old ``--stdio`` gateway has no call left, its
+    next call sent once the gateway has said it waits for it: answered by the conversation's process, the connection
+    closed by the answer (the call after it is the next gateway's). Without the wait, uvicorn's stop closed it at
+    once as the drain ended, and a call a client sent on it meanwhile was reset, unanswered (the ``ReadError`` that
+    an SDK client or ``connect`` does not send again); and a drain that refused a new call once those in flight at
+    its signal were answered refused it (503), where a connection closes with each answer."""
+    stdio = ["--stdio", f"{sys.executable} -m e2e._plain_stdio", "--conversation-state", "disk", "--warm", "0"]
+    stdio += ["--processes", "per-conversation", "--process-containment", "none", "--pass-env", "PYTHONPATH"]
+    gateway = Restarted("gateway", restart, ["http://127.0.0.1:9/mcp"], tmp_path, stdio)
+    try:
+        await until_awaited(lambda: ready(gateway.gateways[0], gateway.url), "the first gateway to be ready")
+        kept = http.client.HTTPConnection(gateway.url.removeprefix("http://"), timeout=WITHIN)
         try:
-            await until_awaited(lambda: ready(gateway.gateways[0], gateway.url), "the first gateway to be ready")
-            kept = http.client.HTTPConnection(gateway.url.removeprefix("http://"), timeout=WITHIN)
-            try:
-                assert probed(kept) == (200, None)
-                old = gateway.gateways[0]
-                if restart == "handover":
-                    gateway.start()
-                else:
-                    old.send_signal(signal.SIGTERM)
-                waits = b"connection(s) left open"
-                log = tmp_path / "gateway-0.log"
-                await until_awaited(lambda: waits in log.read_bytes() or old.poll() is not None, "the drain's end")
-                assert probed(kept) == (200, "close"), gateway.said()
-            finally:
-                kept.close()
-            assert await anyio.to_thread.run_sync(old.wait, WITHIN) == (0 if restart == "handover" else -signal.SIGTERM)
+            opened = called(kept, legacy_request("initialize", INITIALIZE, id=0), None)
+            assert isinstance(opened, dict), opened
+            count = legacy_request("tools/call", {"name": "count", "arguments": {}})
+            assert called(kept, count, opened["session"]) == {**opened, "text": "1"}
+            old = gateway.gateways[0]
+            if restart == "handover":
+                gateway.start()
+            else:
+                old.send_signal(signal.SIGTERM)
+            waits = b"connection(s) left open"
+            log = tmp_path / "gateway-0.log"
+            await until_awaited(lambda: waits in log.read_bytes() or old.poll() is not None, "the drain's end")
+            expected = {**opened, "closes": True, "text": "2"}
+            answered = called(kept, count, opened["session"])
+            assert answered == expected, (answered, gateway.said())
         finally:
-            gateway.close()
+            kept.close()
+        assert await anyio.to_thread.run_sync(old.wait, WITHIN) == (0 if restart == "handover" else -signal.SIGTERM)
+    finally:
+        gateway.close()

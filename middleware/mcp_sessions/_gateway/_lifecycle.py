@@ -19,10 +19,12 @@ A gateway whose listening socket outlives it (systemd's, under socket activation
 ``--handover``) stops accepting at the signal instead: a new connection waits in the socket's queue for the next
 gateway, where it would be refused, and the drain ends the calls of the connections it has; then it waits for each
 connection left open but the streams' to close (by its next answer, or its client) for uvicorn's keep-alive timeout at
-most, where uvicorn's stop would close an idle one as a client sent its next request on it. With ``--handover`` the
-next gateway takes the socket over a Unix socket (``SCM_RIGHTS``, as HAProxy's seamless reload does: the same socket,
-so that no connection queued in it is lost, where two sockets bound with ``SO_REUSEPORT`` reset the connections
-queued in the one that closes) and tells this one once it listens, which then drains as at SIGTERM.
+most, where uvicorn's stop would close an idle one as a client sent its next request on it; and it refuses no call of
+a conversation it serves (no ``REFUSING``): each answer closes its connection, so the next call finds the next
+gateway. With ``--handover`` the next gateway takes the socket over a Unix socket (``SCM_RIGHTS``, as HAProxy's
+seamless reload does: the same socket, so that no connection queued in it is lost, where two sockets bound with
+``SO_REUSEPORT`` reset the connections queued in the one that closes) and tells this one once it listens, which then
+drains as at SIGTERM.
 """
 
 from __future__ import annotations
@@ -470,8 +472,10 @@ class Gateway(uvicorn.Server):
 
     def _answered_signalled(self) -> None:
         """The drain's steps as its calls end: once those in flight at the signal are answered, a new request is
-        refused (``REFUSING``); once none is in flight, the drain ends."""
-        if not self._signalled and not self._refusing:
+        refused (``REFUSING``); once none is in flight, the drain ends. With a socket another gateway accepts on,
+        none is refused: each answer closes its connection, so a conversation's next call finds the next gateway
+        by itself, and one sent on a connection kept alive since the signal is answered (``_kept_alive_closed``)."""
+        if not self._signalled and not self._refusing and not self._shared:
             self._refusing = True
             logger.info(
                 "mcp-sessions gateway: the calls in flight at the signal are answered: a new call is refused (503, "
