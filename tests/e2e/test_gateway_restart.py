@@ -32,7 +32,7 @@ from mcp import Client
 from starlette.types import ASGIApp
 
 from _mcp import legacy_request
-from _redis import end_process, free_port
+from _redis import end_process, free_port, missing
 from _waits import WITHIN, until, until_awaited
 from conftest import serve
 from e2e._clients import CLIENTS, Conversations
@@ -267,7 +267,7 @@ def test_the_socket_activated_units_verify(tmp_path: Path, service: str) -> None
     ``ExecStart`` this environment's ``mcp-sessions``: ``systemd-analyze verify`` finds nothing to say of them."""
     verify = shutil.which("systemd-analyze")
     if verify is None:
-        pytest.skip("systemd-analyze is not installed (the systemd package)")
+        missing("systemd-analyze is not installed (the systemd package)")
     units = [tmp_path / setting(service, "Requires"), tmp_path / service]
     for path in units:
         path.write_text(unit(path.name).replace("/usr/local/bin/mcp-sessions", str(INSTALLED)))
