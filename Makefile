@@ -33,7 +33,7 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/pip
 # run it as `mcp-sessions conformance` and as `mcp-sessions-conformance`. `make test`'s environment holds the
 # pinned mcp SDK and what the package's own tests run (pyproject's test group); `make lint` adds the lint group
 # (ruff and mypy: no test of `make test` runs them), and `make test-all`'s the lint group, the interop group (the
-# viewers, other ASGI servers, the build tool) and the docs group.
+# viewers, other ASGI servers, the build tool, pipx and uv) and the docs group.
 $(VENV)/.test-installed: pyproject.toml conformance/pyproject.toml | $(BIN)/pip
 	$(BIN)/pip install --quiet -e ".[demo]" -e ./conformance --group test
 	touch $@

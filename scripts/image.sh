@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the gateway's image (deploy/Containerfile) with podman, never needing a registry: the base, Debian 12 from
 # Debian's packages (debootstrap, as root, then podman import), when the local store has none; the project's wheel
-# and its gateway extra's wheels, for the image's Python (Debian's 3.11), from this checkout and the package index
-# pip is configured with; then podman build. Usage: scripts/image.sh [TAG] (default localhost/mcp-sessions:VERSION).
+# and its gateway extra's wheels (and redis-py's), for the image's Python (Debian's 3.11), from this checkout and
+# the package index pip is configured with; then podman build.
+# Usage: scripts/image.sh [TAG] (default localhost/mcp-sessions:VERSION).
 # BASE names another base (docker.io/library/debian:bookworm-slim where a registry is reachable); DEBIAN_MIRROR
 # another mirror; PYTHON the interpreter whose pip builds the wheels (default .venv's, else python3).
 set -euo pipefail
@@ -56,8 +57,10 @@ done
 for legacy in manylinux2014 manylinux2010 manylinux1; do
     platforms+=(--platform "${legacy}_$(uname -m)")
 done
+# pip evaluates a requirement's markers with its own interpreter's version, not --python-version's: redis-py's
+# async-timeout (python_full_version < "3.11.3", as Debian's 3.11.2 is) is named.
 "$PYTHON" -m pip download --quiet --dest "$context" --only-binary :all: --python-version 3.11 \
-    --implementation cp "${platforms[@]}" "$wheel[gateway]"
+    --implementation cp "${platforms[@]}" "$wheel[gateway,redis]" "async-timeout>=4.0.3"
 # npm from its own package, which bundles what it needs: Debian's npm brings 140 MB of node-* packages and a
 # compiler's headers.
 npm pack --silent --pack-destination "$context" "npm@$NPM_VERSION" >/dev/null

@@ -53,17 +53,30 @@ if [ -n "$all" ]; then
     command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || missing+=(runc)
     command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || missing+=(debootstrap)
 fi
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+    sudo="sudo"
+fi
 if [ "${#missing[@]}" -gt 0 ]; then
     if ! command -v apt-get >/dev/null 2>&1; then
         echo "${missing[*]} missing and apt-get is not available: install them, then run make test again" >&2
         exit 1
     fi
-    sudo=""
-    if [ "$(id -u)" -ne 0 ]; then
-        sudo="sudo"
-    fi
     $sudo apt-get update
     $sudo apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+# podman's --userns=auto (the image's sealed run, as a pod's hostUsers: false) takes each container's uids from
+# the "containers" range of /etc/subuid and /etc/subgid, which Debian's podman leaves to the host: where there is
+# none, one is named, 2^30 up, 2^26 uids (1024 containers of 65536). Above what useradd gives users' ranges
+# (SUB_UID_MAX, 600100000 by default) and every uid the docs and tests give processes (process-uids, a few
+# hundred thousand at most), so that no container's uid is a user's or a process's on the host; below 2^31,
+# which tools that hold a uid in a signed 32-bit integer cannot pass.
+if [ -n "$all" ] && command -v podman >/dev/null 2>&1; then
+    for ids in /etc/subuid /etc/subgid; do
+        if ! grep -qs '^containers:' "$ids"; then
+            echo "containers:1073741824:67108864" | $sudo tee -a "$ids" >/dev/null
+        fi
+    done
 fi
 inspector=".cache/inspector/node_modules/@modelcontextprotocol/inspector"
 if ! grep -q "\"version\": \"$INSPECTOR_VERSION\"" "$inspector/package.json" 2>/dev/null; then

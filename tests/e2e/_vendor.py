@@ -158,6 +158,7 @@ class Vendor:
     resource_of: dict[str, str] = field(default_factory=dict)  # grant id -> the resource it is for (RFC 8707)
     targets: list[tuple[str, str | None]] = field(default_factory=list)  # each request's kind and the resource named
     presented: dict[str, list[str]] = field(default_factory=dict)  # a server's URL -> every token sent to it
+    padding: int = 0  # given: each token answer carries this many bytes more (a hostile server's long answer)
 
     async def document_of(self, client_id: str, redirect_uri: str) -> list[str] | None:
         """The redirect URIs of the client whose id is the https URL ``client_id``: its document fetched there
@@ -197,7 +198,8 @@ class Vendor:
         self.issued += [access, refresh]
         self.refreshes[refresh] = grant
         self.grants[grant] = (user, refresh)
-        return {"access_token": access, "token_type": "Bearer", "expires_in": self.lifetime, "refresh_token": refresh}
+        issued = {"access_token": access, "token_type": "Bearer", "expires_in": self.lifetime, "refresh_token": refresh}
+        return issued | ({"padding": "x" * self.padding} if self.padding else {})
 
     def app(self) -> Starlette:
         async def metadata(request: Request) -> Response:

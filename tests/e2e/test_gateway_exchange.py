@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import gzip
 import json
 import logging
 import os
@@ -18,7 +19,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote_plus
@@ -43,7 +44,7 @@ from starlette.routing import Route
 
 from _mcp import create_session, modern_headers, modern_request, sdk_session_meta
 from _redis import free_port
-from _waits import WITHIN, Deadline
+from _waits import WITHIN
 from conftest import asgi_client, serve
 from e2e._authorization import APP, GATEWAY, login
 from e2e._authorization import authorization_server as idpyoidc
@@ -175,11 +176,14 @@ def exchanging(authorization_server: Process, *extra: str) -> tuple[str, ...]:
 
 
 @contextlib.contextmanager
-def in_process(server: Process, upstream: str, *, exchanged: bool = True) -> Iterator[str]:
+def in_process(
+    server: Process, upstream: str, *, exchanged: bool = True, clock: Callable[[], float] = time.time
+) -> Iterator[str]:
     """The gateway in process, as the command builds it: its MCP URL. Tokens for ``AUDIENCE`` verified with
-    ``server``'s keys, and (``exchanged``) exchanged for ``UPSTREAM`` by a client closed as the app stops."""
+    ``server``'s keys, and (``exchanged``) exchanged for ``UPSTREAM`` by a client closed as the app stops, its
+    issued tokens renewed on ``clock``."""
     issuer = server.url("")
-    exchange = TokenExchange(client=secret_client(issuer), issuer=issuer)
+    exchange = TokenExchange(client=secret_client(issuer), issuer=issuer, clock=clock)
     auth = GatewayAuth(jwks_url=issuer + "/jwks.json", issuer=issuer, audience=AUDIENCE)
     token = UpstreamToken("exchange", exchange, Target(UPSTREAM)) if exchanged else None
     app = gateway_app([upstream], config=SessionsConfig(secret=SECRET), auth=auth, upstream_token=token)
@@ -340,15 +344,19 @@ async def test_the_authorization_server_takes_each_assertion_once_for_itself_alo
 
 
 def test_an_exchanged_token_is_renewed_before_it_expires(authorization_server: Process, upstream: str) -> None:
-    with in_process(authorization_server, upstream) as front:
+    """The exchanged token is used until half its life (of :data:`LIFETIME` seconds) is past, then exchanged anew
+    while it still holds: the gateway's clock is moved there, not waited for."""
+    ahead = 0.0
+    with in_process(authorization_server, upstream, clock=lambda: time.time() + ahead) as front:
         alice = login(authorization_server, "alice", AUDIENCE)
         first = seen_token(call(front, alice))
         lifetime = claims(first)["exp"] - time.time()
-        renewal = Deadline("the exchanged token was not renewed")
-        while (renewed := seen_token(call(front, alice))) == first:  # the upstream accepts each
-            renewal.check()
-            time.sleep(1)
-        assert claims(renewed)["exp"] > claims(first)["exp"]
+        ahead = LIFETIME / 2 - 2  # not yet due
+        assert seen_token(call(front, alice)) == first
+        ahead = LIFETIME / 2 + 1  # due: renewed before it expires
+        renewed = seen_token(call(front, alice))  # the upstream accepts each
+        assert renewed != first
+        assert claims(renewed)["exp"] >= claims(first)["exp"]
         assert claims(renewed)["aud"] == [UPSTREAM]
         assert time.time() < claims(first)["exp"]
         assert lifetime > 0  # renewed while the first still held
@@ -670,6 +678,21 @@ async def test_a_token_endpoint_is_a_stranger(path: str | None, status: int, say
     assert refused.value.status == status
     assert says in refused.value.description
     assert "the-user-s-token" not in refused.value.answer().body.decode()
+
+
+async def test_a_token_endpoints_answer_is_bounded_as_it_decodes() -> None:
+    """A token endpoint whose answer is a kilobyte on the wire and a megabyte as it decodes (gzip, which the HTTP
+    client decodes as told): the gateway stops reading at 64 KiB of it decoded, as it does a plain answer's."""
+    token = b'{"access_token": "' + b"x" * 1_000_000 + b'", "token_type": "Bearer"}'
+    deflated = Response(gzip.compress(token), headers={"content-encoding": "gzip"}, media_type="application/json")
+    with serve(Starlette(routes=[Route("/token", lambda request: deflated, methods=["POST"])])) as base:
+        exchange = TokenExchange(client=stranger(base + "/token"), token_endpoint=base + "/token")
+        try:
+            with anyio.fail_after(WITHIN), pytest.raises(ExchangeRefused) as refused:
+                await exchange.token("the-user-s-token", Target("aud"))
+        finally:
+            await exchange.aclose()
+    assert (refused.value.status, refused.value.description) == (502, "the authorization server's answer is too long")
 
 
 @pytest.mark.parametrize(

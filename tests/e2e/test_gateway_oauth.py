@@ -891,6 +891,26 @@ def test_a_token_the_upstream_refuses_is_refreshed_or_asked_again_never_its_401(
     assert asked_url(modern_call(stand, "rosa")).startswith(stand.gateway.url("/oauth/authorize/"))
 
 
+def test_a_refresh_answered_past_the_bound_is_a_502_that_says_so(stand: Stand) -> None:
+    """The vendor's token endpoint answering vera's refresh with 100 kB (a hostile server's long answer): the
+    gateway stops reading at 64 KiB and her call is a 502 that says the answer is too long. The refresh token that
+    answer rotated in was never read: the old one, seen again, ends her grant at the vendor, and she is asked to
+    sign in again."""
+    assert signed_in("vera", asked_url(modern_call(stand, "vera"))).status_code == 200
+    first = whoami(modern_call(stand, "vera"))["token"]
+    stand.vendor.refused.add(first)
+    body = modern_request("tools/call", WHOAMI, meta=URL_CAPABLE)
+    headers = {**modern_headers(body), "Authorization": f"Bearer {stand.idp.token_for('vera', stand.gateway.url())}"}
+    stand.vendor.padding = 100_000
+    try:
+        answer = httpx.post(stand.gateway.url(), json=body, headers=headers, timeout=30)
+    finally:
+        stand.vendor.padding = 0
+    assert answer.status_code == 502
+    assert answer.json()["error"]["message"] == _failed("a server's answer is too long")
+    assert asked_url(modern_call(stand, "vera")).startswith(stand.gateway.url("/oauth/authorize/"))
+
+
 def claims_of(token: str) -> dict[str, Any]:
     decoded: dict[str, Any] = jwt.decode(token, options={"verify_signature": False})
     return decoded
@@ -1363,6 +1383,107 @@ async def signed_in_through(app: Any, client: httpx.AsyncClient, user: str, head
     mounts = {"http://127.0.0.1:8000": httpx.ASGITransport(app)}
     async with httpx.AsyncClient(mounts=mounts, follow_redirects=True, headers={USER_HEADER: user}) as web:
         assert (await web.get(url)).status_code == 200
+
+
+@pytest.mark.anyio
+async def test_a_grant_is_refreshed_once_due_on_the_sign_in_s_clock(stand: Stand) -> None:
+    """uma's access token (the vendor says it lives 300 s) is sent as it is until :data:`_oauth.RENEW_BEFORE`
+    seconds before it expires, then refreshed once: the sign-in's clock (given as the gateway is built) is moved
+    there, not waited for."""
+    ahead = 0.0
+    login = Login(stand.idp.url, ClientAuth("client_secret_basic", *LOGIN, servers=(stand.idp.url,)))
+    grants = UpstreamGrants(
+        upstream=stand.vendor.resource,
+        callback="http://127.0.0.1:8000/oauth/callback",
+        login=login,
+        clock=lambda: time.time() + ahead,
+    )
+    auth = GatewayAuth(jwks_url=stand.idp.url + "/jwks.json", issuer=stand.idp.url, audience=AUDIENCE)
+    app = gateway_app([stand.vendor.resource], config=SessionsConfig(secret=SECRET), auth=auth, upstream_token=grants)
+    headers = {**modern_headers(REPLICAS_CALL), "Authorization": f"Bearer {stand.idp.token_for('uma', AUDIENCE)}"}
+    async with asgi_client(app) as client:
+        await signed_in_through(app, client, "uma", headers)
+
+        async def token() -> str:
+            return whoami((await client.post("/mcp", json=REPLICAS_CALL, headers=headers)).json())["token"]
+
+        first = await token()
+        refreshes = stand.vendor.counts["refreshes"]
+        ahead = stand.vendor.lifetime - 30 - 5  # not yet due
+        assert await token() == first
+        assert stand.vendor.counts["refreshes"] == refreshes
+        ahead = stand.vendor.lifetime - 30 + 1  # due, before it expires
+        renewed = await token()
+        assert renewed != first and await token() == renewed
+        assert stand.vendor.counts["refreshes"] == refreshes + 1
+
+
+@pytest.mark.anyio
+async def test_the_sign_in_s_answers_to_a_browser_carry_their_headers_and_cookie(stand: Stand) -> None:
+    """What a browser is answered at an https gateway's sign-in routes (in process): the sign-in URL's 302 to the
+    IdP binds the flow by a cookie that is ``HttpOnly``, ``Secure``, ``SameSite=Lax``, on ``/oauth/`` alone, for
+    10 minutes, and the answer is never cached and sends no Referer on; each page (an unknown link, a callback
+    posted to) says what happened, never cached, never framed, no Referer; the user's grants and the Client ID
+    Metadata Document are JSON, the grants never cached, the document for five minutes, read with GET or HEAD."""
+    base = "https://gateway.example"
+    login = Login(stand.idp.url, ClientAuth("client_secret_basic", *LOGIN, servers=(stand.idp.url,)))
+    grants = UpstreamGrants(upstream=stand.vendor.resource, callback=base + "/oauth/callback", login=login)
+    auth = GatewayAuth(jwks_url=stand.idp.url + "/jwks.json", issuer=stand.idp.url, audience=AUDIENCE)
+    app = gateway_app([stand.vendor.resource], config=SessionsConfig(secret=SECRET), auth=auth, upstream_token=grants)
+    headers = {**modern_headers(REPLICAS_CALL), "Authorization": f"Bearer {stand.idp.token_for('ann', AUDIENCE)}"}
+    page_headers = {
+        "content-type": "text/html; charset=utf-8",
+        "cache-control": "no-store",
+        "referrer-policy": "no-referrer",
+        "content-security-policy": "default-src 'none'; frame-ancestors 'none'",
+    }
+    async with asgi_client(app) as client, httpx.AsyncClient(transport=httpx.ASGITransport(app)) as web:
+        url = asked_url((await client.post("/mcp", json=REPLICAS_CALL, headers=headers)).json())
+        assert url.startswith(base + "/oauth/authorize/")
+        to_idp = await web.get(url, headers={USER_HEADER: "ann"})
+        assert to_idp.status_code == 302 and to_idp.headers["location"].startswith(stand.idp.url + "/")
+        assert to_idp.headers["cache-control"] == "no-store" and to_idp.headers["referrer-policy"] == "no-referrer"
+        assert to_idp.headers["content-length"] == "0"
+        (cookie,) = to_idp.headers.get_list("set-cookie")
+        named, _, said = cookie.partition(";")
+        name, _, binding = named.partition("=")
+        assert re.fullmatch(r"mcp_sessions_sign_in-[0-9a-f]{16}", name) and len(binding) >= 43
+        attributes = {
+            part.strip().partition("=")[0].lower(): part.strip().partition("=")[2] for part in said.split(";")
+        }
+        assert attributes == {
+            "httponly": "",
+            "secure": "",
+            "samesite": attributes["samesite"],
+            "path": "/oauth/",
+            "max-age": "600",
+        }
+        assert attributes["samesite"].lower() == "lax"
+        async with httpx.AsyncClient(headers={USER_HEADER: "ann"}) as idp:
+            callback = (await idp.get(to_idp.headers["location"])).headers["location"]
+        forged = f"{name}=\u00e9{binding[1:]}".encode("latin-1")  # another browser's, not ASCII: refused, no 500
+        carried = await web.get(callback, headers={b"cookie": forged})
+        assert carried.status_code == 400 and "started in another browser" in carried.text
+        for method, path, status, says in [
+            ("GET", "/oauth/authorize/made-up", 404, "This sign-in link is unknown, used or expired."),
+            ("POST", "/oauth/callback?state=s&code=c", 405, "This page is opened, not posted to."),
+            ("GET", "/oauth/callback?state=s&code=c", 400, "This sign-in is unknown, used or expired: nothing"),
+        ]:
+            page = await web.request(method, base + path)
+            assert (page.status_code, {name: page.headers[name] for name in page_headers}) == (status, page_headers)
+            assert page.text.startswith("<!doctype html><meta charset=utf-8><title>Sign-in</title><p>")
+            assert says in page.text and page.headers["content-length"] == str(len(page.content))
+        listed = await client.get("/oauth/grants", headers={"Authorization": headers["Authorization"]})
+        assert (listed.status_code, listed.json()) == (200, {"grants": []})
+        assert listed.headers["content-type"] == "application/json" and listed.headers["cache-control"] == "no-store"
+        for method in ("GET", "HEAD"):
+            document = await web.request(method, base + CLIENT_PATH)
+            assert document.status_code == 200 and document.headers["content-type"] == "application/json"
+            assert document.headers["cache-control"] == "public, max-age=300"
+        assert json.loads(document.headers["content-length"]) == len((await web.get(base + CLIENT_PATH)).content)
+        posted = await web.post(base + CLIENT_PATH)
+        assert posted.status_code == 405 and posted.headers["cache-control"] == "no-store"
+        assert posted.json() == {"error": "the client's metadata document is read with GET"}
 
 
 def test_a_restarted_gateway_keeps_each_grant_sealed_in_its_store(stand: Stand) -> None:

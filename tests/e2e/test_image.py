@@ -6,11 +6,15 @@ it, its port published on loopback, its health check, a tool called through it b
 The build is podman's: its layer cache makes a second build of the same checkout a few seconds' work (the wheels
 are made again, the same bytes, and every step is cached); the base, Debian's packages under debootstrap, is made
 once (as root) and kept in podman's store.
+
+deploy/kubernetes/'s pod runs from the same image, with what its manifests declare (tests/_kubernetes.py), sealed,
+and refused in one line without each thing it is given.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -20,12 +24,14 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from mcp import Client
 
 import mcp_sessions
+from _kubernetes import PodRun, named, pod_run, rendered
 from _mcp import create_session, sdk_session_meta
 from _redis import free_port, missing, only_skips
 from _waits import until
@@ -84,21 +90,34 @@ def running(image: str, directory: Path, config: str, *options: str) -> Iterator
     (directory / "gateway.toml").write_text(config)
     for server, mounted in SERVERS.items():
         shutil.copy(server, directory / mounted)
+    mounts = [
+        *("--volume", f"{directory / 'gateway.toml'}:/etc/mcp-sessions/gateway.toml:ro"),
+        *(
+            item
+            for mounted in SERVERS.values()
+            for item in ("--volume", f"{directory / mounted}:/srv/mcp/{mounted}:ro")
+        ),
+    ]
+    secret = {"MCP_SESSIONS_SECRET": SECRET}
+    with detached(image, [*options, "--env", "MCP_SESSIONS_SECRET", *mounts], secret) as (name, port):
+        until(
+            lambda: healthy(name, port), lambda: f"no /healthz:\n{logs(name)}", within=60, ignoring=(httpx.HTTPError,)
+        )
+        yield name, port
+
+
+@contextlib.contextmanager
+def detached(image: str, options: list[str], environ: dict[str, str], serves: int = 8000) -> Iterator[tuple[str, int]]:
+    """The image run detached with podman's ``options``, given ``environ`` by name (never on a command line), its
+    port ``serves`` published on 127.0.0.1: its name and that port; removed at the end."""
     port = free_port()
     name = f"mcp-sessions-test-{os.getpid()}-{port}"
     run = subprocess.run(
         [
-            *("podman", "run", "--detach", "--name", name, *LIMITS, *options, "--env", "MCP_SESSIONS_SECRET"),
-            *("--publish", f"127.0.0.1:{port}:8000"),
-            *("--volume", f"{directory / 'gateway.toml'}:/etc/mcp-sessions/gateway.toml:ro"),
-            *(
-                item
-                for mounted in SERVERS.values()
-                for item in ("--volume", f"{directory / mounted}:/srv/mcp/{mounted}:ro")
-            ),
-            image,
+            *("podman", "run", "--detach", "--name", name, *LIMITS, *options),
+            *("--publish", f"127.0.0.1:{port}:{serves}", image),
         ],
-        env={**os.environ, "MCP_SESSIONS_SECRET": SECRET},  # by name: never on a command line
+        env={**os.environ, **environ},
         capture_output=True,
         text=True,
         timeout=60,
@@ -106,9 +125,6 @@ def running(image: str, directory: Path, config: str, *options: str) -> Iterator
     )
     assert run.returncode == 0, run.stderr
     try:
-        until(
-            lambda: healthy(name, port), lambda: f"no /healthz:\n{logs(name)}", within=60, ignoring=(httpx.HTTPError,)
-        )
         yield name, port
     finally:
         podman("rm", "--force", "--time", "0", name)
@@ -119,10 +135,10 @@ def logs(name: str) -> str:
     return said.stdout + said.stderr
 
 
-def healthy(name: str, port: int) -> bool:
+def healthy(name: str, port: int, path: str = "/healthz") -> bool:
     state = podman("inspect", "--format", "{{.State.Status}}", name).stdout.strip()
     assert state == "running", f"the container is {state}:\n{logs(name)}"
-    return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+    return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=5).status_code == 200
 
 
 @pytest.mark.timeout(1500)  # a cold build: the base (debootstrap) and every layer, about 3 minutes here
@@ -167,48 +183,61 @@ SEALED = (
     *("--cap-drop", "all", "--cap-add", "SETUID,SETGID,CHOWN,SYS_ADMIN,NET_ADMIN"),
     *("--security-opt", f"seccomp={ROOT / 'deploy' / 'seccomp.json'}", "--security-opt", "unmask=/proc/sys"),
 )
+# The tests' servers, mounted in UNDER: one a process per conversation, one that tries where it should not.
+SEALED_SERVERS = """
+[servers.plain]
+command = "python3"
+args = ["UNDER/server.py"]
+processes = "per-conversation"
+
+[servers.hostile]
+command = "python3"
+args = ["UNDER/hostile.py"]
+"""
 SEALED_CONFIG = """\
 [gateway]
 host = "0.0.0.0"
 port = 8000
 process-uids = "61000-61999"
+""" + SEALED_SERVERS.replace("UNDER", "/srv/mcp")
 
-[servers.plain]
-command = "python3"
-args = ["/srv/mcp/server.py"]
-processes = "per-conversation"
 
-[servers.hostile]
-command = "python3"
-args = ["/srv/mcp/hostile.py"]
-"""
+async def sealed(name: str, port: int) -> dict[int, int]:
+    """The sealed gateway's processes, each its own uid from process-uids (two conversations' and the shared one), the
+    pod's loopback and address refused to them: their uids in the container, each with its host uid."""
+    said = logs(name)
+    assert "plain: each process: containment bwrap (auto), a uid each" in said, said
+    assert "a veth pair each" in said, said
+    base = f"http://127.0.0.1:{port}/servers"
+    async with Client(f"{base}/plain/mcp") as client:
+        for session in (await create_session(client), await create_session(client)):
+            await client.call_tool("whoami", {}, meta=sdk_session_meta(session))
+        top = podman("top", name, "huser", "user", "comm").stdout.splitlines()
+    # "?": a process podman listed and could not read then (one that ended meanwhile, a warm one replaced)
+    servers = [line.split() for line in top if line.endswith("python3") and "?" not in line.split()]
+    uids = {int(user): int(host) for host, user, _ in servers}
+    assert len(uids) == len(servers) >= 2, top  # a uid each: the shared process's and each conversation's
+    assert all(61000 <= uid <= 61999 for uid in uids), top
+
+    pod = podman("inspect", "--format", "{{.NetworkSettings.IPAddress}}", name).stdout.strip()
+    async with Client(f"{base}/hostile/mcp") as client:
+        for host in ("127.0.0.1", pod):  # where the gateway listens: the pod's loopback, the pod's address
+            answer = text_of(await client.call_tool("connect", {"host": host, "port": 8000}))
+            assert answer != "connected", f"{host}: {answer}"
+    return uids
+
+
+def stopped_cleanly(name: str, seconds: int) -> None:
+    stopped = podman("stop", "--time", str(seconds), name, timeout=seconds + 30)
+    assert stopped.returncode == 0, stopped.stderr
+    assert podman("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip() == "0", logs(name)
 
 
 async def test_each_process_is_sealed_in_a_user_namespace_without_privilege(image: str, tmp_path: Path) -> None:
     with running(image, tmp_path, SEALED_CONFIG, *SEALED) as (name, port):
-        said = logs(name)
-        assert "plain: each process: containment bwrap (auto), a uid each" in said, said
-        assert "a veth pair each" in said, said
-        base = f"http://127.0.0.1:{port}/servers"
-        async with Client(f"{base}/plain/mcp") as client:
-            for session in (await create_session(client), await create_session(client)):
-                await client.call_tool("whoami", {}, meta=sdk_session_meta(session))
-            top = podman("top", name, "huser", "user", "comm").stdout.splitlines()
-        servers = [line.split() for line in top if line.endswith("python3")]
-        uids = sorted(int(user) for _, user, _ in servers)
-        assert len(set(uids)) == len(uids) >= 2, top  # a uid each: the shared process's and each conversation's
-        assert all(61000 <= uid <= 61999 for uid in uids), top
-        assert sorted(int(host) for host, _, _ in servers) == [420000 + uid for uid in uids], top  # unprivileged
-
-        pod = podman("inspect", "--format", "{{.NetworkSettings.IPAddress}}", name).stdout.strip()
-        async with Client(f"{base}/hostile/mcp") as client:
-            for host in ("127.0.0.1", pod):  # where the gateway listens: the pod's loopback, the pod's address
-                answer = text_of(await client.call_tool("connect", {"host": host, "port": 8000}))
-                assert answer != "connected", f"{host}: {answer}"
-
-        stopped = podman("stop", "--time", "30", name)  # no CAP_KILL given: every process still ends
-        assert stopped.returncode == 0, stopped.stderr
-        assert podman("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip() == "0", logs(name)
+        uids = await sealed(name, port)
+        assert all(host == 420000 + uid for uid, host in uids.items()), uids  # unprivileged uids of the host
+        stopped_cleanly(name, 30)  # no CAP_KILL given: every process still ends
 
 
 def test_the_gateways_seccomp_profile_is_dockers_with_pivot_root() -> None:
@@ -220,3 +249,105 @@ def test_the_gateways_seccomp_profile_is_dockers_with_pivot_root() -> None:
     assert admin["includes"] == {"caps": ["CAP_SYS_ADMIN"]}
     admin["names"].remove("pivot_root")
     assert gateways == dockers
+
+
+# deploy/kubernetes/'s gateway pod, run by podman with what its manifests declare and nothing else (tests/_kubernetes.py
+# translates each field, and fails on one it does not): the team's file is the ConfigMap's, here with the tests'
+# servers beside it, as an overlay's configMapGenerator would give them; the Secret is the operator's.
+POD_SECRETS = {
+    "mcp-sessions-gateway": {
+        "MCP_SESSIONS_SECRET": SECRET,
+        "MCP_SESSIONS_STORE": "sqlite:///var/lib/mcp-sessions/sessions.db",  # the pod's state volume: one replica
+    }
+}
+# The first uid of /etc/subuid's "containers" range (scripts/system-deps.sh --all), whence --userns=auto maps pods.
+CONTAINERS_RANGE = 1073741824
+
+
+def the_pod(**gateway: str) -> dict[str, Any]:
+    """deploy/kubernetes/'s objects, the ConfigMap's file given the tests' servers (and ``gateway``'s keys)."""
+    objects = rendered()
+    data = named(objects, "ConfigMap")["data"]
+    file = [
+        line for line in data["gateway.toml"].split("\n[servers.")[0].splitlines() if line.split(" =")[0] not in gateway
+    ]
+    own = [f"{key} = {json.dumps(value)}" for key, value in gateway.items()]
+    data["gateway.toml"] = "\n".join([*file, *own, SEALED_SERVERS.replace("UNDER", "/etc/mcp-sessions")])
+    for server, mounted in SERVERS.items():
+        data[mounted] = server.read_text()
+    return {"objects": objects, "pod": named(objects, "Deployment")["spec"]["template"]["spec"]}
+
+
+@contextlib.contextmanager
+def pod_started(image: str, directory: Path, pod: dict[str, Any]) -> Iterator[tuple[str, int, PodRun]]:
+    """The pod's container started as its manifests say: its name, its published port and how it runs."""
+    run = pod_run(pod["pod"], pod["objects"], POD_SECRETS, directory)
+    with detached(image, run.options, run.environ, run.ports["http"]) as (name, port):
+        yield name, port, run
+
+
+@pytest.mark.timeout(1500)
+async def test_the_manifests_pod_runs_sealed_with_what_it_declares(image: str, tmp_path: Path) -> None:
+    with pod_started(image, tmp_path, the_pod()) as (name, port, run):
+        assert run.probes == {"startupProbe": "/healthz", "readinessProbe": "/readyz", "livenessProbe": "/healthz"}
+        for path in run.probes.values():  # the startup probe's first: the others once it answers
+            until(
+                functools.partial(healthy, name, port, path),
+                functools.partial(logs, name),
+                within=60,
+                ignoring=(httpx.HTTPError,),
+            )
+        # No control group of its own here (cgroup v1, read-only in a container): the pod's limit bounds them.
+        limit = run.options[run.options.index("--memory") + 1]
+        said = f"bounds the gateway's own cgroup's, together (memory {int(limit) >> 20} MiB; cpu 2; pids "
+        assert said in logs(name), logs(name)
+        uids = await sealed(name, port)
+        [offset] = {host - uid for uid, host in uids.items()}
+        assert offset >= CONTAINERS_RANGE, uids  # --userns=auto's: unprivileged uids of the host, none a user's
+        stopped_cleanly(name, run.grace - run.pre_stop)  # the kubelet's: preStop, SIGTERM, SIGKILL at the grace
+
+
+def without_mount(pod: dict[str, Any], volume: str) -> dict[str, Any]:
+    spec = pod["pod"]
+    [container] = spec["containers"]
+    container["volumeMounts"] = [mount for mount in container["volumeMounts"] if mount["name"] != volume]
+    spec["volumes"] = [each for each in spec["volumes"] if each["name"] != volume]
+    return pod
+
+
+def without_capability(pod: dict[str, Any], capability: str) -> dict[str, Any]:
+    [container] = pod["pod"]["containers"]
+    container["securityContext"]["capabilities"]["add"].remove(capability)
+    return pod
+
+
+# What the pod is given, taken away one at a time: the gateway refuses to start, in one line saying what to give.
+REFUSALS = {
+    **{
+        capability: (
+            functools.partial(without_capability, the_pod(), capability),
+            f"lacks {capability}: give them (podman run --cap-add {capability}; Kubernetes: the container's "
+            "securityContext.capabilities.add)",
+        )
+        for capability in ("SETUID", "SETGID", "CHOWN", "SYS_ADMIN", "NET_ADMIN")
+    },
+    "runtime directory": (
+        functools.partial(without_mount, the_pod(), "runtime"),
+        "the runtime directory /run/mcp-sessions: Read-only file system: give one the gateway's user (uid 0) may write",
+    ),
+    "uids unmapped": (
+        functools.partial(the_pod, **{"process-uids": "70000-70999"}),
+        "--process-uids 70000-70999: the gateway's user namespace maps the ids 0-65535 alone: give a range inside them",
+    ),
+}
+
+
+@pytest.mark.parametrize("taken", REFUSALS)
+def test_the_pod_without_what_it_declares_is_refused_in_one_line(image: str, tmp_path: Path, taken: str) -> None:
+    pod, said = REFUSALS[taken]
+    with pod_started(image, tmp_path, pod()) as (name, _, _):
+        ended = podman("wait", name, timeout=120)
+        assert ended.stdout.strip() == "2", logs(name)
+        refused = [line for line in logs(name).splitlines() if line.startswith("mcp-sessions gateway: ")]
+        assert len(refused) == 1 and said in refused[0], logs(name)
+        assert "Traceback" not in logs(name)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mcp_sessions._cli import main
-from mcp_sessions._gateway._cli import add_arguments, configured_file
+from mcp_sessions._gateway._cli import configured_file
 from mcp_sessions._gateway._file import FILE_LIMIT, FileError, servers_of
 from mcp_sessions._gateway._process_flags import TEMPLATE_LIMIT, _template
 from mcp_sessions._gateway._servers import sign_ins
@@ -48,7 +48,7 @@ url = "http://127.0.0.1:3001/mcp"
 def servers(tmp_path: Path, text: str, name: str = "team.toml", flags: tuple[str, ...] = ()) -> list:  # type: ignore[type-arg]
     file = tmp_path / name
     file.write_text(text, encoding="utf-8")
-    return servers_of(str(file), ["--config", str(file), *flags], add_arguments)
+    return servers_of(str(file), ["--config", str(file), *flags])
 
 
 def test_each_server_s_keys_are_its_flags_and_the_gateway_s_are_every_server_s(tmp_path: Path) -> None:
@@ -229,7 +229,7 @@ def test_a_server_s_flag_beside_a_file_is_refused(tmp_path: Path, flags: tuple[s
 
 def test_a_file_that_cannot_be_read_is_said_so(tmp_path: Path) -> None:
     with pytest.raises(FileError, match=r"--config: .*missing\.toml: No such file or directory"):
-        servers_of(str(tmp_path / "missing.toml"), [], add_arguments)
+        servers_of(str(tmp_path / "missing.toml"), [])
 
 
 @pytest.mark.parametrize("kind", ["over", "not-utf-8"])
@@ -244,7 +244,7 @@ def test_a_file_too_long_or_not_text_is_said_so_as_a_process_file_template_is(tm
 
     file, said = written("team.toml", FILE_LIMIT)
     with pytest.raises(FileError) as refused:
-        servers_of(str(file), [], add_arguments)
+        servers_of(str(file), [])
     assert str(refused.value) == f"--config: {file} {said}"
     template, said = written("netrc", TEMPLATE_LIMIT)
     with pytest.raises(ValueError, match=r"^--process-file ~/\.netrc: ") as failed:

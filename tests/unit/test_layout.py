@@ -136,6 +136,27 @@ def test_no_part_imports_another_parts_private_names() -> None:
     assert offenders == []
 
 
+def test_no_module_reads_argparse_s_private_face() -> None:
+    """Issue 111, item 7: the gateway's file reader walked ``parser._actions``, tested ``argparse._AppendAction`` and
+    rewrote each action's default; the options' one table (``_gateway._options``) says what argparse is told."""
+    offenders = []
+    for module, _, tree in modules():
+        argparse_names = {"argparse"} | {
+            alias.asname or alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for alias in node.names
+            if alias.name == "argparse"
+        }
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.startswith("__"):
+                continue
+            of_argparse = isinstance(node.value, ast.Name) and node.value.id in argparse_names
+            if of_argparse or node.attr in ("_actions", "_option_string_actions", "_action_groups", "_defaults"):
+                offenders.append(f"{module}:{node.lineno}: .{node.attr}")
+    assert offenders == []
+
+
 def test_the_pack_imports_nothing_of_the_package() -> None:
     """Not at the top of a module, not inside a function, not for type checking: the pack installs without it."""
     found = []

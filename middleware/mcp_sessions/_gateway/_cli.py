@@ -11,39 +11,37 @@ import os
 import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final, TextIO
 from urllib.parse import urlsplit
 
 from .._config import SessionsConfig
 from ..stores import MemoryStore
 from ._config import (
-    DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_FAILURE_COOLDOWN,
-    DEFAULT_FIRST_BYTE_TIMEOUT,
-    DEFAULT_KEEPALIVE,
     DEFAULT_SHUTDOWN_TIMEOUT,
-    LOG_FORMATS,
-    LOG_LEVELS,
     STDIO_SHUTDOWN_TIMEOUT,
     Forwarding,
     GatewayConfig,
     Listening,
     Served,
+    ServerFlags,
     StdioProcesses,
     default_max_processes,
 )
+from ._front import StartupFailed
 from ._node import node_without_proxy
-from ._process_flags import add_process_arguments, process_options, seal_gateway
+from ._options import add_arguments as add_arguments  # the command's, as every command module's (_cli/__init__)
+from ._options import environed
+from ._process_flags import process_options, seal_gateway
 from ._serving import EXIT_USAGE, StartSignals, listener, private_directory
 from .http._app import forwarding_app
 from .sealed._grants import STATE, state_directory
 from .sealed._kernel import RUNTIME, SandboxError
-from .sealed._network import NO_ROUTE, AllowedHost, NetworkError, add_network_arguments, routed
+from .sealed._network import NO_ROUTE, AllowedHost, NetworkError, routed
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
-    from ._file import ServerFlags
     from ._servers import Route, Servers
     from .auth._client import ClientAuth
     from .auth._exchange import TokenExchange, UpstreamToken
@@ -52,6 +50,7 @@ if TYPE_CHECKING:
     from .auth._users import GatewayAuth
     from .sealed._network import EgressPolicy
     from .sealed._sandbox import Sandbox, SandboxPolicy
+    from .stdio._first import Ahead, FirstProcess
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -60,63 +59,6 @@ FORGETS: Final = (
     "restart ends every session and signs every user out"
 )
 
-AUTH_VARIABLES: Final = {
-    "jwks": "MCP_SESSIONS_AUTH_JWKS",
-    "issuer": "MCP_SESSIONS_AUTH_ISSUER",
-    "audience": "MCP_SESSIONS_AUTH_AUDIENCE",
-    "principal_claim": "MCP_SESSIONS_AUTH_PRINCIPAL_CLAIM",
-    "principal_header": "MCP_SESSIONS_AUTH_PRINCIPAL_HEADER",
-    "resource": "MCP_SESSIONS_AUTH_RESOURCE",
-    "leeway": "MCP_SESSIONS_AUTH_LEEWAY",
-}
-"""The variable each ``--auth-*`` flag falls back to (``--auth-server``'s is ``MCP_SESSIONS_AUTH_SERVERS``)."""
-EXCHANGE_VARIABLES: Final = {
-    "token_endpoint": "MCP_SESSIONS_EXCHANGE_TOKEN_ENDPOINT",
-    "issuer": "MCP_SESSIONS_EXCHANGE_ISSUER",
-    "audience": "MCP_SESSIONS_EXCHANGE_AUDIENCE",
-    "resource": "MCP_SESSIONS_EXCHANGE_RESOURCE",
-    "scope": "MCP_SESSIONS_EXCHANGE_SCOPE",
-    "client_id": "MCP_SESSIONS_EXCHANGE_CLIENT_ID",
-    "client_secret_file": "MCP_SESSIONS_EXCHANGE_CLIENT_SECRET_FILE",
-    "client_auth": "MCP_SESSIONS_EXCHANGE_CLIENT_AUTH",
-    "client_key_file": "MCP_SESSIONS_EXCHANGE_CLIENT_KEY_FILE",
-    "client_key_id": "MCP_SESSIONS_EXCHANGE_CLIENT_KEY_ID",
-}
-"""The variable each ``--exchange-*`` flag falls back to (the secret's is ``MCP_SESSIONS_EXCHANGE_CLIENT_SECRET``)."""
-ID_JAG_VARIABLES: Final = {
-    "issuer": "MCP_SESSIONS_ID_JAG_ISSUER",
-    "subject": "MCP_SESSIONS_ID_JAG_SUBJECT",
-    "client_id": "MCP_SESSIONS_ID_JAG_CLIENT_ID",
-    "client_secret_file": "MCP_SESSIONS_ID_JAG_CLIENT_SECRET_FILE",
-    "client_auth": "MCP_SESSIONS_ID_JAG_CLIENT_AUTH",
-    "client_key_file": "MCP_SESSIONS_ID_JAG_CLIENT_KEY_FILE",
-    "client_key_id": "MCP_SESSIONS_ID_JAG_CLIENT_KEY_ID",
-}
-"""The variable each ``--id-jag-*`` flag falls back to (the secret's is ``MCP_SESSIONS_ID_JAG_CLIENT_SECRET``)."""
-OAUTH_VARIABLES: Final = {
-    "client_id": "MCP_SESSIONS_OAUTH_CLIENT_ID",
-    "client_secret_file": "MCP_SESSIONS_OAUTH_CLIENT_SECRET_FILE",
-    "client_auth": "MCP_SESSIONS_OAUTH_CLIENT_AUTH",
-    "client_key_file": "MCP_SESSIONS_OAUTH_CLIENT_KEY_FILE",
-    "client_key_id": "MCP_SESSIONS_OAUTH_CLIENT_KEY_ID",
-    "client_secret": "MCP_SESSIONS_OAUTH_CLIENT_SECRET",
-    "scope": "MCP_SESSIONS_OAUTH_SCOPE",
-    "callback": "MCP_SESSIONS_OAUTH_CALLBACK",
-    "issuer": "MCP_SESSIONS_OAUTH_ISSUER",
-}
-"""The variable each ``--oauth-*`` flag falls back to, and the client secret's (never a flag)."""
-LOGIN_VARIABLES: Final = {
-    "client_id": "MCP_SESSIONS_LOGIN_CLIENT_ID",
-    "client_secret_file": "MCP_SESSIONS_LOGIN_CLIENT_SECRET_FILE",
-    "client_auth": "MCP_SESSIONS_LOGIN_CLIENT_AUTH",
-    "client_key_file": "MCP_SESSIONS_LOGIN_CLIENT_KEY_FILE",
-    "client_key_id": "MCP_SESSIONS_LOGIN_CLIENT_KEY_ID",
-    "client_secret": "MCP_SESSIONS_LOGIN_CLIENT_SECRET",
-    "issuer": "MCP_SESSIONS_LOGIN_ISSUER",
-    "claim": "MCP_SESSIONS_LOGIN_CLAIM",
-}
-"""The variable each ``--login-*`` flag falls back to, and the client secret's (never a flag)."""
-
 DESCRIPTION: Final = (
     "Serve one MCP endpoint with data-layer sessions, forwarding every request to the upstream "
     "server (or to one of its replicas, the same one for every request of a conversation). "
@@ -124,294 +66,12 @@ DESCRIPTION: Final = (
 )
 
 
-def add_arguments(gateway: argparse.ArgumentParser) -> None:
-    """The options of ``gateway``, in the order ``--help`` shows them: what it serves, its stdio processes
-    (how many, how long; how each runs), how it listens and forwards, who is asking."""
-    # One of them is required: checked in run, so that a misspelt flag is named first.
-    upstream = gateway.add_mutually_exclusive_group()
-    upstream.add_argument(
-        "--upstream", action="append", metavar="URL", help="the server's MCP endpoint; repeat per replica"
-    )
-    upstream.add_argument(
-        "--stdio",
-        metavar="COMMAND",
-        help="a stdio server's command and arguments, split as a shell would and run without "
-        "one: by default a process per caller for a server that speaks 2026-07-28, else per "
-        "conversation (--processes) (pip install 'mcp-sessions[gateway]')",
-    )
-    gateway.add_argument(
-        "--config",
-        metavar="FILE",
-        help="many servers, each at its own path (/servers/NAME/mcp), from a file: TOML, or the mcpServers JSON "
-        "of Claude Desktop, Cursor and VS Code (by its suffix, .toml or .json; else JSON if it starts with '{'); "
-        "each server's keys are its flags' names, the gateway's in its [gateway] table, which the command line's "
-        "gateway flags override (docs/gateway.md, 'Many servers from one file')",
-    )
-    add_process_arguments(gateway)
-    add_network_arguments(gateway)
-    _serving_arguments(gateway)
-    _auth_arguments(gateway)
-    _exchange_arguments(gateway)
-    _oauth_arguments(gateway)
-
-
-def _serving_arguments(gateway: argparse.ArgumentParser) -> None:
-    """Where the gateway listens, whom it serves, how long it waits for its upstream and for its answers."""
-    host = Listening.host
-    port = Listening.port
-    gateway.add_argument("--host", default=host, help=f"the address to listen on (default {host})")
-    gateway.add_argument("--port", type=int, default=port, help=f"the port to listen on (default {port})")
-    gateway.add_argument(
-        "--handover",
-        metavar="PATH",
-        help="take the listening socket of the gateway serving the Unix socket PATH, tell it to drain once this one "
-        "listens, and serve PATH for the next, in a directory only the gateway's user may enter: a restart without "
-        "systemd that no client sees (default: bind --host and --port)",
-    )
-    gateway.add_argument(
-        "--allowed-host",
-        action="append",
-        metavar="HOST",
-        help="a Host the gateway serves ('example.com:*': any port); repeat. Default: "
-        "MCP_SESSIONS_ALLOWED_HOSTS, else localhost names on a loopback --host and no check on "
-        "any other",
-    )
-    gateway.add_argument(
-        "--allowed-origin", action="append", metavar="ORIGIN", help="an Origin the gateway serves, as --allowed-host"
-    )
-    gateway.add_argument(
-        "--forwarded-allow-ips",
-        metavar="IPS",
-        help="the proxies in front whose X-Forwarded-* and Forwarded headers count "
-        "(comma-separated IP addresses and networks, '*' for all), as uvicorn's option. Default: "
-        "FORWARDED_ALLOW_IPS, else none",
-    )
-    for flag, default, text in (
-        ("--keepalive", DEFAULT_KEEPALIVE, "an SSE comment on an event stream idle this long; 0: never"),
-        ("--connect-timeout", DEFAULT_CONNECT_TIMEOUT, "the longest wait for a connection to a replica"),
-        ("--first-byte-timeout", DEFAULT_FIRST_BYTE_TIMEOUT, "the longest wait for a response's headers"),
-        (
-            "--failure-cooldown",
-            DEFAULT_FAILURE_COOLDOWN,
-            "how long a replica that cannot be connected to is out of service",
-        ),
-    ):
-        gateway.add_argument(flag, type=float, default=default, metavar="SECONDS", help=f"{text} (default {default:g})")
-    gateway.add_argument(
-        "--shutdown-timeout",
-        type=float,
-        metavar="SECONDS",
-        help="on SIGTERM or Ctrl-C, how long the gateway drains: it says 503 on /readyz and to "
-        "new conversations, and waits for the calls in flight (default "
-        f"{DEFAULT_SHUTDOWN_TIMEOUT:g}; {STDIO_SHUTDOWN_TIMEOUT:g} with --stdio, whose processes "
-        "then have 5 s to end)",
-    )
-    gateway.add_argument("--log-level", default=Listening.log_level, choices=LOG_LEVELS)
-    gateway.add_argument(
-        "--log-format",
-        default=Listening.log_format,
-        choices=LOG_FORMATS,
-        help="each log line as text, its time (RFC 3339) and level first, or as one JSON object (time, level, "
-        f"logger, message, and where there are a server, a conversation, a principal's digest) (default "
-        f"{Listening.log_format})",
-    )
-    gateway.add_argument(
-        "--status-port",
-        type=int,
-        metavar="PORT",
-        help="with --stdio: serve the operator's view of the processes (GET /status) on "
-        "127.0.0.1:PORT, a port of its own on the loopback address only, which processes reach "
-        "under --process-network host (default: not served)",
-    )
-    gateway.add_argument(
-        "--status-socket",
-        metavar="PATH",
-        help="with --stdio: serve it on a Unix socket at PATH too, in a directory only the "
-        "gateway's user may enter (made mode 0700 if missing)",
-    )
-
-
-def _auth_arguments(gateway: argparse.ArgumentParser) -> None:
-    """Who is asking (``auth._users``), and what of it a stdio process gets (``--process-env``)."""
-    users = gateway.add_argument_group("who is asking (each also from its MCP_SESSIONS_AUTH_* variable)")
-    for flag, text in (
-        ("--auth-jwks", "the authorization server's JWKS: bearer tokens are JWTs signed by one of its keys"),
-        ("--auth-issuer", "the tokens' issuer (iss)"),
-        ("--auth-audience", "the tokens' audience (aud): the gateway's public MCP URL"),
-        ("--auth-principal-claim", "the claim that names the user (default sub)"),
-        ("--auth-principal-header", "a header that names the user, set by an auth proxy --forwarded-allow-ips trusts"),
-        ("--auth-resource", "the protected resource the metadata names (default: the audience)"),
-    ):
-        users.add_argument(flag, metavar=flag.removeprefix("--auth-").upper(), help=text)
-    users.add_argument(
-        "--auth-leeway", metavar="SECONDS", help="the clock skew allowed for a token's exp, nbf and iat (default 60)"
-    )
-    users.add_argument(
-        "--auth-server", action="append", metavar="URL", help="an authorization server (default: the issuer); repeat"
-    )
-    for flag, verb in (("--tool-allow", "may list and call"), ("--tool-deny", "may neither list nor call")):
-        users.add_argument(
-            flag,
-            action="append",
-            default=[],
-            metavar="CLAIM=VALUE:PATTERN,...",
-            help=f"with --auth-jwks: the tools (names, or globs as fnmatch's) a caller whose token's CLAIM is VALUE "
-            f"(or a list that holds it) {verb}; '*:PATTERN,...' for every caller; repeat. Deny wins; where allow "
-            "rules exist, a caller none names has no tool (default: every tool to every caller)",
-        )
-    users.add_argument(
-        "--process-env",
-        action="append",
-        default=[],
-        metavar="NAME=SOURCE",
-        help="with --stdio: NAME in each conversation's process from claim:CLAIM (of its token), "
-        "header:NAME (of the request that starts it), exchange:AUDIENCE or id-jag:ISSUER[,resource=URI][,scope=SCOPE] "
-        "(its token exchanged), or oauth:ISSUER[,resource=URI][,scope=SCOPE] (its user's own grant there, given once "
-        "through a sign-in URL); repeat",
-    )
-    users.add_argument(
-        "--process-env-mask",
-        action="append",
-        default=[],
-        metavar="NAME=HOST[:PORT],...[,header=HEADER]",
-        help="with --process-env NAME and --process-network egress: the process gets a placeholder of NAME's "
-        "shape, and the gateway's HTTPS proxy puts the value in its requests' Authorization header (and each "
-        "header=HEADER given) to these hosts (port 443 unless given) alone, which it reaches through that proxy "
-        "alone; plain HTTP too for a host given as http://HOST[:PORT] (port 80 unless given); repeat",
-    )
-    users.add_argument(
-        "--process-env-mask-ca",
-        metavar="CERT.pem[,KEY.pem]",
-        help="with --process-env-mask: the certificate authority (and its unencrypted key, mode 0600; one file may "
-        "hold both) whose certificates the proxy shows the processes, read once at startup (default: one made "
-        "at startup, for the masked hosts alone)",
-    )
-
-
-def _exchange_arguments(gateway: argparse.ArgumentParser) -> None:
-    """What the upstream gets as ``Authorization``, and the token exchange (``auth._exchange``, RFC 8693)."""
-    exchange = gateway.add_argument_group(
-        "the upstream's credentials (each also from its MCP_SESSIONS_* variable; the client secret "
-        "from MCP_SESSIONS_EXCHANGE_CLIENT_SECRET or a file, never a flag)"
-    )
-    exchange.add_argument(
-        "--upstream-token",
-        choices=("passthrough", "none", "exchange", "id-jag", "oauth"),
-        help="the upstream's Authorization: the client's as it came (passthrough, the default "
-        "without --auth-*), none (the default with --auth-*), each user's token exchanged for "
-        "one issued for the upstream (exchange), or for an ID-JAG that the upstream's authorization server "
-        "takes for a token of its own (id-jag), or each user's own grant at the upstream's authorization "
-        "server, which she gives once through a sign-in URL (oauth: the --oauth-* and --login-* flags)",
-    )
-    for flag, text in (
-        (
-            "--exchange-token-endpoint",
-            "the authorization server's token endpoint (default: from the issuer's metadata)",
-        ),
-        ("--exchange-issuer", "the authorization server whose metadata (RFC 8414) names it (default: --auth-issuer)"),
-        ("--exchange-audience", "the upstream's audience, as the authorization server names it"),
-        ("--exchange-resource", "the upstream's resource URI (RFC 8707)"),
-        ("--exchange-scope", "the scope the issued tokens are asked for (space-separated)"),
-        ("--exchange-client-id", "the gateway's own client id at the authorization server"),
-        ("--exchange-client-secret-file", "a file holding the gateway's client secret"),
-        (
-            "--exchange-client-key-file",
-            "with private_key_jwt: the gateway's unencrypted RSA or EC private key (PEM, mode 0600), read at startup",
-        ),
-        ("--exchange-client-key-id", "with private_key_jwt: the key's id (kid) at the authorization server"),
-    ):
-        exchange.add_argument(flag, metavar=flag.removeprefix("--exchange-").upper(), help=text)
-    # Refused, never read: a command line is every local user's to read (and without it, argparse would take
-    # --exchange-client-secret for an abbreviation of --exchange-client-secret-file).
-    exchange.add_argument("--exchange-client-secret", help=argparse.SUPPRESS)
-    exchange.add_argument(
-        "--exchange-client-auth",
-        choices=("client_secret_basic", "client_secret_post", "private_key_jwt"),
-        help="how the gateway authenticates to the token endpoint: with its secret (client_secret_basic, the "
-        "default; client_secret_post) or a JWT signed with its key (private_key_jwt, RFC 7523)",
-    )
-    id_jag = gateway.add_argument_group(
-        "ID-JAG (--upstream-token id-jag, --process-env NAME=id-jag:ISSUER): the identity provider is the "
-        "--exchange-* one; each also from its MCP_SESSIONS_ID_JAG_* variable, the client secret from "
-        "MCP_SESSIONS_ID_JAG_CLIENT_SECRET or a file"
-    )
-    for flag, text in (
-        (
-            "--id-jag-issuer",
-            "the upstream's authorization server (default: the first of the upstream's protected resource metadata)",
-        ),
-        ("--id-jag-client-id", "the gateway's own client id at the resource's authorization server"),
-        ("--id-jag-client-secret-file", "a file holding the gateway's client secret there"),
-        ("--id-jag-client-key-file", "with private_key_jwt: the gateway's unencrypted RSA or EC private key there"),
-        ("--id-jag-client-key-id", "with private_key_jwt: the key's id (kid) there"),
-    ):
-        id_jag.add_argument(flag, metavar=flag.removeprefix("--id-jag-").upper(), help=text)
-    id_jag.add_argument("--id-jag-client-secret", help=argparse.SUPPRESS)  # refused, as --exchange-client-secret
-    id_jag.add_argument(
-        "--id-jag-client-auth",
-        choices=("client_secret_basic", "client_secret_post", "private_key_jwt"),
-        help="how the gateway authenticates to the resource's authorization server (default client_secret_basic)",
-    )
-    id_jag.add_argument(
-        "--id-jag-subject",
-        choices=("access_token", "id_token"),
-        help="what the identity provider is given to exchange: the user's verified access token (access_token, "
-        "the default), or her ID token from the gateway's own login (id_token: the --login-* flags; a user with "
-        "none is asked to sign in through a URL)",
-    )
-
-
-def _oauth_arguments(gateway: argparse.ArgumentParser) -> None:
-    """``--upstream-token oauth``: the gateway's client at the upstream's authorization server, and at the team's
-    IdP, where it confirms who opens a sign-in URL (``auth._oauth``)."""
-    oauth = gateway.add_argument_group(
-        "each user's own grant at the upstream's authorization server (--upstream-token oauth, or a process's "
-        "--process-env NAME=oauth:ISSUER), and her login for --id-jag-subject id_token; each also from its "
-        "MCP_SESSIONS_* variable; a client secret from its variable or a file, never a flag"
-    )
-    for group, whose in (("oauth", "the upstream's authorization server"), ("login", "the team's IdP")):
-        for name, text in (
-            ("client-id", f"the gateway's own client id at {whose}"),
-            ("client-secret-file", "a file holding that client's secret"),
-            ("client-key-file", "with private_key_jwt: that client's unencrypted RSA or EC private key (PEM)"),
-            ("client-key-id", "with private_key_jwt: the key's id (kid)"),
-        ):
-            oauth.add_argument(f"--{group}-{name}", metavar=name.upper().replace("-", "_"), help=text)
-        oauth.add_argument(f"--{group}-client-secret", help=argparse.SUPPRESS)  # refused: see --exchange-client-secret
-        oauth.add_argument(
-            f"--{group}-client-auth",
-            choices=("client_secret_basic", "client_secret_post", "private_key_jwt"),
-            help="how the gateway authenticates there (default client_secret_basic with a secret)",
-        )
-    oauth.add_argument(
-        "--oauth-issuer",
-        metavar="URL",
-        help="the upstream's authorization server, which its protected resource metadata must name (default: the "
-        "first it names); required for a client secret there, which goes to no server but the one named",
-    )
-    oauth.add_argument(
-        "--oauth-scope",
-        metavar="SCOPE",
-        help="the scope asked for (default: the upstream's 401's, else its metadata's)",
-    )
-    oauth.add_argument(
-        "--oauth-callback",
-        metavar="URL",
-        help="the gateway's /oauth/callback as browsers reach it (default: on --auth-resource's origin, else "
-        "--auth-audience's); without --oauth-client-id the gateway registers this URL (RFC 7591)",
-    )
-    oauth.add_argument("--login-issuer", metavar="URL", help="the team's IdP (OpenID Connect), where a user signs in")
-    oauth.add_argument(
-        "--login-claim", metavar="CLAIM", help="the ID token's claim that must name the user who asked (default sub)"
-    )
-
-
 def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
     """Build the gateway from ``args`` and the environment, and serve it until stopped.
 
     The garbage collector is off while the gateway is built: what its start allocates (the ``mcp`` SDK's import
     alone, about 90,000 objects) lives as long as the gateway, and the 220 collections that found nothing to free
-    in it took a tenth of the start's CPU. ``_lifecycle.serve`` freezes what the start made (never scanned again)
+    in it took a tenth of the start's CPU. ``_lifecycle.Gateway`` freezes what the start made (never scanned again)
     and turns the collector back on before the gateway listens; a start that ends before then turns it back on
     here. A SIGTERM or Ctrl-C from here on ends the start (``StartSignals``), as one while its first process starts
     does."""
@@ -437,9 +97,9 @@ def _run(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, str], s
         from ._lifecycle import serve
 
         config = configured(args, environ) if args.config is None else configured_file(args, environ)
-        app, sandbox = _app(config)
+        app, sandbox = _ahead(config) or _app(config)
     except ModuleNotFoundError as exc:
-        print(f"mcp-sessions gateway: {exc.name} is missing: pip install 'mcp-sessions[gateway]'", file=stderr)
+        print(f"mcp-sessions gateway: {_missing(exc)}", file=stderr)
         return EXIT_USAGE
     except (ImportError, ValueError, TypeError, RuntimeError, NetworkError, SandboxError, OSError) as exc:
         print(f"mcp-sessions gateway: {exc}", file=stderr)  # an OSError's path, for what no step names itself
@@ -477,14 +137,14 @@ def _run(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, str], s
     return serve(app, bound, config, stderr, reload, release, start)
 
 
-def _routes(app: ASGIApp) -> tuple[Route, ...]:
+def _routes(app: ASGIApp | Ahead) -> tuple[Route, ...]:
     """The servers ``app`` serves now, with ``--config`` (``Servers``' routes); none without."""
     from ._servers import Servers
 
     return app.routes if isinstance(app, Servers) else ()
 
 
-def _running(app: ASGIApp, sandbox: Sandbox | None) -> Callable[[], list[Sandbox]]:
+def _running(app: ASGIApp | Ahead, sandbox: Sandbox | None) -> Callable[[], list[Sandbox]]:
     """The sandboxes ``app``'s processes run in, as they are when asked: every server's with ``--config`` (those
     a reload kept, replaced or added), else ``sandbox``. What the gateway installs before it serves and closes as
     it stops."""
@@ -532,23 +192,25 @@ def _said(config: GatewayConfig, sandbox: Sandbox | None, url: str, server: str)
             logger.warning("mcp-sessions gateway: %s%s", server, old)  # its masks reach no fetch of its
 
 
-def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayConfig:
+def configured(args: argparse.Namespace, environ: Mapping[str, str], share: int = 1) -> GatewayConfig:
     """The gateway's configuration, whole, from its flags (``args``) and ``environ``, checked: a ``ValueError``
     (or ``NetworkError``, ``ImportError``) says in one line what to change. With ``--stdio``, the containment is
-    tried and the egress rules made here (installed by :func:`run`, before any process starts)."""
+    tried and the egress rules made here (installed by :func:`run`, before any process starts); ``share``: the
+    stdio servers of a ``--config`` file, among which the host's half is shared (``_process_flags``)."""
+    args = environed(args, environ)
     state = state_of(args, environ)
     sessions = _sessions(environ, state)
-    hosts = _listed(args.allowed_host, environ.get("MCP_SESSIONS_ALLOWED_HOSTS"))
-    origins = _listed(args.allowed_origin, environ.get("MCP_SESSIONS_ALLOWED_ORIGINS"))
+    hosts = _listed(args.allowed_host)
+    origins = _listed(args.allowed_origin)
     if hosts is None and origins is None:  # the SDK's rule: localhost names on a loopback address, else none
         hosts = origins = None if _loopback(args.host) else ()
     else:
         hosts = hosts or ()
         origins = origins or ()
-    forwarded = environ.get("FORWARDED_ALLOW_IPS") if args.forwarded_allow_ips is None else args.forwarded_allow_ips
-    auth = _auth(args, environ)
+    forwarded = args.forwarded_allow_ips
+    auth = _auth(args)
     tools = _tools(args, auth)
-    _stdio_only(args, environ)
+    _stdio_only(args)
     upstream_token, exchange = _upstream_token(args, environ, auth, sessions)
     id_tokens = process_grants = None
     serves: Forwarding | StdioProcesses
@@ -556,7 +218,7 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
         command = shlex.split(args.stdio)
         # systemd's RuntimeDirectory= (the first where it names several)
         runtime = args.runtime_directory or environ.get("RUNTIME_DIRECTORY", "").partition(":")[0] or RUNTIME
-        sandbox = process_options(args, command, auth, runtime, state)
+        sandbox = process_options(args, command, auth, runtime, state, share)
         sandbox = _masked(args, sandbox, _egress(args, sandbox, forwarded))  # the masked credentials, and their rules
         if exchange is not None and exchange.id_jag is not None:  # NAME=id-jag:ISSUER's subject
             id_tokens = _id_tokens(args, environ, sessions)
@@ -571,7 +233,7 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayC
             warm=args.warm,
             pass_env=tuple(args.pass_env),
             process_env=tuple(args.process_env),
-            exchange_scope=_setting(args, environ, "scope"),
+            exchange_scope=args.exchange_scope,
             sandbox=sandbox,
             state=args.conversation_state,
             environ=environ,
@@ -635,7 +297,7 @@ def configured_file(args: argparse.Namespace, environ: Mapping[str, str]) -> Gat
     from ._file import servers_of
 
     # the gateway command's own arguments (main's), whose gateway flags win over the file's
-    found = servers_of(args.config, getattr(args, "command_line", ()), add_arguments)
+    found = servers_of(args.config, getattr(args, "command_line", ()))
     stdio = [server for server in found if server.flags.stdio is not None]
     status = (found[0].flags.status_port, found[0].flags.status_socket)
     _operator_has_a_view(status, found, environ)
@@ -649,19 +311,19 @@ def configured_file(args: argparse.Namespace, environ: Mapping[str, str]) -> Gat
 
 def _served(server: ServerFlags, stdio: int, drain: float, environ: Mapping[str, str]) -> Served:
     """One server of the file, built as the command line's would be: what the host has (its half, and
-    ``max-processes``' default) shared by the file's ``stdio`` servers, unless the server sets its own."""
-    if server.flags.stdio is None and not _signs_in(server.flags, environ):  # the status is the stdio servers'
-        server.flags.status_port = server.flags.status_socket = None  # and the signing-in servers' grants
-    server.flags.process_share = stdio  # the host's half, shared by every stdio server's processes
-    if "max-processes" not in server.table and stdio:  # and the processes its default sizes it for
-        server.flags.max_processes = default_max_processes(servers=stdio)
-    server.flags.shutdown_timeout = drain
+    ``max-processes``' default) shared by the file's ``stdio`` servers, unless the server sets its own; the file's
+    one drain."""
+    flags = {**vars(server.flags), "shutdown_timeout": drain}
+    if server.flags.stdio is None and not _signs_in(environed(server.flags, environ)):
+        flags.update(status_port=None, status_socket=None)  # the status is the stdio servers' and the signing-in's
+    if "max-processes" not in server.table and stdio:  # the processes its default sizes it for
+        flags["max_processes"] = default_max_processes(servers=stdio)
     # its own variables, literal, beside the environment's allow-list
     own = {**environ, **server.env} if server.env else environ
     if server.env:
-        server.flags.pass_env = [*server.flags.pass_env, *server.env]
+        flags["pass_env"] = [*server.flags.pass_env, *server.env]
     try:
-        config = configured(server.flags, own)
+        config = configured(argparse.Namespace(**flags), own, share=stdio)
     except (ValueError, TypeError, RuntimeError, NetworkError, SandboxError) as exc:
         raise ValueError(f"{server.where}: {exc}") from None
     return Served(name=server.name, path=server.path, config=config, flags=server)
@@ -700,24 +362,62 @@ def _app(config: GatewayConfig) -> tuple[ASGIApp, Sandbox | None]:
             _closed(routes)
             raise
         return Servers(routes), None
-    app: ASGIApp
-    sandbox = None
-    if isinstance(config.serves, StdioProcesses):
-        from .sealed._sandbox import Sandbox
-        from .stdio._server import stdio_gateway_app
+    if not isinstance(config.serves, StdioProcesses):
+        return _exchanging(config, forwarding_app(config)), None
+    from .sealed._sandbox import Sandbox
 
-        sandbox = None if config.sandbox is None else Sandbox(config.sandbox)
-        try:
-            app = stdio_gateway_app(config, sandbox=sandbox)
-        except BaseException:
-            if sandbox is not None:
-                sandbox.close()
-            raise
-    else:
-        app = forwarding_app(config)
-    if config.exchange is not None:  # its client closed as the app stops, in either mode
-        app = config.exchange.wrap(app)
-    return app, sandbox
+    sandbox = None if config.sandbox is None else Sandbox(config.sandbox)
+    try:
+        return _stdio_app(config, sandbox, None), sandbox
+    except BaseException:
+        if sandbox is not None:
+            sandbox.close()
+        raise
+
+
+def _ahead(config: GatewayConfig) -> tuple[Ahead, Sandbox] | None:
+    """A ``--stdio`` gateway's app, to be built as it starts, its shared process started beside the import of the
+    ``mcp`` SDK (``_first.Ahead``), and the sandbox its processes run in; None where that process is not the
+    gateway's first, or is someone's (``_first.starts_ahead``): :func:`_app` builds it now."""
+    serves = config.serves
+    if config.servers or not isinstance(serves, StdioProcesses) or serves.sandbox is None:
+        return None
+    from .sealed._sandbox import Sandbox, environment
+    from .stdio._first import Ahead, FirstProcess, starts_ahead
+
+    if not starts_ahead(serves, serves.sandbox):
+        return None
+    sandbox = Sandbox(serves.sandbox)
+    first = FirstProcess(sandbox, serves.command, environment(serves.environ, serves.pass_env))
+    return Ahead(partial(_built, config, sandbox, first), first), sandbox
+
+
+def _stdio_app(config: GatewayConfig, sandbox: Sandbox | None, first: FirstProcess | None) -> ASGIApp:
+    """A stdio server's app (``stdio_gateway_app``: it imports the ``mcp`` SDK), its processes in ``sandbox``."""
+    from .stdio._server import stdio_gateway_app
+
+    return _exchanging(config, stdio_gateway_app(config, sandbox=sandbox, first=first))
+
+
+def _built(config: GatewayConfig, sandbox: Sandbox, first: FirstProcess) -> ASGIApp:
+    """:func:`_stdio_app` built as the gateway starts (``Ahead``'s ``build``): what refuses it is the start's
+    failure, said in one line (``StartupFailed``), as it is where :func:`_app` builds it before the start."""
+    try:
+        return _stdio_app(config, sandbox, first)
+    except ModuleNotFoundError as exc:
+        raise StartupFailed(_missing(exc)) from None
+    except (ImportError, ValueError, TypeError, RuntimeError, NetworkError, SandboxError, OSError) as exc:
+        raise StartupFailed(str(exc)) from None
+
+
+def _exchanging(config: GatewayConfig, app: ASGIApp) -> ASGIApp:
+    """``app``, the token exchange's client closed as it stops, in either mode."""
+    return app if config.exchange is None else config.exchange.wrap(app)
+
+
+def _missing(exc: ModuleNotFoundError) -> str:
+    """What a gateway that cannot import ``exc.name`` says: which extra to install."""
+    return f"{exc.name} is missing: pip install 'mcp-sessions[gateway]'"
 
 
 def _route(served: Served) -> Route:
@@ -816,7 +516,7 @@ class Reload:
 
         running = {each.name: each for each in self.config.servers}
         held = [each.flags for each in running.values() if each.flags is not None]
-        found = servers_of(self.args.config, getattr(self.args, "command_line", ()), add_arguments)
+        found = servers_of(self.args.config, getattr(self.args, "command_line", ()))
         was = held[0].gateway
         now = found[0].gateway
         if changed := sorted(key for key in {*was, *now} if was.get(key) != now.get(key)):
@@ -893,7 +593,7 @@ def _masked(args: argparse.Namespace, sandbox: SandboxPolicy, egress: EgressPoli
     return replace(sandbox, egress=replace(egress, masked=hosts), masks=masks, masks_ca=args.process_env_mask_ca)
 
 
-def _stdio_only(args: argparse.Namespace, environ: Mapping[str, str]) -> None:
+def _stdio_only(args: argparse.Namespace) -> None:
     """What only a ``--stdio`` gateway takes, refused for an ``--upstream``'s, which has no processes (but for the
     status listener of one that signs its users in, whose grants the operator lists there)."""
     if args.process_env and args.stdio is None:
@@ -903,7 +603,7 @@ def _stdio_only(args: argparse.Namespace, environ: Mapping[str, str]) -> None:
     if args.process_mount and args.stdio is None:
         raise ValueError("--process-mount grants a directory to --stdio processes; an --upstream has none")
     # an --upstream's users' grants (--upstream-token oauth) are the operator's to list too, on the same listener
-    signs_in = _signs_in(args, environ)
+    signs_in = _signs_in(args)
     if args.status_port is not None and ((args.stdio is None and not signs_in) or args.status_port == args.port):
         raise ValueError("--status-port serves --stdio processes' status, on a port other than --port")
     network = args.process_network or args.process_allow_net or args.process_allow_host
@@ -914,12 +614,11 @@ def _stdio_only(args: argparse.Namespace, environ: Mapping[str, str]) -> None:
         )
 
 
-def _signs_in(args: argparse.Namespace, environ: Mapping[str, str]) -> bool:
+def _signs_in(args: argparse.Namespace) -> bool:
     """Whether an ``--upstream`` gateway signs its users in (``--upstream-token oauth``, or an ID-JAG of the ID
     token of their login): it holds grants, which its status listener shows the operator."""
-    mode = args.upstream_token or environ.get("MCP_SESSIONS_UPSTREAM_TOKEN", "").strip()
-    subject = args.id_jag_subject or environ.get("MCP_SESSIONS_ID_JAG_SUBJECT", "").strip()
-    return bool(mode == "oauth" or (mode == "id-jag" and subject == "id_token"))
+    mode = args.upstream_token
+    return bool(mode == "oauth" or (mode == "id-jag" and args.id_jag_subject == "id_token"))
 
 
 def _operator_has_a_view(
@@ -927,17 +626,26 @@ def _operator_has_a_view(
 ) -> None:
     """A file's ``gateway.status-port`` or ``status-socket`` refused where no server has a view for the operator:
     no stdio server's processes, no server's users' grants."""
-    shown = any(each.flags.stdio is not None or _signs_in(each.flags, environ) for each in found)
+    shown = any(each.flags.stdio is not None or _signs_in(environed(each.flags, environ)) for each in found)
     if status != (None, None) and not shown:
         raise ValueError(
             "gateway.status-port and status-socket show stdio servers' processes and users' grants: the file has none"
         )
 
 
-def _auth(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayAuth | None:
+def _auth(args: argparse.Namespace) -> GatewayAuth | None:
     """The gateway's authentication from the --auth-* flags, else their variables; ``None`` without any."""
-    given: dict[str, Any] = {name: value for name in AUTH_VARIABLES if (value := _setting(args, environ, name, "auth"))}
-    servers = _listed(args.auth_server, environ.get("MCP_SESSIONS_AUTH_SERVERS")) or ()
+    named = {
+        "jwks": args.auth_jwks,
+        "issuer": args.auth_issuer,
+        "audience": args.auth_audience,
+        "principal_claim": args.auth_principal_claim,
+        "principal_header": args.auth_principal_header,
+        "resource": args.auth_resource,
+        "leeway": args.auth_leeway,
+    }
+    given: dict[str, Any] = {name: value for name, value in named.items() if value}
+    servers = _listed(args.auth_server) or ()
     if not given and not servers:
         return None
     if "leeway" in given:
@@ -969,19 +677,28 @@ def _upstream_token(
 ) -> tuple[UpstreamToken | None, TokenExchange | None]:
     """What the upstream gets as ``Authorization`` (``--upstream-token``, default: see ``gateway_app``), and the
     token exchange that it, or a ``--process-env NAME=exchange:AUDIENCE``, uses."""
-    mode = args.upstream_token or environ.get("MCP_SESSIONS_UPSTREAM_TOKEN", "").strip() or None
+    mode = args.upstream_token
     granting = mode == "id-jag" or any("=id-jag:" in spec for spec in args.process_env)
     exchanging = granting or mode == "exchange" or any("=exchange:" in spec for spec in args.process_env)
     if args.exchange_client_secret is not None:
         raise ValueError("the client secret is never a flag: MCP_SESSIONS_EXCHANGE_CLIENT_SECRET, or a file")
     if args.id_jag_client_secret is not None:
         raise ValueError("the client secret is never a flag: MCP_SESSIONS_ID_JAG_CLIENT_SECRET, or a file")
-    if mode != "id-jag" and _setting(args, environ, "issuer", "id_jag"):
+    if mode != "id-jag" and args.id_jag_issuer:
         raise ValueError("--id-jag-issuer names --upstream-token id-jag's server; NAME=id-jag:ISSUER names its own")
-    if mode != "oauth" and _setting(args, environ, "issuer", "oauth"):
+    if mode != "oauth" and args.oauth_issuer:
         raise ValueError("--oauth-issuer names --upstream-token oauth's server; NAME=oauth:ISSUER names its own")
-    if not granting and (given := [name for name in ID_JAG_VARIABLES if _setting(args, environ, name, "id_jag")]):
-        flag = "--id-jag-" + given[0].replace("_", "-")
+    id_jag = {
+        "--id-jag-issuer": args.id_jag_issuer,
+        "--id-jag-subject": args.id_jag_subject,
+        "--id-jag-client-id": args.id_jag_client_id,
+        "--id-jag-client-secret-file": args.id_jag_client_secret_file,
+        "--id-jag-client-auth": args.id_jag_client_auth,
+        "--id-jag-client-key-file": args.id_jag_client_key_file,
+        "--id-jag-client-key-id": args.id_jag_client_key_id,
+    }
+    if not granting and (given := [flag for flag, value in id_jag.items() if value]):
+        flag = given[0]
         raise ValueError(f"{flag} is for --upstream-token id-jag or --process-env NAME=id-jag:ISSUER, neither given")
     if mode is not None and args.stdio is not None:
         raise ValueError("--upstream-token is an --upstream's; a --stdio process gets NAME=exchange:AUDIENCE")
@@ -1000,35 +717,35 @@ def _upstream_token(
     from .auth._client import ClientAuth
     from .auth._exchange import id_jag_target
 
-    issuer = _setting(args, environ, "issuer") or _setting(args, environ, "issuer", "auth")
-    endpoint = _setting(args, environ, "token_endpoint")
+    issuer = args.exchange_issuer or args.auth_issuer
+    endpoint = args.exchange_token_endpoint
     client = ClientAuth.given(
         "--exchange-client",
-        _setting(args, environ, "client_auth"),
-        _setting(args, environ, "client_id"),
+        args.exchange_client_auth,
+        args.exchange_client_id,
         secret=environ.get("MCP_SESSIONS_EXCHANGE_CLIENT_SECRET", "").strip() or None,
-        secret_file=_setting(args, environ, "client_secret_file"),
-        key_file=_setting(args, environ, "client_key_file"),
-        key_id=_setting(args, environ, "client_key_id"),
+        secret_file=args.exchange_client_secret_file,
+        key_file=args.exchange_client_key_file,
+        key_id=args.exchange_client_key_id,
         servers=(endpoint, issuer),
         naming="--exchange-issuer or --exchange-token-endpoint",
     )
     granted = None
     if granting:
         # the resources' authorization servers the operator named: --id-jag-issuer, each NAME=id-jag:ISSUER's
-        named = [_setting(args, environ, "issuer", "id_jag")]
+        named = [args.id_jag_issuer]
         for spec in args.process_env:
             name, _, source = spec.partition("=")
             if source.startswith("id-jag:"):
                 named.append(id_jag_target(source.removeprefix("id-jag:"), f"--process-env {name}").audience)
         granted = ClientAuth.given(
             "--id-jag-client",
-            _setting(args, environ, "client_auth", "id_jag"),
-            _setting(args, environ, "client_id", "id_jag"),
+            args.id_jag_client_auth,
+            args.id_jag_client_id,
             secret=environ.get("MCP_SESSIONS_ID_JAG_CLIENT_SECRET", "").strip() or None,
-            secret_file=_setting(args, environ, "client_secret_file", "id_jag"),
-            key_file=_setting(args, environ, "client_key_file", "id_jag"),
-            key_id=_setting(args, environ, "client_key_id", "id_jag"),
+            secret_file=args.id_jag_client_secret_file,
+            key_file=args.id_jag_client_key_file,
+            key_id=args.id_jag_client_key_id,
             servers=tuple(named),
             naming="--id-jag-issuer (or use private_key_jwt, whose assertions name their server)",
         )
@@ -1036,16 +753,16 @@ def _upstream_token(
     # for --process-env NAME=exchange:AUDIENCE (or id-jag:ISSUER) alone
     if mode is None:
         return None, exchange
-    audience = _setting(args, environ, "audience")
-    resource = _setting(args, environ, "resource")
-    scope = _setting(args, environ, "scope")
+    audience = args.exchange_audience
+    resource = args.exchange_resource
+    scope = args.exchange_scope
     if mode == "id-jag":
         if audience is not None:
             raise ValueError(
                 "--upstream-token id-jag asks for an ID-JAG whose audience is the upstream's authorization server: "
                 "give --id-jag-issuer, not --exchange-audience"
             )
-        target = Target(_setting(args, environ, "issuer", "id_jag"), resource, scope, id_jag=True)
+        target = Target(args.id_jag_issuer, resource, scope, id_jag=True)
         subject = _id_tokens(args, environ, sessions)
         return UpstreamToken("id-jag", exchange, target, upstream=args.upstream[0], subject=subject), exchange
     return UpstreamToken("exchange", exchange, Target(audience, resource, scope)), exchange
@@ -1060,7 +777,7 @@ def _upstream_grants(
         raise ValueError(
             "--upstream-token oauth keeps each user's grant: give --auth-jwks (or --auth-principal-header)"
         )
-    issuer = _setting(args, environ, "issuer", "oauth")
+    issuer = args.oauth_issuer
     client, client_id = _oauth_client_given(args, environ, issuer, "--oauth-issuer")
     login = _login(args, environ, "--upstream-token oauth confirms who opens a sign-in URL")
     callback = _callback(args, environ, "--upstream-token oauth")
@@ -1074,7 +791,7 @@ def _upstream_grants(
         client=client,
         client_id=client_id,
         issuer=issuer,
-        scope=_setting(args, environ, "scope", "oauth"),
+        scope=args.oauth_scope,
         kept=KeptGrants(sessions.store, sessions.keys),
     )
 
@@ -1148,7 +865,7 @@ def _id_tokens(args: argparse.Namespace, environ: Mapping[str, str], sessions: S
     """``--id-jag-subject id_token``'s ``_oauth.IdTokens``: each user's ID token from the gateway's own login at the
     team's IdP (the ``--login-*`` flags, as ``--upstream-token oauth``'s), kept in the sessions' store, sealed with
     their keys; ``None`` for ``access_token`` (the default: the user's verified access token is exchanged)."""
-    if (_setting(args, environ, "subject", "id_jag") or "access_token") == "access_token":
+    if (args.id_jag_subject or "access_token") == "access_token":
         return None
     login = _login(args, environ, "--id-jag-subject id_token is an ID token of the gateway's own login")
     callback = _callback(args, environ, "--id-jag-subject id_token")
@@ -1162,7 +879,7 @@ def _login(args: argparse.Namespace, environ: Mapping[str, str], needs: str) -> 
     """The gateway's own OpenID Connect login at the team's IdP (``--login-*``); ``needs`` says why, in the refusal
     when it is not given."""
     login = dict(_oauth_client(args, environ, "login"))
-    issuer = _setting(args, environ, "issuer", "login")
+    issuer = args.login_issuer
     if issuer is None or not login:
         raise ValueError(f"{needs}: give --login-issuer and its client")
     from .auth._client import ClientAuth
@@ -1171,15 +888,15 @@ def _login(args: argparse.Namespace, environ: Mapping[str, str], needs: str) -> 
     method = login.pop("method")
     client_id = login.pop("client_id")
     client = ClientAuth.given("--login-client", method, client_id, **login, servers=(issuer,), naming="--login-issuer")
-    return Login(issuer, client, _setting(args, environ, "claim", "login") or "sub")
+    return Login(issuer, client, args.login_claim or "sub")
 
 
 def _callback(args: argparse.Namespace, environ: Mapping[str, str], flag: str) -> str:
     """The gateway's ``/oauth/callback`` as browsers reach it: ``--oauth-callback``, else on the origin of
     ``--auth-resource`` (or ``--auth-audience``); ``flag`` names what needs it, in the refusal."""
-    callback = _setting(args, environ, "callback", "oauth")
+    callback: str | None = args.oauth_callback
     if callback is None:
-        own = _setting(args, environ, "resource", "auth") or _setting(args, environ, "audience", "auth") or ""
+        own = args.auth_resource or args.auth_audience or ""
         parts = urlsplit(own)
         if parts.scheme not in ("http", "https"):
             raise ValueError(f"{flag} needs the gateway's own URL: give --oauth-callback")
@@ -1188,44 +905,52 @@ def _callback(args: argparse.Namespace, environ: Mapping[str, str], flag: str) -
 
 
 def _oauth_client(args: argparse.Namespace, environ: Mapping[str, str], group: str) -> Iterator[tuple[str, Any]]:
-    """The ``--GROUP-client-*`` settings given, as ``ClientAuth.given`` takes them (none: nothing)."""
-    if getattr(args, f"{group}_client_secret") is not None:
-        variable = (OAUTH_VARIABLES if group == "oauth" else LOGIN_VARIABLES)["client_secret"]
+    """The ``--GROUP-client-*`` settings given (``oauth`` or ``login``), as ``ClientAuth.given`` takes them (none:
+    nothing)."""
+    clients = {
+        "oauth": (
+            args.oauth_client_secret,
+            "MCP_SESSIONS_OAUTH_CLIENT_SECRET",
+            args.oauth_client_id,
+            {
+                "method": args.oauth_client_auth,
+                "secret_file": args.oauth_client_secret_file,
+                "key_file": args.oauth_client_key_file,
+                "key_id": args.oauth_client_key_id,
+            },
+        ),
+        "login": (
+            args.login_client_secret,
+            "MCP_SESSIONS_LOGIN_CLIENT_SECRET",
+            args.login_client_id,
+            {
+                "method": args.login_client_auth,
+                "secret_file": args.login_client_secret_file,
+                "key_file": args.login_client_key_file,
+                "key_id": args.login_client_key_id,
+            },
+        ),
+    }
+    refused, variable, client_id, given = clients[group]
+    if refused is not None:
         raise ValueError(f"the client secret is never a flag: {variable}, or a file")
-    client_id = _setting(args, environ, "client_id", group)
-    others = ("client_auth", "client_secret_file", "client_key_file", "client_key_id")
-    if client_id is None and any(_setting(args, environ, name, group) for name in others):
+    if client_id is None and any(given.values()):
         raise ValueError(f"--{group}-client-* name a client: give --{group}-client-id")
     if client_id is None:
         return
     yield "client_id", client_id
-    yield "method", _setting(args, environ, "client_auth", group)
-    secret = (OAUTH_VARIABLES if group == "oauth" else LOGIN_VARIABLES)["client_secret"]
-    yield "secret", environ.get(secret, "").strip() or None
-    yield "secret_file", _setting(args, environ, "client_secret_file", group)
-    yield "key_file", _setting(args, environ, "client_key_file", group)
-    yield "key_id", _setting(args, environ, "client_key_id", group)
+    yield "secret", environ.get(variable, "").strip() or None
+    yield from given.items()
 
 
-def _setting(args: argparse.Namespace, environ: Mapping[str, str], name: str, group: str = "exchange") -> str | None:
-    """``--GROUP-NAME``, else its variable (:data:`EXCHANGE_VARIABLES`, :data:`AUTH_VARIABLES`,
-    :data:`ID_JAG_VARIABLES`, :data:`OAUTH_VARIABLES`, :data:`LOGIN_VARIABLES`); ``None`` when neither is given."""
-    groups = {"auth": AUTH_VARIABLES, "id_jag": ID_JAG_VARIABLES, "oauth": OAUTH_VARIABLES, "login": LOGIN_VARIABLES}
-    variable = groups.get(group, EXCHANGE_VARIABLES)[name]
-    return getattr(args, f"{group}_{name}") or environ.get(variable, "").strip() or None
-
-
-def _listed(given: list[str] | None, variable: str | None) -> tuple[str, ...] | None:
-    """An allow-list: the flags, else the variable's comma-separated values; ``None`` when neither gives one.
+def _listed(given: list[str] | None) -> tuple[str, ...] | None:
+    """An allow-list: the flags, else their variable's comma-separated values (:func:`~._options.environed`);
+    ``None`` when neither gives one.
 
     Given lists replace both loopback defaults: hosts alone check no ``Origin`` at the gateway (the
     upstream, which gets the client's, still checks it).
     """
-    if given:
-        return tuple(given)
-    if variable and variable.strip():
-        return tuple(value.strip() for value in variable.split(",") if value.strip())
-    return None
+    return tuple(given) if given else None
 
 
 def _loopback(host: str) -> bool:

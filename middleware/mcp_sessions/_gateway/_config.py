@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Final, Literal, get_args
 from .._config import SessionsConfig
 
 if TYPE_CHECKING:
-    from ._file import ServerFlags
+    import argparse
+
     from .auth._exchange import TokenExchange, UpstreamToken
     from .auth._oauth import IdTokens, IssuerGrants
     from .auth._tools import ToolPolicy
@@ -235,11 +236,28 @@ class GatewayConfig:
         return self.serves.sandbox if isinstance(self.serves, StdioProcesses) else None
 
 
+@dataclass(frozen=True)
+class ServerFlags:
+    """One server of the file: its ``name``, the ``path`` it is served at, and its ``flags`` (the gateway's and its
+    own, as the command line would give them); ``env``, its own variables, never printed; ``where``, how a line
+    about it names it (``servers.NAME``, or ``mcpServers.NAME``); ``table``, its table as the file gave it, and
+    ``gateway``, the file's ``[gateway]`` table: what a reload compares (a server whose table changed is replaced;
+    the gateway's, no reload changes)."""
+
+    name: str
+    path: str
+    flags: argparse.Namespace
+    env: Mapping[str, str]
+    where: str
+    table: Mapping[str, object] = field(default_factory=dict)
+    gateway: Mapping[str, object] = field(default_factory=dict)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Served:
     """One server of a gateway's file (``--config``): its ``name``, the ``path`` it is served at, and its
-    configuration, whole (the gateway's values and its own); ``flags``, what the file said of it (``_file``'s
-    ``ServerFlags``), which a reload compares with what the file says then."""
+    configuration, whole (the gateway's values and its own); ``flags``, what the file said of it
+    (:class:`ServerFlags`), which a reload compares with what the file says then."""
 
     name: str
     path: str

@@ -4,7 +4,7 @@ The file is TOML, or the ``mcpServers`` JSON that Claude Desktop, Cursor and VS 
 ``.json``, TOML when it ends in ``.toml``, else JSON when its first character but blanks is ``{``. One way per thing:
 
 - a server's keys are the gateway's per-server flags' long names without ``--`` (``process-network = "egress"``,
-  ``process-env = ["A=claim:sub"]``), read by the SAME argparse definitions as the flags (``add_arguments``), so
+  ``process-env = ["A=claim:sub"]``), read by the SAME argparse definitions as the flags (``_options``), so
   that each means in the file what it means on the command line; a flag that repeats takes a list (or one string),
   one that takes no value ``true``. Beside them, the ``mcpServers`` keys: ``command`` and ``args`` (else ``stdio``,
   one string split as a shell would), ``env`` (the server's own variables, literal, never printed: what the
@@ -41,28 +41,20 @@ import re
 import shlex
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urlsplit
 
 from .._wire import printable
+from ._config import ServerFlags
+from ._options import KEYS, OPTIONS, Option, add_arguments
 
 FILE_LIMIT: Final = 1 << 20
 """The most a file may hold (bytes): a team's servers in a few kilobytes, read whole once at startup."""
 GATEWAY_KEYS: Final = frozenset(
-    {
-        *("host", "port", "allowed-host", "allowed-origin", "forwarded-allow-ips", "shutdown-timeout", "log-level"),
-        *("log-format", "handover"),
-        *("status-port", "status-socket", "process-uids", "process-user-gids", "process-state", "runtime-directory"),
-        "accept-root-processes",
-        *("auth-jwks", "auth-issuer", "auth-audience", "auth-principal-claim", "auth-principal-header"),
-        *("auth-resource", "auth-leeway", "auth-server"),
-        *("exchange-token-endpoint", "exchange-issuer", "exchange-client-id", "exchange-client-secret-file"),
-        *("exchange-client-auth", "exchange-client-key-file", "exchange-client-key-id"),
-    }
+    key for key, option in KEYS.items() if option.scope in ("gateway", "either") and not option.refused
 )
 """The gateway's own keys: in its ``[gateway]`` table once, for every server."""
-OWN_KEYS: Final = frozenset({"auth-audience", "auth-resource"})
+OWN_KEYS: Final = frozenset(key for key, option in KEYS.items() if option.scope == "either")
 """The gateway's keys a server may set for itself: its own audience, and its own resource URL."""
 HOST_KEYS: Final = frozenset({"command", "args", "env", "url", "path", "type"})
 """A server's keys that are no flag's: the ``mcpServers`` JSON's, and where it is served."""
@@ -79,35 +71,16 @@ class FileError(ValueError):
     """The file could not be read, or says what no gateway could serve: the message names the key or line."""
 
 
-@dataclass(frozen=True)
-class ServerFlags:
-    """One server of the file: its ``name``, the ``path`` it is served at, and its ``flags`` (the gateway's and its
-    own, as the command line would give them); ``env``, its own variables, never printed; ``where``, how a line
-    about it names it (``servers.NAME``, or ``mcpServers.NAME``); ``table``, its table as the file gave it, and
-    ``gateway``, the file's ``[gateway]`` table: what a reload compares (a server whose table changed is replaced;
-    the gateway's, no reload changes)."""
+def servers_of(path: str, command_line: Sequence[str]) -> list[ServerFlags]:
+    """The servers the file at ``path`` names, each with its flags, read by the gateway's options
+    (:data:`~._options.OPTIONS`); ``command_line`` is the gateway command's arguments, whose gateway flags win over
+    the file's."""
 
-    name: str
-    path: str
-    flags: argparse.Namespace
-    env: Mapping[str, str]
-    where: str
-    table: Mapping[str, object] = field(default_factory=dict)
-    gateway: Mapping[str, object] = field(default_factory=dict)
-
-
-def servers_of(
-    path: str,
-    command_line: Sequence[str],
-    add_arguments: Callable[[argparse.ArgumentParser], None],
-) -> list[ServerFlags]:
-    """The servers the file at ``path`` names, each with its flags: ``add_arguments`` defines the gateway's flags,
-    which read every key; ``command_line`` is the gateway command's arguments, whose gateway flags win over the
-    file's."""
-
-    def parser() -> argparse.ArgumentParser:
-        made = _Refusing(add_help=False, allow_abbrev=False)
-        add_arguments(made)
+    def parser(*, given_only: bool = False) -> argparse.ArgumentParser:
+        """The gateway's parser; ``given_only``: one whose namespace holds only the options given (no default)."""
+        suppressed = argparse.SUPPRESS if given_only else None
+        made = _Refusing(add_help=False, allow_abbrev=False, argument_default=suppressed)
+        add_arguments(made, defaults=not given_only)
         return made
 
     text = _read(path)
@@ -124,13 +97,11 @@ def servers_of(
         raise FileError("gateway: a table of the gateway's keys")
     if not isinstance(servers, dict) or not servers:
         raise FileError(f"{servers_key}: a table of servers, at least one")
-    options = _options(parser())
-    gateway_argv = _argv("gateway", gateway, options, lambda key: key in GATEWAY_KEYS, "a server's")
-    overriding = _command_line(command_line, options, parser())
-    own = _parse("gateway", parser(), gateway_argv)  # the gateway's own values, for each server's resource
-    for dest, value in overriding.items():
-        setattr(own, dest, value)
-    base = own.auth_resource or own.auth_audience
+    gateway_argv = _argv("gateway", gateway, lambda key: key in GATEWAY_KEYS, "a server's")
+    overriding = _command_line(command_line, parser(given_only=True))
+    # the gateway's own values, for each server's resource
+    own = {**vars(_parse("gateway", parser(), gateway_argv)), **overriding}
+    base = own["auth_resource"] or own["auth_audience"]
     named: list[ServerFlags] = []
     paths: dict[str, str] = {}
     for name, table in servers.items():
@@ -141,21 +112,21 @@ def servers_of(
             raise FileError(f"{where}: a table of the server's keys")
         server = dict(table)
         host = {key: server.pop(key) for key in HOST_KEYS if key in server}
-        argv = _argv(where, server, options, lambda key: key not in GATEWAY_KEYS or key in OWN_KEYS, "the gateway's")
+        argv = _argv(where, server, lambda key: key not in GATEWAY_KEYS or key in OWN_KEYS, "the gateway's")
         argv += _host_keys(where, host, server)
         served = _served_path(where, host.get("path", f"/servers/{name}/mcp"))
         _apart(where, served, paths)
         paths[served] = f"{where}'s"
-        flags = _parse(where, parser(), [*gateway_argv, *argv])
-        own_dests = {options[key].dest for key in server if key in OWN_KEYS}
-        for dest, value in overriding.items():
-            if dest not in own_dests:  # the command line's over the gateway's table, not over a server's own
-                setattr(flags, dest, value)
+        flags = vars(_parse(where, parser(), [*gateway_argv, *argv]))
+        own_dests = {KEYS[key].dest for key in server if key in OWN_KEYS}
+        # the command line's over the gateway's table, not over a server's own
+        flags.update((dest, value) for dest, value in overriding.items() if dest not in own_dests)
         if "auth-resource" not in server and base is not None:
-            flags.auth_resource = _resource(base, served)
+            flags["auth_resource"] = _resource(base, served)
+        if flags["stdio"] is None:  # process-uids is the stdio servers' pool: an HTTP server has no processes
+            flags["process_uids"] = None
         env = _env(where, host.get("env", {}))
-        named.append(ServerFlags(name, served, flags, env, where, table, gateway))
-    _stdio_uids(named)
+        named.append(ServerFlags(name, served, argparse.Namespace(**flags), env, where, table, gateway))
     return named
 
 
@@ -208,40 +179,23 @@ def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return found
 
 
-def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
-    """The parser's options by their long names without ``--``, those it hides (a secret's refusal) left out."""
-    return {
-        option[2:]: action
-        for action in parser._actions
-        if action.help != argparse.SUPPRESS
-        for option in action.option_strings
-        if option.startswith("--") and option not in ("--help", "--config")
-    }
-
-
-def _argv(
-    where: str,
-    table: Mapping[str, object],
-    options: Mapping[str, argparse.Action],
-    allowed: Callable[[str], bool],
-    whose: str,
-) -> list[str]:
+def _argv(where: str, table: Mapping[str, object], allowed: Callable[[str], bool], whose: str) -> list[str]:
     """``table``'s keys as the command line would give them, each checked: a flag's name, allowed here, of its
     type (a string, a number, a list of strings for a flag that repeats, ``true`` for one that takes no value)."""
     argv = []
     for key, value in table.items():
         at = f"{where}.{printable(key)}"
-        action = options.get(key)
-        if action is None:
+        option = _key(key)
+        if option is None:
             raise FileError(f"{at}: unknown key")
         if not allowed(key):
             raise FileError(f"{at}: {whose} key, not here")
-        if action.nargs == 0:  # takes no value
+        if option.switch:
             if not isinstance(value, bool):
                 raise FileError(f"{at}: true or false")
             argv += [f"--{key}"] if value else []
             continue
-        repeats = isinstance(action, argparse._AppendAction)
+        repeats = option.repeats
         values = value if repeats and isinstance(value, list) else [value]
         for each in values:
             if isinstance(each, bool) or not isinstance(each, str | int | float):
@@ -337,34 +291,27 @@ def _parse(where: str, parser: argparse.ArgumentParser, argv: Sequence[str]) -> 
         raise FileError(f"{where}: {str(exc).replace('argument --', '')}") from None
 
 
-def _command_line(
-    command_line: Sequence[str], options: Mapping[str, argparse.Action], parser: argparse.ArgumentParser
-) -> dict[str, object]:
+def _key(key: object) -> Option | None:
+    """The option a file's key names: a flag's, but for a client secret's (never read) and ``config``."""
+    option = KEYS.get(key) if isinstance(key, str) else None
+    return None if option is None or option.refused or option.scope == "command" else option
+
+
+def _command_line(command_line: Sequence[str], parser: argparse.ArgumentParser) -> dict[str, object]:
     """The gateway flags the command line gives (each given, whatever its value), which win over the file's; a
     server's flag there is refused, as is the client secret, never a flag."""
-    for action in parser._actions:  # what is not given is not there
-        action.default = argparse.SUPPRESS
-    given, _ = parser.parse_known_args(command_line)
-    keys = {action.dest: key for key, action in options.items()}
+    given, _ = parser.parse_known_args(command_line)  # what is not given is not there
+    keys = {option.dest: option.key for option in OPTIONS}
     overriding = {}
     for dest, value in vars(given).items():
         if dest == "exchange_client_secret":
             raise FileError("the client secret is never a flag: MCP_SESSIONS_EXCHANGE_CLIENT_SECRET, or a file")
-        if (key := keys.get(dest)) is None:  # --config itself
+        if (key := keys.get(dest)) is None or _key(key) is None:  # --config itself
             continue
         if key not in GATEWAY_KEYS:
             raise FileError(f"--{key} is a server's: with --config, give it as {key} in each server's table")
         overriding[dest] = value
     return overriding
-
-
-def _stdio_uids(servers: Sequence[ServerFlags]) -> None:
-    """``process-uids`` is the stdio servers' pool, every one's whole: a uid is taken per process from it, and locked
-    while its process runs (``_sandbox.Uids``, the host's locks, which keep gateways that share a range apart), so
-    that no uid runs two servers' processes at once; an HTTP server has no processes."""
-    for server in servers:
-        if server.flags.stdio is None:
-            server.flags.process_uids = None
 
 
 def _resource(base: str, path: str) -> str:

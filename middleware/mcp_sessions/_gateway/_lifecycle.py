@@ -11,7 +11,7 @@ call is served until every call that was in flight at the signal is answered; fr
 new request as it would a new conversation (``REFUSING``), so the calls in flight only end, and conversations that call
 back to back do not hold the drain to its bound. Then the streams are ended and uvicorn stops: it closes the listener
 and waits for a call that came meanwhile for what is left of the bound. A call past the bound is told that it may have
-run (``-32603``, ``_serving.CUT``; 502 where its answer has not started), never uvicorn's 500, nor a 503 with
+run (``-32603``, ``_drain.cut``; 502 where its answer has not started), never uvicorn's 500, nor a 503 with
 ``Retry-After``, which a client or a front would send again. A second Ctrl-C (or SIGTERM) ends the drain at once, its
 calls told so.
 
@@ -37,19 +37,18 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from types import FrameType
 from typing import Any, Final, TextIO
 
 import anyio
+import anyio.lowlevel
 import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._asgi import header
-from .._pipeline import error_answer, unavailable
 from .._wire import jsonrpc
 from .._wire.protocol import (
-    INTERNAL_ERROR,
     MCP_METHOD_HEADER,
     MCP_PROTOCOL_VERSION_HEADER,
     MCP_SESSION_ID_HEADER,
@@ -57,14 +56,12 @@ from .._wire.protocol import (
 )
 from ..profiles import Era
 from ._config import GatewayConfig
+from ._drain import REFUSED, cut, is_call
 from ._front import startup_failure
 from ._serving import (
-    CUT,
-    CUT_DATA,
     DRAINING,
     EXIT_USAGE,
     REFUSING,
-    RESTARTING,
     RETRY_AFTER,
     STOPPING,
     Listener,
@@ -73,22 +70,19 @@ from ._serving import (
     handing,
     private_socket,
 )
+from .stdio._first import Ahead
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
 STARTUP_FAILURE: Final = 3
 """uvicorn's exit status for an app that failed to start in another way (a bug: its traceback is logged)."""
-_SHUTTING_DOWN = unavailable(503, RESTARTING, RETRY_AFTER, None, "shutting_down")
-# a call cut before its answer started, its id unread here (--stdio's name theirs: _server), with no Retry-After
-_CUT = error_answer(502, INTERNAL_ERROR, CUT, "cut", data=CUT_DATA)
 _PROBES: Final = {"/healthz", "/readyz"}
-_LISTEN: Final = b"subscriptions/listen"
 _LOOK_EVERY: Final = 0.1
 """Seconds between two looks at the connections left open as a drain ends, as uvicorn's stop looks at them."""
 
 
 def serve(
-    app: ASGIApp,
+    app: ASGIApp | Ahead,
     bound: Listener,
     config: GatewayConfig,
     stderr: TextIO,
@@ -101,10 +95,8 @@ def serve(
     SIGHUP does (``_cli.Reload``, with ``--config``), the gateway's configuration then (``None``: unchanged).
     ``release``: what the app's processes ran in, let go once they have all ended (``_cli``'s: every server's
     sandbox, ``_sandbox.Sandbox.close``). ``start``: the signals that came while the gateway was built, each taken
-    as one during its start. What the gateway's start made lasts as long as it does: frozen, never
-    scanned by the collector, which ``_cli.run`` kept off until now."""
-    gc.freeze()
-    gc.enable()
+    as one during its start. ``app`` may be built as the gateway starts (``_first.Ahead``: a ``--stdio`` gateway's,
+    its shared process started beside)."""
     return Gateway(app, config, reload, release, start).run_until_stopped(bound, stderr)
 
 
@@ -150,7 +142,7 @@ class Gateway(uvicorn.Server):
 
     def __init__(
         self,
-        app: ASGIApp,
+        app: ASGIApp | Ahead,
         config: GatewayConfig,
         reload: Callable[[], Awaitable[GatewayConfig | None]] | None = None,
         release: Callable[[], None] | None = None,
@@ -180,7 +172,8 @@ class Gateway(uvicorn.Server):
                 reset_contextvars=True,
             )
         )
-        self.app = app
+        self._ahead = app if isinstance(app, Ahead) else None  # built by _built, as it starts
+        self.app: ASGIApp = _unbuilt if isinstance(app, Ahead) else app
         self.gateway = config
         self.failure: BaseException | None = None  # the app's failure to start, said in one line
         self.stopped = False  # its start ended by a signal
@@ -541,7 +534,12 @@ class Gateway(uvicorn.Server):
             if self._stop_asked:  # before the start began
                 starting.cancel()
             try:
-                await self.app(scope, receive, sending)
+                async with self._built():
+                    # What the start made lasts as long as the gateway: frozen, never scanned by the collector,
+                    # which _cli.run kept off until now.
+                    gc.freeze()
+                    gc.enable()
+                    await self.app(scope, receive, sending)
             except BaseException as exc:
                 self.failure = startup_failure(exc)
                 if self.failure is None:
@@ -551,19 +549,37 @@ class Gateway(uvicorn.Server):
                     quiet = self.failure is not None or starting.cancel_called
                     await send({**held[0], "message": "" if quiet else held[0].get("message", "")})
         self.stopped = starting.cancelled_caught
-        if self.stopped and not held:  # uvicorn waits for the start's end
-            await send({"type": "lifespan.startup.failed", "message": ""})
+        if (self.stopped or self.failure is not None) and not held:  # uvicorn waits for the start's end (an app
+            await send({"type": "lifespan.startup.failed", "message": ""})  # that failed to build never said it)
+
+    @contextlib.asynccontextmanager
+    async def _built(self) -> AsyncIterator[None]:
+        """Startup, first, with ``Ahead``: the app built on a worker thread (the ``mcp`` SDK's import, about half a
+        second of CPU), while its shared process starts beside it in this loop (``FirstProcess``), which the app's
+        start then takes and asks to initialize; one not taken (the build failed, or a signal ended the start) is
+        stopped at the end."""
+        ahead = self._ahead
+        if ahead is None:
+            yield
+            return
+        try:
+            async with anyio.create_task_group() as starting:
+                await anyio.lowlevel.checkpoint()  # a start ended already goes no further
+                starting.start_soon(ahead.first.run)
+                self.app = await anyio.to_thread.run_sync(ahead.build)
+            yield
+        finally:
+            await ahead.first.aclose()
 
     async def _request(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A request: the probes answered, a new conversation refused while draining, a call counted in flight."""
-        headers = scope["headers"]
         if scope["method"] == "GET" and scope["path"] in _PROBES:
             ready = scope["path"] == "/healthz" or not self._stop_asked
             return await _probe_answer(_Responding(send, draining=False, stopping=self.stop_asked), ready)
-        call = scope["method"] != "GET" and header(headers, MCP_METHOD_HEADER) != _LISTEN
+        call = is_call(scope)
         # a stream would hold the stop: its client opens it again at the next gateway
         if self._stop_asked and (_opens(scope) or not call):
-            return await _SHUTTING_DOWN.send(send)
+            return await REFUSED.send(send)
         scope[STOPPING] = self.drained
         scope[DRAINING] = self.stop_asked
         scope[REFUSING] = self.refusing
@@ -576,11 +592,8 @@ class Gateway(uvicorn.Server):
         except asyncio.CancelledError:  # by the drain's end, or uvicorn's
             if not self._stop_asked:
                 raise
-            if not responding.started:
-                return await (_CUT if call else _SHUTTING_DOWN).send(send)
-            if not responding.ended:  # a stream: ended where it is, not left for uvicorn to call an error
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-            return None
+            # a stream ended where it is, not left for uvicorn to call an error
+            return await cut(send, call=call, started=responding.started, ended=responding.ended)
         finally:
             if task is not None:
                 self.calls.discard(task)
@@ -650,6 +663,11 @@ def _opens(scope: Scope) -> bool:
         return False
     legacy = Era.of(header(headers, MCP_PROTOCOL_VERSION_HEADER)) is Era.LEGACY
     return legacy or header(headers, MCP_METHOD_HEADER) == b"sessions/create"
+
+
+async def _unbuilt(scope: Scope, receive: Receive, send: Send) -> None:
+    """The app of a gateway not built yet (``Gateway._built``): it serves nothing before its start."""
+    raise RuntimeError("the gateway's app is not built yet")
 
 
 async def _probe_answer(send: Send, ready: bool) -> None:

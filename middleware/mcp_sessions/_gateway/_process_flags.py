@@ -1,8 +1,9 @@
-"""``mcp-sessions gateway --stdio``'s process flags: which process a request reaches, how many run and for how
-long (``--processes``, ``--max-processes``, ...), and how each runs and is contained (``--process-*``), checked
-into the :class:`~.sealed._sandbox.SandboxPolicy` every process is started by, and the variables no process is given
-(``_loader.loads_code``: ``--pass-env``'s here, ``--process-env``'s in ``auth._users``). What ``_cli`` calls, as it
-calls ``sealed._network`` for ``--process-network`` and ``_lifecycle`` to serve."""
+"""``mcp-sessions gateway --stdio``'s process flags (defined in ``_options``): which process a request reaches, how
+many run and for how long (``--processes``, ``--max-processes``, ...), and how each runs and is contained
+(``--process-*``), checked into the :class:`~.sealed._sandbox.SandboxPolicy` every process is started by, and the
+variables no process is given (``_loader.loads_code``: ``--pass-env``'s here, ``--process-env``'s in
+``auth._users``). What ``_cli`` calls, as it calls ``sealed._network`` for ``--process-network`` and ``_lifecycle``
+to serve."""
 
 from __future__ import annotations
 
@@ -22,23 +23,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from ._config import (
-    DEFAULT_MAX_PROCESSES_PER_CALLER,
-    DEFAULT_PROCESS_IDLE,
-    DEFAULT_WARM,
-    EVICT_AFTER,
-    FOOTPRINT,
-    MOST_PROCESSES,
-    PROCESSES,
-    SESSIONLESS,
-    STATES_KEPT,
-    StdioProcesses,
-    default_max_processes,
-)
 from ._loader import loads_code
-from .sealed._grants import STATE, USER_GIDS
+from .sealed._grants import STATE
 from .sealed._kernel import RUNTIME, runtime_directory
-from .sealed._sandbox import CONTAINMENTS, DISK
 
 if TYPE_CHECKING:
     from .sealed._network import Network
@@ -50,213 +37,13 @@ _MAX_LINKS: Final = 40
 """The links path resolution follows at most (the kernel's ``MAXSYMLINKS``): more is ``ELOOP``."""
 
 
-def add_process_arguments(gateway: argparse.ArgumentParser) -> None:
-    """``gateway``'s options for its ``--stdio`` processes: which and how many, then how each runs."""
-    _process_arguments(gateway)
-    _containment_arguments(gateway)
-
-
-def _process_arguments(gateway: argparse.ArgumentParser) -> None:
-    """With ``--stdio``: which process a request reaches, how many run at once, and how long each lives."""
-    gateway.add_argument(
-        "--processes",
-        choices=PROCESSES,
-        default=StdioProcesses.processes,
-        help="with --stdio: a process per conversation, or one shared by every client (each "
-        "request names its conversation in _meta); auto (default): if the server speaks "
-        "2026-07-28 and no --process-env or --process-uids, a process per caller (its "
-        "conversations named in _meta), else per conversation",
-    )
-    gateway.add_argument(
-        "--conversation-state",
-        choices=STATES_KEPT,
-        default=StdioProcesses.state,
-        help="with --stdio: where the server keeps a conversation's state: in its process (default: a conversation "
-        "whose process the gateway no longer has, after a restart or on another replica, is told so once), or on "
-        "disk, in its granted directories, or none (such a conversation's next call gets a new process)",
-    )
-    gateway.add_argument(
-        "--process-idle",
-        type=float,
-        metavar="SECONDS",
-        help="with --stdio: how long a conversation's process lives without a request (default: "
-        f"MCP_SESSIONS_IDLE_TTL, else {DEFAULT_PROCESS_IDLE:g})",
-    )
-    gateway.add_argument(
-        "--max-processes",
-        type=int,
-        default=(most := default_max_processes()),
-        metavar="N",
-        help="with --stdio: how many conversations' processes may run at once; when all do, a new one ends the one "
-        f"idle longest, if idle {EVICT_AFTER:g} s (default: half the host's memory at {FOOTPRINT >> 20} MiB each, "
-        f"at most {MOST_PROCESSES}, less --warm's {DEFAULT_WARM} and the shared one; in a --config file, shared by "
-        f"its stdio servers: {most} here for one)",
-    )
-    gateway.add_argument(
-        "--max-processes-per-principal",
-        type=int,
-        default=DEFAULT_MAX_PROCESSES_PER_CALLER,
-        metavar="N",
-        help="with --stdio: how many of them one caller (its principal, else its client address) may have; at it, "
-        f"her new one ends her own idle longest, if idle {EVICT_AFTER:g} s "
-        f"(default {DEFAULT_MAX_PROCESSES_PER_CALLER})",
-    )
-    gateway.add_argument(
-        "--sessionless",
-        choices=SESSIONLESS,
-        default=StdioProcesses.sessionless,
-        help="with --stdio: the 2026-07-28 requests of a caller that name no conversation reach "
-        "that caller's own process (default), or each a process of its own, or the shared one",
-    )
-    gateway.add_argument(
-        "--warm",
-        type=int,
-        default=DEFAULT_WARM,
-        metavar="N",
-        help=f"with --stdio: processes started ahead for new conversations and such requests (default {DEFAULT_WARM})",
-    )
-
-
-def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
-    """With ``--stdio``: how each process runs and is contained (``process_options`` checks them)."""
-    gateway.add_argument(
-        "--process-uids",
-        metavar="FIRST-LAST",
-        help="with --stdio: a uid (and gid) of its own for each process, from this range, which no "
-        "user of the system may have; the gateway must run as root",
-    )
-    gateway.add_argument(
-        "--process-user",
-        metavar="USER[:GROUP]",
-        help="with --stdio: run every process as this one user (and its group, or GROUP), for a "
-        "single tenant; the gateway must run as root",
-    )
-    gateway.add_argument(
-        "--accept-root-processes",
-        action="store_true",
-        help="with --stdio, a gateway run as root, no --process-uids nor --process-user and the host's network "
-        "(--process-network host, the default without uids): accept that every process runs as root (uid 0) on "
-        "the host's network; without it, such a gateway refuses to start (key accept-root-processes)",
-    )
-    gateway.add_argument(
-        "--accept-shared-uid",
-        action="store_true",
-        help="with auth and --process-env but no --process-uids: accept that users' processes, "
-        "which share a uid, can read each other's environment and files",
-    )
-    gateway.add_argument(
-        "--process-containment",
-        choices=CONTAINMENTS,
-        default="auto",
-        help="with --stdio: 'bwrap' (bubblewrap) or 'unshare' (util-linux, as root): each process "
-        "in a PID namespace with a /proc of its own, all it started ending with it, the host's files "
-        "read-only but its own home, /tmp, /var/tmp, /dev/shm and /run/lock, no view of the control "
-        "groups nor of /run, a devpts and a hostname of its own; 'none': its process "
-        "group only; 'auto' (default): bwrap where it works, else unshare, else none (the startup "
-        "line says which)",
-    )
-    gateway.add_argument(
-        "--process-seccomp",
-        metavar="PATH",
-        help="with --stdio and a containment: the seccomp profile of every process, in Docker's JSON (Docker's or "
-        "Podman's, /usr/share/containers/seccomp.json), taken as for a process with no capability (default: "
-        "Docker's default profile, which the gateway ships); a filter that refuses a user namespace is kept beside it",
-    )
-    gateway.add_argument(
-        "--process-memory",
-        type=int,
-        metavar="MIB",
-        help="with --stdio: a conversation's memory at most (MiB), all its processes together, its directories and "
-        "socket buffers included (a control group); default: half the host's memory shared by --max-processes, "
-        "--warm and the shared process, where the host gives a control group, and under cgroup v1, where they are "
-        "bounded together by half the host's memory, at least 512 MiB (the startup line says it)",
-    )
-    gateway.add_argument(
-        "--process-pids",
-        type=int,
-        metavar="N",
-        help="with --stdio: how many processes a conversation may run at once (a control group, "
-        "else RLIMIT_NPROC of its uid with --process-uids)",
-    )
-    gateway.add_argument(
-        "--process-disk",
-        type=int,
-        default=DISK,
-        metavar="MIB",
-        help="with --stdio and a containment: how much each of a process's own directories may hold (MiB): "
-        f"its home, /tmp, /var/tmp, /dev/shm and /run/lock, each a tmpfs (default {DISK}); the host's "
-        "other files are read-only to it",
-    )
-    gateway.add_argument(
-        "--process-cpu",
-        type=float,
-        metavar="CORES",
-        help="with --stdio: a conversation's CPU at most, all its processes together, in cores "
-        "(0.5: half of one; a control group's CFS quota)",
-    )
-    gateway.add_argument(
-        "--process-cwd",
-        metavar="TEMPLATE",
-        help="with --stdio: a new working directory per process, also its HOME, '{id}' in it the "
-        "process's own id (its MCP_SESSION_ID; 'shared-' and a random part for the shared "
-        "process); removed when the process ends",
-    )
-    gateway.add_argument(
-        "--process-mount",
-        action="append",
-        default=[],
-        metavar="SOURCE:TARGET[:rw]",
-        help="with --stdio and a containment: the host's directory SOURCE at TARGET in every process, read-only "
-        "unless ':rw'; SOURCE USERS/{user}: each user's own directory in USERS, made on first use, hers alone "
-        "(with auth and --process-uids); repeat",
-    )
-    gateway.add_argument(
-        "--process-user-gids",
-        default=USER_GIDS,
-        metavar="FIRST-LAST",
-        help=f"with a {{user}} --process-mount: the gids of the users' own directories, one each, which no user "
-        f"or group of the system may have (default {USER_GIDS})",
-    )
-    gateway.add_argument(
-        "--process-state",
-        metavar="DIR",
-        help="the gateway's state directory: where it keeps the sessions, their data and users' sign-ins (store/"
-        "sessions.db, SQLite, unless MCP_SESSIONS_STORE names a store) and, with --process-uids, where the host's "
-        "gateways keep, for good, each user's group (a {user} --process-mount) and the uids kept for a user (a :rw "
-        "--process-mount); the gateway's user's alone, mode 0700 (default: systemd's STATE_DIRECTORY, from "
-        f"StateDirectory=, else {STATE} as root, else $XDG_STATE_HOME/mcp-sessions): give every gateway of the host "
-        "the same",
-    )
-    gateway.add_argument(
-        "--runtime-directory",
-        metavar="DIR",
-        help="with --process-uids or --process-network egress: where the host's gateways lock the processes' uids and "
-        "their egress tables, and keep the processes' resolver and the masked credentials' certificates; one the "
-        f"gateway's user may write (default: systemd's RUNTIME_DIRECTORY, from RuntimeDirectory=, else {RUNTIME}): "
-        "give every gateway of the host the same",
-    )
-    gateway.add_argument(
-        "--process-file",
-        action="append",
-        default=[],
-        metavar="TARGET=TEMPLATE",
-        help="with --stdio and a containment: the file TARGET (~/PATH, in the process's home, or /tmp/PATH) written "
-        "in each process as it starts, mode 0600, its own, from the file TEMPLATE (read at startup), each ${NAME} in "
-        "it that conversation's --process-env NAME (its placeholder where masked; $$ for a $): a .netrc, a "
-        "kubeconfig; repeat",
-    )
-    gateway.add_argument(
-        "--pass-env",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="with --stdio: the gateway's variable NAME reaches every process (besides PATH, HOME, "
-        "LOGNAME, SHELL, TERM and USER); repeat",
-    )
-
-
 def process_options(
-    args: argparse.Namespace, command: Sequence[str], auth: object | None, runtime: str = RUNTIME, state: str = STATE
+    args: argparse.Namespace,
+    command: Sequence[str],
+    auth: object | None,
+    runtime: str = RUNTIME,
+    state: str = STATE,
+    share: int = 1,
 ) -> SandboxPolicy:
     """How the stdio processes run (``--process-*``), checked, the containment tried once (``auto`` resolved to
     the one that works here). Nothing of the gateway's own process changes here: :func:`seal_gateway` does, as the
@@ -264,7 +51,9 @@ def process_options(
     is one counts here: typed so, the flags import nothing of ``auth/``, which imports the configuration's types
     (``_config``), whose defaults the flags read. ``runtime``: ``--runtime-directory`` (or systemd's), checked
     where a process's uid or its egress table is locked there; ``state``: ``--process-state`` (or its default,
-    ``_cli.state_of``)."""
+    ``_cli.state_of``); ``share``: the stdio servers of a ``--config`` file, among which the host's processes are
+    shared (:func:`_bounds`), and whose pool ``--process-uids`` is."""
+    from .sealed._kernel import unmapped
     from .sealed._sandbox import SandboxError, SandboxPolicy, private_under
 
     if command and shutil.which(command[0]) is None:
@@ -283,7 +72,7 @@ def process_options(
         raise ValueError(f"--pass-env: {loader[0]!r} tells the dynamic loader what to load, and root's helpers run it")
     if args.process_disk < 1:
         raise ValueError("--process-disk takes a positive number")
-    uids, user, group = _run_as(args, runtime, state)
+    uids, user, group = _run_as(args, runtime, state, share)
     uid: int | None = uids.first if uids is not None else user
     if command and uid is not None:
         _reached_as(command, uid, group if group is not None else uid)
@@ -303,7 +92,7 @@ def process_options(
     parts = [part for part, used in (("uids", uids is not None), ("tables", network == "egress")) if used]
     if parts:  # before any lock is taken there: a container's root may not own the host's /run/mcp-sessions
         runtime_directory(runtime, *parts)
-    bounds = _bounds(args, per_uid=uids is not None)
+    bounds = _bounds(args, share, per_uid=uids is not None)
     seccomp, profile = _seccomp(args)
     grants, users = _grants(args, cwd, uids, auth, state)
     sandbox = SandboxPolicy(
@@ -326,6 +115,12 @@ def process_options(
         sandbox = sandbox.chosen()
     except SandboxError as exc:
         raise ValueError(str(exc)) from None
+    # A container's, a pod's user namespace maps some uids alone: one outside them is no process's to run as.
+    if uids is not None and (mapped := unmapped(uids.first, uids.last)) is not None:
+        raise ValueError(
+            f"--process-uids {args.process_uids}: the gateway's user namespace maps the ids {mapped} alone: give a "
+            "range inside them, or a user namespace that maps it (a pod's maps 0-65535)"
+        )
     if sandbox.containment != "none":
         _seen_contained(command, cwd)
     # a process that forks and exits in a loop outruns pkill
@@ -560,7 +355,7 @@ def _template(flag: str, path: str) -> string.Template:
     return string.Template(text)
 
 
-def _run_as(args: argparse.Namespace, runtime: str, state: str) -> tuple[Any, int | None, int | None]:
+def _run_as(args: argparse.Namespace, runtime: str, state: str, share: int) -> tuple[Any, int | None, int | None]:
     """As whom the processes run: a uid each from ``--process-uids``, or ``--process-user``'s uid and gid."""
     from .sealed._sandbox import UidRange
 
@@ -572,7 +367,7 @@ def _run_as(args: argparse.Namespace, runtime: str, state: str) -> tuple[Any, in
     if args.process_uids is not None:
         # a user's conversations' processes, and as many still ending (Uids: a uid kept for her), on each of a
         # --config file's stdio servers, whose pool the range is
-        per_user = 2 * max(1, args.max_processes_per_principal) * getattr(args, "process_share", 1)
+        per_user = 2 * max(1, args.max_processes_per_principal) * share
         locks = os.path.join(runtime, "uids")
         uids = UidRange.parsed(args.process_uids, per_user=per_user, locks=locks, state=state)
         if (someone := uids.taken_by_users()) is not None:
@@ -588,12 +383,12 @@ def _run_as(args: argparse.Namespace, runtime: str, state: str) -> tuple[Any, in
         raise ValueError(f"--process-user: no such user or group: {args.process_user}") from None
 
 
-def _bounds(args: argparse.Namespace, *, per_uid: bool) -> Any:
+def _bounds(args: argparse.Namespace, share: int, *, per_uid: bool) -> Any:
     """The control groups that bound each conversation (``--process-memory``, by default :func:`default_memory`
     where the host gives the gateway a control group, ``--process-pids``, ``--process-cpu``); None without bounds, or
     for ``--process-pids`` alone with a uid per process where the host gives none (RLIMIT_NPROC).
 
-    ``args.process_share`` (not a flag; 1 unless set): the stdio servers of a ``--config`` file, among which the
+    ``share``: the stdio servers of a ``--config`` file (1 for a gateway of one), among which the
     host's half is shared, so that one gateway's processes together stay within it whatever server runs them: each
     server's processes are bounded together by its share (cgroup v1), and a process's default counts them all."""
     from .sealed._cgroups import CPU_PERIOD, Bounds
@@ -606,7 +401,6 @@ def _bounds(args: argparse.Namespace, *, per_uid: bool) -> Any:
     if cpu is not None and not (math.isfinite(cpu) and cpu * CPU_PERIOD >= 1000):
         raise ValueError(f"--process-cpu takes a number of cores, at least {1000 / CPU_PERIOD:g}")
     memory = None if args.process_memory is None else args.process_memory << 20
-    share = getattr(args, "process_share", 1)
     processes = max(args.max_processes + args.warm + 1, 1) * share  # a bad count is said later
     if memory is None and (bounds := Bounds.found(1, args.process_pids, cpu)) is not None:
         together = bounds.version == 1  # v1: the gateway's own group bounds them together (Bounds.together)

@@ -38,7 +38,7 @@ A reload (:meth:`Servers.replace`, on SIGHUP) serves other routes in place of so
 processes, uids and conversations go on): each server that goes (removed, or replaced) is drained as a stop drains the
 gateway, alone: a request to it is answered 503 with ``Retry-After`` (``-32014``: a client sends it again, and reaches
 the server's new app), its calls in flight may end, for the drain's bound at most, and those past it are told that
-they may have run (``_serving.CUT``), its streams ended; then its app is stopped (every process of it ended, its uids
+they may have run (``_drain.cut``), its streams ended; then its app is stopped (every process of it ended, its uids
 given back to the gateway's pool) before any app that comes starts. Removing and installing a server's tables (``gone``
 and ``coming``: ``nft``, helpers) runs on a worker thread: the servers that go on are served meanwhile."""
 
@@ -57,16 +57,15 @@ import anyio.abc
 from starlette.datastructures import QueryParams
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._asgi import header, send_json
-from .._pipeline import error_answer, unavailable
-from .._wire.protocol import INTERNAL_ERROR, MCP_METHOD_HEADER
+from .._asgi import send_json
 from ._config import GatewayConfig, Served, StdioProcesses
+from ._drain import REFUSED, cut, is_call
 from ._file import SERVERS_PATH
 from ._front import StartupFailed, startup_failure
 from ._logs import SERVING
 from ._operator import GRANTS_STATUS_PATH
-from ._serving import CUT, CUT_DATA, RESTARTING, RETRY_AFTER
-from .auth._oauth import AUTHORIZE_PATH, CALLBACK_PATH, CLIENT_PATH, GRANTS_PATH, UpstreamGrants, is_sign_in
+from .auth._oauth import SignIn
+from .auth._sign_ins import AUTHORIZE_PATH, CALLBACK_PATH, CLIENT_PATH, GRANTS_PATH, is_sign_in
 
 if TYPE_CHECKING:
     from .sealed._sandbox import Sandbox
@@ -77,9 +76,6 @@ METADATA: Final = "/.well-known/oauth-protected-resource"
 STATUS: Final = "/status"
 ANSWER_LIMIT: Final = 4 << 20
 """The most a server's answer to a view across the servers may hold (bytes): its conversations', or its processes'."""
-# what a stop's drain answers (_lifecycle's): a request to a server that goes, and a call its bound cut
-_REPLACING = unavailable(503, RESTARTING, RETRY_AFTER, None, "shutting_down")
-_CUT = error_answer(502, INTERNAL_ERROR, CUT, "cut", data=CUT_DATA)
 
 
 @dataclass(frozen=True)
@@ -168,27 +164,23 @@ class Servers:
         told as a stop tells it if the drain's bound cuts it (see the module)."""
         name = route.served.name
         if name in self._going:
-            return await _REPLACING.send(send)
+            return await REFUSED.send(send)
         live = self._live.get(name)
         if live is None or live.route is not route or scope["type"] != "http":  # no lifespan: called directly
             return await route.app(scope, receive, send)
-        call = scope["method"] != "GET" and header(scope["headers"], MCP_METHOD_HEADER) != b"subscriptions/listen"
+        call = is_call(scope)
         responding = _Noting(send)
-        with anyio.CancelScope() as cut:
-            live.requests[cut] = call
+        with anyio.CancelScope() as cutting:
+            live.requests[cutting] = call
             try:
                 await route.app(scope, receive, responding)
             finally:
-                del live.requests[cut]
+                del live.requests[cutting]
                 if name in self._going and not live.calls():
                     live.quiet.set()
-        if not cut.cancelled_caught:
+        if not cutting.cancelled_caught:
             return None
-        if not responding.started:
-            return await (_CUT if call else _REPLACING).send(send)
-        if not responding.ended:  # a stream: ended where it is
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        return None
+        return await cut(send, call=call, started=responding.started, ended=responding.ended)
 
     async def replace(
         self, routes: Sequence[Route], within: float, gone: Callable[[Route], None], coming: Callable[[Route], None]
@@ -216,8 +208,8 @@ class Servers:
             for live in going:
                 await live.quiet.wait()
         for live in going:  # the calls past the bound told so, the streams ended
-            for cut in live.requests:
-                cut.cancel()
+            for request in live.requests:
+                request.cancel()
         failed = []
         try:
             for live in reversed(going):
@@ -410,7 +402,7 @@ async def _running(route: Route, scope: Scope) -> AsyncIterator[None]:
             await stopped.wait()
 
 
-def sign_ins(config: GatewayConfig) -> tuple[UpstreamGrants, ...]:
+def sign_ins(config: GatewayConfig) -> tuple[SignIn, ...]:
     """A server's sign-ins: a stdio server's ID-token login and ``oauth:`` variables' grants, an HTTP server's
     ``upstream-token = "oauth"`` grants or its ID-JAG's ID-token login; none for most."""
     if isinstance(config.serves, StdioProcesses):
@@ -420,7 +412,7 @@ def sign_ins(config: GatewayConfig) -> tuple[UpstreamGrants, ...]:
     if token is None:
         return ()
     found = token if token.mode == "oauth" else token.subject
-    return (found,) if isinstance(found, UpstreamGrants) else ()
+    return (found,) if isinstance(found, SignIn) else ()
 
 
 class _Noting:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Generic, NamedTuple, TypeVar
@@ -22,7 +23,7 @@ from ..._bounded import BoundedDict
 from ..._wire import jsonrpc
 
 if TYPE_CHECKING:
-    import httpx
+    import httpx2
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -35,47 +36,58 @@ ERROR_CODE: Final = re.compile(r"[\x20-\x21\x23-\x5b\x5d-\x7e]{1,64}")
 _SCOPE: Final = re.compile(r"(?=.{1,1024}$)[\x21\x23-\x5b\x5d-\x7e]+(?: [\x21\x23-\x5b\x5d-\x7e]+)*")
 _K = TypeVar("_K", bound=Hashable)
 _E = TypeVar("_E", bound=Exception)
+_R = TypeVar("_R")
+
+
+class AnswerTooLong(Exception):
+    """A server's answer went past :data:`MAX_ANSWER` bytes (``_token``'s transport stops reading it there)."""
+
+
+def now() -> float:
+    """The clock every expiry of the gateway's authorization is decided on: wall-clock seconds, as a token's
+    ``exp`` is. What decides takes it as its ``clock``, so that a test moves time rather than waiting for it."""
+    return time.time()
 
 
 async def read_answer(
-    http: httpx.AsyncClient,
-    request: httpx.Request,
+    http: httpx2.AsyncClient,
+    request: httpx2.Request,
     seconds: float,
     server: str,
     failed: Callable[[str, int], Exception],
-) -> tuple[httpx.Response, Any]:
-    """The answer to ``request`` (closed; its status and headers still readable) and its JSON (``None`` if not),
-    within ``seconds`` and :data:`MAX_ANSWER` bytes; else ``failed(description, status)`` raised, each description
-    beginning with ``server`` (how the caller names the server to its client): 504 for no answer in time, 502 for
-    one too long, a connection closed without one, or a server not reached. The log names the host, never the
-    request."""
-    import httpx  # loaded as the caller's client was made
+) -> tuple[httpx2.Response, Any]:
+    """The answer to ``request``, sent by ``http`` (``_token.oauth_client``'s, which reads at most
+    :data:`MAX_ANSWER` bytes), and its JSON (``None`` if not), as :func:`heard` hears it."""
+    response = await heard(http.send(request), request.url.host, seconds, server, failed)
+    return response, jsonrpc.loads(response.content, answer=True, strict=True)  # None, not JSON: judged by its status
 
-    host = request.url.host
-    body = bytearray()
+
+async def heard(
+    answer: Awaitable[_R], host: str, seconds: float, server: str, failed: Callable[[str, int], Exception]
+) -> _R:
+    """``answer`` (a request to ``host`` and its whole answer read) within ``seconds``; else ``failed(description,
+    status)`` raised, each description beginning with ``server`` (how the caller names the server to its client):
+    504 for no answer in time, 502 for one too long (:class:`AnswerTooLong`), a connection closed without one, or a
+    server not reached. The log names the host, never the request."""
+    import httpx2  # loaded as the caller's client was made
+
     try:
         with anyio.fail_after(seconds):
-            response = await http.send(request, stream=True)
-            try:
-                async for chunk in response.aiter_bytes():
-                    body += chunk
-                    if len(body) > MAX_ANSWER:
-                        raise failed(f"{server}'s answer is too long", 502)
-            finally:
-                await response.aclose()
+            return await answer
+    except AnswerTooLong:
+        raise failed(f"{server}'s answer is too long", 502) from None
     except TimeoutError:
         logger.warning("mcp-sessions gateway: %s did not answer in %g s", host, seconds)
         raise failed(f"{server} did not answer in time", 504) from None
-    # httpx's failures of a connection it made (a ConnectError or ConnectTimeout is one never made): the server
+    # httpx2's failures of a connection it made (a ConnectError or ConnectTimeout is one never made): the server
     # reset it (ReadError, WriteError) or ended it before a whole answer (RemoteProtocolError).
-    except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as exc:
+    except (httpx2.ReadError, httpx2.WriteError, httpx2.RemoteProtocolError) as exc:
         failure = type(exc).__name__
         logger.warning("mcp-sessions gateway: %s closed the connection without an answer: %s", host, failure)
         raise failed(f"{server} closed the connection without an answer", 502) from None
-    except httpx.HTTPError as exc:
+    except httpx2.HTTPError as exc:
         logger.warning("mcp-sessions gateway: %s could not be reached: %s", host, type(exc).__name__)
         raise failed(f"{server} could not be reached", 502) from None
-    return response, jsonrpc.loads(bytes(body), answer=True, strict=True)  # None, not JSON: judged by its status alone
 
 
 class Issued(NamedTuple):

@@ -32,12 +32,12 @@ each request sent, so that an answer that echoes it is not quoted.
 from __future__ import annotations
 
 import functools
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal, NamedTuple, get_args
 from urllib.parse import parse_qsl, quote_plus
 
 from .._keys import private_key
+from ._answer import now
 
 if TYPE_CHECKING:
     from joserfc.jwk import ECKey, RSAKey
@@ -166,8 +166,10 @@ class ClientAuth:
         else:
             assert self.key is not None
             header = {"typ": ASSERTION_JWT_TYPE} | ({"kid": self.key_id} if self.key_id else {})
-            # a claims dict of its own each time: authlib writes the assertion's jti into the one it is given
-            claims = {"exp": int(time.time()) + ASSERTION_LIFETIME}
+            # a claims dict of its own each time: authlib writes the assertion's jti into the one it is given; its
+            # iat and exp of one reading of the wall clock (the server judges them on its own, never a test's)
+            issued = int(now())
+            claims = {"iat": issued, "exp": issued + ASSERTION_LIFETIME}
             method = PrivateKeyJWT(audience, claims=claims, headers=header, alg=_algorithm(self.key))
             sent = ()
             encoding = Encoding(self.client_id, self._signing_key, method)

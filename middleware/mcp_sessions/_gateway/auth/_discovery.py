@@ -27,7 +27,7 @@ from ..._wire import printable
 from ._answer import read_answer
 
 if TYPE_CHECKING:
-    import httpx
+    import httpx2
 
 Failed = Callable[[str, int], Exception]
 """How a caller's refusal is made: ``failed(description, status)``."""
@@ -45,7 +45,7 @@ class ProtectedResource(NamedTuple):
 
 
 async def server_metadata(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     issuer: str,
     *,
     server: str,
@@ -74,7 +74,7 @@ async def server_metadata(
 
 
 async def resource_metadata(
-    http: httpx.AsyncClient,
+    http: httpx2.AsyncClient,
     url: str,
     *,
     failed: Failed,
@@ -133,7 +133,7 @@ def endpoint(metadata: Mapping[str, Any], name: str, server: str, failed: Failed
 
 
 async def _document(
-    http: httpx.AsyncClient, url: str, server: str, failed: Failed, seconds: float
+    http: httpx2.AsyncClient, url: str, server: str, failed: Failed, seconds: float
 ) -> dict[str, Any] | None:
     """The JSON object at ``url``, ``None`` where there is none (another status, not an object); a failure to read
     it is ``failed``'s 502 or 504."""

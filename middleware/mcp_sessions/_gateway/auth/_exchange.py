@@ -43,9 +43,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, get_args
 from urllib.parse import urlsplit
 
@@ -55,13 +54,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..._bounded import BoundedDict
 from ..._pipeline import Rejection, error_answer, unavailable
 from ..._wire.protocol import INVALID_REQUEST
-from ._answer import SingleFlight, issued, read_answer, refusal
-from ._client import ServerNotNamed
+from ._answer import SingleFlight, issued, now, refusal
 from ._discovery import endpoint, resource_metadata, server_metadata
 
 if TYPE_CHECKING:
-    import httpx
-
     from ._client import ClientAuth
 
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -145,10 +141,11 @@ class TokenExchange:
 
     ``token_endpoint``, or ``issuer`` whose metadata names it; ``client``, how the gateway authenticates there
     (``_client``: a client assertion names the issuer when its metadata named the endpoint, else the endpoint);
-    ``id_jag``, how it authenticates at the resources' authorization servers, for ID-JAG targets (``None``: none).
-    Its HTTP client is its maker's to close: :meth:`aclose`, or serve the app :meth:`wrap` returns. httpx is
-    imported as one is made, not as the gateway starts: a gateway that exchanges nothing never loads it (nor what
-    httpx's own command line loads where it is installed, rich and pygments: 50 ms of a start).
+    ``id_jag``, how it authenticates at the resources' authorization servers, for ID-JAG targets (``None``: none);
+    ``clock``, what an issued token's renewal is counted on (``_answer.now``).
+    Its HTTP client (``_token.oauth_client``, whose token requests go through authlib's) is its maker's to close:
+    :meth:`aclose`, or serve the app :meth:`wrap` returns. httpx2 and authlib are imported as one is made, not as
+    the gateway starts: a gateway that exchanges nothing never loads them.
     """
 
     def __init__(
@@ -159,6 +156,7 @@ class TokenExchange:
         issuer: str | None = None,
         id_jag: ClientAuth | None = None,
         timeout: float = TIMEOUT,
+        clock: Callable[[], float] = now,
     ) -> None:
         if token_endpoint is None and issuer is None:
             raise ValueError("the token exchange needs the token endpoint, or the issuer whose metadata names it")
@@ -166,11 +164,11 @@ class TokenExchange:
             if url is not None and urlsplit(url).scheme not in ("http", "https"):
                 raise ValueError(f"{url!r} is not an http(s) URL")
         try:
-            import httpx
+            from ._token import oauth_client
         except ModuleNotFoundError as exc:
-            if exc.name != "httpx":
+            if exc.name not in ("httpx2", "authlib"):
                 raise
-            raise ImportError("the gateway needs httpx: pip install 'mcp-sessions[gateway]'") from exc
+            raise ImportError(f"the gateway needs {exc.name}: pip install 'mcp-sessions[gateway]'") from exc
         self._endpoint = token_endpoint
         self._issuer = issuer
         # Whom a client assertion names: the endpoint given, else (once its metadata is read) the issuer.
@@ -180,13 +178,11 @@ class TokenExchange:
         self.id_jag = id_jag
         # The token endpoints of the resources' authorization servers, by issuer (those the operator named).
         self._grant_endpoints: dict[str, str] = {}
-        # Per key: the issued token, and when to renew it (monotonic).
+        self._clock = clock
+        # Per key: the issued token, and when to renew it (on clock).
         self._issued: BoundedDict[bytes, tuple[str, float]] = BoundedDict(MAX_CACHED)
         self._exchanging: SingleFlight[bytes, ExchangeRefused] = SingleFlight(ExchangeRefused, MAX_CACHED)
-        # trust_env off: no proxy variable or .netrc credential; no redirect followed with the client's secret; a
-        # jar that keeps no cookie, so that none the endpoint set in answer to one user's exchange goes with another's.
-        keeps_none = CookieJar(DefaultCookiePolicy(allowed_domains=[]))
-        self._http = httpx.AsyncClient(trust_env=False, follow_redirects=False, timeout=timeout, cookies=keeps_none)
+        self._http = oauth_client(timeout)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -213,7 +209,7 @@ class TokenExchange:
         new exchange."""
         key = _key(subject_token, target)
         token, renew_at = self._issued.pop(key, ("", 0.0))
-        if time.monotonic() < renew_at:
+        if self._clock() < renew_at:
             self._issued[key] = (token, renew_at)
             return token
         return await self._exchanging.run(
@@ -240,9 +236,9 @@ class TokenExchange:
             answer = await self._grant(target, _id_jag(answer))
         else:
             answer = await self._post(endpoint, form, "subject_token")
-        token, lifetime = _issued(answer, "the authorization server")
+        token, lifetime = _issued(answer, "the authorization server", self._clock())
         if lifetime is not None and lifetime > 0:
-            renew_at = time.monotonic() + lifetime - min(RENEW_BEFORE, lifetime / 2)
+            renew_at = self._clock() + lifetime - min(RENEW_BEFORE, lifetime / 2)
             self._issued[key] = (token, renew_at)
         return token
 
@@ -302,24 +298,29 @@ class TokenExchange:
         client: ClientAuth | None = None,
         audience: str | None = None,
     ) -> dict[str, Any]:
-        """The answer of ``server``'s token endpoint to ``form``, whose ``credential`` (the user's token, the ID-JAG)
-        is not quoted back, sent by ``client`` (default the exchange's) whose assertion names ``audience``."""
+        """The answer of ``server``'s token endpoint to ``form`` (``_token.token_request``), whose ``credential`` (the
+        user's token, the ID-JAG) is not quoted back, sent by ``client`` (default the exchange's) whose assertion
+        names ``audience``."""
         audience = audience or self._audience
         assert audience is not None  # the endpoint is known: given, or read from the issuer's metadata
-        try:
-            authentication = (client or self._client).request(audience)
-        except ServerNotNamed as unnamed:
-            logger.warning("mcp-sessions gateway: %s: not sent", unnamed)
-            raise _server_error(str(unnamed)) from None
-        data = form | authentication.data
-        request = self._http.build_request("POST", endpoint, data=data, headers=authentication.headers)
-        status, answer = await self._read(request, server)
+        from ._token import token_request  # loaded as the client was made
+
+        status, answer, sent = await token_request(
+            self._http,
+            endpoint,
+            form,
+            client or self._client,
+            audience,
+            seconds=self._timeout,
+            server=server,
+            failed=_server_error,
+        )
         if status == 200 and isinstance(answer, dict):
             return answer
         error = refusal(status, answer)
         # A server that echoes a credential (the user's token or ID-JAG, the gateway's secret or assertion): none of
         # its text is sent on, to the client or to the log.
-        credentials = (form[credential], *authentication.sent)
+        credentials = (form[credential], *sent)
         if error is None or any(secret in error for secret in credentials):
             logger.warning("mcp-sessions gateway: %s's token endpoint answered %d", server, status)
             raise _server_error(f"{server} answered {status}")
@@ -338,11 +339,6 @@ class TokenExchange:
         message = f"{server} refused the gateway ({detail})"
         raise ExchangeRefused(502, error, message)
 
-    async def _read(self, request: httpx.Request, server: str = "the authorization server") -> tuple[int, Any]:
-        """The status and JSON of the answer to ``request`` (:func:`read_answer`), a failure naming ``server``."""
-        response, answer = await read_answer(self._http, request, self._timeout, server, _server_error)
-        return response.status_code, answer
-
 
 def _server_error(description: str, status: int = 502) -> ExchangeRefused:
     """The authorization server failed the gateway (not the user): a 502, or ``status``."""
@@ -357,7 +353,7 @@ def _id_jag(answer: dict[str, Any]) -> str:
     return token
 
 
-def _issued(answer: dict[str, Any], server: str) -> tuple[str, float | None]:
+def _issued(answer: dict[str, Any], server: str, now: float) -> tuple[str, float | None]:
     """The issued token and its lifetime in seconds (``None``: unknown), from a successful answer (§2.2.1)."""
     token, lifetime, _, _ = issued(answer, server, _server_error)
     if lifetime is not None:
@@ -369,7 +365,7 @@ def _issued(answer: dict[str, Any], server: str) -> tuple[str, float | None]:
         return token, None
     if not isinstance(expires, int | float):
         return token, None
-    return token, float(expires) - time.time()
+    return token, float(expires) - now
 
 
 def _key(subject_token: str, target: Target) -> bytes:
@@ -393,7 +389,7 @@ def subject_token(scope: Scope) -> str | None:
 
 class SignInRoutes(Protocol):
     """What serves a sign-in's pages, a user's view of her grants and the operator's of everyone's
-    (``_oauth.SignIns``): ``_oauth`` builds on this module, never the other way."""
+    (``_sign_ins.SignIns``): ``_oauth`` builds on this module, never the other way."""
 
     def wrap(self, app: ASGIApp) -> ASGIApp: ...
 

@@ -4,10 +4,10 @@ A draft SEP of the MCP transports working group, "Authorization Lifetime for Sub
 (2026-09-29, ``modelcontextprotocol/transports-wg``, ``proposals/XXXX-authorization-lifetime-for-subscription-
 streams.md``), has a server, "together with any intermediary, such as an API gateway", write nothing to a
 stream after its token's expiry. The gateway bounds every answer to a request a token let in, a stream or
-not, by one deadline: the token's ``exp`` (the wall clock's, as PyJWT reads it) taken to the event loop's
-clock once, as the request arrives, for one cancel scope around the app. No task, no timer of its own: a
-request that ends first costs the scope's. At the deadline the app is cancelled (in front of an upstream, its
-connection closed), and the answer ends as far as it got:
+not, by one deadline: the token's ``exp`` less the verifier's clock (the wall clock's, as PyJWT reads it),
+taken to the event loop's clock once, as the request arrives, for one cancel scope around the app. No task, no
+timer of its own: a request that ends first costs the scope's. At the deadline the app is cancelled (in front
+of an upstream, its connection closed), and the answer ends as far as it got:
 
 - not started: the 401 an expired token gets (``GatewayAuth.expired``);
 - a ``subscriptions/listen`` stream whose client declares the SEP (its prototype's client capability, under
@@ -23,7 +23,6 @@ and its stream ends without the message).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Final
 
@@ -43,11 +42,12 @@ _CAPABILITIES: Final = "io.modelcontextprotocol/clientCapabilities"
 
 
 async def until_expiry(
-    app: ASGIApp, scope: Scope, receive: Receive, send: Send, expires: float, expired: Callable[[Scope], ASGIApp]
+    app: ASGIApp, scope: Scope, receive: Receive, send: Send, left: float, expired: Callable[[Scope], ASGIApp]
 ) -> None:
-    """``app``'s answer, ended at ``expires`` (``time.time()``) as the module says."""
+    """``app``'s answer, ended ``left`` seconds from now (its token's ``exp`` and the leeway, less the verifier's
+    clock) as the module says."""
     answer = _Answer(scope, receive, send)
-    with anyio.move_on_at(anyio.current_time() + expires - time.time()) as deadline:
+    with anyio.move_on_after(left) as deadline:
         await app(scope, answer.receive, answer.send)
     if not deadline.cancelled_caught or answer.ended:
         return

@@ -31,7 +31,7 @@ import logging
 import math
 import os
 import secrets
-import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 from cryptography.exceptions import InvalidTag
@@ -41,6 +41,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
 from ...stores import SessionStoreUnavailable
+from ._answer import now
 
 if TYPE_CHECKING:
     from ..._tokens import KeySet
@@ -65,11 +66,12 @@ class StoreFailed(Exception):
 class KeptGrants:
     """Grants sealed in ``store`` with the keys of ``keys`` (see the module): :meth:`load`, :meth:`save`,
     :meth:`forget`, and every user's as listed (:meth:`listed`); and the registered clients: :meth:`client`,
-    :meth:`keep_client`. A grant is ``(access, refresh, renew_at, granted_at, expires_at, scope)``, ``renew_at`` on
-    the monotonic clock, the two others wall-clock seconds."""
+    :meth:`keep_client`. A grant is ``(access, refresh, renew_at, granted_at, expires_at, scope)``, each time on
+    ``clock`` (``_answer.now``), as what it keeps and lists is held until."""
 
-    def __init__(self, store: SessionStore, keys: KeySet) -> None:
+    def __init__(self, store: SessionStore, keys: KeySet, clock: Callable[[], float] = now) -> None:
         self._store = store
+        self._clock = clock
         self._sealing: dict[str, AESGCM] = {}
         for key in keys.keys:
             material = key.signing_key
@@ -94,9 +96,9 @@ class KeptGrants:
             return None
         if not (renew_at is None or isinstance(renew_at, int | float)):
             return None
-        left = math.inf if renew_at is None else renew_at - time.time()
         said = scope if isinstance(scope, str) else None
-        return access, refresh, time.monotonic() + left, _when(granted_at), _when(expires_at), said
+        renews = math.inf if renew_at is None else float(renew_at)
+        return access, refresh, renews, _when(granted_at), _when(expires_at), said
 
     async def save(
         self,
@@ -106,13 +108,13 @@ class KeptGrants:
         renew_at: float,
         listed: dict[str, object],
     ) -> None:
-        """Keep ``who``'s grant (``renew_at`` monotonic), sealed, for :data:`KEPT_FOR` seconds, and enter it in the
+        """Keep ``who``'s grant, sealed, for :data:`KEPT_FOR` seconds, and enter it in the
         index as ``listed`` says it (who, the server, the resource, ``scope``, ``granted_at``, ``expires_at``: no
         token)."""
-        renew_wall = None if renew_at == math.inf else time.time() + renew_at - time.monotonic()
+        renews = None if renew_at == math.inf else renew_at
         shown = [listed.get("granted_at"), listed.get("expires_at"), listed.get("scope")]
-        await self._write(record(who), [access, refresh, renew_wall, *shown])
-        until = time.time() + KEPT_FOR
+        await self._write(record(who), [access, refresh, renews, *shown])
+        until = self._clock() + KEPT_FOR
         await self._write(_INDEX, [{**listed, "until": until}], field=record(who))
 
     async def forget(self, who: str) -> None:
@@ -131,7 +133,7 @@ class KeptGrants:
             entries = await self._store.items(_INDEX)
         except SessionStoreUnavailable as exc:
             raise StoreFailed from exc
-        now = time.time()
+        now = self._clock()
         found = []
         for name, sealed in entries.items():
             opened = self._opened(name, sealed) if isinstance(sealed, dict) else None
@@ -153,7 +155,7 @@ class KeptGrants:
         """This replica's lease on ``who``'s refresh for ``seconds``, taken where no other's is still running (the
         store's atomic update: two replicas never both hold one); ``None`` while another's runs."""
         mine = secrets.token_hex(8)
-        now = time.time()
+        now = self._clock()
 
         def taken(old: object) -> object:
             running = isinstance(old, list) and len(old) == 2 and isinstance(old[1], int | float) and old[1] > now
@@ -172,7 +174,7 @@ class KeptGrants:
             return None if isinstance(old, list) and old[:1] == [lease] else old
 
         try:
-            await self._store.update(record(who), _LEASE, released, expires_at=time.time() + KEPT_FOR)
+            await self._store.update(record(who), _LEASE, released, expires_at=self._clock() + KEPT_FOR)
         except SessionStoreUnavailable as exc:
             raise StoreFailed from exc
 
@@ -212,7 +214,7 @@ class KeptGrants:
         sealed = self._sealing[self._signer].encrypt(nonce, json.dumps(value).encode(), bound.encode())
         kept = {"kid": self._signer, "nonce": _b64(nonce), "sealed": _b64(sealed)}
         try:
-            await self._store.set(name, field, kept, expires_at=time.time() + KEPT_FOR)
+            await self._store.set(name, field, kept, expires_at=self._clock() + KEPT_FOR)
         except SessionStoreUnavailable as exc:
             raise StoreFailed from exc
 

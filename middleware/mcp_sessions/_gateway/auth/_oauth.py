@@ -57,7 +57,9 @@ request it holds whole once more (``http._proxy``).
 The same sign-in, kept and refreshed the same way, serves two more things: :class:`IdTokens`, its login leg alone,
 keeps each user's ID token of the gateway's own client as an ID-JAG's subject (``--id-jag-subject id_token``), and
 :class:`IssuerGrants` a grant at a server named, not found, for a stdio process's ``oauth:`` variable; a gateway's
-several sign-ins share one pair of routes (:class:`SignIns`).
+several sign-ins share one pair of routes (``_sign_ins.SignIns``, which also answers the browser's pages). Each is
+a :class:`SignIn` composed of what it signs in to, its grants (``_grants.UserGrants``) and its routes: none a
+subclass of another's.
 
 Every server here is a stranger: each answer read to at most :data:`._answer.MAX_ANSWER` bytes within :data:`TIMEOUT`
 seconds, no redirect followed, no cookie kept, no proxy variable read; an issued token goes into a header only
@@ -67,38 +69,47 @@ when it is a bearer token's characters (RFC 6750 §2.1).
 from __future__ import annotations
 
 import hashlib
-import html
-import json
 import logging
 import math
 import re
 import secrets
-import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from http.cookiejar import CookieJar, DefaultCookiePolicy
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 import anyio
 import jwt
-from starlette.datastructures import Headers, QueryParams
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.datastructures import QueryParams
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Scope
 
 from ..._bounded import BoundedDict
-from ..._pipeline import Rejection, error_answer, store_refused, unavailable
-from ..._wire import jsonrpc
-from ..._wire.protocol import INVALID_REQUEST, MCP_PROTOCOL_VERSION_HEADER
-from ...profiles import Era
-from ._answer import ERROR_CODE, SingleFlight, issued, read_answer, refusal
-from ._client import ClientAuth, ClientAuthMethod, ServerNotNamed
+from ._answer import ERROR_CODE, SingleFlight, issued, now, read_answer, refusal
+from ._client import ClientAuth, ClientAuthMethod
 from ._discovery import endpoint, resource_metadata, server_metadata
 from ._exchange import ExchangeRefused, UpstreamToken
+from ._grants import MAX_GRANTS, Grant, GrantFailed, GrantKey, User, UserGrants, stored, user_of
+from ._sign_ins import (
+    AUTHORIZE_PATH,
+    CALLBACK_PATH,
+    CLIENT_PATH,
+    COOKIE,
+    SignInFailed,
+    SignInRequired,
+    SignIns,
+    _document,
+    _page,
+    _redirect,
+)
 
 if TYPE_CHECKING:
-    import httpx
+    import httpx2
 
     from ._kept import KeptGrants
+
+__all__ = ["CLIENT_PATH", "IdTokens", "IssuerGrants", "Login", "UpstreamGrants"]
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -110,105 +121,13 @@ LEASE_POLL: Final = 0.1
 """How often a replica looks in the store for the grant another replica is refreshing."""
 SIGN_IN_WITHIN: Final = 600.0
 """How long a sign-in URL, and each leg of its flow, may wait for the browser."""
-MAX_GRANTS: Final = 100_000
-"""Users' grants kept, one per user and server; the least recently stored are forgotten first (she signs in again)."""
 MAX_PENDING: Final = 10_000
 """Sign-in URLs and legs under way kept; the oldest are forgotten first."""
-STORE_FAILED: Final = "store_unavailable"
-"""The ``error`` of a :class:`GrantFailed` for a store that failed or stalled: answered -32010, as the sessions do."""
-URL_ELICITATION_REQUIRED: Final = -32042
-"""2025-11-25's ``URLElicitationRequiredError`` (retired by 2026-07-28)."""
-MISSING_CAPABILITY: Final = -32021
-"""2026-07-28's error for a request that needs a client capability the client did not declare."""
-AUTHORIZE_PATH: Final = "/oauth/authorize/"
-CALLBACK_PATH: Final = "/oauth/callback"
-GRANTS_PATH: Final = "/oauth/grants"
-CLIENT_PATH: Final = "/oauth/client.json"
-"""Where the gateway serves its Client ID Metadata Document, on its callback's origin, where that is https."""
-COOKIE: Final = "mcp_sessions_sign_in"
-# The methods whose 2026-07-28 answer may be an input_required result (SEP-2322's multi-round-trip requests).
-_ASKING: Final = frozenset({"tools/call", "prompts/get", "resources/read"})
-_CAPABILITIES: Final = "io.modelcontextprotocol/clientCapabilities"
 _AS: Final = "an authorization server"
 """How a refusal about an authorization server's metadata names it."""
-_MAX_BODY: Final = 64 * 1024
 # A challenge's quoted parameters, each tried only where a name begins (not at every letter of one), so that a
 # hostile header of one long word costs one pass, not one a letter.
 _CHALLENGE_PARAM: Final = re.compile(r'(?<![A-Za-z_])([A-Za-z_]+)="([^"]*)"')
-_PAGE_HEADERS: Final = (
-    (b"content-type", b"text/html; charset=utf-8"),
-    (b"cache-control", b"no-store"),
-    # The callback's URL carries a code: no Referer gives it to another site (RFC 9700 §4.2.4).
-    (b"referrer-policy", b"no-referrer"),
-    (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
-)
-
-_T = TypeVar("_T")
-User = tuple[str, str]
-"""Who a grant is for: her token's issuer (or the auth proxy's header) and her principal."""
-
-
-class SignInRequired(ExchangeRefused):
-    """The user has no grant at the upstream's server yet: her request is answered with the sign-in ``url``."""
-
-    def __init__(self, url: str, server: str) -> None:
-        super().__init__(200, "sign_in_required", f"sign in to {server} at {url}")
-        self.url = url
-        self.server = server
-
-    def answer_to(self, body: object, scope: Scope) -> Rejection:
-        """The answer to the request whose body (read whole, else not ``bytes``) is ``body``: on 2025-11-25, the
-        ``URLElicitationRequiredError``; on 2026-07-28, an ``input_required`` result carrying ``elicitation/create``
-        in URL mode for a call that may take one from a client that declared it, else the missing capability's
-        error. Each message names the URL, for a client that shows no elicitation."""
-        message = jsonrpc.loads(body) if isinstance(body, bytes) and len(body) <= _MAX_BODY else None
-        request = message if isinstance(message, dict) else {}
-        request_id = request.get("id")
-        text = f"Sign in to {self.server} to use this server: open {self.url}"
-        elicitation: dict[str, object] = {"mode": "url", "message": text, "url": self.url}
-        version = Headers(scope=scope).get(MCP_PROTOCOL_VERSION_HEADER.decode())
-        if Era.of(version) is Era.LEGACY:
-            elicitation["elicitationId"] = self.url.rpartition("/")[2]
-            listed = {"elicitations": [elicitation]}
-            return error_answer(200, URL_ELICITATION_REQUIRED, text, "sign_in_required", request_id, data=listed)
-        params = request.get("params")
-        declared = (jsonrpc.meta(params) or {}).get(_CAPABILITIES)
-        elicits = declared.get("elicitation") if isinstance(declared, dict) else None
-        if request.get("method") in _ASKING and isinstance(elicits, dict) and "url" in elicits:
-            asked = {"method": "elicitation/create", "params": elicitation}
-            result: dict[str, object] = {"resultType": "input_required", "inputRequests": {"sign-in": asked}}
-            answer = jsonrpc.dumps(jsonrpc.result(jsonrpc.echoable_id(request_id), result))
-            headers = ((b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode()))
-            return Rejection(200, headers, answer, "sign_in_required")
-        missing: dict[str, object] = {"requiredCapabilities": {"elicitation": {"url": {}}}, "url": self.url}
-        return error_answer(200, MISSING_CAPABILITY, text, "sign_in_required", request_id, data=missing)
-
-    async def answer_reading(self, scope: Scope, receive: Receive) -> Rejection:
-        """:meth:`answer_to` the request whose body ``receive`` still holds, read to at most 64 KiB (a longer one is
-        answered as one not read: the URL, with no id)."""
-        body = b""
-        while len(body) <= _MAX_BODY:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            body += message.get("body", b"")
-            if not message.get("more_body", False):
-                return self.answer_to(body, scope)
-        return self.answer_to(None, scope)
-
-
-class GrantFailed(ExchangeRefused):
-    """The user's grant could not be used: a server failed (502, 504), the store did (503, :data:`STORE_FAILED`),
-    or the request names no user (401); ``description`` says which, with no token in it."""
-
-    def answer(self, request_id: object = None, retry_after: bytes = b"1") -> Rejection:
-        if self.error == STORE_FAILED:  # as every store failure of the gateway: the retryable -32010
-            return store_refused(self.__cause__ or self, retry_after, request_id)
-        message = f"The upstream's authorization failed: {self.description}"
-        if self.status >= 500:
-            return unavailable(self.status, message, retry_after, request_id, "upstream_authorization_failed")
-        header = (b"www-authenticate", b'Bearer error="invalid_token"')
-        return error_answer(self.status, INVALID_REQUEST, message, "upstream_authorization_refused", request_id, header)
 
 
 @dataclass(frozen=True)
@@ -241,20 +160,6 @@ class _Server:
 
 
 @dataclass
-class _Grant:
-    """A user's tokens at one server, and when (monotonic) to refresh the access token; what her view and the
-    operator's show of it: when she granted it and when its access token expires (wall-clock seconds, ``None``
-    where unknown: kept before either was, or no lifetime said), and the scope granted."""
-
-    access: str = field(repr=False)
-    refresh: str | None = field(repr=False)
-    renew_at: float
-    granted_at: float | None = None
-    expires_at: float | None = None
-    scope: str | None = None
-
-
-@dataclass
 class _Leg:
     """A browser's sign-in under way, by its ``state``: whose, the sign-in URL's id it began at, the browser's cookie
     (its name's ``flow``, its value ``binding``: a browser may have two sign-ins under way), PKCE's verifier, for
@@ -274,55 +179,95 @@ class _Leg:
     redirect_uri: str
 
 
-class _Refused(Exception):
-    """A step of a sign-in failed: the page says ``reason`` (no token in it), with ``status``."""
+@dataclass(frozen=True)
+class _AtUpstream:
+    """What :class:`UpstreamGrants` signs in to: the authorization server an upstream MCP server's protected
+    resource metadata names (RFC 9728), ``issuer`` where the operator names it; ``scope`` asked for where given."""
 
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
+    url: str
+    issuer: str | None
+    scope: str | None
+
+    def record(self, who: str) -> str:
+        """For the upstream's URL, the resource its tokens are for (RFC 8707: two servers at one authorization
+        server are two grants)."""
+        return f"{who}\0{self.url}"
+
+    @property
+    def listed_as(self) -> str:
+        # its configuration's, so that the operator's listing needs no server found (the upstream's may be down)
+        return self.url
 
 
-class UpstreamGrants(UpstreamToken):
-    """``--upstream-token oauth``: each user's own access token at the upstream's authorization server (see the
-    module). ``upstream`` is the upstream's MCP URL, ``callback`` the gateway's ``/oauth/callback`` as browsers
-    reach it, ``login`` the team's IdP; ``client`` or ``client_id`` the gateway's client at the upstream's server
-    (neither: registered), ``issuer`` that server where the operator names it (the upstream's metadata must name it
-    too), and ``scope`` what it asks for (default: the upstream's 401's, else its metadata's);
-    ``kept``, where the grants outlive the process (else in its memory alone). Serve the app :meth:`wrap`
-    returns: it serves the sign-in's two routes and closes the HTTP client."""
+@dataclass(frozen=True)
+class _AtIssuer:
+    """What :class:`IssuerGrants` signs in to: the authorization server ``issuer``, for ``resource`` and ``scope``
+    where given."""
 
-    _login_scope = "openid"
-    """What the login leg asks the IdP for: who she is, nothing more (the grant is the upstream server's)."""
+    issuer: str
+    resource: str
+    scope: str | None
+
+    def record(self, who: str) -> str:
+        return f"{who}\0{self.resource}"  # the resource too: one server's grants for two are two
+
+    @property
+    def listed_as(self) -> str:
+        return f"{self.issuer}\0{self.resource}"  # one server's grants for two resources are two sign-ins'
+
+
+@dataclass(frozen=True)
+class _AtLogin:
+    """What :class:`IdTokens` signs in to: the team's IdP ``issuer`` itself, whose ID token is what is kept."""
+
+    issuer: str
+    scope: None = None
+
+    def record(self, who: str) -> str:
+        return "id_token\0" + who  # never a grant's record, even at an issuer that is also a vendor's
+
+    @property
+    def listed_as(self) -> str:
+        return "id_token\0" + self.issuer  # never a grant's at the IdP, were it a vendor's too
+
+
+class SignIn(UpstreamToken):
+    """One sign-in (see the module), of one of the kinds below: ``to`` what it signs in to, ``callback`` the
+    gateway's ``/oauth/callback`` as browsers reach it, ``login`` the team's IdP, ``client`` or ``client_id`` the
+    gateway's client at the server (neither: registered), ``kept`` where the grants outlive the process (else in its
+    memory alone), ``clock`` what its grants' renewals and its sign-ins' deadlines are counted on (``_answer.now``;
+    a test's moves time). ``_sign_ins.SignIns`` serves it (:attr:`signing_in`): a sign-in URL opened
+    (:meth:`authorize`), a browser sent back (:meth:`called_back`), a user's grants listed and revoked
+    (:meth:`grants_of`, :meth:`revoke`, :meth:`every_grant`), its HTTP client closed (:meth:`aclose`)."""
 
     def __init__(
         self,
+        to: _AtUpstream | _AtIssuer | _AtLogin,
         *,
-        upstream: str,
         callback: str,
         login: Login,
         client: ClientAuth | None = None,
         client_id: str | None = None,
-        issuer: str | None = None,
-        scope: str | None = None,
         kept: KeptGrants | None = None,
         timeout: float = TIMEOUT,
+        clock: Callable[[], float] = now,
     ) -> None:
         super().__init__("oauth")
-        self.signing_in = SignIns([self])
-        for url in (upstream, callback, login.issuer):
+        for url in (callback, login.issuer, to.url if isinstance(to, _AtUpstream) else to.issuer):
             if urlsplit(url).scheme not in ("http", "https"):
                 raise ValueError(f"{url!r} is not an http(s) URL")
         if urlsplit(callback).path != CALLBACK_PATH:
             raise ValueError(f"the gateway's sign-in callback is its {CALLBACK_PATH}, not {callback!r}")
         if client is not None and client_id is not None:
             raise ValueError("the gateway's client at the upstream's server is given once: its id, or its ClientAuth")
-        import httpx
+        from ._token import oauth_client
 
-        self._upstream_url = upstream
-        # what names its entries in the store's index, which a gateway's sign-ins and a file's servers share: its
-        # configuration's, so that the operator's listing needs no server found (the upstream's may be down)
-        self._listed_as = upstream
+        self._to = to
+        # the login leg alone: what is kept is her ID token of the gateway's own client at the IdP
+        self._login_only = isinstance(to, _AtLogin)
+        # what the login leg asks the IdP for: who she is, nothing more (the grant is the server's), and for an
+        # ID token kept, the IdP's refresh token
+        self._login_scope = "openid offline_access" if self._login_only else "openid"
         self._callback = callback
         self._secure = callback.startswith("https:")
         # the Client ID Metadata Document's URL (its client id) and the document, where the gateway's URL is https
@@ -331,24 +276,23 @@ class UpstreamGrants(UpstreamToken):
         self._login = login
         self._given = client
         self._client_id = client_id
-        self._issuer = issuer
-        self._scope = scope
-        self._kept = kept
+        self._kept = kept  # for the clients registered; the grants are self._grants's
         self._timeout = timeout
+        self._clock = clock
         self._server: _Server | None = None
         self._idp: dict[str, Any] | None = None
         self._idp_keys: jwt.PyJWKSet | None = None
         self._registered: dict[str, ClientAuth | str] = {}
         self._finding = anyio.Lock()
-        self._grants: BoundedDict[tuple[User, str], _Grant] = BoundedDict(MAX_GRANTS)
-        self._refreshing: SingleFlight[tuple[User, str], ExchangeRefused] = SingleFlight(ExchangeRefused, MAX_GRANTS)
+        self._grants = UserGrants(kept, to.record, to.listed_as)
+        self._refreshing: SingleFlight[GrantKey, ExchangeRefused] = SingleFlight(ExchangeRefused, MAX_GRANTS)
         # A sign-in URL's id to its user and deadline; a user's URL while it waits, so that retries get the same.
         self._urls: BoundedDict[str, tuple[User, float]] = BoundedDict(MAX_PENDING)
         self._url_of: BoundedDict[User, str] = BoundedDict(MAX_PENDING)
         self._logins: BoundedDict[str, _Leg] = BoundedDict(MAX_PENDING)
         self._grantings: BoundedDict[str, _Leg] = BoundedDict(MAX_PENDING)
-        keeps_none = CookieJar(DefaultCookiePolicy(allowed_domains=[]))
-        self._http = httpx.AsyncClient(trust_env=False, follow_redirects=False, timeout=timeout, cookies=keeps_none)
+        self._http = oauth_client(timeout)
+        self.signing_in = SignIns([self])
 
     # -- the upstream's Authorization ---------------------------------------------------------------------------
 
@@ -359,26 +303,29 @@ class UpstreamGrants(UpstreamToken):
     async def token_of(self, scope: Scope) -> str:
         """The user's token kept here, refreshed if it is due; :class:`SignInRequired` when she has none, another
         :class:`ExchangeRefused` when a server fails."""
-        user = _user_of(scope)
+        user = user_of(scope)
         if user is None:
             raise GrantFailed(401, "invalid_request", "the request names no user whose grant the upstream takes")
-        server = await self._found()
+        server = await self._server_found()
         key = (user, server.issuer)
-        grant = await self._grant_of(key)
-        if grant is not None and time.monotonic() < grant.renew_at:
+        grant = await self._grants.current(key)
+        if grant is not None and self._clock() < grant.renew_at:
             return grant.access
         if grant is None or grant.refresh is None:
             raise SignInRequired(self._sign_in_url(user), urlsplit(server.issuer).netloc)
         return await self._refreshed(key, server)
 
+    def held(self, scope: Scope) -> str | None:
+        """The token kept for the user of ``scope``, if any (not refreshed: what the last request was given)."""
+        user = user_of(scope)
+        grant = None if user is None or self._server is None else self._grants.held((user, self._server.issuer))
+        return None if grant is None else grant.access
+
     def refused(self, scope: Scope) -> None:
         """The upstream answered 401 to the user's access token: the next request refreshes it (or signs her in)."""
-        user = _user_of(scope)
-        if user is None or self._server is None:
-            return
-        grant = self._grants.get((user, self._server.issuer))
-        if grant is not None:
-            grant.renew_at = 0.0
+        user = user_of(scope)
+        if user is not None and self._server is not None:
+            self._grants.distrust((user, self._server.issuer))
 
     def holds(self, *, sign_in: str = "", state: str = "") -> bool:
         """Whether this made the sign-in URL whose id is ``sign_in``, or a leg under way whose ``state`` is
@@ -390,14 +337,9 @@ class UpstreamGrants(UpstreamToken):
         the gateway's, a digest of the issuer after it, the same in every replica and restart."""
         return f"{self._callback}/{hashlib.sha256(issuer.rstrip('/').encode()).hexdigest()[:32]}"
 
-    def _record(self, key: tuple[User, str]) -> str:
-        """What names the user's grant at a server in the store (``_kept.record`` digests it): for this upstream's
-        URL, the resource its tokens are for (RFC 8707: two servers at one authorization server are two grants)."""
-        return f"{_who(key)}\0{self._upstream_url}"
-
     def _sign_in_url(self, user: User) -> str:
         """The user's sign-in URL: the one she was given while it waits, else a new one."""
-        now = time.monotonic()
+        now = self._clock()
         known = self._url_of.get(user)
         if known is not None and known in self._urls and self._urls[known][1] > now:
             one_time = known
@@ -408,7 +350,7 @@ class UpstreamGrants(UpstreamToken):
         origin = self._callback.removesuffix(CALLBACK_PATH)
         return f"{origin}{AUTHORIZE_PATH}{one_time}"
 
-    async def _refreshed(self, key: tuple[User, str], server: _Server) -> str:
+    async def _refreshed(self, key: GrantKey, server: _Server) -> str:
         """A new access token from the grant's refresh token: one refresh per user and server at a time, the others
         waiting for its outcome."""
         return await self._refreshing.run(
@@ -421,78 +363,69 @@ class UpstreamGrants(UpstreamToken):
             return SignInRequired(self._sign_in_url(user), failed.server)
         return GrantFailed(failed.status, failed.error, failed.description)
 
-    async def _refreshed_once(self, key: tuple[User, str], server: _Server) -> str:
+    async def _refreshed_once(self, key: GrantKey, server: _Server) -> str:
         """The refresh itself: under the store's lease on the grant where grants are kept."""
         if self._kept is None:
             return await self._refreshed_held(key, server)
-        if (lease := await self._keep(self._kept.lease(self._record(key), self._timeout))) is None:
+        record = self._grants.record(key)
+        if (lease := await stored(self._kept.lease(record, self._timeout))) is None:
             return await self._refreshed_elsewhere(key)  # another replica refreshes it: its grant, from the store
         try:
             return await self._refreshed_held(key, server)
         finally:
             with anyio.CancelScope(shield=True):
-                await self._keep(self._kept.release(self._record(key), lease))
+                await stored(self._kept.release(record, lease))
 
-    async def _refreshed_held(self, key: tuple[User, str], server: _Server) -> str:
+    async def _refreshed_held(self, key: GrantKey, server: _Server) -> str:
         """The grant's access token, refreshed where it is still due: read here, under the lease where grants are
         kept (the lease first: a grant read before it may hold a refresh token another replica has rotated out
         since, which a server that rotates them answers by revoking the grant; two store updates a refresh)."""
-        grant = await self._grant_of(key)  # another replica may have refreshed (rotated) it, or revoked it
+        grant = await self._grants.current(key)  # another replica may have refreshed (rotated) it, or revoked it
         if grant is None or grant.refresh is None:
             raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
-        if time.monotonic() < grant.renew_at:  # refreshed while this request waited for its turn, or elsewhere
+        if self._clock() < grant.renew_at:  # refreshed while this request waited for its turn, or elsewhere
             return grant.access
         return (await self._refresh(key, server, grant)).access
 
-    async def _refresh(self, key: tuple[User, str], server: _Server, grant: _Grant) -> _Grant:
-        """``grant`` refreshed at ``server``'s token endpoint, kept; :class:`SignInRequired` when it is refused."""
-        assert grant.refresh is not None  # the caller's check
-        form = {"grant_type": "refresh_token", "refresh_token": grant.refresh}
-        if server.resource:
-            form["resource"] = server.resource
-        status, answer = await self._token_request(server, form)
-        if status != 200 or not isinstance(answer, dict):
-            error = refusal(status, answer)
-            if error not in ("invalid_grant", "invalid_token"):
-                logger.warning("mcp-sessions gateway: %s answered %d to a refresh", server.issuer, status)
-                raise GrantFailed(502, "server_error", "the upstream's authorization server failed a refresh")
-            # Revoked, expired, or an old one seen again: signed in again.
-            self._grants.pop(key, None)
-            if self._kept is not None:
-                await self._keep(self._kept.forget(self._record(key)))
-            raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
-        refreshed = await self._granted_in(answer, grant.refresh, key, server)
-        refreshed.granted_at = grant.granted_at  # renewed, not granted again
-        refreshed.scope = refreshed.scope or grant.scope  # an answer may leave out the scope it leaves as it was
-        self._grants[key] = refreshed
-        await self._saved(key, refreshed)
-        return refreshed
-
-    async def _refreshed_elsewhere(self, key: tuple[User, str]) -> str:
+    async def _refreshed_elsewhere(self, key: GrantKey) -> str:
         """The access token another replica's refresh of the grant keeps in the store: looked for every
         :data:`LEASE_POLL` seconds until the lease it holds runs out (the store tells no one when a value changes)."""
         for _ in range(math.ceil(self._timeout / LEASE_POLL)):
             await anyio.sleep(LEASE_POLL)
-            grant = await self._grant_of(key)
+            grant = await self._grants.current(key)
             if grant is None:  # revoked or refused there
                 raise SignInRequired(self._sign_in_url(key[0]), urlsplit(key[1]).netloc)
-            if time.monotonic() < grant.renew_at:
+            if self._clock() < grant.renew_at:
                 return grant.access
         raise GrantFailed(503, "server_error", "another replica's refresh of this grant did not end in time")
 
-    async def _granted_in(
-        self, answer: dict[str, Any], refresh: str | None, key: tuple[User, str], server: _Server
-    ) -> _Grant:
-        """The grant a refresh's answer gives (``refresh`` kept when it rotates none in)."""
-        return _granted(answer, refresh, server.resource)
+    async def _granted_in(self, answer: dict[str, Any], refresh: str | None, key: GrantKey, server: _Server) -> Grant:
+        """The grant a refresh's answer gives (``refresh`` kept when it rotates none in). For an ID token kept, the
+        answer's new ID token, verified as the login's and of the same user; none, or another's, asks her to sign
+        in again (OpenID Connect Core §12.2 lets a refresh answer without one)."""
+        if not self._login_only:
+            return _granted(answer, refresh, server.resource, self._clock())
+        id_token = answer.get("id_token")
+        claims: dict[str, Any] = {}
+        if isinstance(id_token, str):
+            try:
+                claims = await self._verified(id_token)
+            except SignInFailed:
+                raise _server_error("the IdP's refreshed ID token did not verify") from None
+        if not isinstance(id_token, str) or claims.get(self._login.claim) != key[0][1]:
+            logger.warning("mcp-sessions gateway: the IdP's refresh gave no ID token of the user: asked again")
+            await self._grants.drop(key)
+            raise SignInRequired(self._sign_in_url(key[0]), urlsplit(self._login.issuer).netloc)
+        rotated = answer.get("refresh_token")
+        rotated = rotated if isinstance(rotated, str) and rotated else refresh
+        return _id_token_grant(id_token, claims, rotated, self._clock())
 
-    async def _saved(self, key: tuple[User, str], grant: _Grant) -> None:
-        """``grant`` kept in the store, where there is one, and entered in its index as :meth:`_shown` says it."""
-        if self._kept is not None:
-            listed = self._shown(key, grant) | {"sign_in": self._listed_as}
-            await self._keep(self._kept.save(self._record(key), grant.access, grant.refresh, grant.renew_at, listed))
+    async def _saved(self, key: GrantKey, grant: Grant) -> None:
+        """``grant`` kept (here, and in the store where there is one, entered in its index as :meth:`_shown`
+        says it)."""
+        await self._grants.put(key, grant, self._shown(key, grant))
 
-    def _shown(self, key: tuple[User, str], grant: _Grant) -> dict[str, object]:
+    def _shown(self, key: GrantKey, grant: Grant) -> dict[str, object]:
         """What the operator's view shows of a user's grant: who (her token's issuer and principal), the server,
         the resource, the scope, when granted, when its access token expires; never a token."""
         (issuer, principal), server = key
@@ -505,33 +438,32 @@ class UpstreamGrants(UpstreamToken):
             "expires_at": grant.expires_at,
         }
 
-    async def _keep(self, step: Awaitable[_T]) -> _T:
-        """``step`` of the store's, whose failure is the client's 503 (the store's failures are retried)."""
-        from ._kept import StoreFailed  # with the store's seal: cryptography's AES-GCM, loaded as grants are kept
-
-        try:
-            return await step
-        except StoreFailed as failed:
-            raise GrantFailed(503, STORE_FAILED, "the gateway's store is unavailable") from failed.__cause__
-
     # -- discovery and registration ----------------------------------------------------------------------------
 
-    async def _found(self) -> _Server:
-        """The upstream's authorization server, discovered as the module says (once; again after a failure)."""
+    async def _server_found(self) -> _Server:
+        """The server signed in to, found as the module says (once; again after a failure)."""
         async with self._finding:
             if self._server is None:
-                self._server = await self._discover()
-                logger.info(
-                    "mcp-sessions gateway: the upstream's authorization server is %s, its redirect URI %s",
-                    self._server.issuer,
-                    self._callback_of(self._server.issuer),
-                )
+                to = self._to
+                if isinstance(to, _AtLogin):
+                    self._server = await self._idp_server()
+                elif isinstance(to, _AtIssuer):
+                    self._server = await self._named_server(to)
+                else:
+                    self._server = await self._discovered(to)
+                if not isinstance(to, _AtLogin):
+                    logger.info(
+                        "mcp-sessions gateway: the authorization server %s, its redirect URI %s",
+                        self._server.issuer,
+                        self._callback_of(self._server.issuer),
+                    )
         return self._server
 
-    async def _discover(self) -> _Server:
+    async def _discovered(self, to: _AtUpstream) -> _Server:
+        """The authorization server the upstream's protected resource metadata names (see the module)."""
         probe = self._http.build_request(
             "POST",
-            self._upstream_url,
+            to.url,
             json={"jsonrpc": "2.0", "id": 0, "method": "ping"},
             headers={"accept": "application/json, text/event-stream"},
         )
@@ -540,30 +472,29 @@ class UpstreamGrants(UpstreamToken):
         said = {name.lower(): value for name, value in given}
         resource, issuer, listed = await resource_metadata(
             self._http,
-            self._upstream_url,
+            to.url,
             failed=_server_error,
             seconds=self._timeout,
             named=said.get("resource_metadata"),
-            issuer=self._issuer,
+            issuer=to.issuer,
             issuer_flag="--oauth-issuer",
         )
         found = await self._metadata(issuer, oidc_first=False)
         if "S256" not in (found.get("code_challenge_methods_supported") or []):
             raise _server_error("the upstream's authorization server does not say it takes PKCE's S256")
-        scope = self._scope or said.get("scope") or listed
-        registration = found.get("registration_endpoint")
-        revocation = found.get("revocation_endpoint")
-        return _Server(
-            issuer=issuer,
-            authorization_endpoint=_url_in(found, "authorization_endpoint"),
-            token_endpoint=_url_in(found, "token_endpoint"),
-            registration_endpoint=registration if isinstance(registration, str) else None,
-            revocation_endpoint=revocation if isinstance(revocation, str) else None,
-            resource=resource,
-            scope=scope,
-            metadata_documents=found.get("client_id_metadata_document_supported") is True,
-            sends_iss=found.get("authorization_response_iss_parameter_supported") is True,
-        )
+        return _server_of(issuer, found, resource, to.scope or said.get("scope") or listed)
+
+    async def _named_server(self, to: _AtIssuer) -> _Server:
+        """The authorization server named (RFC 8414, then OpenID Connect Discovery)."""
+        found = await self._metadata(to.issuer, oidc_first=False)
+        if "S256" not in (found.get("code_challenge_methods_supported") or []):
+            raise _server_error(f"{to.issuer} does not say it takes PKCE's S256")
+        return _server_of(to.issuer, found, to.resource, to.scope)
+
+    async def _idp_server(self) -> _Server:
+        """The IdP, as the server whose token (an ID token) is kept; its metadata read once."""
+        idp = await self._idp_metadata()
+        return replace(_server_of(self._login.issuer, idp, "", None), registration_endpoint=None)
 
     async def _metadata(self, issuer: str, *, oidc_first: bool) -> dict[str, Any]:
         """An authorization server's metadata (``_discovery.server_metadata``)."""
@@ -586,7 +517,7 @@ class UpstreamGrants(UpstreamToken):
                 return known
             redirect = self._callback_of(server.issuer)
             registered_at = f"{server.issuer}\0{redirect}"
-            kept = None if self._kept is None else await self._keep(self._kept.client(registered_at))
+            kept = None if self._kept is None else await stored(self._kept.client(registered_at))
             if kept is not None:  # registered by another replica, or before a restart
                 known = self._registered[server.issuer] = _client(server.issuer, *kept)
                 return known
@@ -611,81 +542,36 @@ class UpstreamGrants(UpstreamToken):
             method = method if isinstance(method, str) else None
             registered = _client(server.issuer, client_id, secret, method)
             if self._kept is not None:
-                await self._keep(self._kept.keep_client(registered_at, client_id, secret, method))
+                await stored(self._kept.keep_client(registered_at, client_id, secret, method))
             self._registered[server.issuer] = registered
             logger.info("mcp-sessions gateway: registered at %s", server.issuer)
             return registered
 
-    # -- the token endpoint --------------------------------------------------------------------------------------
-
-    async def _token_request(self, server: _Server, form: dict[str, str]) -> tuple[int, Any]:
-        """``form`` posted to ``server``'s token endpoint, with the gateway's client authentication."""
-        client = await self._client_of(server)
-        return await self._post_token(server.token_endpoint, server.issuer, client, form)
-
-    async def _post_token(
-        self, endpoint: str, issuer: str, client: ClientAuth | str, form: dict[str, str]
-    ) -> tuple[int, Any]:
-        headers: dict[str, str] = {}
-        if isinstance(client, str):  # a public client names itself
-            data = {"client_id": client}
-        else:
-            try:
-                authentication = client.request(issuer)
-            except ServerNotNamed as unnamed:
-                logger.warning("mcp-sessions gateway: %s: not sent", unnamed)
-                raise _server_error(str(unnamed)) from None
-            data = authentication.data
-            headers = authentication.headers
-        request = self._http.build_request("POST", endpoint, data=form | data, headers=headers)
-        status, answer, _ = await self._read(request)
-        return status, answer
-
-    async def _read(self, request: httpx.Request) -> tuple[int, Any, str]:
-        """The status, JSON (``None`` if not) and ``WWW-Authenticate`` of the answer to ``request``
-        (:func:`read_answer`): a failure to reach the server is a 502 or 504."""
-        response, answer = await read_answer(self._http, request, self._timeout, "a server", _server_error)
-        return response.status_code, answer, response.headers.get("www-authenticate", "")[:4096]
-
     # -- each user's own view of her grants ---------------------------------------------------------------------
 
-    def serving_grants(self, app: ASGIApp) -> ASGIApp:
-        """``app`` with each user's own grants at :data:`GRANTS_PATH`, for the gateway's authentication to put in
-        front: ``GET`` lists them (the server, the resource, whether it refreshes, never a token), ``DELETE``
-        revokes them (here and in the store, then at the server's revocation endpoint, RFC 7009: each says
-        whether the server was told), so that her next request asks her to sign in again."""
-        return SignIns([self]).serving_grants(app)
-
-    async def _listed(self, user: User) -> list[dict[str, object]]:
-        server = await self._found()
+    async def grants_of(self, user: User) -> list[dict[str, object]]:
+        """The user's grant here, as her view at ``/oauth/grants`` shows it (the server, the resource, the scope,
+        when granted, when its access token expires, whether it refreshes, when; never a token)."""
+        server = await self._server_found()
         key = (user, server.issuer)
-        grant = await self._grant_of(key)
+        grant = await self._grants.current(key)
         if grant is None:
             return []
-        left = None if grant.renew_at == math.inf else max(0, round(grant.renew_at - time.monotonic()))
+        left = None if grant.renew_at == math.inf else max(0, round(grant.renew_at - self._clock()))
         shown = {k: v for k, v in self._shown(key, grant).items() if k not in ("issuer", "principal")}
         return [shown | {"refreshes": bool(grant.refresh), "renewed_in": left}]
 
-    async def _every(self) -> list[dict[str, object]]:
-        """Every user's grant here, as :meth:`_shown` says each, with no server asked: the store's index (another
-        replica's, or a gateway's before a restart, too) where they are kept, its entries of this sign-in (the index
-        is the store's, which other sign-ins and a file's other servers share), else this process's memory."""
-        if self._kept is None:
-            return [self._shown(key, grant) for key, grant in self._grants.items()]
-        listed = await self._keep(self._kept.listed())
-        return [
-            {name: value for name, value in entry.items() if name != "sign_in"}
-            for entry in listed
-            if entry.get("sign_in") == self._listed_as
-        ]
+    async def every_grant(self) -> list[dict[str, object]]:
+        """Every user's grant here, as :meth:`_shown` says each, with no server asked (``_grants.UserGrants``)."""
+        return await self._grants.everyone(self._shown)
 
-    async def _revoked(self, user: User, server_named: str | None = None) -> list[dict[str, object]]:
+    async def revoke(self, user: User, server_named: str | None = None) -> list[dict[str, object]]:
         """The user's grant here (if it is ``server_named``'s, where named) revoked: forgotten here and in the store,
         then at the server (:meth:`_told`); each by its server, and whether that server was told. Where the server
         cannot be found now (a gateway restarted while its upstream is down), her grants are those the store's
         index names (a read of every entry, as the operator's listing is), and no server is told."""
         try:
-            server: _Server | None = await self._found()
+            server: _Server | None = await self._server_found()
             unfound = ""
         except ExchangeRefused as failed:
             server = None
@@ -693,7 +579,7 @@ class UpstreamGrants(UpstreamToken):
         if server is not None:
             issuers = [server.issuer]
         else:
-            held = await self._every()
+            held = await self.every_grant()
             issuers = [
                 str(each["authorization_server"]) for each in held if (each["issuer"], each["principal"]) == user
             ]
@@ -702,12 +588,10 @@ class UpstreamGrants(UpstreamToken):
             if server_named is not None and server_named.rstrip("/") != issuer.rstrip("/"):
                 continue
             key = (user, issuer)
-            grant = await self._grant_of(key)
+            grant = await self._grants.current(key)
             if grant is None:
                 continue
-            self._grants.pop(key, None)
-            if self._kept is not None:
-                await self._keep(self._kept.forget(self._record(key)))
+            await self._grants.drop(key)
             unsaid = unfound if server is None else await self._told(server, grant)
             if unsaid is None:
                 logger.info("mcp-sessions gateway: a grant at %s revoked", issuer)
@@ -718,92 +602,26 @@ class UpstreamGrants(UpstreamToken):
             revoked.append({"authorization_server": issuer, "notified": unsaid is None})
         return revoked
 
-    async def _told(self, server: _Server, grant: _Grant) -> str | None:
-        """``grant``, forgotten here, revoked at ``server``'s revocation endpoint (RFC 7009; its refresh token, which
-        ends its access tokens too where the server ties them): ``None`` where the server took it, else why it was
-        not told. The gateway holds the grant no more all the same (what an operator revoking a user's access needs
-        first, whatever the vendor's state), and its tokens end as the server ends them."""
-        if server.revocation_endpoint is None:
-            return "it names no revocation endpoint"
-        token, hint = (grant.refresh, "refresh_token") if grant.refresh else (grant.access, "access_token")
-        form = {"token": token, "token_type_hint": hint}
-        try:
-            client = await self._client_of(server)
-            status, _ = await self._post_token(server.revocation_endpoint, server.issuer, client, form)
-        except ExchangeRefused as failed:
-            return failed.description
-        return None if status == 200 else f"it answered {status}"
-
-    async def _grant_of(self, key: tuple[User, str]) -> _Grant | None:
-        """The user's grant at the server: the store's where grants are kept, read at each use (one read of its
-        record and one AES-GCM open a call), so that a grant another replica revoked or refreshed is seen before
-        this one sends its token again; what this replica learned of the same token (:meth:`refused`) holds. Else
-        this process's memory."""
-        grant = self._grants.get(key)
-        if self._kept is None:
-            return grant
-        loaded = await self._keep(self._kept.load(self._record(key)))
-        if loaded is None:
-            self._grants.pop(key, None)
-            return None
-        stored = _Grant(*loaded)
-        if grant is not None and stored.access == grant.access:
-            stored.renew_at = min(stored.renew_at, grant.renew_at)
-        self._grants[key] = stored
-        return stored
-
     # -- the browser's routes -----------------------------------------------------------------------------------
 
-    def wrap(self, app: ASGIApp) -> ASGIApp:
-        """``app`` behind the sign-in's routes (served to any browser, before any bearer is asked for), the HTTP
-        client closed as its lifespan ends."""
+    async def aclose(self) -> None:
+        """Its HTTP client closed (the gateway's lifespan ends)."""
+        await self._http.aclose()
 
-        async def routed(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] == "lifespan":
-                return await app(scope, receive, self._closing(send))
-            path = scope.get("path", "") if scope["type"] == "http" else ""
-            if path == CLIENT_PATH and self.document is not None:
-                return await _served_document(self.document, scope, send)
-            if not is_sign_in(path):
-                return await app(scope, receive, send)
-            if scope["method"] != "GET":
-                await _page(405, "This page is opened, not posted to.")(send)
-                return
-            try:
-                if path.startswith(CALLBACK_PATH):
-                    answer = await self._called_back(scope)
-                else:
-                    answer = await self._authorize(scope, path.removeprefix(AUTHORIZE_PATH))
-            except _Refused as refused:
-                answer = _page(refused.status, refused.reason)
-            except ExchangeRefused as failed:
-                answer = _page(502, f"The sign-in could not go on: {failed.description}.")
-            await answer(send)
-
-        return routed
-
-    def _closing(self, send: Send) -> Send:
-        async def sending(message: Message) -> None:
-            if message["type"] != "lifespan.startup.complete":
-                await self._http.aclose()
-            await send(message)
-
-        return sending
-
-    async def _authorize(self, scope: Scope, one_time: str) -> _Answer:
+    async def authorize(self, scope: Scope, one_time: str) -> Response:
         """A sign-in URL opened: a flow of its own begun, the browser bound to it by a cookie, and sent to the IdP's
         login. Opening it spends nothing (a link preview's fetch would spend it for her): a flow that grants, or one
         that another user completes, does."""
         user, until = self._urls.get(one_time, (None, 0.0))
-        if user is None or time.monotonic() > until:
-            raise _Refused(404, "This sign-in link is unknown, used or expired. Ask for a new one by retrying.")
+        if user is None or self._clock() > until:
+            raise SignInFailed(404, "This sign-in link is unknown, used or expired. Ask for a new one by retrying.")
         idp = await self._idp_metadata()
         flow = secrets.token_hex(8)
         binding = secrets.token_urlsafe(32)
         state = secrets.token_urlsafe(32)
         verifier = _verifier()
         nonce = secrets.token_urlsafe(32)
-        now = time.monotonic()
+        now = self._clock()
         until = now + SIGN_IN_WITHIN
         sends_iss = idp.get("authorization_response_iss_parameter_supported") is True
         leg = _Leg(user, one_time, flow, binding, verifier, nonce, self._login.issuer, until, sends_iss, self._callback)
@@ -812,51 +630,61 @@ class UpstreamGrants(UpstreamToken):
         url = _authorization_url(
             endpoint, self._login.client.client_id, self._callback, state, verifier, self._login_scope, nonce=nonce
         )
-        cookie = f"{COOKIE}-{flow}={binding}; Path=/oauth/; HttpOnly; SameSite=Lax; Max-Age={int(SIGN_IN_WITHIN)}"
-        cookie += "; Secure" if self._secure else ""
-        return _redirect(url, cookie)
+        answer = _redirect(url)
+        answer.set_cookie(
+            f"{COOKIE}-{flow}",
+            binding,
+            max_age=int(SIGN_IN_WITHIN),
+            path="/oauth/",
+            secure=self._secure,
+            httponly=True,
+            samesite="lax",
+        )
+        return answer
 
-    async def _called_back(self, scope: Scope) -> _Answer:
+    async def called_back(self, scope: Scope) -> Response:
         """A server sent the browser back: the IdP's login (then on to the upstream's server), or the upstream's
         server's code (then the grant, bound to the user the login confirmed)."""
         params = QueryParams(scope.get("query_string", b"").decode("latin-1"))
         state = params.get("state", "")
-        now = time.monotonic()
+        now = self._clock()
         leg = self._logins.pop(state, None)
         login = leg is not None
         if leg is None:
             leg = self._grantings.pop(state, None)
         if leg is None or now > leg.until:
-            raise _Refused(400, "This sign-in is unknown, used or expired: nothing was granted.")
-        binding = _cookie(Headers(scope=scope).get("cookie", ""), f"{COOKIE}-{leg.flow}")
-        if binding is None or not secrets.compare_digest(binding, leg.binding):
-            raise _Refused(400, "This sign-in was started in another browser: nothing was granted.")
+            raise SignInFailed(400, "This sign-in is unknown, used or expired: nothing was granted.")
+        binding = Request(scope).cookies.get(f"{COOKIE}-{leg.flow}", "")  # a browser's: any characters
+        if not secrets.compare_digest(binding.encode(), leg.binding.encode()):
+            raise SignInFailed(400, "This sign-in was started in another browser: nothing was granted.")
         iss = params.get("iss")
         if iss is None and leg.sends_iss:  # RFC 9207 §2.4: a server that says it names itself must
-            raise _Refused(400, "This answer does not name the server it comes from: nothing was granted.")
+            raise SignInFailed(400, "This answer does not name the server it comes from: nothing was granted.")
         if iss is not None and iss.rstrip("/") != leg.issuer.rstrip("/"):
-            raise _Refused(400, "This answer comes from another server than the one asked: nothing was granted.")
+            raise SignInFailed(400, "This answer comes from another server than the one asked: nothing was granted.")
         if scope["path"] != urlsplit(leg.redirect_uri).path:  # RFC 9700 §4.4.2: a mix-up's code, never redeemed
-            raise _Refused(
+            raise SignInFailed(
                 400, "This answer came back at another server's address than the one asked: nothing was granted."
             )
         if "error" in params or "code" not in params:
             error = params.get("error", "")
             said = error if ERROR_CODE.fullmatch(error) else "no code"
-            raise _Refused(403, f"The sign-in was refused ({said}): nothing was granted.")
+            raise SignInFailed(403, f"The sign-in was refused ({said}): nothing was granted.")
         if login:
             return await self._logged_in(leg, params["code"])
-        return await self._granted(leg, params["code"])
+        return await self._code_redeemed(leg, params["code"])
 
-    async def _logged_in(self, leg: _Leg, code: str) -> _Answer:
+    async def _logged_in(self, leg: _Leg, code: str) -> Response:
         """The IdP's code swapped for an ID token that must name the user who asked; then on to the upstream's
-        server, with PKCE, ``state`` and ``resource``."""
+        server, with PKCE, ``state`` and ``resource`` (the login leg alone: :meth:`_id_token_kept`)."""
+        if self._login_only:
+            return await self._id_token_kept(leg, code)
         await self._confirmed(leg, code)
-        server = await self._found()
+        server = await self._server_found()
         client = await self._client_of(server)
         state = secrets.token_urlsafe(32)
         verifier = _verifier()
-        now = time.monotonic()
+        now = self._clock()
         until = now + SIGN_IN_WITHIN
         # a client by its metadata document, which every server shares, comes back to the shared callback: it is
         # used only with a server that names itself (_client_of), whose iss the callback then requires
@@ -883,48 +711,32 @@ class UpstreamGrants(UpstreamToken):
             )
         )
 
-    def _code_form(self, leg: _Leg, code: str) -> dict[str, str]:
-        """The token request that swaps a leg's authorization ``code`` (RFC 6749 §4.1.3), with PKCE's verifier."""
-        return {
-            "grant_type": "authorization_code",
-            "code": code,
-            "redirect_uri": leg.redirect_uri,
-            "code_verifier": leg.verifier,
-        }
+    async def _id_token_kept(self, leg: _Leg, code: str) -> Response:
+        """The login leg's ID token (it names the user who asked) kept for her, with the IdP's refresh token."""
+        answer, id_token, claims = await self._confirmed(leg, code)
+        key = (leg.user, self._login.issuer)
+        refresh = answer.get("refresh_token")
+        grant = _id_token_grant(id_token, claims, refresh if isinstance(refresh, str) else None, self._clock())
+        await self._saved(key, grant)
+        self._spend(leg)
+        logger.info("mcp-sessions gateway: a user signed in at %s", self._login.issuer)
+        return _page(200, f"You are signed in at {urlsplit(self._login.issuer).netloc}. You may close this page.")
 
-    async def _confirmed(self, leg: _Leg, code: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
-        """The IdP's code swapped for an ID token that must name the user who asked (and carry the leg's
-        ``nonce``): the token endpoint's answer, the ID token, and its verified claims."""
-        idp = await self._idp_metadata()
-        form = self._code_form(leg, code)
-        endpoint = _url_in(idp, "token_endpoint")
-        status, answer = await self._post_token(endpoint, self._login.issuer, self._login.client, form)
-        id_token = answer.get("id_token") if isinstance(answer, dict) and status == 200 else None
-        if not isinstance(id_token, str):
-            logger.warning("mcp-sessions gateway: the login's token endpoint answered %d with no ID token", status)
-            raise _Refused(502, "The sign-in could not confirm who you are: nothing was granted.")
-        claims = await self._verified(id_token)
-        if claims.get("nonce") != leg.nonce or claims.get(self._login.claim) != leg.user[1]:
-            logger.warning("mcp-sessions gateway: a sign-in URL was completed by another user: nothing granted")
-            self._spend(leg)
-            raise _Refused(403, "This sign-in link was made for another user: nothing was granted.")
-        return answer, id_token, claims
-
-    async def _granted(self, leg: _Leg, code: str) -> _Answer:
+    async def _code_redeemed(self, leg: _Leg, code: str) -> Response:
         """The upstream's server's code swapped for the user's tokens, kept for her."""
-        server = await self._found()
+        server = await self._server_found()
         form = self._code_form(leg, code)
         if server.resource:
             form["resource"] = server.resource
         status, answer = await self._token_request(server, form)
         if status != 200 or not isinstance(answer, dict):
             logger.warning("mcp-sessions gateway: %s answered %d to a code", server.issuer, status)
-            raise _Refused(502, "The upstream's authorization server did not grant access: nothing was granted.")
+            raise SignInFailed(502, "The upstream's authorization server did not grant access: nothing was granted.")
         key = (leg.user, server.issuer)
         try:
-            grant = self._grants[key] = _granted(answer, None, server.resource)
+            grant = _granted(answer, None, server.resource, self._clock())
         except ExchangeRefused:
-            raise _Refused(502, "The upstream's authorization server issued no usable token.") from None
+            raise SignInFailed(502, "The upstream's authorization server issued no usable token.") from None
         grant.scope = grant.scope or server.scope  # RFC 6749 §5.1: an answer names the scope where it is not the asked
         await self._saved(key, grant)
         self._spend(leg)
@@ -970,94 +782,162 @@ class UpstreamGrants(UpstreamToken):
             )
         except (jwt.PyJWTError, ValueError, TypeError):
             logger.warning("mcp-sessions gateway: the login's ID token did not verify")
-            raise _Refused(502, "The sign-in could not confirm who you are: nothing was granted.") from None
+            raise SignInFailed(502, "The sign-in could not confirm who you are: nothing was granted.") from None
         return claims
 
+    # -- the token endpoint --------------------------------------------------------------------------------------
 
-class IdTokens(UpstreamGrants):
+    async def _token_request(self, server: _Server, form: dict[str, str]) -> tuple[int, Any]:
+        """``form`` posted to ``server``'s token endpoint, with the gateway's client authentication."""
+        client = await self._client_of(server)
+        return await self._post_token(server.token_endpoint, server.issuer, client, form)
+
+    async def _post_token(
+        self, endpoint: str, issuer: str, client: ClientAuth | str, form: dict[str, str]
+    ) -> tuple[int, Any]:
+        """``form`` at ``endpoint`` of the server ``issuer``, sent by ``client`` (``_token.token_request``)."""
+        from ._token import token_request  # loaded as the client was made
+
+        status, answer, _ = await token_request(
+            self._http, endpoint, form, client, issuer, seconds=self._timeout, server="a server", failed=_server_error
+        )
+        return status, answer
+
+    async def _read(self, request: httpx2.Request) -> tuple[int, Any, str]:
+        """The status, JSON (``None`` if not) and ``WWW-Authenticate`` of the answer to ``request``
+        (:func:`read_answer`): a failure to reach the server is a 502 or 504."""
+        response, answer = await read_answer(self._http, request, self._timeout, "a server", _server_error)
+        return response.status_code, answer, response.headers.get("www-authenticate", "")[:4096]
+
+    def _code_form(self, leg: _Leg, code: str) -> dict[str, str]:
+        """The token request that swaps a leg's authorization ``code`` (RFC 6749 §4.1.3), with PKCE's verifier."""
+        return {
+            "grant_type": "authorization_code",
+            "code": code,
+            "redirect_uri": leg.redirect_uri,
+            "code_verifier": leg.verifier,
+        }
+
+    async def _confirmed(self, leg: _Leg, code: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
+        """The IdP's code swapped for an ID token that must name the user who asked (and carry the leg's
+        ``nonce``): the token endpoint's answer, the ID token, and its verified claims."""
+        idp = await self._idp_metadata()
+        form = self._code_form(leg, code)
+        endpoint = _url_in(idp, "token_endpoint")
+        status, answer = await self._post_token(endpoint, self._login.issuer, self._login.client, form)
+        id_token = answer.get("id_token") if isinstance(answer, dict) and status == 200 else None
+        if not isinstance(id_token, str):
+            logger.warning("mcp-sessions gateway: the login's token endpoint answered %d with no ID token", status)
+            raise SignInFailed(502, "The sign-in could not confirm who you are: nothing was granted.")
+        claims = await self._verified(id_token)
+        if claims.get("nonce") != leg.nonce or claims.get(self._login.claim) != leg.user[1]:
+            logger.warning("mcp-sessions gateway: a sign-in URL was completed by another user: nothing granted")
+            self._spend(leg)
+            raise SignInFailed(403, "This sign-in link was made for another user: nothing was granted.")
+        return answer, id_token, claims
+
+    async def _refresh(self, key: GrantKey, server: _Server, grant: Grant) -> Grant:
+        """``grant`` refreshed at ``server``'s token endpoint, kept; :class:`SignInRequired` when it is refused."""
+        assert grant.refresh is not None  # the caller's check
+        form = {"grant_type": "refresh_token", "refresh_token": grant.refresh}
+        if server.resource:
+            form["resource"] = server.resource
+        status, answer = await self._token_request(server, form)
+        if status != 200 or not isinstance(answer, dict):
+            error = refusal(status, answer)
+            if error not in ("invalid_grant", "invalid_token"):
+                logger.warning("mcp-sessions gateway: %s answered %d to a refresh", server.issuer, status)
+                raise GrantFailed(502, "server_error", "the upstream's authorization server failed a refresh")
+            # Revoked, expired, or an old one seen again: signed in again.
+            await self._grants.drop(key)
+            raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
+        refreshed = await self._granted_in(answer, grant.refresh, key, server)
+        refreshed.granted_at = grant.granted_at  # renewed, not granted again
+        refreshed.scope = refreshed.scope or grant.scope  # an answer may leave out the scope it leaves as it was
+        await self._saved(key, refreshed)
+        return refreshed
+
+    async def _told(self, server: _Server, grant: Grant) -> str | None:
+        """``grant``, forgotten here, revoked at ``server``'s revocation endpoint (RFC 7009; its refresh token, which
+        ends its access tokens too where the server ties them): ``None`` where the server took it, else why it was
+        not told. The gateway holds the grant no more all the same (what an operator revoking a user's access needs
+        first, whatever the vendor's state), and its tokens end as the server ends them."""
+        if server.revocation_endpoint is None:
+            return "it names no revocation endpoint"
+        token, hint = (grant.refresh, "refresh_token") if grant.refresh else (grant.access, "access_token")
+        form = {"token": token, "token_type_hint": hint}
+        try:
+            client = await self._client_of(server)
+            status, _ = await self._post_token(server.revocation_endpoint, server.issuer, client, form)
+        except ExchangeRefused as failed:
+            return failed.description
+        return None if status == 200 else f"it answered {status}"
+
+
+class UpstreamGrants(SignIn):
+    """``--upstream-token oauth``: each user's own access token at the upstream's authorization server (see the
+    module). ``upstream`` is the upstream's MCP URL, ``callback`` the gateway's ``/oauth/callback`` as browsers
+    reach it, ``login`` the team's IdP; ``client`` or ``client_id`` the gateway's client at the upstream's server
+    (neither: registered), ``issuer`` that server where the operator names it (the upstream's metadata must name it
+    too), and ``scope`` what it asks for (default: the upstream's 401's, else its metadata's);
+    ``kept``, where the grants outlive the process (else in its memory alone). Serve the app
+    :attr:`signing_in` wraps: it serves the sign-in's routes and closes the HTTP client."""
+
+    def __init__(
+        self,
+        *,
+        upstream: str,
+        callback: str,
+        login: Login,
+        client: ClientAuth | None = None,
+        client_id: str | None = None,
+        issuer: str | None = None,
+        scope: str | None = None,
+        kept: KeptGrants | None = None,
+        timeout: float = TIMEOUT,
+        clock: Callable[[], float] = now,
+    ) -> None:
+        to = _AtUpstream(upstream, issuer, scope)
+        super().__init__(
+            to,
+            callback=callback,
+            login=login,
+            client=client,
+            client_id=client_id,
+            kept=kept,
+            timeout=timeout,
+            clock=clock,
+        )
+
+
+class IdTokens(SignIn):
     """``--id-jag-subject id_token``: each user's ID token issued to the gateway's own client at the team's IdP
     (``login``), the subject token of her ID-JAG exchanges (the draft's identity assertion issued to the requesting
     client, which Okta's Cross App Access takes alone; ``_exchange``). One way per thing: the sign-in is
-    :class:`UpstreamGrants`'s (its URL, elicitation, cookie, ``state``, PKCE and ``nonce``), its login leg alone,
+    :class:`SignIn`'s (its URL, elicitation, cookie, ``state``, PKCE and ``nonce``), its login leg alone,
     whose page says she is signed in; what is kept, per user, sealed in the store as grants are (under records of
     its own), is the ID token and the IdP's refresh token (``offline_access`` is asked for). The ID token is
     refreshed before it expires (its ``exp``), one refresh in flight per user (OpenID Connect Core §12: the answer's
     ID token verified as the login's, its principal the same; an answer with none, or a refusal, asks her to sign in
-    again, as does an expiry with no refresh token). Its routes (:meth:`wrap`) and her view at ``/oauth/grants``
-    (:meth:`serving_grants`: her login, revoked at the IdP's RFC 7009 endpoint where it has one) are the same."""
-
-    _login_scope = "openid offline_access"
+    again, as does an expiry with no refresh token). Its routes and her view at ``/oauth/grants`` (her login,
+    revoked at the IdP's RFC 7009 endpoint where it has one) are the same."""
 
     def __init__(
-        self, *, callback: str, login: Login, kept: KeptGrants | None = None, timeout: float = TIMEOUT
+        self,
+        *,
+        callback: str,
+        login: Login,
+        kept: KeptGrants | None = None,
+        timeout: float = TIMEOUT,
+        clock: Callable[[], float] = now,
     ) -> None:
-        # the IdP stands where the upstream would: no upstream's metadata is read (_found)
-        upstream = login.issuer
+        to = _AtLogin(login.issuer)
         super().__init__(
-            upstream=upstream, callback=callback, login=login, client=login.client, kept=kept, timeout=timeout
+            to, callback=callback, login=login, client=login.client, kept=kept, timeout=timeout, clock=clock
         )
-        self._listed_as = "id_token\0" + login.issuer  # never a grant's at the IdP, were it a vendor's too
-
-    def held(self, scope: Scope) -> str | None:
-        """The ID token kept for the user of ``scope``, if any (not refreshed: what the last exchange was given)."""
-        user = _user_of(scope)
-        grant = None if user is None else self._grants.get((user, self._login.issuer))
-        return None if grant is None else grant.access
-
-    def _record(self, key: tuple[User, str]) -> str:
-        return "id_token\0" + _who(key)  # never a grant's record, even at an issuer that is also a vendor's
-
-    async def _found(self) -> _Server:
-        """The IdP, as the server whose token (an ID token) is kept; its metadata read once."""
-        if self._server is None:
-            idp = await self._idp_metadata()
-            revocation = idp.get("revocation_endpoint")
-            self._server = _Server(
-                issuer=self._login.issuer,
-                authorization_endpoint=_url_in(idp, "authorization_endpoint"),
-                token_endpoint=_url_in(idp, "token_endpoint"),
-                registration_endpoint=None,
-                revocation_endpoint=revocation if isinstance(revocation, str) else None,
-                resource="",
-                scope=None,
-                sends_iss=idp.get("authorization_response_iss_parameter_supported") is True,
-            )
-        return self._server
-
-    async def _logged_in(self, leg: _Leg, code: str) -> _Answer:
-        """The login leg's ID token (it names the user who asked) kept for her, with the IdP's refresh token."""
-        answer, id_token, claims = await self._confirmed(leg, code)
-        key = (leg.user, self._login.issuer)
-        refresh = answer.get("refresh_token")
-        grant = self._grants[key] = _id_token(id_token, claims, refresh if isinstance(refresh, str) else None)
-        await self._saved(key, grant)
-        self._spend(leg)
-        logger.info("mcp-sessions gateway: a user signed in at %s", self._login.issuer)
-        return _page(200, f"You are signed in at {urlsplit(self._login.issuer).netloc}. You may close this page.")
-
-    async def _granted_in(
-        self, answer: dict[str, Any], refresh: str | None, key: tuple[User, str], server: _Server
-    ) -> _Grant:
-        """A refresh's new ID token, verified as the login's and of the same user; none, or another's, asks her to
-        sign in again (OpenID Connect Core §12.2 lets a refresh answer without one)."""
-        id_token = answer.get("id_token")
-        claims: dict[str, Any] = {}
-        if isinstance(id_token, str):
-            try:
-                claims = await self._verified(id_token)
-            except _Refused:
-                raise _server_error("the IdP's refreshed ID token did not verify") from None
-        if not isinstance(id_token, str) or claims.get(self._login.claim) != key[0][1]:
-            logger.warning("mcp-sessions gateway: the IdP's refresh gave no ID token of the user: asked again")
-            self._grants.pop(key, None)
-            if self._kept is not None:
-                await self._keep(self._kept.forget(self._record(key)))
-            raise SignInRequired(self._sign_in_url(key[0]), urlsplit(self._login.issuer).netloc)
-        rotated = answer.get("refresh_token")
-        return _id_token(id_token, claims, rotated if isinstance(rotated, str) and rotated else refresh)
 
 
-class IssuerGrants(UpstreamGrants):
+class IssuerGrants(SignIn):
     """``--process-env NAME=oauth:ISSUER[,resource=URI][,scope=SCOPE]``: each user's own grant at the authorization
     server ``issuer`` (read by RFC 8414, then OpenID Connect Discovery, once; PKCE's ``S256`` among its methods),
     for ``resource`` (RFC 8707) and ``scope`` where given, for a stdio process's variable. Signed in, kept and
@@ -1074,199 +954,18 @@ class IssuerGrants(UpstreamGrants):
         client_id: str | None = None,
         scope: str | None = None,
         kept: KeptGrants | None = None,
+        clock: Callable[[], float] = now,
     ) -> None:
-        super().__init__(
-            upstream=issuer, callback=callback, login=login, client=client, client_id=client_id, scope=scope, kept=kept
-        )
-        self._resource = resource or ""
-        self._listed_as = f"{issuer}\0{self._resource}"  # one server's grants for two resources are two sign-ins'
-
-    def _record(self, key: tuple[User, str]) -> str:
-        return f"{_who(key)}\0{self._resource}"  # the resource too: one server's grants for two are two
-
-    async def _found(self) -> _Server:
-        async with self._finding:
-            if self._server is None:
-                found = await self._metadata(self._upstream_url, oidc_first=False)
-                if "S256" not in (found.get("code_challenge_methods_supported") or []):
-                    raise _server_error(f"{self._upstream_url} does not say it takes PKCE's S256")
-                registration = found.get("registration_endpoint")
-                revocation = found.get("revocation_endpoint")
-                self._server = _Server(
-                    issuer=self._upstream_url,
-                    authorization_endpoint=_url_in(found, "authorization_endpoint"),
-                    token_endpoint=_url_in(found, "token_endpoint"),
-                    registration_endpoint=registration if isinstance(registration, str) else None,
-                    revocation_endpoint=revocation if isinstance(revocation, str) else None,
-                    resource=self._resource,
-                    scope=self._scope,
-                    metadata_documents=found.get("client_id_metadata_document_supported") is True,
-                    sends_iss=found.get("authorization_response_iss_parameter_supported") is True,
-                )
-                redirect = self._callback_of(self._upstream_url)
-                logger.info("mcp-sessions gateway: the redirect URI at %s is %s", self._upstream_url, redirect)
-        return self._server
+        to = _AtIssuer(issuer, resource or "", scope)
+        super().__init__(to, callback=callback, login=login, client=client, client_id=client_id, kept=kept, clock=clock)
 
 
-class SignIns:
-    """The sign-ins of one gateway (:class:`IdTokens`, :class:`IssuerGrants`), behind one pair of routes: a sign-in
-    URL goes to the one that made it, a callback to the one whose ``state`` it carries (an unknown one to the first,
-    which says so); ``/oauth/grants`` lists and revokes the user's grants at each."""
-
-    def __init__(self, each: list[UpstreamGrants]) -> None:
-        if not each:
-            raise ValueError("no sign-in to serve")
-        self.each = each
-
-    def wrap(self, app: ASGIApp) -> ASGIApp:
-        """``app`` behind the sign-ins' routes, each one's HTTP client closed as its lifespan ends."""
-        closing = app
-        for each in self.each:
-            closing = each.wrap(closing)  # a lifespan, or a request for none of the routes, goes through each
-        routes = [each.wrap(app) for each in self.each]
-
-        async def routed(scope: Scope, receive: Receive, send: Send) -> None:
-            path = scope.get("path", "") if scope["type"] == "http" else ""
-            if is_sign_in(path):
-                return await routes[self._whose(scope, path)](scope, receive, send)
-            if path == CLIENT_PATH and (document := self.document) is not None:  # one callback: one document
-                return await _served_document(document, scope, send)
-            await closing(scope, receive, send)
-
-        return routed
-
-    @property
-    def document(self) -> bytes | None:
-        """The gateway's Client ID Metadata Document (each sign-in's is the same: one callback), where it has one."""
-        return next((each.document for each in self.each if each.document is not None), None)
-
-    def _whose(self, scope: Scope, path: str) -> int:
-        """Which sign-in made the URL ``path`` names, or the ``state`` its callback carries (none: the first)."""
-        if path.startswith(CALLBACK_PATH):
-            state = QueryParams(scope.get("query_string", b"").decode("latin-1")).get("state", "")
-            held = [each.holds(state=state) for each in self.each]
-        else:
-            held = [each.holds(sign_in=path.removeprefix(AUTHORIZE_PATH)) for each in self.each]
-        return held.index(True) if True in held else 0
-
-    def serving_grants(self, app: ASGIApp) -> ASGIApp:
-        """``app`` with the user's grants at every sign-in's server at :data:`GRANTS_PATH`: ``GET`` lists them (the
-        server, the resource, the scope, when granted, when its access token expires, whether it refreshes, never a
-        token), ``DELETE`` revokes them, or the one at ``?server=ISSUER`` (here and in the store, then at each
-        server's revocation endpoint, RFC 7009: each says whether its server was told), so that her next request asks
-        her to sign in again."""
-
-        async def grants(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] != "http" or scope.get("path") != GRANTS_PATH:
-                return await app(scope, receive, send)
-            user = _user_of(scope)
-            server = QueryParams(scope.get("query_string", b"").decode("latin-1")).get("server")
-            try:
-                if user is None:
-                    answer = _json(401, {"error": "the request names no user"})
-                elif scope["method"] == "GET":
-                    answer = _json(200, {"grants": [g for each in self.each for g in await each._listed(user)]})
-                elif scope["method"] == "DELETE":
-                    revoked = [at for each in self.each for at in await each._revoked(user, server)]
-                    answer = _json(200, {"revoked": revoked})
-                else:
-                    answer = _json(405, {"error": "GET lists your grants, DELETE revokes them"})
-            except ExchangeRefused as failed:
-                answer = _json(failed.status, {"error": failed.description})
-            await answer(send)
-
-        return grants
-
-    async def every_grant(self, principal: str | None = None, server: str | None = None) -> list[dict[str, object]]:
-        """Every user's grants at the sign-ins' servers (the operator's view, ``_operator``), those of
-        ``principal`` or at ``server`` alone where named: as the store's index holds them where they are kept (the
-        sign-ins share it), else as each holds them in memory; never a token."""
-        found: dict[tuple[object, ...], dict[str, object]] = {}
-        for each in self.each:
-            for entry in await each._every():
-                named = (entry.get("issuer"), entry.get("principal"), entry.get("authorization_server"))
-                found[(*named, entry.get("resource"))] = entry
-        return [
-            entry
-            for _, entry in sorted(found.items(), key=lambda item: tuple(str(part) for part in item[0]))
-            if principal in (None, entry.get("principal"))
-            and (server is None or str(entry.get("authorization_server")).rstrip("/") == server.rstrip("/"))
-        ]
-
-    async def revoke_grants(
-        self, principal: str, issuer: str | None = None, server: str | None = None
-    ) -> list[dict[str, object]]:
-        """The operator's revocation of ``principal``'s grants (her token's ``issuer``'s alone, where named), every
-        one, or the one at ``server``: each as she would revoke it herself (here and in the store, then at the
-        server, RFC 7009); those revoked, by user and server, and whether the server was told."""
-        users = {
-            (str(entry.get("issuer")), principal)
-            for entry in await self.every_grant(principal, server)
-            if issuer is None or entry.get("issuer") == issuer
-        }
-        revoked = []
-        for user in sorted(users):
-            for each in self.each:
-                for at in await each._revoked(user, server):
-                    revoked.append({"issuer": user[0], "principal": principal, **at})
-        if revoked:
-            logger.info("mcp-sessions gateway: the operator revoked %d grant(s)", len(revoked))
-        return revoked
-
-
-_Answer = Any  # an awaitable page: called with send
-
-
-def is_sign_in(path: str) -> bool:
-    """Whether ``path`` is a sign-in's route: a sign-in URL, the callback, or an authorization server's own."""
-    return path.startswith(AUTHORIZE_PATH) or path == CALLBACK_PATH or path.startswith(CALLBACK_PATH + "/")
-
-
-def _id_token(id_token: str, claims: Mapping[str, Any], refresh: str | None) -> _Grant:
+def _id_token_grant(id_token: str, claims: Mapping[str, Any], refresh: str | None, now: float) -> Grant:
     """A kept ID token (verified: ``claims``), renewed :data:`RENEW_BEFORE` seconds before its ``exp`` (half its
     life for a short one)."""
-    lifetime = float(claims["exp"]) - time.time()
-    renew_at = time.monotonic() + lifetime - min(RENEW_BEFORE, max(lifetime, 0.0) / 2)
-    return _Grant(id_token, refresh or None, renew_at, time.time(), float(claims["exp"]))
-
-
-def _page(status: int, text: str) -> _Answer:
-    """A small HTML page saying ``text`` (escaped), never cached, never framed."""
-    body = f"<!doctype html><meta charset=utf-8><title>Sign-in</title><p>{html.escape(text)}</p>\n".encode()
-
-    async def sent(send: Send) -> None:
-        headers = [*_PAGE_HEADERS, (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body, "more_body": False})
-
-    return sent
-
-
-def _document(url: str, callback: str) -> bytes:
-    """The gateway's Client ID Metadata Document at ``url``: its ``client_id`` that URL (the draft's §3: the server
-    compares them as strings), a public client whose one redirect URI is ``callback``; no secret, no key."""
-    document = {
-        "client_id": url,
-        "client_name": "mcp-sessions gateway",
-        "redirect_uris": [callback],
-        "grant_types": ["authorization_code", "refresh_token"],
-        "response_types": ["code"],
-        "token_endpoint_auth_method": "none",
-    }
-    return json.dumps(document).encode()
-
-
-async def _served_document(document: bytes, scope: Scope, send: Send) -> None:
-    """The Client ID Metadata Document, to any ``GET`` (whoever fetches it: it holds nothing a stranger may not
-    read), cacheable for five minutes (the draft's §4.4: the server caches it as HTTP says)."""
-    if scope["method"] not in ("GET", "HEAD"):
-        await _json(405, {"error": "the client's metadata document is read with GET"})(send)
-        return
-    headers = [(b"content-type", b"application/json"), (b"cache-control", b"public, max-age=300")]
-    headers.append((b"content-length", str(len(document)).encode()))
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    body = document if scope["method"] == "GET" else b""
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+    lifetime = float(claims["exp"]) - now
+    renew_at = now + lifetime - min(RENEW_BEFORE, max(lifetime, 0.0) / 2)
+    return Grant(id_token, refresh or None, renew_at, now, float(claims["exp"]))
 
 
 def _client(issuer: str, client_id: str, secret: str | None, method: str | None) -> ClientAuth | str:
@@ -1276,19 +975,6 @@ def _client(issuer: str, client_id: str, secret: str | None, method: str | None)
         return client_id
     chosen: ClientAuthMethod = "client_secret_post" if method == "client_secret_post" else "client_secret_basic"
     return ClientAuth(chosen, client_id, secret=secret, servers=(issuer,))
-
-
-def _json(status: int, body: object) -> _Answer:
-    """A JSON answer, never cached."""
-    data = json.dumps(body).encode()
-
-    async def sent(send: Send) -> None:
-        headers = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
-        headers.append((b"content-length", str(len(data)).encode()))
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": data, "more_body": False})
-
-    return sent
 
 
 def _authorization_url(
@@ -1316,29 +1002,6 @@ def _authorization_url(
     return str(url)
 
 
-def _redirect(location: str, cookie: str | None = None) -> _Answer:
-    """A 302 to ``location``."""
-
-    async def sent(send: Send) -> None:
-        headers = [(b"location", location.encode()), (b"cache-control", b"no-store"), (b"content-length", b"0")]
-        headers.append((b"referrer-policy", b"no-referrer"))
-        if cookie is not None:
-            headers.append((b"set-cookie", cookie.encode()))
-        await send({"type": "http.response.start", "status": 302, "headers": headers})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-    return sent
-
-
-def _cookie(header: str, wanted: str) -> str | None:
-    """The value of the cookie named ``wanted`` in a ``Cookie`` header."""
-    for pair in header.split(";"):
-        name, _, value = pair.strip().partition("=")
-        if name == wanted and value:
-            return value
-    return None
-
-
 def _verifier() -> str:
     """A PKCE verifier (RFC 7636 §4.1): 48 of its unreserved characters, as authlib's docs make one."""
     from authlib.common.security import generate_token
@@ -1346,38 +1009,21 @@ def _verifier() -> str:
     return str(generate_token(48))
 
 
-def _who(key: tuple[User, str]) -> str:
-    """A user and server, as the store's record is named from (``_kept.record``)."""
-    (issuer, principal), server = key
-    return f"{issuer}\0{principal}\0{server}"
-
-
-def _user_of(scope: Scope) -> User | None:
-    """Who asks: her verified token's issuer and principal (an auth proxy's user: its header's name and hers)."""
-    access = getattr(scope.get("user"), "access_token", None)
-    subject = getattr(access, "subject", None) or getattr(access, "client_id", None)
-    claims = getattr(access, "claims", None) or {}
-    if not isinstance(subject, str) or not subject:
-        return None
-    return (str(claims.get("iss", "")), subject)
-
-
 def _url_in(metadata: Mapping[str, Any], name: str) -> str:
     """The http(s) URL an authorization server's metadata gives as ``name`` (``_discovery.endpoint``)."""
     return endpoint(metadata, name, _AS, _server_error)
 
 
-def _granted(answer: dict[str, Any], refresh: str | None, resource: str) -> _Grant:
+def _granted(answer: dict[str, Any], refresh: str | None, resource: str, now: float) -> Grant:
     """The grant in a token endpoint's answer for ``resource``; ``refresh`` kept when the answer rotates none in."""
     token, lifetime, rotated, scope = issued(answer, "the upstream's authorization server", _server_error)
     if not _for_resource(token, resource):
         raise _server_error("the upstream's authorization server issued a token for another resource")
-    now = time.monotonic()
     # No lifetime said: refreshed when the upstream refuses it.
     renew_at = math.inf if lifetime is None else now + lifetime - min(RENEW_BEFORE, lifetime / 2)
-    expires_at = None if lifetime is None else time.time() + lifetime
+    expires_at = None if lifetime is None else now + lifetime
     # RFC 6749 §5.1: the scope is what was granted, where it is not what was asked
-    return _Grant(token, rotated or refresh, renew_at, time.time(), expires_at, scope)
+    return Grant(token, rotated or refresh, renew_at, now, expires_at, scope)
 
 
 def _for_resource(token: str, resource: str) -> bool:
@@ -1395,3 +1041,20 @@ def _for_resource(token: str, resource: str) -> bool:
 
 def _server_error(description: str, status: int = 502) -> GrantFailed:
     return GrantFailed(status, "server_error", description)
+
+
+def _server_of(issuer: str, metadata: Mapping[str, Any], resource: str, scope: str | None) -> _Server:
+    """The authorization server ``issuer`` as its ``metadata`` describes it, for ``resource`` and ``scope``."""
+    registration = metadata.get("registration_endpoint")
+    revocation = metadata.get("revocation_endpoint")
+    return _Server(
+        issuer=issuer,
+        authorization_endpoint=_url_in(metadata, "authorization_endpoint"),
+        token_endpoint=_url_in(metadata, "token_endpoint"),
+        registration_endpoint=registration if isinstance(registration, str) else None,
+        revocation_endpoint=revocation if isinstance(revocation, str) else None,
+        resource=resource,
+        scope=scope,
+        metadata_documents=metadata.get("client_id_metadata_document_supported") is True,
+        sends_iss=metadata.get("authorization_response_iss_parameter_supported") is True,
+    )

@@ -35,7 +35,6 @@ import json
 import logging
 import math
 import re
-import time
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final, NamedTuple
@@ -60,13 +59,15 @@ from ..._wire import printable
 from ...sources import HostConversationSource
 from .._front import PEER, Peer
 from .._loader import loads_code
+from ._answer import now
 from ._exchange import ID_TOKEN_TYPE, ExchangeRefused, Target, TokenExchange, id_jag_target, subject_token
 from ._expiry import until_expiry
 
 if TYPE_CHECKING:
     from ..._session import Session
     from ...sources import CallView, RequestView
-    from ._oauth import IdTokens, IssuerGrants, SignIns
+    from ._oauth import IdTokens, IssuerGrants
+    from ._sign_ins import SignIns
 
 JWKS_TIMEOUT: Final = 5.0
 """The longest wait for the JWKS, per fetch."""
@@ -133,7 +134,7 @@ class JwtVerifier:
         audience: str,
         principal_claim: str = "sub",
         leeway: float = DEFAULT_LEEWAY,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = now,
     ) -> None:
         if not 0 <= leeway < math.inf:
             raise ValueError("--auth-leeway takes a number of seconds, 0 or more")
@@ -148,16 +149,13 @@ class JwtVerifier:
         self._keys: dict[str, jwt.PyJWK] = {}
         # Each token verified, with its key's kid and the key (a set fetched again holds new ones).
         self._verified: BoundedDict[str, tuple[str | None, jwt.PyJWK, AccessToken]] = BoundedDict(VERIFIED_KEPT)
-        # clock() (time.monotonic, or a test's) of the last success, and of the last attempt, which starts the
+        # clock() (_answer.now, or a test's) of the last success, and of the last attempt, which starts the
         # cooldown.
-        self._clock = clock
+        self.clock = clock
         self._fetched: float | None = None
-        self._attempted = -math.inf
+        self._attempted: float | None = None
         self._fetching = False
         self._error: str | None = None
-        # The same two, as time.time() for the state.
-        self._fetched_at: float | None = None
-        self._attempted_at: float | None = None
         # The lifespan's task group, which a stale set's fetch runs in (:meth:`running`).
         self._behind: anyio.abc.TaskGroup | None = None
 
@@ -169,7 +167,7 @@ class JwtVerifier:
             kid = jwt.get_unverified_header(token).get("kid") if kept is None else kept[0]
             key = await self._key(kid)
             if kept is not None and kept[1] is key:
-                if time.time() >= kept[2].expires_at + self.leeway:  # type: ignore[operator]  # exp: required
+                if self.clock() >= kept[2].expires_at + self.leeway:  # type: ignore[operator]  # exp: required
                     raise jwt.ExpiredSignatureError
                 return kept[2]
             claims = jwt.decode(
@@ -221,12 +219,12 @@ class JwtVerifier:
 
     def state(self) -> dict[str, object]:
         """The key set as an operator sees it: its URL, how many keys it holds, when it was last fetched and
-        last tried (``time.time()``, ``None`` for never), and the last attempt's error (``None`` after a success)."""
+        last tried (on its clock, ``None`` for never), and the last attempt's error (``None`` after a success)."""
         return {
             "jwks": self._url,
             "keys": len(self._keys),
-            "fetched_at": self._fetched_at,
-            "attempted_at": self._attempted_at,
+            "fetched_at": self._fetched,
+            "attempted_at": self._attempted,
             "error": self._error,
         }
 
@@ -256,17 +254,16 @@ class JwtVerifier:
         return self._keys.get(kid)
 
     def _stale(self) -> bool:
-        return self._fetched is None or self._clock() - self._fetched > JWKS_LIFESPAN
+        return self._fetched is None or self.clock() - self._fetched > JWKS_LIFESPAN
 
     def _claim_fetch(self) -> bool:
         """Whether a fetch may start now (none running, the cooldown over); if so, it is this caller's.
         Called on the event loop only, so two callers never both get it."""
-        now = self._clock()
-        if self._fetching or now - self._attempted < JWKS_COOLDOWN:
+        now = self.clock()
+        if self._fetching or (self._attempted is not None and now - self._attempted < JWKS_COOLDOWN):
             return False
         self._fetching = True
         self._attempted = now
-        self._attempted_at = time.time()
         return True
 
     def _fetch(self) -> None:
@@ -287,8 +284,7 @@ class JwtVerifier:
             if self._error is not None:
                 logger.info("mcp-sessions gateway: the JWKS at %s is fetched again", self._url)
             self._keys = {key.key_id: key for key in keys if key.key_id is not None}
-            self._fetched = self._clock()
-            self._fetched_at = time.time()
+            self._fetched = self.clock()
             self._error = None
         finally:
             self._fetching = False
@@ -444,8 +440,8 @@ class _Guarded:
         expires = scope["user"].access_token.expires_at
         if expires is None or self._auth.verifier is None:
             return await self.app(scope, receive, send)
-        expires += self._auth.verifier.leeway
-        await until_expiry(self.app, scope, receive, send, expires, self._auth.expired)
+        left = expires + self._auth.verifier.leeway - self._auth.verifier.clock()
+        await until_expiry(self.app, scope, receive, send, left, self._auth.expired)
 
 
 class Credentials(NamedTuple):
@@ -511,7 +507,7 @@ class ProcessEnv:
         signing_in = [*([] if subject is None else [subject]), *self._grants.values()]
         self.signing_in: SignIns | None = None
         if signing_in:  # the sign-ins' routes, for the app to serve
-            from ._oauth import SignIns
+            from ._sign_ins import SignIns
 
             self.signing_in = SignIns(signing_in)
 
@@ -532,7 +528,7 @@ class ProcessEnv:
                 exchanged = await self._exchanged(scope, targets)
             except ExchangeRefused as refused:
                 if self.signing_in is not None:  # no grant of hers kept: she signs in (its URL, in the request's era)
-                    from ._oauth import SignInRequired
+                    from ._sign_ins import SignInRequired
 
                     if isinstance(refused, SignInRequired):
                         return await (await refused.answer_reading(scope, receive)).send(send)

@@ -74,7 +74,7 @@ from ..._wire.sse import between_events
 from ...profiles import Era
 from .._front import PEER, HostCheck, Peer, raw_path_of
 from ..auth._exchange import ExchangeRefused, UpstreamToken
-from ..auth._oauth import SignInRequired
+from ..auth._sign_ins import SignInRequired
 from ._replicas import Replica, Replicas
 
 logger = logging.getLogger("mcp_sessions.gateway")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import resource
 import secrets
 import signal
 import threading
@@ -341,6 +342,45 @@ def _locked(directory: Path) -> Iterator[None]:
         yield
     finally:
         os.close(descriptor)
+
+
+def held() -> str:
+    """What bounds the gateway's processes where it may make no control group of its own (a pod's, a container's):
+    its own group's limits, which they share (the pod's, or its container's), and the resource limits (``rlimit``)
+    each inherits where set; "none" where neither is. Only reads."""
+    limits = []
+    if (memory := _limit("memory", "memory.max", "memory.limit_in_bytes")) is not None:
+        limits.append(f"memory {memory >> 20} MiB")
+    quota = period = ""  # cgroup v2's in one file ("max 100000": none), v1's in two (-1: none)
+    if (v2 := own()) is not None:
+        quota, _, period = read(v2 / "cpu.max").partition(" ")
+    elif (v1 := own("cpu")) is not None:
+        quota = read(v1 / "cpu.cfs_quota_us")
+        period = read(v1 / "cpu.cfs_period_us")
+    if quota.strip().isdigit() and period.strip().isdigit():
+        limits.append(f"cpu {int(quota) / int(period):g}")
+    if (pids := _limit("pids", "pids.max", "pids.max")) is not None:
+        limits.append(f"pids {pids}")
+    rlimits = []
+    for name in ("CPU", "FSIZE", "DATA", "AS", "NPROC", "NOFILE"):
+        soft, _ = resource.getrlimit(getattr(resource, f"RLIMIT_{name}"))
+        if soft != resource.RLIM_INFINITY:
+            rlimits.append(f"{name.lower()} {soft}")
+    said = []
+    if limits:
+        said.append(f"the gateway's own cgroup's, together ({'; '.join(limits)})")
+    if rlimits:
+        said.append(f"each process's rlimits ({'; '.join(rlimits)})")
+    return " and ".join(said) or "none"
+
+
+def _limit(controller: str, v2_file: str, v1_file: str) -> int | None:
+    """The gateway's own group's limit of ``controller`` (cgroup v2's file, else v1's); None where it sets none."""
+    v2 = own()
+    directory = v2 if v2 is not None else own(controller)
+    text = read(directory / (v2_file if v2 is not None else v1_file)).strip() if directory is not None else ""
+    # v1's "no limit" is the largest count of pages it can hold, not a word.
+    return int(text) if text.isdigit() and int(text) < 1 << 62 else None
 
 
 def _controllers(memory: int | None, pids: int | None, cpu: float | None) -> list[str]:

@@ -146,6 +146,27 @@ def runtime_directory(path: str, *parts: str) -> None:
             ) from None
 
 
+def lacking(*names: str) -> list[str]:
+    """Those of the capabilities ``names`` (``SYS_ADMIN``) that the gateway does not hold: its effective set, as the
+    kernel says it (``CapEff`` of ``/proc/self/status``; bits of ``capability.h``)."""
+    bits = {"CHOWN": 0, "SETGID": 6, "SETUID": 7, "NET_ADMIN": 12, "SYS_ADMIN": 21}
+    status = Path("/proc/self/status").read_text()
+    held = int(status.split("\nCapEff:\t", 1)[1].split("\n", 1)[0], 16)
+    return [name for name in names if not held >> bits[name] & 1]
+
+
+def unmapped(first: int, last: int) -> str | None:
+    """Where the ids ``first`` to ``last`` are not all uids and gids of the gateway's user namespace, what it maps
+    (``/proc/self/uid_map``, ``gid_map``: "0-65535"); None where they are (as on a host, which maps every one)."""
+    for kind in ("uid", "gid"):
+        spans = [
+            [int(field) for field in line.split()] for line in Path(f"/proc/self/{kind}_map").read_text().splitlines()
+        ]
+        if not any(inside <= first and last < inside + count for inside, _, count in spans):
+            return ", ".join(f"{inside}-{inside + count - 1}" for inside, _, count in spans)
+    return None
+
+
 def running_uids() -> set[int]:
     """The real uids of the host's processes (``/proc/PID/status``) that still run: a zombie (a killed gateway's
     helper, say, until whoever adopted it reaps it) holds nothing of its uid's, and counts as none."""

@@ -22,7 +22,6 @@ network or address, a port number, uids, a checked name), never from what the op
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
 import json
 import logging
@@ -274,44 +273,6 @@ class ProcessNetwork:
         if self.link is not None:
             return self.resolv, at
         return (target, target) if at != RESOLV_CONF else ("", "")
-
-
-def add_network_arguments(gateway: argparse.ArgumentParser) -> None:
-    """``gateway``'s ``--process-network`` and ``--process-allow-net`` (:func:`egress_rules` checks them)."""
-    gateway.add_argument(
-        "--process-network",
-        choices=NETWORKS,
-        help="with --stdio: 'host': the host's network, as the gateway has it; 'none': a network "
-        "namespace of its own, nothing to reach; 'egress': the world, but not this host, its link "
-        "or the private ranges (nftables rules on the processes' uids: --process-uids or "
-        "--process-user). Default: egress with --process-uids, else host",
-    )
-    gateway.add_argument(
-        "--process-allow-net",
-        action="append",
-        default=[],
-        metavar="CIDR[:PORT]",
-        help="with --process-network egress: a network (and a port, tcp and udp) the processes "
-        "reach all the same, of this host (127.0.0.1:6379) or a private range ([::1]:PORT for IPv6); repeat",
-    )
-    gateway.add_argument(
-        "--process-allow-host",
-        action="append",
-        default=[],
-        metavar="NAME:PORT",
-        help="with --process-network egress: a host name and a port (tcp and udp) the processes reach all the "
-        "same, at the addresses the gateway resolves it to, kept current, but for an address a number would not "
-        "reach (this host's, a private or link-local one...) unless --process-allow-net grants it; repeat",
-    )
-    gateway.add_argument(
-        "--process-allow-private-host",
-        action="append",
-        default=[],
-        metavar="NAME:PORT",
-        help="as --process-allow-host, and that name's private answers too (10.0.0.0/8, 100.64.0.0/10, "
-        "172.16.0.0/12, 192.168.0.0/16, fc00::/7: an internal service's), never loopback, link-local, a metadata "
-        "address or this host's own; repeat",
-    )
 
 
 def egress_rules(

@@ -54,9 +54,9 @@ from typing import TYPE_CHECKING, Final, Literal, NamedTuple, get_args
 
 import anyio
 
-from ._cgroups import Bound, Bounds, Cgroup, Cgroups, read
+from ._cgroups import Bound, Bounds, Cgroup, Cgroups, held, read
 from ._grants import STATE, Grant, GrantError, UserDirectories, UserGroups, owner_name, state_directory
-from ._kernel import HELPER_ENV, RUNTIME, above, locked, no_user_namespaces, run_helper, running_uids, tool
+from ._kernel import HELPER_ENV, RUNTIME, above, lacking, locked, no_user_namespaces, run_helper, running_uids, tool
 from ._kernel import SandboxError as SandboxError
 from ._kernel import UidsInUse as UidsInUse
 from ._network import (
@@ -450,11 +450,12 @@ class SandboxPolicy:
             runs_as = "a uid each"
         elif self.user is not None:
             runs_as = "one uid"
-        bounds = "none"
         if self.bounds:
             bounds = self.bounds.said
         elif self.pids:
             bounds = "RLIMIT_NPROC"
+        else:
+            bounds = held()
         chosen = f" ({self.choice})" if self.choice else ""
         granted = [f"{grant.target} ({'rw' if grant.writable else 'ro'}{grant.said})" for grant in self.grants]
         grants = f", grants {', '.join(granted)}" if granted else ""
@@ -464,6 +465,7 @@ class SandboxPolicy:
     def chosen(self) -> SandboxPolicy:
         """This sandbox as it runs here, tried once (:meth:`check`): ``auto`` is bubblewrap where it works, else
         util-linux's ``unshare`` where the gateway is root (its mounts need it) and it works, else ``none``."""
+        self._capable()
         if self.containment != "auto":
             self.check()
             return self
@@ -481,6 +483,25 @@ class SandboxPolicy:
         if self.network == "none":
             raise SandboxError(f"--process-network none needs bwrap or unshare, and neither works here: {failed[0]}")
         return replace(self, containment="none", choice="auto: " + "; ".join(failed))
+
+    def _capable(self) -> None:
+        """The capabilities the gateway as root needs for its processes' seals, refused in one line that names those
+        it lacks and how to give them, where its root holds fewer than the host's (a container's, a pod's)."""
+        if os.geteuid() != 0:
+            return
+        needs = []
+        if self.uids is not None or self.user is not None:
+            needs += ["SETUID", "SETGID", "CHOWN"]  # each process's uid, and its directory given to it
+        if self.containment in ("bwrap", "unshare") or self.uids is not None or self.network != "host":
+            needs.append("SYS_ADMIN")  # the containment's namespaces
+        if self.network != "host":
+            needs.append("NET_ADMIN")  # each process's loopback, its veth pair and the egress rules
+        if missing := lacking(*needs):
+            raise SandboxError(
+                f"the gateway's processes need the capabilities {', '.join(needs)} of its root, which lacks "
+                f"{', '.join(missing)}: give them (podman run --cap-add {','.join(missing)}; Kubernetes: the "
+                "container's securityContext.capabilities.add)"
+            )
 
     def check(self) -> None:
         """Whether the containment works here: one run of it, as the gateway would start a process in a directory
