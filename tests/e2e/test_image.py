@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tomllib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,25 @@ def image() -> str:
     return tag
 
 
+@pytest.fixture(scope="module")
+def redis_image(image: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """components/redis's stand-in: its image is a registry's (docker.io/library/redis), which the tests do not
+    reach, so Debian's redis-server on the gateway's image (a few seconds, once: podman's cache keeps it)."""
+    tag = image.replace("localhost/mcp-sessions:", "localhost/mcp-sessions-redis:")
+    context = tmp_path_factory.mktemp("redis")  # empty: the file is all it builds from
+    containerfile = f"FROM {image}\nRUN apt-get update && apt-get install -y --no-install-recommends redis-server\n"
+    built = subprocess.run(
+        ["podman", "build", "--ulimit", LIMITS[1], "--network", "host", "--tag", tag, "--file", "-", str(context)],
+        input=containerfile,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert built.returncode == 0, f"{built.stdout}\n{built.stderr}"
+    return tag
+
+
 @contextlib.contextmanager
 def running(image: str, directory: Path, config: str, *options: str) -> Iterator[tuple[str, int]]:
     """The image run with ``config`` and the tests' servers mounted, its port published on 127.0.0.1, given podman's
@@ -114,15 +133,17 @@ def running(image: str, directory: Path, config: str, *options: str) -> Iterator
 
 
 @contextlib.contextmanager
-def detached(image: str, options: list[str], environ: dict[str, str], serves: int = 8000) -> Iterator[tuple[str, int]]:
-    """The image run detached with podman's ``options``, given ``environ`` by name (never on a command line), its
-    port ``serves`` published on 127.0.0.1: its name and that port; removed at the end."""
+def detached(
+    image: str, options: list[str], environ: dict[str, str], serves: int = 8000, command: Sequence[str] = ()
+) -> Iterator[tuple[str, int]]:
+    """The image run detached with podman's ``options`` (and ``command``), given ``environ`` by name (never on a
+    command line), its port ``serves`` published on 127.0.0.1: its name and that port; removed at the end."""
     port = free_port()
     name = f"mcp-sessions-test-{os.getpid()}-{port}"
     run = subprocess.run(
         [
             *("podman", "run", "--detach", "--name", name, *LIMITS, *options),
-            *("--publish", f"127.0.0.1:{port}:{serves}", image),
+            *("--publish", f"127.0.0.1:{port}:{serves}", image, *command),
         ],
         env={**os.environ, **environ},
         capture_output=True,
@@ -370,9 +391,15 @@ def test_the_pod_without_what_it_declares_is_refused_in_one_line(image: str, tmp
 # the base's Deployment with one upstream per replica. Each pod runs as its manifests say, on one podman network in
 # the pod network the replicas trust (podman's DNS gives each replica its Service's name, as a cluster's does).
 def the_front() -> list[Manifest]:
-    """The objects with components/front: the replicas' file given the tests' servers, the front's its ``plain``
-    at the replicas' names its ``memory`` has."""
-    objects = with_the_tests_servers(rendered(components=("front",)))
+    """The objects with components/redis and components/front: the replicas' file given the tests' servers, the
+    front's its ``plain`` at the replicas' names its ``memory`` has."""
+    objects = with_the_tests_servers(rendered(components=("redis", "front")))
+    # The tests' conversations are one caller's (the client's address, as the front forwards it), whom a replica
+    # allows 8 processes at once: fewer than a run may place on one replica, by chance, before the other has one.
+    replicas = named(objects, "ConfigMap")["data"]
+    replicas["gateway.toml"] = replicas["gateway.toml"].replace(
+        "[servers.plain]\n", "[servers.plain]\nmax-processes-per-principal = 64\n"
+    )
     data = named(objects, "ConfigMap", "mcp-sessions-front")["data"]
     urls = [
         url.replace("/memory/", "/plain/") for url in tomllib.loads(data["gateway.toml"])["servers"]["memory"]["url"]
@@ -447,7 +474,7 @@ def kept(answers: list[str]) -> bool:
 
 
 @pytest.mark.timeout(1500)
-async def test_the_front_keeps_each_conversation_on_its_replica(image: str, tmp_path: Path) -> None:
+async def test_the_front_keeps_each_conversation_on_its_replica(image: str, redis_image: str, tmp_path: Path) -> None:
     objects = the_front()
     replicas = named(objects, "StatefulSet", "mcp-sessions-replica")
     replica_pod = {"objects": objects, "pod": replicas["spec"]["template"]["spec"]}
@@ -456,6 +483,18 @@ async def test_the_front_keeps_each_conversation_on_its_replica(image: str, tmp_
     trusted = {each["name"]: each.get("value") for each in replica_container["env"]}["FORWARDED_ALLOW_IPS"]
     with contextlib.ExitStack() as stack:
         network = stack.enter_context(pod_network(trusted))
+        # The store the front and the replicas share, by its Service's name, with the component's arguments (and
+        # the official image's protected-mode off: it answers other addresses than its loopback without a password).
+        [redis] = named(objects, "Deployment", "mcp-sessions-redis")["spec"]["template"]["spec"]["containers"]
+        service = named(objects, "Service", "mcp-sessions-redis")["metadata"]["name"]
+        store = ["--network", network, "--network-alias", service, "--entrypoint", "redis-server"]
+        serves = redis["ports"][0]["containerPort"]
+        arguments = (*redis["args"], "--protected-mode", "no")
+        redis_name, _ = stack.enter_context(detached(redis_image, store, {}, serves, arguments))
+        until(
+            lambda: podman("exec", redis_name, *redis["readinessProbe"]["exec"]["command"]).returncode == 0,
+            functools.partial(logs, redis_name),
+        )
         pods: dict[str, tuple[str, int, PodRun]] = {}
         for ordinal in range(replicas["spec"]["replicas"]):
             pod = f"{replicas['metadata']['name']}-{ordinal}"  # its name, and its Service's name for it
@@ -478,6 +517,8 @@ async def test_the_front_keeps_each_conversation_on_its_replica(image: str, tmp_
                 within=60,
                 ignoring=(httpx.HTTPError,),
             )
+        for name, _, _ in (*pods.values(), (front, port, run)):  # one store, the Redis
+            assert "their data and users' sign-ins kept in RedisStore(" in logs(name), logs(name)
         # The front starts with no capability at all: its every process's effective set is empty.
         assert "--cap-add" not in run.options, run.options
         top = podman("top", front, "capeff", "args").stdout.splitlines()[1:]
@@ -486,9 +527,7 @@ async def test_the_front_keeps_each_conversation_on_its_replica(image: str, tmp_
         url = f"http://127.0.0.1:{port}/servers/plain/mcp"
         for kind in CONVERSATIONS:
             served: dict[str, list[str]] = {pod: [] for pod in pods}
-            # Until both replicas serve one (each conversation placed by a hash of its id), a few: each replica
-            # allows its caller, the front's client address, 8 processes at once.
-            for _ in range(12):
+            for _ in range(12):  # until both replicas serve one: each conversation placed by a hash of its id
                 answers = await conversation(url, kind)
                 assert kept(answers), f"{kind}: {answers}"
                 [replica] = [pod for pod, (name, _, _) in pods.items() if f"process {answers[0]}: " in logs(name)]
