@@ -52,6 +52,8 @@ if [ -n "$all" ]; then
     command -v podman >/dev/null 2>&1 || missing+=(podman)
     command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || missing+=(runc)
     command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || missing+=(debootstrap)
+    # a podman network's DNS: the front's pod reaches each replica by its headless Service's name (a network alias)
+    [ -x /usr/lib/podman/aardvark-dns ] || missing+=(aardvark-dns)
 fi
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then

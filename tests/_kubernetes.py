@@ -1,14 +1,17 @@
 """``deploy/kubernetes/`` as ``kubectl apply -k`` reads it, and its gateway's pod as podman runs it.
 
-:func:`rendered` reads the kustomization's resources and makes its ConfigMap, as kustomize does for the keys the
-directory uses (and refuses any other). :func:`pod_run` turns the Deployment's pod into a ``podman run``'s options,
+:func:`rendered` reads the kustomization's resources and makes its ConfigMap, and applies the components it is given
+(their resources, ConfigMaps, patches and replacements), as kustomize does for the keys the directory uses (and refuses
+any other). :func:`pod_run` turns a Deployment's or a StatefulSet's pod into a ``podman run``'s options,
 field by field, as a kubelet with user namespaces would set the container up: a field it does not translate fails
 the test, so that what the manifests grant is exactly what the tests run (``tests/e2e/test_image.py``).
 """
 
 from __future__ import annotations
 
+import copy
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,31 +24,114 @@ MANIFESTS = ROOT / "deploy" / "kubernetes"
 # Where a node's kubelet finds a Localhost seccomp profile (its --root-dir's seccomp/), and what the docs place there.
 PROFILES = {"mcp-sessions/seccomp.json": ROOT / "deploy" / "seccomp.json"}
 _KUSTOMIZATION = {"apiVersion", "kind", "resources", "configMapGenerator", "images"}
+_COMPONENT = {"apiVersion", "kind", "resources", "components", "configMapGenerator", "patches", "replacements"}
+_WORKLOADS = ("Deployment", "StatefulSet")
+# The key a list's items merge by in a strategic merge patch (Kubernetes' patchMergeKey), where it is not their name.
+_MERGE_KEYS = {"volumeMounts": "mountPath"}
 _UNITS = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}
 
 Manifest = dict[str, Any]
 
 
-def rendered(directory: Path = MANIFESTS) -> list[Manifest]:
-    """The objects ``kubectl apply -k directory`` applies (the generated ConfigMap under its own name, without
-    kustomize's hash of its content)."""
-    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
-    unknown = set(kustomization) - _KUSTOMIZATION
-    assert not unknown, f"kustomization.yaml: {sorted(unknown)} not read here (tests/_kubernetes.py)"
+def rendered(directory: Path = MANIFESTS, components: tuple[str, ...] = ()) -> list[Manifest]:
+    """The objects ``kubectl apply -k`` applies of an overlay of ``directory`` naming ``components`` (in order, each
+    under ``directory/components/``); a generated ConfigMap under its own name, without kustomize's hash of its
+    content."""
+    kustomization = _kustomization(directory, _KUSTOMIZATION)
+    objects = _accumulated(directory, kustomization)
+    images = {image["name"]: f"{image['newName']}:{image['newTag']}" for image in kustomization.get("images", ())}
+    for container in (
+        c for o in objects if o["kind"] in _WORKLOADS for c in o["spec"]["template"]["spec"]["containers"]
+    ):
+        container["image"] = images.get(container["image"], container["image"])
+    for component in components:
+        _component(directory / "components" / component, objects)
+    return objects
+
+
+def _kustomization(directory: Path, keys: set[str]) -> Manifest:
+    kustomization: Manifest = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    unknown = set(kustomization) - keys
+    assert not unknown, f"{directory}: {sorted(unknown)} not read here (tests/_kubernetes.py)"
+    return kustomization
+
+
+def _accumulated(directory: Path, kustomization: Manifest) -> list[Manifest]:
+    """A kustomization's resources, and the ConfigMaps it generates."""
     objects = [
         document
-        for resource in kustomization["resources"]
+        for resource in kustomization.get("resources", ())
         for document in yaml.safe_load_all((directory / resource).read_text())
     ]
     for generator in kustomization.get("configMapGenerator", ()):
-        data = {Path(name).name: (directory / name).read_text() for name in generator["files"]}
+        files = (name.rpartition("=") for name in generator["files"])  # KEY=FILE, else FILE under its own name
+        data = {key or Path(path).name: (directory / path).read_text() for key, _, path in files}
         objects.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": generator["name"]}, "data": data})
-    images = {image["name"]: f"{image['newName']}:{image['newTag']}" for image in kustomization.get("images", ())}
-    for container in (
-        c for o in objects if o["kind"] == "Deployment" for c in o["spec"]["template"]["spec"]["containers"]
-    ):
-        container["image"] = images.get(container["image"], container["image"])
     return objects
+
+
+def _component(directory: Path, objects: list[Manifest]) -> None:
+    """A component applied to ``objects`` in kustomize's order: its resources, its own components, then its
+    patches (strategic merge), then its replacements."""
+    component = _kustomization(directory, _COMPONENT)
+    objects += _accumulated(directory, component)
+    for nested in component.get("components", ()):
+        _component(directory / nested, objects)
+    for patch in component.get("patches", ()):
+        text = (directory / patch["path"]).read_text() if "path" in patch else patch["patch"]
+        change = yaml.safe_load(text)
+        target = patch.get("target") or {"kind": change["kind"], "name": change["metadata"]["name"]}
+        chosen = [o for o in objects if _selected(o, target)]
+        assert chosen, f"{directory}: no object for the patch {target}"
+        for found in chosen:
+            _merge(
+                found, {key: value for key, value in change.items() if key not in ("apiVersion", "kind", "metadata")}
+            )
+    for replacement in component.get("replacements", ()):
+        [source] = [o for o in objects if _selected(o, replacement["source"])]
+        value = _field(source, replacement["source"]["fieldPath"])
+        for target in replacement["targets"]:
+            for found in (o for o in objects if _selected(o, target["select"])):
+                for path in target["fieldPaths"]:
+                    *parents, last = path.split(".")
+                    _field(found, ".".join(parents))[last] = copy.deepcopy(value)
+
+
+def _selected(found: Manifest, selector: Mapping[str, str]) -> bool:
+    """A patch's target or a replacement's selector: its kind and name as regular expressions, kustomize's."""
+    unknown = set(selector) - {"kind", "name", "fieldPath"}
+    assert not unknown, f"a selector's {sorted(unknown)} not read here (tests/_kubernetes.py)"
+    name = found["metadata"]["name"]
+    return bool(re.fullmatch(selector["kind"], found["kind"]) and re.fullmatch(selector["name"], name))
+
+
+def _field(found: Manifest, path: str) -> Any:
+    for key in path.split(".") if path else ():
+        found = found[key]
+    return found
+
+
+def _merge(into: Manifest, patch: Mapping[str, Any]) -> None:
+    """A strategic merge patch, as far as the components use one: a mapping merges key by key (``null`` deletes a
+    key), a list of items with a merge key item by item (``$patch: delete`` deletes one), any other list is
+    replaced."""
+    for key, value in patch.items():
+        merge_key = _MERGE_KEYS.get(key, "name")
+        if value is None:
+            into.pop(key, None)
+        elif isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        elif isinstance(value, list) and value and all(isinstance(item, dict) and merge_key in item for item in value):
+            items = {item[merge_key]: item for item in into.setdefault(key, [])}
+            for item in value:
+                if item.get("$patch") == "delete":
+                    into[key].remove(items[item[merge_key]])
+                elif item[merge_key] in items:
+                    _merge(items[item[merge_key]], item)
+                else:
+                    into[key].append(copy.deepcopy(item))
+        else:
+            into[key] = copy.deepcopy(value)
 
 
 def named(objects: list[Manifest], kind: str, name: str = "mcp-sessions-gateway") -> Manifest:
@@ -80,7 +166,7 @@ class _Fields:
 
 
 def pod_run(pod: Manifest, objects: list[Manifest], secrets: Mapping[str, Mapping[str, str]], mounts: Path) -> PodRun:
-    """The options of ``podman run`` for ``pod`` (a Deployment's ``spec.template.spec``) with one container: its
+    """The options of ``podman run`` for ``pod`` (a workload's ``spec.template.spec``) with one container: its
     ConfigMaps from ``objects``, its Secrets from ``secrets`` (made by the operator, never in the manifests), each
     volume's files written under ``mounts``."""
     spec = _Fields("spec.template.spec", pod)
@@ -118,7 +204,7 @@ def pod_run(pod: Manifest, objects: list[Manifest], secrets: Mapping[str, Mappin
         if (probe := fields.take(kind)) is not None:
             run.probes[kind] = probe["httpGet"]["path"]
             assert run.ports[probe["httpGet"]["port"]]
-    if (lifecycle := fields.take("lifecycle")) is not None:
+    if lifecycle := dict(fields.take("lifecycle", {})):  # a copy: a pod spec may run twice (a StatefulSet's)
         run.pre_stop = lifecycle.pop("preStop")["sleep"]["seconds"]
         assert not lifecycle, f"lifecycle: {sorted(lifecycle)} not translated"
     fields.done()
@@ -134,8 +220,10 @@ def _security(context: _Fields) -> Iterator[str]:
         yield from ("--cap-add", capability)
     capabilities.done()
     profile = context.take("seccompProfile")
-    assert profile["type"] == "Localhost"
-    yield from ("--security-opt", f"seccomp={PROFILES[profile['localhostProfile']]}")
+    if profile["type"] == "Localhost":
+        yield from ("--security-opt", f"seccomp={PROFILES[profile['localhostProfile']]}")
+    else:  # the runtime's own profile, podman's by default as a kubelet's runtime's
+        assert profile == {"type": "RuntimeDefault"}, profile
     if context.take("procMount", "Default") == "Unmasked":
         yield from ("--security-opt", "unmask=ALL")  # no path of /proc masked or read-only, as a kubelet's
     if context.take("readOnlyRootFilesystem", False):
@@ -181,7 +269,7 @@ def _mount(
         yield from ("--mount", f"type=tmpfs,destination={target},tmpfs-size={size},tmpfs-mode=0755")
         return
     files: Mapping[str, str]
-    if (config := source.take("configMap")) is not None:
+    if config := dict(source.take("configMap", {})):
         files, mode = named(objects, "ConfigMap", config.pop("name"))["data"], config.pop("defaultMode", 0o644)
         assert not config, f"configMap: {sorted(config)} not translated"
     else:

@@ -16,23 +16,30 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import ipaddress
+import itertools
 import json
 import os
 import resource
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+import tomllib
+import uuid
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 import mcp_sessions
-from _kubernetes import PodRun, named, pod_run, rendered
-from _mcp import create_session, sdk_session_meta
+from _kubernetes import Manifest, PodRun, named, pod_run, rendered
+from _mcp import MODERN, create_session, sdk_meta, sdk_session_meta
 from _redis import free_port, missing, only_skips
 from _waits import until
 from conftest import SECRET
@@ -83,6 +90,25 @@ def image() -> str:
     return tag
 
 
+@pytest.fixture(scope="module")
+def redis_image(image: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """components/redis's stand-in: its image is a registry's (docker.io/library/redis), which the tests do not
+    reach, so Debian's redis-server on the gateway's image (a few seconds, once: podman's cache keeps it)."""
+    tag = image.replace("localhost/mcp-sessions:", "localhost/mcp-sessions-redis:")
+    context = tmp_path_factory.mktemp("redis")  # empty: the file is all it builds from
+    containerfile = f"FROM {image}\nRUN apt-get update && apt-get install -y --no-install-recommends redis-server\n"
+    built = subprocess.run(
+        ["podman", "build", "--ulimit", LIMITS[1], "--network", "host", "--tag", tag, "--file", "-", str(context)],
+        input=containerfile,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert built.returncode == 0, f"{built.stdout}\n{built.stderr}"
+    return tag
+
+
 @contextlib.contextmanager
 def running(image: str, directory: Path, config: str, *options: str) -> Iterator[tuple[str, int]]:
     """The image run with ``config`` and the tests' servers mounted, its port published on 127.0.0.1, given podman's
@@ -107,15 +133,17 @@ def running(image: str, directory: Path, config: str, *options: str) -> Iterator
 
 
 @contextlib.contextmanager
-def detached(image: str, options: list[str], environ: dict[str, str], serves: int = 8000) -> Iterator[tuple[str, int]]:
-    """The image run detached with podman's ``options``, given ``environ`` by name (never on a command line), its
-    port ``serves`` published on 127.0.0.1: its name and that port; removed at the end."""
+def detached(
+    image: str, options: list[str], environ: dict[str, str], serves: int = 8000, command: Sequence[str] = ()
+) -> Iterator[tuple[str, int]]:
+    """The image run detached with podman's ``options`` (and ``command``), given ``environ`` by name (never on a
+    command line), its port ``serves`` published on 127.0.0.1: its name and that port; removed at the end."""
     port = free_port()
     name = f"mcp-sessions-test-{os.getpid()}-{port}"
     run = subprocess.run(
         [
             *("podman", "run", "--detach", "--name", name, *LIMITS, *options),
-            *("--publish", f"127.0.0.1:{port}:{serves}", image),
+            *("--publish", f"127.0.0.1:{port}:{serves}", image, *command),
         ],
         env={**os.environ, **environ},
         capture_output=True,
@@ -264,9 +292,8 @@ POD_SECRETS = {
 CONTAINERS_RANGE = 1073741824
 
 
-def the_pod(**gateway: str) -> dict[str, Any]:
-    """deploy/kubernetes/'s objects, the ConfigMap's file given the tests' servers (and ``gateway``'s keys)."""
-    objects = rendered()
+def with_the_tests_servers(objects: list[Manifest], **gateway: str) -> list[Manifest]:
+    """``objects``, the ConfigMap's file given the tests' servers (and ``gateway``'s keys)."""
     data = named(objects, "ConfigMap")["data"]
     file = [
         line for line in data["gateway.toml"].split("\n[servers.")[0].splitlines() if line.split(" =")[0] not in gateway
@@ -275,14 +302,21 @@ def the_pod(**gateway: str) -> dict[str, Any]:
     data["gateway.toml"] = "\n".join([*file, *own, SEALED_SERVERS.replace("UNDER", "/etc/mcp-sessions")])
     for server, mounted in SERVERS.items():
         data[mounted] = server.read_text()
+    return objects
+
+
+def the_pod(**gateway: str) -> dict[str, Any]:
+    """deploy/kubernetes/'s objects, the ConfigMap's file given the tests' servers (and ``gateway``'s keys)."""
+    objects = with_the_tests_servers(rendered(), **gateway)
     return {"objects": objects, "pod": named(objects, "Deployment")["spec"]["template"]["spec"]}
 
 
 @contextlib.contextmanager
-def pod_started(image: str, directory: Path, pod: dict[str, Any]) -> Iterator[tuple[str, int, PodRun]]:
-    """The pod's container started as its manifests say: its name, its published port and how it runs."""
+def pod_started(image: str, directory: Path, pod: dict[str, Any], *network: str) -> Iterator[tuple[str, int, PodRun]]:
+    """The pod's container started as its manifests say (on podman's ``network`` options): its name, its published
+    port and how it runs."""
     run = pod_run(pod["pod"], pod["objects"], POD_SECRETS, directory)
-    with detached(image, run.options, run.environ, run.ports["http"]) as (name, port):
+    with detached(image, [*run.options, *network], run.environ, run.ports["http"]) as (name, port):
         yield name, port, run
 
 
@@ -351,3 +385,161 @@ def test_the_pod_without_what_it_declares_is_refused_in_one_line(image: str, tmp
         refused = [line for line in logs(name).splitlines() if line.startswith("mcp-sessions gateway: ")]
         assert len(refused) == 1 and said in refused[0], logs(name)
         assert "Traceback" not in logs(name)
+
+
+# deploy/kubernetes/ with components/front: the replicas a StatefulSet, each named by its headless Service, the front
+# the base's Deployment with one upstream per replica. Each pod runs as its manifests say, on one podman network in
+# the pod network the replicas trust (podman's DNS gives each replica its Service's name, as a cluster's does).
+def the_front() -> list[Manifest]:
+    """The objects with components/redis and components/front: the replicas' file given the tests' servers, the
+    front's its ``plain`` at the replicas' names its ``memory`` has."""
+    objects = with_the_tests_servers(rendered(components=("redis", "front")))
+    # The tests' conversations are one caller's (the client's address, as the front forwards it), whom a replica
+    # allows 8 processes at once: fewer than a run may place on one replica, by chance, before the other has one.
+    replicas = named(objects, "ConfigMap")["data"]
+    replicas["gateway.toml"] = replicas["gateway.toml"].replace(
+        "[servers.plain]\n", "[servers.plain]\nmax-processes-per-principal = 64\n"
+    )
+    data = named(objects, "ConfigMap", "mcp-sessions-front")["data"]
+    urls = [
+        url.replace("/memory/", "/plain/") for url in tomllib.loads(data["gateway.toml"])["servers"]["memory"]["url"]
+    ]
+    data["gateway.toml"] = (
+        data["gateway.toml"].split("\n[servers.")[0] + f"\n[servers.plain]\nurl = {json.dumps(urls)}\n"
+    )
+    return objects
+
+
+@contextlib.contextmanager
+def pod_network(trusted: str) -> Iterator[str]:
+    """A podman network whose addresses are a /24 of ``trusted`` (the replicas' FORWARDED_ALLOW_IPS) no other
+    network of the host has: its name."""
+    name = f"mcp-sessions-test-{os.getpid()}-pods"
+    subnets = itertools.islice(ipaddress.ip_network(trusted).subnets(new_prefix=24), 64)
+    made = next(
+        (each for each in subnets if podman("network", "create", "--subnet", str(each), name).returncode == 0), None
+    )
+    assert made is not None, f"no /24 of {trusted} is free for a podman network"
+    try:
+        yield name
+    finally:
+        podman("network", "rm", "--force", name)
+
+
+class RoundRobin(httpx2.AsyncBaseTransport):
+    """A balancer with no affinity: each request to the next of ``ports`` (the replicas', on loopback)."""
+
+    def __init__(self, ports: list[int]) -> None:
+        self.ports = itertools.cycle(ports)
+        self.inner = httpx2.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        request.url = request.url.copy_with(port=next(self.ports))
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+# The conversations a front keeps on one replica: the SDK's 2026-07-28 client in a data-layer session, the same
+# client naming a host's conversation in _meta (which the replicas believe from the front alone), and its 2025-11-25
+# client in a transport session.
+CONVERSATIONS = ("data-layer session", "host conversation", "transport session")
+REFUSED = "refused:"
+
+
+async def conversation(url: str, kind: str, http: httpx2.AsyncClient | None = None) -> list[str]:
+    """One conversation of ``kind`` calling ``whoami`` three times (the SDK's client asks for the tools once, after
+    the first call, so that a balancer that sends each request to the next replica sends the last two apart): the
+    process that answered each call (its MCP_SESSION_ID), or the error that refused it."""
+    mode = "legacy" if kind == "transport session" else MODERN
+    async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+        meta = None  # a transport session's calls name nothing: its Mcp-Session-Id does
+        if kind == "data-layer session":
+            meta = sdk_session_meta(await create_session(client))
+        elif kind == "host conversation":
+            meta = sdk_meta({"vscode.conversationId": f"chat-{uuid.uuid4().hex}"})
+        answers: list[str] = []
+        for _ in range(3):
+            try:
+                answers.append(json.loads(text_of(await client.call_tool("whoami", {}, meta=meta)))["session"])
+            except MCPError as refused:
+                answers.append(f"{REFUSED} {refused.error.code} {refused.error.message}")
+        return answers
+
+
+def kept(answers: list[str]) -> bool:
+    """Each call of the conversation answered, by one process."""
+    return len(set(answers)) == 1 and not answers[0].startswith(REFUSED)
+
+
+@pytest.mark.timeout(1500)
+async def test_the_front_keeps_each_conversation_on_its_replica(image: str, redis_image: str, tmp_path: Path) -> None:
+    objects = the_front()
+    replicas = named(objects, "StatefulSet", "mcp-sessions-replica")
+    replica_pod = {"objects": objects, "pod": replicas["spec"]["template"]["spec"]}
+    front_pod = {"objects": objects, "pod": named(objects, "Deployment")["spec"]["template"]["spec"]}
+    [replica_container] = replica_pod["pod"]["containers"]
+    trusted = {each["name"]: each.get("value") for each in replica_container["env"]}["FORWARDED_ALLOW_IPS"]
+    with contextlib.ExitStack() as stack:
+        network = stack.enter_context(pod_network(trusted))
+        # The store the front and the replicas share, by its Service's name, with the component's arguments (and
+        # the official image's protected-mode off: it answers other addresses than its loopback without a password).
+        [redis] = named(objects, "Deployment", "mcp-sessions-redis")["spec"]["template"]["spec"]["containers"]
+        service = named(objects, "Service", "mcp-sessions-redis")["metadata"]["name"]
+        store = ["--network", network, "--network-alias", service, "--entrypoint", "redis-server"]
+        serves = redis["ports"][0]["containerPort"]
+        arguments = (*redis["args"], "--protected-mode", "no")
+        redis_name, _ = stack.enter_context(detached(redis_image, store, {}, serves, arguments))
+        until(
+            lambda: podman("exec", redis_name, *redis["readinessProbe"]["exec"]["command"]).returncode == 0,
+            functools.partial(logs, redis_name),
+        )
+        pods: dict[str, tuple[str, int, PodRun]] = {}
+        for ordinal in range(replicas["spec"]["replicas"]):
+            pod = f"{replicas['metadata']['name']}-{ordinal}"  # its name, and its Service's name for it
+            (tmp_path / pod).mkdir()
+            named_so = (
+                "--network",
+                network,
+                "--hostname",
+                pod,
+                "--network-alias",
+                f"{pod}.{replicas['spec']['serviceName']}",
+            )
+            pods[pod] = stack.enter_context(pod_started(image, tmp_path / pod, replica_pod, *named_so))
+        (tmp_path / "front").mkdir()
+        front, port, run = stack.enter_context(pod_started(image, tmp_path / "front", front_pod, "--network", network))
+        for name, published, _ in (*pods.values(), (front, port, run)):
+            until(
+                functools.partial(healthy, name, published, "/readyz"),
+                functools.partial(logs, name),
+                within=60,
+                ignoring=(httpx.HTTPError,),
+            )
+        for name, _, _ in (*pods.values(), (front, port, run)):  # one store, the Redis
+            assert "their data and users' sign-ins kept in RedisStore(" in logs(name), logs(name)
+        # The front starts with no capability at all: its every process's effective set is empty.
+        assert "--cap-add" not in run.options, run.options
+        top = podman("top", front, "capeff", "args").stdout.splitlines()[1:]
+        assert top and all(line.split()[0] == "none" for line in top), top
+
+        url = f"http://127.0.0.1:{port}/servers/plain/mcp"
+        for kind in CONVERSATIONS:
+            served: dict[str, list[str]] = {pod: [] for pod in pods}
+            for _ in range(12):  # until both replicas serve one: each conversation placed by a hash of its id
+                answers = await conversation(url, kind)
+                assert kept(answers), f"{kind}: {answers}"
+                [replica] = [pod for pod, (name, _, _) in pods.items() if f"process {answers[0]}: " in logs(name)]
+                served[replica].append(answers[0])
+                if all(served.values()):
+                    break
+            processes = [each for on_one in served.values() for each in on_one]
+            assert all(served.values()), f"{kind}: {served}"
+            assert len(set(processes)) == len(processes), f"{kind}: {served}"  # a process each, none shared
+
+        # Without the front, behind a balancer with no affinity, no conversation keeps its process.
+        async with httpx2.AsyncClient(transport=RoundRobin([published for _, published, _ in pods.values()])) as http:
+            for kind in CONVERSATIONS:
+                answers = await conversation(url, kind, http)
+                assert not kept(answers), f"{kind}: {answers}"
