@@ -43,6 +43,11 @@ class GrantFailed(ExchangeRefused):
         return error_answer(self.status, INVALID_REQUEST, message, "upstream_authorization_refused", request_id, header)
 
 
+def server_error(description: str, status: int = 502) -> GrantFailed:
+    """A server's failure, as the sign-ins raise it: the client's 502 (504 for no answer in time)."""
+    return GrantFailed(status, "server_error", description)
+
+
 @dataclass
 class Grant:
     """A user's tokens at one server, and when to refresh the access token; what her view and the operator's show

@@ -5,7 +5,6 @@ redirects and cookies a browser is answered with."""
 from __future__ import annotations
 
 import html
-import json
 import logging
 from collections.abc import Sequence
 from typing import Final, Protocol
@@ -107,7 +106,8 @@ class SignInFlows(Protocol):
     """What :class:`SignIns` routes a browser to, and asks for a user's grants: one sign-in's flows
     (``_oauth.SignIn``)."""
 
-    document: bytes | None
+    @property
+    def document(self) -> bytes | None: ...
 
     async def authorize(self, scope: Scope, one_time: str) -> Response: ...
 
@@ -260,20 +260,6 @@ def _page(status: int, text: str) -> Response:
     """A small HTML page saying ``text`` (escaped), never cached, never framed."""
     body = f"<!doctype html><meta charset=utf-8><title>Sign-in</title><p>{html.escape(text)}</p>\n"
     return HTMLResponse(body, status, _PAGE_HEADERS)
-
-
-def _document(url: str, callback: str) -> bytes:
-    """The gateway's Client ID Metadata Document at ``url``: its ``client_id`` that URL (the draft's §3: the server
-    compares them as strings), a public client whose one redirect URI is ``callback``; no secret, no key."""
-    document = {
-        "client_id": url,
-        "client_name": "mcp-sessions gateway",
-        "redirect_uris": [callback],
-        "grant_types": ["authorization_code", "refresh_token"],
-        "response_types": ["code"],
-        "token_endpoint_auth_method": "none",
-    }
-    return json.dumps(document).encode()
 
 
 def _served_document(document: bytes, scope: Scope) -> Response:
