@@ -56,7 +56,7 @@ import logging
 import math
 import secrets
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
@@ -67,11 +67,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Scope
 
-from ..._bounded import BoundedDict
 from ._answer import ERROR_CODE, SingleFlight, issued, now, read_answer, refusal
 from ._client import ClientAuth
 from ._exchange import ExchangeRefused, UpstreamToken
 from ._grants import MAX_GRANTS, Grant, GrantFailed, GrantKey, User, UserGrants, server_error, stored, user_of
+from ._pending import SIGN_IN_WITHIN, Leg, Pending
 from ._registration import AtIssuer, AtLogin, AtUpstream, Registration, Server, SignInTo, url_in
 from ._sign_ins import (
     AUTHORIZE_PATH,
@@ -98,10 +98,6 @@ RENEW_BEFORE: Final = 30.0
 """An access token is refreshed this long before it expires (half its life for one shorter than a minute)."""
 LEASE_POLL: Final = 0.1
 """How often a replica looks in the store for the grant another replica is refreshing."""
-SIGN_IN_WITHIN: Final = 600.0
-"""How long a sign-in URL, and each leg of its flow, may wait for the browser."""
-MAX_PENDING: Final = 10_000
-"""Sign-in URLs and legs under way kept; the oldest are forgotten first."""
 
 
 @dataclass(frozen=True)
@@ -112,26 +108,6 @@ class Login:
     issuer: str
     client: ClientAuth
     claim: str = "sub"
-
-
-@dataclass
-class _Leg:
-    """A browser's sign-in under way, by its ``state``: whose, the sign-in URL's id it began at, the browser's cookie
-    (its name's ``flow``, its value ``binding``: a browser may have two sign-ins under way), PKCE's verifier, for
-    the login leg the ID token's ``nonce``, the server it was sent to, whether that server names itself (``iss``),
-    and where it was told to send the browser back (the server's own callback: a code that comes back at
-    another's is redeemed nowhere)."""
-
-    user: User
-    sign_in: str
-    flow: str
-    binding: str = field(repr=False)
-    verifier: str = field(repr=False)
-    nonce: str | None
-    issuer: str
-    until: float
-    sends_iss: bool
-    redirect_uri: str
 
 
 class SignIn(UpstreamToken):
@@ -180,11 +156,7 @@ class SignIn(UpstreamToken):
         self._idp_keys: jwt.PyJWKSet | None = None
         self._grants = UserGrants(kept, to.record, to.listed_as)
         self._refreshing: SingleFlight[GrantKey, ExchangeRefused] = SingleFlight(ExchangeRefused, MAX_GRANTS)
-        # A sign-in URL's id to its user and deadline; a user's URL while it waits, so that retries get the same.
-        self._urls: BoundedDict[str, tuple[User, float]] = BoundedDict(MAX_PENDING)
-        self._url_of: BoundedDict[User, str] = BoundedDict(MAX_PENDING)
-        self._logins: BoundedDict[str, _Leg] = BoundedDict(MAX_PENDING)
-        self._grantings: BoundedDict[str, _Leg] = BoundedDict(MAX_PENDING)
+        self._pending = Pending(clock)
         self._http = oauth_client(timeout)
         self._registration = Registration(
             to,
@@ -249,18 +221,11 @@ class SignIn(UpstreamToken):
     def holds(self, *, sign_in: str = "", state: str = "") -> bool:
         """Whether this made the sign-in URL whose id is ``sign_in``, or a leg under way whose ``state`` is
         ``state`` (:class:`SignIns` routes a browser by it)."""
-        return sign_in in self._urls or state in self._logins or state in self._grantings
+        return self._pending.holds(sign_in=sign_in, state=state)
 
     def _sign_in_url(self, user: User) -> str:
         """The user's sign-in URL: the one she was given while it waits, else a new one."""
-        now = self._clock()
-        known = self._url_of.get(user)
-        if known is not None and known in self._urls and self._urls[known][1] > now:
-            one_time = known
-        else:
-            one_time = secrets.token_urlsafe(32)
-            self._urls[one_time] = (user, now + SIGN_IN_WITHIN)
-            self._url_of[user] = one_time
+        one_time = self._pending.sign_in(user)
         origin = self._callback.removesuffix(CALLBACK_PATH)
         return f"{origin}{AUTHORIZE_PATH}{one_time}"
 
@@ -418,20 +383,17 @@ class SignIn(UpstreamToken):
         """A sign-in URL opened: a flow of its own begun, the browser bound to it by a cookie, and sent to the IdP's
         login. Opening it spends nothing (a link preview's fetch would spend it for her): a flow that grants, or one
         that another user completes, does."""
-        user, until = self._urls.get(one_time, (None, 0.0))
-        if user is None or self._clock() > until:
+        user = self._pending.opened(one_time)
+        if user is None:
             raise SignInFailed(404, "This sign-in link is unknown, used or expired. Ask for a new one by retrying.")
         idp = await self._registration.idp()
         flow = secrets.token_hex(8)
         binding = secrets.token_urlsafe(32)
-        state = secrets.token_urlsafe(32)
         verifier = _verifier()
         nonce = secrets.token_urlsafe(32)
-        now = self._clock()
-        until = now + SIGN_IN_WITHIN
         sends_iss = idp.get("authorization_response_iss_parameter_supported") is True
-        leg = _Leg(user, one_time, flow, binding, verifier, nonce, self._login.issuer, until, sends_iss, self._callback)
-        self._logins[state] = leg
+        leg = Leg(user, one_time, flow, binding, verifier, nonce, self._login.issuer, sends_iss, self._callback)
+        state = self._pending.sent(leg, login=True)
         endpoint = url_in(idp, "authorization_endpoint")
         url = _authorization_url(
             endpoint, self._login.client.client_id, self._callback, state, verifier, self._login_scope, nonce=nonce
@@ -453,13 +415,10 @@ class SignIn(UpstreamToken):
         server's code (then the grant, bound to the user the login confirmed)."""
         params = QueryParams(scope.get("query_string", b"").decode("latin-1"))
         state = params.get("state", "")
-        now = self._clock()
-        leg = self._logins.pop(state, None)
-        login = leg is not None
-        if leg is None:
-            leg = self._grantings.pop(state, None)
-        if leg is None or now > leg.until:
+        taken = self._pending.back(state)
+        if taken is None:
             raise SignInFailed(400, "This sign-in is unknown, used or expired: nothing was granted.")
+        leg, login = taken
         binding = Request(scope).cookies.get(f"{COOKIE}-{leg.flow}", "")  # a browser's: any characters
         if not secrets.compare_digest(binding.encode(), leg.binding.encode()):
             raise SignInFailed(400, "This sign-in was started in another browser: nothing was granted.")
@@ -480,7 +439,7 @@ class SignIn(UpstreamToken):
             return await self._logged_in(leg, params["code"])
         return await self._code_redeemed(leg, params["code"])
 
-    async def _logged_in(self, leg: _Leg, code: str) -> Response:
+    async def _logged_in(self, leg: Leg, code: str) -> Response:
         """The IdP's code swapped for an ID token that must name the user who asked; then on to the upstream's
         server, with PKCE, ``state`` and ``resource`` (the login leg alone: :meth:`_id_token_kept`)."""
         if self._login_only:
@@ -488,10 +447,7 @@ class SignIn(UpstreamToken):
         await self._confirmed(leg, code)
         server = await self._registration.server()
         client = await self._registration.client(server)
-        state = secrets.token_urlsafe(32)
         verifier = _verifier()
-        now = self._clock()
-        until = now + SIGN_IN_WITHIN
         # a client by its metadata document, which every server shares, comes back to the shared callback: it is
         # used only with a server that names itself (_client_of), whose iss the callback then requires
         redirect = (
@@ -499,15 +455,10 @@ class SignIn(UpstreamToken):
             if client == self._registration.document_url
             else self._registration.redirect_uri(server.issuer)
         )
-        self._grantings[state] = replace(
-            leg,
-            verifier=verifier,
-            nonce=None,
-            issuer=server.issuer,
-            until=until,
-            sends_iss=server.sends_iss,
-            redirect_uri=redirect,
+        granting = replace(
+            leg, verifier=verifier, nonce=None, issuer=server.issuer, sends_iss=server.sends_iss, redirect_uri=redirect
         )
+        state = self._pending.sent(granting, login=False)
         client_id = client if isinstance(client, str) else client.client_id
         return _redirect(
             _authorization_url(
@@ -521,18 +472,18 @@ class SignIn(UpstreamToken):
             )
         )
 
-    async def _id_token_kept(self, leg: _Leg, code: str) -> Response:
+    async def _id_token_kept(self, leg: Leg, code: str) -> Response:
         """The login leg's ID token (it names the user who asked) kept for her, with the IdP's refresh token."""
         answer, id_token, claims = await self._confirmed(leg, code)
         key = (leg.user, self._login.issuer)
         refresh = answer.get("refresh_token")
         grant = _id_token_grant(id_token, claims, refresh if isinstance(refresh, str) else None, self._clock())
         await self._saved(key, grant)
-        self._spend(leg)
+        self._pending.spend(leg)
         logger.info("mcp-sessions gateway: a user signed in at %s", self._login.issuer)
         return _page(200, f"You are signed in at {urlsplit(self._login.issuer).netloc}. You may close this page.")
 
-    async def _code_redeemed(self, leg: _Leg, code: str) -> Response:
+    async def _code_redeemed(self, leg: Leg, code: str) -> Response:
         """The upstream's server's code swapped for the user's tokens, kept for her."""
         server = await self._registration.server()
         form = self._code_form(leg, code)
@@ -549,15 +500,9 @@ class SignIn(UpstreamToken):
             raise SignInFailed(502, "The upstream's authorization server issued no usable token.") from None
         grant.scope = grant.scope or server.scope  # RFC 6749 §5.1: an answer names the scope where it is not the asked
         await self._saved(key, grant)
-        self._spend(leg)
+        self._pending.spend(leg)
         logger.info("mcp-sessions gateway: a user granted access at %s", server.issuer)
         return _page(200, f"You are signed in to {urlsplit(server.issuer).netloc}. You may close this page.")
-
-    def _spend(self, leg: _Leg) -> None:
-        """The sign-in URL ``leg`` began at, spent: her next request gets a new one."""
-        self._urls.pop(leg.sign_in, None)
-        if self._url_of.get(leg.user) == leg.sign_in:
-            del self._url_of[leg.user]
 
     async def _verified(self, id_token: str) -> dict[str, Any]:
         """The ID token's claims, verified by PyJWT with the IdP's keys (fetched again once for an unknown key),
@@ -609,7 +554,7 @@ class SignIn(UpstreamToken):
         )
         return status, answer
 
-    def _code_form(self, leg: _Leg, code: str) -> dict[str, str]:
+    def _code_form(self, leg: Leg, code: str) -> dict[str, str]:
         """The token request that swaps a leg's authorization ``code`` (RFC 6749 §4.1.3), with PKCE's verifier."""
         return {
             "grant_type": "authorization_code",
@@ -618,7 +563,7 @@ class SignIn(UpstreamToken):
             "code_verifier": leg.verifier,
         }
 
-    async def _confirmed(self, leg: _Leg, code: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    async def _confirmed(self, leg: Leg, code: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
         """The IdP's code swapped for an ID token that must name the user who asked (and carry the leg's
         ``nonce``): the token endpoint's answer, the ID token, and its verified claims."""
         idp = await self._registration.idp()
@@ -632,7 +577,7 @@ class SignIn(UpstreamToken):
         claims = await self._verified(id_token)
         if claims.get("nonce") != leg.nonce or claims.get(self._login.claim) != leg.user[1]:
             logger.warning("mcp-sessions gateway: a sign-in URL was completed by another user: nothing granted")
-            self._spend(leg)
+            self._pending.spend(leg)
             raise SignInFailed(403, "This sign-in link was made for another user: nothing was granted.")
         return answer, id_token, claims
 
