@@ -60,7 +60,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
-import anyio
 import jwt
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
@@ -70,7 +69,7 @@ from starlette.types import Scope
 from ._answer import ERROR_CODE, SingleFlight, issued, now, read_answer, refusal
 from ._client import ClientAuth
 from ._exchange import ExchangeRefused, UpstreamToken
-from ._grants import MAX_GRANTS, Grant, GrantFailed, GrantKey, User, UserGrants, server_error, stored, user_of
+from ._grants import MAX_GRANTS, Grant, GrantFailed, GrantKey, User, UserGrants, server_error, user_of
 from ._pending import SIGN_IN_WITHIN, Leg, Pending
 from ._registration import AtIssuer, AtLogin, AtUpstream, Registration, Server, SignInTo, url_in
 from ._sign_ins import (
@@ -96,8 +95,6 @@ TIMEOUT: Final = 10.0
 """The longest wait for a server's whole answer (metadata, registration, token endpoint, keys)."""
 RENEW_BEFORE: Final = 30.0
 """An access token is refreshed this long before it expires (half its life for one shorter than a minute)."""
-LEASE_POLL: Final = 0.1
-"""How often a replica looks in the store for the grant another replica is refreshing."""
 
 
 @dataclass(frozen=True)
@@ -150,11 +147,10 @@ class SignIn(UpstreamToken):
         self._callback = callback
         self._secure = callback.startswith("https:")
         self._login = login
-        self._kept = kept  # for the refresh's lease; the grants are self._grants's
         self._timeout = timeout
         self._clock = clock
         self._idp_keys: jwt.PyJWKSet | None = None
-        self._grants = UserGrants(kept, to.record, to.listed_as)
+        self._grants = UserGrants(kept, to.record, to.listed_as, clock=clock, timeout=timeout)
         self._refreshing: SingleFlight[GrantKey, ExchangeRefused] = SingleFlight(ExchangeRefused, MAX_GRANTS)
         self._pending = Pending(clock)
         self._http = oauth_client(timeout)
@@ -243,40 +239,12 @@ class SignIn(UpstreamToken):
         return GrantFailed(failed.status, failed.error, failed.description)
 
     async def _refreshed_once(self, key: GrantKey, server: Server) -> str:
-        """The refresh itself: under the store's lease on the grant where grants are kept."""
-        if self._kept is None:
-            return await self._refreshed_held(key, server)
-        record = self._grants.record(key)
-        if (lease := await stored(self._kept.lease(record, self._timeout))) is None:
-            return await self._refreshed_elsewhere(key)  # another replica refreshes it: its grant, from the store
-        try:
-            return await self._refreshed_held(key, server)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await stored(self._kept.release(record, lease))
-
-    async def _refreshed_held(self, key: GrantKey, server: Server) -> str:
-        """The grant's access token, refreshed where it is still due: read here, under the lease where grants are
-        kept (the lease first: a grant read before it may hold a refresh token another replica has rotated out
-        since, which a server that rotates them answers by revoking the grant; two store updates a refresh)."""
-        grant = await self._grants.current(key)  # another replica may have refreshed (rotated) it, or revoked it
-        if grant is None or grant.refresh is None:
+        """The refresh itself, where the grant is still due (``_grants.UserGrants.renewed``: under the store's lease
+        where grants are kept)."""
+        grant = await self._grants.renewed(key, lambda grant: self._refresh(key, server, grant))
+        if grant is None:
             raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
-        if self._clock() < grant.renew_at:  # refreshed while this request waited for its turn, or elsewhere
-            return grant.access
-        return (await self._refresh(key, server, grant)).access
-
-    async def _refreshed_elsewhere(self, key: GrantKey) -> str:
-        """The access token another replica's refresh of the grant keeps in the store: looked for every
-        :data:`LEASE_POLL` seconds until the lease it holds runs out (the store tells no one when a value changes)."""
-        for _ in range(math.ceil(self._timeout / LEASE_POLL)):
-            await anyio.sleep(LEASE_POLL)
-            grant = await self._grants.current(key)
-            if grant is None:  # revoked or refused there
-                raise SignInRequired(self._sign_in_url(key[0]), urlsplit(key[1]).netloc)
-            if self._clock() < grant.renew_at:
-                return grant.access
-        raise GrantFailed(503, "server_error", "another replica's refresh of this grant did not end in time")
+        return grant.access
 
     async def _granted_in(self, answer: dict[str, Any], refresh: str | None, key: GrantKey, server: Server) -> Grant:
         """The grant a refresh's answer gives (``refresh`` kept when it rotates none in). For an ID token kept, the
