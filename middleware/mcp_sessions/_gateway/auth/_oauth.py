@@ -56,7 +56,7 @@ import logging
 import math
 import secrets
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
@@ -66,10 +66,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Scope
 
-from ._answer import ERROR_CODE, SingleFlight, issued, now, read_answer, refusal
+from ._answer import ERROR_CODE, SingleFlight, issued, now, refusal
 from ._client import ClientAuth
 from ._exchange import ExchangeRefused, UpstreamToken
 from ._grants import MAX_GRANTS, Grant, GrantFailed, GrantKey, User, UserGrants, server_error, user_of
+from ._idp import IdP, Login
 from ._pending import SIGN_IN_WITHIN, Leg, Pending
 from ._registration import AtIssuer, AtLogin, AtUpstream, Registration, Server, SignInTo, url_in
 from ._sign_ins import (
@@ -95,16 +96,6 @@ TIMEOUT: Final = 10.0
 """The longest wait for a server's whole answer (metadata, registration, token endpoint, keys)."""
 RENEW_BEFORE: Final = 30.0
 """An access token is refreshed this long before it expires (half its life for one shorter than a minute)."""
-
-
-@dataclass(frozen=True)
-class Login:
-    """The team's IdP, where the gateway confirms who opened a sign-in URL: its ``issuer`` (read by OpenID Connect
-    Discovery), the gateway's own ``client`` there, and the ID token's ``claim`` that names the principal."""
-
-    issuer: str
-    client: ClientAuth
-    claim: str = "sub"
 
 
 class SignIn(UpstreamToken):
@@ -146,18 +137,17 @@ class SignIn(UpstreamToken):
         self._login_scope = "openid offline_access" if self._login_only else "openid"
         self._callback = callback
         self._secure = callback.startswith("https:")
-        self._login = login
         self._timeout = timeout
         self._clock = clock
-        self._idp_keys: jwt.PyJWKSet | None = None
         self._grants = UserGrants(kept, to.record, to.listed_as, clock=clock, timeout=timeout)
         self._refreshing: SingleFlight[GrantKey, ExchangeRefused] = SingleFlight(ExchangeRefused, MAX_GRANTS)
         self._pending = Pending(clock)
         self._http = oauth_client(timeout)
+        self._idp = IdP(login, http=self._http, timeout=timeout)
         self._registration = Registration(
             to,
             callback=callback,
-            idp_issuer=login.issuer,
+            idp=self._idp,
             client=client,
             client_id=client_id,
             kept=kept,
@@ -256,13 +246,13 @@ class SignIn(UpstreamToken):
         claims: dict[str, Any] = {}
         if isinstance(id_token, str):
             try:
-                claims = await self._verified(id_token)
+                claims = await self._idp.verified(id_token)
             except SignInFailed:
                 raise server_error("the IdP's refreshed ID token did not verify") from None
-        if not isinstance(id_token, str) or claims.get(self._login.claim) != key[0][1]:
+        if not isinstance(id_token, str) or claims.get(self._idp.login.claim) != key[0][1]:
             logger.warning("mcp-sessions gateway: the IdP's refresh gave no ID token of the user: asked again")
             await self._grants.drop(key)
-            raise SignInRequired(self._sign_in_url(key[0]), urlsplit(self._login.issuer).netloc)
+            raise SignInRequired(self._sign_in_url(key[0]), urlsplit(self._idp.login.issuer).netloc)
         rotated = answer.get("refresh_token")
         rotated = rotated if isinstance(rotated, str) and rotated else refresh
         return _id_token_grant(id_token, claims, rotated, self._clock())
@@ -354,17 +344,17 @@ class SignIn(UpstreamToken):
         user = self._pending.opened(one_time)
         if user is None:
             raise SignInFailed(404, "This sign-in link is unknown, used or expired. Ask for a new one by retrying.")
-        idp = await self._registration.idp()
+        idp = await self._idp.metadata()
         flow = secrets.token_hex(8)
         binding = secrets.token_urlsafe(32)
         verifier = _verifier()
         nonce = secrets.token_urlsafe(32)
         sends_iss = idp.get("authorization_response_iss_parameter_supported") is True
-        leg = Leg(user, one_time, flow, binding, verifier, nonce, self._login.issuer, sends_iss, self._callback)
+        leg = Leg(user, one_time, flow, binding, verifier, nonce, self._idp.login.issuer, sends_iss, self._callback)
         state = self._pending.sent(leg, login=True)
         endpoint = url_in(idp, "authorization_endpoint")
         url = _authorization_url(
-            endpoint, self._login.client.client_id, self._callback, state, verifier, self._login_scope, nonce=nonce
+            endpoint, self._idp.login.client.client_id, self._callback, state, verifier, self._login_scope, nonce=nonce
         )
         answer = _redirect(url)
         answer.set_cookie(
@@ -443,13 +433,13 @@ class SignIn(UpstreamToken):
     async def _id_token_kept(self, leg: Leg, code: str) -> Response:
         """The login leg's ID token (it names the user who asked) kept for her, with the IdP's refresh token."""
         answer, id_token, claims = await self._confirmed(leg, code)
-        key = (leg.user, self._login.issuer)
+        key = (leg.user, self._idp.login.issuer)
         refresh = answer.get("refresh_token")
         grant = _id_token_grant(id_token, claims, refresh if isinstance(refresh, str) else None, self._clock())
         await self._saved(key, grant)
         self._pending.spend(leg)
-        logger.info("mcp-sessions gateway: a user signed in at %s", self._login.issuer)
-        return _page(200, f"You are signed in at {urlsplit(self._login.issuer).netloc}. You may close this page.")
+        logger.info("mcp-sessions gateway: a user signed in at %s", self._idp.login.issuer)
+        return _page(200, f"You are signed in at {urlsplit(self._idp.login.issuer).netloc}. You may close this page.")
 
     async def _code_redeemed(self, leg: Leg, code: str) -> Response:
         """The upstream's server's code swapped for the user's tokens, kept for her."""
@@ -471,38 +461,6 @@ class SignIn(UpstreamToken):
         self._pending.spend(leg)
         logger.info("mcp-sessions gateway: a user granted access at %s", server.issuer)
         return _page(200, f"You are signed in to {urlsplit(server.issuer).netloc}. You may close this page.")
-
-    async def _verified(self, id_token: str) -> dict[str, Any]:
-        """The ID token's claims, verified by PyJWT with the IdP's keys (fetched again once for an unknown key),
-        for the gateway's client id, from the IdP."""
-        try:
-            kid = jwt.get_unverified_header(id_token).get("kid")
-            key = None
-            for fresh in (False, True):
-                if fresh or self._idp_keys is None:
-                    idp = await self._registration.idp()
-                    request = self._http.build_request("GET", url_in(idp, "jwks_uri"))
-                    _, keys = await read_answer(self._http, request, self._timeout, "a server", server_error)
-                    if not isinstance(keys, dict):
-                        raise jwt.PyJWKSetError("the IdP's keys are not a JWK set")
-                    self._idp_keys = jwt.PyJWKSet.from_dict(keys)
-                key = next((k for k in self._idp_keys.keys if k.key_id == kid), None)
-                if key is not None:
-                    break
-            if key is None:
-                raise jwt.InvalidKeyError("no such key")
-            claims: dict[str, Any] = jwt.decode(
-                id_token,
-                key,
-                algorithms=[key.algorithm_name],
-                audience=self._login.client.client_id,
-                issuer=self._login.issuer,
-                options={"require": ["exp", "iat", "iss", "aud", self._login.claim]},
-            )
-        except (jwt.PyJWTError, ValueError, TypeError):
-            logger.warning("mcp-sessions gateway: the login's ID token did not verify")
-            raise SignInFailed(502, "The sign-in could not confirm who you are: nothing was granted.") from None
-        return claims
 
     # -- the token endpoint --------------------------------------------------------------------------------------
 
@@ -534,16 +492,16 @@ class SignIn(UpstreamToken):
     async def _confirmed(self, leg: Leg, code: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
         """The IdP's code swapped for an ID token that must name the user who asked (and carry the leg's
         ``nonce``): the token endpoint's answer, the ID token, and its verified claims."""
-        idp = await self._registration.idp()
+        idp = await self._idp.metadata()
         form = self._code_form(leg, code)
         endpoint = url_in(idp, "token_endpoint")
-        status, answer = await self._post_token(endpoint, self._login.issuer, self._login.client, form)
+        status, answer = await self._post_token(endpoint, self._idp.login.issuer, self._idp.login.client, form)
         id_token = answer.get("id_token") if isinstance(answer, dict) and status == 200 else None
         if not isinstance(id_token, str):
             logger.warning("mcp-sessions gateway: the login's token endpoint answered %d with no ID token", status)
             raise SignInFailed(502, "The sign-in could not confirm who you are: nothing was granted.")
-        claims = await self._verified(id_token)
-        if claims.get("nonce") != leg.nonce or claims.get(self._login.claim) != leg.user[1]:
+        claims = await self._idp.verified(id_token)
+        if claims.get("nonce") != leg.nonce or claims.get(self._idp.login.claim) != leg.user[1]:
             logger.warning("mcp-sessions gateway: a sign-in URL was completed by another user: nothing granted")
             self._pending.spend(leg)
             raise SignInFailed(403, "This sign-in link was made for another user: nothing was granted.")

@@ -34,7 +34,7 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import anyio
 
@@ -114,6 +114,15 @@ SignInTo = AtUpstream | AtIssuer | AtLogin
 """What a sign-in signs in to."""
 
 
+class IdentityProvider(Protocol):
+    """The team's IdP (``_idp.IdP``), the server an :class:`AtLogin` signs in to: its issuer and metadata."""
+
+    @property
+    def issuer(self) -> str: ...
+
+    async def metadata(self) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class Server:
     """The authorization server signed in to, as found: its endpoints, and the resource and scope asked for."""
@@ -135,9 +144,9 @@ class Server:
 
 class Registration:
     """A sign-in's registration at what it signs in to (``to``; see the module): the server found (:meth:`server`,
-    once; again after a failure), the IdP's metadata (:meth:`idp`, once), the gateway's client at a server
-    (:meth:`client`), and its redirect URI there (:meth:`redirect_uri`). ``callback`` is the gateway's
-    ``/oauth/callback`` as browsers reach it, ``idp_issuer`` the team's IdP, ``client`` or ``client_id`` the
+    once; again after a failure), the gateway's client at a server (:meth:`client`), and its redirect URI there
+    (:meth:`redirect_uri`). ``callback`` is the gateway's ``/oauth/callback`` as browsers reach it, ``idp`` the
+    team's IdP (``_idp.IdP``: the server of an :class:`AtLogin`), ``client`` or ``client_id`` the
     gateway's client given (neither: a metadata document's URL, or registered), ``kept`` where a registered client
     outlives the process; ``http`` (``_token.oauth_client``) asks each server, within ``timeout`` seconds."""
 
@@ -146,7 +155,7 @@ class Registration:
         to: SignInTo,
         *,
         callback: str,
-        idp_issuer: str,
+        idp: IdentityProvider,
         client: ClientAuth | None,
         client_id: str | None,
         kept: KeptGrants | None,
@@ -155,7 +164,7 @@ class Registration:
     ) -> None:
         self._to = to
         self._callback = callback
-        self._idp_issuer = idp_issuer
+        self._idp = idp
         self._given = client
         self._client_id = client_id
         self._kept = kept
@@ -166,7 +175,6 @@ class Registration:
         self.document_url = callback.removesuffix(CALLBACK_PATH) + CLIENT_PATH if secure else None
         self.document = None if self.document_url is None else _metadata_document(self.document_url, callback)
         self._server: Server | None = None
-        self._idp: dict[str, Any] | None = None
         self._registered: dict[str, ClientAuth | str] = {}
         self._finding = anyio.Lock()
 
@@ -199,12 +207,6 @@ class Registration:
                     )
         return self._server
 
-    async def idp(self) -> dict[str, Any]:
-        """The team's IdP's metadata (OpenID Connect Discovery, then RFC 8414), read once."""
-        if self._idp is None:
-            self._idp = await self._metadata(self._idp_issuer, oidc_first=True)
-        return self._idp
-
     async def _discovered(self, to: AtUpstream) -> Server:
         """The authorization server the upstream's protected resource metadata names (see the module)."""
         probe = self._http.build_request(
@@ -225,28 +227,22 @@ class Registration:
             issuer=to.issuer,
             issuer_flag="--oauth-issuer",
         )
-        found = await self._metadata(issuer, oidc_first=False)
+        found = await metadata(self._http, issuer, seconds=self._timeout)
         if "S256" not in (found.get("code_challenge_methods_supported") or []):
             raise server_error("the upstream's authorization server does not say it takes PKCE's S256")
         return _server_of(issuer, found, resource, to.scope or said.get("scope") or listed)
 
     async def _named_server(self, to: AtIssuer) -> Server:
         """The authorization server named (RFC 8414, then OpenID Connect Discovery)."""
-        found = await self._metadata(to.issuer, oidc_first=False)
+        found = await metadata(self._http, to.issuer, seconds=self._timeout)
         if "S256" not in (found.get("code_challenge_methods_supported") or []):
             raise server_error(f"{to.issuer} does not say it takes PKCE's S256")
         return _server_of(to.issuer, found, to.resource, to.scope)
 
     async def _idp_server(self) -> Server:
         """The IdP, as the server whose token (an ID token) is kept; its metadata read once."""
-        idp = await self.idp()
-        return replace(_server_of(self._idp_issuer, idp, "", None), registration_endpoint=None)
-
-    async def _metadata(self, issuer: str, *, oidc_first: bool) -> dict[str, Any]:
-        """An authorization server's metadata (``_discovery.server_metadata``)."""
-        return await server_metadata(
-            self._http, issuer, server=_AS, failed=server_error, seconds=self._timeout, oidc_first=oidc_first
-        )
+        found = _server_of(self._idp.issuer, await self._idp.metadata(), "", None)
+        return replace(found, registration_endpoint=None)
 
     async def client(self, server: Server) -> ClientAuth | str:
         """The gateway's client at ``server``: the one given, else its Client ID Metadata Document's URL where
@@ -298,6 +294,12 @@ class Registration:
         (:func:`read_answer`): a failure to reach the server is a 502 or 504."""
         response, answer = await read_answer(self._http, request, self._timeout, "a server", server_error)
         return response.status_code, answer, response.headers.get("www-authenticate", "")[:4096]
+
+
+async def metadata(http: Any, issuer: str, *, seconds: float, oidc_first: bool = False) -> dict[str, Any]:
+    """The metadata of the authorization server ``issuer`` (``_discovery.server_metadata``), RFC 8414's first (or
+    OpenID Connect Discovery's, ``oidc_first``), asked by ``http`` within ``seconds``."""
+    return await server_metadata(http, issuer, server=_AS, failed=server_error, seconds=seconds, oidc_first=oidc_first)
 
 
 def url_in(metadata: Mapping[str, Any], name: str) -> str:
