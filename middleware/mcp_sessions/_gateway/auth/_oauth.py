@@ -3,9 +3,16 @@
 A vendor's MCP server (an ``--upstream``) sits behind the vendor's own authorization server, which knows neither the
 team's IdP nor RFC 8693: the gateway is that server's OAuth client, and each user grants it access once, as herself.
 
-**Finding the server** and **the gateway's client there** are ``_registration``'s (:class:`._registration.Registration`:
-RFC 9728 and RFC 8414 read as MCP's authorization spec has a client read them; the client given, a Client ID Metadata
-Document's URL, or one registered by RFC 7591), each server's redirect URI its own (RFC 9700 §4.4.2).
+This module holds the flow (:class:`SignIn`: authorize, the callback, the code redeemed, a refresh, a revocation) and
+the kinds it is configured as; it asks its parts for the rest, each a module of its own:
+
+- ``_registration``: what it signs in to, **the server found** (RFC 9728, then RFC 8414, as MCP's authorization
+  spec has a client find it) and **the gateway's client there** (the one given, a Client ID Metadata Document's URL,
+  or one registered by RFC 7591), each server's redirect URI its own (RFC 9700 §4.4.2);
+- ``_idp``: the team's IdP, its metadata and keys, an ID token verified;
+- ``_pending``: the sign-in URLs and legs under way, by their ``state``, each with its deadline;
+- ``_grants``: the users' grants and their store, one renewal of a grant at a time across replicas;
+- ``_sign_ins``: the routes and pages a browser is answered with; ``_token``: the one token request.
 
 **Signing in.** A request of a user with no grant yet gets a sign-in URL of the gateway's own
 (``/oauth/authorize/<one-time id>``), as URL-mode elicitation (SEP-1036) carries it in the request's era
@@ -42,8 +49,9 @@ The same sign-in, kept and refreshed the same way, serves two more things: :clas
 keeps each user's ID token of the gateway's own client as an ID-JAG's subject (``--id-jag-subject id_token``), and
 :class:`IssuerGrants` a grant at a server named, not found, for a stdio process's ``oauth:`` variable; a gateway's
 several sign-ins share one pair of routes (``_sign_ins.SignIns``, which also answers the browser's pages). Each is
-a :class:`SignIn` composed of what it signs in to, its grants (``_grants.UserGrants``) and its routes: none a
-subclass of another's.
+a :class:`SignIn` of what it signs in to (``_registration.AtUpstream``, ``AtIssuer``, ``AtLogin``); the three
+kinds are subclasses that only name their configuration, as Starlette's ``HTMLResponse`` and ``RedirectResponse``
+are of its ``Response``: each a typed constructor of the keywords its flag gives, nothing overridden.
 
 Every server here is a stranger: each answer read to at most :data:`._answer.MAX_ANSWER` bytes within :data:`TIMEOUT`
 seconds, no redirect followed, no cookie kept, no proxy variable read; an issued token goes into a header only
@@ -81,8 +89,8 @@ from ._sign_ins import (
     SignInFailed,
     SignInRequired,
     SignIns,
-    _page,
-    _redirect,
+    page,
+    redirect,
 )
 
 if TYPE_CHECKING:
@@ -105,7 +113,10 @@ class SignIn(UpstreamToken):
     memory alone), ``clock`` what its grants' renewals and its sign-ins' deadlines are counted on (``_answer.now``;
     a test's moves time). ``_sign_ins.SignIns`` serves it (:attr:`signing_in`): a sign-in URL opened
     (:meth:`authorize`), a browser sent back (:meth:`called_back`), a user's grants listed and revoked
-    (:meth:`grants_of`, :meth:`revoke`, :meth:`every_grant`), its HTTP client closed (:meth:`aclose`)."""
+    (:meth:`grants_of`, :meth:`revoke`, :meth:`every_grant`), its HTTP client closed (:meth:`aclose`). It asks
+    its parts (see the module), each built here from its arguments: the server and its client of a
+    ``_registration.Registration``, the IdP of an ``_idp.IdP``, what is under way of a ``_pending.Pending``, the
+    grants of a ``_grants.UserGrants``; one HTTP client (``_token.oauth_client``) serves them all."""
 
     def __init__(
         self,
@@ -216,25 +227,23 @@ class SignIn(UpstreamToken):
         return f"{origin}{AUTHORIZE_PATH}{one_time}"
 
     async def _refreshed(self, key: GrantKey, server: Server) -> str:
-        """A new access token from the grant's refresh token: one refresh per user and server at a time, the others
-        waiting for its outcome."""
-        return await self._refreshing.run(
-            key, lambda: self._refreshed_once(key, server), lambda failed: self._again(key[0], failed)
-        )
+        """A new access token from the grant's refresh token, where it is still due: one refresh per user and server
+        at a time, the others waiting for its outcome, and one across replicas where grants are kept
+        (``_grants.UserGrants.renewed``)."""
+
+        async def once() -> str:
+            grant = await self._grants.renewed(key, lambda grant: self._refresh(key, server, grant))
+            if grant is None:
+                raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
+            return grant.access
+
+        return await self._refreshing.run(key, once, lambda failed: self._again(key[0], failed))
 
     def _again(self, user: User, failed: ExchangeRefused) -> ExchangeRefused:
         """What a request of ``user`` that waited for another's refresh of her grant raises as that one failed."""
         if isinstance(failed, SignInRequired):
             return SignInRequired(self._sign_in_url(user), failed.server)
         return GrantFailed(failed.status, failed.error, failed.description)
-
-    async def _refreshed_once(self, key: GrantKey, server: Server) -> str:
-        """The refresh itself, where the grant is still due (``_grants.UserGrants.renewed``: under the store's lease
-        where grants are kept)."""
-        grant = await self._grants.renewed(key, lambda grant: self._refresh(key, server, grant))
-        if grant is None:
-            raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
-        return grant.access
 
     async def _granted_in(self, answer: dict[str, Any], refresh: str | None, key: GrantKey, server: Server) -> Grant:
         """The grant a refresh's answer gives (``refresh`` kept when it rotates none in). For an ID token kept, the
@@ -356,7 +365,7 @@ class SignIn(UpstreamToken):
         url = _authorization_url(
             endpoint, self._idp.login.client.client_id, self._callback, state, verifier, self._login_scope, nonce=nonce
         )
-        answer = _redirect(url)
+        answer = redirect(url)
         answer.set_cookie(
             f"{COOKIE}-{flow}",
             binding,
@@ -407,22 +416,18 @@ class SignIn(UpstreamToken):
         client = await self._registration.client(server)
         verifier = _verifier()
         # a client by its metadata document, which every server shares, comes back to the shared callback: it is
-        # used only with a server that names itself (_client_of), whose iss the callback then requires
-        redirect = (
-            self._callback
-            if client == self._registration.document_url
-            else self._registration.redirect_uri(server.issuer)
-        )
+        # used only with a server that names itself (Registration.client), whose iss the callback then requires
+        back = self._callback if client == self.document_url else self._registration.redirect_uri(server.issuer)
         granting = replace(
-            leg, verifier=verifier, nonce=None, issuer=server.issuer, sends_iss=server.sends_iss, redirect_uri=redirect
+            leg, verifier=verifier, nonce=None, issuer=server.issuer, sends_iss=server.sends_iss, redirect_uri=back
         )
         state = self._pending.sent(granting, login=False)
         client_id = client if isinstance(client, str) else client.client_id
-        return _redirect(
+        return redirect(
             _authorization_url(
                 server.authorization_endpoint,
                 client_id,
-                redirect,
+                back,
                 state,
                 verifier,
                 server.scope,
@@ -439,7 +444,7 @@ class SignIn(UpstreamToken):
         await self._saved(key, grant)
         self._pending.spend(leg)
         logger.info("mcp-sessions gateway: a user signed in at %s", self._idp.login.issuer)
-        return _page(200, f"You are signed in at {urlsplit(self._idp.login.issuer).netloc}. You may close this page.")
+        return page(200, f"You are signed in at {urlsplit(self._idp.login.issuer).netloc}. You may close this page.")
 
     async def _code_redeemed(self, leg: Leg, code: str) -> Response:
         """The upstream's server's code swapped for the user's tokens, kept for her."""
@@ -460,7 +465,7 @@ class SignIn(UpstreamToken):
         await self._saved(key, grant)
         self._pending.spend(leg)
         logger.info("mcp-sessions gateway: a user granted access at %s", server.issuer)
-        return _page(200, f"You are signed in to {urlsplit(server.issuer).netloc}. You may close this page.")
+        return page(200, f"You are signed in to {urlsplit(server.issuer).netloc}. You may close this page.")
 
     # -- the token endpoint --------------------------------------------------------------------------------------
 

@@ -148,7 +148,7 @@ class SignIns:
             if not is_sign_in(path):
                 return await app(scope, receive, send)
             if scope["method"] != "GET":
-                return await _page(405, "This page is opened, not posted to.")(scope, receive, send)
+                return await page(405, "This page is opened, not posted to.")(scope, receive, send)
             each = self.each[self._whose(scope, path)]
             try:
                 if path.startswith(CALLBACK_PATH):
@@ -156,9 +156,9 @@ class SignIns:
                 else:
                     answer = await each.authorize(scope, path.removeprefix(AUTHORIZE_PATH))
             except SignInFailed as failed:
-                answer = _page(failed.status, failed.reason)
+                answer = page(failed.status, failed.reason)
             except ExchangeRefused as failed:
-                answer = _page(502, f"The sign-in could not go on: {failed.description}.")
+                answer = page(502, f"The sign-in could not go on: {failed.description}.")
             await answer(scope, receive, send)
 
         return routed
@@ -256,7 +256,7 @@ def is_sign_in(path: str) -> bool:
     return path.startswith(AUTHORIZE_PATH) or path == CALLBACK_PATH or path.startswith(CALLBACK_PATH + "/")
 
 
-def _page(status: int, text: str) -> Response:
+def page(status: int, text: str) -> Response:
     """A small HTML page saying ``text`` (escaped), never cached, never framed."""
     body = f"<!doctype html><meta charset=utf-8><title>Sign-in</title><p>{html.escape(text)}</p>\n"
     return HTMLResponse(body, status, _PAGE_HEADERS)
@@ -275,6 +275,6 @@ def _json(status: int, body: object) -> Response:
     return JSONResponse(body, status, {"cache-control": "no-store"})
 
 
-def _redirect(location: str) -> Response:
+def redirect(location: str) -> Response:
     """A 302 to ``location``, never cached, that sends no Referer on."""
     return RedirectResponse(location, 302, {"cache-control": "no-store", "referrer-policy": "no-referrer"})
