@@ -265,14 +265,7 @@ class Registration:
                 return known
             if server.registration_endpoint is None:
                 raise server_error("the upstream's authorization server takes no registration: give --oauth-client-id")
-            metadata = {
-                "client_name": "mcp-sessions gateway",
-                "redirect_uris": [redirect],
-                "grant_types": ["authorization_code", "refresh_token"],
-                "response_types": ["code"],
-                "token_endpoint_auth_method": "none",
-            }
-            request = self._http.build_request("POST", server.registration_endpoint, json=metadata)
+            request = self._http.build_request("POST", server.registration_endpoint, json=_client_metadata(redirect))
             status, answer, _ = await self._read(request)
             client_id = answer.get("client_id") if isinstance(answer, dict) else None
             if status not in (200, 201) or not isinstance(client_id, str) or not client_id:
@@ -333,15 +326,19 @@ def _server_of(issuer: str, metadata: Mapping[str, Any], resource: str, scope: s
     )
 
 
-def _metadata_document(url: str, callback: str) -> bytes:
-    """The gateway's Client ID Metadata Document at ``url``: its ``client_id`` that URL (the draft's §3: the server
-    compares them as strings), a public client whose one redirect URI is ``callback``; no secret, no key."""
-    document = {
-        "client_id": url,
+def _client_metadata(redirect_uri: str) -> dict[str, object]:
+    """The gateway's client as it describes itself (RFC 7591 §2): a public client whose one redirect URI is
+    ``redirect_uri``; no secret, no key."""
+    return {
         "client_name": "mcp-sessions gateway",
-        "redirect_uris": [callback],
+        "redirect_uris": [redirect_uri],
         "grant_types": ["authorization_code", "refresh_token"],
         "response_types": ["code"],
         "token_endpoint_auth_method": "none",
     }
-    return json.dumps(document).encode()
+
+
+def _metadata_document(url: str, callback: str) -> bytes:
+    """The gateway's Client ID Metadata Document at ``url``: its ``client_id`` that URL (the draft's §3: the server
+    compares them as strings), and the client as it registers itself, its one redirect URI ``callback``."""
+    return json.dumps({"client_id": url} | _client_metadata(callback)).encode()
