@@ -40,6 +40,7 @@ BENCHMARKS: dict[str, list[str]] = {
     "stdio": ["bench_stdio.py"],  # the stdio gateway against supergateway
     "egress": ["bench_egress.py"],  # the stdio gateway's --process-network egress against host (as root)
     "masks": ["bench_masks.py"],  # a masked credential's HTTPS request through the gateway's proxy (as root)
+    "restart": ["restart_latency.py"],  # a lone gateway's restart: its clients' latency and errors
 }
 EDIT = "edit the scripts, not this page"
 RUN_FILE = "run.json"  # when the whole run started, how long it took, and the load then
@@ -132,10 +133,11 @@ python benchmarks/run_all.py --write docs/performance.md
 
 Each script also runs on its own and prints its tables and verdicts: `python benchmarks/bench_asgi.py`,
 `bench_uvicorn.py`, `bench_sse.py`, `bench_scale_out.py`, `bench_gateway.py`, `bench_stdio.py`,
-`bench_egress.py` (`--help` for their sizes, `--quick` for a few requests, as the tests run them); `--only NAME`
-runs one and puts its parts on the page. `bench_gateway.py`, `bench_stdio.py` and `bench_egress.py` start
-`mcp-sessions gateway` by its command (`bench_stdio.py` needs `scripts/system-deps.sh --all` for supergateway;
-`bench_egress.py` runs as root). Run on a quiet machine if you can;
+`bench_egress.py`, `bench_masks.py`, `restart_latency.py` (`--help` for their sizes, `--quick` for a few requests,
+as the tests run them); `--only NAME` runs one and puts its parts on the page. `bench_gateway.py`,
+`bench_stdio.py`, `bench_egress.py` and `restart_latency.py` start `mcp-sessions gateway` by its command
+(`bench_stdio.py` needs `scripts/system-deps.sh --all` for supergateway; `bench_egress.py` runs as root). Run on a
+quiet machine if you can;
 on a busy one, the control rows tell how much to trust the rest."""
 
 
@@ -158,7 +160,10 @@ def splice(page: str, name: str, result: dict[str, Any]) -> str:
     before, after = load(result["load_before"]), load(result["load_after"])
     alone = f"run on its own, {result['machine']['code']}, {result['machine']['date']}"
     line = f"| `{script}` | {result['seconds']} s; load {before} before, {after} after; {alone} |"
-    rest = "\n".join(line if row.startswith(f"| `{script}` |") else row for row in rest.split("\n"))
+    rows = rest.split("\n")
+    if not any(row.startswith(f"| `{script}` |") for row in rows):  # its first run: its line at the table's end
+        rows.insert(rows.index("", 1), line)
+    rest = "\n".join(line if row.startswith(f"| `{script}` |") else row for row in rows)
     titles = {part["title"] for part in result["sections"]}
     parts = rest.split("\n## ")
     # a section is NAME's by its whole title: "stdio servers" is the first of bench_stdio's, and begins others'

@@ -143,6 +143,7 @@ def test_run_all_quick_runs_every_benchmark(tmp_path: Path) -> None:
     (tmp_path / "tests").symlink_to(ROOT / "tests")  # bench_masks's stand-in authority is the tests'
     for name in ("asgi", "uvicorn", "scale_out", "gateway", "stdio"):  # run above, test_gateway_benchmark, _stdio
         (tmp_path / "benchmarks" / f"bench_{name}.py").unlink()
+    (tmp_path / "benchmarks" / "restart_latency.py").unlink()  # run below; it takes bench_stdio.py's conversations
     run("run_all.py", "--quick", "--write", "performance.md", cwd=tmp_path)
     assert "\n## A long SSE response\n" in (tmp_path / "performance.md").read_text()
 
@@ -247,3 +248,16 @@ def test_bench_connect_reports_the_shim_beside_mcp_remote(tmp_path: Path) -> Non
     assert all(len(calls) == 5 for calls in result["times"].values())
     assert [row[0] for row in start["rows"]] == bridges
     assert all(len(cpu) == 2 for cpu in result["starts"].values())
+
+
+def test_restart_latency_reports_a_restarts_latency_beside_the_steady_states(tmp_path: Path) -> None:
+    """restart_latency.py, quick: a handover and a SIGKILL and start under socket activation, each call of the
+    conversations calling across them in the steady set or a restart's, timed, its error said; and its verdict."""
+    run("restart_latency.py", "--quick", "--json", str(tmp_path / "restart.json"))
+    result = json.loads((tmp_path / "restart.json").read_text())
+    [part] = result["sections"]
+    assert part["title"] == "The gateway: what a restart adds"
+    assert {row[0] for row in part["rows"]} >= {"steady", "during a handover", "after a SIGKILL, to ready"}
+    assert set(result["sets"]) == {"steady", "during a handover", "in flight at a SIGKILL", "after a SIGKILL, to ready"}
+    [judged] = result["verdicts"]
+    assert judged["target"].startswith("A lone gateway's restart")

@@ -605,6 +605,44 @@ def test_a_server_that_never_answers_ends_the_start_after_its_30_s_in_one_line(t
     assert "handshake" not in done.stderr  # no era guessed, no 2nd process
 
 
+NO_SDK = """\
+import sys
+class _NoSdk:  # the gateway installed without its extra: no mcp SDK to import
+    def find_spec(self, name, path=None, target=None):
+        if name == "mcp_types":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, _NoSdk())
+"""
+
+
+def test_a_gateway_whose_app_cannot_be_built_says_so_in_one_line_and_leaves_no_process(tmp_path: Path) -> None:
+    """Issue 112 (2): a ``--stdio`` gateway builds its app (imports the ``mcp`` SDK) as it starts, its shared process
+    started beside; one it cannot build (here, no SDK) says so in one line, exit status 2, as where it built it
+    before anything started, and the process started for it is stopped: uvicorn, told of no failure by an app
+    never built, said its start was complete and served nothing."""
+    (tmp_path / "sitecustomize.py").write_text(NO_SDK)
+    pid = tmp_path / "pid"
+    server = [sys.executable, "-c", "import os, sys; open(sys.argv[1], 'w').write(str(os.getpid())); input()", str(pid)]
+    line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(free_port()), "--stdio", shlex.join(server)]
+    line += ["--processes", "per-conversation", "--process-containment", "none"]
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), SERVER_PATH["PYTHONPATH"]])}
+    done = subprocess.run(
+        said_as_root(line),
+        env={**environ, "MCP_SESSIONS_SECRET": SECRET},
+        capture_output=True,
+        text=True,
+        timeout=WITHIN,
+    )
+    assert done.returncode == 2, done.stderr
+    assert (
+        done.stderr.splitlines()[-1]
+        == "mcp-sessions gateway: mcp_types is missing: pip install 'mcp-sessions[gateway]'"
+    )
+    if pid.exists():  # started before the import failed: stopped
+        stat = Path(f"/proc/{pid.read_text()}/stat")
+        assert not stat.exists() or stat.read_text().rpartition(")")[2].split()[0] == "Z"
+
+
 GC_STATE = """\
 import gc, os, signal
 def _said(signum, frame):  # the collector's state, on SIGUSR1, which nothing else in the gateway handles

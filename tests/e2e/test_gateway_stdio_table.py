@@ -399,6 +399,62 @@ def test_sigterm_while_the_first_process_never_answers_initialize_stops_the_gate
     assert stopped_in < 10.0
 
 
+# The gateway's command, its own trace installed first (an audit hook): its first import of the mcp SDK (mcp or
+# mcp_types) waits, 20 s at most, for a process running the server (argv[1]) to be there, and says (in argv[2])
+# whether one was.
+TRACED = """
+import os
+import runpy
+import sys
+import time
+
+SERVER, SAID = sys.argv[1:3]
+del sys.argv[1:3]
+
+
+def started():
+    for pid in set(filter(str.isdigit, os.listdir("/proc"))) - {str(os.getpid())}:  # not this one's argv[1]
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                if SERVER.encode() in cmdline.read().split(b"\\0"):
+                    return True
+        except OSError:
+            pass
+    return False
+
+
+def sdk_after_the_server(event, args):
+    if event != "import" or args[0].partition(".")[0] not in ("mcp", "mcp_types") or os.path.exists(SAID):
+        return
+    for _ in range(400):
+        if started():
+            break
+        time.sleep(0.05)
+    with open(SAID, "w") as said:
+        said.write("started" if started() else "not started")
+
+
+sys.addaudithook(sdk_after_the_server)
+runpy.run_module("mcp_sessions", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_the_first_process_starts_while_the_gateway_imports_the_mcp_sdk(tmp_path: Path) -> None:
+    """Issue 112 (2): a ``--stdio`` gateway started its shared process only once it had imported the ``mcp`` SDK and
+    its pydantic models (half a second of CPU), and the server's own start came after that; now the process starts
+    as soon as its command and sandbox are known, beside the import, which it needs none of until it is asked
+    ``initialize``. Seen in the gateway's own trace (an audit hook): its first import of the SDK waits for the
+    server's process, which, started after that import, never came."""
+    traced, server, said = tmp_path / "traced.py", tmp_path / "first.py", tmp_path / "said"
+    traced.write_text(TRACED)
+    server.write_text('import runpy\nrunpy.run_module("e2e._plain_stdio", run_name="__main__", alter_sys=True)\n')
+    program = (sys.executable, str(traced), str(server), str(said))
+    command = shlex.join([sys.executable, str(server)])
+    with gateway_process([], "--stdio", command, environ=SERVER_PATH, program=program) as gateway:
+        assert httpx.get(gateway.url("/readyz"), timeout=30).status_code == 200
+    assert said.read_text() == "started"
+
+
 def test_conversations_opened_at_once_past_the_uid_range_are_refused_naming_it(server: str) -> None:
     """Issue 112 (4): a team's new conversations past ``--process-uids`` (two uids: the shared process's and one
     more, where ``--max-processes`` is 5) got ``-32603`` "no free uid", as a server that failed, not a limit. Now

@@ -10,7 +10,8 @@ import logging.config
 import os
 import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final, TextIO
 from urllib.parse import urlsplit
 
@@ -27,6 +28,7 @@ from ._config import (
     StdioProcesses,
     default_max_processes,
 )
+from ._front import StartupFailed
 from ._node import node_without_proxy
 from ._options import add_arguments as add_arguments  # the command's, as every command module's (_cli/__init__)
 from ._options import environed
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
     from .auth._users import GatewayAuth
     from .sealed._network import EgressPolicy
     from .sealed._sandbox import Sandbox, SandboxPolicy
+    from .stdio._first import Ahead, FirstProcess
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -68,7 +71,7 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
 
     The garbage collector is off while the gateway is built: what its start allocates (the ``mcp`` SDK's import
     alone, about 90,000 objects) lives as long as the gateway, and the 220 collections that found nothing to free
-    in it took a tenth of the start's CPU. ``_lifecycle.serve`` freezes what the start made (never scanned again)
+    in it took a tenth of the start's CPU. ``_lifecycle.Gateway`` freezes what the start made (never scanned again)
     and turns the collector back on before the gateway listens; a start that ends before then turns it back on
     here. A SIGTERM or Ctrl-C from here on ends the start (``StartSignals``), as one while its first process starts
     does."""
@@ -94,9 +97,9 @@ def _run(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, str], s
         from ._lifecycle import serve
 
         config = configured(args, environ) if args.config is None else configured_file(args, environ)
-        app, sandbox = _app(config)
+        app, sandbox = _ahead(config) or _app(config)
     except ModuleNotFoundError as exc:
-        print(f"mcp-sessions gateway: {exc.name} is missing: pip install 'mcp-sessions[gateway]'", file=stderr)
+        print(f"mcp-sessions gateway: {_missing(exc)}", file=stderr)
         return EXIT_USAGE
     except (ImportError, ValueError, TypeError, RuntimeError, NetworkError, SandboxError, OSError) as exc:
         print(f"mcp-sessions gateway: {exc}", file=stderr)  # an OSError's path, for what no step names itself
@@ -134,14 +137,14 @@ def _run(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, str], s
     return serve(app, bound, config, stderr, reload, release, start)
 
 
-def _routes(app: ASGIApp) -> tuple[Route, ...]:
+def _routes(app: ASGIApp | Ahead) -> tuple[Route, ...]:
     """The servers ``app`` serves now, with ``--config`` (``Servers``' routes); none without."""
     from ._servers import Servers
 
     return app.routes if isinstance(app, Servers) else ()
 
 
-def _running(app: ASGIApp, sandbox: Sandbox | None) -> Callable[[], list[Sandbox]]:
+def _running(app: ASGIApp | Ahead, sandbox: Sandbox | None) -> Callable[[], list[Sandbox]]:
     """The sandboxes ``app``'s processes run in, as they are when asked: every server's with ``--config`` (those
     a reload kept, replaced or added), else ``sandbox``. What the gateway installs before it serves and closes as
     it stops."""
@@ -208,7 +211,8 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str], share: int 
     auth = _auth(args)
     tools = _tools(args, auth)
     _stdio_only(args)
-    upstream_token, exchange = _upstream_token(args, environ, auth, sessions)
+    sign_in = _sign_in_options(args, environ)
+    upstream_token, exchange = _upstream_token(args, environ, auth, sessions, sign_in)
     id_tokens = process_grants = None
     serves: Forwarding | StdioProcesses
     if args.stdio is not None:
@@ -218,8 +222,8 @@ def configured(args: argparse.Namespace, environ: Mapping[str, str], share: int 
         sandbox = process_options(args, command, auth, runtime, state, share)
         sandbox = _masked(args, sandbox, _egress(args, sandbox, forwarded))  # the masked credentials, and their rules
         if exchange is not None and exchange.id_jag is not None:  # NAME=id-jag:ISSUER's subject
-            id_tokens = _id_tokens(args, environ, sessions)
-        process_grants = _process_grants(args, environ, auth, sessions)
+            id_tokens = _id_tokens(sign_in, sessions)
+        process_grants = _process_grants(args.process_env, sign_in, auth, sessions)
         serves = StdioProcesses(
             command=tuple(command),
             processes=args.processes,
@@ -359,24 +363,62 @@ def _app(config: GatewayConfig) -> tuple[ASGIApp, Sandbox | None]:
             _closed(routes)
             raise
         return Servers(routes), None
-    app: ASGIApp
-    sandbox = None
-    if isinstance(config.serves, StdioProcesses):
-        from .sealed._sandbox import Sandbox
-        from .stdio._server import stdio_gateway_app
+    if not isinstance(config.serves, StdioProcesses):
+        return _exchanging(config, forwarding_app(config)), None
+    from .sealed._sandbox import Sandbox
 
-        sandbox = None if config.sandbox is None else Sandbox(config.sandbox)
-        try:
-            app = stdio_gateway_app(config, sandbox=sandbox)
-        except BaseException:
-            if sandbox is not None:
-                sandbox.close()
-            raise
-    else:
-        app = forwarding_app(config)
-    if config.exchange is not None:  # its client closed as the app stops, in either mode
-        app = config.exchange.wrap(app)
-    return app, sandbox
+    sandbox = None if config.sandbox is None else Sandbox(config.sandbox)
+    try:
+        return _stdio_app(config, sandbox, None), sandbox
+    except BaseException:
+        if sandbox is not None:
+            sandbox.close()
+        raise
+
+
+def _ahead(config: GatewayConfig) -> tuple[Ahead, Sandbox] | None:
+    """A ``--stdio`` gateway's app, to be built as it starts, its shared process started beside the import of the
+    ``mcp`` SDK (``_first.Ahead``), and the sandbox its processes run in; None where that process is not the
+    gateway's first, or is someone's (``_first.starts_ahead``): :func:`_app` builds it now."""
+    serves = config.serves
+    if config.servers or not isinstance(serves, StdioProcesses) or serves.sandbox is None:
+        return None
+    from .sealed._sandbox import Sandbox, environment
+    from .stdio._first import Ahead, FirstProcess, starts_ahead
+
+    if not starts_ahead(serves, serves.sandbox):
+        return None
+    sandbox = Sandbox(serves.sandbox)
+    first = FirstProcess(sandbox, serves.command, environment(serves.environ, serves.pass_env))
+    return Ahead(partial(_built, config, sandbox, first), first), sandbox
+
+
+def _stdio_app(config: GatewayConfig, sandbox: Sandbox | None, first: FirstProcess | None) -> ASGIApp:
+    """A stdio server's app (``stdio_gateway_app``: it imports the ``mcp`` SDK), its processes in ``sandbox``."""
+    from .stdio._server import stdio_gateway_app
+
+    return _exchanging(config, stdio_gateway_app(config, sandbox=sandbox, first=first))
+
+
+def _built(config: GatewayConfig, sandbox: Sandbox, first: FirstProcess) -> ASGIApp:
+    """:func:`_stdio_app` built as the gateway starts (``Ahead``'s ``build``): what refuses it is the start's
+    failure, said in one line (``StartupFailed``), as it is where :func:`_app` builds it before the start."""
+    try:
+        return _stdio_app(config, sandbox, first)
+    except ModuleNotFoundError as exc:
+        raise StartupFailed(_missing(exc)) from None
+    except (ImportError, ValueError, TypeError, RuntimeError, NetworkError, SandboxError, OSError) as exc:
+        raise StartupFailed(str(exc)) from None
+
+
+def _exchanging(config: GatewayConfig, app: ASGIApp) -> ASGIApp:
+    """``app``, the token exchange's client closed as it stops, in either mode."""
+    return app if config.exchange is None else config.exchange.wrap(app)
+
+
+def _missing(exc: ModuleNotFoundError) -> str:
+    """What a gateway that cannot import ``exc.name`` says: which extra to install."""
+    return f"{exc.name} is missing: pip install 'mcp-sessions[gateway]'"
 
 
 def _route(served: Served) -> Route:
@@ -631,11 +673,87 @@ def _tools(args: argparse.Namespace, auth: GatewayAuth | None) -> ToolPolicy | N
     return ToolPolicy.from_specs(args.tool_allow, args.tool_deny)
 
 
+@dataclass(frozen=True)
+class _Client:
+    """The gateway's client at an authorization server as its ``--GROUP-client-*`` flags give it (``group``:
+    ``oauth`` or ``login``), its secret from ``MCP_SESSIONS_GROUP_CLIENT_SECRET``; ``refused``: a secret given as a
+    flag."""
+
+    group: str
+    refused: bool
+    client_id: str | None
+    method: str | None
+    secret: str | None = field(repr=False)
+    secret_file: str | None
+    key_file: str | None
+    key_id: str | None
+
+
+@dataclass(frozen=True)
+class _SignInOptions:
+    """The options of the gateway's sign-ins (``--oauth-*``, ``--login-*``), read once for each sign-in that takes
+    them (``--upstream-token oauth``, ``--id-jag-subject id_token``, ``--process-env NAME=oauth:``): ``oauth``, its
+    client at the upstream's authorization server ``issuer``, asking for ``scope``; ``callback``, else on the origin
+    of ``own`` (``--auth-resource``, else ``--auth-audience``); ``login``, its client at the team's IdP
+    ``login_issuer``, whose ID token's ``login_claim`` names the user; ``id_tokens``, whether ``--id-jag-subject``
+    asks for that login's ID tokens."""
+
+    oauth: _Client
+    issuer: str | None
+    scope: str | None
+    callback: str | None
+    own: str
+    login: _Client
+    login_issuer: str | None
+    login_claim: str
+    id_tokens: bool
+
+
+def _sign_in_options(args: argparse.Namespace, environ: Mapping[str, str]) -> _SignInOptions:
+    """The sign-ins' options (:class:`_SignInOptions`) from the flags, each client's secret from its variable."""
+    oauth = _Client(
+        "oauth",
+        args.oauth_client_secret is not None,
+        args.oauth_client_id,
+        args.oauth_client_auth,
+        environ.get("MCP_SESSIONS_OAUTH_CLIENT_SECRET", "").strip() or None,
+        args.oauth_client_secret_file,
+        args.oauth_client_key_file,
+        args.oauth_client_key_id,
+    )
+    login = _Client(
+        "login",
+        args.login_client_secret is not None,
+        args.login_client_id,
+        args.login_client_auth,
+        environ.get("MCP_SESSIONS_LOGIN_CLIENT_SECRET", "").strip() or None,
+        args.login_client_secret_file,
+        args.login_client_key_file,
+        args.login_client_key_id,
+    )
+    return _SignInOptions(
+        oauth=oauth,
+        issuer=args.oauth_issuer,
+        scope=args.oauth_scope,
+        callback=args.oauth_callback,
+        own=args.auth_resource or args.auth_audience or "",
+        login=login,
+        login_issuer=args.login_issuer,
+        login_claim=args.login_claim or "sub",
+        id_tokens=(args.id_jag_subject or "access_token") != "access_token",
+    )
+
+
 def _upstream_token(
-    args: argparse.Namespace, environ: Mapping[str, str], auth: GatewayAuth | None, sessions: SessionsConfig
+    args: argparse.Namespace,
+    environ: Mapping[str, str],
+    auth: GatewayAuth | None,
+    sessions: SessionsConfig,
+    sign_in: _SignInOptions,
 ) -> tuple[UpstreamToken | None, TokenExchange | None]:
     """What the upstream gets as ``Authorization`` (``--upstream-token``, default: see ``gateway_app``), and the
-    token exchange that it, or a ``--process-env NAME=exchange:AUDIENCE``, uses."""
+    token exchange that it, or a ``--process-env NAME=exchange:AUDIENCE``, uses; ``--upstream-token oauth``'s and
+    the ID-JAG's sign-ins take ``sign_in``."""
     mode = args.upstream_token
     granting = mode == "id-jag" or any("=id-jag:" in spec for spec in args.process_env)
     exchanging = granting or mode == "exchange" or any("=exchange:" in spec for spec in args.process_env)
@@ -645,7 +763,7 @@ def _upstream_token(
         raise ValueError("the client secret is never a flag: MCP_SESSIONS_ID_JAG_CLIENT_SECRET, or a file")
     if mode != "id-jag" and args.id_jag_issuer:
         raise ValueError("--id-jag-issuer names --upstream-token id-jag's server; NAME=id-jag:ISSUER names its own")
-    if mode != "oauth" and args.oauth_issuer:
+    if mode != "oauth" and sign_in.issuer:
         raise ValueError("--oauth-issuer names --upstream-token oauth's server; NAME=oauth:ISSUER names its own")
     id_jag = {
         "--id-jag-issuer": args.id_jag_issuer,
@@ -664,104 +782,102 @@ def _upstream_token(
     if mode is None and not exchanging:
         return None, None
     if mode == "oauth":
-        return _upstream_grants(args, environ, auth, sessions), None
+        return _upstream_grants(args.upstream[0], sign_in, auth, sessions), None
     from .auth._exchange import Target, TokenExchange, UpstreamToken
 
-    if mode is not None and not exchanging:
-        if mode == "passthrough" and auth is not None:
-            logger.warning("mcp-sessions gateway: users' tokens go to the upstream (--upstream-token passthrough)")
-        return UpstreamToken(mode), None
-    if auth is None or auth.verifier is None:
-        raise ValueError("the token exchange exchanges the bearer tokens the gateway verifies: give --auth-jwks")
-    from .auth._client import ClientAuth
-    from .auth._exchange import id_jag_target
+    if exchanging:
+        if auth is None or auth.verifier is None:
+            raise ValueError("the token exchange exchanges the bearer tokens the gateway verifies: give --auth-jwks")
+        from .auth._client import ClientAuth
+        from .auth._exchange import id_jag_target
 
-    issuer = args.exchange_issuer or args.auth_issuer
-    endpoint = args.exchange_token_endpoint
-    client = ClientAuth.given(
-        "--exchange-client",
-        args.exchange_client_auth,
-        args.exchange_client_id,
-        secret=environ.get("MCP_SESSIONS_EXCHANGE_CLIENT_SECRET", "").strip() or None,
-        secret_file=args.exchange_client_secret_file,
-        key_file=args.exchange_client_key_file,
-        key_id=args.exchange_client_key_id,
-        servers=(endpoint, issuer),
-        naming="--exchange-issuer or --exchange-token-endpoint",
-    )
-    granted = None
-    if granting:
-        # the resources' authorization servers the operator named: --id-jag-issuer, each NAME=id-jag:ISSUER's
-        named = [args.id_jag_issuer]
-        for spec in args.process_env:
-            name, _, source = spec.partition("=")
-            if source.startswith("id-jag:"):
-                named.append(id_jag_target(source.removeprefix("id-jag:"), f"--process-env {name}").audience)
-        granted = ClientAuth.given(
-            "--id-jag-client",
-            args.id_jag_client_auth,
-            args.id_jag_client_id,
-            secret=environ.get("MCP_SESSIONS_ID_JAG_CLIENT_SECRET", "").strip() or None,
-            secret_file=args.id_jag_client_secret_file,
-            key_file=args.id_jag_client_key_file,
-            key_id=args.id_jag_client_key_id,
-            servers=tuple(named),
-            naming="--id-jag-issuer (or use private_key_jwt, whose assertions name their server)",
+        issuer = args.exchange_issuer or args.auth_issuer
+        endpoint = args.exchange_token_endpoint
+        client = ClientAuth.given(
+            "--exchange-client",
+            args.exchange_client_auth,
+            args.exchange_client_id,
+            secret=environ.get("MCP_SESSIONS_EXCHANGE_CLIENT_SECRET", "").strip() or None,
+            secret_file=args.exchange_client_secret_file,
+            key_file=args.exchange_client_key_file,
+            key_id=args.exchange_client_key_id,
+            servers=(endpoint, issuer),
+            naming="--exchange-issuer or --exchange-token-endpoint",
         )
-    exchange = TokenExchange(client=client, token_endpoint=endpoint, issuer=issuer, id_jag=granted)
-    # for --process-env NAME=exchange:AUDIENCE (or id-jag:ISSUER) alone
-    if mode is None:
-        return None, exchange
-    audience = args.exchange_audience
-    resource = args.exchange_resource
-    scope = args.exchange_scope
-    if mode == "id-jag":
-        if audience is not None:
-            raise ValueError(
-                "--upstream-token id-jag asks for an ID-JAG whose audience is the upstream's authorization server: "
-                "give --id-jag-issuer, not --exchange-audience"
+        granted = None
+        if granting:
+            # the resources' authorization servers the operator named: --id-jag-issuer, each NAME=id-jag:ISSUER's
+            named = [args.id_jag_issuer]
+            for spec in args.process_env:
+                name, _, source = spec.partition("=")
+                if source.startswith("id-jag:"):
+                    named.append(id_jag_target(source.removeprefix("id-jag:"), f"--process-env {name}").audience)
+            granted = ClientAuth.given(
+                "--id-jag-client",
+                args.id_jag_client_auth,
+                args.id_jag_client_id,
+                secret=environ.get("MCP_SESSIONS_ID_JAG_CLIENT_SECRET", "").strip() or None,
+                secret_file=args.id_jag_client_secret_file,
+                key_file=args.id_jag_client_key_file,
+                key_id=args.id_jag_client_key_id,
+                servers=tuple(named),
+                naming="--id-jag-issuer (or use private_key_jwt, whose assertions name their server)",
             )
-        target = Target(args.id_jag_issuer, resource, scope, id_jag=True)
-        subject = _id_tokens(args, environ, sessions)
-        return UpstreamToken("id-jag", exchange, target, upstream=args.upstream[0], subject=subject), exchange
-    return UpstreamToken("exchange", exchange, Target(audience, resource, scope)), exchange
+        exchange = TokenExchange(client=client, token_endpoint=endpoint, issuer=issuer, id_jag=granted)
+        # for --process-env NAME=exchange:AUDIENCE (or id-jag:ISSUER) alone
+        if mode is None:
+            return None, exchange
+        audience = args.exchange_audience
+        resource = args.exchange_resource
+        scope = args.exchange_scope
+        if mode == "id-jag":
+            if audience is not None:
+                raise ValueError(
+                    "--upstream-token id-jag asks for an ID-JAG whose audience is the upstream's authorization "
+                    "server: give --id-jag-issuer, not --exchange-audience"
+                )
+            target = Target(args.id_jag_issuer, resource, scope, id_jag=True)
+            subject = _id_tokens(sign_in, sessions)
+            return UpstreamToken("id-jag", exchange, target, upstream=args.upstream[0], subject=subject), exchange
+        return UpstreamToken("exchange", exchange, Target(audience, resource, scope)), exchange
+    if mode == "passthrough" and auth is not None:
+        logger.warning("mcp-sessions gateway: users' tokens go to the upstream (--upstream-token passthrough)")
+    return UpstreamToken(mode), None
 
 
 def _upstream_grants(
-    args: argparse.Namespace, environ: Mapping[str, str], auth: GatewayAuth | None, sessions: SessionsConfig
+    upstream: str, sign_in: _SignInOptions, auth: GatewayAuth | None, sessions: SessionsConfig
 ) -> UpstreamToken:
-    """``--upstream-token oauth``'s ``_oauth.UpstreamGrants``, from the ``--oauth-*`` and ``--login-*`` flags, its
-    grants kept in the sessions' store, sealed with their keys (``_kept``)."""
+    """``--upstream-token oauth``'s ``_oauth.UpstreamGrants`` for the MCP server at ``upstream``, from
+    ``sign_in``, its grants kept in the sessions' store, sealed with their keys (``_kept``)."""
     if auth is None:
         raise ValueError(
             "--upstream-token oauth keeps each user's grant: give --auth-jwks (or --auth-principal-header)"
         )
-    issuer = args.oauth_issuer
-    client, client_id = _oauth_client_given(args, environ, issuer, "--oauth-issuer")
-    login = _login(args, environ, "--upstream-token oauth confirms who opens a sign-in URL")
-    callback = _callback(args, environ, "--upstream-token oauth")
+    issuer = sign_in.issuer
+    client, client_id = _oauth_client_given(sign_in.oauth, issuer, "--oauth-issuer")
+    login = _login(sign_in, "--upstream-token oauth confirms who opens a sign-in URL")
+    callback = _callback(sign_in, "--upstream-token oauth")
     from .auth._kept import KeptGrants
     from .auth._oauth import UpstreamGrants
 
     return UpstreamGrants(
-        upstream=args.upstream[0],
+        upstream=upstream,
         callback=callback,
         login=login,
         client=client,
         client_id=client_id,
         issuer=issuer,
-        scope=args.oauth_scope,
+        scope=sign_in.scope,
         kept=KeptGrants(sessions.store, sessions.keys),
     )
 
 
-def _oauth_client_given(
-    args: argparse.Namespace, environ: Mapping[str, str], issuer: str | None, naming: str
-) -> tuple[ClientAuth | None, str | None]:
+def _oauth_client_given(client: _Client, issuer: str | None, naming: str) -> tuple[ClientAuth | None, str | None]:
     """The gateway's client at a vendor's authorization server (``--oauth-client-*``), whose ``issuer`` the operator
     named (else ``None``: a secret is refused, saying to give ``naming``): a confidential one, by its secret or
     key; else its id alone (a public client); else neither (it registers, RFC 7591)."""
-    oauth = dict(_oauth_client(args, environ, "oauth"))
+    oauth = dict(_oauth_client(client))
     method = oauth.pop("method", None)
     client_id = oauth.pop("client_id", None)
     if not any(oauth.values()) and method is None:
@@ -772,14 +888,14 @@ def _oauth_client_given(
 
 
 def _process_grants(
-    args: argparse.Namespace, environ: Mapping[str, str], auth: GatewayAuth | None, sessions: SessionsConfig
+    process_env: Sequence[str], sign_in: _SignInOptions, auth: GatewayAuth | None, sessions: SessionsConfig
 ) -> dict[str, IssuerGrants] | None:
     """``--process-env NAME=oauth:ISSUER[,resource=URI][,scope=SCOPE]``'s ``_oauth.IssuerGrants``, by name: each
     user's own grant at ``ISSUER``, signed in through the gateway's own login (``--login-*``) and callback, kept in
     the sessions' store, sealed with their keys; the gateway's client there the ``--oauth-client-*`` one (with one
     such variable), else the one it registers (RFC 7591). ``None`` without any."""
     specs = {}
-    for spec in args.process_env:
+    for spec in process_env:
         name, _, source = spec.partition("=")
         kind, _, key = source.partition(":")
         if kind == "oauth" and key:
@@ -796,11 +912,11 @@ def _process_grants(
     issuers = [target.audience for target in targets.values()]
     if len(set(issuers)) < len(issuers):
         raise ValueError("--process-env: one NAME=oauth: variable per authorization server")
-    client, client_id = _oauth_client_given(args, environ, issuers[0], "NAME=oauth:ISSUER")
+    client, client_id = _oauth_client_given(sign_in.oauth, issuers[0], "NAME=oauth:ISSUER")
     if (client or client_id) and len(specs) > 1:
         raise ValueError("--oauth-client-* name the gateway's client at one server: with several oauth: it registers")
-    login = _login(args, environ, "--process-env NAME=oauth: confirms who opens a sign-in URL")
-    callback = _callback(args, environ, "--process-env NAME=oauth:")
+    login = _login(sign_in, "--process-env NAME=oauth: confirms who opens a sign-in URL")
+    callback = _callback(sign_in, "--process-env NAME=oauth:")
     from .auth._kept import KeptGrants
     from .auth._oauth import IssuerGrants
 
@@ -820,25 +936,25 @@ def _process_grants(
     }
 
 
-def _id_tokens(args: argparse.Namespace, environ: Mapping[str, str], sessions: SessionsConfig) -> IdTokens | None:
+def _id_tokens(sign_in: _SignInOptions, sessions: SessionsConfig) -> IdTokens | None:
     """``--id-jag-subject id_token``'s ``_oauth.IdTokens``: each user's ID token from the gateway's own login at the
     team's IdP (the ``--login-*`` flags, as ``--upstream-token oauth``'s), kept in the sessions' store, sealed with
     their keys; ``None`` for ``access_token`` (the default: the user's verified access token is exchanged)."""
-    if (args.id_jag_subject or "access_token") == "access_token":
+    if not sign_in.id_tokens:
         return None
-    login = _login(args, environ, "--id-jag-subject id_token is an ID token of the gateway's own login")
-    callback = _callback(args, environ, "--id-jag-subject id_token")
+    login = _login(sign_in, "--id-jag-subject id_token is an ID token of the gateway's own login")
+    callback = _callback(sign_in, "--id-jag-subject id_token")
     from .auth._kept import KeptGrants
     from .auth._oauth import IdTokens
 
     return IdTokens(callback=callback, login=login, kept=KeptGrants(sessions.store, sessions.keys))
 
 
-def _login(args: argparse.Namespace, environ: Mapping[str, str], needs: str) -> Login:
+def _login(sign_in: _SignInOptions, needs: str) -> Login:
     """The gateway's own OpenID Connect login at the team's IdP (``--login-*``); ``needs`` says why, in the refusal
     when it is not given."""
-    login = dict(_oauth_client(args, environ, "login"))
-    issuer = args.login_issuer
+    login = dict(_oauth_client(sign_in.login))
+    issuer = sign_in.login_issuer
     if issuer is None or not login:
         raise ValueError(f"{needs}: give --login-issuer and its client")
     from .auth._client import ClientAuth
@@ -847,58 +963,39 @@ def _login(args: argparse.Namespace, environ: Mapping[str, str], needs: str) -> 
     method = login.pop("method")
     client_id = login.pop("client_id")
     client = ClientAuth.given("--login-client", method, client_id, **login, servers=(issuer,), naming="--login-issuer")
-    return Login(issuer, client, args.login_claim or "sub")
+    return Login(issuer, client, sign_in.login_claim)
 
 
-def _callback(args: argparse.Namespace, environ: Mapping[str, str], flag: str) -> str:
+def _callback(sign_in: _SignInOptions, flag: str) -> str:
     """The gateway's ``/oauth/callback`` as browsers reach it: ``--oauth-callback``, else on the origin of
     ``--auth-resource`` (or ``--auth-audience``); ``flag`` names what needs it, in the refusal."""
-    callback: str | None = args.oauth_callback
+    callback = sign_in.callback
     if callback is None:
-        own = args.auth_resource or args.auth_audience or ""
-        parts = urlsplit(own)
+        parts = urlsplit(sign_in.own)
         if parts.scheme not in ("http", "https"):
             raise ValueError(f"{flag} needs the gateway's own URL: give --oauth-callback")
         callback = f"{parts.scheme}://{parts.netloc}/oauth/callback"
     return callback
 
 
-def _oauth_client(args: argparse.Namespace, environ: Mapping[str, str], group: str) -> Iterator[tuple[str, Any]]:
-    """The ``--GROUP-client-*`` settings given (``oauth`` or ``login``), as ``ClientAuth.given`` takes them (none:
-    nothing)."""
-    clients = {
-        "oauth": (
-            args.oauth_client_secret,
-            "MCP_SESSIONS_OAUTH_CLIENT_SECRET",
-            args.oauth_client_id,
-            {
-                "method": args.oauth_client_auth,
-                "secret_file": args.oauth_client_secret_file,
-                "key_file": args.oauth_client_key_file,
-                "key_id": args.oauth_client_key_id,
-            },
-        ),
-        "login": (
-            args.login_client_secret,
-            "MCP_SESSIONS_LOGIN_CLIENT_SECRET",
-            args.login_client_id,
-            {
-                "method": args.login_client_auth,
-                "secret_file": args.login_client_secret_file,
-                "key_file": args.login_client_key_file,
-                "key_id": args.login_client_key_id,
-            },
-        ),
+def _oauth_client(client: _Client) -> Iterator[tuple[str, Any]]:
+    """The client's settings given, as ``ClientAuth.given`` takes them (none: nothing)."""
+    if client.refused:
+        raise ValueError(
+            f"the client secret is never a flag: MCP_SESSIONS_{client.group.upper()}_CLIENT_SECRET, or a file"
+        )
+    given = {
+        "method": client.method,
+        "secret_file": client.secret_file,
+        "key_file": client.key_file,
+        "key_id": client.key_id,
     }
-    refused, variable, client_id, given = clients[group]
-    if refused is not None:
-        raise ValueError(f"the client secret is never a flag: {variable}, or a file")
-    if client_id is None and any(given.values()):
-        raise ValueError(f"--{group}-client-* name a client: give --{group}-client-id")
-    if client_id is None:
+    if client.client_id is None and any(given.values()):
+        raise ValueError(f"--{client.group}-client-* name a client: give --{client.group}-client-id")
+    if client.client_id is None:
         return
-    yield "client_id", client_id
-    yield "secret", environ.get(variable, "").strip() or None
+    yield "client_id", client.client_id
+    yield "secret", client.secret
     yield from given.items()
 
 

@@ -17,10 +17,14 @@ calls told so.
 
 A gateway whose listening socket outlives it (systemd's, under socket activation; or handed to the next gateway,
 ``--handover``) stops accepting at the signal instead: a new connection waits in the socket's queue for the next
-gateway, where it would be refused, and the drain ends the calls of the connections it has. With ``--handover`` the
-next gateway takes the socket over a Unix socket (``SCM_RIGHTS``, as HAProxy's seamless reload does: the same socket,
-so that no connection queued in it is lost, where two sockets bound with ``SO_REUSEPORT`` reset the connections
-queued in the one that closes) and tells this one once it listens, which then drains as at SIGTERM.
+gateway, where it would be refused, and the drain ends the calls of the connections it has; then it waits for each
+connection left open but the streams' to close (by its next answer, or its client) for uvicorn's keep-alive timeout at
+most, where uvicorn's stop would close an idle one as a client sent its next request on it; and it refuses no call of
+a conversation it serves (no ``REFUSING``): each answer closes its connection, so the next call finds the next
+gateway. With ``--handover`` the next gateway takes the socket over a Unix socket (``SCM_RIGHTS``, as HAProxy's
+seamless reload does: the same socket, so that no connection queued in it is lost, where two sockets bound with
+``SO_REUSEPORT`` reset the connections queued in the one that closes) and tells this one once it listens, which then
+drains as at SIGTERM.
 """
 
 from __future__ import annotations
@@ -33,11 +37,12 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from types import FrameType
 from typing import Any, Final, TextIO
 
 import anyio
+import anyio.lowlevel
 import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -65,16 +70,19 @@ from ._serving import (
     handing,
     private_socket,
 )
+from .stdio._first import Ahead
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
 STARTUP_FAILURE: Final = 3
 """uvicorn's exit status for an app that failed to start in another way (a bug: its traceback is logged)."""
 _PROBES: Final = {"/healthz", "/readyz"}
+_LOOK_EVERY: Final = 0.1
+"""Seconds between two looks at the connections left open as a drain ends, as uvicorn's stop looks at them."""
 
 
 def serve(
-    app: ASGIApp,
+    app: ASGIApp | Ahead,
     bound: Listener,
     config: GatewayConfig,
     stderr: TextIO,
@@ -87,10 +95,8 @@ def serve(
     SIGHUP does (``_cli.Reload``, with ``--config``), the gateway's configuration then (``None``: unchanged).
     ``release``: what the app's processes ran in, let go once they have all ended (``_cli``'s: every server's
     sandbox, ``_sandbox.Sandbox.close``). ``start``: the signals that came while the gateway was built, each taken
-    as one during its start. What the gateway's start made lasts as long as it does: frozen, never
-    scanned by the collector, which ``_cli.run`` kept off until now."""
-    gc.freeze()
-    gc.enable()
+    as one during its start. ``app`` may be built as the gateway starts (``_first.Ahead``: a ``--stdio`` gateway's,
+    its shared process started beside)."""
     return Gateway(app, config, reload, release, start).run_until_stopped(bound, stderr)
 
 
@@ -136,7 +142,7 @@ class Gateway(uvicorn.Server):
 
     def __init__(
         self,
-        app: ASGIApp,
+        app: ASGIApp | Ahead,
         config: GatewayConfig,
         reload: Callable[[], Awaitable[GatewayConfig | None]] | None = None,
         release: Callable[[], None] | None = None,
@@ -166,7 +172,8 @@ class Gateway(uvicorn.Server):
                 reset_contextvars=True,
             )
         )
-        self.app = app
+        self._ahead = app if isinstance(app, Ahead) else None  # built by _built, as it starts
+        self.app: ASGIApp = _unbuilt if isinstance(app, Ahead) else app
         self.gateway = config
         self.failure: BaseException | None = None  # the app's failure to start, said in one line
         self.stopped = False  # its start ended by a signal
@@ -411,9 +418,39 @@ class Gateway(uvicorn.Server):
             await asyncio.wait_for(self._drain_ends.wait(), within)
         except TimeoutError:
             self._hurried = True
+        if self._shared and not self._hurried:
+            await self._kept_alive_closed()
         self._drained = True
         self._end(self._hurried)
         self._drain_ended.set()
+
+    async def _kept_alive_closed(self) -> None:
+        """With a socket another gateway accepts on: each connection left open but the streams' closed by its client,
+        or by the answer to its next request (which closes it, ``_Responding``), waited for as long as uvicorn keeps
+        a connection idle (its keep-alive timeout: one idle longer it would have closed anyway), within the drain's
+        bound, until a second signal. uvicorn's stop closes an idle connection at once, and a request a client sends
+        on it as it closes is reset, unread: an error to a client that does not send it again (the ``mcp`` SDK's,
+        ``connect``), where the next gateway would have answered it. HAProxy's ``idle-close-on-response``."""
+        if not (left := self._kept_alive()):
+            return
+        loop = asyncio.get_running_loop()
+        keep_alive = self.config.timeout_keep_alive
+        assert self._bound is not None
+        until = min(loop.time() + keep_alive, self._bound)
+        logger.info(
+            "mcp-sessions gateway: %d connection(s) left open, each closed by its next answer, for %g s at most (a "
+            "new connection is the next gateway's)",
+            left,
+            keep_alive,
+        )
+        # Polled, as uvicorn's stop waits for its connections: a connection says nothing as it closes.
+        while self._kept_alive() and not self._hurried and loop.time() < until:  # noqa: ASYNC110
+            await asyncio.sleep(_LOOK_EVERY)
+
+    def _kept_alive(self) -> int:
+        """The connections open but those of the streams (one request a connection: HTTP/1.1)."""
+        streams = [task for task in self.server_state.tasks if task not in self.calls]
+        return len(self.server_state.connections) - len(streams)
 
     def _end(self, calls: bool) -> None:
         """The streams ended where they are, and with ``calls`` the calls still in flight too, each told so as the
@@ -428,8 +465,10 @@ class Gateway(uvicorn.Server):
 
     def _answered_signalled(self) -> None:
         """The drain's steps as its calls end: once those in flight at the signal are answered, a new request is
-        refused (``REFUSING``); once none is in flight, the drain ends."""
-        if not self._signalled and not self._refusing:
+        refused (``REFUSING``); once none is in flight, the drain ends. With a socket another gateway accepts on,
+        none is refused: each answer closes its connection, so a conversation's next call finds the next gateway
+        by itself, and one sent on a connection kept alive since the signal is answered (``_kept_alive_closed``)."""
+        if not self._signalled and not self._refusing and not self._shared:
             self._refusing = True
             logger.info(
                 "mcp-sessions gateway: the calls in flight at the signal are answered: a new call is refused (503, "
@@ -495,7 +534,12 @@ class Gateway(uvicorn.Server):
             if self._stop_asked:  # before the start began
                 starting.cancel()
             try:
-                await self.app(scope, receive, sending)
+                async with self._built():
+                    # What the start made lasts as long as the gateway: frozen, never scanned by the collector,
+                    # which _cli.run kept off until now.
+                    gc.freeze()
+                    gc.enable()
+                    await self.app(scope, receive, sending)
             except BaseException as exc:
                 self.failure = startup_failure(exc)
                 if self.failure is None:
@@ -505,14 +549,33 @@ class Gateway(uvicorn.Server):
                     quiet = self.failure is not None or starting.cancel_called
                     await send({**held[0], "message": "" if quiet else held[0].get("message", "")})
         self.stopped = starting.cancelled_caught
-        if self.stopped and not held:  # uvicorn waits for the start's end
-            await send({"type": "lifespan.startup.failed", "message": ""})
+        if (self.stopped or self.failure is not None) and not held:  # uvicorn waits for the start's end (an app
+            await send({"type": "lifespan.startup.failed", "message": ""})  # that failed to build never said it)
+
+    @contextlib.asynccontextmanager
+    async def _built(self) -> AsyncIterator[None]:
+        """Startup, first, with ``Ahead``: the app built on a worker thread (the ``mcp`` SDK's import, about half a
+        second of CPU), while its shared process starts beside it in this loop (``FirstProcess``), which the app's
+        start then takes and asks to initialize; one not taken (the build failed, or a signal ended the start) is
+        stopped at the end."""
+        ahead = self._ahead
+        if ahead is None:
+            yield
+            return
+        try:
+            async with anyio.create_task_group() as starting:
+                await anyio.lowlevel.checkpoint()  # a start ended already goes no further
+                starting.start_soon(ahead.first.run)
+                self.app = await anyio.to_thread.run_sync(ahead.build)
+            yield
+        finally:
+            await ahead.first.aclose()
 
     async def _request(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A request: the probes answered, a new conversation refused while draining, a call counted in flight."""
         if scope["method"] == "GET" and scope["path"] in _PROBES:
             ready = scope["path"] == "/healthz" or not self._stop_asked
-            return await _probe_answer(send, ready)
+            return await _probe_answer(_Responding(send, draining=False, stopping=self.stop_asked), ready)
         call = is_call(scope)
         # a stream would hold the stop: its client opens it again at the next gateway
         if self._stop_asked and (_opens(scope) or not call):
@@ -600,6 +663,11 @@ def _opens(scope: Scope) -> bool:
         return False
     legacy = Era.of(header(headers, MCP_PROTOCOL_VERSION_HEADER)) is Era.LEGACY
     return legacy or header(headers, MCP_METHOD_HEADER) == b"sessions/create"
+
+
+async def _unbuilt(scope: Scope, receive: Receive, send: Send) -> None:
+    """The app of a gateway not built yet (``Gateway._built``): it serves nothing before its start."""
+    raise RuntimeError("the gateway's app is not built yet")
 
 
 async def _probe_answer(send: Send, ready: bool) -> None:

@@ -15,7 +15,6 @@ answers, progress, cancellation, and an error for every request still waiting wh
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -37,6 +36,7 @@ from ..._version import __version__
 from ..._wire import printable
 from ..._wire.protocol import RATE_LIMITED
 from ..sealed._sandbox import Place, Sandbox, SandboxError, SandboxPolicy, UidsInUse, reap_adopted
+from ._first import FirstProcess, NotStarted, spawn
 from ._models import OVER, End, EndReason
 
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -108,6 +108,7 @@ class ChildFactory(Protocol):
         discover: bool = False,
         start_deadline: float | None = None,
         user: Sequence[str] | None = None,
+        first: FirstProcess | None = None,
     ) -> ChildProcess: ...
 
 
@@ -140,9 +141,11 @@ class Child:
         discover: bool = False,
         start_deadline: float | None = None,
         user: Sequence[str] | None = None,
+        first: FirstProcess | None = None,
     ) -> None:
         self.command = list(command)
         self.user = user  # who she is, whose own directory it is given (Sandbox.enter); None: no one's
+        self.first = first  # its place and process, started ahead as the gateway started (the shared one's)
         self.label = label
         self.max_line = max_line
         self.discover = discover  # only ask its revisions (server/discover), then end
@@ -184,26 +187,18 @@ class Child:
         # The conversation's id, else a shared process's (one at a time).
         process_id = self.environ.get("MCP_SESSION_ID") or f"shared-{secrets.token_hex(4)}"
         try:
-            place = await self.options.enter(process_id, self.user)
+            if self.first is not None:  # started ahead, as the gateway started
+                place, process = await self.first.taken()
+            else:
+                place, process = await spawn(self.options, self.command, self.environ, process_id, self.user)
         except UidsInUse as exc:  # a limit: its conversation is refused, with when to retry
             return self._failed(str(exc), EndReason.UIDS_IN_USE)
         except SandboxError as exc:
             return self._failed(str(exc))
-        if self.options.edge is not None:  # the masked credentials' proxy: its tunnels are made as its uid
-            self.options.edge.masks.placed(self.environ, place.uid)
-        line, environ, files = place.launch(self.command, {**self.environ, **place.environ})
-        try:
-            process = await anyio.open_process(
-                line, env=environ, cwd=place.workdir, start_new_session=True, pass_fds=files
-            )
-        except OSError as exc:
+        except NotStarted as exc:
             with anyio.CancelScope(shield=True):
-                await self._leave(place)
-            reason = exc.strerror or exc
-            return self._failed(f"the server command could not be started: {reason}")
-        finally:
-            for file in files:
-                os.close(file)
+                await self._leave(exc.place)
+            return self._failed(f"the server command could not be started: {exc}")
         pipe = Pipe(self, process)
         self.link = link = JSONRPCDispatcher(pipe, pipe)
         try:

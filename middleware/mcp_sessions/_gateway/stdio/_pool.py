@@ -23,6 +23,7 @@ from mcp.shared.exceptions import MCPError
 from ...subscriptions import SessionSubscriptionBus
 from ..auth._users import Credentials, ProcessEnv
 from ._child import Child, ChildFactory, ChildProcess, ProcessOptions, _ignored, _no_client, _taken
+from ._first import FirstProcess
 from ._models import EndReason, Key, Owner, ProcessEvents, ProcessView
 from ._relay import CHILD_EXITED, Conversation, Process
 
@@ -45,8 +46,10 @@ class Pool:
         serve: Callable[[Process], Coroutine[Any, Any, None]],
         events: ProcessEvents,
         factory: ChildFactory = Child,
+        first: FirstProcess | None = None,
     ) -> None:
         self.command = list(command)
+        self.first = first  # the shared process started ahead, taken by the first shared child (start)
         self.warm_count = warm
         self.environ = dict(environ)
         self.options = options
@@ -96,6 +99,9 @@ class Pool:
         if edge is not None:  # --process-env-mask: placeholders, and the proxy
             values, masked = edge.masks.give(values)
         process = None if shared else secrets.token_hex(8)
+        first = None
+        if shared:  # the first shared child's, once
+            first, self.first = self.first, None
         environ = {**self.environ, **values, **({} if process is None else {"MCP_SESSION_ID": process})}
         started = Process(digest)
         started.masked = masked
@@ -106,6 +112,7 @@ class Pool:
             on_progress=started.on_notification,
             start_deadline=start_deadline,
             user=None if owner is None or owner.identity[0] == "address" else owner.identity,
+            first=first,
         )
         if shared:  # no one's conversation: every caller's lists, and with "shared" every request
             started.take(Conversation(Key("shared", ""), started.child, owner=None, bus=self.bus))

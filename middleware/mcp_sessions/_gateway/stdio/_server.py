@@ -77,6 +77,7 @@ from ..auth._users import FrontedConversations, GatewayAuth, ProcessEnv
 from ..http._replicas import TransportIds
 from ..sealed._sandbox import Sandbox, environment
 from ._child import START_TIMEOUT
+from ._first import FirstProcess
 from ._models import AFTER_ANSWER
 from ._status import OwnConversations, ProcessMetrics, processes
 from ._table import MAX_ENDED, Table, cut
@@ -188,12 +189,15 @@ class StdioServer(Server[Any]):
         return await self.children.relay(ctx)
 
 
-def stdio_gateway_app(config: GatewayConfig, *, sandbox: Sandbox | None = None) -> GatewayFront:
+def stdio_gateway_app(
+    config: GatewayConfig, *, sandbox: Sandbox | None = None, first: FirstProcess | None = None
+) -> GatewayFront:
     """Sessions for a stdio MCP server: the ASGI app ``mcp-sessions gateway --stdio`` serves (see the module), as
     ``config`` says, whole (``config.serves``, the server's processes: :class:`StdioProcesses`). Serve it with
     lifespan on: it starts and stops the children. ``sandbox``: what the children run in, built from
     ``config.serves.sandbox`` (the policy) unless given; whoever builds it installs and closes it
-    (``_cli``: its egress table before the gateway serves, the whole once every child has ended)."""
+    (``_cli``: its egress table before the gateway serves, the whole once every child has ended). ``first``: its
+    shared process, started ahead in ``sandbox`` (``_first.FirstProcess``), which its shared child takes."""
     serves = config.serves
     if not isinstance(serves, StdioProcesses):
         raise TypeError("stdio_gateway_app serves a stdio server's processes: config.serves is a StdioProcesses")
@@ -233,6 +237,7 @@ def stdio_gateway_app(config: GatewayConfig, *, sandbox: Sandbox | None = None) 
         fronted=bool(trusted),
         state=serves.state,
         metrics=partial(ProcessMetrics, meter_provider=sessions.meter_provider),
+        first=first,
     )
     check = HostCheck(config.allowed_hosts, config.allowed_origins)
     status = (config.listening.status_port, config.listening.status_socket)

@@ -52,6 +52,7 @@ from .._serving import CUT, CUT_DATA, RESTARTING
 from ..auth._users import ProcessEnv
 from ._admission import Admission, refused
 from ._child import EXIT_DRAIN, Child, ChildFactory, ChildProcess, ProcessOptions
+from ._first import FirstProcess
 from ._lifetimes import EndTransport, Lifetimes
 from ._models import (
     UNASKED,
@@ -140,6 +141,7 @@ class Table:
         end_transport: EndTransport | None = None,
         metrics: Metrics = lambda kinds: ProcessEvents(),
         state: StateKept = "process",
+        first: FirstProcess | None = None,
     ) -> None:
         self.config = config
         # the operator's word that a conversation's state outlives its process (--conversation-state disk): see resumed
@@ -163,6 +165,7 @@ class Table:
             serve=self.lifetimes.serve,
             events=events,
             factory=factory,
+            first=first,  # the shared process, started ahead as the gateway started (_first)
         )
         self.admission = Admission(max_processes, per_caller, config.create_limit, events)
         self._conversations: dict[Key, Conversation] = {}
