@@ -4,10 +4,12 @@ a grant another replica revoked or refreshed is seen before its token goes out a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, TypeVar
 
+import anyio
 from starlette.types import Scope
 
 from ..._bounded import BoundedDict
@@ -22,6 +24,8 @@ MAX_GRANTS: Final = 100_000
 """Users' grants kept, one per user and server; the least recently stored are forgotten first (she signs in again)."""
 STORE_FAILED: Final = "store_unavailable"
 """The ``error`` of a :class:`GrantFailed` for a store that failed or stalled: answered -32010, as the sessions do."""
+LEASE_POLL: Final = 0.1
+"""How often a replica looks in the store for the grant another replica is refreshing."""
 User = tuple[str, str]
 """Who a grant is for: her token's issuer (or the auth proxy's header) and her principal."""
 GrantKey = tuple[User, str]
@@ -41,6 +45,11 @@ class GrantFailed(ExchangeRefused):
             return unavailable(self.status, message, retry_after, request_id, "upstream_authorization_failed")
         header = (b"www-authenticate", b'Bearer error="invalid_token"')
         return error_answer(self.status, INVALID_REQUEST, message, "upstream_authorization_refused", request_id, header)
+
+
+def server_error(description: str, status: int = 502) -> GrantFailed:
+    """A server's failure, as the sign-ins raise it: the client's 502 (504 for no answer in time)."""
+    return GrantFailed(status, "server_error", description)
 
 
 @dataclass
@@ -77,12 +86,24 @@ class UserGrants:
     """The users' grants of one sign-in, by :data:`GrantKey`: in memory (at most :data:`MAX_GRANTS`, the least
     recently stored forgotten first) and, given ``kept``, sealed in the store under the record ``record`` names
     from a user and server (``_kept.record`` digests it), entered in the store's index as ``listed_as``'s (which
-    a gateway's sign-ins and a file's servers share)."""
+    a gateway's sign-ins and a file's servers share). A grant is due for renewal as ``clock`` says (its
+    ``renew_at``), one renewal at a time across replicas, each lease ``timeout`` seconds long
+    (:meth:`renewed`)."""
 
-    def __init__(self, kept: KeptGrants | None, record: Callable[[str], str], listed_as: str) -> None:
+    def __init__(
+        self,
+        kept: KeptGrants | None,
+        record: Callable[[str], str],
+        listed_as: str,
+        *,
+        clock: Callable[[], float],
+        timeout: float,
+    ) -> None:
         self.kept = kept
         self._record = record
         self._listed_as = listed_as
+        self._clock = clock
+        self._timeout = timeout
         self._held: BoundedDict[GrantKey, Grant] = BoundedDict(MAX_GRANTS)
 
     def held(self, key: GrantKey) -> Grant | None:
@@ -130,6 +151,43 @@ class UserGrants:
         grant = self._held.get(key)
         if grant is not None:
             grant.renew_at = 0.0
+
+    async def renewed(self, key: GrantKey, renew: Callable[[Grant], Awaitable[Grant]]) -> Grant | None:
+        """The user's grant, renewed by ``renew`` where it is still due; ``None`` where there is none to renew
+        (revoked, refused, or no refresh token: she signs in again). Where grants are kept, under the store's lease
+        on the grant, taken before the grant is read (a grant read before it may hold a refresh token another
+        replica has rotated out since, which a server that rotates them answers by revoking the grant; two store
+        updates a renewal); where another replica holds the lease, the grant its renewal keeps (:meth:`_elsewhere`)."""
+        if self.kept is None:
+            return await self._renewed_here(key, renew)
+        record = self.record(key)
+        if (lease := await stored(self.kept.lease(record, self._timeout))) is None:
+            return await self._elsewhere(key)  # another replica renews it: its grant, from the store
+        try:
+            return await self._renewed_here(key, renew)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await stored(self.kept.release(record, lease))
+
+    async def _renewed_here(self, key: GrantKey, renew: Callable[[Grant], Awaitable[Grant]]) -> Grant | None:
+        grant = await self.current(key)  # another replica may have refreshed (rotated) it, or revoked it
+        if grant is None or grant.refresh is None:
+            return None
+        if self._clock() < grant.renew_at:  # renewed while this request waited for its turn, or elsewhere
+            return grant
+        return await renew(grant)
+
+    async def _elsewhere(self, key: GrantKey) -> Grant | None:
+        """The grant another replica's renewal keeps in the store: looked for every :data:`LEASE_POLL` seconds
+        until the lease it holds runs out (the store tells no one when a value changes)."""
+        for _ in range(math.ceil(self._timeout / LEASE_POLL)):
+            await anyio.sleep(LEASE_POLL)
+            grant = await self.current(key)
+            if grant is None:  # revoked or refused there
+                return None
+            if self._clock() < grant.renew_at:
+                return grant
+        raise GrantFailed(503, "server_error", "another replica's refresh of this grant did not end in time")
 
     async def everyone(self, shown: Callable[[GrantKey, Grant], dict[str, object]]) -> list[dict[str, object]]:
         """Every user's grant, as ``shown`` says each, with no server asked: the store's index (another replica's,

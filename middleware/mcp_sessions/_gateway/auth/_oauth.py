@@ -3,25 +3,16 @@
 A vendor's MCP server (an ``--upstream``) sits behind the vendor's own authorization server, which knows neither the
 team's IdP nor RFC 8693: the gateway is that server's OAuth client, and each user grants it access once, as herself.
 
-**Finding the server**, as MCP's authorization spec has a client find it: the upstream's 401 names its protected
-resource metadata (RFC 9728) in ``WWW-Authenticate``'s ``resource_metadata`` (else the well-known URL on the
-upstream's path, then at its root; one on another origin than the upstream's is not read); the metadata names the
-resource (the URL it was derived from: else refused) and its authorization servers, whose first is read by RFC 8414
-(then OpenID Connect Discovery), its ``issuer`` the one asked about, and PKCE's ``S256`` among its methods (MCP: else
-refused): ``_discovery``'s readers, the token exchange's too. Read once, as the first request needs it; a failure
-is the client's 502 and the next request tries again.
+This module holds the flow (:class:`SignIn`: authorize, the callback, the code redeemed, a refresh, a revocation) and
+the kinds it is configured as; it asks its parts for the rest, each a module of its own:
 
-**The gateway's client there**, in the order MCP's authorization spec (2025-11-25, "Client Registration") has a
-client choose: the one the operator gives (``client``, a ``_client.ClientAuth``; or ``client_id`` alone, a public
-client); else, where the gateway's own URL (its callback's) is https and the server's metadata says
-``client_id_metadata_document_supported`` and ``authorization_response_iss_parameter_supported``, the URL of its
-Client ID Metadata Document (draft-ietf-oauth-client-id-metadata-document), which it serves at :data:`CLIENT_PATH`
-(the server fetches it as it needs it: nothing to register, nothing kept); else one it registers by RFC 7591 once
-per server. Either way a public client (``token_endpoint_auth_method`` ``none``) with one redirect URI: the
-server's own (``/oauth/callback/<digest of its issuer>``, RFC 9700 §4.4.2), but for the document, which is one for
-every server and names the gateway's callback, and so goes only to a server whose ``iss`` the callback requires.
-The document is built once from the callback, its ``client_id`` its own URL, and holds no secret: whoever fetches
-it is a stranger.
+- ``_registration``: what it signs in to, **the server found** (RFC 9728, then RFC 8414, as MCP's authorization
+  spec has a client find it) and **the gateway's client there** (the one given, a Client ID Metadata Document's URL,
+  or one registered by RFC 7591), each server's redirect URI its own (RFC 9700 §4.4.2);
+- ``_idp``: the team's IdP, its metadata and keys, an ID token verified;
+- ``_pending``: the sign-in URLs and legs under way, by their ``state``, each with its deadline;
+- ``_grants``: the users' grants and their store, one renewal of a grant at a time across replicas;
+- ``_sign_ins``: the routes and pages a browser is answered with; ``_token``: the one token request.
 
 **Signing in.** A request of a user with no grant yet gets a sign-in URL of the gateway's own
 (``/oauth/authorize/<one-time id>``), as URL-mode elicitation (SEP-1036) carries it in the request's era
@@ -58,8 +49,9 @@ The same sign-in, kept and refreshed the same way, serves two more things: :clas
 keeps each user's ID token of the gateway's own client as an ID-JAG's subject (``--id-jag-subject id_token``), and
 :class:`IssuerGrants` a grant at a server named, not found, for a stdio process's ``oauth:`` variable; a gateway's
 several sign-ins share one pair of routes (``_sign_ins.SignIns``, which also answers the browser's pages). Each is
-a :class:`SignIn` composed of what it signs in to, its grants (``_grants.UserGrants``) and its routes: none a
-subclass of another's.
+a :class:`SignIn` of what it signs in to (``_registration.AtUpstream``, ``AtIssuer``, ``AtLogin``); the three
+kinds are subclasses that only name their configuration, as Starlette's ``HTMLResponse`` and ``RedirectResponse``
+are of its ``Response``: each a typed constructor of the keywords its flag gives, nothing overridden.
 
 Every server here is a stranger: each answer read to at most :data:`._answer.MAX_ANSWER` bytes within :data:`TIMEOUT`
 seconds, no redirect followed, no cookie kept, no proxy variable read; an issued token goes into a header only
@@ -68,29 +60,27 @@ when it is a bearer token's characters (RFC 6750 §2.1).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
-import re
 import secrets
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
-import anyio
 import jwt
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Scope
 
-from ..._bounded import BoundedDict
-from ._answer import ERROR_CODE, SingleFlight, issued, now, read_answer, refusal
-from ._client import ClientAuth, ClientAuthMethod
-from ._discovery import endpoint, resource_metadata, server_metadata
+from ._answer import ERROR_CODE, SingleFlight, issued, now, refusal
+from ._client import ClientAuth
 from ._exchange import ExchangeRefused, UpstreamToken
-from ._grants import MAX_GRANTS, Grant, GrantFailed, GrantKey, User, UserGrants, stored, user_of
+from ._grants import MAX_GRANTS, Grant, GrantFailed, GrantKey, User, UserGrants, server_error, user_of
+from ._idp import IdP, Login
+from ._pending import SIGN_IN_WITHIN, Leg, Pending
+from ._registration import AtIssuer, AtLogin, AtUpstream, Registration, Server, SignInTo, url_in
 from ._sign_ins import (
     AUTHORIZE_PATH,
     CALLBACK_PATH,
@@ -99,14 +89,11 @@ from ._sign_ins import (
     SignInFailed,
     SignInRequired,
     SignIns,
-    _document,
-    _page,
-    _redirect,
+    page,
+    redirect,
 )
 
 if TYPE_CHECKING:
-    import httpx2
-
     from ._kept import KeptGrants
 
 __all__ = ["CLIENT_PATH", "IdTokens", "IssuerGrants", "Login", "UpstreamGrants"]
@@ -117,118 +104,6 @@ TIMEOUT: Final = 10.0
 """The longest wait for a server's whole answer (metadata, registration, token endpoint, keys)."""
 RENEW_BEFORE: Final = 30.0
 """An access token is refreshed this long before it expires (half its life for one shorter than a minute)."""
-LEASE_POLL: Final = 0.1
-"""How often a replica looks in the store for the grant another replica is refreshing."""
-SIGN_IN_WITHIN: Final = 600.0
-"""How long a sign-in URL, and each leg of its flow, may wait for the browser."""
-MAX_PENDING: Final = 10_000
-"""Sign-in URLs and legs under way kept; the oldest are forgotten first."""
-_AS: Final = "an authorization server"
-"""How a refusal about an authorization server's metadata names it."""
-# A challenge's quoted parameters, each tried only where a name begins (not at every letter of one), so that a
-# hostile header of one long word costs one pass, not one a letter.
-_CHALLENGE_PARAM: Final = re.compile(r'(?<![A-Za-z_])([A-Za-z_]+)="([^"]*)"')
-
-
-@dataclass(frozen=True)
-class Login:
-    """The team's IdP, where the gateway confirms who opened a sign-in URL: its ``issuer`` (read by OpenID Connect
-    Discovery), the gateway's own ``client`` there, and the ID token's ``claim`` that names the principal."""
-
-    issuer: str
-    client: ClientAuth
-    claim: str = "sub"
-
-
-@dataclass(frozen=True)
-class _Server:
-    """The upstream's authorization server, as discovered: its endpoints, and the upstream's resource and scope."""
-
-    issuer: str
-    authorization_endpoint: str
-    token_endpoint: str
-    registration_endpoint: str | None
-    revocation_endpoint: str | None
-    resource: str
-    scope: str | None
-    metadata_documents: bool = False
-    """Whether it takes a Client ID Metadata Document's URL for a client id: its metadata's
-    ``client_id_metadata_document_supported``."""
-    sends_iss: bool = False
-    """Whether its answers to the browser name it (RFC 9207): its metadata's
-    ``authorization_response_iss_parameter_supported``; a callback without ``iss`` is then refused."""
-
-
-@dataclass
-class _Leg:
-    """A browser's sign-in under way, by its ``state``: whose, the sign-in URL's id it began at, the browser's cookie
-    (its name's ``flow``, its value ``binding``: a browser may have two sign-ins under way), PKCE's verifier, for
-    the login leg the ID token's ``nonce``, the server it was sent to, whether that server names itself (``iss``),
-    and where it was told to send the browser back (the server's own callback: a code that comes back at
-    another's is redeemed nowhere)."""
-
-    user: User
-    sign_in: str
-    flow: str
-    binding: str = field(repr=False)
-    verifier: str = field(repr=False)
-    nonce: str | None
-    issuer: str
-    until: float
-    sends_iss: bool
-    redirect_uri: str
-
-
-@dataclass(frozen=True)
-class _AtUpstream:
-    """What :class:`UpstreamGrants` signs in to: the authorization server an upstream MCP server's protected
-    resource metadata names (RFC 9728), ``issuer`` where the operator names it; ``scope`` asked for where given."""
-
-    url: str
-    issuer: str | None
-    scope: str | None
-
-    def record(self, who: str) -> str:
-        """For the upstream's URL, the resource its tokens are for (RFC 8707: two servers at one authorization
-        server are two grants)."""
-        return f"{who}\0{self.url}"
-
-    @property
-    def listed_as(self) -> str:
-        # its configuration's, so that the operator's listing needs no server found (the upstream's may be down)
-        return self.url
-
-
-@dataclass(frozen=True)
-class _AtIssuer:
-    """What :class:`IssuerGrants` signs in to: the authorization server ``issuer``, for ``resource`` and ``scope``
-    where given."""
-
-    issuer: str
-    resource: str
-    scope: str | None
-
-    def record(self, who: str) -> str:
-        return f"{who}\0{self.resource}"  # the resource too: one server's grants for two are two
-
-    @property
-    def listed_as(self) -> str:
-        return f"{self.issuer}\0{self.resource}"  # one server's grants for two resources are two sign-ins'
-
-
-@dataclass(frozen=True)
-class _AtLogin:
-    """What :class:`IdTokens` signs in to: the team's IdP ``issuer`` itself, whose ID token is what is kept."""
-
-    issuer: str
-    scope: None = None
-
-    def record(self, who: str) -> str:
-        return "id_token\0" + who  # never a grant's record, even at an issuer that is also a vendor's
-
-    @property
-    def listed_as(self) -> str:
-        return "id_token\0" + self.issuer  # never a grant's at the IdP, were it a vendor's too
 
 
 class SignIn(UpstreamToken):
@@ -238,11 +113,14 @@ class SignIn(UpstreamToken):
     memory alone), ``clock`` what its grants' renewals and its sign-ins' deadlines are counted on (``_answer.now``;
     a test's moves time). ``_sign_ins.SignIns`` serves it (:attr:`signing_in`): a sign-in URL opened
     (:meth:`authorize`), a browser sent back (:meth:`called_back`), a user's grants listed and revoked
-    (:meth:`grants_of`, :meth:`revoke`, :meth:`every_grant`), its HTTP client closed (:meth:`aclose`)."""
+    (:meth:`grants_of`, :meth:`revoke`, :meth:`every_grant`), its HTTP client closed (:meth:`aclose`). It asks
+    its parts (see the module), each built here from its arguments: the server and its client of a
+    ``_registration.Registration``, the IdP of an ``_idp.IdP``, what is under way of a ``_pending.Pending``, the
+    grants of a ``_grants.UserGrants``; one HTTP client (``_token.oauth_client``) serves them all."""
 
     def __init__(
         self,
-        to: _AtUpstream | _AtIssuer | _AtLogin,
+        to: SignInTo,
         *,
         callback: str,
         login: Login,
@@ -253,7 +131,7 @@ class SignIn(UpstreamToken):
         clock: Callable[[], float] = now,
     ) -> None:
         super().__init__("oauth")
-        for url in (callback, login.issuer, to.url if isinstance(to, _AtUpstream) else to.issuer):
+        for url in (callback, login.issuer, to.url if isinstance(to, AtUpstream) else to.issuer):
             if urlsplit(url).scheme not in ("http", "https"):
                 raise ValueError(f"{url!r} is not an http(s) URL")
         if urlsplit(callback).path != CALLBACK_PATH:
@@ -264,35 +142,40 @@ class SignIn(UpstreamToken):
 
         self._to = to
         # the login leg alone: what is kept is her ID token of the gateway's own client at the IdP
-        self._login_only = isinstance(to, _AtLogin)
+        self._login_only = isinstance(to, AtLogin)
         # what the login leg asks the IdP for: who she is, nothing more (the grant is the server's), and for an
         # ID token kept, the IdP's refresh token
         self._login_scope = "openid offline_access" if self._login_only else "openid"
         self._callback = callback
         self._secure = callback.startswith("https:")
-        # the Client ID Metadata Document's URL (its client id) and the document, where the gateway's URL is https
-        self.document_url = callback.removesuffix(CALLBACK_PATH) + CLIENT_PATH if self._secure else None
-        self.document = None if self.document_url is None else _document(self.document_url, callback)
-        self._login = login
-        self._given = client
-        self._client_id = client_id
-        self._kept = kept  # for the clients registered; the grants are self._grants's
         self._timeout = timeout
         self._clock = clock
-        self._server: _Server | None = None
-        self._idp: dict[str, Any] | None = None
-        self._idp_keys: jwt.PyJWKSet | None = None
-        self._registered: dict[str, ClientAuth | str] = {}
-        self._finding = anyio.Lock()
-        self._grants = UserGrants(kept, to.record, to.listed_as)
+        self._grants = UserGrants(kept, to.record, to.listed_as, clock=clock, timeout=timeout)
         self._refreshing: SingleFlight[GrantKey, ExchangeRefused] = SingleFlight(ExchangeRefused, MAX_GRANTS)
-        # A sign-in URL's id to its user and deadline; a user's URL while it waits, so that retries get the same.
-        self._urls: BoundedDict[str, tuple[User, float]] = BoundedDict(MAX_PENDING)
-        self._url_of: BoundedDict[User, str] = BoundedDict(MAX_PENDING)
-        self._logins: BoundedDict[str, _Leg] = BoundedDict(MAX_PENDING)
-        self._grantings: BoundedDict[str, _Leg] = BoundedDict(MAX_PENDING)
+        self._pending = Pending(clock)
         self._http = oauth_client(timeout)
+        self._idp = IdP(login, http=self._http, timeout=timeout)
+        self._registration = Registration(
+            to,
+            callback=callback,
+            idp=self._idp,
+            client=client,
+            client_id=client_id,
+            kept=kept,
+            http=self._http,
+            timeout=timeout,
+        )
         self.signing_in = SignIns([self])
+
+    @property
+    def document(self) -> bytes | None:
+        """The gateway's Client ID Metadata Document, where its URL is https (``_registration``)."""
+        return self._registration.document
+
+    @property
+    def document_url(self) -> str | None:
+        """Where the gateway serves its Client ID Metadata Document (its client id), where it has one."""
+        return self._registration.document_url
 
     # -- the upstream's Authorization ---------------------------------------------------------------------------
 
@@ -306,7 +189,7 @@ class SignIn(UpstreamToken):
         user = user_of(scope)
         if user is None:
             raise GrantFailed(401, "invalid_request", "the request names no user whose grant the upstream takes")
-        server = await self._server_found()
+        server = await self._registration.server()
         key = (user, server.issuer)
         grant = await self._grants.current(key)
         if grant is not None and self._clock() < grant.renew_at:
@@ -318,44 +201,43 @@ class SignIn(UpstreamToken):
     def held(self, scope: Scope) -> str | None:
         """The token kept for the user of ``scope``, if any (not refreshed: what the last request was given)."""
         user = user_of(scope)
-        grant = None if user is None or self._server is None else self._grants.held((user, self._server.issuer))
+        grant = (
+            None
+            if user is None or (server := self._registration.known) is None
+            else self._grants.held((user, server.issuer))
+        )
         return None if grant is None else grant.access
 
     def refused(self, scope: Scope) -> None:
         """The upstream answered 401 to the user's access token: the next request refreshes it (or signs her in)."""
         user = user_of(scope)
-        if user is not None and self._server is not None:
-            self._grants.distrust((user, self._server.issuer))
+        server = self._registration.known
+        if user is not None and server is not None:
+            self._grants.distrust((user, server.issuer))
 
     def holds(self, *, sign_in: str = "", state: str = "") -> bool:
         """Whether this made the sign-in URL whose id is ``sign_in``, or a leg under way whose ``state`` is
         ``state`` (:class:`SignIns` routes a browser by it)."""
-        return sign_in in self._urls or state in self._logins or state in self._grantings
-
-    def _callback_of(self, issuer: str) -> str:
-        """The callback of the authorization server ``issuer`` alone (RFC 9700 §4.4.2: a redirect URI of its own):
-        the gateway's, a digest of the issuer after it, the same in every replica and restart."""
-        return f"{self._callback}/{hashlib.sha256(issuer.rstrip('/').encode()).hexdigest()[:32]}"
+        return self._pending.holds(sign_in=sign_in, state=state)
 
     def _sign_in_url(self, user: User) -> str:
         """The user's sign-in URL: the one she was given while it waits, else a new one."""
-        now = self._clock()
-        known = self._url_of.get(user)
-        if known is not None and known in self._urls and self._urls[known][1] > now:
-            one_time = known
-        else:
-            one_time = secrets.token_urlsafe(32)
-            self._urls[one_time] = (user, now + SIGN_IN_WITHIN)
-            self._url_of[user] = one_time
+        one_time = self._pending.sign_in(user)
         origin = self._callback.removesuffix(CALLBACK_PATH)
         return f"{origin}{AUTHORIZE_PATH}{one_time}"
 
-    async def _refreshed(self, key: GrantKey, server: _Server) -> str:
-        """A new access token from the grant's refresh token: one refresh per user and server at a time, the others
-        waiting for its outcome."""
-        return await self._refreshing.run(
-            key, lambda: self._refreshed_once(key, server), lambda failed: self._again(key[0], failed)
-        )
+    async def _refreshed(self, key: GrantKey, server: Server) -> str:
+        """A new access token from the grant's refresh token, where it is still due: one refresh per user and server
+        at a time, the others waiting for its outcome, and one across replicas where grants are kept
+        (``_grants.UserGrants.renewed``)."""
+
+        async def once() -> str:
+            grant = await self._grants.renewed(key, lambda grant: self._refresh(key, server, grant))
+            if grant is None:
+                raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
+            return grant.access
+
+        return await self._refreshing.run(key, once, lambda failed: self._again(key[0], failed))
 
     def _again(self, user: User, failed: ExchangeRefused) -> ExchangeRefused:
         """What a request of ``user`` that waited for another's refresh of her grant raises as that one failed."""
@@ -363,43 +245,7 @@ class SignIn(UpstreamToken):
             return SignInRequired(self._sign_in_url(user), failed.server)
         return GrantFailed(failed.status, failed.error, failed.description)
 
-    async def _refreshed_once(self, key: GrantKey, server: _Server) -> str:
-        """The refresh itself: under the store's lease on the grant where grants are kept."""
-        if self._kept is None:
-            return await self._refreshed_held(key, server)
-        record = self._grants.record(key)
-        if (lease := await stored(self._kept.lease(record, self._timeout))) is None:
-            return await self._refreshed_elsewhere(key)  # another replica refreshes it: its grant, from the store
-        try:
-            return await self._refreshed_held(key, server)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await stored(self._kept.release(record, lease))
-
-    async def _refreshed_held(self, key: GrantKey, server: _Server) -> str:
-        """The grant's access token, refreshed where it is still due: read here, under the lease where grants are
-        kept (the lease first: a grant read before it may hold a refresh token another replica has rotated out
-        since, which a server that rotates them answers by revoking the grant; two store updates a refresh)."""
-        grant = await self._grants.current(key)  # another replica may have refreshed (rotated) it, or revoked it
-        if grant is None or grant.refresh is None:
-            raise SignInRequired(self._sign_in_url(key[0]), urlsplit(server.issuer).netloc)
-        if self._clock() < grant.renew_at:  # refreshed while this request waited for its turn, or elsewhere
-            return grant.access
-        return (await self._refresh(key, server, grant)).access
-
-    async def _refreshed_elsewhere(self, key: GrantKey) -> str:
-        """The access token another replica's refresh of the grant keeps in the store: looked for every
-        :data:`LEASE_POLL` seconds until the lease it holds runs out (the store tells no one when a value changes)."""
-        for _ in range(math.ceil(self._timeout / LEASE_POLL)):
-            await anyio.sleep(LEASE_POLL)
-            grant = await self._grants.current(key)
-            if grant is None:  # revoked or refused there
-                raise SignInRequired(self._sign_in_url(key[0]), urlsplit(key[1]).netloc)
-            if self._clock() < grant.renew_at:
-                return grant.access
-        raise GrantFailed(503, "server_error", "another replica's refresh of this grant did not end in time")
-
-    async def _granted_in(self, answer: dict[str, Any], refresh: str | None, key: GrantKey, server: _Server) -> Grant:
+    async def _granted_in(self, answer: dict[str, Any], refresh: str | None, key: GrantKey, server: Server) -> Grant:
         """The grant a refresh's answer gives (``refresh`` kept when it rotates none in). For an ID token kept, the
         answer's new ID token, verified as the login's and of the same user; none, or another's, asks her to sign
         in again (OpenID Connect Core §12.2 lets a refresh answer without one)."""
@@ -409,13 +255,13 @@ class SignIn(UpstreamToken):
         claims: dict[str, Any] = {}
         if isinstance(id_token, str):
             try:
-                claims = await self._verified(id_token)
+                claims = await self._idp.verified(id_token)
             except SignInFailed:
-                raise _server_error("the IdP's refreshed ID token did not verify") from None
-        if not isinstance(id_token, str) or claims.get(self._login.claim) != key[0][1]:
+                raise server_error("the IdP's refreshed ID token did not verify") from None
+        if not isinstance(id_token, str) or claims.get(self._idp.login.claim) != key[0][1]:
             logger.warning("mcp-sessions gateway: the IdP's refresh gave no ID token of the user: asked again")
             await self._grants.drop(key)
-            raise SignInRequired(self._sign_in_url(key[0]), urlsplit(self._login.issuer).netloc)
+            raise SignInRequired(self._sign_in_url(key[0]), urlsplit(self._idp.login.issuer).netloc)
         rotated = answer.get("refresh_token")
         rotated = rotated if isinstance(rotated, str) and rotated else refresh
         return _id_token_grant(id_token, claims, rotated, self._clock())
@@ -429,7 +275,8 @@ class SignIn(UpstreamToken):
         """What the operator's view shows of a user's grant: who (her token's issuer and principal), the server,
         the resource, the scope, when granted, when its access token expires; never a token."""
         (issuer, principal), server = key
-        resource = "" if self._server is None else self._server.resource
+        server_found = self._registration.known
+        resource = "" if server_found is None else server_found.resource
         shown: dict[str, object] = {"issuer": issuer, "principal": principal, "authorization_server": server}
         return shown | {
             "resource": resource,
@@ -438,121 +285,12 @@ class SignIn(UpstreamToken):
             "expires_at": grant.expires_at,
         }
 
-    # -- discovery and registration ----------------------------------------------------------------------------
-
-    async def _server_found(self) -> _Server:
-        """The server signed in to, found as the module says (once; again after a failure)."""
-        async with self._finding:
-            if self._server is None:
-                to = self._to
-                if isinstance(to, _AtLogin):
-                    self._server = await self._idp_server()
-                elif isinstance(to, _AtIssuer):
-                    self._server = await self._named_server(to)
-                else:
-                    self._server = await self._discovered(to)
-                if not isinstance(to, _AtLogin):
-                    logger.info(
-                        "mcp-sessions gateway: the authorization server %s, its redirect URI %s",
-                        self._server.issuer,
-                        self._callback_of(self._server.issuer),
-                    )
-        return self._server
-
-    async def _discovered(self, to: _AtUpstream) -> _Server:
-        """The authorization server the upstream's protected resource metadata names (see the module)."""
-        probe = self._http.build_request(
-            "POST",
-            to.url,
-            json={"jsonrpc": "2.0", "id": 0, "method": "ping"},
-            headers={"accept": "application/json, text/event-stream"},
-        )
-        status, _, challenge = await self._read(probe)
-        given = _CHALLENGE_PARAM.findall(challenge) if status == 401 else []
-        said = {name.lower(): value for name, value in given}
-        resource, issuer, listed = await resource_metadata(
-            self._http,
-            to.url,
-            failed=_server_error,
-            seconds=self._timeout,
-            named=said.get("resource_metadata"),
-            issuer=to.issuer,
-            issuer_flag="--oauth-issuer",
-        )
-        found = await self._metadata(issuer, oidc_first=False)
-        if "S256" not in (found.get("code_challenge_methods_supported") or []):
-            raise _server_error("the upstream's authorization server does not say it takes PKCE's S256")
-        return _server_of(issuer, found, resource, to.scope or said.get("scope") or listed)
-
-    async def _named_server(self, to: _AtIssuer) -> _Server:
-        """The authorization server named (RFC 8414, then OpenID Connect Discovery)."""
-        found = await self._metadata(to.issuer, oidc_first=False)
-        if "S256" not in (found.get("code_challenge_methods_supported") or []):
-            raise _server_error(f"{to.issuer} does not say it takes PKCE's S256")
-        return _server_of(to.issuer, found, to.resource, to.scope)
-
-    async def _idp_server(self) -> _Server:
-        """The IdP, as the server whose token (an ID token) is kept; its metadata read once."""
-        idp = await self._idp_metadata()
-        return replace(_server_of(self._login.issuer, idp, "", None), registration_endpoint=None)
-
-    async def _metadata(self, issuer: str, *, oidc_first: bool) -> dict[str, Any]:
-        """An authorization server's metadata (``_discovery.server_metadata``)."""
-        return await server_metadata(
-            self._http, issuer, server=_AS, failed=_server_error, seconds=self._timeout, oidc_first=oidc_first
-        )
-
-    async def _client_of(self, server: _Server) -> ClientAuth | str:
-        """The gateway's client at ``server``: the one given, else its Client ID Metadata Document's URL where
-        ``server`` takes one and the gateway's URL is https, else the one registered there (RFC 7591), once."""
-        if self._given is not None:
-            return self._given
-        if self._client_id is not None:
-            return self._client_id
-        if self.document_url is not None and server.metadata_documents and server.sends_iss:
-            return self.document_url
-        async with self._finding:
-            known = self._registered.get(server.issuer)
-            if known is not None:
-                return known
-            redirect = self._callback_of(server.issuer)
-            registered_at = f"{server.issuer}\0{redirect}"
-            kept = None if self._kept is None else await stored(self._kept.client(registered_at))
-            if kept is not None:  # registered by another replica, or before a restart
-                known = self._registered[server.issuer] = _client(server.issuer, *kept)
-                return known
-            if server.registration_endpoint is None:
-                raise _server_error("the upstream's authorization server takes no registration: give --oauth-client-id")
-            metadata = {
-                "client_name": "mcp-sessions gateway",
-                "redirect_uris": [redirect],
-                "grant_types": ["authorization_code", "refresh_token"],
-                "response_types": ["code"],
-                "token_endpoint_auth_method": "none",
-            }
-            request = self._http.build_request("POST", server.registration_endpoint, json=metadata)
-            status, answer, _ = await self._read(request)
-            client_id = answer.get("client_id") if isinstance(answer, dict) else None
-            if status not in (200, 201) or not isinstance(client_id, str) or not client_id:
-                logger.warning("mcp-sessions gateway: %s answered %d to the registration", server.issuer, status)
-                raise _server_error("the upstream's authorization server refused the gateway's registration")
-            secret = answer.get("client_secret")
-            method = answer.get("token_endpoint_auth_method")
-            secret = secret if isinstance(secret, str) and secret else None
-            method = method if isinstance(method, str) else None
-            registered = _client(server.issuer, client_id, secret, method)
-            if self._kept is not None:
-                await stored(self._kept.keep_client(registered_at, client_id, secret, method))
-            self._registered[server.issuer] = registered
-            logger.info("mcp-sessions gateway: registered at %s", server.issuer)
-            return registered
-
     # -- each user's own view of her grants ---------------------------------------------------------------------
 
     async def grants_of(self, user: User) -> list[dict[str, object]]:
         """The user's grant here, as her view at ``/oauth/grants`` shows it (the server, the resource, the scope,
         when granted, when its access token expires, whether it refreshes, when; never a token)."""
-        server = await self._server_found()
+        server = await self._registration.server()
         key = (user, server.issuer)
         grant = await self._grants.current(key)
         if grant is None:
@@ -571,7 +309,7 @@ class SignIn(UpstreamToken):
         cannot be found now (a gateway restarted while its upstream is down), her grants are those the store's
         index names (a read of every entry, as the operator's listing is), and no server is told."""
         try:
-            server: _Server | None = await self._server_found()
+            server: Server | None = await self._registration.server()
             unfound = ""
         except ExchangeRefused as failed:
             server = None
@@ -612,25 +350,22 @@ class SignIn(UpstreamToken):
         """A sign-in URL opened: a flow of its own begun, the browser bound to it by a cookie, and sent to the IdP's
         login. Opening it spends nothing (a link preview's fetch would spend it for her): a flow that grants, or one
         that another user completes, does."""
-        user, until = self._urls.get(one_time, (None, 0.0))
-        if user is None or self._clock() > until:
+        user = self._pending.opened(one_time)
+        if user is None:
             raise SignInFailed(404, "This sign-in link is unknown, used or expired. Ask for a new one by retrying.")
-        idp = await self._idp_metadata()
+        idp = await self._idp.metadata()
         flow = secrets.token_hex(8)
         binding = secrets.token_urlsafe(32)
-        state = secrets.token_urlsafe(32)
         verifier = _verifier()
         nonce = secrets.token_urlsafe(32)
-        now = self._clock()
-        until = now + SIGN_IN_WITHIN
         sends_iss = idp.get("authorization_response_iss_parameter_supported") is True
-        leg = _Leg(user, one_time, flow, binding, verifier, nonce, self._login.issuer, until, sends_iss, self._callback)
-        self._logins[state] = leg
-        endpoint = _url_in(idp, "authorization_endpoint")
+        leg = Leg(user, one_time, flow, binding, verifier, nonce, self._idp.login.issuer, sends_iss, self._callback)
+        state = self._pending.sent(leg, login=True)
+        endpoint = url_in(idp, "authorization_endpoint")
         url = _authorization_url(
-            endpoint, self._login.client.client_id, self._callback, state, verifier, self._login_scope, nonce=nonce
+            endpoint, self._idp.login.client.client_id, self._callback, state, verifier, self._login_scope, nonce=nonce
         )
-        answer = _redirect(url)
+        answer = redirect(url)
         answer.set_cookie(
             f"{COOKIE}-{flow}",
             binding,
@@ -647,13 +382,10 @@ class SignIn(UpstreamToken):
         server's code (then the grant, bound to the user the login confirmed)."""
         params = QueryParams(scope.get("query_string", b"").decode("latin-1"))
         state = params.get("state", "")
-        now = self._clock()
-        leg = self._logins.pop(state, None)
-        login = leg is not None
-        if leg is None:
-            leg = self._grantings.pop(state, None)
-        if leg is None or now > leg.until:
+        taken = self._pending.back(state)
+        if taken is None:
             raise SignInFailed(400, "This sign-in is unknown, used or expired: nothing was granted.")
+        leg, login = taken
         binding = Request(scope).cookies.get(f"{COOKIE}-{leg.flow}", "")  # a browser's: any characters
         if not secrets.compare_digest(binding.encode(), leg.binding.encode()):
             raise SignInFailed(400, "This sign-in was started in another browser: nothing was granted.")
@@ -674,36 +406,28 @@ class SignIn(UpstreamToken):
             return await self._logged_in(leg, params["code"])
         return await self._code_redeemed(leg, params["code"])
 
-    async def _logged_in(self, leg: _Leg, code: str) -> Response:
+    async def _logged_in(self, leg: Leg, code: str) -> Response:
         """The IdP's code swapped for an ID token that must name the user who asked; then on to the upstream's
         server, with PKCE, ``state`` and ``resource`` (the login leg alone: :meth:`_id_token_kept`)."""
         if self._login_only:
             return await self._id_token_kept(leg, code)
         await self._confirmed(leg, code)
-        server = await self._server_found()
-        client = await self._client_of(server)
-        state = secrets.token_urlsafe(32)
+        server = await self._registration.server()
+        client = await self._registration.client(server)
         verifier = _verifier()
-        now = self._clock()
-        until = now + SIGN_IN_WITHIN
         # a client by its metadata document, which every server shares, comes back to the shared callback: it is
-        # used only with a server that names itself (_client_of), whose iss the callback then requires
-        redirect = self._callback if client == self.document_url else self._callback_of(server.issuer)
-        self._grantings[state] = replace(
-            leg,
-            verifier=verifier,
-            nonce=None,
-            issuer=server.issuer,
-            until=until,
-            sends_iss=server.sends_iss,
-            redirect_uri=redirect,
+        # used only with a server that names itself (Registration.client), whose iss the callback then requires
+        back = self._callback if client == self.document_url else self._registration.redirect_uri(server.issuer)
+        granting = replace(
+            leg, verifier=verifier, nonce=None, issuer=server.issuer, sends_iss=server.sends_iss, redirect_uri=back
         )
+        state = self._pending.sent(granting, login=False)
         client_id = client if isinstance(client, str) else client.client_id
-        return _redirect(
+        return redirect(
             _authorization_url(
                 server.authorization_endpoint,
                 client_id,
-                redirect,
+                back,
                 state,
                 verifier,
                 server.scope,
@@ -711,20 +435,20 @@ class SignIn(UpstreamToken):
             )
         )
 
-    async def _id_token_kept(self, leg: _Leg, code: str) -> Response:
+    async def _id_token_kept(self, leg: Leg, code: str) -> Response:
         """The login leg's ID token (it names the user who asked) kept for her, with the IdP's refresh token."""
         answer, id_token, claims = await self._confirmed(leg, code)
-        key = (leg.user, self._login.issuer)
+        key = (leg.user, self._idp.login.issuer)
         refresh = answer.get("refresh_token")
         grant = _id_token_grant(id_token, claims, refresh if isinstance(refresh, str) else None, self._clock())
         await self._saved(key, grant)
-        self._spend(leg)
-        logger.info("mcp-sessions gateway: a user signed in at %s", self._login.issuer)
-        return _page(200, f"You are signed in at {urlsplit(self._login.issuer).netloc}. You may close this page.")
+        self._pending.spend(leg)
+        logger.info("mcp-sessions gateway: a user signed in at %s", self._idp.login.issuer)
+        return page(200, f"You are signed in at {urlsplit(self._idp.login.issuer).netloc}. You may close this page.")
 
-    async def _code_redeemed(self, leg: _Leg, code: str) -> Response:
+    async def _code_redeemed(self, leg: Leg, code: str) -> Response:
         """The upstream's server's code swapped for the user's tokens, kept for her."""
-        server = await self._server_found()
+        server = await self._registration.server()
         form = self._code_form(leg, code)
         if server.resource:
             form["resource"] = server.resource
@@ -739,57 +463,15 @@ class SignIn(UpstreamToken):
             raise SignInFailed(502, "The upstream's authorization server issued no usable token.") from None
         grant.scope = grant.scope or server.scope  # RFC 6749 §5.1: an answer names the scope where it is not the asked
         await self._saved(key, grant)
-        self._spend(leg)
+        self._pending.spend(leg)
         logger.info("mcp-sessions gateway: a user granted access at %s", server.issuer)
-        return _page(200, f"You are signed in to {urlsplit(server.issuer).netloc}. You may close this page.")
-
-    def _spend(self, leg: _Leg) -> None:
-        """The sign-in URL ``leg`` began at, spent: her next request gets a new one."""
-        self._urls.pop(leg.sign_in, None)
-        if self._url_of.get(leg.user) == leg.sign_in:
-            del self._url_of[leg.user]
-
-    async def _idp_metadata(self) -> dict[str, Any]:
-        if self._idp is None:
-            self._idp = await self._metadata(self._login.issuer, oidc_first=True)
-        return self._idp
-
-    async def _verified(self, id_token: str) -> dict[str, Any]:
-        """The ID token's claims, verified by PyJWT with the IdP's keys (fetched again once for an unknown key),
-        for the gateway's client id, from the IdP."""
-        try:
-            kid = jwt.get_unverified_header(id_token).get("kid")
-            key = None
-            for fresh in (False, True):
-                if fresh or self._idp_keys is None:
-                    idp = await self._idp_metadata()
-                    _, keys, _ = await self._read(self._http.build_request("GET", _url_in(idp, "jwks_uri")))
-                    if not isinstance(keys, dict):
-                        raise jwt.PyJWKSetError("the IdP's keys are not a JWK set")
-                    self._idp_keys = jwt.PyJWKSet.from_dict(keys)
-                key = next((k for k in self._idp_keys.keys if k.key_id == kid), None)
-                if key is not None:
-                    break
-            if key is None:
-                raise jwt.InvalidKeyError("no such key")
-            claims: dict[str, Any] = jwt.decode(
-                id_token,
-                key,
-                algorithms=[key.algorithm_name],
-                audience=self._login.client.client_id,
-                issuer=self._login.issuer,
-                options={"require": ["exp", "iat", "iss", "aud", self._login.claim]},
-            )
-        except (jwt.PyJWTError, ValueError, TypeError):
-            logger.warning("mcp-sessions gateway: the login's ID token did not verify")
-            raise SignInFailed(502, "The sign-in could not confirm who you are: nothing was granted.") from None
-        return claims
+        return page(200, f"You are signed in to {urlsplit(server.issuer).netloc}. You may close this page.")
 
     # -- the token endpoint --------------------------------------------------------------------------------------
 
-    async def _token_request(self, server: _Server, form: dict[str, str]) -> tuple[int, Any]:
+    async def _token_request(self, server: Server, form: dict[str, str]) -> tuple[int, Any]:
         """``form`` posted to ``server``'s token endpoint, with the gateway's client authentication."""
-        client = await self._client_of(server)
+        client = await self._registration.client(server)
         return await self._post_token(server.token_endpoint, server.issuer, client, form)
 
     async def _post_token(
@@ -799,17 +481,11 @@ class SignIn(UpstreamToken):
         from ._token import token_request  # loaded as the client was made
 
         status, answer, _ = await token_request(
-            self._http, endpoint, form, client, issuer, seconds=self._timeout, server="a server", failed=_server_error
+            self._http, endpoint, form, client, issuer, seconds=self._timeout, server="a server", failed=server_error
         )
         return status, answer
 
-    async def _read(self, request: httpx2.Request) -> tuple[int, Any, str]:
-        """The status, JSON (``None`` if not) and ``WWW-Authenticate`` of the answer to ``request``
-        (:func:`read_answer`): a failure to reach the server is a 502 or 504."""
-        response, answer = await read_answer(self._http, request, self._timeout, "a server", _server_error)
-        return response.status_code, answer, response.headers.get("www-authenticate", "")[:4096]
-
-    def _code_form(self, leg: _Leg, code: str) -> dict[str, str]:
+    def _code_form(self, leg: Leg, code: str) -> dict[str, str]:
         """The token request that swaps a leg's authorization ``code`` (RFC 6749 §4.1.3), with PKCE's verifier."""
         return {
             "grant_type": "authorization_code",
@@ -818,25 +494,25 @@ class SignIn(UpstreamToken):
             "code_verifier": leg.verifier,
         }
 
-    async def _confirmed(self, leg: _Leg, code: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    async def _confirmed(self, leg: Leg, code: str) -> tuple[dict[str, Any], str, dict[str, Any]]:
         """The IdP's code swapped for an ID token that must name the user who asked (and carry the leg's
         ``nonce``): the token endpoint's answer, the ID token, and its verified claims."""
-        idp = await self._idp_metadata()
+        idp = await self._idp.metadata()
         form = self._code_form(leg, code)
-        endpoint = _url_in(idp, "token_endpoint")
-        status, answer = await self._post_token(endpoint, self._login.issuer, self._login.client, form)
+        endpoint = url_in(idp, "token_endpoint")
+        status, answer = await self._post_token(endpoint, self._idp.login.issuer, self._idp.login.client, form)
         id_token = answer.get("id_token") if isinstance(answer, dict) and status == 200 else None
         if not isinstance(id_token, str):
             logger.warning("mcp-sessions gateway: the login's token endpoint answered %d with no ID token", status)
             raise SignInFailed(502, "The sign-in could not confirm who you are: nothing was granted.")
-        claims = await self._verified(id_token)
-        if claims.get("nonce") != leg.nonce or claims.get(self._login.claim) != leg.user[1]:
+        claims = await self._idp.verified(id_token)
+        if claims.get("nonce") != leg.nonce or claims.get(self._idp.login.claim) != leg.user[1]:
             logger.warning("mcp-sessions gateway: a sign-in URL was completed by another user: nothing granted")
-            self._spend(leg)
+            self._pending.spend(leg)
             raise SignInFailed(403, "This sign-in link was made for another user: nothing was granted.")
         return answer, id_token, claims
 
-    async def _refresh(self, key: GrantKey, server: _Server, grant: Grant) -> Grant:
+    async def _refresh(self, key: GrantKey, server: Server, grant: Grant) -> Grant:
         """``grant`` refreshed at ``server``'s token endpoint, kept; :class:`SignInRequired` when it is refused."""
         assert grant.refresh is not None  # the caller's check
         form = {"grant_type": "refresh_token", "refresh_token": grant.refresh}
@@ -857,7 +533,7 @@ class SignIn(UpstreamToken):
         await self._saved(key, refreshed)
         return refreshed
 
-    async def _told(self, server: _Server, grant: Grant) -> str | None:
+    async def _told(self, server: Server, grant: Grant) -> str | None:
         """``grant``, forgotten here, revoked at ``server``'s revocation endpoint (RFC 7009; its refresh token, which
         ends its access tokens too where the server ties them): ``None`` where the server took it, else why it was
         not told. The gateway holds the grant no more all the same (what an operator revoking a user's access needs
@@ -867,7 +543,7 @@ class SignIn(UpstreamToken):
         token, hint = (grant.refresh, "refresh_token") if grant.refresh else (grant.access, "access_token")
         form = {"token": token, "token_type_hint": hint}
         try:
-            client = await self._client_of(server)
+            client = await self._registration.client(server)
             status, _ = await self._post_token(server.revocation_endpoint, server.issuer, client, form)
         except ExchangeRefused as failed:
             return failed.description
@@ -897,7 +573,7 @@ class UpstreamGrants(SignIn):
         timeout: float = TIMEOUT,
         clock: Callable[[], float] = now,
     ) -> None:
-        to = _AtUpstream(upstream, issuer, scope)
+        to = AtUpstream(upstream, issuer, scope)
         super().__init__(
             to,
             callback=callback,
@@ -931,7 +607,7 @@ class IdTokens(SignIn):
         timeout: float = TIMEOUT,
         clock: Callable[[], float] = now,
     ) -> None:
-        to = _AtLogin(login.issuer)
+        to = AtLogin(login.issuer)
         super().__init__(
             to, callback=callback, login=login, client=login.client, kept=kept, timeout=timeout, clock=clock
         )
@@ -956,7 +632,7 @@ class IssuerGrants(SignIn):
         kept: KeptGrants | None = None,
         clock: Callable[[], float] = now,
     ) -> None:
-        to = _AtIssuer(issuer, resource or "", scope)
+        to = AtIssuer(issuer, resource or "", scope)
         super().__init__(to, callback=callback, login=login, client=client, client_id=client_id, kept=kept, clock=clock)
 
 
@@ -966,15 +642,6 @@ def _id_token_grant(id_token: str, claims: Mapping[str, Any], refresh: str | Non
     lifetime = float(claims["exp"]) - now
     renew_at = now + lifetime - min(RENEW_BEFORE, max(lifetime, 0.0) / 2)
     return Grant(id_token, refresh or None, renew_at, now, float(claims["exp"]))
-
-
-def _client(issuer: str, client_id: str, secret: str | None, method: str | None) -> ClientAuth | str:
-    """The client a registration at ``issuer`` gave: public (its id alone), or confidential by its secret (for that
-    server alone) and the method it was given (``client_secret_basic`` unless ``client_secret_post``)."""
-    if secret is None:
-        return client_id
-    chosen: ClientAuthMethod = "client_secret_post" if method == "client_secret_post" else "client_secret_basic"
-    return ClientAuth(chosen, client_id, secret=secret, servers=(issuer,))
 
 
 def _authorization_url(
@@ -1009,16 +676,11 @@ def _verifier() -> str:
     return str(generate_token(48))
 
 
-def _url_in(metadata: Mapping[str, Any], name: str) -> str:
-    """The http(s) URL an authorization server's metadata gives as ``name`` (``_discovery.endpoint``)."""
-    return endpoint(metadata, name, _AS, _server_error)
-
-
 def _granted(answer: dict[str, Any], refresh: str | None, resource: str, now: float) -> Grant:
     """The grant in a token endpoint's answer for ``resource``; ``refresh`` kept when the answer rotates none in."""
-    token, lifetime, rotated, scope = issued(answer, "the upstream's authorization server", _server_error)
+    token, lifetime, rotated, scope = issued(answer, "the upstream's authorization server", server_error)
     if not _for_resource(token, resource):
-        raise _server_error("the upstream's authorization server issued a token for another resource")
+        raise server_error("the upstream's authorization server issued a token for another resource")
     # No lifetime said: refreshed when the upstream refuses it.
     renew_at = math.inf if lifetime is None else now + lifetime - min(RENEW_BEFORE, lifetime / 2)
     expires_at = None if lifetime is None else now + lifetime
@@ -1037,24 +699,3 @@ def _for_resource(token: str, resource: str) -> bool:
         return True
     named = [audience] if isinstance(audience, str) else audience if isinstance(audience, list) else []
     return resource.rstrip("/") in {str(each).rstrip("/") for each in named}
-
-
-def _server_error(description: str, status: int = 502) -> GrantFailed:
-    return GrantFailed(status, "server_error", description)
-
-
-def _server_of(issuer: str, metadata: Mapping[str, Any], resource: str, scope: str | None) -> _Server:
-    """The authorization server ``issuer`` as its ``metadata`` describes it, for ``resource`` and ``scope``."""
-    registration = metadata.get("registration_endpoint")
-    revocation = metadata.get("revocation_endpoint")
-    return _Server(
-        issuer=issuer,
-        authorization_endpoint=_url_in(metadata, "authorization_endpoint"),
-        token_endpoint=_url_in(metadata, "token_endpoint"),
-        registration_endpoint=registration if isinstance(registration, str) else None,
-        revocation_endpoint=revocation if isinstance(revocation, str) else None,
-        resource=resource,
-        scope=scope,
-        metadata_documents=metadata.get("client_id_metadata_document_supported") is True,
-        sends_iss=metadata.get("authorization_response_iss_parameter_supported") is True,
-    )

@@ -5,7 +5,6 @@ redirects and cookies a browser is answered with."""
 from __future__ import annotations
 
 import html
-import json
 import logging
 from collections.abc import Sequence
 from typing import Final, Protocol
@@ -107,7 +106,8 @@ class SignInFlows(Protocol):
     """What :class:`SignIns` routes a browser to, and asks for a user's grants: one sign-in's flows
     (``_oauth.SignIn``)."""
 
-    document: bytes | None
+    @property
+    def document(self) -> bytes | None: ...
 
     async def authorize(self, scope: Scope, one_time: str) -> Response: ...
 
@@ -148,7 +148,7 @@ class SignIns:
             if not is_sign_in(path):
                 return await app(scope, receive, send)
             if scope["method"] != "GET":
-                return await _page(405, "This page is opened, not posted to.")(scope, receive, send)
+                return await page(405, "This page is opened, not posted to.")(scope, receive, send)
             each = self.each[self._whose(scope, path)]
             try:
                 if path.startswith(CALLBACK_PATH):
@@ -156,9 +156,9 @@ class SignIns:
                 else:
                     answer = await each.authorize(scope, path.removeprefix(AUTHORIZE_PATH))
             except SignInFailed as failed:
-                answer = _page(failed.status, failed.reason)
+                answer = page(failed.status, failed.reason)
             except ExchangeRefused as failed:
-                answer = _page(502, f"The sign-in could not go on: {failed.description}.")
+                answer = page(502, f"The sign-in could not go on: {failed.description}.")
             await answer(scope, receive, send)
 
         return routed
@@ -256,24 +256,10 @@ def is_sign_in(path: str) -> bool:
     return path.startswith(AUTHORIZE_PATH) or path == CALLBACK_PATH or path.startswith(CALLBACK_PATH + "/")
 
 
-def _page(status: int, text: str) -> Response:
+def page(status: int, text: str) -> Response:
     """A small HTML page saying ``text`` (escaped), never cached, never framed."""
     body = f"<!doctype html><meta charset=utf-8><title>Sign-in</title><p>{html.escape(text)}</p>\n"
     return HTMLResponse(body, status, _PAGE_HEADERS)
-
-
-def _document(url: str, callback: str) -> bytes:
-    """The gateway's Client ID Metadata Document at ``url``: its ``client_id`` that URL (the draft's §3: the server
-    compares them as strings), a public client whose one redirect URI is ``callback``; no secret, no key."""
-    document = {
-        "client_id": url,
-        "client_name": "mcp-sessions gateway",
-        "redirect_uris": [callback],
-        "grant_types": ["authorization_code", "refresh_token"],
-        "response_types": ["code"],
-        "token_endpoint_auth_method": "none",
-    }
-    return json.dumps(document).encode()
 
 
 def _served_document(document: bytes, scope: Scope) -> Response:
@@ -289,6 +275,6 @@ def _json(status: int, body: object) -> Response:
     return JSONResponse(body, status, {"cache-control": "no-store"})
 
 
-def _redirect(location: str) -> Response:
+def redirect(location: str) -> Response:
     """A 302 to ``location``, never cached, that sends no Referer on."""
     return RedirectResponse(location, 302, {"cache-control": "no-store", "referrer-policy": "no-referrer"})
