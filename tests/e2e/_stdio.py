@@ -30,15 +30,6 @@ SERVER_PATH = {"PYTHONPATH": os.pathsep.join(filter(None, [str(MAIN / "tests"), 
 COUNT = {"name": "count", "arguments": {}}  # the tests' server's counter, as a tools/call's params
 GATEWAY_FIELDS = {field.name for field in dataclasses.fields(GatewayConfig)}
 LISTENING_FIELDS = {field.name for field in dataclasses.fields(Listening)}
-NO_SDK = """\
-import sys
-class _NoSdk:  # the gateway installed without its extra: no mcp SDK to import
-    def find_spec(self, name, path=None, target=None):
-        if name == "mcp_types":
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-sys.meta_path.insert(0, _NoSdk())
-"""
-"""A ``sitecustomize`` first on a gateway's ``PYTHONPATH``: the gateway as installed without its extra."""
 ENVIRON = {"PATH": os.environ["PATH"], "PYTHONPATH": str(MAIN / "tests"), "MCP_SESSIONS_SECRET": SECRET}
 
 

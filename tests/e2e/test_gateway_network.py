@@ -49,7 +49,6 @@ from e2e._gateway import (
     readable_directory,
     result_of,
 )
-from e2e._stdio import NO_SDK
 from mcp_sessions._gateway.sealed._network import (
     GATEWAY,
     NO_ROUTE,
@@ -562,30 +561,6 @@ def test_a_host_whose_routes_overlap_the_processes_addresses_is_refused_in_one_l
     line = ["unshare", "--net", "sh", "-c", own, "sh", sys.executable, "-m", "mcp_sessions", "gateway"]
     line += ["--port", str(free_port()), "--stdio", SERVER, "--process-uids", UIDS, "--process-containment", "bwrap"]
     done = subprocess.run(line, capture_output=True, text=True, env={**os.environ, "MCP_SESSIONS_SECRET": SECRET})
-    said = (
-        f"--process-network egress: the processes' addresses, {PROCESSES}, overlap this host's route to {address} "
-        "(dev lo), which they would shadow: remove it, or --process-network none"
-    )
-    assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said}\n")
-
-
-def test_a_refused_table_is_said_alone_though_the_app_being_built_beside_it_fails_too(tmp_path: Path) -> None:
-    """Issue 112 (2): a ``--stdio`` gateway's app is built on a thread of its own from the moment its configuration
-    is checked (the ``mcp`` SDK's import), beside its egress table's install, which still comes before any process
-    starts (its first process's place needs the table: its uid and its veth pair are put in its sets before it
-    starts). An install refused (here, a host whose route overlaps the processes' addresses) is the start's one
-    line and exit status 2, as before: no process started, and nothing said of the app, whose build failed
-    meanwhile (no SDK), nor a traceback of its thread."""
-    needs_root_and_nft()
-    _sealed.needs("bwrap")
-    (tmp_path / "sitecustomize.py").write_text(NO_SDK)
-    address = PROCESSES[7]
-    own = f'ip link set lo up && ip address add {address}/32 dev lo && exec "$@"'
-    line = ["unshare", "--net", "sh", "-c", own, "sh", sys.executable, "-m", "mcp_sessions", "gateway"]
-    line += ["--port", str(free_port()), "--stdio", SERVER, "--process-uids", UIDS, "--process-containment", "bwrap"]
-    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
-    environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET, "PYTHONPATH": path}
-    done = subprocess.run(line, capture_output=True, text=True, env=environ, timeout=WITHIN)
     said = (
         f"--process-network egress: the processes' addresses, {PROCESSES}, overlap this host's route to {address} "
         "(dev lo), which they would shadow: remove it, or --process-network none"

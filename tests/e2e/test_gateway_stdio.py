@@ -64,7 +64,7 @@ from e2e._gateway import (
     stopped_as_it_starts,
 )
 from e2e._listen import client as listening
-from e2e._stdio import NO_SDK, SDK_SERVER, SERVER, SERVER_PATH, gone, own_children, stdio_gateway, text_of
+from e2e._stdio import SDK_SERVER, SERVER, SERVER_PATH, gone, own_children, stdio_gateway, text_of
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway.stdio import _relay
 
@@ -603,6 +603,16 @@ def test_a_server_that_never_answers_ends_the_start_after_its_30_s_in_one_line(t
     assert not [line for line in said[:-1] if not re.match(r"\S+ INFO: ", line)], said  # the rest is the log
     assert len(starts.read_text().split()) == 1
     assert "handshake" not in done.stderr  # no era guessed, no 2nd process
+
+
+NO_SDK = """\
+import sys
+class _NoSdk:  # the gateway installed without its extra: no mcp SDK to import
+    def find_spec(self, name, path=None, target=None):
+        if name == "mcp_types":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, _NoSdk())
+"""
 
 
 def test_a_gateway_whose_app_cannot_be_built_says_so_in_one_line_and_leaves_no_process(tmp_path: Path) -> None:

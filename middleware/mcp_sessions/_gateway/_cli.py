@@ -10,8 +10,8 @@ import logging.config
 import os
 import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final, TextIO
 from urllib.parse import urlsplit
 
@@ -377,10 +377,9 @@ def _app(config: GatewayConfig) -> tuple[ASGIApp, Sandbox | None]:
 
 
 def _ahead(config: GatewayConfig) -> tuple[Ahead, Sandbox] | None:
-    """A ``--stdio`` gateway's app, being built on a thread of its own from now (the import of the ``mcp`` SDK,
-    beside what :func:`run` does before the gateway starts: its egress table's install among them), taken as it
-    starts, its shared process started beside (``_first.Ahead``), and the sandbox its processes run in; None where
-    that process is not the gateway's first, or is someone's (``_first.starts_ahead``): :func:`_app` builds it now."""
+    """A ``--stdio`` gateway's app, to be built as it starts, its shared process started beside the import of the
+    ``mcp`` SDK (``_first.Ahead``), and the sandbox its processes run in; None where that process is not the
+    gateway's first, or is someone's (``_first.starts_ahead``): :func:`_app` builds it now."""
     serves = config.serves
     if config.servers or not isinstance(serves, StdioProcesses) or serves.sandbox is None:
         return None
@@ -391,10 +390,7 @@ def _ahead(config: GatewayConfig) -> tuple[Ahead, Sandbox] | None:
         return None
     sandbox = Sandbox(serves.sandbox)
     first = FirstProcess(sandbox, serves.command, environment(serves.environ, serves.pass_env))
-    building = ThreadPoolExecutor(1, thread_name_prefix="mcp-sessions build")
-    built = building.submit(_built, config, sandbox, first)
-    building.shutdown(wait=False)  # its thread ends with the build
-    return Ahead(built, first), sandbox
+    return Ahead(partial(_built, config, sandbox, first), first), sandbox
 
 
 def _stdio_app(config: GatewayConfig, sandbox: Sandbox | None, first: FirstProcess | None) -> ASGIApp:
@@ -405,9 +401,8 @@ def _stdio_app(config: GatewayConfig, sandbox: Sandbox | None, first: FirstProce
 
 
 def _built(config: GatewayConfig, sandbox: Sandbox, first: FirstProcess) -> ASGIApp:
-    """:func:`_stdio_app` built as the gateway starts (``Ahead``'s ``built``, on a thread of its own): what refuses
-    it is the start's failure, said in one line (``StartupFailed``), as it is where :func:`_app` builds it before
-    the start."""
+    """:func:`_stdio_app` built as the gateway starts (``Ahead``'s ``build``): what refuses it is the start's
+    failure, said in one line (``StartupFailed``), as it is where :func:`_app` builds it before the start."""
     try:
         return _stdio_app(config, sandbox, first)
     except ModuleNotFoundError as exc:

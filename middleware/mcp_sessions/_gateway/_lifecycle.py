@@ -516,10 +516,10 @@ class Gateway(uvicorn.Server):
 
     @contextlib.asynccontextmanager
     async def _built(self) -> AsyncIterator[None]:
-        """Startup, first, with ``Ahead``: the app, being built on a thread of its own (the ``mcp`` SDK's import,
-        about half a second of CPU, begun before the egress table's install), waited for, while its shared process
-        starts beside it in this loop (``FirstProcess``), which the app's start then takes and asks to initialize;
-        one not taken (the build failed, or a signal ended the start) is stopped at the end."""
+        """Startup, first, with ``Ahead``: the app built on a worker thread (the ``mcp`` SDK's import, about half a
+        second of CPU), while its shared process starts beside it in this loop (``FirstProcess``), which the app's
+        start then takes and asks to initialize; one not taken (the build failed, or a signal ended the start) is
+        stopped at the end."""
         ahead = self._ahead
         if ahead is None:
             yield
@@ -528,7 +528,7 @@ class Gateway(uvicorn.Server):
             async with anyio.create_task_group() as starting:
                 await anyio.lowlevel.checkpoint()  # a start ended already goes no further
                 starting.start_soon(ahead.first.run)
-                self.app = await anyio.to_thread.run_sync(ahead.built.result)
+                self.app = await anyio.to_thread.run_sync(ahead.build)
             yield
         finally:
             await ahead.first.aclose()

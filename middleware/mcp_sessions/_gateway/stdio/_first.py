@@ -13,8 +13,7 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -110,12 +109,10 @@ class FirstProcess:
 
 
 class Ahead(NamedTuple):
-    """A ``--stdio`` gateway built as it starts: its app (``built``) made on a thread of its own from the moment its
-    configuration is checked (``_cli._ahead``: the import of the ``mcp`` SDK, beside the gateway's last steps before
-    it starts: its socket bound, its egress table installed), and taken once its start begins
-    (``_lifecycle.Gateway``), while ``first``, its shared process, starts beside it in the gateway's loop."""
+    """A ``--stdio`` gateway built as it starts (``_lifecycle.Gateway``): its app made by ``build`` on a worker thread
+    (the import of the ``mcp`` SDK), while ``first``, its shared process, starts beside it in the gateway's loop."""
 
-    built: Future[ASGIApp]
+    build: Callable[[], ASGIApp]
     first: FirstProcess
 
 
