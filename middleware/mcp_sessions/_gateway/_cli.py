@@ -120,7 +120,8 @@ def _run(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, str], s
     from ._logs import log_config
 
     logging.config.dictConfig(log_config(listening.log_format, listening.log_level))
-    served = [(s.name, s.path, s.config, route.sandbox) for s, route in zip(config.servers, _routes(app), strict=True)]
+    routes = _routes(app) if config.servers else ()  # else not imported: sign-ins, on the way to the first process
+    served = [(s.name, s.path, s.config, route.sandbox) for s, route in zip(config.servers, routes, strict=True)]
     for name, path, each, running_in in served or [("", "", config, sandbox)]:
         _said(each, running_in, f"http://{listening.host}:{listening.port}{path}", f"{name}: " if name else "")
     reload = None

@@ -46,6 +46,7 @@ import sys
 import tempfile
 from collections import deque
 from collections.abc import Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from itertools import chain
@@ -505,18 +506,29 @@ class SandboxPolicy:
 
     def check(self) -> None:
         """Whether the containment works here: one run of it, as the gateway would start a process in a directory
-        under ``/tmp``."""
+        under ``/tmp``; under ``egress``, beside it, whether a process's network can be made (``linkable``), which
+        is said first where both fail."""
         containment = self.containment
         if containment == "none" and self.network == "none":
             raise SandboxError("--process-network none needs bwrap or unshare (--process-containment)")
         if containment == "none":
             return
         self._installed()
-        if self.network == "egress":
+        with ThreadPoolExecutor(2, thread_name_prefix="mcp-sessions trial") as trials:
+            linked = None
+            if self.network == "egress":
+                linked = trials.submit(linkable, tool("unshare"), os.path.join(self.runtime, "resolv.conf"))
+            tried = trials.submit(self._tried)
             try:
-                linkable(tool("unshare"), os.path.join(self.runtime, "resolv.conf"))
+                if linked is not None:
+                    linked.result()
             except NetworkError as exc:
                 raise SandboxError(str(exc)) from None
+            tried.result()
+
+    def _tried(self) -> None:
+        """The containment run once (:meth:`check`); ``SandboxError`` saying why it failed."""
+        containment = self.containment
         with tempfile.TemporaryDirectory() as top:
             cwd = os.path.join(top, "trial")
             os.mkdir(cwd)
